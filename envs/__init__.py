@@ -1,0 +1,101 @@
+"""Bundled environments (the top-level ``envs/`` folder, installed as ``mcp_gym.envs``).
+
+Each module defines ``SERVER`` (the ``servers/`` module serving it), ``generate_tasks(seed)``, ``task_by_id``,
+``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD`` and ``OBSERVE_RESOURCES``. Importing
+``mcp_gym`` registers them all as ``mcp_gym/<Name>-v0``::
+
+    env = gymnasium.make("mcp_gym/Counter-v0")                      # in-process server
+    env = gymnasium.make("mcp_gym/SQL-v0", transport="stdio")       # a server subprocess
+    env = gymnasium.make("mcp_gym/Notes-v0", url="http://127.0.0.1:8000/mcp")
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BUNDLED_ENVS: dict[str, str] = {
+    "Counter": "counter",
+    "Notes": "notes",
+    "Files": "files",
+    "SQL": "sql",
+    "Code": "code",
+    "Maze": "maze",
+}
+"""Registered name -> module in this package."""
+
+
+def env_module(name: str) -> ModuleType:
+    """The module of a bundled env, by registered name (``"Notes"``) or module name (``"notes"``)."""
+    mod = BUNDLED_ENVS.get(name, name.lower())
+    if mod not in BUNDLED_ENVS.values():
+        raise ValueError(f"unknown bundled env {name!r}; choose one of {', '.join(BUNDLED_ENVS)}")
+    return importlib.import_module(f"{__name__}.{mod}")
+
+
+def server_spec(name: str, transport: str = "inprocess", url: str | None = None) -> Any:
+    """The server spec of a bundled env: in-process (default), a ``stdio`` subprocess, or an HTTP ``url``."""
+    from mcp_gym.connection import Http, InProcess, Stdio
+    from mcp_gym.servers import load_server
+
+    server = env_module(name).SERVER
+    if url is not None or transport == "http":
+        if url is None:
+            raise ValueError("transport='http' needs url= (start one with `mcp-gym serve NAME --transport http`)")
+        return Http(url)
+    if transport == "stdio":
+        return Stdio.python_module(f"mcp_gym.servers.{server}")
+    if transport == "inprocess":
+        return InProcess(load_server(server))
+    raise ValueError(f"unknown transport {transport!r}: use 'inprocess', 'stdio' or 'http'")
+
+
+def load_env_tasks(name: str, split: str | None = None, seed: int = 0) -> list[Any]:
+    """The task set of a bundled env (optionally one split)."""
+    tasks = env_module(name).generate_tasks(seed)
+    return [t for t in tasks if split is None or t.split == split]
+
+
+def export_tasks(name: str, directory: str | Path) -> Path:
+    """Write a bundled env's task set as JSONL (``datasets.load_dataset("json", data_files=...)`` reads it)."""
+    from mcp_gym.tasks import save_tasks
+
+    return save_tasks(load_env_tasks(name), Path(directory) / f"{env_module(name).__name__.rsplit('.', 1)[-1]}.jsonl")
+
+
+def make_env(
+    name: str, transport: str = "inprocess", url: str | None = None, split: str | None = None, **kwargs: Any
+) -> Any:
+    """Build the :class:`~mcp_gym.env.MCPEnv` of a bundled env (the ``gymnasium.make`` entry point)."""
+    from mcp_gym.env import MCPEnv
+
+    mod = env_module(name)
+    kw: dict[str, Any] = {
+        "max_steps": mod.MAX_STEPS,
+        "observe_resources": list(mod.OBSERVE_RESOURCES) or None,
+        "verifier": mod.verify,
+        "success_threshold": mod.SUCCESS_THRESHOLD,
+        "env_id": f"mcp_gym/{name}-v0",
+    }
+    kw.update(kwargs)
+    tasks = kw.pop("tasks", None) or load_env_tasks(name, split)
+    return MCPEnv({mod.SERVER: server_spec(name, transport, url)}, tasks, **kw)
+
+
+def register_all() -> None:
+    """Register every bundled env with Gymnasium as ``mcp_gym/<Name>-v0`` (idempotent)."""
+    import gymnasium as gym
+
+    for name in BUNDLED_ENVS:
+        env_id = f"mcp_gym/{name}-v0"
+        if env_id in gym.registry:
+            continue
+        gym.register(
+            id=env_id,
+            entry_point="mcp_gym.envs:make_env",
+            kwargs={"name": name},
+            nondeterministic=True,
+            disable_env_checker=False,
+        )

@@ -1,0 +1,508 @@
+"""Connections: one long-lived MCP session per server, owned by one task on the :class:`~mcp_gym.runtime.Runtime`.
+
+Server specs say how to reach a server — :class:`Stdio` (a subprocess), :class:`Http` (a Streamable HTTP URL) or
+:class:`InProcess` (an ``MCPServer`` in this process). :class:`ServerConnection` connects through the SDK's ``Client``
+with explicit connect and per-call timeouts, follows change notifications in both protocol eras, and turns transport
+failures into a status (``ready`` / ``failed`` / ``dead`` / ``closed``) instead of exceptions that would escape into a
+training loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal
+
+import anyio
+import mcp.client.session as _sdk_session
+import mcp.types as mt
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+__all__ = [
+    "Stdio",
+    "Http",
+    "InProcess",
+    "ServerSpec",
+    "ServerConnection",
+    "ConnectionLost",
+    "HostCallbacks",
+    "Protocol",
+]
+
+Protocol = Literal["auto", "legacy", "2026-07-28"]
+"""How to negotiate the protocol era: ``auto`` probes ``server/discover`` (at most ``discover_timeout`` seconds) and
+falls back to the ``initialize`` handshake; ``legacy`` handshakes only; a version pins the modern era."""
+
+CONNECTION_CLOSED = -32000
+REQUEST_TIMEOUT = -32001
+
+
+@dataclass(frozen=True)
+class _SpecBase:
+    protocol: Protocol = "auto"
+    connect_timeout: float = 30.0
+    discover_timeout: float = 1.0
+
+    @property
+    def transport(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def describe(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Stdio(_SpecBase):
+    """A server started as a subprocess speaking MCP over stdin/stdout.
+
+    ``env`` is merged over the SDK's minimal inherited environment (HOME, PATH, ...): pass every variable the server
+    needs. The server's stderr is kept (last 4 kB) and quoted when it fails.
+    """
+
+    command: str = ""
+    args: Sequence[str] = ()
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+
+    def __init__(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        *,
+        protocol: Protocol = "auto",
+        connect_timeout: float = 30.0,
+        discover_timeout: float = 1.0,
+    ) -> None:
+        object.__setattr__(self, "command", command)
+        object.__setattr__(self, "args", tuple(args))
+        object.__setattr__(self, "env", dict(env) if env is not None else None)
+        object.__setattr__(self, "cwd", os.fspath(cwd) if cwd is not None else None)
+        object.__setattr__(self, "protocol", protocol)
+        object.__setattr__(self, "connect_timeout", connect_timeout)
+        object.__setattr__(self, "discover_timeout", discover_timeout)
+
+    @classmethod
+    def python_module(cls, module: str, *args: str, **kw: Any) -> Stdio:
+        """A server run as ``python -m module`` with this interpreter (and this ``sys.path``)."""
+        env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **dict(kw.pop("env", None) or {})}
+        return cls(sys.executable, ["-m", module, *args], env=env, **kw)
+
+    @property
+    def transport(self) -> str:
+        return "stdio"
+
+    def describe(self) -> str:
+        return " ".join([self.command, *self.args])
+
+
+@dataclass(frozen=True)
+class Http(_SpecBase):
+    """A server reached over Streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``)."""
+
+    url: str = ""
+
+    def __init__(
+        self, url: str, *, protocol: Protocol = "auto", connect_timeout: float = 30.0, discover_timeout: float = 1.0
+    ) -> None:
+        object.__setattr__(self, "url", url)
+        object.__setattr__(self, "protocol", protocol)
+        object.__setattr__(self, "connect_timeout", connect_timeout)
+        object.__setattr__(self, "discover_timeout", discover_timeout)
+
+    @property
+    def transport(self) -> str:
+        return "http"
+
+    def describe(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True)
+class InProcess(_SpecBase):
+    """An ``MCPServer`` (or low-level ``Server``, or an object with an ``.mcp`` server) served in this process."""
+
+    server: Any = None
+
+    def __init__(
+        self, server: Any, *, protocol: Protocol = "auto", connect_timeout: float = 30.0, discover_timeout: float = 1.0
+    ) -> None:
+        object.__setattr__(self, "server", getattr(server, "mcp", server))
+        object.__setattr__(self, "protocol", protocol)
+        object.__setattr__(self, "connect_timeout", connect_timeout)
+        object.__setattr__(self, "discover_timeout", discover_timeout)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> InProcess:
+        return self  # a spec refers to the one server object; copies (e.g. by gymnasium.make) share it
+
+    @property
+    def transport(self) -> str:
+        return "inprocess"
+
+    def describe(self) -> str:
+        return f"in-process {getattr(self.server, 'name', type(self.server).__name__)}"
+
+
+ServerSpec = Stdio | Http | InProcess
+
+
+class ConnectionLost(Exception):
+    """The server is not reachable (failed to start, crashed or closed)."""
+
+
+@dataclass
+class HostCallbacks:
+    """What the host answers on the server's behalf: SDK-level callbacks built by :mod:`mcp_gym.host`."""
+
+    sampling: Callable[..., Awaitable[Any]] | None = None
+    elicitation: Callable[..., Awaitable[Any]] | None = None
+    list_roots: Callable[..., Awaitable[Any]] | None = None
+    logging: Callable[[str, mt.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+
+
+@dataclass
+class _Events:
+    tools_changed: bool = False
+    resources_changed: bool = False
+    updated: set[str] = field(default_factory=set)
+
+
+class ServerConnection:
+    """One MCP session to one server, owned by a single task on the runtime loop.
+
+    All methods must be awaited on the runtime loop (the env and host do this). Failures never raise out of
+    :meth:`start`; calls on a failed or dead connection raise :class:`ConnectionLost`.
+    """
+
+    def __init__(self, alias: str, spec: ServerSpec, callbacks: HostCallbacks | None = None) -> None:
+        self.alias = alias
+        self.spec = spec
+        self.callbacks = callbacks or HostCallbacks()
+        self.status: Literal["new", "connecting", "ready", "failed", "dead", "closed"] = "new"
+        self.error: str | None = None
+        self.client: Client | None = None
+        self.events = _Events()
+        self.connect_seconds: float | None = None
+        self._ready = anyio.Event()
+        self._close = anyio.Event()
+        self._done = anyio.Event()
+        self._errlog: IO[str] | None = None
+        self._subscriptions: tuple[str, ...] = ()
+        self._listen_scope: anyio.CancelScope | None = None
+        self._listen_tg: Any = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    async def start(self, task_group: Any) -> None:
+        """Start the owner task and wait until connected or failed (never raises)."""
+        self.status = "connecting"
+        task_group.start_soon(self._own, name=f"mcp-gym:{self.alias}")
+        await self._ready.wait()
+
+    def _client(self) -> Client:
+        spec = self.spec
+        cb = self.callbacks
+        target: Any
+        if isinstance(spec, Stdio):
+            self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd)
+            target = stdio_client(params, errlog=self._errlog)
+        elif isinstance(spec, Http):
+            target = spec.url
+        else:
+            target = spec.server
+
+        async def logging_cb(params: mt.LoggingMessageNotificationParams) -> None:
+            if cb.logging is not None:
+                await cb.logging(self.alias, params)
+
+        return Client(
+            target,
+            mode=spec.protocol,
+            cache=None,
+            message_handler=self._on_message,
+            sampling_callback=cb.sampling,
+            elicitation_callback=cb.elicitation,
+            list_roots_callback=cb.list_roots,
+            logging_callback=logging_cb,
+            log_level="info" if cb.logging is not None else None,
+            client_info=mt.Implementation(name="mcp-gym", version=_version()),
+        )
+
+    async def _own(self) -> None:
+        # Enter and exit the Client in this one task. The connect deadline lives on a scope that encloses the whole
+        # session (the Client's own scopes must nest inside it) and is lifted once connected.
+        t0 = time.perf_counter()
+        entered = False
+        exc: BaseException | None = None
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
+                client = self._client()
+                _sdk_session.DISCOVER_TIMEOUT_SECONDS = self.spec.discover_timeout  # the SDK reads it at probe time
+                await client.__aenter__()
+                entered = True
+                scope.deadline = math.inf
+                self.client = client
+                self.connect_seconds = time.perf_counter() - t0
+                self.status = "ready"
+                try:
+                    async with anyio.create_task_group() as tg:
+                        self._listen_tg = tg
+                        self._restart_listener()
+                        self._ready.set()
+                        await self._close.wait()
+                        tg.cancel_scope.cancel()
+                except BaseException as e:  # noqa: BLE001 - a dying transport surfaces here
+                    exc = e
+                finally:
+                    self._listen_tg = None
+                    # No wrapping scope here: the Client's scopes were entered first and must be exited first.
+                    with contextlib.suppress(Exception):
+                        await client.__aexit__(None, None, None)
+                    if exc is not None and self.status == "ready":
+                        self.status = "dead"
+                        self.error = _describe_exc(exc, "connection lost") + self._stderr_tail()
+            if not entered:
+                self.status = "failed"
+                self.error = f"could not connect within {self.spec.connect_timeout:g} s" + self._stderr_tail()
+        except BaseException as e:  # noqa: BLE001 - every failure becomes a status
+            exc = e
+            if not entered:
+                self.status = "failed"
+                self.error = _describe_exc(e, "could not connect") + self._stderr_tail()
+        finally:
+            if self._errlog is not None:
+                self._errlog.close()
+            if self.status in ("ready", "connecting"):
+                self.status = "closed"
+            self._ready.set()
+            self._done.set()
+        if exc is not None and isinstance(exc, anyio.get_cancelled_exc_class()):
+            raise exc
+
+    async def close(self) -> None:
+        """Close the session (and stop a stdio subprocess); idempotent."""
+        if self.status == "new":
+            self.status = "closed"
+            return
+        self._close.set()
+        await self._done.wait()
+        if self.status == "ready":
+            self.status = "closed"
+
+    def _stderr_tail(self, n: int = 4000) -> str:
+        f = self._errlog
+        if f is None or f.closed:
+            return ""
+        try:
+            f.flush()
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - n))
+            tail = f.read().strip()
+        except (OSError, ValueError):
+            return ""
+        return f"; server stderr: {tail}" if tail else ""
+
+    # -- info -----------------------------------------------------------------------------------------------------
+    @property
+    def protocol_version(self) -> str | None:
+        """Negotiated protocol version (``None`` until connected)."""
+        try:
+            return self.client.protocol_version if self.client is not None else None
+        except RuntimeError:
+            return None
+
+    @property
+    def modern(self) -> bool:
+        """True on a 2026-07-28 (discover-era) connection."""
+        return (self.protocol_version or "") >= "2026"
+
+    def info(self) -> dict[str, Any]:
+        """Name, version, negotiated protocol, status and error of this server, for ``info["servers"]``."""
+        si = None
+        with contextlib.suppress(RuntimeError):
+            si = self.client.server_info if self.client is not None else None
+        return {
+            "alias": self.alias,
+            "transport": self.spec.transport,
+            "target": self.spec.describe(),
+            "name": si.name if si else None,
+            "version": si.version if si else None,
+            "protocol_version": self.protocol_version,
+            "status": self.status,
+            "error": self.error,
+        }
+
+    @property
+    def capabilities(self) -> mt.ServerCapabilities | None:
+        """Capabilities the server declared."""
+        try:
+            return self.client.server_capabilities if self.client is not None else None
+        except RuntimeError:
+            return None
+
+    # -- notifications --------------------------------------------------------------------------------------------
+    async def _on_message(self, message: Any) -> None:
+        root = getattr(message, "root", message)
+        if isinstance(root, mt.ToolListChangedNotification):
+            self.events.tools_changed = True
+        elif isinstance(root, mt.ResourceUpdatedNotification):
+            self.events.updated.add(str(root.params.uri))
+        elif isinstance(root, mt.ResourceListChangedNotification):
+            self.events.resources_changed = True
+
+    async def subscribe(self, uris: Sequence[str]) -> None:
+        """Ask for ``resources/updated`` on these URIs (handshake era: ``resources/subscribe``; modern: listen)."""
+        uris = tuple(dict.fromkeys(uris))
+        if uris == self._subscriptions or self.client is None or self.status != "ready":
+            return
+        new = [u for u in uris if u not in self._subscriptions]
+        self._subscriptions = uris
+        caps = self.capabilities
+        if self.modern:
+            self._restart_listener()
+        elif caps is not None and caps.resources is not None and caps.resources.subscribe:
+            for uri in new:
+                with contextlib.suppress(Exception):
+                    await self.client.session.subscribe_resource(uri)  # type: ignore[call-arg]
+
+    def _restart_listener(self) -> None:
+        if not self.modern or self._listen_tg is None:
+            return
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
+        scope = anyio.CancelScope()
+        self._listen_scope = scope
+        self._listen_tg.start_soon(self._listen, scope, self._subscriptions)
+
+    async def _listen(self, scope: anyio.CancelScope, uris: tuple[str, ...]) -> None:
+        caps = self.capabilities
+        want_tools = bool(caps and caps.tools and caps.tools.list_changed)
+        want_res = bool(caps and caps.resources)
+        if not (want_tools or (want_res and uris)) or self.client is None:
+            return
+        with scope:
+            try:
+                async with self.client.listen(
+                    tools_list_changed=want_tools,
+                    resources_list_changed=want_res and bool(caps and caps.resources and caps.resources.list_changed),
+                    resource_subscriptions=list(uris) if want_res else [],
+                ) as sub:
+                    async for ev in sub:
+                        kind = type(ev).__name__
+                        if kind == "ToolsListChanged":
+                            self.events.tools_changed = True
+                        elif kind == "ResourceUpdated":
+                            self.events.updated.add(str(ev.uri))
+                        elif kind == "ResourcesListChanged":
+                            self.events.resources_changed = True
+            except Exception:  # noqa: BLE001 - a server without listen support just sends no events
+                return
+
+    # -- requests -------------------------------------------------------------------------------------------------
+    def _check(self) -> Client:
+        if self.status != "ready" or self.client is None:
+            raise ConnectionLost(f"server '{self.alias}' is {self.status}" + (f": {self.error}" if self.error else ""))
+        return self.client
+
+    def _lost(self, e: BaseException) -> ConnectionLost:
+        self.status = "dead"
+        self.error = _describe_exc(e, "connection lost") + self._stderr_tail()
+        self._close.set()
+        return ConnectionLost(f"server '{self.alias}' died: {self.error}")
+
+    async def request(self, fn: Callable[[Client], Awaitable[Any]]) -> Any:
+        """Run one SDK request; connection loss becomes :class:`ConnectionLost` and marks the server dead.
+
+        JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged.
+        """
+        client = self._check()
+        try:
+            return await fn(client)
+        except MCPError as e:
+            if e.code == CONNECTION_CLOSED:
+                raise self._lost(e) from e
+            raise
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as e:
+            raise self._lost(e) from e
+        except BaseExceptionGroup as e:  # noqa: F821 - py3.11+; the SDK may raise groups from its task groups
+            if e.subgroup(lambda x: isinstance(x, anyio.get_cancelled_exc_class())):
+                raise
+            raise self._lost(e) from e
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+        progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
+    ) -> mt.CallToolResult:
+        """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
+        t = None if timeout is None or math.isinf(timeout) else timeout
+        return await self.request(
+            lambda c: c.call_tool(
+                name, dict(arguments), read_timeout_seconds=t, progress_callback=progress, meta=dict(meta or {})
+            )
+        )
+
+    async def list_tools(self, meta: Mapping[str, Any] | None = None) -> list[mt.Tool]:
+        """All tools (following pagination)."""
+        tools: list[mt.Tool] = []
+
+        async def go(c: Client) -> None:
+            cursor = None
+            while True:
+                params = mt.PaginatedRequestParams(cursor=cursor, _meta=dict(meta) if meta else None)
+                page = await c.session.list_tools(params=params)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return
+
+        await self.request(go)
+        return tools
+
+    async def list_resources(self) -> list[mt.Resource]:
+        """Listed resources ([] if the server has no resources capability)."""
+        caps = self.capabilities
+        if caps is None or caps.resources is None:
+            return []
+        res = await self.request(lambda c: c.list_resources())
+        return list(res.resources)
+
+    async def list_resource_templates(self) -> list[mt.ResourceTemplate]:
+        """Listed resource templates ([] if none)."""
+        caps = self.capabilities
+        if caps is None or caps.resources is None:
+            return []
+        res = await self.request(lambda c: c.list_resource_templates())
+        return list(res.resource_templates)
+
+    async def read_resource(self, uri: str, meta: Mapping[str, Any] | None = None) -> mt.ReadResourceResult:
+        """Read one resource."""
+        return await self.request(lambda c: c.read_resource(uri, meta=dict(meta or {})))
+
+
+def _describe_exc(e: BaseException, default: str) -> str:
+    """A one-line description of (the first leaf of) an exception or exception group."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:  # noqa: F821
+        e = e.exceptions[0]
+    if isinstance(e, TimeoutError):
+        return default
+    msg = str(e).strip()
+    return f"{type(e).__name__}: {msg}" if msg else f"{type(e).__name__} ({default})"
+
+
+def _version() -> str:
+    from mcp_gym import __version__
+
+    return __version__

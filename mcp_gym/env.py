@@ -1,0 +1,558 @@
+"""MCPEnv: any set of MCP servers as a Gymnasium environment.
+
+The action space is the servers' ``tools/list`` (:class:`~mcp_gym.spaces.ToolCallSpace`, updated on
+``notifications/tools/list_changed``); an action is ``{"tool": name, "arguments": {...}}`` or the built-in final answer
+``{"tool": "submit", "arguments": {"answer": "..."}}``. Observations are ``{"task", "result", "resources"}`` texts.
+Rewards follow the convention of :mod:`mcp_gym.rewards`, and a task verifier grades ``submit``.
+
+One implementation, two faces: ``areset``/``astep`` are coroutines; ``reset``/``step`` are their synchronous face
+(one hop onto the :class:`~mcp_gym.runtime.Runtime` loop that owns the sessions).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, SupportsFloat
+
+import gymnasium as gym
+import mcp.types as mt
+from mcp import MCPError
+
+from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio
+from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
+from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
+from mcp_gym.runtime import Runtime, default_runtime
+from mcp_gym.serverkit import RESET_TOOL, STATE_TOOL
+from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
+from mcp_gym.tasks import Task, Verifier, as_task
+
+__all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content"]
+
+ResetMode = Literal["auto", "tool", "restart", "none"]
+
+SUBMIT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "Your final answer."}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+SUBMIT_DESCRIPTION = "Submit your final answer and end the episode. Call this once, when the task is done."
+
+
+class MCPGymError(Exception):
+    """Base class of the errors strict mode raises."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        super().__init__(error.get("message", "mcp-gym error"))
+        self.error = dict(error)
+
+
+class InvalidAction(MCPGymError):
+    """The action is malformed, names an unknown tool or has invalid arguments (strict mode)."""
+
+
+class ToolCallFailed(MCPGymError):
+    """The call reached no result: JSON-RPC error, timeout, dead server (strict mode)."""
+
+
+def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
+    """Text of result content blocks; non-text blocks become placeholders such as ``[image: image/png, 1.2 kB]``."""
+    parts: list[str] = []
+    for b in blocks:
+        kind = getattr(b, "type", None)
+        if kind == "text":
+            parts.append(b.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {b.mime_type}, {len(b.data) * 3 // 4} bytes]")
+        elif kind == "resource":
+            r = b.resource
+            text = getattr(r, "text", None)
+            parts.append(text if text is not None else f"[resource: {r.uri} ({r.mime_type or 'binary'})]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {b.uri}" + (f" {b.name}" if b.name else "") + "]")
+        else:
+            parts.append(f"[{kind or type(b).__name__}]")
+    text = "\n".join(parts)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n…[truncated {len(text) - limit} characters]"
+    return text
+
+
+def _normalise_servers(servers: Mapping[str, ServerSpec] | ServerSpec) -> dict[str, ServerSpec]:
+    if isinstance(servers, (Stdio, Http, InProcess)):
+        return {"server": servers}
+    out: dict[str, ServerSpec] = {}
+    for alias, spec in servers.items():
+        if isinstance(spec, str):
+            spec = Http(spec) if spec.startswith(("http://", "https://")) else Stdio(*_split_command(spec))
+        elif not isinstance(spec, (Stdio, Http, InProcess)):
+            spec = InProcess(spec)
+        out[str(alias)] = spec
+    return out
+
+
+def _split_command(cmd: str) -> tuple[str, list[str]]:
+    import shlex
+
+    parts = shlex.split(cmd)
+    return parts[0], parts[1:]
+
+
+class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
+    """A Gymnasium environment over one or several MCP servers.
+
+    Args:
+        servers: alias -> :class:`Stdio` / :class:`Http` / :class:`InProcess` (a single spec is named ``"server"``).
+        tasks: Tasks (:class:`~mcp_gym.tasks.Task`, record dicts or prompt strings); ``reset`` draws one with the
+            seeded RNG unless ``options={"task_id": ...}`` names it.
+        max_steps: Truncate after this many steps.
+        observe_resources: Resource URIs to observe (templates such as ``notes://{title}`` are filled from the task's
+            ``data``), ``"all"`` for every listed resource, or ``None``. The task's own ``resources`` are added.
+        call_timeout: Seconds per tool call (``None``: no limit).
+        sampling: Answers the servers' sampling requests (default: a clear refusal).
+        elicitation: Answers elicitation requests (default: decline).
+        strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
+        verifier: ``(task, answer, state) -> reward`` grading ``submit``; ``state`` is the servers' ``mcp_gym_state``.
+        reward_fn: Per-step reward (default :class:`~mcp_gym.rewards.ConventionReward` with ``error_penalty``).
+        error_penalty: Subtracted from the reward of a failed step (bad action, tool error, timeout, ...).
+        reset_mode: ``auto`` (the server's hidden reset tool if it has one, else nothing), ``tool``, ``restart``
+            (reconnect, restarting stdio servers) or ``none``.
+        roots: Root URIs/paths to advertise (default none).
+        prefix_tools: ``{server}__{tool}`` names (default: only with several servers).
+        block_destructive: Hide and refuse tools that may be destructive.
+        max_argument_bytes: Largest accepted JSON arguments.
+        max_observation_chars: Longest result/resource text in an observation (the full content stays in ``info``).
+        success_threshold: A final reward at or above it counts as success.
+        env_id: Name recorded with trajectories.
+        runtime: The event-loop runtime owning the sessions (default: the process-wide one).
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        servers: Mapping[str, ServerSpec] | ServerSpec,
+        tasks: Sequence[Task | Mapping[str, Any] | str] | None = None,
+        *,
+        max_steps: int = 20,
+        observe_resources: Sequence[str] | Literal["all"] | None = None,
+        call_timeout: float | None = 30.0,
+        sampling: SamplingFn | None = None,
+        elicitation: ElicitationFn | None = None,
+        strict: bool = False,
+        verifier: Verifier | None = None,
+        reward_fn: RewardFn | None = None,
+        error_penalty: float = 0.0,
+        reset_mode: ResetMode = "auto",
+        roots: Sequence[str] | None = None,
+        prefix_tools: bool | None = None,
+        block_destructive: bool = False,
+        max_argument_bytes: int = 1_000_000,
+        max_observation_chars: int = 20_000,
+        success_threshold: float = 1.0,
+        env_id: str | None = None,
+        runtime: Runtime | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.tasks: list[Task] = [as_task(t, i) for i, t in enumerate(tasks or [])]
+        self.max_steps = max_steps
+        self.observe_resources = observe_resources
+        self.call_timeout = call_timeout
+        self.strict = strict
+        self.verifier = verifier
+        self.reward_fn: RewardFn = reward_fn or ConventionReward(error_penalty)
+        self.error_penalty = error_penalty
+        self.reset_mode: ResetMode = reset_mode
+        self.max_observation_chars = max_observation_chars
+        self.success_threshold = success_threshold
+        self.env_id = env_id
+        self.render_mode = render_mode
+        self.host = MCPHost(
+            _normalise_servers(servers),
+            sampling=sampling,
+            elicitation=elicitation,
+            roots=roots,
+            prefix_tools=prefix_tools,
+            block_destructive=block_destructive,
+        )
+        self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=max_argument_bytes)
+        self.observation_space = gym.spaces.Dict(
+            {"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()}
+        )
+        if self.spec is None:  # real servers answer with timings and ids: declare it (check_env honours this)
+            self.spec = gym.envs.registration.EnvSpec(
+                id=env_id or "mcp_gym/MCPEnv-v0", entry_point="mcp_gym.env:MCPEnv", nondeterministic=True,
+                kwargs=init_kwargs,
+            )
+        self._rt = runtime or default_runtime()
+        self._started = False
+        self._closed = False
+        self.task: Task | None = None
+        self.episode_id: str | None = None
+        self.steps = 0
+        self.episode_return = 0.0
+        self.done = False
+        self._obs_uris: dict[str, str | None] = {}
+        self._resources: dict[str, str] = {}
+        self._resource_servers: dict[str, str] = {}
+        self.catalogue_changes: list[dict[str, Any]] = []
+        if not self._rt.in_loop():
+            self._rt.call(self._ensure_started)
+
+    # -- sync face ------------------------------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode: pick the task, restore server state, return the first observation and info."""
+        super().reset(seed=seed)
+        return self._rt.call(self._areset, seed, options)
+
+    def step(self, action: Any) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+        """Call one tool (or ``submit``) and return ``(obs, reward, terminated, truncated, info)``."""
+        return self._rt.call(self._astep, action)
+
+    def close(self) -> None:
+        """Close every server connection (stops stdio servers)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._rt.in_loop() or self._rt.closed:
+            return
+        self._rt.call(self.host.close)
+
+    # -- async face -----------------------------------------------------------------------------------------------
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Async :meth:`reset` for asyncio training loops."""
+        super().reset(seed=seed)
+        return await self._rt.acall(self._areset, seed, options)
+
+    async def astep(self, action: Any) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+        """Async :meth:`step`."""
+        return await self._rt.acall(self._astep, action)
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        if not self._closed:
+            self._closed = True
+            await self._rt.acall(self.host.close)
+
+    # -- public helpers -------------------------------------------------------------------------------------------
+    @property
+    def tools(self) -> list[ToolEntry]:
+        """The tools currently offered to the agent (without ``submit``)."""
+        return list(self.host.catalogue.values())
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """The current tools, plus ``submit``, as OpenAI function schemas (for chat-completions ``tools=``)."""
+        submit = {"type": "function", "function": {"name": "submit", "description": SUBMIT_DESCRIPTION,
+                                                   "parameters": SUBMIT_SCHEMA}}
+        return [e.openai_schema() for e in self.tools] + [submit]
+
+    def tool_catalogue(self) -> list[dict[str, Any]]:
+        """JSON-able schemas of the current tools (for recording)."""
+        return [tool_schema(e) for e in self.tools]
+
+    def render(self) -> str | None:
+        """``ansi``: the last observation as text."""
+        if self.render_mode != "ansi":
+            return None
+        return getattr(self, "_last_text", "")
+
+    # -- implementation -------------------------------------------------------------------------------------------
+    async def _ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            await self.host.start(self._rt.task_group)
+            self._sync_space()
+
+    def _sync_space(self) -> bool:
+        tools = {name: e.input_schema for name, e in self.host.catalogue.items()}
+        tools["submit"] = SUBMIT_SCHEMA
+        return self.action_space.update(tools)
+
+    def _pick_task(self, options: Mapping[str, Any] | None) -> Task:
+        opts = dict(options or {})
+        if "task" in opts:
+            return as_task(opts["task"])
+        if "task_id" in opts:
+            for t in self.tasks:
+                if t.id == opts["task_id"]:
+                    return t
+            raise ValueError(f"unknown task_id {opts['task_id']!r} ({len(self.tasks)} tasks)")
+        if not self.tasks:
+            return Task(id="no-task", prompt="")
+        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+
+    async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict, dict]:
+        await self._ensure_started()
+        self.task = self._pick_task(options)
+        self.episode_id = uuid.uuid4().hex
+        self.host.episode_id = self.episode_id
+        self.steps = 0
+        self.episode_return = 0.0
+        self.done = False
+        self.catalogue_changes = []
+        self.host.drain_logs()
+        task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
+        reset_errors = await self._reset_servers(task_seed)
+        await self.host.refresh_tools()
+        self._sync_space()
+        await self._setup_resources()
+        obs = {"task": self.task.prompt, "result": "", "resources": dict(self._resources)}
+        self._last_text = self.task.prompt
+        info = {
+            "episode_id": self.episode_id,
+            "task_id": self.task.id,
+            "seed": task_seed,
+            "servers": self.host.server_info(),
+            "tools": list(self.action_space.tool_names),
+            "catalogue_hash": catalogue_hash(self.tools),
+            "tools_changed": False,
+            "error": reset_errors[0] if reset_errors else None,
+            "reset_errors": reset_errors,
+        }
+        return obs, info
+
+    async def _reset_servers(self, seed: int) -> list[dict[str, Any]]:
+        errors: list[dict[str, Any]] = []
+        assert self.task is not None
+        for alias, conn in list(self.host.connections.items()):
+            mode = self.reset_mode
+            if conn.status != "ready" and mode != "none":
+                await self.host.restart(alias, self._rt.task_group)  # a dead server comes back next episode
+                if mode == "restart":
+                    continue
+            if mode == "restart":
+                await self.host.restart(alias, self._rt.task_group)
+                continue
+            if mode == "none" or self.host.connections[alias].status != "ready":
+                continue
+            if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
+                continue
+            args = {"task_id": self.task.id, "seed": seed}
+            out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
+            if out.error or (out.result is not None and out.result.is_error):
+                err = out.error or {"kind": "tool_error", "server": alias, "tool": RESET_TOOL,
+                                    "message": render_content(out.result.content if out.result else [])}
+                errors.append(err)
+        return errors
+
+    # -- resources ------------------------------------------------------------------------------------------------
+    async def _setup_resources(self) -> None:
+        assert self.task is not None
+        wanted: list[str] = []
+        if self.observe_resources == "all":
+            for alias, conn in self.host.connections.items():
+                if conn.status == "ready":
+                    try:
+                        for r in await conn.list_resources():
+                            self._resource_servers[str(r.uri)] = alias
+                            wanted.append(str(r.uri))
+                    except (ConnectionLost, MCPError):
+                        pass
+        elif self.observe_resources:
+            wanted.extend(self.observe_resources)
+        wanted.extend(self.task.resources)
+        uris = []
+        data = {k: v for k, v in dict(self.task.data).items() if isinstance(v, (str, int, float))}
+        for u in dict.fromkeys(wanted):
+            try:
+                uris.append(u.format(**data) if "{" in u else u)
+            except (KeyError, IndexError, ValueError):
+                continue  # a template this task cannot fill
+        self._obs_uris = {u: None for u in uris}
+        self._resources = {}
+        for conn in self.host.connections.values():
+            conn.events.updated.clear()
+            if conn.status == "ready" and uris:
+                await conn.subscribe(uris)
+        for u in uris:
+            self._resources[u] = await self._read_resource(u)
+
+    async def _read_resource(self, uri: str) -> str:
+        aliases = [self._resource_servers[uri]] if uri in self._resource_servers else list(self.host.connections)
+        last = "not found"
+        for alias in aliases:
+            conn = self.host.connections[alias]
+            if conn.status != "ready":
+                last = f"server '{alias}' is {conn.status}"
+                continue
+            try:
+                res = await conn.read_resource(uri, self.host.meta)
+            except (ConnectionLost, MCPError) as e:
+                last = str(e)
+                continue
+            self._resource_servers[uri] = alias
+            return render_content(
+                [mt.EmbeddedResource(type="resource", resource=c) for c in res.contents], self.max_observation_chars
+            )
+        return f"[error reading resource {uri}: {last}]"
+
+    async def _refresh_resources(self) -> None:
+        dirty: set[str] = set()
+        for conn in self.host.connections.values():
+            if conn.events.updated:
+                dirty |= conn.events.updated
+                conn.events.updated = set()
+        for u in self._obs_uris:
+            if u in dirty:
+                self._resources[u] = await self._read_resource(u)
+
+    # -- step -----------------------------------------------------------------------------------------------------
+    async def _astep(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        if self.task is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        if self.done:
+            err = {"kind": "episode_over", "tool": None, "server": None, "argument": None, "code": None,
+                   "message": "the episode is over: call reset()"}
+            if self.strict:
+                raise InvalidAction(err)
+            return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
+        self.steps += 1
+        name = action.get("tool") if isinstance(action, Mapping) else None
+        if name == "submit" and "submit" not in self.host.catalogue:
+            return await self._submit(action)
+        problem = self.action_space.validation_error(action)
+        if problem is not None:
+            entry = self.host.resolve(problem.tool) if problem.tool else None
+            err = {"kind": problem.kind, "tool": problem.tool, "server": entry.server if entry else None,
+                   "argument": problem.argument, "code": None, "message": problem.message}
+            if self.strict:
+                raise InvalidAction(err)
+            return await self._finish_step(None, name, {}, err)
+        arguments = dict(action.get("arguments") or {})
+        out = await self.host.call(name, arguments, timeout=self.call_timeout)
+        if out.error is not None and self.strict:
+            raise ToolCallFailed(out.error)
+        return await self._finish_step(out, name, arguments, out.error)
+
+    async def _finish_step(
+        self, out: CallOutcome | None, name: Any, arguments: dict[str, Any], error: dict[str, Any] | None
+    ) -> tuple[dict, float, bool, bool, dict]:
+        result = out.result if out is not None else None
+        is_error = bool(result.is_error) if result is not None else error is not None
+        if result is not None:
+            text = render_content(result.content, self.max_observation_chars)
+            structured = result.structured_content
+            signal = read_reward(structured, result.meta, text if structured is None else None)
+            if result.is_error and error is None:
+                error = {"kind": "tool_error", "tool": out.tool, "server": out.server, "argument": None,
+                         "code": None, "message": f"tool '{out.tool}' on server '{out.server}' returned an error: "
+                         + text[:500]}
+        else:
+            text = "Error: " + (error or {}).get("message", "unknown error")
+            structured = None
+            signal = read_reward(None)
+        ctx = StepContext(name if isinstance(name, str) else None, arguments, is_error, error, structured, text,
+                          signal, self.steps, self.task)
+        reward = float(self.reward_fn(ctx))
+        terminated = signal.done
+        tools_changed = await self.host.poll_changes()
+        if tools_changed:
+            self._sync_space()
+            self.catalogue_changes.append({"step": self.steps, "tools": self.tool_catalogue(),
+                                           "hash": catalogue_hash(self.tools)})
+        await self._refresh_resources()
+        truncated = False
+        termination = "done" if terminated else None
+        if not any(c.status == "ready" for c in self.host.connections.values()):
+            truncated, termination = True, "servers_dead"
+        elif not terminated and self.steps >= self.max_steps:
+            truncated, termination = True, "max_steps"
+        self.episode_return += reward
+        self.done = terminated or truncated
+        obs = self._obs(text)
+        info = self._info(
+            error=error,
+            tools_changed=tools_changed,
+            tool=out.tool if out else (name if isinstance(name, str) else None),
+            server=out.server if out else (error or {}).get("server"),
+            server_tool=out.server_tool if out else None,
+            is_error=is_error,
+            content=[c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content]
+            if result is not None else [],
+            structured_content=structured,
+            duration=out.duration if out else 0.0,
+            progress=out.progress if out else [],
+            termination=termination,
+        )
+        if tools_changed or termination == "servers_dead":
+            info["servers"] = self.host.server_info()
+        if terminated and self.verifier is not None and self.task is not None:
+            info["success"] = await self._grade(None) >= self.success_threshold
+        return obs, reward, terminated, truncated, info
+
+    async def _grade(self, answer: str | None) -> float:
+        """The verifier's score for the current server state (raises what the verifier raises)."""
+        assert self.verifier is not None and self.task is not None
+        state = await self._state_snapshot()
+        return float(self.verifier(self.task, answer, state))
+
+    async def _submit(self, action: Mapping[str, Any]) -> tuple[dict, float, bool, bool, dict]:
+        args = action.get("arguments")
+        answer = args.get("answer") if isinstance(args, Mapping) else None
+        if not isinstance(answer, str):
+            answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
+        error = None
+        reward = 0.0
+        if self.verifier is not None and self.task is not None:
+            try:
+                reward = await self._grade(answer)
+            except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
+                error = {"kind": "verifier_error", "tool": "submit", "server": None, "argument": None, "code": None,
+                         "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
+                if self.strict:
+                    raise
+        self.episode_return += reward
+        self.done = True
+        success = reward >= self.success_threshold if self.verifier is not None else None
+        text = f"Submitted: {answer}" if answer is not None else "Submitted."
+        obs = self._obs(text)
+        info = self._info(error=error, tool="submit", server=None, server_tool=None, is_error=error is not None,
+                          content=[], structured_content=None, duration=0.0, progress=[], termination="submit",
+                          final_answer=answer, success=success, verifier_reward=reward)
+        return obs, reward, True, False, info
+
+    async def _state_snapshot(self) -> dict[str, Any]:
+        states: dict[str, Any] = {}
+        for alias, conn in self.host.connections.items():
+            if conn.status != "ready" or not self.host.has_tool(alias, STATE_TOOL):
+                continue
+            out = await self.host.call_server(alias, STATE_TOOL, {}, timeout=self.call_timeout)
+            if out.result is None or out.result.is_error:
+                continue
+            sc = out.result.structured_content
+            if not isinstance(sc, dict) or set(sc) == {"result"}:
+                try:
+                    sc = json.loads(render_content(out.result.content))
+                except ValueError:
+                    sc = {}
+            states[alias] = sc
+        if len(states) == 1:
+            return next(iter(states.values()))
+        return states
+
+    def _obs(self, text: str) -> dict[str, Any]:
+        self._last_text = text
+        assert self.task is not None
+        return {"task": self.task.prompt, "result": text, "resources": dict(self._resources)}
+
+    def _info(self, **kw: Any) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "episode_id": self.episode_id,
+            "task_id": self.task.id if self.task else None,
+            "step": self.steps,
+            "error": None,
+            "tools_changed": False,
+            "logs": self.host.drain_logs(),
+        }
+        info.update(kw)
+        if self.done:
+            info["episode"] = {"return": self.episode_return, "length": self.steps,
+                               "termination": kw.get("termination")}
+        return info

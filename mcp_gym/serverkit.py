@@ -1,0 +1,228 @@
+"""Toolkit for writing MCP servers that serve as RL environments.
+
+An environment server must keep one independent state per *episode*, because one server process (over stdio, HTTP or
+in-process) may serve many concurrent episodes. mcp-gym identifies the episode of every request it sends with the
+``_meta`` key :data:`EPISODE_META_KEY`; :class:`EpisodeServer` reads it in a server middleware and hands each tool the
+state of its own episode. Requests without the key (a plain MCP client such as ``mcp dev``) share the episode
+``"default"``, so every server also works as an ordinary MCP server.
+
+Conventions an env server follows (all implemented here):
+
+* ``mcp_gym_reset(task_id, seed)`` — hidden tool: make the initial state of ``task_id`` reproducibly from ``seed``.
+* ``mcp_gym_state()`` — hidden tool: a JSON snapshot of the episode state, which task verifiers grade.
+* Per-episode tool visibility: a tool registered with ``hidden_until_shown=True`` is absent from ``tools/list`` and
+  refused by ``tools/call`` until :meth:`EpisodeServer.show_tool` is called for the current episode (the Maze's
+  ``unlock``); :meth:`EpisodeServer.notify_tools_changed` then tells the client in either protocol era.
+* Rewards: a tool may return ``{"reward": float, "done": bool, ...}`` as structured content (see ``mcp_gym.rewards``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+EPISODE_META_KEY = "mcp-gym/episode"
+"""``_meta`` key carrying the episode id on every request mcp-gym sends."""
+HIDDEN_META_KEY = "mcp-gym/hidden"
+"""Tool ``_meta`` flag: the env never offers this tool to the agent."""
+RESET_TOOL = "mcp_gym_reset"
+"""Name of the hidden reset tool."""
+STATE_TOOL = "mcp_gym_state"
+"""Name of the hidden state-snapshot tool."""
+DEFAULT_EPISODE = "default"
+
+S = TypeVar("S")
+
+_current_episode: contextvars.ContextVar[str] = contextvars.ContextVar("mcp_gym_episode", default=DEFAULT_EPISODE)
+
+
+def current_episode() -> str:
+    """Episode id of the request being handled (``"default"`` outside mcp-gym)."""
+    return _current_episode.get()
+
+
+@dataclass
+class _Episode(Generic[S]):
+    state: S
+    shown: set[str] = field(default_factory=set)
+
+
+class EpisodeServer(Generic[S]):
+    """An :class:`~mcp.server.mcpserver.MCPServer` with per-episode state, hidden reset/state tools and per-episode
+    tool visibility.
+
+    Args:
+        name: Server name reported to clients.
+        new_state: ``(task_id, seed) -> state``; ``task_id`` is ``None`` for the default episode of a plain client.
+        snapshot: ``state -> JSON-able dict`` returned by ``mcp_gym_state`` (for verifiers).
+        version: Server version reported to clients.
+        instructions: Instructions for the LLM reading this server.
+        max_episodes: Most episodes kept; the least recently used is dropped beyond it (bounded memory).
+        on_reset: Optional ``(state) -> Any`` whose result is returned by the reset tool (e.g. an intro text).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        new_state: Callable[[str | None, int], S],
+        *,
+        snapshot: Callable[[S], dict[str, Any]] | None = None,
+        version: str = "0.1.0",
+        instructions: str | None = None,
+        max_episodes: int = 4096,
+        on_reset: Callable[[S], Any] | None = None,
+    ) -> None:
+        self.mcp = MCPServer(
+            name, version=version, instructions=instructions, log_level="WARNING", middleware=[self._middleware]
+        )
+        self._new_state = new_state
+        self._snapshot = snapshot
+        self._on_reset = on_reset
+        self._episodes: OrderedDict[str, _Episode[S]] = OrderedDict()
+        self._max_episodes = max_episodes
+        self._gated: set[str] = set()
+        self._register_hidden_tools()
+
+    # -- episodes -----------------------------------------------------------------------------------------------
+    def _episode(self) -> _Episode[S]:
+        key = _current_episode.get()
+        ep = self._episodes.get(key)
+        if ep is None:
+            ep = _Episode(self._new_state(None, 0))
+            self._store(key, ep)
+        else:
+            self._episodes.move_to_end(key)
+        return ep
+
+    def _store(self, key: str, ep: _Episode[S]) -> None:
+        self._episodes[key] = ep
+        self._episodes.move_to_end(key)
+        while len(self._episodes) > self._max_episodes:
+            self._episodes.popitem(last=False)
+
+    @property
+    def state(self) -> S:
+        """The state of the episode of the request being handled."""
+        return self._episode().state
+
+    @property
+    def episode_count(self) -> int:
+        """How many episodes are held in memory."""
+        return len(self._episodes)
+
+    def reset_episode(self, task_id: str | None, seed: int) -> S:
+        """Start the current episode afresh for ``task_id`` and ``seed``; returns the new state."""
+        ep = _Episode(self._new_state(task_id, seed))
+        self._store(_current_episode.get(), ep)
+        return ep.state
+
+    # -- tools --------------------------------------------------------------------------------------------------
+    def tool(
+        self,
+        *,
+        read_only: bool = False,
+        destructive: bool = False,
+        idempotent: bool = False,
+        title: str | None = None,
+        hidden_until_shown: bool = False,
+        structured_output: bool | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a tool with its annotations (``readOnlyHint`` etc.); see :meth:`show_tool` for gated tools."""
+
+        def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+            annotations = ToolAnnotations(
+                title=title,
+                read_only_hint=read_only,
+                destructive_hint=destructive,
+                idempotent_hint=idempotent,
+                open_world_hint=False,
+            )
+            self.mcp.add_tool(fn, annotations=annotations, structured_output=structured_output)
+            if hidden_until_shown:
+                self._gated.add(fn.__name__)
+            return fn
+
+        return decorator
+
+    def show_tool(self, name: str) -> None:
+        """Make a gated tool visible in the current episode."""
+        self._episode().shown.add(name)
+
+    def tool_visible(self, name: str) -> bool:
+        """Whether ``name`` is offered in the current episode."""
+        return name not in self._gated or name in self._episode().shown
+
+    async def notify_tools_changed(self, ctx: Context) -> None:
+        """Send ``notifications/tools/list_changed`` in the negotiated protocol era."""
+        if ctx.protocol_version == "2026-07-28":
+            await ctx.notify_tools_changed()
+        else:
+            await ctx.session.send_tool_list_changed()
+
+    async def notify_resource_updated(self, ctx: Context, uri: str) -> None:
+        """Send ``notifications/resources/updated`` for ``uri`` in the negotiated protocol era."""
+        if ctx.protocol_version == "2026-07-28":
+            await ctx.notify_resource_updated(uri)
+        else:
+            await ctx.session.send_resource_updated(uri)
+
+    def _register_hidden_tools(self) -> None:
+        hidden = {HIDDEN_META_KEY: True}
+
+        async def mcp_gym_reset(task_id: str | None = None, seed: int = 0) -> dict[str, Any]:
+            """Reset this episode to the initial state of a task (used by the mcp-gym environment, not by agents)."""
+            state = self.reset_episode(task_id, seed)
+            extra = self._on_reset(state) if self._on_reset else None
+            return {"episode": _current_episode.get(), "task_id": task_id, "seed": seed, "info": extra}
+
+        async def mcp_gym_state() -> dict[str, Any]:
+            """Snapshot of this episode's state, for task verifiers (used by mcp-gym, not by agents)."""
+            if self._snapshot is None:
+                return {}
+            return self._snapshot(self._episode().state)
+
+        ro = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+        rw = ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+        self.mcp.add_tool(mcp_gym_reset, name=RESET_TOOL, annotations=rw, meta=hidden, structured_output=False)
+        self.mcp.add_tool(mcp_gym_state, name=STATE_TOOL, annotations=ro, meta=hidden, structured_output=False)
+
+    # -- middleware -----------------------------------------------------------------------------------------------
+    async def _middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        episode = None
+        if ctx.meta is not None:
+            episode = ctx.meta.get(EPISODE_META_KEY) if isinstance(ctx.meta, dict) else getattr(ctx.meta, "get", None)
+            if not isinstance(episode, str):
+                try:
+                    episode = ctx.meta.model_extra.get(EPISODE_META_KEY)  # type: ignore[union-attr]
+                except AttributeError:
+                    episode = None
+        token = _current_episode.set(episode if isinstance(episode, str) and episode else DEFAULT_EPISODE)
+        try:
+            if ctx.method == "tools/call" and self._gated and ctx.params:
+                name = ctx.params.get("name")
+                if isinstance(name, str) and not self.tool_visible(name):
+                    return CallToolResult(
+                        content=[TextContent(type="text", text=f"Unknown tool: '{name}' is not available now")],
+                        is_error=True,
+                    )
+            result = await call_next(ctx)
+            if ctx.method == "tools/list" and self._gated:
+                result = self._filter_tools(result)
+            return result
+        finally:
+            _current_episode.reset(token)
+
+    def _filter_tools(self, result: HandlerResult) -> HandlerResult:
+        if result is None:
+            return result
+        data = result if isinstance(result, dict) else result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        data = dict(data)
+        data["tools"] = [t for t in data.get("tools", []) if self.tool_visible(t["name"])]
+        return data

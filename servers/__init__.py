@@ -1,0 +1,48 @@
+"""Bundled MCP servers (the top-level ``servers/`` folder, installed as ``mcp_gym.servers``).
+
+Each module defines ``server``, an :class:`mcp_gym.serverkit.EpisodeServer`, and runs on its own::
+
+    python -m mcp_gym.servers.notes                       # stdio
+    python -m mcp_gym.servers.notes --transport http --port 8000
+    mcp-gym serve notes --transport http --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+from collections.abc import Sequence
+
+BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "testing")
+"""Module names of the bundled servers."""
+
+
+def load_server(name: str):  # -> EpisodeServer (typed loosely to keep imports light)
+    """Import ``mcp_gym.servers.<name>`` and return its ``server`` object."""
+    if name not in BUNDLED_SERVERS:
+        raise ValueError(f"unknown bundled server {name!r}; choose one of {', '.join(BUNDLED_SERVERS)}")
+    return importlib.import_module(f"{__name__}.{name}").server
+
+
+def serve(name: str, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run a bundled server over ``stdio`` or Streamable ``http`` (``http://host:port/mcp``) until stopped."""
+    server = load_server(name)
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    if transport == "stdio":
+        server.mcp.run()
+    elif transport in ("http", "streamable-http"):
+        server.mcp.run(transport="streamable-http", host=host, port=port, json_response=True)
+    else:
+        raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
+
+
+def main(name: str, argv: Sequence[str] | None = None) -> None:
+    """Command-line entry for ``python -m mcp_gym.servers.<name>``."""
+    p = argparse.ArgumentParser(prog=f"python -m mcp_gym.servers.{name}")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    a = p.parse_args(argv)
+    serve(name, a.transport, a.host, a.port)
