@@ -22,7 +22,7 @@ import mcp.types as mt
 from mcp import MCPError
 
 from mcp_gym.connection import ConnectionLost, HostCallbacks, ServerConnection, ServerSpec
-from mcp_gym.serverkit import EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
+from mcp_gym.serverkit import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
 __all__ = ["MCPHost", "ToolEntry", "CallOutcome", "SamplingFn", "ElicitationFn", "tool_schema", "catalogue_hash"]
 
@@ -294,6 +294,11 @@ class MCPHost:
         except RuntimeError as e:  # e.g. the SDK's structured-output validation against outputSchema
             out.error = self._error("invalid_result", exposed, alias, str(e))
         out.duration = time.perf_counter() - t0
+        if out.result is not None and out.result.meta:
+            hint = out.result.meta.get(CHANGES_META_KEY)
+            if isinstance(hint, dict):  # an mcp-gym server says what changed (before its notification may arrive)
+                conn.events.tools_changed |= hint.get("tools") is True
+                conn.events.updated.update(u for u in hint.get("resources") or () if isinstance(u, str))
         return out
 
     def _unknown_msg(self, name: str) -> str:

@@ -26,7 +26,14 @@ from typing import Any, Generic, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import (
+    CallToolResult,
+    EmptyResult,
+    SubscribeRequestParams,
+    TextContent,
+    ToolAnnotations,
+    UnsubscribeRequestParams,
+)
 
 EPISODE_META_KEY = "mcp-gym/episode"
 """``_meta`` key carrying the episode id on every request mcp-gym sends."""
@@ -40,7 +47,12 @@ DEFAULT_EPISODE = "default"
 
 S = TypeVar("S")
 
+CHANGES_META_KEY = "mcp-gym/changes"
+"""Result ``_meta`` key listing what changed during a tool call (``{"tools": true, "resources": [uris]}``), so the env
+sees changes in the same step even when the notification itself arrives later (e.g. on the 2026 listen stream)."""
+
 _current_episode: contextvars.ContextVar[str] = contextvars.ContextVar("mcp_gym_episode", default=DEFAULT_EPISODE)
+_changes: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("mcp_gym_changes", default=None)
 
 
 def current_episode() -> str:
@@ -89,6 +101,7 @@ class EpisodeServer(Generic[S]):
         self._max_episodes = max_episodes
         self._gated: set[str] = set()
         self._register_hidden_tools()
+        self._accept_legacy_subscriptions()
 
     # -- episodes -----------------------------------------------------------------------------------------------
     def _episode(self) -> _Episode[S]:
@@ -160,14 +173,20 @@ class EpisodeServer(Generic[S]):
         return name not in self._gated or name in self._episode().shown
 
     async def notify_tools_changed(self, ctx: Context) -> None:
-        """Send ``notifications/tools/list_changed`` in the negotiated protocol era."""
+        """Send ``notifications/tools/list_changed`` in the negotiated protocol era (and hint it in the result)."""
+        changes = _changes.get()
+        if changes is not None:
+            changes["tools"] = True
         if ctx.protocol_version == "2026-07-28":
             await ctx.notify_tools_changed()
         else:
             await ctx.session.send_tool_list_changed()
 
     async def notify_resource_updated(self, ctx: Context, uri: str) -> None:
-        """Send ``notifications/resources/updated`` for ``uri`` in the negotiated protocol era."""
+        """Send ``notifications/resources/updated`` for ``uri`` in the negotiated protocol era (and hint it)."""
+        changes = _changes.get()
+        if changes is not None and uri not in changes.setdefault("resources", []):
+            changes["resources"].append(uri)
         if ctx.protocol_version == "2026-07-28":
             await ctx.notify_resource_updated(uri)
         else:
@@ -193,6 +212,16 @@ class EpisodeServer(Generic[S]):
         self.mcp.add_tool(mcp_gym_reset, name=RESET_TOOL, annotations=rw, meta=hidden, structured_output=False)
         self.mcp.add_tool(mcp_gym_state, name=STATE_TOOL, annotations=ro, meta=hidden, structured_output=False)
 
+    def _accept_legacy_subscriptions(self) -> None:
+        # MCPServer installs no handler for handshake-era resources/subscribe; updates go to every session anyway,
+        # so acknowledging is enough (and makes the server advertise resources.subscribe).
+        async def acknowledge(ctx: Any, params: Any) -> EmptyResult:
+            return EmptyResult()
+
+        low = self.mcp._lowlevel_server
+        low.add_request_handler("resources/subscribe", SubscribeRequestParams, acknowledge)
+        low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, acknowledge)
+
     # -- middleware -----------------------------------------------------------------------------------------------
     async def _middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         episode = None
@@ -204,6 +233,8 @@ class EpisodeServer(Generic[S]):
                 except AttributeError:
                     episode = None
         token = _current_episode.set(episode if isinstance(episode, str) and episode else DEFAULT_EPISODE)
+        changes: dict[str, Any] = {}
+        ctoken = _changes.set(changes)
         try:
             if ctx.method == "tools/call" and self._gated and ctx.params:
                 name = ctx.params.get("name")
@@ -215,8 +246,11 @@ class EpisodeServer(Generic[S]):
             result = await call_next(ctx)
             if ctx.method == "tools/list" and self._gated:
                 result = self._filter_tools(result)
+            elif ctx.method == "tools/call" and changes:
+                result = _with_meta(result, {CHANGES_META_KEY: changes})
             return result
         finally:
+            _changes.reset(ctoken)
             _current_episode.reset(token)
 
     def _filter_tools(self, result: HandlerResult) -> HandlerResult:
@@ -226,3 +260,12 @@ class EpisodeServer(Generic[S]):
         data = dict(data)
         data["tools"] = [t for t in data.get("tools", []) if self.tool_visible(t["name"])]
         return data
+
+
+def _with_meta(result: HandlerResult, meta: dict[str, Any]) -> HandlerResult:
+    if result is None:
+        return result
+    data = result if isinstance(result, dict) else result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    data = dict(data)
+    data["_meta"] = {**(data.get("_meta") or {}), **meta}
+    return data

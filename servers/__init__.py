@@ -25,15 +25,23 @@ def load_server(name: str):  # -> EpisodeServer (typed loosely to keep imports l
     return importlib.import_module(f"{__name__}.{name}").server
 
 
-def serve(name: str, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Run a bundled server over ``stdio`` or Streamable ``http`` (``http://host:port/mcp``) until stopped."""
+def serve(
+    name: str, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000, json_response: bool = False
+) -> None:
+    """Run a bundled server over ``stdio`` or Streamable ``http`` (``http://host:port/mcp``) until stopped.
+
+    Over HTTP, responses stream as SSE by default so progress and other notifications reach the client during a
+    call; ``json_response=True`` answers with plain JSON (faster, but no notifications mid-call)."""
+    from mcp_gym.servers._common import exit_cleanly_on_sigterm
+
+    exit_cleanly_on_sigterm()  # so atexit clean-up (e.g. temporary workspaces) runs when the server is terminated
     server = load_server(name)
     logging.getLogger("mcp").setLevel(logging.WARNING)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     if transport == "stdio":
         server.mcp.run()
     elif transport in ("http", "streamable-http"):
-        server.mcp.run(transport="streamable-http", host=host, port=port, json_response=True)
+        server.mcp.run(transport="streamable-http", host=host, port=port, json_response=json_response)
     else:
         raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
 
@@ -44,5 +52,6 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--json-response", action="store_true", help="plain JSON responses over HTTP (no SSE)")
     a = p.parse_args(argv)
-    serve(name, a.transport, a.host, a.port)
+    serve(name, a.transport, a.host, a.port, a.json_response)

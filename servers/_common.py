@@ -1,7 +1,6 @@
 """Helpers shared by the bundled environments (servers and their task modules).
 
-Kept free of heavy imports at module level so the task modules in ``mcp_gym.envs`` stay cheap to import; the only
-server-side helper (:func:`accept_legacy_subscriptions`) imports the SDK lazily.
+Kept free of heavy imports at module level so the task modules in ``mcp_gym.envs`` stay cheap to import.
 """
 
 from __future__ import annotations
@@ -80,23 +79,6 @@ def task_lookup(generate: Callable[[int], Iterable[Task]]) -> Callable[[str], Ta
             raise KeyError(f"unknown task id {task_id!r}") from None
 
     return task_by_id
-
-
-def accept_legacy_subscriptions(server: Any) -> None:
-    """Serve handshake-era ``resources/subscribe`` / ``resources/unsubscribe`` on an EpisodeServer.
-
-    ``MCPServer`` installs no handler for them, so a 2025-era client calling ``subscribe_resource`` would get
-    "method not found". Updates are sent to every session anyway (see ``EpisodeServer.notify_resource_updated``), so
-    the handlers only acknowledge the request; it also makes the server advertise ``resources.subscribe``.
-    """
-    from mcp import types
-
-    async def acknowledge(ctx: Any, params: Any) -> types.EmptyResult:
-        return types.EmptyResult()
-
-    low = server.mcp._lowlevel_server
-    low.add_request_handler("resources/subscribe", types.SubscribeRequestParams, acknowledge)
-    low.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, acknowledge)
 
 
 def exit_cleanly_on_sigterm() -> None:

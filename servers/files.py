@@ -487,7 +487,5 @@ async def delete_file(path: str, roots: ClientRoots = None) -> PathResult:
 
 if __name__ == "__main__":
     from mcp_gym.servers import main
-    from mcp_gym.servers._common import exit_cleanly_on_sigterm
 
-    exit_cleanly_on_sigterm()  # so the workspaces are removed when the server is terminated
     main("files")

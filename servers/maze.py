@@ -20,7 +20,6 @@ from pydantic import BaseModel, Field
 
 from mcp_gym.envs.maze import Layout, Pos, generate_layout, step, task_by_id
 from mcp_gym.serverkit import EpisodeServer
-from mcp_gym.servers._common import accept_legacy_subscriptions
 
 STATE_URI = "maze://state"
 STEP_COST = -0.01
@@ -114,7 +113,6 @@ server: EpisodeServer[MazeState] = EpisodeServer(
         f"Use `look` or read {STATE_URI} to see the grid."
     ),
 )
-accept_legacy_subscriptions(server)
 
 
 class View(BaseModel):

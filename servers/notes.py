@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field
 
 from mcp_gym.envs.notes import note_matches, task_by_id
 from mcp_gym.serverkit import EpisodeServer
-from mcp_gym.servers._common import accept_legacy_subscriptions
 
 MAX_NOTES = 200
 MAX_TITLE = 120
@@ -81,7 +80,6 @@ server: EpisodeServer[Notebook] = EpisodeServer(
         "(case-insensitive). Each note is also the resource notes://{title}; notes://index lists them all."
     ),
 )
-accept_legacy_subscriptions(server)
 
 
 # -- result models ---------------------------------------------------------------------------------------------

@@ -59,12 +59,22 @@ class Name(BaseModel):
     name: str
 
 
+def _question(prompt: str) -> Sample:
+    msg = mt.SamplingMessage(role="user", content=mt.TextContent(type="text", text=prompt))
+    return Sample([msg], max_tokens=50)
+
+
+def _ask_name() -> Elicit[Name]:
+    return Elicit("What is your name?", Name)
+
+
 def _new_state(task_id: str | None, seed: int) -> Counter:
-    if task_id is None:
-        return Counter()
     from mcp_gym.envs.counter import task_by_id
 
-    return Counter(target=int(task_by_id(task_id).data["target"]))
+    try:
+        return Counter(target=int(task_by_id(task_id).data["target"])) if task_id else Counter()
+    except KeyError:  # not one of the bundled tasks: the default counter
+        return Counter()
 
 
 def make_server(diagnostics: bool = False) -> EpisodeServer[Counter]:
@@ -144,18 +154,11 @@ def _add_diagnostics(srv: EpisodeServer[Counter]) -> None:
             mt.TextContent(type="text", text="a 1x1 pixel"),
         ]
 
-    def _question(prompt: str) -> Sample:
-        msg = mt.SamplingMessage(role="user", content=mt.TextContent(type="text", text=prompt))
-        return Sample([msg], max_tokens=50)
-
     @srv.tool(read_only=True)
     async def ask_llm(prompt: str, reply: Annotated[mt.CreateMessageResult, Resolve(_question)]) -> str:
         """Ask the client's LLM (sampling) and return its reply."""
         content = reply.content
         return "LLM said: " + (content.text if isinstance(content, mt.TextContent) else str(content))
-
-    def _ask_name() -> Elicit[Name]:
-        return Elicit("What is your name?", Name)
 
     @srv.tool(read_only=True)
     async def ask_user(answer: Annotated[Name, Resolve(_ask_name)]) -> str:
