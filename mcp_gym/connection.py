@@ -49,6 +49,9 @@ class _SpecBase:
     protocol: Protocol = "auto"
     connect_timeout: float = 30.0
     discover_timeout: float = 1.0
+    listen: bool | None = None
+    """2026-era change stream (``subscriptions/listen``): ``None`` = open it unless the server piggy-backs changes on
+    its results (an mcp-gym server); it costs ~20% per call on stdio, so ``False`` turns it off for speed."""
 
     @property
     def transport(self) -> str:  # pragma: no cover - overridden
@@ -81,7 +84,9 @@ class Stdio(_SpecBase):
         protocol: Protocol = "auto",
         connect_timeout: float = 30.0,
         discover_timeout: float = 1.0,
+        listen: bool | None = None,
     ) -> None:
+        object.__setattr__(self, "listen", listen)
         object.__setattr__(self, "command", command)
         object.__setattr__(self, "args", tuple(args))
         object.__setattr__(self, "env", dict(env) if env is not None else None)
@@ -111,8 +116,15 @@ class Http(_SpecBase):
     url: str = ""
 
     def __init__(
-        self, url: str, *, protocol: Protocol = "auto", connect_timeout: float = 30.0, discover_timeout: float = 1.0
+        self,
+        url: str,
+        *,
+        protocol: Protocol = "auto",
+        connect_timeout: float = 30.0,
+        discover_timeout: float = 1.0,
+        listen: bool | None = None,
     ) -> None:
+        object.__setattr__(self, "listen", listen)
         object.__setattr__(self, "url", url)
         object.__setattr__(self, "protocol", protocol)
         object.__setattr__(self, "connect_timeout", connect_timeout)
@@ -133,8 +145,15 @@ class InProcess(_SpecBase):
     server: Any = None
 
     def __init__(
-        self, server: Any, *, protocol: Protocol = "auto", connect_timeout: float = 30.0, discover_timeout: float = 1.0
+        self,
+        server: Any,
+        *,
+        protocol: Protocol = "auto",
+        connect_timeout: float = 30.0,
+        discover_timeout: float = 1.0,
+        listen: bool | None = None,
     ) -> None:
+        object.__setattr__(self, "listen", listen)
         object.__setattr__(self, "server", getattr(server, "mcp", server))
         object.__setattr__(self, "protocol", protocol)
         object.__setattr__(self, "connect_timeout", connect_timeout)
@@ -198,6 +217,7 @@ class ServerConnection:
         self._subscriptions: tuple[str, ...] = ()
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
+        self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -256,6 +276,7 @@ class ServerConnection:
                     async with anyio.create_task_group() as tg:
                         self._listen_tg = tg
                         self._restart_listener()
+                        await self._set_log_level(client)
                         self._ready.set()
                         await self._close.wait()
                         tg.cancel_scope.cancel()
@@ -286,6 +307,19 @@ class ServerConnection:
             self._done.set()
         if exc is not None and isinstance(exc, anyio.get_cancelled_exc_class()):
             raise exc
+
+    async def _set_log_level(self, client: Client) -> None:
+        """Handshake era: ask for ``info`` and above with ``logging/setLevel``, as the per-request opt-in
+        (``log_level``, which only reaches 2026-07-28 servers) does on modern connections. Best effort."""
+        caps = self.capabilities
+        if self.callbacks.logging is None or self.modern or caps is None or caps.logging is None:
+            return
+        with contextlib.suppress(Exception):
+            await client.session.send_request(
+                mt.SetLevelRequest(params=mt.SetLevelRequestParams(level="info")),
+                mt.EmptyResult,
+                request_read_timeout_seconds=min(self.spec.connect_timeout, 5.0),
+            )
 
     async def close(self) -> None:
         """Close the session (and stop a stdio subprocess); idempotent."""
@@ -371,13 +405,25 @@ class ServerConnection:
         elif caps is not None and caps.resources is not None and caps.resources.subscribe:
             for uri in new:
                 with contextlib.suppress(Exception):
-                    await self.client.session.subscribe_resource(uri)  # type: ignore[call-arg]
+                    # send_request, not the deprecated subscribe_resource: its MCPDeprecationWarning would be
+                    # swallowed here as an exception under -W error, silently dropping the subscription.
+                    await self.client.session.send_request(
+                        mt.SubscribeRequest(params=mt.SubscribeRequestParams(uri=uri)), mt.EmptyResult
+                    )
+
+    def set_hints(self, hints: bool) -> None:
+        """Record whether the server piggy-backs changes on results; with ``listen=None`` that closes the stream."""
+        if hints != self.hints:
+            self.hints = hints
+            self._restart_listener()
 
     def _restart_listener(self) -> None:
-        if not self.modern or self._listen_tg is None:
-            return
         if self._listen_scope is not None:
             self._listen_scope.cancel()
+            self._listen_scope = None
+        wanted = self.spec.listen if self.spec.listen is not None else not self.hints
+        if not self.modern or self._listen_tg is None or not wanted:
+            return
         scope = anyio.CancelScope()
         self._listen_scope = scope
         self._listen_tg.start_soon(self._listen, scope, self._subscriptions)

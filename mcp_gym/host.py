@@ -206,6 +206,7 @@ class MCPHost:
                 self.all_tools.pop(alias, None)
                 return
             self.all_tools[alias] = {t.name: t for t in tools}
+            conn.set_hints(RESET_TOOL in self.all_tools[alias])  # mcp-gym servers report changes in result _meta
 
         async with anyio.create_task_group() as tg:
             for alias in targets:

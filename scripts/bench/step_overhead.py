@@ -1,0 +1,152 @@
+"""What does env.step cost on top of the raw SDK call? Measured side by side in one run.
+
+For the same bundled server (``echo`` tool) over stdio and in-process, each round times N raw
+``Client.call_tool`` calls (awaited inside the client's own event loop: the SDK floor) and N ``env.step`` calls
+(sync face: includes the thread hop onto the runtime loop, argument validation, observation building), interleaved
+so machine noise hits both alike. Reports medians and the median of per-round ratios, then where the time goes
+(thread hop, validation, async step without the hop), then reset-by-tool vs reset-by-restart.
+
+    python scripts/bench/step_overhead.py --rounds 7 --calls 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+
+from mcp_gym import InProcess, MCPEnv, Stdio
+from mcp_gym.runtime import Runtime
+from mcp_gym.servers.testing import make_server
+
+ACTION = {"tool": "echo", "arguments": {"text": "hello"}}
+
+
+def stdio_spec() -> Stdio:
+    return Stdio.python_module("mcp_gym.servers.testing", "--diagnostics")
+
+
+class RawClient:
+    """An SDK Client owned by one task on its own loop; `timed(n)` measures n calls inside that loop."""
+
+    def __init__(self, target: Any) -> None:
+        self.rt = Runtime("raw-sdk")
+        self.client = Client(target, cache=None)
+        self.rt.call(self.client.__aenter__)
+
+    def timed(self, n: int) -> list[float]:
+        async def run() -> list[float]:
+            out = []
+            for _ in range(n):
+                t = time.perf_counter()
+                await self.client.call_tool("echo", {"text": "hello"})
+                out.append(time.perf_counter() - t)
+            return out
+
+        return self.rt.call(run)
+
+
+def timed_steps(env: MCPEnv, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        env.step(ACTION)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def compare(label: str, raw: RawClient, env: MCPEnv, rounds: int, calls: int) -> float:
+    env.reset(seed=0)
+    raw.timed(20), timed_steps(env, 20)  # warm up
+    ratios, raw_med, env_med = [], [], []
+    for _ in range(rounds):
+        r = statistics.median(raw.timed(calls))
+        e = statistics.median(timed_steps(env, calls))
+        raw_med.append(r)
+        env_med.append(e)
+        ratios.append(e / r)
+    ratio = statistics.median(ratios)
+    raw_us, env_us = statistics.median(raw_med) * 1e6, statistics.median(env_med) * 1e6
+    rounds_txt = ", ".join(f"{x:.2f}" for x in ratios)
+    print(f"{label:<12} raw SDK {raw_us:8.0f} µs   env.step {env_us:8.0f} µs   ratio {ratio:.3f}  (per-round: {rounds_txt})")
+    return ratio
+
+
+def breakdown(env: MCPEnv, calls: int) -> None:
+    rt = env._rt
+
+    async def noop() -> None:
+        return None
+
+    def per_call(fn: Callable[[], Any]) -> float:
+        ts = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts) * 1e6
+
+    hop = per_call(lambda: rt.call(noop))
+    validate = per_call(lambda: env.action_space.validation_error(ACTION))
+
+    async def async_steps() -> list[float]:
+        out = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            await env._astep(ACTION)
+            out.append(time.perf_counter() - t)
+        return out
+
+    env.reset(seed=0)
+    astep = statistics.median(rt.call(async_steps)) * 1e6
+    sstep = statistics.median(timed_steps(env, calls)) * 1e6
+    print(f"  where the time goes (stdio): thread hop {hop:.0f} µs, validation {validate:.0f} µs, "
+          f"async step on the runtime loop {astep:.0f} µs, sync env.step {sstep:.0f} µs")
+
+
+def reset_costs(rounds: int) -> None:
+    tool = MCPEnv({"c": stdio_spec()}, ["t"], reset_mode="auto")
+    restart = MCPEnv({"c": stdio_spec()}, ["t"], reset_mode="restart")
+    t_tool, t_restart = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        tool.reset(seed=0)
+        t_tool.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        restart.reset(seed=0)
+        t_restart.append(time.perf_counter() - t)
+    a, b = statistics.median(t_tool), statistics.median(t_restart)
+    print(f"reset (stdio)  by tool {a * 1e3:7.1f} ms   by restart {b * 1e3:7.1f} ms   restart/tool {b / a:.0f}x")
+    tool.close()
+    restart.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--calls", type=int, default=200)
+    a = p.parse_args()
+
+    print(f"env.step vs raw SDK call_tool, median of {a.rounds} interleaved rounds x {a.calls} calls")
+    spec = stdio_spec()
+    raw = RawClient(StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env or {})))
+    env = MCPEnv({"c": spec}, ["t"], max_steps=10**9)
+    compare("stdio", raw, env, a.rounds, a.calls)
+    breakdown(env, a.calls)
+    env.close()
+
+    server = make_server(diagnostics=True)
+    raw_ip = RawClient(server.mcp)
+    env_ip = MCPEnv({"c": InProcess(server)}, ["t"], max_steps=10**9)
+    compare("in-process", raw_ip, env_ip, a.rounds, a.calls)
+    env_ip.close()
+    reset_costs(max(3, a.rounds))
+    print("targets: stdio ratio <= 1.10, in-process ratio <= 1.5")
+
+
+if __name__ == "__main__":
+    main()
