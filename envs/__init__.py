@@ -1,7 +1,9 @@
 """Bundled environments (the top-level ``envs/`` folder, installed as ``mcp_gym.envs``).
 
 Each module defines ``SERVER`` (the ``servers/`` module serving it), ``generate_tasks(seed)``, ``task_by_id``,
-``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD`` and ``OBSERVE_RESOURCES``. Importing
+``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD`` and ``OBSERVE_RESOURCES``; optionally
+``STEP_REWARDS = False`` to ignore the servers' per-step convention rewards (the verifier's score at ``submit`` is then
+the only positive reward; failed calls still cost ``error_penalty``). Importing
 ``mcp_gym`` registers them all as ``mcp_gym/<Name>-v0``::
 
     env = gymnasium.make("mcp_gym/Counter-v0")                      # in-process server
@@ -12,6 +14,7 @@ Each module defines ``SERVER`` (the ``servers/`` module serving it), ``generate_
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +28,20 @@ BUNDLED_ENVS: dict[str, str] = {
     "Maze": "maze",
 }
 """Registered name -> module in this package."""
+
+
+@dataclass
+class PenaltyOnlyReward:
+    """Step reward of envs with ``STEP_REWARDS = False``: 0 for every tool step, ``-error_penalty`` for a failed one.
+
+    The servers' convention rewards are ignored (their ``done`` still ends the episode), so they cannot be farmed by
+    repeating a rewarding call; the verifier grades ``submit`` as usual."""
+
+    error_penalty: float = 0.0
+
+    def __call__(self, ctx: Any) -> float:
+        """The reward of one tool step (``ctx`` is a :class:`mcp_gym.rewards.StepContext`)."""
+        return -self.error_penalty if ctx.is_error or ctx.error is not None else 0.0
 
 
 def env_module(name: str) -> ModuleType:
@@ -79,7 +96,9 @@ def make_env(
         "success_threshold": mod.SUCCESS_THRESHOLD,
         "env_id": f"mcp_gym/{name}-v0",
     }
-    kw.update(kwargs)
+    if not getattr(mod, "STEP_REWARDS", True):
+        kw["reward_fn"] = PenaltyOnlyReward(float(kwargs.get("error_penalty", 0.0)))
+    kw.update(kwargs)  # an explicit reward_fn= wins
     tasks = kw.pop("tasks", None) or load_env_tasks(name, split)
     return MCPEnv({mod.SERVER: server_spec(name, transport, url)}, tasks, **kw)
 

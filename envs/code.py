@@ -32,6 +32,9 @@ SERVER = "code"
 MAX_STEPS = 16
 SUCCESS_THRESHOLD = 1.0
 OBSERVE_RESOURCES: list[str] = ["code://workspace"]
+STEP_REWARDS = False
+"""Ignore ``run_tests``' per-step ``reward`` (passed/total): only the verifier's score at ``submit`` counts, so
+calling ``run_tests`` repeatedly earns nothing (see :func:`mcp_gym.envs.make_env`)."""
 SOLUTION_FILE = "solution.py"
 TESTS_PER_TASK = 10
 

@@ -25,6 +25,9 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
 __all__ = [
     "Stdio",
     "Http",
@@ -52,6 +55,9 @@ class _SpecBase:
     listen: bool | None = None
     """2026-era change stream (``subscriptions/listen``): ``None`` = open it unless the server piggy-backs changes on
     its results (an mcp-gym server); it costs ~20% per call on stdio, so ``False`` turns it off for speed."""
+    record: str | os.PathLike[str] | None = None
+    """Record every exchange with this server to a cassette (:mod:`mcp_gym.cassette`): a ``.jsonl`` file, or a
+    directory that receives ``<alias>.jsonl``."""
 
     @property
     def transport(self) -> str:  # pragma: no cover - overridden
@@ -85,8 +91,10 @@ class Stdio(_SpecBase):
         connect_timeout: float = 30.0,
         discover_timeout: float = 1.0,
         listen: bool | None = None,
+        record: str | os.PathLike[str] | None = None,
     ) -> None:
         object.__setattr__(self, "listen", listen)
+        object.__setattr__(self, "record", record)
         object.__setattr__(self, "command", command)
         object.__setattr__(self, "args", tuple(args))
         object.__setattr__(self, "env", dict(env) if env is not None else None)
@@ -123,8 +131,10 @@ class Http(_SpecBase):
         connect_timeout: float = 30.0,
         discover_timeout: float = 1.0,
         listen: bool | None = None,
+        record: str | os.PathLike[str] | None = None,
     ) -> None:
         object.__setattr__(self, "listen", listen)
+        object.__setattr__(self, "record", record)
         object.__setattr__(self, "url", url)
         object.__setattr__(self, "protocol", protocol)
         object.__setattr__(self, "connect_timeout", connect_timeout)
@@ -152,8 +162,10 @@ class InProcess(_SpecBase):
         connect_timeout: float = 30.0,
         discover_timeout: float = 1.0,
         listen: bool | None = None,
+        record: str | os.PathLike[str] | None = None,
     ) -> None:
         object.__setattr__(self, "listen", listen)
+        object.__setattr__(self, "record", record)
         object.__setattr__(self, "server", getattr(server, "mcp", server))
         object.__setattr__(self, "protocol", protocol)
         object.__setattr__(self, "connect_timeout", connect_timeout)
@@ -218,6 +230,7 @@ class ServerConnection:
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
         self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
+        self.recorder: Any = None  # a mcp_gym.cassette.Recorder when spec.record is set
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -264,6 +277,10 @@ class ServerConnection:
         exc: BaseException | None = None
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
+                if self.spec.record is not None and self.recorder is None:
+                    from mcp_gym.cassette import Recorder
+
+                    self.recorder = Recorder.open(self)
                 client = self._client()
                 _sdk_session.DISCOVER_TIMEOUT_SECONDS = self.spec.discover_timeout  # the SDK reads it at probe time
                 await client.__aenter__()
@@ -272,6 +289,8 @@ class ServerConnection:
                 self.client = client
                 self.connect_seconds = time.perf_counter() - t0
                 self.status = "ready"
+                if self.recorder is not None:
+                    self.recorder.connected(self)
                 try:
                     async with anyio.create_task_group() as tg:
                         self._listen_tg = tg
@@ -301,6 +320,8 @@ class ServerConnection:
         finally:
             if self._errlog is not None:
                 self._errlog.close()
+            if self.recorder is not None:
+                self.recorder.close()
             if self.status in ("ready", "connecting"):
                 self.status = "closed"
             self._ready.set()
@@ -385,6 +406,8 @@ class ServerConnection:
     # -- notifications --------------------------------------------------------------------------------------------
     async def _on_message(self, message: Any) -> None:
         root = getattr(message, "root", message)
+        if self.recorder is not None:
+            self.recorder.notification(root)
         if isinstance(root, mt.ToolListChangedNotification):
             self.events.tools_changed = True
         elif isinstance(root, mt.ResourceUpdatedNotification):
@@ -464,12 +487,24 @@ class ServerConnection:
         self._close.set()
         return ConnectionLost(f"server '{self.alias}' died: {self.error}")
 
-    async def request(self, fn: Callable[[Client], Awaitable[Any]]) -> Any:
+    async def request(
+        self,
+        fn: Callable[[Client], Awaitable[Any]],
+        *,
+        method: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
         """Run one SDK request; connection loss becomes :class:`ConnectionLost` and marks the server dead.
 
-        JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged.
+        JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged. ``method`` and ``params``
+        describe the request for the cassette recorder (``spec.record``).
         """
         client = self._check()
+        if self.recorder is not None and method is not None:
+            return await self.recorder.exchange(method, params, lambda: self._send(client, fn))
+        return await self._send(client, fn)
+
+    async def _send(self, client: Client, fn: Callable[[Client], Awaitable[Any]]) -> Any:
         try:
             return await fn(client)
         except MCPError as e:
@@ -478,7 +513,7 @@ class ServerConnection:
             raise
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as e:
             raise self._lost(e) from e
-        except BaseExceptionGroup as e:  # noqa: F821 - py3.11+; the SDK may raise groups from its task groups
+        except BaseExceptionGroup as e:  # the SDK may raise groups from its task groups
             if e.subgroup(lambda x: isinstance(x, anyio.get_cancelled_exc_class())):
                 raise
             raise self._lost(e) from e
@@ -497,14 +532,16 @@ class ServerConnection:
         return await self.request(
             lambda c: c.call_tool(
                 name, dict(arguments), read_timeout_seconds=t, progress_callback=progress, meta=dict(meta or {})
-            )
+            ),
+            method="tools/call",
+            params={"name": name, "arguments": dict(arguments), "_meta": dict(meta or {})},
         )
 
     async def list_tools(self, meta: Mapping[str, Any] | None = None) -> list[mt.Tool]:
         """All tools (following pagination)."""
         tools: list[mt.Tool] = []
 
-        async def go(c: Client) -> None:
+        async def go(c: Client) -> mt.ListToolsResult:
             cursor = None
             while True:
                 params = mt.PaginatedRequestParams(cursor=cursor, _meta=dict(meta) if meta else None)
@@ -512,9 +549,9 @@ class ServerConnection:
                 tools.extend(page.tools)
                 cursor = page.next_cursor
                 if not cursor:
-                    return
+                    return mt.ListToolsResult(tools=tools)  # all pages (as one page in a cassette)
 
-        await self.request(go)
+        await self.request(go, method="tools/list", params={"_meta": dict(meta or {})})
         return tools
 
     async def list_resources(self) -> list[mt.Resource]:
@@ -522,7 +559,7 @@ class ServerConnection:
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resources())
+        res = await self.request(lambda c: c.list_resources(), method="resources/list")
         return list(res.resources)
 
     async def list_resource_templates(self) -> list[mt.ResourceTemplate]:
@@ -530,17 +567,21 @@ class ServerConnection:
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resource_templates())
+        res = await self.request(lambda c: c.list_resource_templates(), method="resources/templates/list")
         return list(res.resource_templates)
 
     async def read_resource(self, uri: str, meta: Mapping[str, Any] | None = None) -> mt.ReadResourceResult:
         """Read one resource."""
-        return await self.request(lambda c: c.read_resource(uri, meta=dict(meta or {})))
+        return await self.request(
+            lambda c: c.read_resource(uri, meta=dict(meta or {})),
+            method="resources/read",
+            params={"uri": uri, "_meta": dict(meta or {})},
+        )
 
 
 def _describe_exc(e: BaseException, default: str) -> str:
     """A one-line description of (the first leaf of) an exception or exception group."""
-    while isinstance(e, BaseExceptionGroup) and e.exceptions:  # noqa: F821
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     if isinstance(e, TimeoutError):
         return default

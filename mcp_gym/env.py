@@ -299,10 +299,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.catalogue_changes = []
         self.host.drain_logs()
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
+        self.host.episode_task, self.host.episode_seed = self.task.id, task_seed  # sent in _meta (cassette replay)
         reset_errors = await self._reset_servers(task_seed)
         await self.host.refresh_tools()
         self._sync_space()
         await self._setup_resources()
+        await self.host.poll_changes()  # the burst of list_changed some servers send on connect is not step 1's
+        self._sync_space()
         obs = {"task": self.task.prompt, "result": "", "resources": dict(self._resources)}
         self._last_text = self.task.prompt
         info = {
@@ -315,6 +318,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "tools_changed": False,
             "error": reset_errors[0] if reset_errors else None,
             "reset_errors": reset_errors,
+            "logs": self.host.drain_logs(),
         }
         return obs, info
 

@@ -24,7 +24,22 @@ from mcp import MCPError
 from mcp_gym.connection import ConnectionLost, HostCallbacks, ServerConnection, ServerSpec
 from mcp_gym.serverkit import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
-__all__ = ["MCPHost", "ToolEntry", "CallOutcome", "SamplingFn", "ElicitationFn", "tool_schema", "catalogue_hash"]
+__all__ = [
+    "MCPHost",
+    "ToolEntry",
+    "CallOutcome",
+    "SamplingFn",
+    "ElicitationFn",
+    "tool_schema",
+    "catalogue_hash",
+    "TASK_META_KEY",
+    "SEED_META_KEY",
+]
+
+TASK_META_KEY = "mcp-gym/task"
+"""``_meta`` key carrying the episode's task id (next to the episode id), e.g. for a replay server to match episodes."""
+SEED_META_KEY = "mcp-gym/seed"
+"""``_meta`` key carrying the episode's reset seed."""
 
 SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
 """``(messages, params) -> str | CreateMessageResult`` (sync or async). ``messages`` are ``{"role", "content"}``
@@ -93,6 +108,11 @@ class CallOutcome:
     progress: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _requires_task(tool: mt.Tool) -> bool:
+    execution = getattr(tool, "execution", None)
+    return getattr(execution, "task_support", None) == "required"
+
+
 def _is_destructive(tool: mt.Tool) -> bool:
     a = tool.annotations
     if a is None:
@@ -153,6 +173,8 @@ class MCPHost:
         self.logs: list[dict[str, Any]] = []
         self.sampling_log: list[dict[str, Any]] = []
         self.episode_id: str | None = None
+        self.episode_task: str | None = None  # set by the env at reset, with episode_seed
+        self.episode_seed: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -182,8 +204,15 @@ class MCPHost:
 
     @property
     def meta(self) -> dict[str, Any]:
-        """The ``_meta`` sent with every request (the episode id)."""
-        return {EPISODE_META_KEY: self.episode_id} if self.episode_id else {}
+        """The ``_meta`` sent with every request: the episode id, and the episode's task id and seed when known."""
+        if not self.episode_id:
+            return {}
+        meta: dict[str, Any] = {EPISODE_META_KEY: self.episode_id}
+        if self.episode_task is not None:
+            meta[TASK_META_KEY] = self.episode_task
+        if self.episode_seed is not None:
+            meta[SEED_META_KEY] = self.episode_seed
+        return meta
 
     # -- catalogue ------------------------------------------------------------------------------------------------
     def exposed_name(self, alias: str, tool: str) -> str:
@@ -224,6 +253,8 @@ class MCPHost:
                     continue
                 if self.block_destructive and _is_destructive(tool):
                     continue
+                if _requires_task(tool):
+                    continue  # task-augmented execution is not supported: the call could never succeed
                 exposed = self.exposed_name(alias, name)
                 cat[exposed] = ToolEntry(exposed, alias, name, tool)
         self.catalogue = cat

@@ -72,7 +72,8 @@ def compare(label: str, raw: RawClient, env: MCPEnv, rounds: int, calls: int) ->
     ratio = statistics.median(ratios)
     raw_us, env_us = statistics.median(raw_med) * 1e6, statistics.median(env_med) * 1e6
     rounds_txt = ", ".join(f"{x:.2f}" for x in ratios)
-    print(f"{label:<12} raw SDK {raw_us:8.0f} µs   env.step {env_us:8.0f} µs   ratio {ratio:.3f}  (per-round: {rounds_txt})")
+    print(f"{label:<12} raw SDK {raw_us:8.0f} µs   env.step {env_us:8.0f} µs   ratio {ratio:.3f}", end="")
+    print(f"  (per-round: {rounds_txt})")
     return ratio
 
 
