@@ -83,9 +83,19 @@ def export_tasks(name: str, directory: str | Path) -> Path:
 
 
 def make_env(
-    name: str, transport: str = "inprocess", url: str | None = None, split: str | None = None, **kwargs: Any
+    name: str,
+    transport: str = "inprocess",
+    url: str | None = None,
+    split: str | None = None,
+    record: str | Path | None = None,
+    replay: str | Path | None = None,
+    **kwargs: Any,
 ) -> Any:
-    """Build the :class:`~mcp_gym.env.MCPEnv` of a bundled env (the ``gymnasium.make`` entry point)."""
+    """Build the :class:`~mcp_gym.env.MCPEnv` of a bundled env (the ``gymnasium.make`` entry point).
+
+    ``record=DIR`` writes a cassette of every exchange with the server into ``DIR``; ``replay=PATH`` answers from a
+    recorded cassette (a ``.jsonl`` file or a run's cassette directory) instead of the real server."""
+    from mcp_gym.cassette import replay_spec, with_record
     from mcp_gym.env import MCPEnv
 
     mod = env_module(name)
@@ -100,7 +110,10 @@ def make_env(
         kw["reward_fn"] = PenaltyOnlyReward(float(kwargs.get("error_penalty", 0.0)))
     kw.update(kwargs)  # an explicit reward_fn= wins
     tasks = kw.pop("tasks", None) or load_env_tasks(name, split)
-    return MCPEnv({mod.SERVER: server_spec(name, transport, url)}, tasks, **kw)
+    spec = replay_spec(replay, mod.SERVER) if replay else server_spec(name, transport, url)
+    if record:
+        spec = with_record(spec, record)
+    return MCPEnv({mod.SERVER: spec}, tasks, **kw)
 
 
 def register_all() -> None:

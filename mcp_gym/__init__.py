@@ -2,33 +2,86 @@
 
     from mcp_gym import MCPEnv, Stdio
     env = MCPEnv(servers={"fs": Stdio("npx", ["-y", "@modelcontextprotocol/server-filesystem", "."])})
+
+Importing the package registers the bundled environments (``gymnasium.make("mcp_gym/SQL-v0")``). The public names
+below are imported on first use, so server processes (``python -m mcp_gym.servers.sql``) start without loading the
+client, the recorder or pyarrow.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from mcp_gym.connection import Http, InProcess, Stdio  # noqa: E402
-from mcp_gym.env import InvalidAction, MCPEnv, MCPGymError, ToolCallFailed  # noqa: E402
-from mcp_gym.envs import make_env, register_all  # noqa: E402
-from mcp_gym.rewards import ConventionReward, StepContext, read_reward  # noqa: E402
-from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text  # noqa: E402
-from mcp_gym.tasks import Task  # noqa: E402
-
-register_all()
-
+_EXPORTS: dict[str, str] = {
+    "MCPEnv": "mcp_gym.env",
+    "MCPGymError": "mcp_gym.env",
+    "InvalidAction": "mcp_gym.env",
+    "ToolCallFailed": "mcp_gym.env",
+    "Stdio": "mcp_gym.connection",
+    "Http": "mcp_gym.connection",
+    "InProcess": "mcp_gym.connection",
+    "Replay": "mcp_gym.cassette",
+    "ToolCallSpace": "mcp_gym.spaces",
+    "Utf8Text": "mcp_gym.spaces",
+    "TextMapping": "mcp_gym.spaces",
+    "Task": "mcp_gym.tasks",
+    "ConventionReward": "mcp_gym.rewards",
+    "StepContext": "mcp_gym.rewards",
+    "read_reward": "mcp_gym.rewards",
+    "RecordTrajectories": "mcp_gym.recording",
+    "make_env": "mcp_gym.envs",
+}
 __all__ = [
     "MCPEnv",
+    "MCPGymError",
+    "InvalidAction",
+    "ToolCallFailed",
     "Stdio",
     "Http",
     "InProcess",
+    "Replay",
     "ToolCallSpace",
     "Utf8Text",
     "TextMapping",
     "Task",
-    "MCPGymError",
-    "InvalidAction",
-    "ToolCallFailed",
     "ConventionReward",
     "StepContext",
     "read_reward",
+    "RecordTrajectories",
     "make_env",
+    "sft",
+    "recording",
 ]
+
+if TYPE_CHECKING:
+    from mcp_gym import recording, sft
+    from mcp_gym.cassette import Replay
+    from mcp_gym.connection import Http, InProcess, Stdio
+    from mcp_gym.env import InvalidAction, MCPEnv, MCPGymError, ToolCallFailed
+    from mcp_gym.envs import make_env
+    from mcp_gym.recording import RecordTrajectories
+    from mcp_gym.rewards import ConventionReward, StepContext, read_reward
+    from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
+    from mcp_gym.tasks import Task
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name in ("sft", "recording"):
+        return importlib.import_module(f"mcp_gym.{name}")
+    raise AttributeError(f"module 'mcp_gym' has no attribute {name!r}")
+
+
+def _register() -> None:
+    from mcp_gym.envs import register_all
+
+    register_all()
+
+
+_register()

@@ -1,0 +1,282 @@
+"""A run directory: manifest, planned episode keys, resume, and recovery of killed writers.
+
+A collection that may be killed and rerun plans its episodes by stable keys, skips what is already recorded and
+records the rest::
+
+    run = RunDirectory("runs/counter-sft")
+    keys = run.plan(f"{task.id}#{k}" for task in tasks for k in range(4))   # same keys on every rerun
+    env = RecordTrajectories(make_env(), run.path)                           # recovers a killed writer's WAL
+    for key in run.pending(keys):
+        obs, info = env.reset(options={"task_id": key.split("#")[0], "episode_key": key})
+        ...
+
+Each writer holds an exclusive ``flock`` on ``.wal/<writer>.lock`` while it lives; the lock is released by the kernel
+when the process dies, even on ``kill -9``. :meth:`RunDirectory.recover` takes over the WAL segments of writers whose
+lock is free: it rewrites each segment's episodes as that part's shards (atomically replacing any shard the dead
+writer had already published for it), skipping episodes whose key or id is already recorded, then deletes the
+segment. Recovery is idempotent: a recovery that is itself killed is redone by the next one. (Liveness relies on
+POSIX ``flock``; where ``fcntl`` is missing every other writer counts as dead, so run one writer per directory there.)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, SCHEMA_VERSION, STEPS_DIR, WAL_DIR
+from mcp_gym.recording.shards import PartWriter, fsync_dir, list_shards, part_name, read_shard
+from mcp_gym.recording.wal import Frame, read_frames
+
+if TYPE_CHECKING:
+    from mcp_gym.recording.reader import Recording
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["RunDirectory", "WriterLock"]
+
+FORMAT = "mcp-gym-trajectories"
+_RECOVERY_CHUNK = 4096  # step rows per row group when rewriting a WAL segment
+# Column positions in an episode row (see schema._EPISODE_FIELDS).
+_EP_ID, _EP_KEY = 0, 1
+
+
+class WriterLock:
+    """An exclusive ``flock`` on a writer's lock file; held for the writer's life, freed by the kernel on death."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, *, blocking: bool) -> bool:
+        """Take the lock; ``False`` if another live process holds it (``blocking=False``)."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+                except OSError as e:
+                    os.close(fd)
+                    if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                        return False
+                    raise
+            try:  # the file may have been unlinked by a recoverer between open and flock: lock the current one
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                return True
+            os.close(fd)
+
+    def release(self, *, unlink: bool) -> None:
+        """Release the lock, deleting the lock file first if ``unlink``."""
+        if self._fd is None:
+            return
+        if unlink:
+            self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
+
+
+class RunDirectory:
+    """A directory of recorded trajectories (see :mod:`mcp_gym.recording.schema` for the layout).
+
+    Args:
+        path: The directory (created with its manifest unless ``create=False``).
+        create: Create a missing directory; with ``False`` a missing one raises ``FileNotFoundError``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create:
+            if not self.path.is_dir():
+                raise FileNotFoundError(f"no run directory at {self.path}")
+            return
+        for sub in (STEPS_DIR, EPISODES_DIR, WAL_DIR):
+            (self.path / sub).mkdir(parents=True, exist_ok=True)
+        if not (self.path / MANIFEST).exists():
+            from mcp_gym import __version__
+
+            now = _dt.datetime.now(_dt.timezone.utc).isoformat()
+            self._write_manifest({"format": FORMAT, "schema_version": SCHEMA_VERSION, "library_version": __version__,
+                                  "created_at": now, "planned": None, "metadata": {}})
+
+    # -- manifest -------------------------------------------------------------------------------------------------
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest (``{}`` if the directory has none)."""
+        try:
+            return json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+
+    def _write_manifest(self, data: dict[str, Any]) -> None:
+        tmp = self.path / f".{MANIFEST}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path / MANIFEST)
+        fsync_dir(self.path)
+
+    @property
+    def planned(self) -> list[str] | None:
+        """The planned episode keys (``None`` if :meth:`plan` was never called)."""
+        return self.manifest.get("planned")
+
+    def plan(self, keys: Iterable[str], *, metadata: dict[str, Any] | None = None, replace: bool = False) -> list[str]:
+        """Record the keys of the episodes this run must contain; a rerun must plan the same keys.
+
+        Returns the keys. Raises ``ValueError`` on duplicate keys, or when the run was planned with other keys
+        (unless ``replace``).
+        """
+        keys = [str(k) for k in keys]
+        if len(set(keys)) != len(keys):
+            raise ValueError("planned episode keys must be unique")
+        manifest = self.manifest
+        if manifest.get("planned") is not None and not replace:
+            if manifest["planned"] != keys:
+                raise ValueError(f"{self.path} was planned with other episode keys; use a new directory or "
+                                 "plan(..., replace=True)")
+            return keys
+        manifest["planned"] = keys
+        if metadata is not None:
+            manifest["metadata"] = metadata
+        self._write_manifest(manifest)
+        return keys
+
+    # -- progress -------------------------------------------------------------------------------------------------
+    def _wal_frames(self) -> Iterator[Frame]:
+        for _, segments in sorted(self.wal_segments().items()):
+            for _, path in segments:
+                yield from read_frames(path)
+
+    def done_keys(self) -> set[str]:
+        """Keys of the recorded episodes: in finished shards and in write-ahead logs (of live or killed writers)."""
+        done: set[str] = set()
+        for shard in list_shards(self.path, EPISODES_DIR):
+            done.update(k for k in read_shard(shard, EPISODES_DIR, ["episode_key"]).column(0).to_pylist() if k)
+        done.update(ep[_EP_KEY] for ep, _ in self._wal_frames() if ep[_EP_KEY])
+        return done
+
+    def pending(self, planned: Iterable[str] | None = None) -> list[str]:
+        """Planned keys (default: the manifest's) not yet recorded, in plan order."""
+        keys = list(planned) if planned is not None else self.planned
+        if keys is None:
+            raise ValueError(f"{self.path} has no planned keys: call plan(keys) or pass them")
+        done = self.done_keys()
+        return [k for k in keys if k not in done]
+
+    def is_complete(self) -> bool:
+        """Every planned key is recorded."""
+        return not self.pending()
+
+    def load(self) -> Recording:
+        """The recorded steps and episodes as ``datasets.Dataset`` objects (see :func:`~mcp_gym.recording.load`)."""
+        from mcp_gym.recording.reader import load
+
+        return load(self.path)
+
+    # -- writers and recovery -------------------------------------------------------------------------------------
+    def lock_path(self, writer_id: str) -> Path:
+        """Lock file of a writer."""
+        return self.path / WAL_DIR / f"{writer_id}.lock"
+
+    def wal_path(self, writer_id: str, seq: int) -> Path:
+        """WAL segment of a writer's ``seq``-th part."""
+        return self.path / WAL_DIR / f"{writer_id}-{seq:05d}.wal"
+
+    def wal_segments(self) -> dict[str, list[tuple[int, Path]]]:
+        """writer id -> its WAL segments ``(seq, path)``, in order."""
+        out: dict[str, list[tuple[int, Path]]] = {}
+        wal_dir = self.path / WAL_DIR
+        if not wal_dir.is_dir():
+            return out
+        for p in wal_dir.iterdir():
+            if p.suffix == ".wal":
+                wid, _, seq = p.stem.rpartition("-")
+                if wid and seq.isdigit():
+                    out.setdefault(wid, []).append((int(seq), p))
+        return {w: sorted(s) for w, s in out.items()}
+
+    def _writer_ids(self) -> set[str]:
+        """Writers that left a WAL segment, a lock file or a temp shard."""
+        ids = set(self.wal_segments())
+        ids.update(p.stem for p in (self.path / WAL_DIR).glob("*.lock"))
+        for table in (STEPS_DIR, EPISODES_DIR):
+            for p in (self.path / table).glob(".part-*.parquet.tmp"):
+                ids.add(p.name[len(".part-") : -len(".parquet.tmp")].rpartition("-")[0])
+        return ids
+
+    def recover(self, *, compression: str = "zstd", compression_level: int | None = None, fsync: bool = True,
+                exclude: Iterable[str] = ()) -> int:
+        """Publish the episodes of dead writers' WAL segments as shards; returns the number of episodes recovered.
+
+        Writers that still hold their lock (alive) and ``exclude`` are left alone. Episodes whose key (or id) is
+        already in a finished shard are dropped, so recovery never duplicates an episode.
+        """
+        recovered = 0
+        skip = set(exclude)
+        for wid in sorted(self._writer_ids() - skip):
+            lock = WriterLock(self.lock_path(wid))
+            if not lock.acquire(blocking=False):
+                continue  # alive
+            try:
+                recovered += self._recover_writer(wid, compression, compression_level, fsync)
+            finally:
+                lock.release(unlink=True)
+        return recovered
+
+    def _recover_writer(self, wid: str, compression: str, level: int | None, fsync: bool) -> int:
+        for table in (STEPS_DIR, EPISODES_DIR):
+            for p in (self.path / table).glob(f".part-{wid}-*.parquet.tmp"):
+                p.unlink(missing_ok=True)
+        segments = self.wal_segments().get(wid, [])
+        if not segments:
+            return 0
+        committed: dict[str, tuple[list[str], list[str]]] = {}
+        for shard in list_shards(self.path, EPISODES_DIR):
+            t = read_shard(shard, EPISODES_DIR, ["episode_id", "episode_key"])
+            committed[shard.name] = (t.column(0).to_pylist(), t.column(1).to_pylist())
+        count = 0
+        for seq, wal in segments:
+            name = part_name(wid, seq)
+            seen_ids = {i for n, (ids, _) in committed.items() if n != name for i in ids}
+            seen_keys = {k for n, (_, keys) in committed.items() if n != name for k in keys if k}
+            part = PartWriter(self.path, wid, seq, compression=compression, compression_level=level, fsync=fsync)
+            steps: list[tuple[Any, ...]] = []
+            episodes: list[tuple[Any, ...]] = []
+            ids: list[str] = []
+            keys: list[str] = []
+            for episode, rows in read_frames(wal):
+                eid, key = episode[_EP_ID], episode[_EP_KEY]
+                if eid in seen_ids or (key and key in seen_keys):
+                    continue
+                seen_ids.add(eid)
+                ids.append(eid)
+                if key:
+                    seen_keys.add(key)
+                    keys.append(key)
+                episodes.append(episode)
+                steps.extend(rows)
+                if len(steps) >= _RECOVERY_CHUNK:
+                    part.write(steps, episodes)
+                    steps, episodes = [], []
+            part.write(steps, episodes)
+            if part.empty:  # nothing new: drop whatever the dead writer had published for this part
+                for table in (STEPS_DIR, EPISODES_DIR):
+                    (self.path / table / name).unlink(missing_ok=True)
+            else:
+                part.commit()
+            committed[name] = (ids, keys)  # later segments dedupe against this one too
+            count += len(ids)
+            wal.unlink(missing_ok=True)
+        return count

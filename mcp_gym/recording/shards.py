@@ -1,0 +1,165 @@
+"""Parquet shards: writing one part (a steps shard and an episodes shard) atomically, listing and reading them.
+
+A part is written to hidden ``.part-….parquet.tmp`` files (readers and ``datasets`` skip names starting with a dot)
+and becomes visible only in :meth:`PartWriter.commit`: close, fsync, ``os.replace`` (steps first, then episodes), fsync
+the directories. A process killed before that leaves only hidden files, never a torn visible shard.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA, check_version
+
+__all__ = ["PartWriter", "part_name", "rows_to_batch", "list_shards", "read_shard", "fsync_dir"]
+
+TABLES: dict[str, pa.Schema] = {STEPS_DIR: STEPS_SCHEMA, EPISODES_DIR: EPISODES_SCHEMA}
+
+
+def part_name(writer_id: str, seq: int) -> str:
+    """File name of a writer's ``seq``-th part (the same in ``steps/`` and ``episodes/``)."""
+    return f"part-{writer_id}-{seq:05d}.parquet"
+
+
+def _scrub(value: Any) -> Any:
+    """A string with lone surrogates (not encodable as UTF-8) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return value
+
+
+def _array(column: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    try:
+        return pa.array(column, type=typ)
+    except UnicodeEncodeError:  # a lone surrogate (e.g. from a "\\ud800" JSON escape) must not block the writer
+        return pa.array([_scrub(v) for v in column], type=typ)
+
+
+def rows_to_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    """A record batch of row tuples under an explicit schema (no type inference)."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+    arrays = [_array(col, field.type) for col, field in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename in it is durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class PartWriter:
+    """Writes one part of a run: row groups go to hidden temp files until :meth:`commit`."""
+
+    def __init__(
+        self,
+        root: Path,
+        writer_id: str,
+        seq: int,
+        *,
+        compression: str = "zstd",
+        compression_level: int | None = None,
+        fsync: bool = True,
+    ) -> None:
+        self.root = root
+        self.name = part_name(writer_id, seq)
+        self.compression = compression
+        self.compression_level = compression_level
+        self.fsync = fsync
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self.rows = 0
+
+    def _tmp(self, table: str) -> Path:
+        return self.root / table / f".{self.name}.tmp"
+
+    def _open(self, table: str) -> pq.ParquetWriter:
+        w = self._writers.get(table)
+        if w is None:  # a path, not a Python file object: Arrow then writes natively, without the GIL
+            w = self._writers[table] = pq.ParquetWriter(
+                str(self._tmp(table)), TABLES[table], compression=self.compression,
+                compression_level=self.compression_level,
+            )
+        return w
+
+    def write(self, steps: Sequence[tuple[Any, ...]], episodes: Sequence[tuple[Any, ...]]) -> None:
+        """Write the rows as one row group per table."""
+        if steps:
+            self._open(STEPS_DIR).write_batch(rows_to_batch(steps, STEPS_SCHEMA), row_group_size=len(steps))
+            self.rows += len(steps)
+        if episodes:
+            self._open(EPISODES_DIR).write_batch(rows_to_batch(episodes, EPISODES_SCHEMA),
+                                                 row_group_size=len(episodes))
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written to the steps shard so far."""
+        return self._tmp(STEPS_DIR).stat().st_size if STEPS_DIR in self._writers else 0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was written."""
+        return not self._writers
+
+    def commit(self) -> None:
+        """Close, fsync and atomically rename the temp files to their visible names (steps first)."""
+        for table in (STEPS_DIR, EPISODES_DIR):
+            w = self._writers.pop(table, None)
+            if w is None:
+                continue
+            w.close()
+            tmp = self._tmp(table)
+            if self.fsync:
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.replace(tmp, self.root / table / self.name)
+            if self.fsync:
+                fsync_dir(self.root / table)
+
+    def abort(self) -> None:
+        """Close and delete the temp files."""
+        for table, w in list(self._writers.items()):
+            try:
+                w.close()
+            finally:
+                self._tmp(table).unlink(missing_ok=True)
+        self._writers.clear()
+
+
+def list_shards(root: Path, table: str) -> list[Path]:
+    """Visible (finished) shards of a table, in name order (writers' ids start with their start time)."""
+    d = root / table
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.name.endswith(".parquet") and not p.name.startswith((".", "_")))
+
+
+def read_shard(path: Path, table: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """A shard conformed to the current schema: version checked, columns of older minor versions filled with nulls."""
+    schema = TABLES[table]
+    pf = pq.ParquetFile(path)
+    check_version(pf.schema_arrow, str(path))
+    names = list(columns) if columns is not None else schema.names
+    present = [n for n in names if n in pf.schema_arrow.names]
+    t = pf.read(columns=present)
+    arrays = [
+        t.column(n).cast(schema.field(n).type) if n in present else pa.nulls(t.num_rows, schema.field(n).type)
+        for n in names
+    ]
+    return pa.Table.from_arrays(arrays, schema=pa.schema([schema.field(n) for n in names], metadata=schema.metadata))

@@ -1,0 +1,245 @@
+"""RecordTrajectories: a Gymnasium wrapper that records every step of an MCPEnv into a run directory.
+
+    env = mcp_gym.RecordTrajectories(gymnasium.make("mcp_gym/Counter-v0"), "runs/counter", policy="qwen3-8b")
+    obs, info = env.reset(options={"episode_key": "counter-0003#0"})
+    env.step({"tool": "add", "arguments": {"amount": 2}, "raw_text": "<tool_call>...", "parse_status": "ok"})
+
+Actions may carry ``raw_text`` (the model output the action was parsed from) and ``parse_status``; the wrapper records
+and strips them before the env sees the action. Reset options may carry ``policy``, ``episode_key`` and ``metadata``
+(a JSON-able dict), also stripped. An episode is recorded when it terminates or is truncated; one cut short by
+``reset``/``close`` is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+
+from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
+from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
+from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
+
+__all__ = ["RecordTrajectories", "ACTION_EXTRA_KEYS", "RESET_OPTION_KEYS"]
+
+ACTION_EXTRA_KEYS = ("raw_text", "parse_status")
+"""Optional action keys the wrapper records and strips."""
+RESET_OPTION_KEYS = ("policy", "episode_key", "metadata")
+"""Reset option keys the wrapper consumes."""
+# Step-info keys with their own column (the rest goes to the ``info`` JSON column).
+_COLUMN_KEYS = frozenset(
+    {"episode_id", "task_id", "step", "tool", "server", "server_tool", "is_error", "content", "structured_content",
+     "error", "duration"}
+)
+
+
+_SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool": None,
+                                 "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
+                                 "output_schema": None, "annotations": {}}
+"""The built-in ``submit`` tool in the form of :func:`mcp_gym.host.tool_schema`."""
+
+
+class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
+    """Record an MCP environment's episodes as Parquet trajectories (see :mod:`mcp_gym.recording`).
+
+    Args:
+        env: An :class:`~mcp_gym.env.MCPEnv`, possibly wrapped (e.g. by ``gymnasium.make``).
+        path: The run directory, or a :class:`TrajectoryWriter` to share.
+        policy: Name of the acting policy/model (per episode: ``reset(options={"policy": ...})``).
+        metadata: JSON-able dict stored with every episode (merged with per-episode ``options["metadata"]``).
+        **writer_options: Options of the process's shared :class:`TrajectoryWriter` for ``path`` (first use wins).
+    """
+
+    def __init__(
+        self,
+        env: gym.Env[Any, Any],
+        path: str | os.PathLike[str] | TrajectoryWriter,
+        *,
+        policy: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        **writer_options: Any,
+    ) -> None:
+        super().__init__(env)
+        self.writer, self._owns_writer = writer_for(path, **writer_options)
+        self.policy = policy
+        self.metadata = dict(metadata or {})
+        self.episode: EpisodeRecorder | None = None
+        self._last_resources: Any = None
+        self._last_resources_json: str | None = None
+        self._catalogue: tuple[str | None, Catalogue] | None = None
+        self._tasks: dict[str, tuple[Any, str]] = {}
+
+    # -- sync face ------------------------------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env and start recording an episode."""
+        env_options, extra = self._split_options(options)
+        obs, info = self.env.reset(seed=seed, options=env_options)
+        self._start(obs, info, seed, extra)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step the env (without ``raw_text``/``parse_status``) and record the step."""
+        action, raw_text, parse_status = self._split_action(action)
+        t0 = time.time()
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._record(action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Drop an unfinished episode, release the writer (closing it with its last user) and close the env."""
+        self._drop_unfinished()
+        if self._owns_writer:
+            self._owns_writer = False
+            self.writer.release()
+        super().close()
+
+    # -- async face (when the wrapped env has one, e.g. a bare MCPEnv) --------------------------------------------
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Async :meth:`reset` (the wrapped env must have ``areset``)."""
+        env_options, extra = self._split_options(options)
+        obs, info = await self.env.areset(seed=seed, options=env_options)  # type: ignore[attr-defined]
+        self._start(obs, info, seed, extra)
+        return obs, info
+
+    async def astep(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Async :meth:`step` (the wrapped env must have ``astep``)."""
+        action, raw_text, parse_status = self._split_action(action)
+        t0 = time.time()
+        obs, reward, terminated, truncated, info = await self.env.astep(action)  # type: ignore[attr-defined]
+        self._record(action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+        return obs, reward, terminated, truncated, info
+
+    # -- implementation -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _split_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        if not options:
+            return (dict(options) if options is not None else None), {}
+        extra = {k: options[k] for k in RESET_OPTION_KEYS if k in options}
+        return {k: v for k, v in options.items() if k not in RESET_OPTION_KEYS}, extra
+
+    @staticmethod
+    def _split_action(action: Any) -> tuple[Any, str | None, str | None]:
+        if isinstance(action, Mapping) and ("raw_text" in action or "parse_status" in action):
+            clean = {k: v for k, v in action.items() if k not in ACTION_EXTRA_KEYS}
+            return clean, action.get("raw_text"), action.get("parse_status")
+        return action, None, None
+
+    def _drop_unfinished(self) -> None:
+        if self.episode is not None and not self.episode.done:
+            if self.episode.length:
+                gym.logger.warn(f"RecordTrajectories: episode {self.episode.episode_id} ended before terminated or "
+                                f"truncated after {self.episode.length} steps; it is not recorded")
+            self.episode.discard()
+        self.episode = None
+
+    def _start(self, obs: Any, info: Mapping[str, Any], seed: int | None, extra: Mapping[str, Any]) -> None:
+        self._drop_unfinished()
+        base = self.env.unwrapped
+        task = getattr(base, "task", None)
+        tools = self._tools(info.get("catalogue_hash"))
+        metadata = {**self.metadata, **dict(extra.get("metadata") or {})}
+        self._last_resources = obs.get("resources") if isinstance(obs, Mapping) else None
+        self._last_resources_json = dumps(self._last_resources) if self._last_resources else None
+        self.episode = self.writer.start_episode(
+            episode_id=info.get("episode_id"),
+            key=extra.get("episode_key"),
+            env_id=getattr(base, "env_id", None) or (base.spec.id if base.spec is not None else None),
+            task_id=info.get("task_id") or getattr(task, "id", None),
+            task_prompt=getattr(task, "prompt", None),
+            task=self._task_json(task),
+            seed=info.get("seed", seed),
+            policy=extra.get("policy", self.policy),
+            tools=tools,
+            servers=info.get("servers"),
+            initial_observation=obs,
+            recorder="env",
+            metadata=metadata,
+        )
+
+    def _task_json(self, task: Any) -> str | None:
+        """The task record as JSON, serialised once per task object (``Task.to_record`` is slow)."""
+        if not hasattr(task, "to_record"):
+            return None
+        cached = self._tasks.get(task.id)
+        if cached is None or cached[0] is not task:
+            if len(self._tasks) >= 100_000:
+                self._tasks.clear()
+            cached = self._tasks[task.id] = (task, dumps(task.to_record()))
+        return cached[1]
+
+    def _tools(self, env_hash: str | None) -> Catalogue | None:
+        """The tool schemas the agent sees (the env's catalogue plus the built-in ``submit``), serialised once per
+        distinct catalogue (``env_hash``: the env's ``info["catalogue_hash"]``)."""
+        if env_hash is not None and self._catalogue is not None and self._catalogue[0] == env_hash:
+            return self._catalogue[1]
+        base = self.env.unwrapped
+        list_tools = getattr(base, "tool_catalogue", None)
+        if list_tools is None:
+            return None
+        tools = list_tools()
+        if "submit" in getattr(base.action_space, "tool_names", ()) and not any(t["name"] == "submit" for t in tools):
+            tools.append(_SUBMIT_ENTRY)
+        catalogue = Catalogue.of(tools)
+        self._catalogue = (env_hash, catalogue) if env_hash is not None else None
+        return catalogue
+
+    def _record(
+        self, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool, info: dict[str, Any],
+        t0: float, raw_text: str | None, parse_status: str | None,
+    ) -> None:
+        ep = self.episode
+        if ep is None or ep.done:
+            return
+        is_map = isinstance(action, Mapping)
+        resources = obs.get("resources") if isinstance(obs, Mapping) else None
+        if resources != self._last_resources:
+            self._last_resources = resources
+            self._last_resources_json = dumps(resources) if resources else None
+        ep.add_step(
+            info.get("tool", action.get("tool") if is_map else None),
+            action.get("arguments") if is_map else action,
+            server=info.get("server"),
+            server_tool=info.get("server_tool"),
+            content=info.get("content", ()),
+            structured_content=info.get("structured_content"),
+            is_error=info.get("is_error", info.get("error") is not None),
+            error=info.get("error"),
+            reward=float(reward),
+            terminated=terminated,
+            truncated=truncated,
+            duration=info.get("duration"),
+            timestamp=t0,
+            observation=obs.get("result") if isinstance(obs, Mapping) else None,
+            resources=self._last_resources_json,
+            raw_text=raw_text,
+            parse_status=parse_status,
+            info={k: v for k, v in info.items() if k not in _COLUMN_KEYS},
+        )
+        if terminated or truncated:
+            summary = info.get("episode") or {}
+            ep.finish(
+                total_reward=summary.get("return"),
+                success=info.get("success"),
+                termination=summary.get("termination") or ("terminated" if terminated else "truncated"),
+                final_answer=info.get("final_answer"),
+                catalogue_changes=self._catalogue_changes(),
+            )
+
+    def _catalogue_changes(self) -> list[dict[str, Any]] | None:
+        changes = getattr(self.env.unwrapped, "catalogue_changes", None)
+        if not changes:
+            return None
+        out = []
+        for c in changes:
+            tools = list(c["tools"])
+            if not any(t["name"] == "submit" for t in tools):
+                tools.append(_SUBMIT_ENTRY)
+            out.append({"step_index": int(c["step"]) - 1, "hash": catalogue_fingerprint(tools), "tools": tools})
+        return out

@@ -1,0 +1,463 @@
+"""TrajectoryWriter: buffered, crash-safe Parquet recording of episodes.
+
+Per step, an :class:`EpisodeRecorder` serialises the free-form fields to JSON once and appends a row tuple to the
+episode. When the episode finishes, the writer appends it to the write-ahead log (one frame, flushed: it survives
+``kill -9``), then to in-memory column buffers, written as a zstd row group every ``row_group_rows`` steps into a
+hidden shard, which is published atomically once it reaches ``shard_bytes`` (and on :meth:`TrajectoryWriter.close`).
+Publishing a shard deletes its WAL segment. Episodes cut short (never finished) are not recorded.
+
+Use one writer per process and run directory (:meth:`TrajectoryWriter.shared` hands out the process's writer);
+several processes may write to the same run directory, each with its own writer.
+
+Fsync policy (``fsync=``): ``"shard"`` (default) fsyncs shards before publishing them; finished episodes survive the
+death of the process at once, and power loss once their shard is published (SQLite's ``synchronous=NORMAL``).
+``"episode"`` also fsyncs the WAL after every episode (survives power loss at once; costs one fsync per episode).
+``"never"`` never fsyncs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from mcp_gym import __version__
+from mcp_gym.recording.run import RunDirectory, WriterLock
+from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
+from mcp_gym.recording.shards import PartWriter
+from mcp_gym.recording.wal import WalFile
+
+__all__ = ["TrajectoryWriter", "EpisodeRecorder", "FsyncPolicy", "new_writer_id", "writer_for"]
+
+FsyncPolicy = Literal["episode", "shard", "never"]
+MiB = 1 << 20
+
+
+def new_writer_id() -> str:
+    """A unique writer id that sorts by start time (``20260101T120000-<pid>-<random>``)."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _nbytes(s: str) -> int:
+    return len(s) if s.isascii() else len(s.encode("utf-8", errors="replace"))
+
+
+def _text(value: Any) -> str | None:
+    """``None`` or a str (rows hold only plain values: the WAL refuses anything else)."""
+    return value if value is None or value.__class__ is str else str(value)
+
+
+def _micros(t: float) -> int:
+    return int(t * 1_000_000)
+
+
+def truncate_result(content: Sequence[Any], structured: Any, limit: int) -> tuple[str, str | None]:
+    """Content blocks and structured content cut to ``limit`` bytes of JSON.
+
+    Blocks are kept in order while they fit; a text block that does not fit is cut (marked ``…[mcp-gym: truncated N
+    bytes]``), any other block is replaced by a text placeholder naming its type and size. Structured content is kept
+    only if it fits in what remains.
+    """
+    budget = limit
+    blocks: list[Any] = []
+    for block in content:
+        n = _nbytes(dumps(block))
+        if n <= budget:
+            blocks.append(block)
+            budget -= n
+            continue
+        text = block.get("text") if isinstance(block, Mapping) else None
+        if isinstance(text, str) and block.get("type") == "text":
+            room = max(0, budget - 256)
+            kept = text.encode("utf-8")[:room].decode("utf-8", errors="ignore")
+            blocks.append({**block, "text": kept + f"…[mcp-gym: truncated {n - room} bytes]"})
+        else:
+            kind = block.get("type", "content") if isinstance(block, Mapping) else type(block).__name__
+            mime = block.get("mimeType", "") if isinstance(block, Mapping) else ""
+            blocks.append({"type": "text", "text": f"[mcp-gym: {kind} {mime} block of {n} bytes omitted]"})
+        budget = 0
+    sc_json = dumps(structured) if structured is not None else None
+    if sc_json is not None and _nbytes(sc_json) > budget:
+        sc_json = None
+    return dumps(blocks), sc_json
+
+
+class EpisodeRecorder:
+    """One episode being recorded: call :meth:`add_step` per tool call, then :meth:`finish` (or :meth:`discard`).
+
+    Made by :meth:`TrajectoryWriter.start_episode`. Not thread-safe: one episode belongs to one actor.
+    """
+
+    __slots__ = ("writer", "episode_id", "key", "max_result_bytes", "_head", "_rows", "_reward", "_bytes", "_changes",
+                 "done")
+
+    def __init__(self, writer: TrajectoryWriter, episode_id: str, key: str | None, head: tuple[Any, ...]) -> None:
+        self.writer = writer
+        self.max_result_bytes = writer.max_result_bytes
+        self.episode_id = episode_id
+        self.key = key
+        self._head = head
+        self._rows: list[tuple[Any, ...]] = []
+        self._reward = 0.0
+        self._bytes = 0
+        self._changes: list[dict[str, Any]] = []
+        self.done = False
+
+    @property
+    def length(self) -> int:
+        """Steps recorded so far."""
+        return len(self._rows)
+
+    def add_step(
+        self,
+        tool: str | None,
+        arguments: Any,
+        *,
+        server: str | None = None,
+        server_tool: str | None = None,
+        content: Sequence[Any] = (),
+        structured_content: Any = None,
+        is_error: bool = False,
+        error: Mapping[str, Any] | None = None,
+        reward: float | None = None,
+        terminated: bool = False,
+        truncated: bool = False,
+        duration: float | None = None,
+        timestamp: float | None = None,
+        observation: str | None = None,
+        resources: str | None = None,
+        raw_text: str | None = None,
+        parse_status: str | None = None,
+        info: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record one tool call.
+
+        ``content`` is the list of MCP content blocks as JSON dicts (``block.model_dump(mode="json", by_alias=True,
+        exclude_none=True)``), ``resources`` a ``{uri: text}`` dict or its JSON string, ``timestamp`` the call's start
+        (``time.time()``, default now). Results larger than the writer's ``max_result_bytes`` are truncated and
+        flagged.
+        """
+        content_json = dumps(content)
+        size = len(content_json) if content_json.isascii() else len(content_json.encode("utf-8", "replace"))
+        if structured_content is None:
+            sc_json = None
+        else:
+            sc_json = dumps(structured_content)
+            size += len(sc_json) if sc_json.isascii() else len(sc_json.encode("utf-8", "replace"))
+        cut = size > self.max_result_bytes
+        if cut:
+            content_json, sc_json = truncate_result(content, structured_content, self.max_result_bytes)
+        if observation is not None and observation.__class__ is not str:
+            observation = dumps(observation)
+        self._bytes += size  # the variable part; drives row groups of at most ~row_group_bytes
+        if reward is not None:
+            reward = float(reward)
+            self._reward += reward
+        self._rows.append((
+            self.episode_id,
+            len(self._rows),
+            int((time.time() if timestamp is None else timestamp) * 1_000_000),
+            _text(tool),
+            _text(server),
+            _text(server_tool),
+            dumps(arguments),
+            content_json,
+            sc_json,
+            bool(is_error),
+            dumps(error) if error is not None else None,
+            _error_code(error) if error is not None else None,
+            reward,
+            bool(terminated),
+            bool(truncated),
+            float(duration) if duration is not None else None,
+            observation,
+            resources if resources is None or isinstance(resources, str) else dumps(resources),
+            _text(raw_text),
+            _text(parse_status),
+            cut,
+            size,
+            dumps(info) if info is not None else None,
+        ))
+
+    def catalogue_changed(self, tools: Sequence[Mapping[str, Any]], step_index: int | None = None) -> None:
+        """Record that the tool catalogue changed after step ``step_index`` (default: the last recorded step)."""
+        index = len(self._rows) - 1 if step_index is None else step_index
+        self._changes.append({"step_index": index, "hash": catalogue_fingerprint(tools), "tools": list(tools)})
+
+    def finish(
+        self,
+        *,
+        total_reward: float | None = None,
+        success: bool | None = None,
+        termination: str | None = None,
+        final_answer: str | None = None,
+        catalogue_changes: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Finish the episode and hand it to the writer (WAL first). ``total_reward`` defaults to the sum of rewards;
+        ``catalogue_changes`` (``{step_index, hash, tools}`` dicts) replaces those given to :meth:`catalogue_changed`.
+        """
+        if self.done:
+            return
+        self.done = True
+        changes = list(catalogue_changes) if catalogue_changes is not None else self._changes
+        (episode_id, key, env_id, task_id, prompt, task, seed, policy, tools, tool_hash, servers, initial, started,
+         recorder, version, metadata) = self._head
+        row = (
+            episode_id, key, env_id, task_id, prompt, task, seed, policy,
+            float(total_reward) if total_reward is not None else self._reward,
+            None if success is None else bool(success),
+            len(self._rows), _text(termination), _text(final_answer), tools, tool_hash,
+            dumps(changes) if changes else None,
+            servers, initial, started, _micros(time.time()), recorder, version, metadata,
+        )
+        self.writer._add_episode(row, self._rows, self._bytes)
+
+    def discard(self) -> None:
+        """Drop the episode without recording it."""
+        self.done = True
+        self._rows = []
+
+
+def _error_code(error: Mapping[str, Any]) -> int | None:
+    code = error.get("code")
+    return code if isinstance(code, int) and -(2**31) <= code < 2**31 else None
+
+
+_SHARED: dict[tuple[int, str], list[Any]] = {}  # (pid, run dir) -> [writer, references]
+_SHARED_LOCK = threading.Lock()
+_OPEN: weakref.WeakSet[TrajectoryWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for w in list(_OPEN):
+        with contextlib.suppress(Exception):  # at exit the WAL keeps what could not be published
+            w.close()
+
+
+class TrajectoryWriter:
+    """Writes episodes into a run directory (see the module doc for buffering, WAL and fsync policy).
+
+    Args:
+        path: The run directory (created if missing).
+        row_group_rows: Step rows per Parquet row group.
+        row_group_bytes: Also write a row group once the buffered rows hold about this many bytes.
+        shard_bytes: Publish the shard and start a new one once it reaches this size.
+        compression: Parquet codec (``zstd``); ``compression_level`` its level.
+        fsync: ``"shard"`` (default), ``"episode"`` or ``"never"``.
+        max_result_bytes: Results (content + structured content JSON) larger than this are truncated and flagged.
+        recover: Recover killed writers' WAL segments in this directory first.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        row_group_rows: int = 4096,
+        row_group_bytes: int = 64 * MiB,
+        shard_bytes: int = 128 * MiB,
+        compression: str = "zstd",
+        compression_level: int | None = None,
+        fsync: FsyncPolicy = "shard",
+        max_result_bytes: int = 10 * MiB,
+        recover: bool = True,
+    ) -> None:
+        if fsync not in ("episode", "shard", "never"):
+            raise ValueError(f"fsync must be 'episode', 'shard' or 'never', not {fsync!r}")
+        self.run = RunDirectory(path)
+        self.path = self.run.path
+        self.row_group_rows = row_group_rows
+        self.row_group_bytes = row_group_bytes
+        self.shard_bytes = shard_bytes
+        self.compression = compression
+        self.compression_level = compression_level
+        self.fsync: FsyncPolicy = fsync
+        self.max_result_bytes = max_result_bytes
+        self.writer_id = new_writer_id()
+        self._pid = os.getpid()
+        self._lock = WriterLock(self.run.lock_path(self.writer_id))
+        self._lock.acquire(blocking=True)
+        self.recovered = (
+            self.run.recover(compression=compression, compression_level=compression_level, fsync=fsync != "never",
+                             exclude=[self.writer_id])
+            if recover else 0
+        )
+        self._mutex = threading.Lock()
+        self._seq = 0
+        self._part: PartWriter | None = None
+        self._wal: WalFile | None = None
+        self._steps: list[tuple[Any, ...]] = []
+        self._episodes: list[tuple[Any, ...]] = []
+        self._buffered_bytes = 0
+        self._shared_key: tuple[int, str] | None = None
+        self.episodes_written = 0
+        self.steps_written = 0
+        self.closed = False
+        _OPEN.add(self)
+
+    @classmethod
+    def shared(cls, path: str | os.PathLike[str], **options: Any) -> TrajectoryWriter:
+        """The writer of this process for ``path`` (created with ``options`` on first use); :meth:`release` it."""
+        key = (os.getpid(), str(Path(path).resolve()))
+        with _SHARED_LOCK:
+            entry = _SHARED.get(key)
+            if entry is None or entry[0].closed:
+                writer = cls(path, **options)
+                writer._shared_key = key
+                entry = _SHARED[key] = [writer, 0]
+            entry[1] += 1
+            return entry[0]
+
+    def release(self) -> None:
+        """Drop one reference to a :meth:`shared` writer, closing it with the last one (plain writers: close)."""
+        key = self._shared_key
+        if key is not None:
+            with _SHARED_LOCK:
+                entry = _SHARED.get(key)
+                if entry is not None and entry[0] is self:
+                    entry[1] -= 1
+                    if entry[1] > 0:
+                        return
+                    del _SHARED[key]
+        self.close()
+
+    # -- episodes -------------------------------------------------------------------------------------------------
+    def start_episode(
+        self,
+        *,
+        episode_id: str | None = None,
+        key: str | None = None,
+        env_id: str | None = None,
+        task_id: str | None = None,
+        task_prompt: str | None = None,
+        task: Mapping[str, Any] | str | None = None,
+        seed: int | None = None,
+        policy: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | Catalogue | None = None,
+        servers: Mapping[str, Any] | None = None,
+        initial_observation: Any = None,
+        recorder: str = "env",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> EpisodeRecorder:
+        """Begin recording an episode; ``key`` is its resume key, ``tools`` the JSON tool schemas the agent sees (or
+        a :class:`Catalogue` of them), ``task`` the task record (a dict, or its JSON string)."""
+        self._check_usable()
+        episode_id = _text(episode_id) or secrets.token_hex(16)
+        key = _text(key)
+        catalogue = tools if isinstance(tools, Catalogue) or tools is None else Catalogue.of(tools)
+        head = (
+            episode_id,
+            key,
+            _text(env_id),
+            _text(task_id),
+            _text(task_prompt),
+            task if task is None or isinstance(task, str) else dumps(task),
+            int(seed) if seed is not None and -(2**63) <= int(seed) < 2**63 else None,
+            _text(policy),
+            catalogue.json if catalogue is not None else None,
+            catalogue.hash if catalogue is not None else None,
+            dumps(servers) if servers is not None else None,
+            dumps(initial_observation) if initial_observation is not None else None,
+            _micros(time.time()),
+            recorder,
+            __version__,
+            dumps(metadata) if metadata else None,
+        )
+        return EpisodeRecorder(self, episode_id, key, head)
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"the trajectory writer for {self.path} is closed")
+        if os.getpid() != self._pid:
+            raise RuntimeError("a TrajectoryWriter cannot be used in a forked child: create one per process")
+
+    def _add_episode(self, episode: tuple[Any, ...], steps: list[tuple[Any, ...]], nbytes: int) -> None:
+        with self._mutex:
+            self._check_usable()
+            if self._wal is None:
+                self._wal = WalFile(self.run.wal_path(self.writer_id, self._seq), fsync=self.fsync == "episode")
+            self._wal.append((episode, steps))
+            self._episodes.append(episode)
+            self._steps.extend(steps)
+            self._buffered_bytes += nbytes
+            self.episodes_written += 1
+            self.steps_written += len(steps)
+            if len(self._steps) >= self.row_group_rows or self._buffered_bytes >= self.row_group_bytes:
+                self._write_row_group()
+
+    # -- shards ---------------------------------------------------------------------------------------------------
+    def _write_buffered(self) -> None:
+        if not self._steps and not self._episodes:
+            return
+        if self._part is None:
+            self._part = PartWriter(self.path, self.writer_id, self._seq, compression=self.compression,
+                                    compression_level=self.compression_level, fsync=self.fsync != "never")
+        self._part.write(self._steps, self._episodes)
+        self._steps, self._episodes, self._buffered_bytes = [], [], 0
+
+    def _write_row_group(self) -> None:
+        self._write_buffered()
+        if self._part is not None and self._part.bytes_written >= self.shard_bytes:
+            self._publish()
+
+    def _publish(self) -> None:
+        """Publish the current part with every buffered episode, delete its WAL segment, start the next part."""
+        self._write_buffered()  # a published part must hold every episode of its WAL segment
+        if self._part is None and self._wal is None:
+            return
+        if self._part is not None:
+            self._part.commit()
+        if self._wal is not None:
+            self._wal.remove()
+        self._part = None
+        self._wal = None
+        self._seq += 1
+
+    def flush(self) -> None:
+        """Write buffered episodes as a row group of the current (still hidden) shard."""
+        with self._mutex:
+            self._check_usable()
+            self._write_buffered()
+
+    def publish(self) -> None:
+        """Write buffered episodes and publish the current shard now (readers then need no WAL for them)."""
+        with self._mutex:
+            self._check_usable()
+            self._publish()
+
+    def close(self) -> None:
+        """Publish everything and release the run directory (idempotent; a no-op in a forked child)."""
+        with self._mutex:
+            if self.closed or os.getpid() != self._pid:
+                return
+            try:
+                self._publish()
+            finally:
+                self.closed = True
+                self._lock.release(unlink=True)
+                _OPEN.discard(self)
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"TrajectoryWriter({str(self.path)!r}, writer_id={self.writer_id!r}, "
+                f"episodes={self.episodes_written}, steps={self.steps_written})")
+
+
+def writer_for(target: str | os.PathLike[str] | TrajectoryWriter, **options: Any) -> tuple[TrajectoryWriter, bool]:
+    """``(writer, owned)``: the given writer (not owned), or the process's shared writer for a run directory (owned:
+    call :meth:`TrajectoryWriter.release` when done)."""
+    if isinstance(target, TrajectoryWriter):
+        return target, False
+    return TrajectoryWriter.shared(target, **options), True

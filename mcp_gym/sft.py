@@ -1,0 +1,656 @@
+"""SFT export: recorded trajectories as chat-format datasets for TRL's ``SFTTrainer`` (and any OpenAI-style trainer).
+
+    ds = mcp_gym.sft.export("runs/counter-*", "data/counter-sft", min_reward=1.0, test_size=0.2)
+    ds["train"][0]["messages"]
+    # [{"role": "system", "content": ...}, {"role": "user", "content": <task>},
+    #  {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function",
+    #                                                       "function": {"name": "add", "arguments": {"amount": 2}}}]},
+    #  {"role": "tool", "tool_call_id": "call_0", "name": "add", "content": "2"}, ...,
+    #  {"role": "assistant", "content": <final answer>}]
+
+One example per recorded episode: a system prompt, the task as the user turn, per step an assistant turn with one tool
+call and the tool's answer, and a final assistant turn with the submitted answer (``final_answer="message"``, the
+default) — or the ``submit`` call itself (``final_answer="tool_call"``). ``tools`` holds the OpenAI function schemas
+offered in the episode; metadata columns say where each example came from.
+
+Every message is stored with the ``datasets`` :class:`~datasets.Json` feature: it round-trips through Parquet, JSONL
+and ``save_to_disk`` exactly as written — tool-call ``arguments`` stay JSON objects (a JSON *string* would be encoded a
+second time by the Qwen 2.5, Llama 3.1 and Hermes templates), and messages carry only their own keys (an Arrow struct
+would give every message every key, set to null).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import secrets
+import shutil
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import mcp.types as mt
+import pyarrow as pa
+from pydantic import TypeAdapter
+
+from mcp_gym.env import render_content
+from mcp_gym.recording.reader import Recording, read_tables
+from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
+
+if TYPE_CHECKING:
+    import datasets
+    import gymnasium as gym
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "SERVER_ERROR_KINDS",
+    "FIELDS",
+    "ExportOptions",
+    "build",
+    "export",
+    "features",
+    "actions",
+    "replay",
+    "strip_tool_calls",
+]
+
+RunSource: TypeAlias = "str | os.PathLike[str] | Recording"
+"""A run directory, a glob of them, a directory holding runs, or a loaded recording."""
+FinalAnswer = Literal["message", "tool_call"]
+Layout = Literal["messages", "prompt_completion"]
+OutputFormat = Literal["parquet", "jsonl", "disk"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an agent that completes tasks by calling the provided tools. Call one tool at a time and read its result "
+    "before the next call. When the task is done, give your final answer."
+)
+"""The system message of exported examples unless ``system_prompt=`` says otherwise (``None``: no system message)."""
+
+SERVER_ERROR_KINDS = frozenset(
+    {"server_dead", "timeout", "jsonrpc", "invalid_result", "verifier_error", "episode_over"}
+)
+"""``error.kind`` values that are the infrastructure's fault, not the agent's (``drop_errors`` drops their episodes)."""
+
+FIELDS: dict[str, str] = {
+    "messages": "The conversation (layout `messages`): system prompt, task, then per tool call an assistant message "
+    "with `tool_calls` (`id`, `type: function`, `function.name`, `function.arguments` as a JSON object) and a `tool` "
+    "message (`tool_call_id`, `name`, `content`), then the final assistant answer. Each message is a JSON object.",
+    "prompt": "Layout `prompt_completion`: the system and user messages.",
+    "completion": "Layout `prompt_completion`: every message after the user turn.",
+    "tools": "OpenAI function schemas (`type`, `function.name`, `function.description`, `function.parameters`) of the "
+    "tools offered in the episode.",
+    "episode_id": "Recorded episode id.",
+    "task_id": "Task id (train/test splits never share one).",
+    "env_id": "Environment id, e.g. `mcp_gym/Counter-v0` (`gymnasium.make` builds it).",
+    "seed": "Seed of the episode's reset (replay resets with it).",
+    "policy": "Policy or model that acted.",
+    "reward": "Episode return (sum of step rewards).",
+    "success": "Verifier verdict (null without a verifier).",
+    "num_tool_calls": "Tool calls in the conversation (`submit` counts only with `final_answer=tool_call`).",
+    "final_answer": "The submitted answer (null if the episode ended otherwise).",
+    "source_run": "Run directory the episode was read from.",
+}
+"""Column -> description (the dataset card's field table)."""
+
+
+def features(layout: Layout = "messages") -> datasets.Features:
+    """The explicit features of an exported dataset of the given layout."""
+    from datasets import Features, Json, List, Value
+
+    conversation = {"messages": List(Json())} if layout == "messages" else {
+        "prompt": List(Json()), "completion": List(Json())}
+    tool = {"type": Value("string"),
+            "function": {"name": Value("string"), "description": Value("string"), "parameters": Json()}}
+    return Features({
+        **conversation,
+        "tools": List(tool),
+        "episode_id": Value("string"),
+        "task_id": Value("string"),
+        "env_id": Value("string"),
+        "seed": Value("int64"),
+        "policy": Value("string"),
+        "reward": Value("float64"),
+        "success": Value("bool"),
+        "num_tool_calls": Value("int32"),
+        "final_answer": Value("string"),
+        "source_run": Value("string"),
+    })
+
+
+_DECODER = json.JSONDecoder()
+_TOOL_MARKUP = re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)|<\|python_tag\|>.*|\[TOOL_CALLS\].*", re.S)
+
+
+def strip_tool_calls(raw_text: str) -> str:
+    """Recorded model text without its tool-call markup (the call itself is in ``tool_calls``).
+
+    Removes Hermes/Qwen ``<tool_call>…</tool_call>`` blocks, Llama ``<|python_tag|>`` and Mistral ``[TOOL_CALLS]``
+    tails, and a trailing JSON call object (``{"name": ..., ...}``, Llama 3.1's plain JSON calls); keeps reasoning
+    such as ``<think>…</think>``.
+    """
+    text = _TOOL_MARKUP.sub("", raw_text).strip()
+    start = text.find("{")
+    while start != -1:
+        try:
+            obj, end = _DECODER.raw_decode(text, start)
+        except ValueError:
+            obj, end = None, -1
+        if end == len(text) and isinstance(obj, dict) and "name" in obj:
+            return text[:start].strip()
+        start = text.find("{", start + 1)
+    return text
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How episodes become examples, and which episodes are kept.
+
+    Attributes:
+        system_prompt: Content of the system message (``None``: no system message).
+        final_answer: ``"message"``: the ``submit`` call becomes the final assistant message (its content is the
+            answer) and ``submit`` is left out of ``tools``; ``"tool_call"``: the conversation ends with the
+            assistant's ``submit`` call.
+        layout: ``"messages"`` (one ``messages`` column) or ``"prompt_completion"`` (``prompt``: system and user
+            messages; ``completion``: the rest).
+        assistant_text: Turns the recorded raw model output of a step into assistant content (default
+            :func:`strip_tool_calls`); ``None`` drops recorded text.
+        success_only: Keep only episodes the verifier judged successful.
+        min_reward: Keep only episodes whose return is at least this.
+        max_turns: Keep only episodes of at most this many steps (tool calls, ``submit`` included).
+        task_ids: Keep only these task ids.
+        drop_errors: Drop episodes with a parse failure (``parse_status`` other than ``"ok"``) or a server-side
+            error (:data:`SERVER_ERROR_KINDS`, dead servers).
+        drop_tool_errors: Also drop episodes with any failed step (tool errors, invalid calls).
+        dedupe: Keep one of several identical examples (same messages and tools).
+        test_size: Hold out this fraction (float) or number (int) of task ids as a ``test`` split.
+        seed: Seed of the train/test assignment of task ids.
+    """
+
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    final_answer: FinalAnswer = "message"
+    layout: Layout = "messages"
+    assistant_text: Callable[[str], str] | None = strip_tool_calls
+    success_only: bool = True
+    min_reward: float | None = None
+    max_turns: int | None = None
+    task_ids: Collection[str] | None = None
+    drop_errors: bool = True
+    drop_tool_errors: bool = False
+    dedupe: bool = True
+    test_size: float | int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.final_answer not in ("message", "tool_call"):
+            raise ValueError(f"final_answer must be 'message' or 'tool_call', not {self.final_answer!r}")
+        if self.layout not in ("messages", "prompt_completion"):
+            raise ValueError(f"layout must be 'messages' or 'prompt_completion', not {self.layout!r}")
+        if self.test_size is not None and not (
+            (isinstance(self.test_size, int) and self.test_size >= 0) or 0.0 <= float(self.test_size) < 1.0
+        ):
+            raise ValueError(f"test_size must be a fraction in [0, 1) or a count >= 0, not {self.test_size!r}")
+        if self.task_ids is not None:
+            ids = [self.task_ids] if isinstance(self.task_ids, str) else self.task_ids
+            object.__setattr__(self, "task_ids", frozenset(ids))
+
+    def describe(self) -> dict[str, Any]:
+        """The options as JSON-able values (for the dataset card)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "assistant_text":
+                v = getattr(v, "__qualname__", repr(v)) if v is not None else None
+            elif isinstance(v, frozenset):
+                v = sorted(v)
+            out[f.name] = v
+        return out
+
+
+@dataclass
+class _Report:
+    """What an export read and kept (the dataset card's provenance section)."""
+
+    runs: dict[str, int] = field(default_factory=dict)  # run -> episodes read
+    kept: Counter[str] = field(default_factory=Counter)  # run -> examples kept
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> episodes
+
+
+# -- reading runs -----------------------------------------------------------------------------------------------------
+def _is_run(path: Path) -> bool:
+    return path.is_dir() and any((path / p).exists() for p in (MANIFEST, STEPS_DIR, EPISODES_DIR))
+
+
+def _run_paths(runs: RunSource | Iterable[RunSource]) -> list[Path | Recording]:
+    """Run directories (or loaded recordings) named by ``runs``: paths, globs, or directories of runs."""
+    items = [runs] if isinstance(runs, (str, os.PathLike, Recording)) else list(runs)
+    out: list[Path | Recording] = []
+    for item in items:
+        if isinstance(item, Recording):
+            out.append(item)
+            continue
+        text = os.fspath(item)
+        matches = sorted(Path(p) for p in glob.glob(text)) if glob.has_magic(text) else [Path(text)]
+        found = False
+        for p in matches:
+            if _is_run(p):
+                out.append(p)
+                found = True
+            elif p.is_dir():
+                children = sorted(c for c in p.iterdir() if _is_run(c))
+                out.extend(children)
+                found |= bool(children)
+        if not found:
+            raise FileNotFoundError(f"no recorded run at {text!r} (a run directory holds manifest.json, steps/ and "
+                                    "episodes/)")
+    unique: dict[str, Path | Recording] = {}
+    for r in out:
+        unique.setdefault(str(r.path.resolve() if isinstance(r, Recording) else r.resolve()), r)
+    return list(unique.values())
+
+
+_STEP_COLUMNS = ("episode_id", "step_index", "tool", "arguments", "observation", "content", "is_error", "error",
+                 "raw_text", "parse_status")
+_EPISODE_COLUMNS = ("episode_id", "env_id", "task_id", "task_prompt", "seed", "policy", "total_reward", "success",
+                    "termination", "final_answer", "tools", "catalogue_changes")
+
+
+def _columns(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
+    cols = [table.column(n).to_pylist() for n in names]
+    return [dict(zip(names, row, strict=True)) for row in zip(*cols, strict=True)]
+
+
+def _read(run: Path | Recording) -> tuple[str, list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """``(source, episodes, steps by episode id in order)`` of one run."""
+    if isinstance(run, Recording):
+        source = str(run.path)
+        steps_t, episodes_t = run.steps.data.table, run.episodes.data.table
+    else:
+        source = str(run)
+        steps_t, episodes_t = read_tables(run)
+    by_episode: dict[str, list[dict[str, Any]]] = {}
+    for row in _columns(steps_t, _STEP_COLUMNS):
+        by_episode.setdefault(row["episode_id"], []).append(row)
+    for rows in by_episode.values():
+        rows.sort(key=lambda r: r["step_index"])
+    return source, _columns(episodes_t, _EPISODE_COLUMNS), by_episode
+
+
+# -- one episode ------------------------------------------------------------------------------------------------------
+def _drop_reason(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts: ExportOptions) -> str | None:
+    """Why a filter drops the episode (``None``: kept)."""
+    if any(not s["tool"] for s in steps):
+        return "malformed"  # an action without a tool name has no chat form
+    if opts.task_ids is not None and ep["task_id"] not in opts.task_ids:
+        return "task_ids"
+    if opts.success_only and not ep["success"]:
+        return "success_only"
+    if opts.min_reward is not None and (ep["total_reward"] is None or ep["total_reward"] < opts.min_reward):
+        return "min_reward"
+    if opts.max_turns is not None and len(steps) > opts.max_turns:
+        return "max_turns"
+    if opts.drop_errors:
+        if ep["termination"] == "servers_dead" or any(s["parse_status"] not in (None, "ok") for s in steps):
+            return "drop_errors"
+        if any(s["error"] is not None and json.loads(s["error"]).get("kind") in SERVER_ERROR_KINDS for s in steps):
+            return "drop_errors"
+    if opts.drop_tool_errors and any(s["is_error"] for s in steps):
+        return "drop_tool_errors"
+    if not steps and ep["final_answer"] is None:
+        return "empty"
+    return None
+
+
+def _openai_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": schema["name"], "description": schema.get("description") or "",
+                                             "parameters": schema.get("input_schema") or {"type": "object"}}}
+
+
+def _tools(ep: Mapping[str, Any], opts: ExportOptions) -> list[dict[str, Any]]:
+    """OpenAI schemas of every tool offered during the episode (initial catalogue, then tools that appeared later)."""
+    catalogues = [json.loads(ep["tools"])] if ep["tools"] else []
+    if ep["catalogue_changes"]:
+        catalogues += [c["tools"] for c in json.loads(ep["catalogue_changes"])]
+    seen: dict[str, dict[str, Any]] = {}
+    for catalogue in catalogues:
+        for schema in catalogue:
+            if schema["name"] not in seen and not (opts.final_answer == "message" and schema["name"] == "submit"):
+                seen[schema["name"]] = _openai_tool(schema)
+    return list(seen.values())
+
+
+_CONTENT_BLOCKS = TypeAdapter(list[mt.ContentBlock])
+
+
+def _tool_content(step: Mapping[str, Any]) -> str:
+    """What the agent was shown for a step (recorded observation, else the rendered content blocks)."""
+    if step["observation"] is not None:
+        return step["observation"]
+    blocks = json.loads(step["content"]) if step["content"] else []
+    if not blocks and step["error"] is not None:
+        return "Error: " + json.loads(step["error"]).get("message", "unknown error")
+    return render_content(_CONTENT_BLOCKS.validate_python(blocks))
+
+
+def _conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts: ExportOptions) -> list[dict]:
+    messages: list[dict[str, Any]] = []
+    if opts.system_prompt is not None:
+        messages.append({"role": "system", "content": opts.system_prompt})
+    messages.append({"role": "user", "content": ep["task_prompt"] or ""})
+    last_raw: str | None = None
+    final_text = ""
+    for step in steps:
+        raw = step["raw_text"]
+        # Several calls parsed from one model output carry the same raw text: keep it once, on the first of them.
+        text = opts.assistant_text(raw) if raw and raw != last_raw and opts.assistant_text is not None else ""
+        last_raw = raw
+        tool = step["tool"]
+        if tool == "submit" and opts.final_answer == "message":
+            final_text = text
+            break
+        call_id = f"call_{step['step_index']}"
+        arguments = json.loads(step["arguments"])
+        call = {"id": call_id, "type": "function", "function": {"name": tool, "arguments": arguments}}
+        messages.append({"role": "assistant", "content": text, "tool_calls": [call]})
+        if tool == "submit":  # final_answer="tool_call": the conversation ends with the submit call
+            break
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": tool, "content": _tool_content(step)})
+    if opts.final_answer == "message" and ep["final_answer"] is not None:
+        content = "\n\n".join(t for t in (final_text, ep["final_answer"]) if t)
+        messages.append({"role": "assistant", "content": content})
+    return messages
+
+
+def _example(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], source: str, opts: ExportOptions,
+             tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """One example in storage form: messages (and tool parameters) as JSON strings, the ``Json`` feature's storage."""
+    messages = _conversation(ep, steps, opts)
+    encoded = [dumps(m) for m in messages]
+    if opts.layout == "messages":
+        conversation: dict[str, Any] = {"messages": encoded}
+    else:
+        cut = next(i for i, m in enumerate(messages) if m["role"] == "user") + 1
+        conversation = {"prompt": encoded[:cut], "completion": encoded[cut:]}
+    return {
+        **conversation,
+        "tools": tools,
+        "episode_id": ep["episode_id"],
+        "task_id": ep["task_id"],
+        "env_id": ep["env_id"],
+        "seed": ep["seed"],
+        "policy": ep["policy"],
+        "reward": ep["total_reward"],
+        "success": ep["success"],
+        "num_tool_calls": sum(len(m.get("tool_calls") or ()) for m in messages),
+        "final_answer": ep["final_answer"],
+        "source_run": source,
+    }
+
+
+# -- building ---------------------------------------------------------------------------------------------------------
+def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report: _Report) -> list[dict[str, Any]]:
+    examples: list[dict[str, Any]] = []
+    seen: set[bytes] = set()
+    # (tools JSON, catalogue changes JSON) -> (catalogue number, tools in storage form); most episodes share one
+    catalogues: dict[tuple[str | None, str | None], tuple[bytes, list[dict[str, Any]]]] = {}
+    numbers: dict[str, bytes] = {}
+    for run in _run_paths(runs):
+        source, episodes, steps_by_episode = _read(run)
+        report.runs[source] = len(episodes)
+        for ep in episodes:
+            steps = steps_by_episode.get(ep["episode_id"], [])
+            reason = _drop_reason(ep, steps, opts)
+            if reason is not None:
+                report.dropped[reason] += 1
+                continue
+            key = (ep["tools"], ep["catalogue_changes"])
+            if key not in catalogues:
+                tools = [{**t, "function": {**t["function"], "parameters": dumps(t["function"]["parameters"])}}
+                         for t in _tools(ep, opts)]
+                number = numbers.setdefault(dumps(tools), str(len(numbers)).encode())
+                catalogues[key] = (number, tools)
+            number, tools = catalogues[key]
+            example = _example(ep, steps, source, opts, tools)
+            if opts.dedupe:
+                conversation = example.get("messages") or example["prompt"] + example["completion"]
+                digest = hashlib.blake2b("\x1e".join(conversation).encode(), digest_size=16, key=number).digest()
+                if digest in seen:
+                    report.dropped["dedupe"] += 1
+                    continue
+                seen.add(digest)
+            report.kept[source] += 1
+            examples.append(example)
+    return examples
+
+
+def _split(examples: list[dict[str, Any]], opts: ExportOptions) -> dict[str, list[dict[str, Any]]]:
+    """``{"train": ..., "test": ...}`` by task (env id + task id), or ``{"train": all}`` without ``test_size``."""
+    if opts.test_size is None:
+        return {"train": examples}
+    tasks = sorted({(e["env_id"] or "", e["task_id"] or "") for e in examples})
+    random.Random(opts.seed).shuffle(tasks)
+    n = opts.test_size if isinstance(opts.test_size, int) else math.ceil(opts.test_size * len(tasks))
+    if len(tasks) >= 2 and opts.test_size:
+        n = min(max(n, 1), len(tasks) - 1)  # both sides keep at least one task
+    test = set(tasks[:n])
+    return {"train": [e for e in examples if (e["env_id"] or "", e["task_id"] or "") not in test],
+            "test": [e for e in examples if (e["env_id"] or "", e["task_id"] or "") in test]}
+
+
+def _storage_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with extension types replaced by their storage (``Json`` -> string): the type Python values convert to."""
+    if isinstance(t, pa.BaseExtensionType):
+        return _storage_type(t.storage_type)
+    if pa.types.is_list(t):
+        return pa.list_(_storage_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_storage_type(f.type)) for f in t])
+    return t
+
+
+def _dataset(rows: list[dict[str, Any]], feats: datasets.Features, opts: ExportOptions) -> datasets.Dataset:
+    """A dataset of storage-form rows under ``feats`` (an Arrow cast: no per-value Python encoding by ``datasets``).
+
+    Its fingerprint (``datasets``' cache key) comes from the episode ids and the options, not from hashing the table.
+    """
+    import datasets
+
+    schema = feats.arrow_schema
+    storage = pa.schema([f.with_type(_storage_type(f.type)) for f in schema])
+    table = pa.Table.from_pylist(rows, schema=storage).cast(schema)
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=feats),
+                            fingerprint=_fingerprint([r["episode_id"] for r in rows], opts))
+
+
+def _fingerprint(episode_ids: Sequence[str], opts: ExportOptions) -> str:
+    """16 hex digits that change with the examples (their episodes) and the options that shaped them."""
+    return hashlib.blake2b(dumps([list(episode_ids), opts.describe()]).encode(), digest_size=8).hexdigest()
+
+
+def _build(runs: RunSource | Iterable[RunSource], opts: ExportOptions) -> tuple[dict[str, datasets.Dataset], _Report]:
+    report = _Report()
+    feats = features(opts.layout)
+    splits = _split(_examples(runs, opts, report), opts)
+    return {name: _dataset(rows, feats, opts) for name, rows in splits.items()}, report
+
+
+def _result(splits: dict[str, datasets.Dataset], opts: ExportOptions) -> datasets.Dataset | datasets.DatasetDict:
+    import datasets
+
+    return datasets.DatasetDict(splits) if opts.test_size is not None else splits["train"]
+
+
+def build(runs: RunSource | Iterable[RunSource], **options: Any) -> datasets.Dataset | datasets.DatasetDict:
+    """The SFT dataset of recorded runs, in memory (see :func:`export`, which also writes it)."""
+    opts = ExportOptions(**options)
+    return _result(_build(runs, opts)[0], opts)
+
+
+# -- writing ----------------------------------------------------------------------------------------------------------
+def export(
+    runs: RunSource | Iterable[RunSource],
+    out: str | os.PathLike[str],
+    *,
+    format: OutputFormat = "parquet",
+    overwrite: bool = False,
+    max_shard_rows: int = 100_000,
+    **options: Any,
+) -> datasets.Dataset | datasets.DatasetDict:
+    """Export recorded runs as a chat-format SFT dataset in directory ``out``, with a dataset card (README.md).
+
+    Args:
+        runs: Run directories, globs (``"runs/counter-*"``), directories holding runs, or loaded
+            :class:`~mcp_gym.recording.Recording` objects — one or a list.
+        out: Output directory (must not exist or be empty, unless ``overwrite`` and it holds an earlier export).
+        format: ``"parquet"`` (``data/<split>-NNNNN-of-NNNNN-<tag>.parquet`` shards), ``"jsonl"``
+            (``data/<split>-<tag>.jsonl``) or ``"disk"`` (``Dataset.save_to_disk``). Parquet and JSONL exports load
+            with ``datasets.load_dataset(out)``; Parquet also with ``load_dataset("parquet", data_files=...)``.
+        overwrite: Replace an earlier export in ``out``.
+        max_shard_rows: Rows per Parquet shard.
+        **options: :class:`ExportOptions` fields (filters, system prompt, layout, split).
+
+    Returns:
+        The dataset written: a ``Dataset``, or a ``DatasetDict`` with ``train`` and ``test`` when ``test_size`` is set.
+    """
+    if format not in ("parquet", "jsonl", "disk"):
+        raise ValueError(f"format must be 'parquet', 'jsonl' or 'disk', not {format!r}")
+    opts = ExportOptions(**options)
+    out = Path(out)
+    _check_target(out, overwrite)
+    splits, report = _build(runs, opts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}"  # hidden until complete
+    tmp.mkdir()  # (not tempfile.mkdtemp: its 0700 mode would stay on the export)
+    try:
+        if format == "disk":
+            _result(splits, opts).save_to_disk(str(tmp))
+        else:
+            _write_files(splits, tmp / "data", format, opts, max_shard_rows)
+        (tmp / "README.md").write_text(_card(splits, report, opts, format), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out) if any(out.iterdir()) else out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _result(splits, opts)
+
+
+def _write_files(splits: dict[str, datasets.Dataset], data: Path, format: OutputFormat, opts: ExportOptions,
+                 max_shard_rows: int) -> None:
+    """``data/<split>-NNNNN-of-NNNNN-<tag>.parquet`` shards or ``data/<split>-<tag>.jsonl``: the Hub's layout, which
+    ``load_dataset(dir)`` detects. The tag (the split's fingerprint) changes with the content: ``datasets`` keys its
+    cache of a local directory on file names and modification times, which a quick re-export could otherwise repeat.
+    """
+    data.mkdir()
+    for name, ds in splits.items():
+        tag = _fingerprint(ds["episode_id"], opts)
+        if format == "jsonl":
+            ds.to_json(str(data / f"{name}-{tag}.jsonl"), force_ascii=False)
+            continue
+        n = max(1, math.ceil(len(ds) / max_shard_rows))
+        for i in range(n):
+            ds.shard(n, i, contiguous=True).to_parquet(str(data / f"{name}-{i:05d}-of-{n:05d}-{tag}.parquet"))
+
+
+_CARD_TAG = "mcp-gym-sft"
+
+
+def _check_target(out: Path, overwrite: bool) -> None:
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a directory")
+    if not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{out} is not empty (pass overwrite=True to replace an earlier export)")
+    card = out / "README.md"
+    if not (card.is_file() and _CARD_TAG in card.read_text(encoding="utf-8", errors="replace")):
+        raise FileExistsError(f"{out} does not hold an mcp-gym SFT export: refusing to overwrite it")
+
+
+def _card(splits: dict[str, datasets.Dataset], report: _Report, opts: ExportOptions, format: OutputFormat) -> str:
+    """README.md: YAML metadata (features, splits) and a description of fields, sources and filters.
+
+    No ``configs`` section: with one, ``datasets`` 5.2 keys its cache of a local directory on the card alone and
+    serves a stale copy after a re-export."""
+    from datasets import DatasetInfo, SplitDict, SplitInfo
+    from datasets.info import DatasetInfosDict
+    from huggingface_hub import DatasetCardData
+
+    split_dict = SplitDict()
+    for name, ds in splits.items():
+        split_dict.add(SplitInfo(name=name, num_examples=len(ds)))
+    card = DatasetCardData(tags=[_CARD_TAG, "mcp-gym", "sft", "tool-use", "trl"], task_categories=["text-generation"])
+    DatasetInfosDict({"default": DatasetInfo(features=features(opts.layout), splits=split_dict)}
+                     ).to_dataset_card_data(card)
+    column = "messages" if opts.layout == "messages" else "prompt`/`completion"
+    files = {"parquet": "`data/<split>-NNNNN-of-NNNNN-<tag>.parquet`", "jsonl": "`data/<split>-<tag>.jsonl`",
+             "disk": "`Dataset.save_to_disk` files"}[format]
+    load = 'load_from_disk("OUT")' if format == "disk" else 'load_dataset("OUT")'
+    counts = ", ".join(f"{name}: {len(ds)}" for name, ds in splits.items())
+    fields = [f"| `{name}` | {FIELDS[name]} |" for name in features(opts.layout)]
+    runs = [f"| `{run}` | {n} | {report.kept[run]} |" for run, n in report.runs.items()]
+    dropped = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.dropped.items())) or "none"
+    options = [f"- `{k}`: `{json.dumps(v, ensure_ascii=False)}`" for k, v in opts.describe().items()]
+    return "\n".join([
+        "---", card.to_yaml(), "---", "",
+        "# MCP agent trajectories for SFT", "",
+        f"Exported by mcp-gym from {len(report.runs)} recorded run(s): {sum(report.runs.values())} episodes read, "
+        f"{sum(len(ds) for ds in splits.values())} examples kept ({counts}), stored as {files}. One example per "
+        f"episode, in the chat format of TRL's `SFTTrainer` (`{column}` + `tools`); every message is a JSON object "
+        "and tool-call arguments are JSON objects, not strings.", "",
+        "## Fields", "", "| column | description |", "|---|---|", *fields, "",
+        "## Source runs", "", "| run | episodes | examples |", "|---|---|---|", *runs, "",
+        "## Filters and options", "", *options, "", f"Episodes dropped: {dropped}.", "",
+        "## Use", "", "```python", "from datasets import load_dataset, load_from_disk", "",
+        f"ds = {load}", "```", "",
+        "Train with TRL (`assistant_only_loss` needs `{% generation %}` markers; TRL swaps them in for Qwen 2.5/3):",
+        "", "```bash", "trl sft --model_name_or_path Qwen/Qwen3-0.6B --dataset_name OUT --assistant_only_loss true "
+        "--output_dir sft-out", "```", "",
+    ]).replace("OUT", "<this directory>")
+
+
+# -- replay -----------------------------------------------------------------------------------------------------------
+def actions(example: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The env actions of an exported example: its tool calls, then ``submit`` of its final answer if not a call."""
+    messages = example.get("messages") or [*example.get("prompt", ()), *example.get("completion", ())]
+    calls = [
+        {"tool": c["function"]["name"], "arguments": c["function"]["arguments"]}
+        for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or ()
+    ]
+    if example.get("final_answer") is not None and not any(c["tool"] == "submit" for c in calls):
+        calls.append({"tool": "submit", "arguments": {"answer": example["final_answer"]}})
+    return calls
+
+
+def replay(example: Mapping[str, Any], env: gym.Env[Any, Any] | None = None) -> float:
+    """Step an exported example's actions through ``env`` (default ``gymnasium.make(example["env_id"])``, closed
+    afterwards) from a reset with its task and seed; returns the episode's total reward."""
+    own = env is None
+    if env is None:
+        import gymnasium
+
+        import mcp_gym  # noqa: F401 - registers the bundled envs
+
+        env = gymnasium.make(example["env_id"])
+    try:
+        env.reset(seed=example.get("seed"), options={"task_id": example["task_id"]})
+        total = 0.0
+        for action in actions(example):
+            _, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return total
+    finally:
+        if own:
+            env.close()
