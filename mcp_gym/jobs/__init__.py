@@ -1,0 +1,26 @@
+"""Jobs behind the ``mcp-gym`` command: collect, evaluate, export SFT data, and the end-to-end demo.
+
+Each takes a job config (the Hydra tree in the repository's ``conf/``, shipped as ``mcp_gym.conf``) and an output
+directory; see :mod:`mcp_gym.cli` for the command line.
+"""
+
+from mcp_gym.jobs.collect import CollectResult, JobInterrupted, collect, run_interruptible
+from mcp_gym.jobs.demo import demo
+from mcp_gym.jobs.evaluate import EvalResult, evaluate, score_run
+from mcp_gym.jobs.export import export_sft
+from mcp_gym.jobs.metrics import pass_at_k, per_task, summarize
+
+__all__ = [
+    "collect",
+    "evaluate",
+    "export_sft",
+    "demo",
+    "score_run",
+    "run_interruptible",
+    "CollectResult",
+    "EvalResult",
+    "JobInterrupted",
+    "pass_at_k",
+    "per_task",
+    "summarize",
+]

@@ -1,0 +1,177 @@
+"""``mcp-gym collect``: run planned episodes concurrently and record them; Ctrl-C keeps what finished, a rerun resumes.
+
+The plan (episode keys ``<task id>#<sample>`` and their seeds) is written to the run directory's manifest; a rerun of
+the same command skips the recorded keys and runs the rest, so after any number of interruptions the directory holds
+exactly the planned episodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from mcp_gym.jobs.config import build_policy, env_factory, load_job_tasks, plan_episodes, run_metadata, to_dict
+from mcp_gym.runtime import Runtime, default_runtime
+from mcp_gym.vector import EpisodeResult, VectorMCPEnv
+
+__all__ = ["collect", "CollectResult", "JobInterrupted", "run_interruptible"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class JobInterrupted(Exception):
+    """The job was stopped by Ctrl-C after saving its finished episodes; rerun the same command to resume."""
+
+
+@dataclass
+class CollectResult:
+    """What a collection did (counts only: memory stays bounded however many episodes run)."""
+
+    out: Path
+    planned: int
+    already_done: int
+    finished: int = 0
+    """Episodes this run finished (recorded)."""
+    successes: int = 0
+    errors: list[EpisodeResult] = field(default_factory=list)
+    """Episodes that failed to run (not recorded; a rerun retries them)."""
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, r: EpisodeResult) -> None:
+        """Count a finished episode (keeping only failed ones)."""
+        if r.error is None:
+            self.finished += 1
+            self.successes += bool(r.success)
+        else:
+            self.errors.append(r)
+
+
+def run_interruptible(job: Callable[[], Awaitable[T]], runtime: Runtime | None = None) -> T:
+    """Run ``await job()`` on the runtime loop; on Ctrl-C cancel it, let it clean up, and raise :class:`JobInterrupted`.
+
+    A second Ctrl-C during the clean-up aborts at once.
+    """
+    rt = runtime or default_runtime()
+    scopes: list[anyio.CancelScope] = []
+
+    async def main() -> T | None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            return await job()
+        return None
+
+    future = rt.submit(main())
+    try:
+        return future.result()  # type: ignore[return-value]
+    except KeyboardInterrupt:
+        for scope in scopes:
+            rt.loop.call_soon_threadsafe(scope.cancel)
+        print("\nInterrupted: stopping running episodes and saving the finished ones (Ctrl-C again to abort)...",
+              flush=True)
+        future.result()
+        raise JobInterrupted("interrupted; finished episodes are saved, rerun the same command to resume") from None
+
+
+class _Progress:
+    """A tqdm bar over planned episodes with steps/s and the success rate so far."""
+
+    def __init__(self, total: int, done: int, enabled: bool, label: str) -> None:
+        self.bar = tqdm(total=total, initial=done, desc=label, unit="ep", disable=not enabled, dynamic_ncols=True)
+        self.successes = 0
+        self.finished = 0
+        self.t0 = time.perf_counter()
+
+    def update(self, result: EpisodeResult, steps: int) -> None:
+        self.finished += 1
+        self.successes += bool(result.success)
+        rate = steps / max(time.perf_counter() - self.t0, 1e-9)
+        self.bar.set_postfix(steps_s=f"{rate:.1f}", success=f"{self.successes / self.finished:.0%}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None) -> CollectResult:
+    """Run the job's planned episodes with its policy, ``launcher.num_envs`` at a time, recording them in ``out``
+    (on Ray actors with ``launcher=ray``, see :mod:`mcp_gym.jobs.ray_launcher`).
+
+    Raises :class:`JobInterrupted` on Ctrl-C (after saving finished episodes) and ``RuntimeError`` when more than
+    ``launcher.max_errors`` episodes failed to run.
+    """
+    out = Path(out)
+    launcher = cfg.launcher
+    if launcher.get("kind", "local") == "ray":
+        from mcp_gym.jobs.ray_launcher import collect_ray
+
+        return collect_ray(cfg, out, runtime=runtime)
+    tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
+    specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
+    recording = bool(cfg.recorder.enabled)
+    pending = specs
+    if recording:
+        from mcp_gym.recording import RunDirectory
+
+        run = RunDirectory(out)
+        run.plan([s.key for s in specs], metadata=run_metadata(cfg, out))
+        todo = set(run.pending())
+        pending = [s for s in specs if s.key in todo]
+    result = CollectResult(out, len(specs), len(specs) - len(pending))
+    if not pending:
+        log.info("%s: all %d planned episodes are recorded", out, len(specs))
+        return result
+
+    make = env_factory(to_dict(cfg.env), tasks)
+    recorder_options = {k: v for k, v in to_dict(cfg.recorder).items() if k != "enabled"}
+    num_envs = max(1, min(int(launcher.num_envs), len(pending)))
+
+    async def job() -> None:
+        policy = build_policy(to_dict(cfg.policy))
+
+        def env_fn(slot: int) -> Any:
+            env = make()
+            if recording:
+                from mcp_gym.recording import RecordTrajectories
+
+                env = RecordTrajectories(env, out, policy=policy.name, **recorder_options)
+            return env
+
+        progress = _Progress(len(specs), result.already_done, bool(launcher.progress), f"{cfg.command} {out.name}")
+        vec = VectorMCPEnv(env_fn, num_envs, share_servers=launcher.get("share_servers"),
+                           max_connecting=int(launcher.get("max_connecting") or 2))
+        t0 = time.perf_counter()
+        with anyio.CancelScope() as scope:
+
+            def on_result(r: EpisodeResult) -> None:
+                progress.update(r, vec.steps)
+                result.add(r)
+                if r.error is not None:
+                    log.warning("episode %s failed (not recorded): %s", r.key, r.error)
+                    if len(result.errors) > int(launcher.max_errors):
+                        scope.cancel()
+
+            try:
+                async with vec:
+                    await vec.run(policy, pending, on_result=on_result, episode_timeout=launcher.episode_timeout)
+            finally:
+                progress.close()
+                result.seconds = time.perf_counter() - t0
+                result.steps = vec.steps
+                with anyio.CancelScope(shield=True):
+                    await policy.aclose()
+
+    run_interruptible(job, runtime)
+    if len(result.errors) > int(launcher.max_errors):
+        raise RuntimeError(f"stopped after {len(result.errors)} episodes failed to run; first error: "
+                           f"{result.errors[0].error}")
+    return result

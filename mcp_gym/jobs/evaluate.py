@@ -1,0 +1,61 @@
+"""``mcp-gym eval``: k samples per task of a split, recorded, then scored (see :mod:`mcp_gym.jobs.metrics`).
+
+The episodes are collected exactly like ``mcp-gym collect`` (concurrent, resumable); the metrics are then computed
+from the recording alone, so rerunning a finished evaluation only rewrites its report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from omegaconf import DictConfig
+
+from mcp_gym.jobs.collect import CollectResult, collect
+from mcp_gym.jobs.config import run_metadata
+from mcp_gym.jobs.metrics import per_task, summarize
+from mcp_gym.jobs.report import print_summary, write_report
+from mcp_gym.recording import RunDirectory, read_tables
+
+__all__ = ["evaluate", "EvalResult", "score_run"]
+
+
+@dataclass
+class EvalResult:
+    """An evaluation: its summary metrics, per-task rows, where the report is, and the collection behind it."""
+
+    summary: dict[str, Any]
+    tasks: list[dict[str, Any]]
+    report: Path
+    collection: CollectResult
+
+
+def score_run(out: Path, keys: list[str] | None, ks: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
+    """``(summary, per-task rows, episodes table)`` of the recorded episodes of a run (those with ``keys``)."""
+    steps, episodes = read_tables(out)
+    if keys is not None:
+        episodes = episodes.filter(pc.is_in(episodes.column("episode_key"), value_set=pa.array(keys, pa.string())))
+        steps = steps.filter(pc.is_in(steps.column("episode_id"), value_set=episodes.column("episode_id")))
+    return summarize(episodes, steps, ks), per_task(episodes, ks), episodes
+
+
+def evaluate(cfg: DictConfig, out: str | Path, *, show: bool = True) -> EvalResult:
+    """Collect the job's episodes into ``out`` (resuming), score them and write the report; print the table."""
+    if not cfg.recorder.enabled:
+        raise ValueError("eval computes its metrics from the recording: use recorder=parquet")
+    out = Path(out)
+    collection = collect(cfg, out)
+    keys = RunDirectory(out).planned
+    ks = [int(k) for k in cfg.get("pass_k") or [1] if int(k) <= int(cfg.samples)]
+    summary, tasks, episodes = score_run(out, keys, ks)
+    missing = len(keys or []) - summary["episodes"]
+    if missing:
+        summary["missing_episodes"] = missing
+    report = write_report(out, summary, tasks, episodes, run_metadata(cfg, out), plots=bool(cfg.get("plots", True)))
+    if show:
+        print_summary({str(cfg.policy.kind): summary}, title=f"Evaluation of {out}")
+        print(f"report: {report}" + (f"  ({missing} planned episodes missing: rerun to complete)" if missing else ""))
+    return EvalResult(summary, tasks, report, collection)

@@ -1,0 +1,104 @@
+"""Evaluation report: ``results.json``, per-task results as Parquet, PNG plots, and a summary table in the terminal.
+
+Files written into the run directory's ``report/`` folder::
+
+    report/results.json        # summary metrics, per-task rows, the job config
+    report/per_task.parquet    # one row per task (samples, successes, pass@k, mean reward and steps)
+    report/success_by_task.png # per-task success rate
+    report/reward_hist.png     # distribution of episode returns
+    report/steps_hist.png      # distribution of episode lengths
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["write_report", "summary_table", "REPORT_DIR"]
+
+REPORT_DIR = "report"
+
+
+def write_report(
+    out: Path, summary: Mapping[str, Any], tasks: Sequence[Mapping[str, Any]], episodes: pa.Table,
+    config: Mapping[str, Any], *, plots: bool = True,
+) -> Path:
+    """Write the report files of an evaluation into ``out/report`` and return that folder."""
+    folder = out / REPORT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(
+        json.dumps({"summary": summary, "per_task": list(tasks), "config": config}, indent=1, default=str),
+        encoding="utf-8",
+    )
+    pq.write_table(pa.Table.from_pylist(list(tasks)), folder / "per_task.parquet")
+    if plots:
+        _plots(folder, tasks, episodes)
+    return folder
+
+
+def _plots(folder: Path, tasks: Sequence[Mapping[str, Any]], episodes: pa.Table) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ids = [t["task_id"] for t in tasks]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.18 * len(ids) + 2), 3.5))
+    ax.bar(range(len(ids)), [t["success_rate"] for t in tasks], color="tab:green")
+    ax.set_xticks(range(len(ids)), ids, rotation=90, fontsize=6)
+    ax.set(ylim=(0, 1.05), ylabel="success rate", title="Success rate per task")
+    fig.tight_layout()
+    fig.savefig(folder / "success_by_task.png", dpi=120)
+    plt.close(fig)
+    for column, name, label in (("total_reward", "reward_hist", "episode return"),
+                                ("length", "steps_hist", "steps per episode")):
+        values = [v for v in episodes.column(column).to_pylist() if v is not None]
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.hist(values, bins=min(30, max(5, len(set(values)))), color="tab:blue")
+        ax.set(xlabel=label, ylabel="episodes", title=f"Distribution of the {label}")
+        fig.tight_layout()
+        fig.savefig(folder / f"{name}.png", dpi=120)
+        plt.close(fig)
+
+
+def _fmt(value: Any, pct: bool = False) -> str:
+    if value is None:
+        return "-"
+    if pct:
+        return f"{value:.1%}"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Evaluation") -> Table:
+    """A rich table with one column per run (e.g. per policy) and one row per metric."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric", style="bold")
+    for name in summaries:
+        table.add_column(name, justify="right")
+    ks = sorted({m for s in summaries.values() for m in s if m.startswith("pass@")}, key=lambda m: int(m[5:]))
+    rows: list[tuple[str, str, bool]] = [("episodes", "episodes", False), ("tasks", "tasks", False),
+                                         ("success rate", "success_rate", True)]
+    rows += [(k, k, True) for k in ks]
+    rows += [("reward (mean)", "reward_mean", False), ("reward (std)", "reward_std", False),
+             ("steps (mean)", "steps_mean", False), ("tool-error rate", "tool_error_rate", True),
+             ("parse-error rate", "parse_error_rate", True)]
+    for label, key, pct in rows:
+        table.add_row(label, *(_fmt(s.get(key), pct) for s in summaries.values()))
+    for label, key in (("tool call ms", "tool_call_ms"), ("episode s", "episode_s")):
+        for p in ("p50", "p90", "p99"):
+            table.add_row(f"{label} {p}", *(_fmt((s.get(key) or {}).get(p)) for s in summaries.values()))
+    table.add_row("endings", *(", ".join(f"{k} {v}" for k, v in (s.get("terminations") or {}).items())
+                               for s in summaries.values()))
+    return table
+
+
+def print_summary(summaries: Mapping[str, Mapping[str, Any]], title: str = "Evaluation") -> None:
+    """Print :func:`summary_table` to the terminal."""
+    Console().print(summary_table(summaries, title))
