@@ -488,7 +488,15 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if tools_changed or termination == "servers_dead":
             info["servers"] = self.host.server_info()
         if terminated and self.verifier is not None and self.task is not None:
-            info["success"] = await self._grade(None) >= self.success_threshold
+            try:
+                info["success"] = await self._grade(None) >= self.success_threshold
+            except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
+                if self.strict:
+                    raise
+                info["success"] = None
+                info["error"] = info["error"] or {
+                    "kind": "verifier_error", "tool": None, "server": None, "argument": None, "code": None,
+                    "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
         return obs, reward, terminated, truncated, info
 
     async def _grade(self, answer: str | None) -> float:

@@ -3,24 +3,25 @@
 :func:`mcp_gym.trl.environment_factory` turns the env into the class TRL's ``GRPOTrainer(environment_factory=...)``
 expects: one method per MCP tool (signature and docstring generated from the tool's JSON Schema, so TRL can render
 the tool schemas into the chat template), ``reset(**row)`` starting the dataset row's task, and ``get_reward()``
-returning the episode return. TRL generates, parses the model's ``<tool_call>`` blocks, calls the methods (real MCP
-calls) and feeds the results back until the model stops calling tools; the env's reward then drives GRPO.
+scoring the rollout (here the task verifier's grade of the final server state; ``--reward return`` uses the episode
+return). TRL generates, parses the model's ``<tool_call>`` blocks, calls the methods (real MCP calls) and feeds the
+results back until the model stops calling tools; the env's reward then drives GRPO.
 
-By default the model is a *tiny randomly initialised* Qwen2-architecture model with a byte-level BPE tokenizer
-trained in a second on the env's own prompts and tool schemas, all built here in code: no download, so the script is
-a smoke test of the whole loop that CI can afford. ``--sft-warmup N`` first teaches that tiny model the tool-call
-format with N supervised steps on the env's reference solutions, so GRPO then sees real tool calls and rewards.
-``--model`` takes any Hugging Face causal LM with a Qwen-style tool-calling chat template for a real run::
+By default the model is a *tiny randomly initialised* Qwen2-architecture model (~0.14 M parameters) with a byte-level
+BPE tokenizer trained in a second on the env's rendered conversations, all built here in code: no download, so the
+script is a smoke test of the whole loop that CI can afford. ``--sft-warmup N`` (default 60) first teaches that tiny
+model the tool-call format with N supervised steps on the env's reference solutions, so GRPO then sees real tool
+calls and rewards. ``--model`` takes any Hugging Face causal LM with a Qwen-style tool-calling chat template::
 
-    python scripts/examples/grpo_trl.py                                  # tiny random model, 2 GRPO steps
-    python scripts/examples/grpo_trl.py --sft-warmup 150 --steps 10      # tiny model that calls tools
+    python scripts/examples/grpo_trl.py                                  # tiny model: 60 SFT steps, 2 GRPO steps
+    python scripts/examples/grpo_trl.py --sft-warmup 0                   # the untrained model: no tool calls
+    python scripts/examples/grpo_trl.py --sft-warmup 100 --steps 16 --num-generations 8 --learning-rate 3e-4
     python scripts/examples/grpo_trl.py --model Qwen/Qwen2.5-0.5B-Instruct --steps 100 --max-completion-length 256
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import time
@@ -34,10 +35,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from mcp_gym.envs import load_env_tasks  # noqa: E402
 from mcp_gym.trl import environment_factory, task_dataset  # noqa: E402
 
 TINY = "tiny-random"
+VOCAB = 2000
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 SYSTEM_PROMPT = "Solve the task with the tools. Call submit with the final answer."
@@ -51,47 +52,62 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=2, help="GRPO optimisation steps")
     p.add_argument("--num-generations", type=int, default=4, help="completions per prompt (the GRPO group)")
     p.add_argument("--prompts-per-step", type=int, default=1, help="distinct tasks per step")
-    p.add_argument("--max-completion-length", type=int, default=48, help="tokens per episode (all turns)")
+    p.add_argument("--max-completion-length", type=int, default=96, help="tokens per episode (all turns)")
     p.add_argument("--max-tool-calls", type=int, default=4, help="tool-calling rounds per episode")
     p.add_argument("--learning-rate", type=float, default=1e-5)
-    p.add_argument("--sft-warmup", type=int, default=0, help="supervised steps on reference solutions first")
+    p.add_argument("--reward", choices=["verifier", "return"], default="verifier",
+                   help="get_reward(): the verifier's grade of the final state, or the episode return")
+    p.add_argument("--sft-warmup", type=int, default=60,
+                   help=f"supervised steps on reference solutions before GRPO ('{TINY}' only; 0: none)")
     p.add_argument("--tasks", type=int, default=32, help="train tasks in the dataset")
     p.add_argument("--output-dir", default="runs/grpo_trl", help="TRL output directory (no checkpoints saved)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"torch CPU threads (default: 1 for '{TINY}', whose ops are too small to share; else torch's)")
     return p.parse_args(argv)
 
 
 # -- a tiny model and tokenizer, built in code ----------------------------------------------------------------------
-def tokenizer_corpus(env_name: str, env_cls: type) -> list[str]:
-    """Text the tiny tokenizer is trained on: the env's prompts, tool schemas and reference solutions as chat."""
-    texts = [json.dumps(t) for t in env_cls.openai_tools]
-    for task in load_env_tasks(env_name)[:200]:
-        texts.append(task.prompt)
-        texts.extend(json.dumps({"name": c["tool"], "arguments": c["arguments"]}) for c in task.solution)
-    texts.append("You are Qwen, created by Alibaba Cloud. You are a helpful assistant. # Tools You may call one or "
-                 "more functions to assist with the user query. function signatures within XML tags")
+def tokenizer_corpus(env_cls: type, dataset: Any, template: str) -> list[str]:
+    """Text the tiny tokenizer is trained on: the dataset's prompts rendered by the chat template with the tools,
+    followed by each task's reference solution as tool calls (so whole words and JSON keys become single tokens)."""
+    render = _bpe_tokenizer([], 0, template)  # a byte-level tokenizer, only used to render the template
+    env, texts = env_cls(), []
+    for row in dataset:
+        prompt = [dict(m) for m in row["prompt"]]
+        prompt[-1]["content"] += env.reset(**row) or ""
+        calls = [{"type": "function", "function": {"name": c["tool"], "arguments": c["arguments"]}}
+                 for c in env.env.task.solution]
+        answer = {"role": "assistant", "content": "", "tool_calls": calls}
+        texts.append(render.apply_chat_template([*prompt, answer], tools=env_cls.openai_tools, tokenize=False))
+    env._close()
     return texts
 
 
-def build_tiny_tokenizer(corpus: list[str], qwen_template: str) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer (vocab ~600) with Qwen's special tokens and the Qwen2.5 chat template."""
+def _bpe_tokenizer(corpus: list[str], vocab_size: int, template: str) -> PreTrainedTokenizerFast:
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)  # merges span words
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIAL_TOKENS, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(corpus, trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                  bos_token=None, padding_side="left")
-    hf.chat_template = qwen_template
+    hf.chat_template = template
     return hf
 
 
+def build_tiny_tokenizer(env_cls: type, dataset: Any, template: str) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on the env's rendered conversations, with Qwen's special tokens and the
+    given (Qwen2.5) chat template, so TRL recognises the template and parses ``<tool_call>`` blocks."""
+    return _bpe_tokenizer(tokenizer_corpus(env_cls, dataset, template), VOCAB, template)
+
+
 def build_tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int) -> Qwen2ForCausalLM:
-    """A 2-layer, 64-wide Qwen2 causal LM with random weights (~0.1 M parameters)."""
+    """A 2-layer, 64-wide Qwen2 causal LM with random weights (~0.14 M parameters with a 1k vocabulary)."""
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
@@ -103,24 +119,30 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int) -> Qwen2ForC
     return model
 
 
-def sft_warmup(model: Any, tokenizer: Any, env_name: str, tools: list[dict], steps: int, lr: float = 3e-3) -> None:
-    """Teach the tool-call format: next-token loss on the reference solutions' first call, rendered by the template.
+def sft_warmup(model: Any, tokenizer: Any, env_cls: type, dataset: Any, steps: int, lr: float = 3e-3) -> None:
+    """Teach the tool-call format: next-token loss on each task's first reference call, rendered by the template.
 
-    Only the assistant turn is trained (prompt tokens are masked), so the model learns to answer a task prompt with a
-    ``<tool_call>`` block; GRPO then starts from a policy that calls tools.
+    The prompts are built exactly as TRL builds them (the row's messages plus what ``reset`` appends); only the
+    assistant turn is trained, so the model learns to answer a task with a ``<tool_call>`` block and GRPO starts
+    from a policy that calls tools.
     """
-    tasks = [t for t in load_env_tasks(env_name, "train") if t.solution]
-    examples = []
-    for task in tasks:
+    env, examples = env_cls(), []
+    for row in dataset:
+        prompt = [dict(m) for m in row["prompt"]]
+        prompt[-1]["content"] += env.reset(**row) or ""
+        task = env.env.task  # the MCPEnv's current task, with its reference solution
+        if not task.solution:
+            continue
         call = task.solution[0]
-        prompt = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.prompt}]
         answer = {"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": call["tool"], "arguments": call["arguments"]}}]}
-        p_ids = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=True,
-                                              return_dict=False)
-        full = tokenizer.apply_chat_template([*prompt, answer], tools=tools, tokenize=True, return_dict=False)
+        p_ids = tokenizer.apply_chat_template(prompt, tools=env_cls.openai_tools, add_generation_prompt=True,
+                                              tokenize=True, return_dict=False)
+        full = tokenizer.apply_chat_template([*prompt, answer], tools=env_cls.openai_tools, tokenize=True,
+                                             return_dict=False)
         full = full[: full.index(tokenizer.eos_token_id, len(p_ids)) + 1]  # up to the assistant's <|im_end|>
         examples.append((full, len(p_ids)))
+    env._close()
     optim = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     rng = random.Random(0)
@@ -148,12 +170,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from trl.chat_template_utils import qwen2_5_chat_template
 
     args = parse_args(argv)
+    if args.threads or args.model == TINY:
+        torch.set_num_threads(args.threads or 1)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
 
     # 1. The environment class: one method per MCP tool, reset(**row), get_reward().
-    Env = environment_factory(args.env)
+    # reward="verifier" grades the final server state (1 if the counter is on target) whether or not the model
+    # submits; "return" sums the server's rewards, whose -0.01 step cost teaches a weak model to stop calling tools.
+    Env = environment_factory(args.env, reward=args.reward)
     print(f"{Env.__name__}: tools {', '.join(t['function']['name'] for t in Env.openai_tools)}")
 
     # 2. The dataset: one conversational prompt per task; reset() reads its task_id.
@@ -161,10 +187,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     # 3. The model.
     if args.model == TINY:
-        tokenizer = build_tiny_tokenizer(tokenizer_corpus(args.env, Env), qwen2_5_chat_template)
+        tokenizer = build_tiny_tokenizer(Env, dataset, qwen2_5_chat_template)
         model = build_tiny_model(tokenizer, args.seed)
         if args.sft_warmup:
-            sft_warmup(model, tokenizer, args.env, Env.openai_tools, args.sft_warmup)
+            sft_warmup(model, tokenizer, Env, dataset, args.sft_warmup)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

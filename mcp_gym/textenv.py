@@ -1,0 +1,378 @@
+"""Batched text-step API: chat messages in, tool messages + rewards out (verl / SkyRL / NeMo-RL style).
+
+RL trainers that drive their own generation (verl's agent loop, SkyRL-gym, NeMo-RL) do not exchange Gymnasium
+spaces with an environment: they send the model's *text* and expect the tool results back as OpenAI-style messages,
+plus a reward and a done flag per episode. :class:`TextEnvBatch` is that interface over ``n`` :class:`MCPEnv`
+episodes::
+
+    from mcp_gym.textenv import TextEnvBatch
+
+    batch = TextEnvBatch("Counter", n=4)           # a bundled env name, or a zero-argument env factory
+    batch.reset()                                   # n x [system, user] messages, also kept in batch.histories
+    while not batch.all_done:
+        texts = [my_llm(h, tools=batch.tools) if not done else "" for h, done in zip(batch.histories, batch.dones)]
+        outs = batch.step(texts)                    # per episode: .messages (tool messages), .reward, .done, .info
+    print(batch.returns)
+    batch.close()
+
+``batch.histories[i]`` is episode ``i``'s conversation in the canonical chat format of mcp-gym's SFT export (assistant
+messages with ``tool_calls`` whose ``arguments`` are objects, then ``tool`` messages), ready for a chat template;
+trainers that keep their own token-level history use ``outs[i].messages`` instead.
+
+Each ``step`` parses every text into tool calls with :func:`mcp_gym.parsing.parse_tool_calls` (OpenAI
+``tool_calls``, Hermes ``<tool_call>{json}</tool_call>``, bare JSON), runs each episode's calls in order and all the
+episodes concurrently on the :class:`~mcp_gym.runtime.Runtime` loop that owns the MCP sessions, and returns one
+:class:`StepOut` per episode. Text with no parseable tool call never raises: the episode gets an error tool message
+(and the step counts toward ``max_steps``, so a model that never calls a tool is truncated), or, with
+``no_tool_call="submit"``, the text is submitted as the final answer.
+
+An assistant *message* (a dict with ``content`` and OpenAI ``tool_calls``, as an inference server returns it) is
+accepted in place of a text. Episodes that are done are skipped (empty messages, reward 0, ``done=True``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mcp_gym.env import MCPEnv
+from mcp_gym.tasks import Task
+
+__all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "render_resources", "reset_options", "resolve_env_factory"]
+
+NoToolCall = Literal["error", "submit"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an agent acting through tools. Call the tools to solve the task; when it is done, call `submit` with "
+    "your final answer."
+)
+
+
+@dataclass
+class StepOut:
+    """What one episode returns from :meth:`TextEnvBatch.step`.
+
+    Attributes:
+        messages: Tool messages answering the turn's tool calls, in call order:
+            ``{"role": "tool", "tool_call_id", "name", "content"}``. Empty when the episode was already done, or
+            when a plain-text answer was submitted.
+        reward: Sum of the environment rewards of this turn's calls.
+        done: The episode is over (terminated or truncated); later steps skip it.
+        info: ``episode_id``, ``task_id``, ``step``, ``episode_return``, ``tool_calls`` (the parsed calls in OpenAI
+            form), ``parse_status`` / ``parse_error`` (see :mod:`mcp_gym.parsing`), ``raw_text``, ``errors`` (env
+            error dicts), ``terminated``, ``truncated``, ``termination``, ``skipped`` (the episode was already over),
+            ``success`` (when graded), ``tools_changed`` and, if so, ``tools`` (the new OpenAI tool list).
+    """
+
+    messages: list[dict[str, Any]]
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_env_factory(env: str | Callable[[], MCPEnv], env_kwargs: Mapping[str, Any] | None = None) -> Callable[
+    [], MCPEnv
+]:
+    """A zero-argument factory from a bundled env name (``"Counter"``) or a factory (returned as is)."""
+    if isinstance(env, str):
+        from mcp_gym.envs import make_env
+
+        name, kwargs = env, dict(env_kwargs or {})
+        return lambda: make_env(name, **kwargs)
+    if env_kwargs:
+        raise ValueError("env_kwargs only applies to a bundled env name; bind them in your factory instead")
+    if not callable(env):
+        raise TypeError(f"expected a bundled env name or a zero-argument env factory, got {type(env).__name__}")
+    return env
+
+
+def _message_text(prompt: Any) -> str:
+    """The text of a prompt: a string, or the content of the last user message of a conversation."""
+    if prompt is None:
+        return ""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Mapping):
+        content = prompt.get("content", "")
+    else:
+        users = [m for m in prompt if isinstance(m, Mapping) and m.get("role", "user") == "user"]
+        if not users:
+            return ""
+        content = users[-1].get("content", "")
+    if isinstance(content, list):  # multimodal parts
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    return str(content or "")
+
+
+def reset_options(env: MCPEnv, spec: Any) -> dict[str, Any] | None:
+    """``reset`` options for one episode from a task spec.
+
+    ``spec`` may be ``None`` (draw a task with the env's RNG), a :class:`Task`, a task id of the env, a prompt string,
+    or a dataset row: ``{"task_id": ...}``, a task record ``{"id", "prompt", ...}``, or ``{"prompt": str | messages}``
+    (a prompt equal to one of the env's task prompts selects that task; any other prompt becomes an ad-hoc task; an
+    empty prompt draws a task).
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, Task):
+        return {"task": spec}
+    ids = {t.id for t in env.tasks}
+    if isinstance(spec, str):
+        if spec in ids:
+            return {"task_id": spec}
+        spec = {"prompt": spec}
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"a task spec must be None, a Task, a str or a mapping, got {type(spec).__name__}")
+    task_id = spec.get("task_id")
+    if task_id is not None and task_id != "":
+        return {"task_id": str(task_id)}
+    if "id" in spec and "prompt" in spec and isinstance(spec["prompt"], str):
+        return {"task_id": spec["id"]} if spec["id"] in ids else {"task": dict(spec)}
+    text = _message_text(spec.get("prompt")).strip()
+    if not text:
+        return None
+    for t in env.tasks:
+        if t.prompt.strip() == text:
+            return {"task_id": t.id}
+    return {"task": {"id": f"adhoc-{abs(hash(text)) % 10**10:010d}", "prompt": text}}
+
+
+def render_resources(resources: Mapping[str, str], previous: Mapping[str, str] | None = None) -> str:
+    """Observed resources as text blocks (only those that differ from ``previous`` when it is given)."""
+    blocks = [
+        f"[resource {uri}]\n{text}"
+        for uri, text in resources.items()
+        if previous is None or previous.get(uri) != text
+    ]
+    return "\n\n".join(blocks)
+
+
+def parse_model_output(output: str | Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], str, str | None]:
+    """``(content, tool_calls, parse_status, parse_error)`` of one model output (text or an assistant message).
+
+    Uses :func:`mcp_gym.parsing.parse_tool_calls` / :func:`~mcp_gym.parsing.parse_message`; the calls come back in
+    OpenAI form with ``arguments`` as a dict (the canonical message format of mcp-gym's SFT export). Never raises.
+    """
+    from mcp_gym.parsing import parse_message, parse_tool_calls
+
+    res = parse_message(output) if isinstance(output, Mapping) else parse_tool_calls(output)
+    calls = [{"id": c.id or f"call_{k}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+             for k, c in enumerate(res.calls)]
+    return res.content, calls, res.status, res.error
+
+
+class TextEnvBatch:
+    """``n`` MCP episodes behind a batched, text-in / messages-out ``reset`` and ``step``.
+
+    Args:
+        env: A bundled env name (``"Counter"``, ``"SQL"``, ...), a zero-argument factory returning an
+            :class:`MCPEnv`, or a list of ready envs (then ``n`` defaults to its length).
+        n: Number of concurrent episodes (one env each; bundled in-process servers are shared, with per-episode
+            state, so this is cheap).
+        system_prompt: First message of every conversation (``None``: no system message). Tools are not written
+            into it: pass :attr:`tools` to your chat template / inference server.
+        no_tool_call: What a reply without a parseable tool call does: ``"error"`` (an error tool message; the step
+            counts toward ``max_steps``) or ``"submit"`` (the text is the final answer; the episode ends).
+        max_calls_per_turn: Tool calls executed per reply; extra calls get an error message.
+        show_resources: Append the env's observed resources to the first user message, and the resources that
+            changed to each tool message.
+        env_kwargs: Keyword arguments of ``make_env`` (bundled env names only).
+    """
+
+    def __init__(
+        self,
+        env: str | Callable[[], MCPEnv] | Sequence[MCPEnv],
+        n: int | None = None,
+        *,
+        system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+        no_tool_call: NoToolCall = "error",
+        max_calls_per_turn: int = 8,
+        show_resources: bool = True,
+        env_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if no_tool_call not in ("error", "submit"):
+            raise ValueError(f"no_tool_call must be 'error' or 'submit', got {no_tool_call!r}")
+        if isinstance(env, Sequence) and not isinstance(env, str):
+            self.envs: list[MCPEnv] = list(env)
+            if n is not None and n != len(self.envs):
+                raise ValueError(f"n={n} but {len(self.envs)} envs were given")
+        else:
+            if n is None or n < 1:
+                raise ValueError("n (the number of episodes) must be >= 1")
+            factory = resolve_env_factory(env, env_kwargs)
+            self.envs = [factory() for _ in range(n)]
+        if not self.envs:
+            raise ValueError("TextEnvBatch needs at least one env")
+        self.n = len(self.envs)
+        self.system_prompt = system_prompt
+        self.no_tool_call: NoToolCall = no_tool_call
+        self.max_calls_per_turn = max_calls_per_turn
+        self.show_resources = show_resources
+        self._rt = self.envs[0]._rt
+        self.dones = [True] * self.n
+        self.returns = [0.0] * self.n
+        self.histories: list[list[dict[str, Any]]] = [[] for _ in range(self.n)]
+        """Each episode's full conversation so far (initial messages, assistant replies, tool messages)."""
+        self._shown: list[dict[str, str]] = [{} for _ in range(self.n)]
+        self._turns = [0] * self.n
+
+    # -- public API -----------------------------------------------------------------------------------------------
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The OpenAI tool schemas of episode 0 (``submit`` included); see :meth:`tools_of` for one episode."""
+        return self.tools_of(0)
+
+    def tools_of(self, i: int) -> list[dict[str, Any]]:
+        """The OpenAI tool schemas episode ``i`` currently offers (tools may change mid-episode)."""
+        return self.envs[i].openai_tools()
+
+    @property
+    def all_done(self) -> bool:
+        """Every episode is over."""
+        return all(self.dones)
+
+    def reset(self, tasks: Sequence[Any] | None = None, seed: int | None = None) -> list[list[dict[str, Any]]]:
+        """Start ``n`` episodes; returns each one's initial messages (``[system?, user]``).
+
+        Args:
+            tasks: One spec per episode (see :func:`reset_options`: ``None``, a task id, a prompt, a
+                :class:`Task` or a dataset row), or ``None`` to draw every task with the envs' RNGs.
+            seed: Episode ``i`` is reset with ``seed + i``.
+        """
+        return self._rt.call(self._areset_all, tasks, seed)
+
+    def step(self, outputs: Sequence[str | Mapping[str, Any]]) -> list[StepOut]:
+        """Apply one model output (text or assistant message) per episode; returns one :class:`StepOut` each."""
+        return self._rt.call(self._astep_all, outputs)
+
+    async def areset(self, tasks: Sequence[Any] | None = None, seed: int | None = None) -> list[list[dict[str, Any]]]:
+        """Async :meth:`reset` (from any asyncio loop)."""
+        return await self._rt.acall(self._areset_all, tasks, seed)
+
+    async def astep(self, outputs: Sequence[str | Mapping[str, Any]]) -> list[StepOut]:
+        """Async :meth:`step` (from any asyncio loop)."""
+        return await self._rt.acall(self._astep_all, outputs)
+
+    def close(self) -> None:
+        """Close every env."""
+        for env in self.envs:
+            env.close()
+
+    def __enter__(self) -> TextEnvBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- implementation -------------------------------------------------------------------------------------------
+    async def _areset_all(self, tasks: Sequence[Any] | None, seed: int | None) -> list[list[dict[str, Any]]]:
+        if tasks is not None and len(tasks) != self.n:
+            raise ValueError(f"got {len(tasks)} task specs for {self.n} episodes")
+        specs = list(tasks) if tasks is not None else [None] * self.n
+        return list(await asyncio.gather(*(
+            self._areset_one(i, spec, None if seed is None else seed + i) for i, spec in enumerate(specs)
+        )))
+
+    async def _areset_one(self, i: int, spec: Any, seed: int | None) -> list[dict[str, Any]]:
+        env = self.envs[i]
+        obs, info = await env.areset(seed=seed, options=reset_options(env, spec))
+        self.dones[i] = False
+        self.returns[i] = 0.0
+        self._turns[i] = 0
+        self._shown[i] = dict(obs["resources"])
+        text = obs["task"]
+        if self.show_resources and obs["resources"]:
+            text = f"{text}\n\n{render_resources(obs['resources'])}"
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        messages.append({"role": "user", "content": text})
+        self.histories[i] = [dict(m) for m in messages]
+        return messages
+
+    async def _astep_all(self, outputs: Sequence[str | Mapping[str, Any]]) -> list[StepOut]:
+        if len(outputs) != self.n:
+            raise ValueError(f"got {len(outputs)} outputs for {self.n} episodes")
+        return list(await asyncio.gather(*(self._astep_one(i, out) for i, out in enumerate(outputs))))
+
+    def _base_info(self, i: int) -> dict[str, Any]:
+        env = self.envs[i]
+        return {"episode_id": env.episode_id, "task_id": env.task.id if env.task else None, "step": env.steps,
+                "episode_return": self.returns[i]}
+
+    async def _astep_one(self, i: int, output: str | Mapping[str, Any]) -> StepOut:
+        env = self.envs[i]
+        if self.dones[i]:
+            info = {"tool_calls": [], "parse_status": None, "parse_error": None, "raw_text": None, "errors": [],
+                    "terminated": False, "truncated": False, "termination": None, "tools_changed": False}
+            return StepOut([], 0.0, True, {**info, **self._base_info(i), "skipped": True})
+        self._turns[i] += 1
+        content, calls, parse_status, parse_error = parse_model_output(output)
+        for k, c in enumerate(calls):
+            if c["id"] == f"call_{k}":  # the model gave no id: make them unique within the episode
+                c["id"] = f"call_{self._turns[i]}_{k}"
+        self.histories[i].append({"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})})
+        info: dict[str, Any] = {
+            "tool_calls": calls, "parse_status": parse_status, "parse_error": parse_error,
+            "raw_text": output if isinstance(output, str) else None, "errors": [],
+            "terminated": False, "truncated": False, "termination": None, "tools_changed": False, "skipped": False,
+        }
+        messages: list[dict[str, Any]] = []
+        reward = 0.0
+        if not calls:
+            if self.no_tool_call == "submit":
+                r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": content}}, info)
+                reward += r
+            else:
+                error = {"kind": "parse_error", "tool": None, "server": None, "argument": None, "code": parse_status,
+                         "message": parse_error or "no tool call found"}
+                r, _ = await self._apply(i, {"tool": None, "arguments": {}}, info, error)  # counts the step
+                reward += r
+                hint = ", ".join(t["function"]["name"] for t in env.openai_tools())
+                text = f"Error: could not read a tool call from your reply ({error['message']}). Call one of: {hint}."
+                messages.append({"role": "tool", "tool_call_id": f"call_{self._turns[i]}_error", "name": "error",
+                                 "content": text})
+        for k, call in enumerate(calls):
+            name = call["function"]["name"]
+            if self.dones[i]:
+                text = "Error: the episode is over; this call was not executed."
+            elif k >= self.max_calls_per_turn:
+                text = f"Error: at most {self.max_calls_per_turn} tool calls are executed per reply; call it again."
+            else:
+                r, text = await self._apply(i, {"tool": name, "arguments": call["function"]["arguments"]}, info)
+                reward += r
+            messages.append({"role": "tool", "tool_call_id": call["id"], "name": str(name), "content": text})
+        self.histories[i].extend(dict(m) for m in messages)
+        info.update(self._base_info(i))
+        if info["tools_changed"]:
+            info["tools"] = env.openai_tools()
+        return StepOut(messages, reward, self.dones[i], info)
+
+    async def _apply(
+        self, i: int, action: dict[str, Any], info: dict[str, Any], error: dict[str, Any] | None = None
+    ) -> tuple[float, str]:
+        """Step episode ``i`` with one action; returns ``(reward, tool message text)`` and updates ``info``.
+
+        ``error`` replaces the env's error description in ``info["errors"]`` (used for unparseable replies).
+        """
+        env = self.envs[i]
+        obs, reward, terminated, truncated, step_info = await env.astep(action)
+        reward = float(reward)
+        self.returns[i] += reward
+        if error is not None or step_info.get("error"):
+            info["errors"].append(error or step_info["error"])
+        info["tools_changed"] = info["tools_changed"] or bool(step_info.get("tools_changed"))
+        for key in ("success", "final_answer"):
+            if key in step_info:
+                info[key] = step_info[key]
+        text = obs["result"]
+        if self.show_resources:
+            changed = render_resources(obs["resources"], self._shown[i])
+            if changed:
+                text = f"{text}\n\n{changed}"
+        self._shown[i] = dict(obs["resources"])
+        if terminated or truncated:
+            self.dones[i] = True
+            info.update(terminated=bool(terminated), truncated=bool(truncated),
+                        termination=step_info.get("termination"))
+        return reward, text

@@ -1,0 +1,480 @@
+"""TRL GRPO adapter: an mcp-gym env as a TRL ``environment_factory`` class.
+
+TRL's ``GRPOTrainer(environment_factory=...)`` wants a class whose instances are environments: ``reset(**row)``
+starts an episode from a dataset row (its return value, if a string, is appended to the prompt), every other public
+method is a *tool* the model may call during generation (TRL builds the tool schemas from the methods' type hints and
+Google-style docstrings), and an optional ``get_reward()`` scores the finished rollout. :func:`environment_factory`
+builds such a class from any :class:`~mcp_gym.env.MCPEnv`, generating one method per MCP tool with a real
+``inspect.Signature``, annotations derived from the tool's JSON Schema and an ``Args:`` docstring::
+
+    from trl import GRPOConfig, GRPOTrainer
+    from mcp_gym.trl import environment_factory, task_dataset
+
+    trainer = GRPOTrainer(
+        model="Qwen/Qwen3-0.6B",
+        train_dataset=task_dataset("Counter", split="train"),   # columns: prompt, task_id
+        environment_factory=environment_factory("Counter"),
+        args=GRPOConfig(max_completion_length=256, ...),
+    )
+
+Each instance owns one :class:`MCPEnv` (bundled servers run in-process and keep per-episode state, so instances are
+cheap); a tool method steps it and returns the result text (plus observed resources that changed). ``get_reward()``
+returns the episode return (server rewards plus the verifier's grade on ``submit``) or, with ``reward="verifier"``,
+the verifier's grade of the final server state even without ``submit``.
+
+Limits: TRL fixes the tool list per class, so the class offers the tools listed at the start of a probe episode
+(``submit`` included); tools a server reveals mid-episode (``tools/list_changed``) are not offered, and calling a tool
+absent from the current episode returns the env's error text.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import re
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, MCPEnv
+from mcp_gym.textenv import _message_text, render_resources, reset_options, resolve_env_factory
+
+__all__ = ["environment_factory", "task_dataset", "schema_to_annotation", "ToolMethodSpec", "tool_method"]
+
+RewardMode = Literal["return", "verifier"]
+RESERVED_NAMES = frozenset({"reset", "get_reward"})
+_JSON_SCALARS = (str, int, float, bool, type(None))
+_SIMPLE_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "null": type(None)}
+_DOC_SECTION = re.compile(r"\b(Args|Arguments|Returns|Raises|Yields|Examples?)\s*:")
+
+
+# -- JSON Schema -> Python annotations ---------------------------------------------------------------------------------
+def _union(types: Sequence[Any]) -> Any:
+    unique: list[Any] = []
+    for t in types:
+        if t not in unique:
+            unique.append(t)
+    if not unique:
+        return Any
+    if Any in unique:
+        return Any
+    return unique[0] if len(unique) == 1 else Union[tuple(unique)]  # noqa: UP007 - built from a runtime list
+
+
+def schema_to_annotation(schema: Any) -> Any:
+    """A Python type hint for a JSON Schema, in the subset ``transformers.utils.get_json_schema`` converts back.
+
+    ``string``/``integer``/``number``/``boolean``/``null`` -> ``str``/``int``/``float``/``bool``/``None``; ``enum`` and
+    ``const`` -> ``Literal[...]``; ``array`` -> ``list[item]``; ``object`` -> ``dict`` (``dict[str, v]`` with an
+    ``additionalProperties`` schema); type lists, ``anyOf`` and ``oneOf`` -> unions; anything else -> ``Any``.
+    """
+    if not isinstance(schema, Mapping):
+        return Any
+    if "const" in schema and isinstance(schema["const"], _JSON_SCALARS):
+        return Literal[schema["const"]]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, _JSON_SCALARS) for v in enum):
+        return Literal[tuple(enum)]
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return _union([schema_to_annotation(s) for s in schema[key]])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return _union([schema_to_annotation({**schema, "type": k}) for k in kind])
+    if kind in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[kind]
+    if kind == "array":
+        items = schema.get("items")
+        item_type = schema_to_annotation(items) if isinstance(items, Mapping) else Any
+        return list if item_type is Any else list[item_type]
+    if kind == "object":
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, Mapping) and extra:
+            value_type = schema_to_annotation(extra)
+            return dict if value_type is Any else dict[str, value_type]
+        return dict
+    return Any
+
+
+def _allows_null(schema: Any) -> bool:
+    if not isinstance(schema, Mapping):
+        return False
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    return any(_allows_null(s) for key in ("anyOf", "oneOf") for s in schema.get(key) or [])
+
+
+def _one_line(text: str) -> str:
+    """Whitespace collapsed to single spaces, with docstring section headers defused (they would cut the parse)."""
+    return _DOC_SECTION.sub(lambda m: f"{m.group(1)} -", " ".join(str(text).split()))
+
+
+_GOOGLE_SECTION = re.compile(r"^[ \t]*(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?)[ \t]*:[ \t]*$",
+                             re.MULTILINE)
+_GOOGLE_ARG = re.compile(r"^(\w+)(?:\s*\([^()]*\))?\s*:\s*(.*)$")
+
+
+def split_google_docstring(text: str) -> tuple[str, dict[str, str], str]:
+    """``(summary, {argument: description}, returns)`` of a tool description written as a Google docstring.
+
+    MCP servers built from Python functions often ship their docstring as the description, with an ``Args:``
+    section; its per-argument texts fill in arguments whose schema has no ``description``. Section headers left in
+    the summary are defused (``transformers`` would cut the description at them).
+    """
+    lines = inspect.cleandoc(text or "").splitlines()
+    kept: list[str] = []
+    args: dict[str, str] = {}
+    returns = ""
+    i = 0
+    while i < len(lines):
+        header = _GOOGLE_SECTION.match(lines[i])
+        if header is None:
+            kept.append(lines[i])
+            i += 1
+            continue
+        indent = len(lines[i]) - len(lines[i].lstrip())
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+            body.append(lines[i])
+            i += 1
+        kind = header.group(1).lower()
+        if kind in ("args", "arguments", "parameters"):
+            current = None
+            for line in textwrap.dedent("\n".join(body)).splitlines():
+                hit = _GOOGLE_ARG.match(line)
+                if hit and not line[:1].isspace():
+                    current = hit.group(1)
+                    args[current] = hit.group(2).strip()
+                elif current and line.strip():
+                    args[current] = f"{args[current]} {line.strip()}"
+        elif kind in ("returns", "yields"):
+            returns = " ".join(" ".join(body).split())
+        else:
+            kept.extend([lines[i - len(body) - 1], *body])
+    summary = re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+    summary = "\n".join(_DOC_SECTION.sub(lambda m: f"{m.group(1)} -", line) for line in summary.splitlines())
+    return summary, args, returns
+
+
+def _constraints(schema: Mapping[str, Any]) -> str:
+    parts = []
+    for key, label in (("minimum", "min"), ("maximum", "max"), ("exclusiveMinimum", "> "), ("exclusiveMaximum", "< "),
+                       ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"),
+                       ("maxItems", "max items"), ("pattern", "pattern"), ("format", "format")):
+        if key in schema and isinstance(schema[key], (int, float, str)):
+            sep = "" if label.endswith(" ") and label.strip() in "<>" else " "
+            parts.append(f"{label.strip()}{sep}{schema[key]}")
+    if schema.get("default") is not None and isinstance(schema["default"], _JSON_SCALARS):
+        parts.append(f"default {schema['default']!r}")
+    return "; ".join(parts)
+
+
+def _identifier(name: str, taken: set[str], reserved: frozenset[str] = frozenset()) -> str:
+    """A valid, unused, non-keyword Python identifier for ``name``."""
+    ident = re.sub(r"\W", "_", name)
+    if not ident or ident[0].isdigit():
+        ident = "_" + ident if ident else "arg"
+    if ident.startswith("_"):
+        ident = "t" + ident
+    if keyword.iskeyword(ident) or ident in reserved or ident == "self":
+        ident += "_"
+    base, k = ident, 2
+    while ident in taken:
+        ident, k = f"{base}_{k}", k + 1
+    taken.add(ident)
+    return ident
+
+
+# -- tool methods ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolMethodSpec:
+    """How a generated method maps to its MCP tool.
+
+    Attributes:
+        method_name: The Python name (a valid identifier; also the tool name the model sees).
+        tool_name: The env's tool name (``MCPEnv.tools`` / ``submit``).
+        params: Python parameter name -> JSON argument name.
+        nullable: Python parameter names whose schema allows ``null`` (``None`` is sent, not dropped).
+        optional: Python parameter names that are not required (``None`` means "omit").
+    """
+
+    method_name: str
+    tool_name: str
+    params: Mapping[str, str]
+    nullable: frozenset[str]
+    optional: frozenset[str]
+
+
+def tool_method(
+    tool_name: str, description: str, input_schema: Mapping[str, Any], method_name: str | None = None
+) -> tuple[Callable[..., str], ToolMethodSpec]:
+    """Build the method for one MCP tool: ``def <name>(self, <params>) -> str`` with signature, hints and docstring.
+
+    The method calls ``self._call_tool(tool_name, arguments)``. Optional parameters default to ``None`` (or to the
+    schema's scalar default) and are left out of the call when ``None``, so the server applies its own default.
+    """
+    name = method_name or _identifier(tool_name, set(), RESERVED_NAMES)
+    summary, doc_args, doc_returns = split_google_docstring(description)
+    props = input_schema.get("properties") or {}
+    required = [p for p in (input_schema.get("required") or []) if p in props]
+    order = required + [p for p in props if p not in required]
+    taken: set[str] = set()
+    params: dict[str, str] = {}
+    sig_params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    arg_docs: list[str] = []
+    nullable: set[str] = set()
+    optional: set[str] = set()
+    for json_name in order:
+        schema = props[json_name] if isinstance(props[json_name], Mapping) else {}
+        py_name = _identifier(json_name, taken)
+        params[py_name] = json_name
+        hint = schema_to_annotation(schema)
+        if _allows_null(schema):
+            nullable.add(py_name)
+        if json_name in required:
+            default = inspect.Parameter.empty
+        else:
+            optional.add(py_name)
+            d = schema.get("default", None)
+            default = d if isinstance(d, _JSON_SCALARS) else None
+            if default is None and hint is not Any:
+                hint = Union[hint, None]  # noqa: UP007 - a runtime-built hint
+        annotations[py_name] = hint
+        sig_params.append(inspect.Parameter(py_name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                                            annotation=hint))
+        text = _one_line(schema.get("description") or doc_args.get(json_name) or schema.get("title")
+                         or json_name.replace("_", " "))
+        extra = _constraints(schema)
+        if py_name != json_name:
+            extra = f"{extra}; JSON name {json_name!r}" if extra else f"JSON name {json_name!r}"
+        arg_docs.append(f"    {py_name}: {text}" + (f" ({extra})" if extra else ""))
+    annotations["return"] = str
+    signature = inspect.Signature(sig_params, return_annotation=str)
+    returns = f"The tool result as text ({_one_line(doc_returns)})" if doc_returns else "The tool result as text."
+    doc = summary or f"Call the MCP tool {tool_name!r}."
+    if arg_docs:
+        doc += "\n\nArgs:\n" + "\n".join(arg_docs)
+    doc += f"\n\nReturns:\n    {returns}"
+    spec = ToolMethodSpec(name, tool_name, dict(params), frozenset(nullable), frozenset(optional))
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> str:
+        bound = signature.bind(self, *args, **kwargs)  # TypeError on unknown/missing arguments: TRL reports it
+        arguments: dict[str, Any] = {}
+        for py, value in bound.arguments.items():
+            if py == "self":
+                continue
+            if value is None and py in spec.optional and py not in spec.nullable:
+                continue
+            arguments[spec.params[py]] = value
+        return self._call_tool(spec.tool_name, arguments)
+
+    method.__name__ = name
+    method.__qualname__ = name
+    method.__doc__ = doc
+    method.__signature__ = signature  # type: ignore[attr-defined]
+    method.__annotations__ = annotations
+    method.__mcp_tool__ = spec  # type: ignore[attr-defined]
+    return method, spec
+
+
+# -- the environment base class ----------------------------------------------------------------------------------------
+class MCPToolEnvironment:
+    """Base of the classes :func:`environment_factory` builds (public methods other than ``reset`` and
+    ``get_reward`` would become tools, so everything else here is private).
+
+    Instance attributes: ``env`` (the :class:`MCPEnv`), ``task`` (the current task), ``episode_return``, ``done``,
+    ``last_info`` (info of the last step).
+    """
+
+    _make_env: Callable[[], MCPEnv]
+    _reward: RewardMode | Callable[[MCPEnv], float] = "return"
+    _show_resources: bool = True
+    _tool_specs: Mapping[str, ToolMethodSpec] = {}
+    openai_tools: list[dict[str, Any]] = []
+    """The tool schemas TRL derives from the methods (computed once, for inspection)."""
+
+    def __init__(self) -> None:
+        self.env: MCPEnv = type(self)._make_env()
+        self.done = False
+        self.episode_return = 0.0
+        self.last_info: dict[str, Any] = {}
+        self._shown: dict[str, str] = {}
+        self._answer: str | None = None
+        self._started = False
+
+    def reset(self, **row: Any) -> str | None:
+        """Start an episode for a dataset row; returns text to append to the prompt (or ``None``).
+
+        The row's ``task_id`` selects the task; otherwise its ``prompt`` (the last user message) is matched against
+        the env's task prompts (an unknown prompt becomes an ad-hoc task, an empty one draws a random task). The
+        returned text is the task prompt when the row's prompt does not already contain it, plus the observed
+        resources.
+        """
+        options = reset_options(self.env, row if row else None)
+        obs, info = self.env.reset(options=options)
+        self.done = False
+        self.episode_return = 0.0
+        self.last_info = info
+        self._answer = None
+        self._started = True
+        self._shown = dict(obs["resources"])
+        shown = _message_text(row.get("prompt")) if row else ""
+        parts = [] if obs["task"].strip() and obs["task"].strip() in shown else [obs["task"]]
+        if self._show_resources and obs["resources"]:
+            parts.append(render_resources(obs["resources"]))
+        text = "\n\n".join(p for p in parts if p)
+        if not text:
+            return None
+        return ("\n\n" + text) if shown.strip() else text
+
+    def get_reward(self) -> float:
+        """The finished rollout's reward (see :func:`environment_factory`'s ``reward``)."""
+        mode = type(self)._reward
+        if callable(mode):
+            return float(mode(self.env))
+        if not self._started:
+            return 0.0
+        if mode == "verifier" and self.env.verifier is not None and self.env.task is not None:
+            if self.last_info.get("termination") == "submit" and "verifier_reward" in self.last_info:
+                return float(self.last_info["verifier_reward"])
+            try:
+                return float(self.env._rt.call(self.env._grade, self._answer))
+            except Exception:  # noqa: BLE001 - a broken verifier scores 0 rather than stopping training
+                return 0.0
+        return float(self.episode_return)
+
+    def _call_tool(self, tool: str, arguments: dict[str, Any]) -> str:
+        if not self._started:
+            raise RuntimeError("call reset() before calling a tool")
+        if self.done:
+            return "Error: the episode is over; no more tool calls are executed."
+        obs, reward, terminated, truncated, info = self.env.step({"tool": tool, "arguments": arguments})
+        self.episode_return += float(reward)
+        self.done = bool(terminated or truncated)
+        self.last_info = info
+        if tool == "submit":
+            self._answer = info.get("final_answer")
+        text = obs["result"]
+        if self._show_resources:
+            changed = render_resources(obs["resources"], self._shown)
+            if changed:
+                text = f"{text}\n\n{changed}"
+        self._shown = dict(obs["resources"])
+        return text
+
+    def _close(self) -> None:
+        """Close the env (stops stdio servers)."""
+        self.env.close()
+
+
+def environment_factory(
+    env: str | Callable[[], MCPEnv],
+    *,
+    tools: Sequence[str] | None = None,
+    include_submit: bool = True,
+    reward: RewardMode | Callable[[MCPEnv], float] = "return",
+    show_resources: bool = True,
+    probe_task: str | None = None,
+    class_name: str | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> type[MCPToolEnvironment]:
+    """Build a TRL ``environment_factory`` class for an mcp-gym env.
+
+    Args:
+        env: A bundled env name (``"Counter"``, ``"SQL"``, ...) or a zero-argument factory returning an
+            :class:`MCPEnv`; each instance of the class calls it once.
+        tools: Offer only these tools (env tool names; default: every tool listed in the probe episode).
+        include_submit: Offer the built-in ``submit(answer)`` tool that ends the episode and is graded.
+        reward: ``"return"`` (the episode return: server rewards plus the verifier's grade on ``submit``),
+            ``"verifier"`` (the verifier's grade of the final state, even without ``submit``), or a callable
+            ``(env) -> float`` called at the end of the rollout.
+        show_resources: Append observed resources to the prompt and the changed ones to tool results.
+        probe_task: Task id whose first episode lists the tools (default: the env's first task).
+        class_name: Name of the class (TRL logs the ``get_reward`` column under it; default ``<Env>Environment``).
+        env_kwargs: ``make_env`` keyword arguments (bundled env names only).
+
+    Returns:
+        A subclass of :class:`MCPToolEnvironment` with one class-level method per tool.
+    """
+    if reward not in ("return", "verifier") and not callable(reward):
+        raise ValueError(f"reward must be 'return', 'verifier' or a callable, got {reward!r}")
+    factory = resolve_env_factory(env, env_kwargs)
+    probe = factory()
+    try:
+        task_ids = [t.id for t in probe.tasks]
+        probe.reset(options={"task_id": probe_task or task_ids[0]} if (probe_task or task_ids) else None)
+        entries = [(e.name, e.tool.description or "", e.input_schema) for e in probe.tools]
+        env_id = probe.env_id
+    finally:
+        probe.close()
+    if tools is not None:
+        known = {name for name, _, _ in entries} | {"submit"}
+        unknown = [t for t in tools if t not in known]
+        if unknown:
+            raise ValueError(f"unknown tool(s) {unknown}; the env offers {sorted(known)}")
+        entries = [e for e in entries if e[0] in tools]
+    if include_submit and not any(name == "submit" for name, _, _ in entries):
+        entries.append(("submit", SUBMIT_DESCRIPTION, SUBMIT_SCHEMA))
+    taken: set[str] = set()
+    namespace: dict[str, Any] = {}
+    specs: dict[str, ToolMethodSpec] = {}
+    for name, description, schema in entries:
+        method, spec = tool_method(name, description, schema, _identifier(name, taken, RESERVED_NAMES))
+        namespace[spec.method_name] = method
+        specs[spec.method_name] = spec
+    if class_name is None:
+        base = env if isinstance(env, str) else (env_id or "MCP").split("/")[-1].split("-v")[0]
+        class_name = re.sub(r"\W", "", base.title() if base.islower() else base) + "Environment"
+    namespace.update(
+        _make_env=staticmethod(factory),
+        _reward=staticmethod(reward) if callable(reward) else reward,
+        _show_resources=show_resources,
+        _tool_specs=specs,
+        __doc__=f"TRL environment over the mcp-gym env {env_id or env!r} (tools: {', '.join(specs)}).",
+        __module__=__name__,
+    )
+    cls = type(class_name, (MCPToolEnvironment,), namespace)
+    cls.openai_tools = _schemas_of(cls)
+    return cls
+
+
+def _schemas_of(cls: type) -> list[dict[str, Any]]:
+    """The OpenAI tool schemas transformers derives from the class's tool methods ([] without transformers)."""
+    try:
+        from transformers.utils import get_json_schema
+    except ImportError:
+        return []
+    return [get_json_schema(getattr(cls, name)) for name in cls._tool_specs]
+
+
+def task_dataset(
+    env: str,
+    split: str | None = "train",
+    *,
+    system_prompt: str | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+) -> Any:
+    """A TRL-ready ``datasets.Dataset`` of a bundled env's tasks: conversational ``prompt`` plus ``task_id``.
+
+    Args:
+        env: Bundled env name.
+        split: ``"train"``, ``"test"`` or ``None`` for all tasks.
+        system_prompt: Optional system message before the task prompt.
+        limit: Keep the first ``limit`` tasks.
+        seed: Task-generation seed.
+    """
+    import datasets
+
+    from mcp_gym.envs import load_env_tasks
+
+    tasks = load_env_tasks(env, split, seed)[:limit]
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return datasets.Dataset.from_dict({
+        "prompt": [[*system, {"role": "user", "content": t.prompt}] for t in tasks],
+        "task_id": [t.id for t in tasks],
+    })

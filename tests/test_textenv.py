@@ -1,0 +1,169 @@
+"""The batched text-step API: model texts in, tool messages + rewards + done flags out, never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+import mcp_gym
+from mcp_gym.textenv import StepOut, TextEnvBatch, parse_model_output, render_resources, reset_options
+
+
+def hermes(name: str, **arguments: object) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+@pytest.fixture
+def batch() -> TextEnvBatch:
+    b = TextEnvBatch("Counter", n=3)
+    yield b
+    b.close()
+
+
+def test_reset_returns_chat_messages_with_task_and_resources(batch: TextEnvBatch) -> None:
+    convs = batch.reset(["counter-0000", {"task_id": "counter-0001"}, None], seed=7)
+    assert len(convs) == 3
+    for conv in convs:
+        assert [m["role"] for m in conv] == ["system", "user"]
+        assert "[resource counter://state]\ncount=0 target=" in conv[1]["content"]
+    assert convs[0][1]["content"].startswith("Use the counter tools to make the counter reach exactly 9")
+    assert [e.task.id for e in batch.envs[:2]] == ["counter-0000", "counter-0001"]
+    assert not batch.all_done
+    names = [t["function"]["name"] for t in batch.tools]
+    assert names == ["add", "get_count", "submit"]
+
+
+def test_step_formats_and_rewards(batch: TextEnvBatch) -> None:
+    batch.reset(["counter-0000", "counter-0001", "counter-0002"])  # targets 9, 4, ...
+    message = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "x1", "type": "function", "function": {"name": "add", "arguments": '{"amount": 3}'}},
+        {"type": "function", "function": {"name": "add", "arguments": {"amount": 1}}},
+    ]}
+    outs = batch.step([hermes("add", amount=5), message, '{"name": "get_count", "arguments": {}}'])
+    assert all(isinstance(o, StepOut) for o in outs)
+    # Hermes text: one call, a step cost, the changed resource appended to the tool message.
+    o = outs[0]
+    assert [m["role"] for m in o.messages] == ["tool"] and o.messages[0]["name"] == "add"
+    assert '"count": 5' in o.messages[0]["content"] and "count=5 target=9" in o.messages[0]["content"]
+    assert o.reward == pytest.approx(-0.01) and not o.done and o.info["parse_status"] == "ok"
+    assert o.info["tool_calls"][0]["function"] == {"name": "add", "arguments": {"amount": 5}}
+    # An OpenAI assistant message with two calls (JSON-string and dict arguments) reaching the target of 4.
+    o = outs[1]
+    assert [m["tool_call_id"] for m in o.messages] == ["x1", "call_1_1"]
+    assert o.done and o.reward == pytest.approx(0.99) and o.info["success"] is True
+    assert o.info["terminated"] and o.info["termination"] == "done" and o.info["episode_return"] == pytest.approx(0.99)
+    # Bare JSON, a read-only tool: no reward, resource unchanged so nothing appended.
+    o = outs[2]
+    assert o.messages[0]["content"].strip() == "0" and o.reward == 0.0 and not o.done
+    # A done episode is skipped; the others go on.
+    outs = batch.step([hermes("add", amount=4), hermes("add", amount=1), hermes("add", amount=1)])
+    assert outs[0].done and outs[0].reward == pytest.approx(1.0)
+    assert outs[1].info["skipped"]
+    assert outs[1].messages == [] and outs[1].reward == 0.0 and outs[1].done
+    assert batch.returns[0] == pytest.approx(0.99)
+    hist = batch.histories[0]
+    assert [m["role"] for m in hist] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert hist[2]["tool_calls"][0]["function"]["arguments"] == {"amount": 5}
+
+
+def test_unparseable_text_is_an_error_message_never_a_crash(batch: TextEnvBatch) -> None:
+    batch.reset(["counter-0000"] * 3)
+    garbage = ["I think I should add five.", '<tool_call>{"name": "add", "arguments": {"amount": </tool_call>',
+               None]
+    outs = batch.step(garbage)  # type: ignore[list-item]
+    for o in outs:
+        assert len(o.messages) == 1 and o.messages[0]["role"] == "tool" and o.messages[0]["name"] == "error"
+        assert o.messages[0]["content"].startswith("Error: could not read a tool call")
+        assert "add, get_count, submit" in o.messages[0]["content"]
+        assert not o.done and o.info["errors"][0]["kind"] == "parse_error"
+    assert [o.info["parse_status"] for o in outs] == ["no_tool_call", "invalid_json", "no_tool_call"]
+    assert [e.steps for e in batch.envs] == [1, 1, 1]  # the turn counts toward max_steps
+    # Invalid arguments and unknown tools come back as the env's error text.
+    outs = batch.step([hermes("add", amount=99), hermes("nope"), hermes("add", wrong=1)])
+    assert "greater than the maximum of 5" in outs[0].messages[0]["content"]
+    assert "unknown tool 'nope'" in outs[1].messages[0]["content"]
+    assert all(o.info["errors"] and not o.done for o in outs)
+
+
+def test_never_calling_a_tool_is_truncated() -> None:
+    with TextEnvBatch("Counter", n=2, env_kwargs={"max_steps": 3}) as b:
+        b.reset(["counter-0000", "counter-0001"])
+        for _ in range(3):
+            outs = b.step(["hmm", "still thinking"])
+        assert all(o.done and o.info["truncated"] and o.info["termination"] == "max_steps" for o in outs)
+        assert b.all_done
+
+
+def test_no_tool_call_submit_mode_and_extra_calls() -> None:
+    with TextEnvBatch("Counter", n=2, no_tool_call="submit", max_calls_per_turn=2, system_prompt=None) as b:
+        convs = b.reset(["counter-0001", "counter-0000"])
+        assert [m["role"] for m in convs[0]] == ["user"]
+        calls = "\n".join([hermes("add", amount=1)] * 3)
+        outs = b.step([hermes("add", amount=4), calls])
+        assert outs[0].done and outs[0].info["success"] is True
+        assert len(outs[1].messages) == 3 and "at most 2 tool calls" in outs[1].messages[2]["content"]
+        assert b.envs[1].steps == 2
+        outs = b.step(["ignored", "The count is 2."])
+        assert outs[0].info["skipped"] and outs[1].done and outs[1].messages == []
+        assert outs[1].info["termination"] == "submit" and outs[1].info["final_answer"] == "The count is 2."
+        assert outs[1].info["success"] is False and outs[1].reward == 0.0
+
+
+def test_episodes_run_concurrently() -> None:
+    """Four episodes each calling a 0.4 s tool finish in about one call's time, not four."""
+    from mcp_gym.connection import InProcess
+    from mcp_gym.servers.testing import make_server
+
+    server = make_server(diagnostics=True)
+    with TextEnvBatch(lambda: mcp_gym.MCPEnv(InProcess(server)), n=4) as b:
+        b.reset()
+        start = time.perf_counter()
+        outs = b.step([hermes("slow", seconds=0.4)] * 4)
+        elapsed = time.perf_counter() - start
+        assert all(o.messages[0]["content"] == "slept 0.4" for o in outs)
+        assert elapsed < 1.2, f"4 x 0.4 s took {elapsed:.2f} s: episodes did not overlap"
+
+
+def test_async_face_from_another_loop(batch: TextEnvBatch) -> None:
+    async def run() -> list[StepOut]:
+        await batch.areset(["counter-0001"] * 3)
+        return await batch.astep([hermes("add", amount=4)] * 3)
+
+    outs = asyncio.run(run())
+    assert all(o.done and o.reward == pytest.approx(1.0) for o in outs)
+
+
+def test_helpers() -> None:
+    env = mcp_gym.make_env("Counter")
+    try:
+        prompt = env.tasks[3].prompt
+        assert reset_options(env, None) is None
+        assert reset_options(env, env.tasks[3].id) == {"task_id": env.tasks[3].id}
+        row = {"prompt": [{"role": "system", "content": "x"}, {"role": "user", "content": prompt}]}
+        assert reset_options(env, row) == {"task_id": env.tasks[3].id}
+        assert reset_options(env, {"prompt": [{"role": "user", "content": ""}]}) is None
+        adhoc = reset_options(env, "Make it 3.")
+        assert adhoc is not None and adhoc["task"]["prompt"] == "Make it 3."
+        assert reset_options(env, {"id": "t1", "prompt": "p"}) == {"task": {"id": "t1", "prompt": "p"}}
+    finally:
+        env.close()
+    assert render_resources({"a://x": "1", "b://y": "2"}, {"a://x": "1"}) == "[resource b://y]\n2"
+    content, calls, status, error = parse_model_output("Let me add.\n" + hermes("add", amount=2))
+    assert content == "Let me add." and calls[0]["function"]["arguments"] == {"amount": 2} and status == "ok"
+    assert parse_model_output(42)[2] == "no_tool_call"  # type: ignore[arg-type]
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        TextEnvBatch("Counter")
+    with pytest.raises(ValueError):
+        TextEnvBatch("Counter", n=1, no_tool_call="ignore")  # type: ignore[arg-type]
+    with TextEnvBatch("Counter", n=2) as b:
+        with pytest.raises(ValueError):
+            b.reset(["counter-0000"])
+        b.reset()
+        with pytest.raises(ValueError):
+            b.step(["a"])

@@ -1,0 +1,227 @@
+"""The TRL GRPO adapter: tool methods generated from MCP schemas, reset(**row), get_reward(); and the CPU example."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from mcp_gym.trl import (
+    MCPToolEnvironment,
+    environment_factory,
+    schema_to_annotation,
+    split_google_docstring,
+    task_dataset,
+    tool_method,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def counter_cls() -> type[MCPToolEnvironment]:
+    return environment_factory("Counter")
+
+
+def tool_members(cls: type) -> list[str]:
+    """What TRL treats as tools: class-level functions other than reset/get_reward and private ones."""
+    return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if name not in ("reset", "get_reward") and not name.startswith("_")]
+
+
+def test_schema_to_annotation() -> None:
+    assert schema_to_annotation({"type": "string"}) is str
+    assert schema_to_annotation({"type": "integer", "minimum": 0}) is int
+    assert schema_to_annotation({"type": "number"}) is float
+    assert schema_to_annotation({"type": "boolean"}) is bool
+    assert schema_to_annotation({"type": "array", "items": {"type": "integer"}}) == list[int]
+    assert schema_to_annotation({"type": "array"}) is list
+    assert schema_to_annotation({"type": "object"}) is dict
+    assert schema_to_annotation({"type": "object", "additionalProperties": {"type": "number"}}) == dict[str, float]
+    assert schema_to_annotation({"enum": ["up", "down"], "type": "string"}) == Literal["up", "down"]
+    assert schema_to_annotation({"const": 3}) == Literal[3]
+    assert schema_to_annotation({"anyOf": [{"type": "string"}, {"type": "null"}]}) == typing.Optional[str]  # noqa: UP045
+    assert schema_to_annotation({"type": ["integer", "string"]}) == typing.Union[int, str]  # noqa: UP007
+    assert schema_to_annotation({"$ref": "#/$defs/X"}) is Any
+    assert schema_to_annotation({}) is Any
+
+
+def test_split_google_docstring() -> None:
+    summary, args, returns = split_google_docstring(
+        "Create a note.\n\n    Args:\n        title: The title.\n            Unique.\n        tags: Labels.\n\n"
+        "    Returns the note.\n    Returns:\n        the stored note\n    Example: create_note('a')")
+    assert summary.startswith("Create a note.") and "Returns the note." in summary
+    assert "Example -" in summary and "Args:" not in summary
+    assert args == {"title": "The title. Unique.", "tags": "Labels."}
+    assert returns == "the stored note"
+
+
+def test_counter_class_has_class_level_tool_methods(counter_cls: type[MCPToolEnvironment]) -> None:
+    assert counter_cls.__name__ == "CounterEnvironment" and issubclass(counter_cls, MCPToolEnvironment)
+    assert tool_members(counter_cls) == ["add", "get_count", "submit"]
+    sig = inspect.signature(counter_cls.add)
+    assert list(sig.parameters) == ["self", "amount"]
+    assert sig.parameters["amount"].annotation is int and sig.return_annotation is str
+    assert typing.get_type_hints(counter_cls.add) == {"amount": int, "return": str}
+    doc = inspect.getdoc(counter_cls.add)
+    assert doc.startswith("Add `amount` (between -5 and 5) to the counter.")
+    assert "\nArgs:\n    amount: How much to add, -5..5 (min -5; max 5)\n" in doc
+    assert list(inspect.signature(counter_cls.get_count).parameters) == ["self"]
+    assert inspect.signature(counter_cls.submit).parameters["answer"].annotation is str
+
+
+def test_transformers_builds_the_tool_schemas(counter_cls: type[MCPToolEnvironment]) -> None:
+    get_json_schema = pytest.importorskip("transformers.utils").get_json_schema
+    env = counter_cls()
+    try:
+        schema = get_json_schema(env.add)  # TRL passes bound methods
+        assert schema["function"]["name"] == "add"
+        assert schema["function"]["parameters"] == {
+            "type": "object", "required": ["amount"],
+            "properties": {"amount": {"type": "integer", "description": "How much to add, -5..5 (min -5; max 5)"}},
+        }
+        assert [s["function"]["name"] for s in counter_cls.openai_tools] == ["add", "get_count", "submit"]
+    finally:
+        env._close()
+    for name in ("Notes", "Maze", "SQL", "Files"):  # every bundled catalogue converts
+        cls = environment_factory(name)
+        assert len(cls.openai_tools) == len(tool_members(cls)) >= 3
+        for m in tool_members(cls):
+            get_json_schema(getattr(cls, m))
+    maze = environment_factory("Maze").openai_tools[0]["function"]
+    assert maze["parameters"]["properties"]["direction"]["enum"] == ["up", "down", "left", "right"]
+    notes = environment_factory("Notes").openai_tools[0]["function"]
+    assert notes["parameters"]["properties"]["title"]["description"].startswith("Unique title of the note")
+
+
+def test_episode_through_the_methods(counter_cls: type[MCPToolEnvironment]) -> None:
+    env = counter_cls()
+    try:
+        prompt = [{"role": "user", "content": env.env.tasks[0].prompt}]  # counter-0000: target 9
+        extra = env.reset(prompt=prompt, task_id="counter-0000")
+        assert extra == "\n\n[resource counter://state]\ncount=0 target=9"  # the prompt already has the task
+        assert env.get_reward() == 0.0
+        out = env.add(amount=5)
+        assert '"count": 5' in out and "count=5 target=9" in out
+        assert "maximum of 5" in env.add(amount=7)  # invalid arguments come back as text
+        assert env.add(4).count('"done": true') == 1
+        assert env.get_reward() == pytest.approx(0.99) and env.done
+        assert env.submit("9").startswith("Error: the episode is over")
+        with pytest.raises(TypeError):
+            env.add(amount=1, extra=2)  # TRL turns this into a tool error for the model
+        # A dataset without task_id: the prompt selects the task; an empty prompt draws one and returns it.
+        assert env.reset(prompt=[{"role": "user", "content": env.env.tasks[1].prompt}]).startswith("\n\n[resource")
+        assert env.env.task.id == "counter-0001"
+        text = env.reset(prompt=[{"role": "user", "content": ""}])
+        assert text.startswith("Use the counter tools") and "[resource counter://state]" in text
+        env.submit("0")
+        assert env.done and env.last_info["termination"] == "submit"
+    finally:
+        env._close()
+
+
+def test_reward_modes_and_options() -> None:
+    cls = environment_factory("Counter", reward="verifier", tools=["add"], include_submit=False,
+                              show_resources=False, class_name="Cnt")
+    assert cls.__name__ == "Cnt" and tool_members(cls) == ["add"]
+    env = cls()
+    try:
+        assert env.reset(task_id="counter-0001") == "Use the counter tools to make the counter reach exactly 4, " \
+                                                    "then submit the count."
+        assert env.get_reward() == 0.0  # graded on the state, without submit
+        assert env.add(amount=4).endswith("}")  # no resource block
+        assert env.get_reward() == 1.0
+    finally:
+        env._close()
+    custom = environment_factory("Counter", reward=lambda e: float(e.steps))
+    env = custom()
+    try:
+        env.reset(task_id="counter-0000")
+        env.add(1)
+        env.add(1)
+        assert env.get_reward() == 2.0
+    finally:
+        env._close()
+    with pytest.raises(ValueError, match="unknown tool"):
+        environment_factory("Counter", tools=["nope"])
+    with pytest.raises(ValueError):
+        environment_factory("Counter", reward="best")  # type: ignore[arg-type]
+
+
+def test_tool_method_edge_cases() -> None:
+    """Names that are not identifiers, keywords, optional/nullable parameters, defaults."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "from": {"type": "string", "description": "Start."},
+            "max-count": {"type": "integer", "default": 10},
+            "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}], "default": None},
+            "mode": {"enum": ["a", "b"]},
+            "limit": {"type": "integer"},
+        },
+        "required": ["mode", "from"],
+    }
+    method, spec = tool_method("get-items", "Get items.\n\nArgs:\n    limit: At most this many.", schema)
+    assert method.__name__ == spec.method_name == "get_items"
+    params = inspect.signature(method).parameters
+    assert list(params) == ["self", "mode", "from_", "max_count", "tags", "limit"]
+    assert params["max_count"].default == 10 and params["tags"].default is None and params["limit"].default is None
+    assert params["mode"].annotation == Literal["a", "b"]
+    assert params["tags"].annotation == typing.Optional[list[str]]  # noqa: UP045
+    doc = method.__doc__
+    assert "from_: Start. (JSON name 'from')" in doc and "limit: At most this many." in doc
+    assert "max_count: max-count (default 10; JSON name 'max-count')" in doc
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class Fake:
+        def _call_tool(self, tool: str, arguments: dict[str, Any]) -> str:
+            calls.append((tool, arguments))
+            return "ok"
+
+    assert method(Fake(), mode="a", from_="x", tags=None, limit=None) == "ok"
+    assert calls[-1] == ("get-items", {"mode": "a", "from": "x", "tags": None})  # nullable None is sent
+    method(Fake(), "b", "y", 3)
+    assert calls[-1] == ("get-items", {"mode": "b", "from": "y", "max-count": 3})
+    reserved, _ = tool_method("reset", "", {"type": "object"})
+    assert reserved.__name__ == "reset_"
+    hidden, _ = tool_method("_secret", "", {"type": "object"})
+    assert not hidden.__name__.startswith("_")
+    get_json_schema = pytest.importorskip("transformers.utils").get_json_schema
+    props = get_json_schema(method)["function"]["parameters"]
+    assert props["required"] == ["mode", "from_"]
+    assert props["properties"]["mode"]["enum"] == ["a", "b"]
+
+
+def test_task_dataset() -> None:
+    pytest.importorskip("datasets")
+    ds = task_dataset("Counter", "train", system_prompt="Be brief.", limit=5)
+    assert ds.column_names == ["prompt", "task_id"] and len(ds) == 5
+    assert ds[0]["prompt"][0] == {"role": "system", "content": "Be brief."}
+    assert ds[0]["prompt"][1]["content"].startswith("Use the counter tools")
+    assert all(tid.startswith("counter-") for tid in ds["task_id"])
+
+
+@pytest.mark.train
+def test_grpo_example_trains_a_tiny_model(tmp_path: Path) -> None:
+    """The CPU GRPO example: SFT warm-up so the tiny model calls tools, then GRPO steps through TRL's tool loop."""
+    pytest.importorskip("trl")
+    pytest.importorskip("torch")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, str(ROOT / "scripts" / "examples" / "grpo_trl.py"), "--steps", "2", "--sft-warmup", "60",
+           "--max-completion-length", "96", "--output-dir", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    steps = [ln for ln in lines if ln.startswith("step ")]
+    assert len(steps) == 2, proc.stdout
+    calls = [float(ln.split("tool calls/rollout")[1].split()[0]) for ln in steps]
+    assert max(calls) > 0, f"the warmed-up model never called a tool:\n{proc.stdout}"
+    assert "2 GRPO steps in" in proc.stdout
