@@ -47,11 +47,14 @@ CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _SpecBase:
     protocol: Protocol = "auto"
+    """``auto`` (probe ``server/discover``, fall back to ``initialize``), ``legacy`` or a pinned modern version."""
     connect_timeout: float = 30.0
+    """Seconds to start (if stdio) and initialise the server."""
     discover_timeout: float = 1.0
+    """With ``auto``: how long a server may leave ``server/discover`` unanswered before the handshake fallback."""
     listen: bool | None = None
     """2026-era change stream (``subscriptions/listen``): ``None`` = open it unless the server piggy-backs changes on
     its results (an mcp-gym server); it costs ~20% per call on stdio, so ``False`` turns it off for speed."""
@@ -69,39 +72,21 @@ class _SpecBase:
 
 @dataclass(frozen=True)
 class Stdio(_SpecBase):
-    """A server started as a subprocess speaking MCP over stdin/stdout.
+    """A server started as a subprocess speaking MCP over stdin/stdout: ``Stdio(command, args, env=, cwd=)``.
 
     ``env`` is merged over the SDK's minimal inherited environment (HOME, PATH, ...): pass every variable the server
     needs. The server's stderr is kept (last 4 kB) and quoted when it fails.
     """
 
-    command: str = ""
+    command: str
     args: Sequence[str] = ()
     env: Mapping[str, str] | None = None
-    cwd: str | None = None
+    cwd: str | os.PathLike[str] | None = None
 
-    def __init__(
-        self,
-        command: str,
-        args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        *,
-        protocol: Protocol = "auto",
-        connect_timeout: float = 30.0,
-        discover_timeout: float = 1.0,
-        listen: bool | None = None,
-        record: str | os.PathLike[str] | None = None,
-    ) -> None:
-        object.__setattr__(self, "listen", listen)
-        object.__setattr__(self, "record", record)
-        object.__setattr__(self, "command", command)
-        object.__setattr__(self, "args", tuple(args))
-        object.__setattr__(self, "env", dict(env) if env is not None else None)
-        object.__setattr__(self, "cwd", os.fspath(cwd) if cwd is not None else None)
-        object.__setattr__(self, "protocol", protocol)
-        object.__setattr__(self, "connect_timeout", connect_timeout)
-        object.__setattr__(self, "discover_timeout", discover_timeout)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", tuple(self.args))
+        object.__setattr__(self, "env", dict(self.env) if self.env is not None else None)
+        object.__setattr__(self, "cwd", os.fspath(self.cwd) if self.cwd is not None else None)
 
     @classmethod
     def python_module(cls, module: str, *args: str, **kw: Any) -> Stdio:
@@ -121,24 +106,7 @@ class Stdio(_SpecBase):
 class Http(_SpecBase):
     """A server reached over Streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``)."""
 
-    url: str = ""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        protocol: Protocol = "auto",
-        connect_timeout: float = 30.0,
-        discover_timeout: float = 1.0,
-        listen: bool | None = None,
-        record: str | os.PathLike[str] | None = None,
-    ) -> None:
-        object.__setattr__(self, "listen", listen)
-        object.__setattr__(self, "record", record)
-        object.__setattr__(self, "url", url)
-        object.__setattr__(self, "protocol", protocol)
-        object.__setattr__(self, "connect_timeout", connect_timeout)
-        object.__setattr__(self, "discover_timeout", discover_timeout)
+    url: str
 
     @property
     def transport(self) -> str:
@@ -152,24 +120,10 @@ class Http(_SpecBase):
 class InProcess(_SpecBase):
     """An ``MCPServer`` (or low-level ``Server``, or an object with an ``.mcp`` server) served in this process."""
 
-    server: Any = None
+    server: Any
 
-    def __init__(
-        self,
-        server: Any,
-        *,
-        protocol: Protocol = "auto",
-        connect_timeout: float = 30.0,
-        discover_timeout: float = 1.0,
-        listen: bool | None = None,
-        record: str | os.PathLike[str] | None = None,
-    ) -> None:
-        object.__setattr__(self, "listen", listen)
-        object.__setattr__(self, "record", record)
-        object.__setattr__(self, "server", getattr(server, "mcp", server))
-        object.__setattr__(self, "protocol", protocol)
-        object.__setattr__(self, "connect_timeout", connect_timeout)
-        object.__setattr__(self, "discover_timeout", discover_timeout)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "server", getattr(self.server, "mcp", self.server))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> InProcess:
         return self  # a spec refers to the one server object; copies (e.g. by gymnasium.make) share it
