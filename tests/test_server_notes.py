@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -21,6 +20,7 @@ from urllib.parse import quote
 
 import anyio
 import pytest
+from conftest import start_http_server
 from mcp import Client, StdioServerParameters
 
 from mcp_gym.envs import notes as env
@@ -71,28 +71,12 @@ def stdio_params(name: str) -> StdioServerParameters:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @asynccontextmanager
 async def serve_http(name: str) -> AsyncIterator[str]:
     """Run ``python -m mcp_gym.servers.<name> --transport http`` on a free port; yield its ``/mcp`` URL."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", f"mcp_gym.servers.{name}", "--transport", "http", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url = start_http_server(f"mcp_gym.servers.{name}")
     try:
-        with anyio.fail_after(30):
-            while True:
-                assert proc.poll() is None, "HTTP server exited early"
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                        break
-                except OSError:
-                    await anyio.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield url
     finally:
         proc.terminate()
         try:
