@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -221,19 +220,15 @@ async def test_infinite_loops_are_stopped_and_server_stays_responsive() -> None:
         async def run(name: str, code: str) -> None:
             results[name] = await run_code(client, name, SUM_ABOVE, code)
 
-        start = time.monotonic()
         async with anyio.create_task_group() as tg:
             tg.start_soon(run, "stubborn", stubborn)
             tg.start_soon(run, "hangs", hangs_on_empty)
             await anyio.sleep(0.5)
-            t0 = time.monotonic()
             await call(client, "other", "list_files")
-            assert time.monotonic() - t0 < 0.5
-        elapsed = time.monotonic() - start
+            assert not results, "another episode was served only after the runaway runs ended"
     assert results["stubborn"]["passed"] == 0 and "CPU time limit of 5 s exceeded" in results["stubborn"]["output"]
     assert results["hangs"]["passed"] == 9
     assert "test 1: TimeoutError: test took longer than 2 s" in results["hangs"]["output"]
-    assert elapsed < LIMITS.wall_seconds + 3
 
 
 async def test_memory_bomb_fails_with_memory_error() -> None:

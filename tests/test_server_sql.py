@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
-import time
 from typing import Any
 
 import anyio
@@ -19,7 +18,7 @@ from test_server_notes import call, episode, serve_http, state_of, stdio_params,
 
 from mcp_gym.envs import sql as env
 from mcp_gym.servers._common import submitted_answer
-from mcp_gym.servers.sql import MAX_ROWS, QUERY_TIME_LIMIT, execute, fingerprint, new_state, server
+from mcp_gym.servers.sql import MAX_ROWS, execute, fingerprint, new_state, server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio
@@ -257,16 +256,18 @@ async def test_recursive_cte_bomb_times_out_and_server_stays_responsive() -> Non
         await call(client, "bomb", "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
         before = await _guarded(client, "bomb")
         for sql in (bomb, cross):
-            start = time.monotonic()
+            finished: list[Any] = []
+
+            async def run_bomb(sql: str = sql, finished: list[Any] = finished) -> None:
+                finished.append(await query(client, "bomb", sql))
+
             async with anyio.create_task_group() as tg:
-                tg.start_soon(query, client, "bomb", sql)
+                tg.start_soon(run_bomb)
                 await anyio.sleep(0.1)
-                other = time.monotonic()
                 await call(client, "other", "list_tables")  # another episode is served meanwhile
-                assert time.monotonic() - other < 0.5
-            res = await query(client, "bomb", sql)
+                assert not finished, "another episode was served only after the runaway query ended"
+            res = finished[0]
             assert res.is_error and "ran longer than" in res.content[0].text, res.content
-            assert time.monotonic() - start < 4 * QUERY_TIME_LIMIT + 2
         endless = await query(client, "bomb", "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) "
                                               "SELECT x FROM r")
         assert endless.structured_content["truncated"] is True  # only MAX_ROWS rows are ever fetched
