@@ -81,6 +81,15 @@ def start_http_server(
     return proc, f"http://127.0.0.1:{port}/mcp"
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a server subprocess, killing it if it does not exit within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @pytest.fixture
 def http_counter() -> Iterator[str]:
     """URL of the Counter server (with diagnostic tools) over Streamable HTTP on 127.0.0.1."""
@@ -88,8 +97,4 @@ def http_counter() -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -20,7 +19,7 @@ from urllib.parse import quote
 
 import anyio
 import pytest
-from conftest import start_http_server
+from conftest import start_http_server, stop_process
 from mcp import Client, StdioServerParameters
 
 from mcp_gym.envs import notes as env
@@ -78,11 +77,7 @@ async def serve_http(name: str) -> AsyncIterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def tool_hints(tools: Any) -> dict[str, tuple[bool, bool, bool]]:

@@ -20,12 +20,12 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
+from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
 
 __all__ = ["RecordTrajectories", "ACTION_EXTRA_KEYS", "RESET_OPTION_KEYS"]
 
-ACTION_EXTRA_KEYS = ("raw_text", "parse_status")
 """Optional action keys the wrapper records and strips."""
 RESET_OPTION_KEYS = ("policy", "episode_key", "metadata")
 """Reset option keys the wrapper consumes."""
@@ -126,10 +126,8 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
 
     @staticmethod
     def _split_action(action: Any) -> tuple[Any, str | None, str | None]:
-        if isinstance(action, Mapping) and ("raw_text" in action or "parse_status" in action):
-            clean = {k: v for k, v in action.items() if k not in ACTION_EXTRA_KEYS}
-            return clean, action.get("raw_text"), action.get("parse_status")
-        return action, None, None
+        clean, extras = split_action(action)
+        return clean, extras.get("raw_text"), extras.get("parse_status")
 
     def _drop_unfinished(self) -> None:
         if self.episode is not None and not self.episode.done:
