@@ -356,6 +356,8 @@ def split_action(action: Any) -> tuple[Any, dict[str, Any]]:
 
     Use it before stepping a bare :class:`~mcp_gym.env.MCPEnv` (the recording wrapper strips them itself).
     """
+    if action.__class__ is dict and action.keys().isdisjoint(ACTION_EXTRA_KEYS):  # the common case, fast
+        return action, {}
     if isinstance(action, Mapping) and any(k in action for k in ACTION_EXTRA_KEYS):
         extras = {k: action[k] for k in ACTION_EXTRA_KEYS if k in action}
         return {k: v for k, v in action.items() if k not in ACTION_EXTRA_KEYS}, extras

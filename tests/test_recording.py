@@ -379,6 +379,62 @@ def test_live_writer_wal_is_not_recovered_and_torn_frames_are_ignored(tmp_path: 
     assert [e for e, _ in read_frames(seg)] == [("e1",), ("e2",)]
 
 
+def test_wal_segment_is_mapped_preallocated_read_live_and_cut_on_close(tmp_path: Path) -> None:
+    seg = tmp_path / "seg.wal"
+    wal = WalFile(seg, fsync=True)
+    nan_step = ("s", float("nan"), float("-inf"))
+    frames = [
+        (("e1", 1, 2.5, None, True, TEXT), [("s1", -0.01, 2**62)]),  # JSON frame
+        (("e2", 0.0), [nan_step]),  # non-finite floats: pickled, kept exactly
+        (("e3", "\ud800"), []),  # a lone surrogate: pickled
+        (("e4", "x" * (5 << 20)), []),  # bigger than a preallocated chunk: the mapping grows
+    ]
+    for frame in frames[:3]:
+        wal.append(frame)
+    assert seg.stat().st_size >= 4 << 20  # preallocated; the zeros after the frames end the log
+    assert [f[0] for f in read_frames(seg)] == [f[0] for f in frames[:3]]  # read while the writer lives
+    wal.append(frames[3])
+    wal.close()
+    got = list(read_frames(seg))
+    assert seg.stat().st_size < 6 << 20 and [f[0] for f in got] == [f[0] for f in frames]
+    assert got[0][1] == frames[0][1] and got[1][1][0][0] == "s"
+    assert got[1][1][0][1] != got[1][1][0][1] and got[1][1][0][2] == float("-inf")  # NaN, -inf
+    data = seg.read_bytes()
+    seg.write_bytes(data[: len(data) - 10])  # killed mid-copy: the torn last frame is dropped
+    assert [f[0][0] for f in read_frames(seg)] == ["e1", "e2", "e3"]
+
+
+def test_non_finite_rewards_survive_the_wal(tmp_path: Path) -> None:
+    w = TrajectoryWriter(tmp_path, fsync="never")
+    for key, reward in (("a", 1.0), ("b", float("nan")), ("c", float("inf"))):
+        ep = w.start_episode(key=key)
+        ep.add_step("t", {"x": 1}, reward=reward, duration=0.5)
+        ep.finish()
+    live = load(tmp_path)  # still only in the WAL
+    rewards = dict(zip(live.episodes["episode_key"], live.episodes["total_reward"], strict=True))
+    assert rewards["a"] == 1.0 and rewards["b"] != rewards["b"] and rewards["c"] == float("inf")
+    w.close()
+    assert load(tmp_path).steps.num_rows == 3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_cannot_use_the_parents_writer(tmp_path: Path) -> None:
+    with TrajectoryWriter(tmp_path, fsync="never") as w:
+        pid = os.fork()
+        if pid == 0:  # child: refused, and its exit does not close the parent's writer
+            try:
+                w.start_episode()
+            except RuntimeError:
+                os._exit(0)
+            os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        ep = w.start_episode(key="parent")
+        ep.add_step("t", {})
+        ep.finish()
+    assert load(tmp_path).episodes["episode_key"] == ["parent"]
+
+
 def test_recovery_dedupes_by_key(tmp_path: Path) -> None:
     run, other = tmp_path / "run", tmp_path / "other"
 

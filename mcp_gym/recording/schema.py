@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 __all__ = [
@@ -138,24 +139,54 @@ def _fallback(o: Any) -> Any:
     return str(o)
 
 
-def _make_dumps() -> Callable[[Any], str]:
-    slow = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_fallback).encode
+def _make_json_dumps() -> Callable[[Any], str]:
+    """The standard-library encoder (the fallback for what orjson refuses: ints beyond 64 bits, lone surrogates)."""
+    slow = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_fallback, allow_nan=False).encode
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - Python without the C accelerator
-        return slow
-    # The C encoder built once (JSONEncoder.encode builds one per call, about half the cost of a small value).
-    # markers=None skips the circular-reference check: a cyclic value raises RecursionError instead of ValueError.
+        return lambda obj: slow(_finite(obj))
+    # The C encoder built once (JSONEncoder.encode builds one per call). markers=None skips the circular-reference
+    # check: a cyclic value raises RecursionError instead of ValueError.
     encode = make(None, _fallback, json.encoder.c_encode_basestring, None, ":", ",", False, False, True)
+    escaped = make(None, _fallback, json.encoder.c_encode_basestring_ascii, None, ":", ",", False, False, True)
 
-    def dumps(obj: Any) -> str:
-        return "".join(encode(obj, 0))
+    def json_dumps(obj: Any) -> str:
+        out = "".join(encode(_finite(obj), 0))
+        if not out.isascii():
+            try:
+                out.encode()
+            except UnicodeEncodeError:  # a lone surrogate: escape it (\\udXXX) instead of failing at write time
+                out = "".join(escaped(_finite(obj), 0))
+        return out
 
-    probe = {"a": [1, 2.5, None, True, "é\n"], "b": {"c": float("nan")}}
-    return dumps if dumps(probe) == slow(probe) else slow
+    return json_dumps
 
 
-dumps: Callable[[Any], str] = _make_dumps()
-"""Compact JSON with non-ASCII kept as is (the one serialiser of every JSON column)."""
+def _finite(obj: Any) -> Any:
+    """``obj`` with NaN and infinities replaced by None (strict JSON, as orjson writes them)."""
+    if isinstance(obj, float):
+        return obj if obj - obj == 0.0 else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+_json_dumps = _make_json_dumps()
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def dumps(obj: Any) -> str:
+    """Compact, strict JSON with non-ASCII kept as is: the one serialiser of every JSON column.
+
+    orjson (4-6x the standard library on step-sized values); NaN and infinities are written as ``null``, non-str keys
+    as strings, and values JSON does not know (pydantic models, sets, bytes, ...) as :func:`_fallback` makes them.
+    """
+    try:
+        return orjson.dumps(obj, default=_fallback, option=_ORJSON_OPTIONS).decode()
+    except (TypeError, ValueError):  # orjson.JSONEncodeError: ints beyond 64 bits, lone surrogates, deep nesting
+        return _json_dumps(obj)
 
 
 def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:

@@ -2,31 +2,45 @@
 
 One frame holds one finished episode: ``(episode_row, step_rows)`` where rows are tuples of plain values (str, int,
 float, bool, None) in the column order of :data:`~mcp_gym.recording.schema.EPISODES_SCHEMA` /
-:data:`~mcp_gym.recording.schema.STEPS_SCHEMA`. Frames are pickled (several times faster than JSON for such rows)
-and read back by an unpickler that refuses every global, so a WAL can only ever yield plain data, never run code.
+:data:`~mcp_gym.recording.schema.STEPS_SCHEMA`. A frame's payload is the pair as JSON (orjson: its code is warm, the
+recorder has just used it for the JSON columns); a frame JSON cannot carry exactly (NaN or infinite floats, lone
+surrogates) is pickled instead and read back by an unpickler that refuses every global. Either way a WAL can only
+ever yield plain data, never run code.
 
-A frame is handed to the OS with a single unbuffered ``write``, so it is in the page cache and survives ``kill -9`` of
-the writer; ``fsync`` (for power loss) follows the writer's policy. A process killed mid-frame leaves a torn tail, which
-:func:`read_frames` detects (short read or CRC mismatch) and ignores.
+A segment is a file mapped into memory (``MAP_SHARED``), preallocated and pre-faulted in chunks of
+:data:`CHUNK_BYTES`: appending a frame is a ``memcpy`` into the page cache, with no system call. The page cache belongs
+to the kernel, so a frame is safe from ``kill -9`` of the writer the moment :meth:`WalFile.append` returns (measured
+right after an env step, when the CPU caches are cold: ~7 µs against ~60 µs for an unbuffered ``write``);
+``fsync`` (for power loss) follows the writer's policy. The payload is copied before its header, so a process killed
+mid-frame leaves a torn tail or zeros, which :func:`read_frames` detects (zero length, short read or CRC mismatch)
+and ignores. :meth:`WalFile.close` truncates the file to its frames.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import mmap
 import os
 import pickle
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WalFile", "read_frames", "Frame"]
+import orjson
+
+__all__ = ["WalFile", "read_frames", "Frame", "CHUNK_BYTES"]
 
 _HEADER = struct.Struct("<II")  # payload length, crc32 of payload
 Frame = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
 """``(episode_row, step_rows)``."""
+CHUNK_BYTES = 4 << 20
+"""A segment grows by this much at a time (allocated on disk and pre-faulted: ~5 ms per chunk)."""
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform == "linux" else None)
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -34,13 +48,21 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a WAL frame may hold only plain values, not {module}.{name}")
 
 
+def _finite(row: tuple[Any, ...]) -> bool:
+    """True if ``row`` has no NaN or infinite float (JSON carries those as null)."""
+    return all(v - v == 0.0 for v in row if v.__class__ is float)
+
+
 class WalFile:
-    """An append-only WAL segment."""
+    """An append-only WAL segment (a new file: one writer per segment)."""
 
     def __init__(self, path: Path, *, fsync: bool) -> None:
         self.path = path
         self.fsync = fsync
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._map: mmap.mmap | None = None
+        self._size = 0  # bytes of frames
+        self._capacity = 0
         self.frames = 0
         self._buf = io.BytesIO()
         self._pickler = pickle.Pickler(self._buf, protocol=pickle.HIGHEST_PROTOCOL)
@@ -48,34 +70,82 @@ class WalFile:
             # No memo: frames are flat tuples of plain values (no cycles), and memoising every string costs ~40%.
             self._pickler.fast = True
 
-    def _dumps(self, frame: Frame) -> bytes:
+    def _dumps(self, frame: Frame, finite: bool | None) -> bytes:
+        if finite is None:
+            finite = _finite(frame[0]) and all(_finite(row) for row in frame[1])
+        if finite:
+            try:
+                return orjson.dumps(frame)
+            except TypeError:  # lone surrogates, ints beyond 64 bits
+                pass
         self._buf.seek(0)
         self._buf.truncate()
         self._pickler.clear_memo()
         self._pickler.dump(frame)
         return self._buf.getvalue()
 
-    def append(self, frame: Frame) -> None:
-        """Hand one frame to the OS in one unbuffered ``write`` (then fsync if configured)."""
+    def _grow(self, needed: int) -> mmap.mmap:
+        """Extend the file and the mapping to hold ``needed`` bytes: allocate the blocks now (a full disk fails here
+        with ``OSError``, not later with ``SIGBUS``) and pre-fault the pages so appends do not trap into the kernel."""
         assert self._fd is not None, "WAL segment is closed"
-        payload = self._dumps(frame)
-        data = memoryview(_HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
-        while data:  # a regular file takes it all at once unless the disk is full or a signal interrupts
-            data = data[os.write(self._fd, data) :]
+        old = self._capacity
+        new = old + max(CHUNK_BYTES, -(-(needed - old) // mmap.PAGESIZE) * mmap.PAGESIZE)
+        if hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(self._fd, old, new - old)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without fallocate
+                    raise
+                os.ftruncate(self._fd, new)
+        else:  # pragma: no cover - macOS
+            os.ftruncate(self._fd, new)
+        if self._map is None:
+            self._map = mmap.mmap(self._fd, new)
+        else:
+            self._map.resize(new)
+        self._capacity = new
+        try:
+            if _MADV_POPULATE_WRITE is None:
+                raise OSError("no MADV_POPULATE_WRITE")
+            self._map.madvise(_MADV_POPULATE_WRITE, old, new - old)
+        except (OSError, ValueError):  # older kernels: dirty one byte per page
+            for offset in range(old, new, mmap.PAGESIZE):
+                self._map[offset] = 0
+        return self._map
+
+    def append(self, frame: Frame, *, finite: bool | None = None) -> None:
+        """Copy one frame into the mapped segment (then msync if configured). ``finite``: whether every float in the
+        frame is finite, if the caller knows (else it is checked)."""
+        payload = self._dumps(frame, finite)
+        start = self._size
+        end = start + _HEADER.size + len(payload)
+        m = self._map
+        if m is None or end > self._capacity:
+            m = self._grow(end)
+        m[start + _HEADER.size : end] = payload
+        m[start : start + _HEADER.size] = _HEADER.pack(len(payload), zlib.crc32(payload))
+        self._size = end
         if self.fsync:
-            os.fsync(self._fd)
+            page = start - start % mmap.ALLOCATIONGRANULARITY
+            m.flush(page, end - page)
         self.frames += 1
 
     def sync(self) -> None:
         """fsync the segment."""
-        if self._fd is not None:
-            os.fsync(self._fd)
+        if self._map is not None:
+            self._map.flush()
 
     def close(self) -> None:
-        """Close the file (the segment stays on disk)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Unmap and close the file, cut to its frames (the segment stays on disk)."""
+        if self._fd is None:
+            return
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, self._size)
+        os.close(self._fd)
+        self._fd = None
 
     def remove(self) -> None:
         """Close and delete the segment (its episodes are in a finished shard)."""
@@ -92,13 +162,18 @@ def read_frames(path: Path) -> Iterator[Frame]:
     pos, end = 0, len(data)
     while pos + _HEADER.size <= end:
         size, crc = _HEADER.unpack_from(data, pos)
+        if size == 0:  # the zeroed, preallocated end of a segment whose writer is alive or died
+            return
         start = pos + _HEADER.size
         payload = data[start : start + size]
         if len(payload) < size or zlib.crc32(payload) != crc:
             return
         try:
-            episode, steps = _PlainUnpickler(io.BytesIO(payload)).load()
-        except (pickle.UnpicklingError, ValueError, TypeError, EOFError):
+            if payload[:1] == b"[":
+                episode, steps = orjson.loads(payload)
+            else:
+                episode, steps = _PlainUnpickler(io.BytesIO(payload)).load()
+        except (pickle.UnpicklingError, orjson.JSONDecodeError, ValueError, TypeError, EOFError):
             return
         yield tuple(episode), [tuple(s) for s in steps]
         pos = start + size

@@ -195,26 +195,36 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         ep = self.episode
         if ep is None or ep.done:
             return
-        is_map = isinstance(action, Mapping)
-        resources = obs.get("resources") if isinstance(obs, Mapping) else None
-        if resources != self._last_resources:
-            self._last_resources = resources
-            self._last_resources_json = dumps(resources) if resources else None
+        get = info.get
+        if isinstance(action, Mapping):
+            tool = get("tool") or action.get("tool")
+            arguments = action.get("arguments")
+        else:
+            tool, arguments = get("tool"), action
+        if isinstance(obs, Mapping):
+            observation = obs.get("result")
+            resources = obs.get("resources")
+            if resources is not self._last_resources and resources != self._last_resources:
+                self._last_resources = resources
+                self._last_resources_json = dumps(resources) if resources else None
+        else:
+            observation = None
+        error = get("error")
         ep.add_step(
-            info.get("tool", action.get("tool") if is_map else None),
-            action.get("arguments") if is_map else action,
-            server=info.get("server"),
-            server_tool=info.get("server_tool"),
-            content=info.get("content", ()),
-            structured_content=info.get("structured_content"),
-            is_error=info.get("is_error", info.get("error") is not None),
-            error=info.get("error"),
+            tool,
+            arguments,
+            server=get("server"),
+            server_tool=get("server_tool"),
+            content=get("content", ()),
+            structured_content=get("structured_content"),
+            is_error=get("is_error", error is not None),
+            error=error,
             reward=float(reward),
             terminated=terminated,
             truncated=truncated,
-            duration=info.get("duration"),
+            duration=get("duration"),
             timestamp=t0,
-            observation=obs.get("result") if isinstance(obs, Mapping) else None,
+            observation=observation,
             resources=self._last_resources_json,
             raw_text=raw_text,
             parse_status=parse_status,

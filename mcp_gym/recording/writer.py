@@ -40,6 +40,12 @@ FsyncPolicy = Literal["episode", "shard", "never"]
 MiB = 1 << 20
 
 
+_PID = [os.getpid()]
+"""This process's id, kept current across ``fork`` (``os.getpid`` is a system call: too slow for every episode)."""
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
 def new_writer_id() -> str:
     """A unique writer id that sorts by start time (``20260101T120000-<pid>-<random>``)."""
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -96,7 +102,7 @@ class EpisodeRecorder:
     """
 
     __slots__ = ("writer", "episode_id", "key", "max_result_bytes", "_head", "_rows", "_reward", "_bytes", "_changes",
-                 "done")
+                 "_floats", "done")
 
     def __init__(self, writer: TrajectoryWriter, episode_id: str, key: str | None, head: tuple[Any, ...]) -> None:
         self.writer = writer
@@ -108,6 +114,7 @@ class EpisodeRecorder:
         self._reward = 0.0
         self._bytes = 0
         self._changes: list[dict[str, Any]] = []
+        self._floats = 0.0  # sum of the durations: non-finite iff one of them is (as the sum of rewards for rewards)
         self.done = False
 
     @property
@@ -160,6 +167,9 @@ class EpisodeRecorder:
         if reward is not None:
             reward = float(reward)
             self._reward += reward
+        if duration is not None:
+            duration = float(duration)
+            self._floats += duration
         self._rows.append((
             self.episode_id,
             len(self._rows),
@@ -176,7 +186,7 @@ class EpisodeRecorder:
             reward,
             bool(terminated),
             bool(truncated),
-            float(duration) if duration is not None else None,
+            duration,
             observation,
             resources if resources is None or isinstance(resources, str) else dumps(resources),
             _text(raw_text),
@@ -217,7 +227,8 @@ class EpisodeRecorder:
             dumps(changes) if changes else None,
             servers, initial, started, _micros(time.time()), recorder, version, metadata,
         )
-        self.writer._add_episode(row, self._rows, self._bytes)
+        check = row[8] + self._reward + self._floats  # NaN/inf anywhere -> not finite (then the WAL pickles)
+        self.writer._add_episode(row, self._rows, self._bytes, check - check == 0.0)
 
     def discard(self) -> None:
         """Drop the episode without recording it."""
@@ -375,15 +386,15 @@ class TrajectoryWriter:
     def _check_usable(self) -> None:
         if self.closed:
             raise RuntimeError(f"the trajectory writer for {self.path} is closed")
-        if os.getpid() != self._pid:
+        if _PID[0] != self._pid:
             raise RuntimeError("a TrajectoryWriter cannot be used in a forked child: create one per process")
 
-    def _add_episode(self, episode: tuple[Any, ...], steps: list[tuple[Any, ...]], nbytes: int) -> None:
+    def _add_episode(self, episode: tuple[Any, ...], steps: list[tuple[Any, ...]], nbytes: int, finite: bool) -> None:
         with self._mutex:
             self._check_usable()
             if self._wal is None:
                 self._wal = WalFile(self.run.wal_path(self.writer_id, self._seq), fsync=self.fsync == "episode")
-            self._wal.append((episode, steps))
+            self._wal.append((episode, steps), finite=finite)
             self._episodes.append(episode)
             self._steps.extend(steps)
             self._buffered_bytes += nbytes
