@@ -13,6 +13,7 @@ the only positive reward; failed calls still cost ``error_penalty``). Importing
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,12 +90,15 @@ def make_env(
     split: str | None = None,
     record: str | Path | None = None,
     replay: str | Path | None = None,
+    connect_timeout: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """Build the :class:`~mcp_gym.env.MCPEnv` of a bundled env (the ``gymnasium.make`` entry point).
 
     ``record=DIR`` writes a cassette of every exchange with the server into ``DIR``; ``replay=PATH`` answers from a
-    recorded cassette (a ``.jsonl`` file or a run's cassette directory) instead of the real server."""
+    recorded cassette (a ``.jsonl`` file or a run's cassette directory) instead of the real server;
+    ``connect_timeout`` (seconds, default 30) bounds starting and initialising the server, e.g. raise it when many
+    stdio servers start at once on a loaded machine. Other keywords go to :class:`~mcp_gym.env.MCPEnv`."""
     from mcp_gym.cassette import replay_spec, with_record
     from mcp_gym.env import MCPEnv
 
@@ -113,6 +117,8 @@ def make_env(
     spec = replay_spec(replay, mod.SERVER) if replay else server_spec(name, transport, url)
     if record:
         spec = with_record(spec, record)
+    if connect_timeout is not None:
+        spec = dataclasses.replace(spec, connect_timeout=float(connect_timeout))
     return MCPEnv({mod.SERVER: spec}, tasks, **kw)
 
 

@@ -197,9 +197,9 @@ def with_record(spec: ServerSpec, record: str | os.PathLike[str] | None) -> Serv
 def record_servers(servers: Any, directory: str | os.PathLike[str]) -> dict[str, ServerSpec]:
     """Every server of an env (``MCPEnv``'s ``servers`` argument: specs, command lines, URLs or server objects)
     recording to ``directory/<alias>.jsonl``."""
-    from mcp_gym.env import _normalise_servers
+    from mcp_gym.env import normalise_servers
 
-    return {alias: with_record(spec, directory) for alias, spec in _normalise_servers(servers).items()}
+    return {alias: with_record(spec, directory) for alias, spec in normalise_servers(servers).items()}
 
 
 class Recorder:

@@ -28,7 +28,9 @@ from mcp_gym.serverkit import RESET_TOOL, STATE_TOOL
 from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
 
-__all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content"]
+__all__ = [
+    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content", "normalise_servers"
+]
 
 ResetMode = Literal["auto", "tool", "restart", "none"]
 
@@ -80,7 +82,9 @@ def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
     return text
 
 
-def _normalise_servers(servers: Mapping[str, ServerSpec] | ServerSpec) -> dict[str, ServerSpec]:
+def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, ServerSpec]:
+    """``{alias: spec}`` from what :class:`MCPEnv` accepts: a single spec (alias ``"server"``), or per alias a spec, a
+    command line (stdio), an ``http(s)://`` URL or a server object (in process)."""
     if isinstance(servers, (Stdio, Http, InProcess)):
         return {"server": servers}
     out: dict[str, ServerSpec] = {}
@@ -171,7 +175,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.env_id = env_id
         self.render_mode = render_mode
         self.host = MCPHost(
-            _normalise_servers(servers),
+            normalise_servers(servers),
             sampling=sampling,
             elicitation=elicitation,
             roots=roots,

@@ -213,6 +213,21 @@ def test_two_servers_one_failing_to_start() -> None:
     env.close()
 
 
+def test_hung_server_fails_after_the_configured_connect_timeout() -> None:
+    from mcp_gym.jobs.config import env_factory
+
+    hung = f"{sys.executable} -c 'import time; time.sleep(120)'"  # starts, never answers the handshake
+    make = env_factory({"servers": {"hung": hung, "ok": f"{sys.executable} -m mcp_gym.servers.testing"},
+                        "connect_timeout": 1.5}, [])
+    env = make()
+    assert env.host.connections["hung"].spec.connect_timeout == 1.5
+    _, info = env.reset(seed=0)
+    assert info["servers"]["ok"]["status"] == "ready"
+    assert info["servers"]["hung"]["status"] == "failed"
+    assert "could not connect within 1.5 s" in info["servers"]["hung"]["error"]
+    env.close()
+
+
 def test_two_servers_one_dies_mid_episode() -> None:
     env = MCPEnv({"a": stdio_spec(), "b": InProcess(make_server(diagnostics=True))}, ["t"])
     env.reset(seed=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -40,15 +41,19 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
     kwargs: dict[str, Any] = {"call_timeout": env_cfg.get("call_timeout", 30.0)}
     if env_cfg.get("max_steps") is not None:
         kwargs["max_steps"] = int(env_cfg["max_steps"])
+    connect_timeout = env_cfg.get("connect_timeout")
     if env_cfg.get("servers"):
-        from mcp_gym.env import MCPEnv
+        from mcp_gym.env import MCPEnv, normalise_servers
 
-        servers = dict(env_cfg["servers"])
+        servers = normalise_servers(dict(env_cfg["servers"]))
+        if connect_timeout is not None:
+            servers = {a: dataclasses.replace(s, connect_timeout=float(connect_timeout)) for a, s in servers.items()}
         return lambda: MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}", **kwargs)
     from mcp_gym.envs import make_env
 
     name, transport, url = env_cfg["name"], env_cfg.get("transport", "stdio"), env_cfg.get("url")
-    return lambda: make_env(name, transport=transport, url=url, tasks=list(tasks) or None, **kwargs)
+    return lambda: make_env(name, transport=transport, url=url, tasks=list(tasks) or None,
+                            connect_timeout=connect_timeout, **kwargs)
 
 
 def build_policy(policy_cfg: Mapping[str, Any]) -> Policy:
