@@ -196,12 +196,12 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         if ep is None or ep.done:
             return
         get = info.get
-        if isinstance(action, Mapping):
+        if action.__class__ is dict or isinstance(action, Mapping):
             tool = get("tool") or action.get("tool")
             arguments = action.get("arguments")
         else:
             tool, arguments = get("tool"), action
-        if isinstance(obs, Mapping):
+        if obs.__class__ is dict or isinstance(obs, Mapping):
             observation = obs.get("result")
             resources = obs.get("resources")
             if resources is not self._last_resources and resources != self._last_resources:
