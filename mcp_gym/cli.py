@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -124,14 +122,9 @@ def _serve(argv: Sequence[str]) -> int:
 
 # -- inspect ----------------------------------------------------------------------------------------------------------
 def _spec(target: str, timeout: float) -> Any:
-    from mcp_gym.connection import Http, Stdio
+    from mcp_gym.connection import parse_server
 
-    if target.startswith(("http://", "https://")):
-        return Http(target, connect_timeout=timeout)
-    parts = shlex.split(target)
-    if not parts:
-        raise ValueError("give a server command line or URL")
-    return Stdio(parts[0], parts[1:], env=dict(os.environ), connect_timeout=timeout)
+    return parse_server(target, inherit_env=True, connect_timeout=timeout)
 
 
 async def _describe_server(spec: Any) -> dict[str, Any]:

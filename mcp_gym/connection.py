@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -33,6 +34,7 @@ __all__ = [
     "Http",
     "InProcess",
     "ServerSpec",
+    "parse_server",
     "ServerConnection",
     "ConnectionLost",
     "HostCallbacks",
@@ -137,6 +139,20 @@ class InProcess(_SpecBase):
 
 
 ServerSpec = Stdio | Http | InProcess
+
+
+def parse_server(target: str, *, inherit_env: bool = False, **options: Any) -> Stdio | Http:
+    """A spec from a string: an ``http(s)://`` URL (Streamable HTTP) or a command line (stdio, split like a shell).
+
+    ``inherit_env``: give a stdio server this process's whole environment (the CLI does, so ``npx`` servers find their
+    configuration) instead of the SDK's minimal one. ``options`` are spec fields (``connect_timeout``, ...).
+    """
+    if target.startswith(("http://", "https://")):
+        return Http(target, **options)
+    parts = shlex.split(target)
+    if not parts:
+        raise ValueError(f"not a server command line or URL: {target!r}")
+    return Stdio(parts[0], parts[1:], env=dict(os.environ) if inherit_env else None, **options)
 
 
 class ConnectionLost(Exception):

@@ -29,7 +29,6 @@ import argparse
 import difflib
 import json
 import os
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -170,16 +169,10 @@ def _from_cassettes(paths: Sequence[Path], server: str | None) -> Catalogue:
 
 
 def _from_live(target: str, timeout: float) -> Catalogue:
-    from mcp_gym.connection import Http, ServerConnection, Stdio
+    from mcp_gym.connection import ServerConnection, parse_server
     from mcp_gym.runtime import default_runtime
 
-    if target.startswith(("http://", "https://")):
-        spec: Any = Http(target, connect_timeout=timeout)
-    else:
-        parts = shlex.split(target)
-        if not parts:
-            raise ValueError("empty server command")
-        spec = Stdio(parts[0], parts[1:], env=dict(os.environ), connect_timeout=timeout)
+    spec = parse_server(target, inherit_env=True, connect_timeout=timeout)
 
     async def go() -> list[Any]:
         conn = ServerConnection("server", spec)

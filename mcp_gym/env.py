@@ -20,7 +20,7 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio
+from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio, parse_server
 from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.runtime import Runtime, default_runtime
@@ -90,18 +90,13 @@ def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, Serv
     out: dict[str, ServerSpec] = {}
     for alias, spec in servers.items():
         if isinstance(spec, str):
-            spec = Http(spec) if spec.startswith(("http://", "https://")) else Stdio(*_split_command(spec))
+            spec = parse_server(spec)
         elif not isinstance(spec, (Stdio, Http, InProcess)):
             spec = InProcess(spec)
         out[str(alias)] = spec
     return out
 
 
-def _split_command(cmd: str) -> tuple[str, list[str]]:
-    import shlex
-
-    parts = shlex.split(cmd)
-    return parts[0], parts[1:]
 
 
 class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):

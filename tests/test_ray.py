@@ -19,6 +19,7 @@ ray = pytest.importorskip("ray")
 import pyarrow.parquet as pq  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 
+from mcp_gym.jobs.evaluate import score_run  # noqa: E402
 from mcp_gym.jobs.ray_launcher import SharedRun, collect_ray  # noqa: E402
 from mcp_gym.recording import RunDirectory, TrajectoryWriter, load, read_tables  # noqa: E402
 
@@ -149,5 +150,10 @@ def test_shared_run_on_an_object_store_like_filesystem(tmp_path: Path) -> None:
     # An orphan steps shard (uploader killed between its two files) and an unfinished upload are swept.
     (run / "steps" / "part-dead-00000.parquet").write_bytes(b"x")
     (run / "episodes" / ".upload-part-dead-00001.parquet").write_bytes(b"x")
+    steps, episodes = shared.read_tables()  # through pyarrow.fs; the orphan and the unfinished upload are skipped
+    assert sorted(episodes.column("episode_key").to_pylist()) == ["counter-0000#0", "counter-0001#0"]
+    assert steps.num_rows == sum(episodes.column("length").to_pylist()) > 0
+    summary, _, _ = score_run((steps, episodes), shared.manifest()["planned"], [1])  # what eval scores with storage
+    assert summary["episodes"] == 2 and summary["success_rate"] == 1.0
     assert shared.sweep() == 2
     check_run(run, 2)

@@ -33,9 +33,12 @@ class EvalResult:
     collection: CollectResult
 
 
-def score_run(out: Path, keys: list[str] | None, ks: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
-    """``(summary, per-task rows, episodes table)`` of the recorded episodes of a run (those with ``keys``)."""
-    steps, episodes = read_tables(out)
+def score_run(
+    out: Path | tuple[pa.Table, pa.Table], keys: list[str] | None, ks: list[int]
+) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
+    """``(summary, per-task rows, episodes table)`` of the recorded episodes of a run directory, or of its
+    ``(steps, episodes)`` tables (only the episodes with ``keys``, unless ``None``)."""
+    steps, episodes = out if isinstance(out, tuple) else read_tables(out)
     if keys is not None:
         episodes = episodes.filter(pc.is_in(episodes.column("episode_key"), value_set=pa.array(keys, pa.string())))
         steps = steps.filter(pc.is_in(steps.column("episode_id"), value_set=episodes.column("episode_id")))
@@ -48,9 +51,17 @@ def evaluate(cfg: DictConfig, out: str | Path, *, show: bool = True) -> EvalResu
         raise ValueError("eval computes its metrics from the recording: use recorder=parquet")
     out = Path(out)
     collection = collect(cfg, out)
-    keys = RunDirectory(out).planned
     ks = [int(k) for k in cfg.get("pass_k") or [1] if int(k) <= int(cfg.samples)]
-    summary, tasks, episodes = score_run(out, keys, ks)
+    storage = cfg.launcher.get("storage") if cfg.launcher.get("kind") == "ray" else None
+    if storage:  # the Ray launcher published the shards there, not in `out`
+        from mcp_gym.jobs.ray_launcher import SharedRun
+
+        shared = SharedRun(str(storage))
+        keys = shared.manifest().get("planned")
+        summary, tasks, episodes = score_run(shared.read_tables(), keys, ks)
+    else:
+        keys = RunDirectory(out).planned
+        summary, tasks, episodes = score_run(out, keys, ks)
     missing = len(keys or []) - summary["episodes"]
     if missing:
         summary["missing_episodes"] = missing

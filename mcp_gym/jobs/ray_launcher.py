@@ -162,6 +162,26 @@ class SharedRun:
             done.update(k for k in t.column(0).to_pylist() if k)
         return done
 
+    def read_tables(self) -> tuple[Any, Any]:
+        """``(steps, episodes)`` Arrow tables of the published episodes (locally also those in a killed writer's
+        write-ahead log), in the current schema."""
+        import pyarrow as pa
+
+        from mcp_gym.recording import EPISODES_SCHEMA, STEPS_SCHEMA, read_tables
+        from mcp_gym.recording.shards import read_shard
+
+        if self.is_local:
+            return read_tables(self.root)
+        episodes = [read_shard(self._path(EPISODES_DIR, n), EPISODES_DIR, filesystem=self.fs)
+                    for n in self.shards(EPISODES_DIR)]
+        ep = pa.concat_tables(episodes) if episodes else EPISODES_SCHEMA.empty_table()
+        # Only the steps of published parts: a steps shard whose episodes shard is missing is an unfinished upload.
+        names = set(self.shards(EPISODES_DIR))
+        steps = [read_shard(self._path(STEPS_DIR, n), STEPS_DIR, filesystem=self.fs)
+                 for n in self.shards(STEPS_DIR) if n in names]
+        st = pa.concat_tables(steps) if steps else STEPS_SCHEMA.empty_table()
+        return st.combine_chunks(), ep.combine_chunks()
+
     # -- publishing -----------------------------------------------------------------------------------------------
     def upload(self, staging: Path) -> list[str]:
         """Publish the finished shards of a local staging run directory, then delete them locally.

@@ -150,10 +150,14 @@ def list_shards(root: Path, table: str) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.name.endswith(".parquet") and not p.name.startswith((".", "_")))
 
 
-def read_shard(path: Path, table: str, columns: Sequence[str] | None = None) -> pa.Table:
-    """A shard conformed to the current schema: version checked, columns of older minor versions filled with nulls."""
+def read_shard(
+    path: Path | str, table: str, columns: Sequence[str] | None = None, *, filesystem: Any = None
+) -> pa.Table:
+    """A shard conformed to the current schema: version checked, columns of older minor versions filled with nulls.
+
+    ``filesystem``: a ``pyarrow.fs.FileSystem`` that ``path`` is in (default: the local one)."""
     schema = TABLES[table]
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(path, filesystem=filesystem)
     check_version(pf.schema_arrow, str(path))
     names = list(columns) if columns is not None else schema.names
     present = [n for n in names if n in pf.schema_arrow.names]
