@@ -1,17 +1,30 @@
 """The event loop that owns every MCP session, and the sync face over it.
 
 The MCP SDK is anyio-based and each ``Client`` must be entered and exited by the same task (the task-affinity pitfall).
-mcp-gym therefore runs all sessions on one :class:`Runtime`: a daemon thread running an asyncio event loop, with a
-task group where each connection's owner task lives. Sync code hops in with :meth:`Runtime.call` (one thread hop per
-call, ~75 µs here; ``scripts/bench/step_overhead.py`` measures it); async code already running on the runtime's loop
-awaits directly, and code on any other event loop hops in with :meth:`Runtime.acall`.
+mcp-gym therefore runs all sessions on one :class:`Runtime`: an asyncio event loop with a long-lived task group where
+each connection's owner task lives. The loop runs in one of two modes:
+
+* **driven** (the start): nobody runs the loop between calls. A sync call (``env.step``) runs it in the caller's own
+  thread until the call is done (``run_until_complete``), so a step pays no thread hop. Owner tasks sleep between
+  calls; what servers send meanwhile (notifications, a crash) is handled at the next call. A Ctrl-C during a call
+  cancels that call (the sessions stay up) and raises ``KeyboardInterrupt``. Calls from other threads while one
+  thread drives are run by the same loop, concurrently; the waiting thread takes over when the driver is done.
+* **threaded**: a daemon thread runs the loop for good and sync calls hop onto it (~100-350 µs per call on a 2-core
+  VM; ``scripts/bench/step_overhead.py`` measures both modes). The runtime switches, once and for all, as soon as
+  something needs the loop to run on its own: async code on another event loop (``await env.astep(...)`` under
+  ``asyncio.run``, a Ray actor), a sync call from a thread that runs another loop (Jupyter), or
+  :meth:`Runtime.submit`. Live sessions carry over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
+import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -22,42 +35,120 @@ T = TypeVar("T")
 
 __all__ = ["Runtime", "default_runtime"]
 
+_POLL = 0.002
+"""Seconds between checks of a thread waiting for its call while another thread drives the loop."""
+
+
+def _foreign_loop_running() -> bool:
+    """True when this thread already runs an event loop (then it cannot run the runtime's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
 
 class Runtime:
-    """A background asyncio event loop with a long-lived anyio task group for session owner tasks."""
+    """An asyncio event loop with a long-lived anyio task group for session owner tasks (see the module docs).
 
-    def __init__(self, name: str = "mcp-gym-runtime") -> None:
+    Args:
+        name: Name of the loop thread, once there is one.
+        threaded: Start in threaded mode (a loop thread from the start) instead of driven mode.
+    """
+
+    def __init__(self, name: str = "mcp-gym-runtime", *, threaded: bool = False) -> None:
+        self.name = name
         self.loop = asyncio.new_event_loop()
+        self.closed = False
         self._tg: TaskGroup | None = None
         self._stop: asyncio.Event | None = None
-        started = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(started,), name=name, daemon=True)
-        self._thread.start()
-        started.wait()
-        self.closed = False
+        self._state = threading.Lock()  # guards _driver, _thread, _want_thread, closed
+        self._driver: int | None = None  # id of the thread running the loop in driven mode
+        self._thread: threading.Thread | None = None
+        self._want_thread = False
+        self._ready = threading.Event()
+        self._serve_task = self.loop.create_task(self._serve())
+        if threaded or _foreign_loop_running():
+            with self._state:
+                self._spawn()
+            self._ready.wait()
+        else:
+            claimed = self._claim()
+            assert claimed
+            try:
+                self._run(asyncio.ensure_future(self._started(), loop=self.loop))
+            finally:
+                self._release()
 
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-
-        async def serve() -> None:
-            self._stop = asyncio.Event()
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                started.set()
+                self._ready.set()
                 await self._stop.wait()
                 tg.cancel_scope.cancel()
-
-        try:
-            self.loop.run_until_complete(serve())
         finally:
-            started.set()
+            self._ready.set()
+
+    async def _started(self) -> None:
+        while not self._ready.is_set():
+            await asyncio.sleep(0)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Runtime:
         return self
 
+    # -- modes ----------------------------------------------------------------------------------------------------
+    @property
+    def threaded(self) -> bool:
+        """True once a loop thread runs the loop (see the module docs)."""
+        return self._thread is not None
+
     def in_loop(self) -> bool:
-        """True when called from the runtime's own thread (async code may then await directly)."""
-        return threading.current_thread() is self._thread
+        """True when called from code the runtime's loop is running (async code may then await directly)."""
+        thread = self._thread
+        if thread is not None:
+            return threading.current_thread() is thread
+        return self._driver == threading.get_ident()
+
+    def _claim(self) -> bool:
+        """Become the thread that drives the loop, if it is idle in driven mode."""
+        with self._state:
+            if self._thread is not None or self._driver is not None or self.closed:
+                return False
+            self._driver = threading.get_ident()
+            return True
+
+    def _release(self) -> None:
+        """Stop driving; start the loop thread if someone asked for it meanwhile."""
+        with self._state:
+            self._driver = None
+            if self._want_thread and self._thread is None and not self.closed:
+                self._spawn()
+
+    def _spawn(self) -> None:
+        """Start the loop thread (the caller holds ``_state``; the loop is not running)."""
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self._serve_task)
+
+        self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _start_thread(self) -> None:
+        """Switch to threaded mode (idempotent; if a thread drives the loop now, it switches when its call ends)."""
+        with self._state:
+            if self._thread is not None or self.closed:
+                return
+            if self._driver is None:
+                self._spawn()
+            else:
+                self._want_thread = True
+
+    def _run(self, fut: asyncio.Future[T]) -> T:
+        """Run the loop in this thread until ``fut`` is done (the caller has claimed the loop)."""
+        return self.loop.run_until_complete(fut)
 
     @property
     def task_group(self) -> TaskGroup:
@@ -66,18 +157,81 @@ class Runtime:
             raise RuntimeError("mcp-gym runtime is not running")
         return self._tg
 
+    # -- calls ----------------------------------------------------------------------------------------------------
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule a coroutine on the runtime from any thread."""
+        """Schedule a coroutine from any thread (switches to threaded mode: the loop must run on its own)."""
         if self.closed:
             coro.close()
             raise RuntimeError("mcp-gym runtime is closed")
+        self._start_thread()
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
-        """Run ``await fn(*args)`` on the runtime from synchronous code and return its result."""
+        """Run ``await fn(*args)`` on the runtime from synchronous code and return its result.
+
+        ``timeout``: seconds before ``TimeoutError`` (the call is then cancelled).
+        """
         if self.in_loop():
             raise RuntimeError("mcp-gym: a sync method was called on the runtime's own event loop; await the a* method")
-        return self.submit(_call(fn, args)).result(timeout)
+        if self.closed:
+            raise RuntimeError("mcp-gym runtime is closed")
+        if self._thread is None:
+            if _foreign_loop_running():  # e.g. a sync env.step in Jupyter, whose thread runs its own loop
+                self._start_thread()
+            elif self._claim():
+                try:
+                    return self._drive(fn, args, timeout)
+                finally:
+                    self._release()
+        fut = asyncio.run_coroutine_threadsafe(_call(fn, args), self.loop)
+        return self._wait(fut, timeout)
+
+    def _drive(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
+        coro = _call(fn, args)
+        task = self.loop.create_task(coro if timeout is None else asyncio.wait_for(coro, timeout))
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return self._run(task)
+        # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
+        interrupted = False
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            nonlocal interrupted
+            if interrupted or task.done():
+                raise KeyboardInterrupt
+            interrupted = True
+            task.cancel()
+            self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            return self._run(task)
+        except asyncio.CancelledError:
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _wait(self, fut: concurrent.futures.Future[T], timeout: float | None) -> T:
+        """Wait for a call scheduled on the loop, driving the loop whenever no other thread does."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not fut.done():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                fut.cancel()
+                raise TimeoutError(f"no result within {timeout:g} s")
+            if self._thread is None and self._claim():
+                try:
+                    waiter = asyncio.wrap_future(fut, loop=self.loop)
+                    with contextlib.suppress(BaseException):  # the result is read from `fut` below
+                        self._run(waiter if left is None else asyncio.wait_for(waiter, left))
+                finally:
+                    self._release()
+            else:
+                concurrent.futures.wait([fut], timeout=left if self._thread is not None else
+                                        _POLL if left is None else min(left, _POLL))
+        return fut.result()
 
     async def acall(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Await ``fn(*args)`` on the runtime from async code on any event loop."""
@@ -90,14 +244,35 @@ class Runtime:
             return await anyio.to_thread.run_sync(fut.result)
         return await asyncio.wrap_future(fut)
 
-    def close(self) -> None:
-        """Stop the loop; cancels every owner task still running."""
-        if self.closed:
+    # -- closing --------------------------------------------------------------------------------------------------
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the loop; cancels every owner task still running (closing their sessions)."""
+        if self.in_loop():
+            raise RuntimeError("mcp-gym: Runtime.close() called from its own event loop")
+        with self._state:
+            if self.closed:
+                return
+            self.closed = True
+            thread, driving = self._thread, self._driver is not None
+            if thread is None and not driving:
+                self._driver = threading.get_ident()
+        if thread is not None or driving:  # the loop runs elsewhere: ask it to stop serving
+            if self._stop is not None:
+                self.loop.call_soon_threadsafe(self._stop.set)
+            if thread is not None:
+                thread.join(timeout=timeout)
             return
-        self.closed = True
-        if self._stop is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=10)
+        try:
+            if self._stop is not None:
+                self._stop.set()
+            with contextlib.suppress(BaseException):  # wait_for cancels the task group if it takes too long
+                self._run(asyncio.ensure_future(asyncio.wait_for(self._serve_task, timeout), loop=self.loop))
+            with contextlib.suppress(BaseException):
+                self._run(asyncio.ensure_future(self.loop.shutdown_asyncgens(), loop=self.loop))
+            self.loop.close()
+        finally:
+            with self._state:
+                self._driver = None
 
 
 async def _call(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
@@ -109,9 +284,19 @@ _lock = threading.Lock()
 
 
 def default_runtime() -> Runtime:
-    """The process-wide runtime, started on first use (a daemon thread; it dies with the process)."""
+    """The process-wide runtime, started on first use."""
     global _default
     with _lock:
         if _default is None or _default.closed:
             _default = Runtime()
         return _default
+
+
+@atexit.register
+def _close_default() -> None:
+    """In driven mode no thread keeps the loop: end the sessions at exit (stdio servers exit) instead of leaving
+    pending tasks to the garbage collector. A threaded runtime's daemon thread just stops with the interpreter."""
+    rt = _default
+    if rt is not None and not rt.closed and not rt.threaded:
+        with contextlib.suppress(BaseException):
+            rt.close(timeout=3.0)

@@ -2,8 +2,9 @@
 
 For the same bundled server (``echo`` tool) over stdio and in-process, each round times N raw
 ``Client.call_tool`` calls (awaited inside the client's own event loop: the SDK floor) and N ``env.step`` calls
-(sync face: includes the thread hop onto the runtime loop, argument validation, observation building), interleaved
-so machine noise hits both alike. Reports medians and the median of per-round ratios, then where the time goes
+(sync face: argument validation, observation building, and running the runtime loop: in the caller's thread by
+default, or with a hop onto a loop thread in threaded mode, both measured), interleaved so machine noise hits all
+alike. Reports medians and the median of per-round ratios, then where the time goes
 (thread hop, validation, async step without the hop), then reset-by-tool vs reset-by-restart.
 
     python scripts/bench/step_overhead.py --rounds 7 --calls 200
@@ -24,6 +25,7 @@ from mcp_gym.runtime import Runtime
 from mcp_gym.servers.testing import make_server
 
 ACTION = {"tool": "echo", "arguments": {"text": "hello"}}
+THREADED = Runtime("threaded", threaded=True)
 
 
 def stdio_spec() -> Stdio:
@@ -59,22 +61,26 @@ def timed_steps(env: MCPEnv, n: int) -> list[float]:
     return out
 
 
-def compare(label: str, raw: RawClient, env: MCPEnv, rounds: int, calls: int) -> float:
-    env.reset(seed=0)
-    raw.timed(20), timed_steps(env, 20)  # warm up
-    ratios, raw_med, env_med = [], [], []
-    for _ in range(rounds):
-        r = statistics.median(raw.timed(calls))
-        e = statistics.median(timed_steps(env, calls))
-        raw_med.append(r)
-        env_med.append(e)
-        ratios.append(e / r)
-    ratio = statistics.median(ratios)
-    raw_us, env_us = statistics.median(raw_med) * 1e6, statistics.median(env_med) * 1e6
-    rounds_txt = ", ".join(f"{x:.2f}" for x in ratios)
-    print(f"{label:<12} raw SDK {raw_us:8.0f} µs   env.step {env_us:8.0f} µs   ratio {ratio:.3f}", end="")
-    print(f"  (per-round: {rounds_txt})")
-    return ratio
+def compare(label: str, raw: RawClient, envs: dict[str, MCPEnv], rounds: int, calls: int) -> None:
+    """Raw SDK calls vs ``env.step`` on each env (same server), interleaved per round; prints medians and ratios."""
+    for env in envs.values():
+        env.reset(seed=0)
+        timed_steps(env, 20)  # warm up
+    raw.timed(20)
+    raw_med: list[float] = []
+    env_med: dict[str, list[float]] = {name: [] for name in envs}
+    sides: list[tuple[str | None, Callable[[], list[float]]]] = [(None, lambda: raw.timed(calls))]
+    sides += [(name, lambda env=env: timed_steps(env, calls)) for name, env in envs.items()]
+    for k in range(rounds):  # the order rotates every round, so drift does not favour one side
+        for name, run in sides[k % len(sides):] + sides[: k % len(sides)]:
+            (raw_med if name is None else env_med[name]).append(statistics.median(run()))
+    raw_us = statistics.median(raw_med) * 1e6
+    print(f"{label:<11} raw SDK call_tool {raw_us:6.0f} µs")
+    for name, meds in env_med.items():
+        ratios = [e / r for e, r in zip(meds, raw_med, strict=True)]
+        rounds_txt = ", ".join(f"{x:.2f}" for x in ratios)
+        print(f"  env.step, {name:<26} {statistics.median(meds) * 1e6:6.0f} µs   ratio {statistics.median(ratios):.3f}"
+              f"  (per-round: {rounds_txt})")
 
 
 def breakdown(env: MCPEnv, calls: int) -> None:
@@ -92,6 +98,7 @@ def breakdown(env: MCPEnv, calls: int) -> None:
         return statistics.median(ts) * 1e6
 
     hop = per_call(lambda: rt.call(noop))
+    hop_threaded = per_call(lambda: THREADED.call(noop))
     validate = per_call(lambda: env.action_space.validation_error(ACTION))
 
     async def async_steps() -> list[float]:
@@ -105,8 +112,9 @@ def breakdown(env: MCPEnv, calls: int) -> None:
     env.reset(seed=0)
     astep = statistics.median(rt.call(async_steps)) * 1e6
     sstep = statistics.median(timed_steps(env, calls)) * 1e6
-    print(f"  where the time goes (stdio): thread hop {hop:.0f} µs, validation {validate:.0f} µs, "
-          f"async step on the runtime loop {astep:.0f} µs, sync env.step {sstep:.0f} µs")
+    mode = "threaded" if rt.threaded else "driven"
+    print(f"  where the time goes: empty sync call {hop:.0f} µs ({mode}; threaded hop {hop_threaded:.0f} µs), "
+          f"validation {validate:.0f} µs, async step on the loop {astep:.0f} µs, sync env.step {sstep:.0f} µs")
 
 
 def reset_costs(rounds: int) -> None:
@@ -132,19 +140,25 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=200)
     a = p.parse_args()
 
-    print(f"env.step vs raw SDK call_tool, median of {a.rounds} interleaved rounds x {a.calls} calls")
+    print(f"env.step vs raw SDK call_tool, median of {a.rounds} interleaved rounds x {a.calls} calls; the sync face "
+          "driven (the default: the caller's thread runs the loop) and threaded (a hop onto a loop thread)")
     spec = stdio_spec()
     raw = RawClient(StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env or {})))
-    env = MCPEnv({"c": spec}, ["t"], max_steps=10**9)
-    compare("stdio", raw, env, a.rounds, a.calls)
-    breakdown(env, a.calls)
-    env.close()
+    envs = {"driven (default)": MCPEnv({"c": spec}, ["t"], max_steps=10**9, runtime=Runtime()),
+            "threaded": MCPEnv({"c": spec}, ["t"], max_steps=10**9, runtime=THREADED)}
+    compare("stdio", raw, envs, a.rounds, a.calls)
+    breakdown(envs["driven (default)"], a.calls)
+    for env in envs.values():
+        env.close()
 
     server = make_server(diagnostics=True)
     raw_ip = RawClient(server.mcp)
-    env_ip = MCPEnv({"c": InProcess(server)}, ["t"], max_steps=10**9)
-    compare("in-process", raw_ip, env_ip, a.rounds, a.calls)
-    env_ip.close()
+    envs = {"driven (default)": MCPEnv({"c": InProcess(server)}, ["t"], max_steps=10**9, runtime=Runtime()),
+            "threaded": MCPEnv({"c": InProcess(server)}, ["t"], max_steps=10**9, runtime=THREADED)}
+    compare("in-process", raw_ip, envs, a.rounds, a.calls)
+    breakdown(envs["driven (default)"], a.calls)
+    for env in envs.values():
+        env.close()
     reset_costs(max(3, a.rounds))
     print("targets: stdio ratio <= 1.10, in-process ratio <= 1.5")
 

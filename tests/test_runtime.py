@@ -1,0 +1,144 @@
+"""The runtime's two modes (driven: the caller's thread runs the loop; threaded: a loop thread) on real servers.
+
+Each test makes its own :class:`Runtime`, so the mode it checks does not depend on what other tests did to the
+process-wide default runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mcp_gym import InProcess, MCPEnv, Stdio
+from mcp_gym.runtime import Runtime
+from mcp_gym.servers.testing import make_server
+
+ECHO = {"tool": "echo", "arguments": {"text": "hi"}}
+
+
+def stdio_env(rt: Runtime) -> MCPEnv:
+    return MCPEnv({"c": Stdio.python_module("mcp_gym.servers.testing", "--diagnostics")}, ["t"], runtime=rt,
+                  max_steps=1000)
+
+
+def child_pids() -> set[int]:
+    """Live (not zombie) child processes of this process."""
+    out = set()
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                out.add(int(p.name))
+    return out
+
+
+def test_driven_calls_run_in_the_callers_thread_and_threaded_ones_hop() -> None:
+    async def where() -> int:
+        await asyncio.sleep(0)
+        return threading.get_ident()
+
+    driven, threaded = Runtime(), Runtime(threaded=True)
+    assert driven.call(where) == threading.get_ident() and not driven.threaded
+    assert threaded.call(where) != threading.get_ident() and threaded.threaded
+    assert not driven.in_loop() and not threaded.in_loop()
+    driven.close()
+    threaded.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        driven.call(where)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_session_survives_the_switch_to_threaded_mode_and_close_stops_the_server() -> None:
+    before = child_pids()
+    rt = Runtime()
+    env = stdio_env(rt)
+    env.reset(seed=0)
+    server = child_pids() - before
+    assert len(server) == 1
+    _, _, _, _, info = env.step({"tool": "add", "arguments": {"amount": 2}})
+    assert info["structured_content"]["count"] == 2 and not rt.threaded
+
+    async def from_another_loop() -> dict:  # e.g. asyncio.run in a script: the runtime needs its own thread now
+        _, _, _, _, info = await env.astep({"tool": "add", "arguments": {"amount": 3}})
+        return info
+
+    info = asyncio.run(from_another_loop())
+    assert rt.threaded and info["structured_content"]["count"] == 5  # the same server process and session
+    _, _, _, _, info = env.step({"tool": "get_count", "arguments": {}})
+    assert info["structured_content"] == {"result": 5} and child_pids() - before == server
+    rt.close()
+    assert not (child_pids() & server)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_closing_a_driven_runtime_stops_its_stdio_servers() -> None:
+    before = child_pids()
+    rt = Runtime()
+    env = stdio_env(rt)
+    env.reset(seed=0)
+    server = child_pids() - before
+    assert len(server) == 1 and not rt.threaded
+    rt.close()  # without env.close(): the runtime ends the session
+    assert not (child_pids() & server)
+
+
+def test_ctrl_c_cancels_the_call_and_keeps_the_session() -> None:
+    rt = Runtime()
+    env = MCPEnv({"c": InProcess(make_server(diagnostics=True))}, ["t"], runtime=rt, max_steps=1000)
+    env.reset(seed=0)
+    progress = threading.Event()
+
+    def interrupt() -> None:
+        progress.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    orig = env.host.call_server
+
+    async def call_server(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - signal once the slow call is running
+        progress.set()
+        return await orig(*args, **kwargs)
+
+    env.host.call_server = call_server  # type: ignore[method-assign]
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        env.step({"tool": "slow", "arguments": {"seconds": 60}})
+    env.host.call_server = orig  # type: ignore[method-assign]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    _, _, _, _, info = env.step(ECHO)  # the session is alive
+    assert info["error"] is None and info["content"][0]["text"] == "hi"
+    rt.close()
+
+
+def test_threads_share_the_loop_while_one_drives() -> None:
+    rt = Runtime()
+    env = stdio_env(rt)
+    env.reset(seed=0)
+    order: list[str] = []
+    started = threading.Event()
+
+    def slow() -> None:
+        started.set()
+        env.step({"tool": "slow", "arguments": {"seconds": 1.5}})
+        order.append("slow")
+
+    t = threading.Thread(target=slow)
+    t.start()
+    started.wait(10)
+    while rt._driver is None and t.is_alive():  # the other thread drives the loop now
+        time.sleep(0.001)
+    env.step(ECHO)  # runs on the loop the other thread is driving, before its slow call ends
+    order.append("echo")
+    t.join(30)
+    assert order == ["echo", "slow"] and not rt.threaded
+    env.close()
+    rt.close()
