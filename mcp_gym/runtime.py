@@ -22,6 +22,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -290,6 +291,17 @@ def default_runtime() -> Runtime:
         if _default is None or _default.closed:
             _default = Runtime()
         return _default
+
+
+def _forget_default_in_child() -> None:
+    """A forked child must not use its parent's runtime (its loop, sessions and thread belong to the parent)."""
+    global _default, _lock
+    _default = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_default_in_child)
 
 
 @atexit.register

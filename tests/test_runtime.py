@@ -142,3 +142,40 @@ def test_threads_share_the_loop_while_one_drives() -> None:
     assert order == ["echo", "slow"] and not rt.threaded
     env.close()
     rt.close()
+
+
+def test_a_sync_call_from_a_thread_running_another_loop_works() -> None:
+    """Jupyter runs an asyncio loop in the main thread; a sync env.step there must not try to run a second loop."""
+    rt = Runtime()
+    env = MCPEnv({"c": InProcess(make_server(diagnostics=True))}, ["t"], runtime=rt, max_steps=1000)
+    env.reset(seed=0)
+
+    async def cell() -> dict:
+        _, _, _, _, info = env.step(ECHO)  # blocking call inside a running loop, as in a notebook cell
+        return info
+
+    assert asyncio.run(cell())["content"][0]["text"] == "hi" and rt.threaded
+    env.close()
+    rt.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_its_own_default_runtime() -> None:
+    import mcp_gym
+
+    env = mcp_gym.make_env("Counter")  # the parent's default runtime and session
+    env.reset(seed=0)
+    pid = os.fork()
+    if pid == 0:  # the child builds its own env on a fresh runtime (as gymnasium's AsyncVectorEnv workers do)
+        code = 1
+        try:
+            child = mcp_gym.make_env("Counter")
+            _, info = child.reset(seed=1)
+            code = 0 if info["servers"]["testing"]["status"] == "ready" and child.unwrapped._rt is not env._rt else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    _, _, _, _, info = env.step({"tool": "get_count", "arguments": {}})  # the parent's session is untouched
+    assert info["error"] is None
+    env.close()
