@@ -225,7 +225,8 @@ class Runtime:
             if self._thread is None and self._claim():
                 try:
                     waiter = asyncio.wrap_future(fut, loop=self.loop)
-                    with contextlib.suppress(BaseException):  # the result is read from `fut` below
+                    # The outcome is read from `fut` below; only KeyboardInterrupt & co. leave here.
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
                         self._run(waiter if left is None else asyncio.wait_for(waiter, left))
                 finally:
                     self._release()

@@ -179,3 +179,25 @@ def test_a_forked_child_gets_its_own_default_runtime() -> None:
     _, _, _, _, info = env.step({"tool": "get_count", "arguments": {}})  # the parent's session is untouched
     assert info["error"] is None
     env.close()
+
+
+def test_call_timeout_cancels_and_the_runtime_goes_on() -> None:
+    cancelled = threading.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def answer() -> int:
+        return 42
+
+    for rt in (Runtime(), Runtime(threaded=True)):
+        cancelled.clear()
+        with pytest.raises(TimeoutError):
+            rt.call(forever, timeout=0.2)
+        assert rt.call(answer) == 42
+        rt.close()
+        assert cancelled.is_set()
