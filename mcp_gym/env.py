@@ -5,8 +5,9 @@ The action space is the servers' ``tools/list`` (:class:`~mcp_gym.spaces.ToolCal
 ``{"tool": "submit", "arguments": {"answer": "..."}}``. Observations are ``{"task", "result", "resources"}`` texts.
 Rewards follow the convention of :mod:`mcp_gym.rewards`, and a task verifier grades ``submit``.
 
-One implementation, two faces: ``areset``/``astep`` are coroutines; ``reset``/``step`` are their synchronous face
-(one hop onto the :class:`~mcp_gym.runtime.Runtime` loop that owns the sessions).
+One implementation, two faces: ``areset``/``astep`` are coroutines; ``reset``/``step`` are their synchronous face (they
+run the :class:`~mcp_gym.runtime.Runtime` loop that owns the sessions in the caller's thread, or hop onto its loop
+thread once it has one).
 """
 
 from __future__ import annotations
