@@ -48,7 +48,7 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a WAL frame may hold only plain values, not {module}.{name}")
 
 
-def _finite(row: tuple[Any, ...]) -> bool:
+def _all_finite(row: tuple[Any, ...]) -> bool:
     """True if ``row`` has no NaN or infinite float (JSON carries those as null)."""
     return all(v - v == 0.0 for v in row if v.__class__ is float)
 
@@ -72,7 +72,7 @@ class WalFile:
 
     def _dumps(self, frame: Frame, finite: bool | None) -> bytes:
         if finite is None:
-            finite = _finite(frame[0]) and all(_finite(row) for row in frame[1])
+            finite = _all_finite(frame[0]) and all(_all_finite(row) for row in frame[1])
         if finite:
             try:
                 return orjson.dumps(frame)
