@@ -15,8 +15,9 @@ import os
 import shlex
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
@@ -155,6 +156,39 @@ def parse_server(target: str, *, inherit_env: bool = False, **options: Any) -> S
     return Stdio(parts[0], parts[1:], env=dict(os.environ) if inherit_env else None, **options)
 
 
+class _DiscoverTimeout:
+    """The SDK (mcp 2.3) reads its ``server/discover`` probe timeout from a module global when it sends the probe, and
+    has no per-client setting. Handshakes with the same ``discover_timeout`` run together; one with another value
+    waits until they are done, so each probe waits its own connection's value (across runtimes and threads too)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: float | None = None
+        self._active = 0
+
+    def _enter(self, value: float) -> bool:
+        with self._lock:
+            if self._active and self._value != value:
+                return False
+            self._value = value
+            self._active += 1
+            _sdk_session.DISCOVER_TIMEOUT_SECONDS = value
+            return True
+
+    @contextlib.asynccontextmanager
+    async def use(self, value: float) -> AsyncIterator[None]:
+        while not self._enter(value):
+            await anyio.sleep(0.01)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+
+
+_DISCOVER_TIMEOUT = _DiscoverTimeout()
+
+
 class ConnectionLost(Exception):
     """The server is not reachable (failed to start, crashed or closed)."""
 
@@ -252,8 +286,11 @@ class ServerConnection:
 
                     self.recorder = Recorder.open(self)
                 client = self._client()
-                _sdk_session.DISCOVER_TIMEOUT_SECONDS = self.spec.discover_timeout  # the SDK reads it at probe time
-                await client.__aenter__()
+                if self.spec.protocol == "auto":
+                    async with _DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
+                        await client.__aenter__()
+                else:
+                    await client.__aenter__()
                 entered = True
                 scope.deadline = math.inf
                 self.client = client

@@ -585,3 +585,26 @@ def test_server_ignoring_discover_does_not_stall_connect(make_env, tmp_path):
               f"(connect {conn.connect_seconds:.2f} s)")
     # Far below the SDK's own 10 s discover probe: mcp-gym bounds the probe (Stdio.discover_timeout).
     assert timings["auto"] < SDK_DISCOVER_PROBE_TIMEOUT - 2.0
+
+
+def test_each_connection_probes_with_its_own_discover_timeout(make_env, tmp_path):
+    """The SDK keeps the probe timeout in a module global: two servers starting together with different
+    ``discover_timeout`` values must each be waited for their own value (mcp-gym takes turns between values)."""
+    script = tmp_path / "raw_server.py"
+    stamped = RAW_SERVER.replace("import json, sys", "import json, sys, time").replace(
+        "seen.append(method)", "seen.append(f'{method}@{time.monotonic():.3f}')")
+    script.write_text(stamped)
+    fast = Stdio(sys.executable, [str(script)], protocol="auto", discover_timeout=0.3)
+    slow = Stdio(sys.executable, [str(script)], protocol="auto", discover_timeout=2.5)
+    env = make_env({"fast": fast, "slow": slow})
+    _, info = env.reset(seed=0)
+    assert info["servers"]["fast"]["status"] == info["servers"]["slow"]["status"] == "ready"
+    waited = {}
+    for alias in ("fast", "slow"):
+        obs, _, _, _, _ = step(env, f"{alias}__methods")
+        stamps = dict(m.rsplit("@", 1) for m in obs["result"].split(",") if "@" in m)
+        waited[alias] = float(stamps["initialize"]) - float(stamps["server/discover"])  # the probe, then the fallback
+    print(f"\nprobe waited: fast {waited['fast']:.2f} s (timeout 0.3), slow {waited['slow']:.2f} s (timeout 2.5)")
+    # Measured by the server from reading the probe (after its own start-up) to the fallback: each gap is the
+    # connection's timeout minus that start-up, so the two differ by about 2.2 s; with one shared value they would not.
+    assert waited["slow"] - waited["fast"] > 1.0
