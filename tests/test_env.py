@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 
@@ -276,3 +277,16 @@ def test_check_env_and_registration() -> None:
     assert obs["task"] and info["task_id"].startswith("counter-")
     env.close()
     assert mcp_gym.__version__
+
+
+def test_parse_server_strings() -> None:
+    from mcp_gym.connection import parse_server
+
+    assert parse_server("http://127.0.0.1:8000/mcp", connect_timeout=3) == Http("http://127.0.0.1:8000/mcp",
+                                                                                  connect_timeout=3)
+    spec = parse_server("npx -y '@scope/server x' --flag", inherit_env=True)
+    assert isinstance(spec, Stdio) and spec.command == "npx" and spec.args == ("-y", "@scope/server x", "--flag")
+    assert spec.env is not None and spec.env.get("PATH") == os.environ.get("PATH")
+    assert parse_server("python -m srv").env is None  # the SDK's minimal environment unless asked
+    with pytest.raises(ValueError, match="not a server command line or URL"):
+        parse_server("   ")
