@@ -15,7 +15,8 @@ from mcp_gym.tasks import Task, load_tasks
 from mcp_gym.vector import EpisodeSpec
 
 __all__ = [
-    "to_dict", "load_job_tasks", "env_factory", "build_policy", "plan_episodes", "episode_seed", "run_metadata"
+    "to_dict", "load_job_tasks", "env_factory", "run_location", "build_policy", "plan_episodes", "episode_seed",
+    "run_metadata",
 ]
 
 
@@ -54,6 +55,12 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
     name, transport, url = env_cfg["name"], env_cfg.get("transport", "stdio"), env_cfg.get("url")
     return lambda: make_env(name, transport=transport, url=url, tasks=list(tasks) or None,
                             connect_timeout=connect_timeout, **kwargs)
+
+
+def run_location(cfg: Any, out: str | Path) -> str:
+    """Where a job's shards are published: ``launcher.storage`` (a path or ``pyarrow.fs`` URI) if set, else ``out``."""
+    launcher = cfg.get("launcher") or {}
+    return str(launcher.get("storage") or out)
 
 
 def build_policy(policy_cfg: Mapping[str, Any]) -> Policy:

@@ -15,10 +15,11 @@ import pyarrow.compute as pc
 from omegaconf import DictConfig
 
 from mcp_gym.jobs.collect import CollectResult, collect
-from mcp_gym.jobs.config import run_metadata
+from mcp_gym.jobs.config import run_location, run_metadata
 from mcp_gym.jobs.metrics import per_task, summarize
+from mcp_gym.jobs.ray_launcher import SharedRun
 from mcp_gym.jobs.report import print_summary, write_report
-from mcp_gym.recording import RunDirectory, read_tables
+from mcp_gym.recording import read_tables
 
 __all__ = ["evaluate", "EvalResult", "score_run"]
 
@@ -52,16 +53,9 @@ def evaluate(cfg: DictConfig, out: str | Path, *, show: bool = True) -> EvalResu
     out = Path(out)
     collection = collect(cfg, out)
     ks = [int(k) for k in cfg.get("pass_k") or [1] if int(k) <= int(cfg.samples)]
-    storage = cfg.launcher.get("storage") if cfg.launcher.get("kind") == "ray" else None
-    if storage:  # the Ray launcher published the shards there, not in `out`
-        from mcp_gym.jobs.ray_launcher import SharedRun
-
-        shared = SharedRun(str(storage))
-        keys = shared.manifest().get("planned")
-        summary, tasks, episodes = score_run(shared.read_tables(), keys, ks)
-    else:
-        keys = RunDirectory(out).planned
-        summary, tasks, episodes = score_run(out, keys, ks)
+    run = SharedRun(run_location(cfg, out))  # `out`, or the launcher's storage (any pyarrow.fs location)
+    keys = run.manifest().get("planned")
+    summary, tasks, episodes = score_run(run.read_tables(), keys, ks)
     missing = len(keys or []) - summary["episodes"]
     if missing:
         summary["missing_episodes"] = missing

@@ -45,7 +45,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mcp_gym.jobs.collect import CollectResult
-from mcp_gym.jobs.config import load_job_tasks, plan_episodes, run_metadata, to_dict
+from mcp_gym.jobs.config import load_job_tasks, plan_episodes, run_location, run_metadata, to_dict
 from mcp_gym.vector import EpisodeResult, EpisodeSpec
 
 __all__ = ["collect_ray", "SharedRun", "RayCollector"]
@@ -416,7 +416,7 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
     del runtime  # the actors have their own runtimes
     launcher = cfg.launcher
     out = Path(out)
-    location = str(launcher.get("storage") or out)
+    location = run_location(cfg, out)
     shared = SharedRun(location)
     tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
     specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
