@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NPM_DIR = ROOT / ".mcp-gym-cache" / "npm"
+NPM_DIR = Path(os.environ.get("MCP_GYM_NPM_DIR") or ROOT / ".mcp-gym-cache" / "npm")
 NPM_SERVERS = {
     "@modelcontextprotocol/server-everything": "2026.8.31",
     "@modelcontextprotocol/server-memory": "2026.8.31",
