@@ -19,13 +19,16 @@ Servers::
     mcp-gym serve --replay runs/x/cassettes/memory.jsonl # a recorded cassette as a server (mcp_gym.cassette)
     mcp-gym diff-tools runs/2026-11 runs/2026-12         # tool-catalogue drift (mcp_gym.drift)
 
-Rerunning an interrupted ``collect``/``eval``/``demo`` resumes it. Exit status 130 after Ctrl-C.
+Rerunning an interrupted ``collect``/``eval``/``demo`` resumes it; with more ``episodes``/``samples`` it extends the
+run. A rerun with another config into the same ``out`` refuses in one line (exit status 2). Exit status 130 after
+Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +39,8 @@ __all__ = ["main"]
 JOBS = {"collect": "collect", "eval": "eval", "export-sft": "export_sft", "demo": "demo"}
 """Command -> option of the ``job`` config group."""
 INTERRUPTED = 130
+REFUSED = 2
+"""Exit status of a job that refused to run (e.g. a rerun into a run directory of another config)."""
 
 
 def _usage() -> str:
@@ -49,6 +54,7 @@ def _run_job(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from mcp_gym import jobs
+    from mcp_gym.jobs.identity import JobRefused
 
     out = Path(HydraConfig.get().runtime.output_dir)
     try:
@@ -67,6 +73,11 @@ def _run_job(cfg: Any) -> None:
     except jobs.JobInterrupted as e:
         print(str(e), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
+    except JobRefused as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)
+        raise SystemExit(REFUSED) from None
 
 
 def _hydra(command: str, overrides: Sequence[str]) -> int:

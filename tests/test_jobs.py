@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -157,3 +158,73 @@ def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
     shown = capsys.readouterr().out
     assert "Tools (" in shown and "unlock_bonus" in shown and "counter://state" in shown
     assert main(["inspect", "http://127.0.0.1:1/mcp", "--timeout", "3"]) == 1
+
+
+# -- run identity: a rerun with another config refuses, more episodes/samples extend ----------------------------------
+def _refusal(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one stderr line of a refused job (exit status 2, no traceback)."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_rerun_with_another_model_refuses(tmp_path: Path) -> None:
+    """eval with model A, then model B into the same out=: B refuses (naming policy.model) and A's report stays."""
+    out = tmp_path / "eval"
+    with serve_chat() as (url, script):
+        args = ["eval", *FAST, "policy=openai", f"policy.base_url={url}", "policy.api_key=sk-test", "samples=1",
+                "episodes=4", "plots=false", f"out={out}"]
+        assert main([*args, "policy.model=good"]) == 0
+        before = (out / "report" / "results.json").read_text()
+        requests = len(script.requests)
+        proc = subprocess.run(_cli(*args, "policy.model=bad"), capture_output=True, text=True, timeout=120)
+        line = _refusal(proc)
+        assert "policy.model: 'good' -> 'bad'" in line and "out=" in line and str(out) in line
+        assert len(script.requests) == requests  # model B never ran
+        assert (out / "report" / "results.json").read_text() == before  # A's results are not reported as B's
+        assert "Evaluation" not in proc.stdout
+        # Only the API key or the timeout changed: the same run, resumed (nothing to do).
+        assert main([*args, "policy.model=good", "policy.api_key=sk-other", "policy.timeout=5"]) == 0
+        assert len(script.requests) == requests
+
+
+def test_rerun_with_another_max_steps_or_seed_refuses(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ["collect", *FAST, "policy=random", "episodes=3", f"out={out}"]
+    assert main(base) == 0
+    for change, named in (("env.max_steps=3", "env.max_steps: 10 -> 3"), ("seed=7", "seed: 0 -> 7"),
+                          ("split=test", "split: 'train' -> 'test'")):
+        assert named in _refusal(subprocess.run(_cli(*base, change), capture_output=True, text=True, timeout=120))
+    assert len(load(out).episodes) == 3
+    # The env's own limit spelled out, or another transport, is the same run.
+    assert main([*base, "env.max_steps=10", "env.transport=stdio"]) == 0
+    # HYDRA_FULL_ERROR=1 shows the traceback.
+    proc = subprocess.run(_cli(*base, "seed=7"), capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "RunConfigMismatch" in proc.stderr
+
+
+def test_growing_episodes_runs_only_the_new_ones(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ["collect", *FAST, "policy=random", f"out={out}"]
+    assert main([*base, "episodes=4"]) == 0
+    first = {r["episode_key"]: r["episode_id"] for r in load(out).episodes}
+    proc = subprocess.run(_cli(*base, "episodes=7"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "7 of 7 planned episodes recorded (3 new" in proc.stdout
+    after = {r["episode_key"]: r["episode_id"] for r in load(out).episodes}
+    assert len(after) == 7 and all(after[k] == v for k, v in first.items())  # the first 4 were not rerun
+    assert RunDirectory(out).manifest["metadata"]["identity"]["episodes"] == 7
+    # Shrinking is not growing: refused.
+    line = _refusal(subprocess.run(_cli(*base, "episodes=5"), capture_output=True, text=True, timeout=120))
+    assert "episodes: 7 -> 5" in line
+
+
+def test_eval_growing_samples_scores_every_sample(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    base = ["eval", *FAST, "policy=oracle", "plots=false", f"out={out}"]
+    assert main([*base, "samples=1"]) == 0
+    assert main([*base, "samples=2"]) == 0
+    summary = json.loads((out / "report" / "results.json").read_text())["summary"]
+    assert summary["episodes"] == 48 and "pass@2" in summary and "missing_episodes" not in summary

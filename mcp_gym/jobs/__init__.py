@@ -8,6 +8,7 @@ from mcp_gym.jobs.collect import CollectResult, JobInterrupted, collect, run_int
 from mcp_gym.jobs.demo import demo
 from mcp_gym.jobs.evaluate import EvalResult, evaluate, score_run
 from mcp_gym.jobs.export import export_sft
+from mcp_gym.jobs.identity import JobRefused, RunConfigMismatch
 from mcp_gym.jobs.metrics import pass_at_k, per_task, summarize
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "CollectResult",
     "EvalResult",
     "JobInterrupted",
+    "JobRefused",
+    "RunConfigMismatch",
     "pass_at_k",
     "per_task",
     "summarize",

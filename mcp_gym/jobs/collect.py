@@ -107,7 +107,9 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     (on Ray actors with ``launcher=ray``, see :mod:`mcp_gym.jobs.ray_launcher`).
 
     Raises :class:`JobInterrupted` on Ctrl-C (after saving finished episodes) and ``RuntimeError`` when more than
-    ``launcher.max_errors`` episodes failed to run.
+    ``launcher.max_errors`` episodes failed to run. A rerun into ``out`` resumes, or extends the plan when only
+    ``episodes``/``samples`` grew; with another config it raises :class:`~mcp_gym.jobs.identity.RunConfigMismatch`
+    (see :mod:`mcp_gym.jobs.identity`).
     """
     out = Path(out)
     launcher = cfg.launcher
@@ -120,10 +122,13 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     recording = bool(cfg.recorder.enabled)
     pending = specs
     if recording:
+        from mcp_gym.jobs.identity import check_rerun
         from mcp_gym.recording import RunDirectory
 
         run = RunDirectory(out)
-        run.plan([s.key for s in specs], metadata=run_metadata(cfg, out))
+        keys, metadata = [s.key for s in specs], run_metadata(cfg, out)
+        if check_rerun(str(out), run.manifest, keys, metadata["identity"]):  # refuses another config's directory
+            run.plan(keys, metadata=metadata, replace=True)
         todo = set(run.pending())
         pending = [s for s in specs if s.key in todo]
     result = CollectResult(out, len(specs), len(specs) - len(pending))

@@ -16,7 +16,7 @@ from mcp_gym.vector import EpisodeSpec
 
 __all__ = [
     "to_dict", "load_job_tasks", "env_factory", "run_location", "build_policy", "plan_episodes", "episode_seed",
-    "run_metadata",
+    "run_metadata", "job_identity",
 ]
 
 
@@ -89,8 +89,17 @@ def plan_episodes(
     return [EpisodeSpec(key, task_id, episode_seed(seed, key)) for key, task_id in keys]
 
 
+def job_identity(cfg: DictConfig) -> dict[str, Any]:
+    """The job's run identity (see :mod:`mcp_gym.jobs.identity`): what shapes its episodes, resolved."""
+    from mcp_gym.jobs.identity import run_identity
+
+    return run_identity(to_dict(cfg.env), to_dict(cfg.policy), seed=cfg.seed, split=cfg.get("split"),
+                        samples=cfg.get("samples"), episodes=cfg.get("episodes"))
+
+
 def run_metadata(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """What a run directory's manifest records about the job (the api key left out)."""
+    """What a run directory's manifest records about the job (the api key left out), its run identity included."""
     policy = {k: v for k, v in to_dict(cfg.policy).items() if k != "api_key"}
     return {"command": cfg.command, "env": to_dict(cfg.env), "policy": policy, "seed": cfg.seed,
-            "split": cfg.get("split"), "samples": cfg.get("samples"), "out": str(out)}
+            "split": cfg.get("split"), "samples": cfg.get("samples"), "episodes": cfg.get("episodes"),
+            "out": str(out), "identity": job_identity(cfg)}

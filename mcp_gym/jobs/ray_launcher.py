@@ -122,16 +122,23 @@ class SharedRun:
             return {}
 
     def plan(self, keys: Sequence[str], metadata: dict[str, Any]) -> None:
-        """Record the planned keys (raises ``ValueError`` if the run was planned with other keys)."""
+        """Record the planned keys, or extend the plan when ``keys`` grew it (raises
+        :class:`~mcp_gym.jobs.identity.RunConfigMismatch` when the run holds episodes of another config or plan; the
+        run identity is ``metadata["identity"]``, see :mod:`mcp_gym.jobs.identity`)."""
+        from mcp_gym.jobs.identity import check_rerun
+
+        manifest = self.manifest()
+        if not check_rerun(self.location, manifest, list(keys), metadata.get("identity") or {}):
+            return
         if self.is_local:
             from mcp_gym.recording import RunDirectory
 
-            RunDirectory(self.root).plan(keys, metadata=metadata)
+            RunDirectory(self.root).plan(keys, metadata=metadata, replace=True)
             return
-        manifest = self.manifest()
-        if manifest.get("planned") is not None:
-            if manifest["planned"] != list(keys):
-                raise ValueError(f"{self.location} was planned with other episode keys; use a new location")
+        if manifest.get("planned") is not None:  # extend
+            manifest = {**manifest, "planned": list(keys), "metadata": metadata}
+            with self.fs.open_output_stream(self._path(MANIFEST)) as f:
+                f.write(json.dumps(manifest, ensure_ascii=False, indent=1).encode("utf-8"))
             return
         import datetime as dt
 

@@ -1,0 +1,107 @@
+"""Run identity: a run directory holds the episodes of one job config, and a rerun never reports another's.
+
+A job records in its run directory's manifest (``metadata["identity"]``) the resolved config of everything that shapes
+its episodes: the env and its options, the policy and its options (model, base URL, temperature, ...), ``seed``,
+``split``, ``samples``, ``episodes`` and the episode limit. Settings that only change how fast or where episodes run
+(``launcher.*``, ``recorder.*``, ``out``, ``env.transport``, timeouts, the API key) are left out.
+
+A rerun into the same directory (:func:`check_rerun`):
+
+* with the same identity resumes: it runs only the planned episodes not yet recorded;
+* with more ``episodes`` or ``samples`` (everything else equal) extends the plan and runs only the new episodes;
+* with anything else refuses with one line naming the differing keys (``old -> new``) and the fix (``out=...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["JobRefused", "RunConfigMismatch", "run_identity", "identity_diff", "check_rerun", "GROWABLE"]
+
+GROWABLE = ("samples", "episodes")
+"""Identity keys a rerun may grow (the plan is extended)."""
+_ENV_OPERATIONAL = frozenset({"transport", "url", "connect_timeout", "call_timeout"})
+"""Env options that change how episodes run, not what they are."""
+_POLICY_OPERATIONAL = frozenset({"api_key", "timeout", "retries", "max_concurrency"})
+"""Policy options that change how requests are made, not what the policy does."""
+
+
+class JobRefused(ValueError):
+    """A job refuses to run, for a reason given in one line (the CLI prints it without a traceback)."""
+
+
+class RunConfigMismatch(JobRefused):
+    """The run directory holds episodes of another config."""
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping) and value:
+        for k in sorted(value, key=str):
+            _flatten(f"{prefix}.{k}" if prefix else str(k), value[k], out)
+    else:
+        out[prefix] = list(value) if isinstance(value, tuple) else value
+
+
+def run_identity(
+    env: Mapping[str, Any], policy: Mapping[str, Any], *, seed: Any, split: Any, samples: Any = None,
+    episodes: Any = None,
+) -> dict[str, Any]:
+    """The identity of a job: dotted keys (``env.name``, ``policy.model``, ``seed``, ...) -> resolved values.
+
+    ``env.max_steps`` left unset (``None``) resolves to a bundled env's own limit, so ``env.max_steps=10`` on Counter
+    (whose limit is 10) is the same run.
+    """
+    env = {k: v for k, v in env.items() if k not in _ENV_OPERATIONAL}
+    if env.get("max_steps") is None and not env.get("servers") and env.get("name"):
+        try:
+            from mcp_gym.envs import env_module
+
+            env["max_steps"] = int(env_module(str(env["name"])).MAX_STEPS)
+        except (ValueError, ImportError):
+            pass
+    policy = {k: v for k, v in policy.items() if k not in _POLICY_OPERATIONAL}
+    out: dict[str, Any] = {}
+    _flatten("env", env, out)
+    _flatten("policy", policy, out)
+    out.update(seed=seed, split=split, samples=samples, episodes=episodes)
+    return out
+
+
+def identity_diff(old: Mapping[str, Any], new: Mapping[str, Any], *, skip: Sequence[str] = ()) -> list[str]:
+    """``key: old -> new`` for every key whose value differs (keys in ``skip`` left out)."""
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+            if k not in skip and old.get(k) != new.get(k)]
+
+
+def check_rerun(
+    location: str, manifest: Mapping[str, Any], keys: Sequence[str], identity: Mapping[str, Any]
+) -> bool:
+    """Decide what a job may do in a run directory that has ``manifest``; returns ``True`` when the plan must be
+    (re)written (a new run, or a grown plan), ``False`` to resume as planned.
+
+    Raises :class:`RunConfigMismatch` (one line: the differing keys and the fix) when the directory holds episodes of
+    another config, or planned episodes that the new plan does not contain.
+    """
+    planned = manifest.get("planned")
+    if planned is None:
+        return True
+    old = (manifest.get("metadata") or {}).get("identity")
+    fix = f"rerun with another out=... (or delete {location})"
+    if old is None:  # a run made before run identities were recorded: compare what its metadata has
+        meta = manifest.get("metadata") or {}
+        if "env" in meta and "policy" in meta:
+            old = run_identity(meta["env"], meta["policy"], seed=meta.get("seed"), split=meta.get("split"),
+                               samples=identity.get("samples"), episodes=identity.get("episodes"))
+    if old is not None:
+        diff = identity_diff(old, identity, skip=GROWABLE)
+        if diff:
+            raise RunConfigMismatch(f"{location} holds episodes of another config ({'; '.join(diff)}): {fix}")
+    if list(planned) == list(keys):
+        return False
+    if set(planned) <= set(keys):
+        return True  # more episodes or samples: extend the plan
+    grown = identity_diff(old or {}, identity, skip=[k for k in identity if k not in GROWABLE]) if old else []
+    what = "; ".join(grown) if grown else "the planned episodes differ (the env's task set changed?)"
+    raise RunConfigMismatch(f"{location} holds episodes of another plan ({what}); only growing episodes/samples "
+                            f"extends a run: {fix}")
