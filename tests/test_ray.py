@@ -157,3 +157,26 @@ def test_shared_run_on_an_object_store_like_filesystem(tmp_path: Path) -> None:
     assert summary["episodes"] == 2 and summary["success_rate"] == 1.0
     assert shared.sweep() == 2
     check_run(run, 2)
+
+
+def test_rerun_identity_on_ray(cluster: Any, tmp_path: Path) -> None:
+    """launcher=ray keeps run identity like a local job: another policy refuses, more episodes run only the new ones,
+    and a local rerun of the same config resumes the Ray run."""
+    from mcp_gym.jobs import collect
+    from mcp_gym.jobs.identity import RunConfigMismatch
+
+    run = tmp_path / "run"
+    r1 = collect_ray(job(run, "episodes=4"), run)
+    assert r1.finished == 4
+    with pytest.raises(RunConfigMismatch, match=r"policy\.kind: 'random' -> 'oracle'"):
+        collect_ray(job(run, "episodes=4", "policy=oracle"), run)
+    first = set(RunDirectory(run).done_keys())
+    r2 = collect_ray(job(run, "episodes=6"), run)
+    assert (r2.already_done, r2.finished) == (4, 2)
+    check_run(run, 6)
+    assert first < RunDirectory(run).done_keys()
+    with initialize_config_module(config_module="mcp_gym.conf", version_base="1.3"):
+        local = compose("config", overrides=["job=collect", "env=counter", "env.transport=inprocess", "policy=random",
+                                             "episodes=6", "launcher.progress=false", f"out={run}"])
+    r3 = collect(local, run)  # the same config on the local launcher resumes the Ray run
+    assert (r3.already_done, r3.finished) == (6, 0)
