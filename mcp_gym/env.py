@@ -30,7 +30,8 @@ from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
 
 __all__ = [
-    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content", "normalise_servers"
+    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "SUMMARY_KEY", "render_content",
+    "normalise_servers",
 ]
 
 ResetMode = Literal["auto", "tool", "restart", "none"]
@@ -41,6 +42,11 @@ SUBMIT_SCHEMA: dict[str, Any] = {
     "required": ["answer"],
     "additionalProperties": False,
 }
+SUMMARY_KEY = "summary"
+"""The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``) on an episode's last step;
+``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""
+_SUCCESS_TOLERANCE = 1e-9
+"""Float slack when comparing a return with ``success_threshold`` (0.1 * 10 is 0.9999999999999999)."""
 SUBMIT_DESCRIPTION = "Submit your final answer and end the episode. Call this once, when the task is done."
 
 
@@ -124,7 +130,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         block_destructive: Hide and refuse tools that may be destructive.
         max_argument_bytes: Largest accepted JSON arguments.
         max_observation_chars: Longest result/resource text in an observation (the full content stays in ``info``).
-        success_threshold: A final reward at or above it counts as success.
+        success_threshold: Success is a verifier's score at or above it; without a verifier, an episode the server
+            ends with ``done`` succeeds when its return (the sum of its rewards) reaches it. Episodes ended otherwise
+            without a verifier (``submit``, ``max_steps``) have ``info["success"] = None``: unknown.
         env_id: Name recorded with trajectories.
         runtime: The event-loop runtime owning the sessions (default: the process-wide one).
     """
@@ -487,6 +495,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         )
         if tools_changed or termination == "servers_dead":
             info["servers"] = self.host.server_info()
+        if truncated:  # cut off before an answer: a failure where a verifier would have graded it, else unknown
+            info["success"] = False if self.verifier is not None else None
+        if terminated and self.verifier is None:  # the reward convention: the server's `done` and the return
+            info["success"] = self.episode_return >= self.success_threshold - _SUCCESS_TOLERANCE
         if terminated and self.verifier is not None and self.task is not None:
             try:
                 info["success"] = await self._grade(None) >= self.success_threshold
@@ -564,7 +576,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "logs": self.host.drain_logs(),
         }
         info.update(kw)
-        if self.done:
-            info["episode"] = {"return": self.episode_return, "length": self.steps,
-                               "termination": kw.get("termination")}
+        if self.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
+            info[SUMMARY_KEY] = {"return": self.episode_return, "length": self.steps,
+                                 "termination": kw.get("termination")}
         return info

@@ -25,6 +25,7 @@ import dataclasses
 import glob
 import hashlib
 import json
+import logging
 import math
 import os
 import random
@@ -54,6 +55,7 @@ __all__ = [
     "SERVER_ERROR_KINDS",
     "FIELDS",
     "ExportOptions",
+    "NothingToExport",
     "build",
     "export",
     "features",
@@ -61,6 +63,13 @@ __all__ = [
     "replay",
     "strip_tool_calls",
 ]
+
+log = logging.getLogger(__name__)
+
+
+class NothingToExport(ValueError):
+    """Every episode was dropped because its success is unknown (the message names the count and the option)."""
+
 
 RunSource: TypeAlias = "str | os.PathLike[str] | Recording"
 """A run directory, a glob of them, a directory holding runs, or a loaded recording."""
@@ -162,7 +171,9 @@ class ExportOptions:
             messages; ``completion``: the rest).
         assistant_text: Turns the recorded raw model output of a step into assistant content (default
             :func:`strip_tool_calls`); ``None`` drops recorded text.
-        success_only: Keep only episodes the verifier judged successful.
+        success_only: Keep only successful episodes (``success`` true: graded by a verifier, or ended by the
+            server's ``done`` with a return reaching the env's ``success_threshold``). Episodes of unknown success are
+            dropped too; when that leaves nothing, the export raises :class:`NothingToExport` saying so.
         min_reward: Keep only episodes whose return is at least this.
         max_turns: Keep only episodes of at most this many steps (tool calls, ``submit`` included).
         task_ids: Keep only these task ids.
@@ -290,6 +301,8 @@ def _drop_reason(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts
         return "malformed"  # an action without a tool name has no chat form
     if opts.task_ids is not None and ep["task_id"] not in opts.task_ids:
         return "task_ids"
+    if opts.success_only and ep["success"] is None:
+        return "success_unknown"  # no verifier graded it and the server did not end it with `done`
     if opts.success_only and not ep["success"]:
         return "success_only"
     if opts.min_reward is not None and (ep["total_reward"] is None or ep["total_reward"] < opts.min_reward):
@@ -477,7 +490,18 @@ def _fingerprint(episode_ids: Sequence[str], opts: ExportOptions) -> str:
 def _build(runs: RunSource | Iterable[RunSource], opts: ExportOptions) -> tuple[dict[str, datasets.Dataset], _Report]:
     report = _Report()
     feats = features(opts.layout)
-    splits = _split(_examples(runs, opts, report), opts)
+    examples = _examples(runs, opts, report)
+    unknown = report.dropped.get("success_unknown", 0)
+    if unknown:
+        read = sum(report.runs.values())
+        why = (f"{unknown} of {read} episodes have no known success (no verifier graded them and the server did not "
+               "end them with done), and success_only=True drops them")
+        fix = ("pass success_only=False (CLI: sft.success_only=false), optionally with min_reward=..., or give the "
+               "env a verifier or success_threshold")
+        if not examples:
+            raise NothingToExport(f"nothing to export: {why}; {fix}")
+        log.warning("SFT export: %s; to keep them, %s", why, fix)
+    splits = _split(examples, opts)
     return {name: _dataset(rows, feats, opts) for name, rows in splits.items()}, report
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 
+from mcp_gym.env import SUMMARY_KEY
 from mcp_gym.parsing import split_action
 from mcp_gym.policies import Policy
 
@@ -252,7 +253,7 @@ class VectorMCPEnv:
                     total += reward
                     length += 1
                     if terminated or truncated:
-                        termination = (info.get("episode") or {}).get("termination")
+                        termination = (info.get(SUMMARY_KEY) or {}).get("termination")
                         success = info.get("success")
                         break
         except anyio.get_cancelled_exc_class():

@@ -60,7 +60,7 @@ def test_every_reference_solution_succeeds(bundled: tuple[str, Any]) -> None:
     for task in env.tasks:
         info, total, n = run_solution(env, task)
         assert info.get("success") is True, f"{name} {task.id}: {info.get('termination')} {info.get('error')}"
-        assert info["episode"]["return"] == pytest.approx(total) and info["episode"]["length"] == n
+        assert info["summary"]["return"] == pytest.approx(total) and info["summary"]["length"] == n
         if n < len(task.solution):  # ended by the server's done before the submit step
             assert info["termination"] == "done"
             early += 1
@@ -87,7 +87,7 @@ def test_random_policy_scores_far_below_reference(bundled: tuple[str, Any]) -> N
             done = terminated or truncated
         successes += info.get("success") is True
         returns.append(total)
-        lengths.append(info["episode"]["length"])
+        lengths.append(info["summary"]["length"])
     rate, mean = successes / RANDOM_EPISODES, sum(returns) / RANDOM_EPISODES
     print(f"\n[random] {name}: success {rate:.2f}, mean return {mean:.3f}, mean length "
           f"{sum(lengths) / len(lengths):.1f} over {RANDOM_EPISODES} episodes (reference: success 1.00)")
@@ -161,7 +161,7 @@ def test_code_env_ignores_run_tests_step_rewards() -> None:
             assert rewards == [0.0] * 6
             _, reward, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})
             assert terminated and reward == pytest.approx(score) == info["verifier_reward"]
-            assert info["episode"]["return"] == pytest.approx(score)
+            assert info["summary"]["return"] == pytest.approx(score)
             assert info["success"] is (score == 1.0)
     finally:
         env.close()

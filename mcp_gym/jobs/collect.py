@@ -88,14 +88,17 @@ class _Progress:
     def __init__(self, total: int, done: int, enabled: bool, label: str) -> None:
         self.bar = tqdm(total=total, initial=done, desc=label, unit="ep", disable=not enabled, dynamic_ncols=True)
         self.successes = 0
+        self.known = 0
         self.finished = 0
         self.t0 = time.perf_counter()
 
     def update(self, result: EpisodeResult, steps: int) -> None:
         self.finished += 1
         self.successes += bool(result.success)
+        self.known += result.success is not None
         rate = steps / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix(steps_s=f"{rate:.1f}", success=f"{self.successes / self.finished:.0%}", refresh=False)
+        success = f"{self.successes / self.finished:.0%}" if self.known else "-"  # unknown: no verifier, no done
+        self.bar.set_postfix(steps_s=f"{rate:.1f}", success=success, refresh=False)
         self.bar.update(1)
 
     def close(self) -> None:

@@ -16,11 +16,15 @@ def export_sft(cfg: DictConfig, out: str | Path) -> Any:
     """Export ``cfg.runs`` (run directories or globs) to ``out`` with the ``cfg.sft`` filters; returns the dataset."""
     import datasets
 
-    from mcp_gym.sft import export
+    from mcp_gym.jobs.identity import JobRefused
+    from mcp_gym.sft import NothingToExport, export
 
     datasets.disable_progress_bars()  # one summary line instead of a bar per shard
     runs = [str(r) for r in cfg.runs]
-    dataset = export(runs, out, format=cfg.format, overwrite=bool(cfg.overwrite), **to_dict(cfg.sft))
+    try:
+        dataset = export(runs, out, format=cfg.format, overwrite=bool(cfg.overwrite), **to_dict(cfg.sft))
+    except NothingToExport as e:  # the CLI prints it as one line
+        raise JobRefused(str(e)) from e
     sizes = {name: len(ds) for name, ds in dataset.items()} if hasattr(dataset, "items") else {"train": len(dataset)}
     print(f"SFT dataset: {out} ({', '.join(f'{k}: {v} examples' for k, v in sizes.items())})")
     return dataset

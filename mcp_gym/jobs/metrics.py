@@ -1,6 +1,7 @@
 """Evaluation metrics computed from a recorded run (the ``episodes`` and ``steps`` tables of a run directory).
 
-* success rate, and pass@k per task with the unbiased estimator of Chen et al. (2021):
+* success rate (unknown, ``None``, when no episode has a known success: no verifier and no ``done``), and pass@k
+  per task with the unbiased estimator of Chen et al. (2021):
   ``1 - C(n - c, k) / C(n, k)`` for ``n`` samples of which ``c`` succeeded, averaged over tasks with ``n >= k``;
 * mean and standard deviation of the episode return, mean episode length;
 * tool-error rate (failed tool calls, parse failures excluded, per step) and parse-error rate (model outputs whose
@@ -40,19 +41,30 @@ def _episodes(table: pa.Table) -> list[dict[str, Any]]:
     return table.select(cols).to_pylist()
 
 
+def _success_known(eps: Sequence[dict[str, Any]]) -> bool:
+    """Some episode has a known success (a verifier graded it, or the server ended it with ``done``).
+
+    When none has, success rates are unknown (``None``, shown as ``-``), not 0; otherwise an episode of unknown
+    success (e.g. cut off by ``max_steps`` before the verifier could grade it) counts as a failure."""
+    return any(e["success"] is not None for e in eps)
+
+
 def per_task(episodes: pa.Table, ks: Iterable[int] = (1,)) -> list[dict[str, Any]]:
-    """One row per task: samples, successes, success rate, pass@k (``None`` where ``k`` > samples), mean reward and
-    length, sorted by task id."""
+    """One row per task: samples, successes, success rate, pass@k (``None`` where ``k`` > samples, or when no episode
+    of the run has a known success), mean reward and length, sorted by task id."""
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for ep in _episodes(episodes):
+    all_eps = _episodes(episodes)
+    known = _success_known(all_eps)
+    for ep in all_eps:
         by_task[str(ep["task_id"])].append(ep)
     rows = []
     for task_id in sorted(by_task):
         eps = by_task[task_id]
         n, c = len(eps), sum(bool(e["success"]) for e in eps)
-        row: dict[str, Any] = {"task_id": task_id, "samples": n, "successes": c, "success_rate": c / n}
+        row: dict[str, Any] = {"task_id": task_id, "samples": n, "successes": c if known else None,
+                               "success_rate": c / n if known else None}
         for k in ks:
-            row[f"pass@{k}"] = pass_at_k(n, c, k) if k <= n else None
+            row[f"pass@{k}"] = pass_at_k(n, c, k) if k <= n and known else None
         row["mean_reward"] = float(np.mean([e["total_reward"] or 0.0 for e in eps]))
         row["mean_steps"] = float(np.mean([e["length"] or 0 for e in eps]))
         rows.append(row)
@@ -73,6 +85,7 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
     rewards = np.array([e["total_reward"] or 0.0 for e in eps], dtype=float)
     lengths = np.array([e["length"] or 0 for e in eps], dtype=float)
     min_samples = min((t["samples"] for t in tasks), default=0)
+    known = _success_known(eps)
     st = steps.select(["tool", "is_error", "parse_status", "duration"]).to_pydict()
     parsed = [s for s in st["parse_status"] if s is not None]
     parse_errors = sum(s != "ok" for s in parsed)
@@ -85,8 +98,10 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
     return {
         "episodes": len(eps),
         "tasks": len(tasks),
-        "success_rate": float(np.mean([bool(e["success"]) for e in eps])) if eps else None,
-        **{f"pass@{k}": float(np.mean([t[f"pass@{k}"] for t in tasks])) for k in ks if 1 <= k <= min_samples},
+        "success_rate": float(np.mean([bool(e["success"]) for e in eps])) if known else None,
+        "success_unknown": sum(e["success"] is None for e in eps),
+        **{f"pass@{k}": float(np.mean([t[f"pass@{k}"] for t in tasks])) if known else None
+           for k in ks if 1 <= k <= min_samples},
         "reward_mean": float(rewards.mean()) if eps else None,
         "reward_std": float(rewards.std()) if eps else None,
         "steps_mean": float(lengths.mean()) if eps else None,

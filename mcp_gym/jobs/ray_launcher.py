@@ -373,7 +373,7 @@ class _Bar:
 
         self.bar = tqdm(total=total, initial=done, desc=label, unit="ep", disable=not enabled, dynamic_ncols=True)
         self.t0 = time.perf_counter()
-        self.finished = self.successes = self.retried = 0
+        self.finished = self.successes = self.known = self.retried = 0
         self.steps: dict[Any, int] = {}
 
     def add(self, results: Iterable[EpisodeResult]) -> int:
@@ -383,6 +383,7 @@ class _Bar:
             if r.error is None:
                 n += 1
                 self.successes += bool(r.success)
+                self.known += r.success is not None
         self.finished += n
         self.bar.update(n)
         return n
@@ -396,7 +397,8 @@ class _Bar:
         if worker is not None and steps is not None:
             self.steps[worker] = steps
         rate = sum(self.steps.values()) / max(time.perf_counter() - self.t0, 1e-9)
-        post = {"steps_s": f"{rate:.1f}", "success": f"{self.successes / max(self.finished, 1):.0%}"}
+        success = f"{self.successes / max(self.finished, 1):.0%}" if self.known else "-"  # unknown: no grader
+        post = {"steps_s": f"{rate:.1f}", "success": success}
         if self.retried:
             post["retried"] = str(self.retried)
         self.bar.set_postfix(post, refresh=False)
@@ -484,6 +486,7 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
         lost = shown.pop(worker, [])
         bar.remove(sum(r.error is None for r in lost))
         bar.successes -= sum(bool(r.success) for r in lost if r.error is None)
+        bar.known -= sum(r.success is not None for r in lost if r.error is None)
         done = shared.done_keys() if recording else set()
         left = [s for s in item if s.key not in done]
         result.already_done += len(item) - len(left)  # published before the worker died

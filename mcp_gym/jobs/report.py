@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.console import Console
@@ -51,7 +52,8 @@ def _plots(folder: Path, tasks: Sequence[Mapping[str, Any]], episodes: pa.Table)
 
     ids = [t["task_id"] for t in tasks]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.18 * len(ids) + 2), 3.5))
-    ax.bar(range(len(ids)), [t["success_rate"] for t in tasks], color="tab:green")
+    ax.bar(range(len(ids)), [np.nan if t["success_rate"] is None else t["success_rate"] for t in tasks],
+           color="tab:green")
     ax.set_xticks(range(len(ids)), ids, rotation=90, fontsize=6)
     ax.set(ylim=(0, 1.05), ylabel="success rate", title="Success rate per task")
     fig.tight_layout()

@@ -19,7 +19,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
+from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
@@ -231,7 +231,7 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
             info={k: v for k, v in info.items() if k not in _COLUMN_KEYS},
         )
         if terminated or truncated:
-            summary = info.get("episode") or {}
+            summary = info.get(SUMMARY_KEY) or {}  # absent when a wrapper (e.g. TimeLimit) ended the episode
             ep.finish(
                 total_reward=summary.get("return"),
                 success=info.get("success"),

@@ -1,0 +1,147 @@
+"""Conventions shared with the ecosystem: success from the reward convention when there is no verifier (env, eval,
+SFT export) and Gymnasium's standard wrappers on every bundled env."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel
+
+from mcp_gym import InProcess, MCPEnv
+from mcp_gym.sft import NothingToExport, export
+
+SERVER = textwrap.dedent('''
+    """An MCP server without verifier that follows the reward convention: `finish` reports reward and `done`."""
+    import sys
+
+    from mcp.server.mcpserver import MCPServer
+    from pydantic import BaseModel
+
+
+    class Outcome(BaseModel):
+        reward: float
+        done: bool
+
+
+    server = MCPServer("convention", log_level="WARNING")
+
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Repeat the text."""
+        return text
+
+
+    if "--done" in sys.argv:
+        @server.tool()
+        def finish() -> Outcome:
+            """Finish the game (you win)."""
+            return Outcome(reward=1.0, done=True)
+
+    server.run()
+''')
+
+
+class Outcome(BaseModel):
+    reward: float
+    done: bool
+
+
+def convention_server() -> MCPServer:
+    """In process: ``step(cost)`` costs ``cost`` and goes on; ``finish(score)`` reports ``score`` and ``done``."""
+    server = MCPServer("convention", log_level="WARNING")
+
+    @server.tool()
+    def step(cost: float) -> Outcome:
+        """A move that costs ``cost``."""
+        return Outcome(reward=-cost, done=False)
+
+    @server.tool()
+    def finish(score: float) -> Outcome:
+        """End the game with ``score``."""
+        return Outcome(reward=score, done=True)
+
+    return server
+
+
+def test_done_without_verifier_succeeds_from_the_return() -> None:
+    env = MCPEnv(InProcess(convention_server()), ["play"], max_steps=5)
+    try:
+        env.reset(seed=0)
+        *_, terminated, _, info = env.step({"tool": "finish", "arguments": {"score": 1.0}})
+        assert terminated and info["success"] is True and info["termination"] == "done"
+        env.reset(seed=0)
+        *_, info = env.step({"tool": "finish", "arguments": {"score": 0.4}})
+        assert info["success"] is False  # below the default success_threshold of 1.0
+        env.reset(seed=0)
+        for _ in range(3):  # rewarding moves
+            env.step({"tool": "step", "arguments": {"cost": -0.3}})
+        *_, info = env.step({"tool": "finish", "arguments": {"score": 0.1}})
+        assert info["summary"]["return"] < 1.0  # 0.3 + 0.3 + 0.3 + 0.1 == 0.9999999999999999
+        assert info["success"] is True and info["summary"]["return"] == pytest.approx(1.0)
+        env.reset(seed=0)
+        *_, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": "x"}})
+        assert terminated and info["success"] is None  # no verifier, no done: unknown
+        env.reset(seed=0)
+        for _ in range(5):
+            *_, truncated, info = env.step({"tool": "step", "arguments": {"cost": 0.0}})
+        assert truncated and info["success"] is None
+    finally:
+        env.close()
+    lenient = MCPEnv(InProcess(convention_server()), ["play"], success_threshold=0.3)
+    try:
+        lenient.reset(seed=0)
+        lenient.step({"tool": "step", "arguments": {"cost": 0.05}})
+        *_, info = lenient.step({"tool": "finish", "arguments": {"score": 0.4}})
+        assert info["success"] is True  # return 0.35 >= 0.3
+    finally:
+        lenient.close()
+
+
+def _eval(tmp_path: Path, name: str, *server_args: str) -> tuple[Path, dict, str]:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    out = tmp_path / name
+    cmd = [sys.executable, "-m", "mcp_gym.cli", "eval", "env=custom", f"+env.servers.game={sys.executable} {script}"
+           + "".join(f" {a}" for a in server_args), "env.max_steps=4", "policy=random", "episodes=12", "samples=1",
+           "plots=false", "launcher.progress=false", f"out={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, json.loads((out / "report" / "results.json").read_text())["summary"], proc.stdout
+
+
+def test_eval_and_export_when_success_is_unknown(tmp_path: Path) -> None:
+    """A server with no verifier and no `done`: eval shows `-` for success (not 0 %), export says why it is empty."""
+    out, summary, table = _eval(tmp_path, "unknown")
+    assert summary["episodes"] == 12 and summary["success_rate"] is None and summary["success_unknown"] == 12
+    row = next(line for line in table.splitlines() if "success rate" in line)
+    assert row.split("│")[2].strip() == "-" and "%" not in row
+    with pytest.raises(NothingToExport, match=r"12 of 12 episodes have no known success.*success_only=False"):
+        export(out, tmp_path / "sft")
+    assert not (tmp_path / "sft").exists()
+    proc = subprocess.run([sys.executable, "-m", "mcp_gym.cli", "export-sft", f"runs=[{out}]",
+                           f"out={tmp_path / 'sft'}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "sft.success_only=false" in proc.stderr
+    ds = export(out, tmp_path / "sft", success_only=False)
+    assert len(ds) > 0
+
+
+def test_eval_with_done_and_no_verifier(tmp_path: Path) -> None:
+    """The same server with a `finish` tool reporting reward 1 and `done`: those episodes succeed, the others (submit,
+    max_steps) count as failures, and the success-only export keeps exactly the successful ones."""
+    out, summary, _ = _eval(tmp_path, "done", "--done")
+    from mcp_gym.recording import load
+
+    episodes = load(out).episodes
+    finished = sum(t == "done" for t in episodes["termination"])
+    assert 0 < finished < 12  # random play: some episodes call finish, others submit or run out of steps
+    assert summary["success_rate"] == pytest.approx(finished / 12)
+    assert all(s is True for s, t in zip(episodes["success"], episodes["termination"], strict=True) if t == "done")
+    assert len(export(out, tmp_path / "sft", dedupe=False)) == finished
