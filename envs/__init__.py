@@ -29,6 +29,9 @@ BUNDLED_ENVS: dict[str, str] = {
     "Maze": "maze",
 }
 """Registered name -> module in this package."""
+EPISODE_LIMITS: dict[str, int] = {"Counter": 10, "Notes": 30, "Files": 30, "SQL": 20, "Code": 16, "Maze": 60}
+"""Registered name -> its module's ``MAX_STEPS`` (the registered ``max_episode_steps``; kept here so that importing
+``mcp_gym`` does not import every env module; a test checks they agree)."""
 
 
 @dataclass
@@ -123,7 +126,12 @@ def make_env(
 
 
 def register_all() -> None:
-    """Register every bundled env with Gymnasium as ``mcp_gym/<Name>-v0`` (idempotent)."""
+    """Register every bundled env with Gymnasium as ``mcp_gym/<Name>-v0`` (idempotent).
+
+    Registered with ``max_episode_steps`` = the env's ``MAX_STEPS``, so ``gymnasium.make`` wraps Gymnasium's
+    ``TimeLimit`` at the same step as the env's own limit (and ``env.spec.max_episode_steps`` tells it). To change the
+    limit under ``gymnasium.make`` pass both: ``gymnasium.make(id, max_steps=N, max_episode_steps=N)``.
+    """
     import gymnasium as gym
 
     for name in BUNDLED_ENVS:
@@ -134,6 +142,7 @@ def register_all() -> None:
             id=env_id,
             entry_point="mcp_gym.envs:make_env",
             kwargs={"name": name},
+            max_episode_steps=EPISODE_LIMITS[name],  # gymnasium.make adds TimeLimit, at the env's own max_steps
             nondeterministic=True,
             disable_env_checker=False,
         )

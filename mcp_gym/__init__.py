@@ -33,6 +33,10 @@ _EXPORTS: dict[str, str] = {
     "read_reward": "mcp_gym.rewards",
     "RecordTrajectories": "mcp_gym.recording",
     "make_env": "mcp_gym.envs",
+    "AsyncWrapper": "mcp_gym.async_env",
+    "areset": "mcp_gym.async_env",
+    "astep": "mcp_gym.async_env",
+    "aclose": "mcp_gym.async_env",
 }
 __all__ = [
     "MCPEnv",
@@ -52,12 +56,17 @@ __all__ = [
     "read_reward",
     "RecordTrajectories",
     "make_env",
+    "AsyncWrapper",
+    "areset",
+    "astep",
+    "aclose",
     "sft",
     "recording",
 ]
 
 if TYPE_CHECKING:
     from mcp_gym import recording, sft
+    from mcp_gym.async_env import AsyncWrapper, aclose, areset, astep
     from mcp_gym.cassette import Replay
     from mcp_gym.connection import Http, InProcess, Stdio
     from mcp_gym.env import InvalidAction, MCPEnv, MCPGymError, ToolCallFailed

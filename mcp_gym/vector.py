@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 
+from mcp_gym.async_env import areset, astep
 from mcp_gym.env import SUMMARY_KEY
 from mcp_gym.parsing import split_action
 from mcp_gym.policies import Policy
@@ -101,7 +102,8 @@ class VectorMCPEnv:
 
     Args:
         env_fn: ``slot -> env``: an :class:`~mcp_gym.env.MCPEnv`, possibly wrapped in
-            :class:`~mcp_gym.recording.RecordTrajectories` (anything with ``areset``/``astep`` and ``unwrapped``).
+            :class:`~mcp_gym.recording.RecordTrajectories` or Gymnasium wrappers (driven through
+            :mod:`mcp_gym.async_env`; a recorder must be the outermost layer).
             Called on the runtime loop, so MCPEnvs connect lazily, at most ``max_connecting`` at a time.
         num_envs: How many episodes run at once.
         share_servers: Sessions per server shared by the envs (``None``: every env has its own connections).
@@ -161,9 +163,9 @@ class VectorMCPEnv:
     # -- batched interface ----------------------------------------------------------------------------------------
     async def _reset_one(self, i: int, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, Any]:
         if self._started[i]:
-            return await self.envs[i].areset(seed=seed, options=options)
+            return await areset(self.envs[i], seed=seed, options=options)
         async with self._connecting:  # the first reset connects
-            out = await self.envs[i].areset(seed=seed, options=options)
+            out = await areset(self.envs[i], seed=seed, options=options)
         self._started[i] = True
         return out
 
@@ -196,9 +198,9 @@ class VectorMCPEnv:
 
     async def _step_one(self, i: int, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         env = self.envs[i]
-        if env is env.unwrapped:  # a bare MCPEnv: no recorder to strip the text-action keys
+        if not getattr(env, "accepts_text_actions", False):  # no recorder on top to strip the text-action keys
             action, _ = split_action(action)
-        obs, reward, terminated, truncated, info = await env.astep(action)
+        obs, reward, terminated, truncated, info = await astep(env, action)
         self.steps += 1
         return obs, float(reward), terminated, truncated, info
 

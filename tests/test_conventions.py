@@ -145,3 +145,115 @@ def test_eval_with_done_and_no_verifier(tmp_path: Path) -> None:
     assert summary["success_rate"] == pytest.approx(finished / 12)
     assert all(s is True for s, t in zip(episodes["success"], episodes["termination"], strict=True) if t == "done")
     assert len(export(out, tmp_path / "sft", dedupe=False)) == finished
+
+
+# -- Gymnasium's standard wrappers on every bundled env ----------------------------------------------------------------
+BUNDLED = ["Counter", "Notes", "Files", "SQL", "Code", "Maze"]
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_standard_wrappers_on_every_bundled_env(name: str) -> None:
+    """gymnasium.make adds TimeLimit (at the env's own limit), OrderEnforcing and the env checker; with
+    RecordEpisodeStatistics on top, an episode ended by the env (the reference solution: submit, or the server's
+    done) and one cut off by TimeLimit both report Gymnasium's info["episode"] next to mcp-gym's info["summary"]."""
+    import gymnasium as gym
+    from gymnasium.wrappers import OrderEnforcing, RecordEpisodeStatistics, TimeLimit
+
+    from mcp_gym.envs import env_module
+
+    env_id = f"mcp_gym/{name}-v0"
+    assert gym.spec(env_id).max_episode_steps == env_module(name).MAX_STEPS
+    env = RecordEpisodeStatistics(gym.make(env_id))
+    try:
+        assert isinstance(env.env, TimeLimit) and env.spec.max_episode_steps == env.unwrapped.max_steps
+        assert any(isinstance(w, OrderEnforcing) for w in _chain(env))
+        with pytest.raises(gym.error.ResetNeeded):
+            env.step({"tool": "submit", "arguments": {"answer": "x"}})
+        obs, info = env.reset(seed=0)
+        task = env.unwrapped.task
+        total, n = 0.0, 0
+        for call in task.solution:
+            obs, reward, terminated, truncated, info = env.step(call)
+            total, n = total + float(reward), n + 1
+            if terminated or truncated:
+                break
+        assert terminated and not truncated and info["success"] is True
+        assert info["termination"] in ("submit", "done")
+        assert info["episode"]["r"] == pytest.approx(total) and info["episode"]["l"] == n
+        assert info["summary"] == {"return": pytest.approx(total), "length": n, "termination": info["termination"]}
+        assert env.episode_count == 1
+    finally:
+        env.close()
+
+    short = RecordEpisodeStatistics(gym.make(env_id, max_episode_steps=2))  # Gymnasium's TimeLimit cuts it off
+    try:
+        short.reset(seed=1)
+        call = short.unwrapped.task.solution[0]
+        *_, terminated, truncated, info = short.step(call)
+        if not terminated:
+            *_, terminated, truncated, info = short.step(call)
+            assert truncated and info["episode"]["l"] == 2
+    finally:
+        short.close()
+
+
+def _chain(env):  # type: ignore[no-untyped-def]
+    while True:
+        yield env
+        if env is env.unwrapped:
+            return
+        env = env.env
+
+
+def test_record_episode_statistics_on_counter_submit_and_done() -> None:
+    """The issue's example: RecordEpisodeStatistics(gym.make("mcp_gym/Counter-v0")) over episodes ended by submit
+    and by the server's done."""
+    import gymnasium as gym
+    from gymnasium.wrappers import RecordEpisodeStatistics
+
+    env = RecordEpisodeStatistics(gym.make("mcp_gym/Counter-v0"))
+    try:
+        env.reset(seed=0, options={"task_id": "counter-0000"})
+        *_, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": "0"}})
+        assert terminated and info["termination"] == "submit" and info["episode"]["l"] == 1
+        env.reset(seed=0, options={"task_id": "counter-0000"})
+        for call in env.unwrapped.task.solution:  # adds up to the target: the server says done before submit
+            *_, terminated, _, info = env.step(call)
+            if terminated:
+                break
+        assert info["termination"] == "done" and info["success"] is True
+        assert info["episode"]["r"] == pytest.approx(info["summary"]["return"]) and info["episode"]["r"] > 0
+        assert env.episode_count == 2 and len(env.return_queue) == 2
+    finally:
+        env.close()
+
+
+def test_async_face_through_gymnasium_wrappers(tmp_path: Path) -> None:
+    """mcp_gym.areset/astep drive a chain of Gymnasium wrappers around an MCPEnv (their sync logic in a worker thread),
+    and RecordTrajectories (an AsyncWrapper) keeps its async face on top of such a chain."""
+    import asyncio
+
+    import gymnasium as gym
+    from gymnasium.wrappers import RecordEpisodeStatistics
+
+    import mcp_gym
+    from mcp_gym.recording import RecordTrajectories, load
+
+    async def main() -> dict:
+        env = RecordTrajectories(RecordEpisodeStatistics(gym.make("mcp_gym/Counter-v0")), tmp_path / "run",
+                                 policy="oracle")
+        assert not hasattr(env.env, "astep")  # Gymnasium's wrapper has no async face of its own
+        try:
+            await env.areset(seed=0, options={"task_id": "counter-0003", "episode_key": "k"})
+            for call in env.unwrapped.task.solution:
+                *_, terminated, truncated, info = await env.astep(call)
+                if terminated or truncated:
+                    return info
+            raise AssertionError("the reference solution did not end the episode")
+        finally:
+            await mcp_gym.aclose(env)
+
+    info = asyncio.run(main())
+    assert info["episode"]["l"] == info["summary"]["length"] and info["success"] is True
+    episodes = load(tmp_path / "run").episodes
+    assert len(episodes) == 1 and episodes[0]["success"] and episodes[0]["termination"] == info["termination"]

@@ -19,6 +19,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from mcp_gym.async_env import AsyncWrapper
 from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
@@ -42,7 +43,7 @@ _SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool"
 """The built-in ``submit`` tool in the form of :func:`mcp_gym.host.tool_schema`."""
 
 
-class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
+class RecordTrajectories(AsyncWrapper):
     """Record an MCP environment's episodes as Parquet trajectories (see :mod:`mcp_gym.recording`).
 
     Args:
@@ -52,6 +53,9 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         metadata: JSON-able dict stored with every episode (merged with per-episode ``options["metadata"]``).
         **writer_options: Options of the process's shared :class:`TrajectoryWriter` for ``path`` (first use wins).
     """
+
+    accepts_text_actions = True
+    """Actions may carry ``raw_text``/``parse_status`` (recorded, then stripped)."""
 
     def __init__(
         self,
@@ -98,23 +102,31 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
             self.writer.release()
         super().close()
 
-    # -- async face (when the wrapped env has one, e.g. a bare MCPEnv) --------------------------------------------
+    # -- async face (see mcp_gym.async_env: Gymnasium wrappers below it run in a worker thread) --------------------
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Async :meth:`reset` (the wrapped env must have ``areset``)."""
+        """Async :meth:`reset`."""
         env_options, extra = self._split_options(options)
-        obs, info = await self.env.areset(seed=seed, options=env_options)  # type: ignore[attr-defined]
+        obs, info = await super().areset(seed=seed, options=env_options)
         self._start(obs, info, seed, extra)
         return obs, info
 
     async def astep(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Async :meth:`step` (the wrapped env must have ``astep``)."""
+        """Async :meth:`step`."""
         action, raw_text, parse_status = self._split_action(action)
         t0 = time.time()
-        obs, reward, terminated, truncated, info = await self.env.astep(action)  # type: ignore[attr-defined]
+        obs, reward, terminated, truncated, info = await super().astep(action)
         self._record(action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
         return obs, reward, terminated, truncated, info
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`: drop an unfinished episode, release the writer and close the env."""
+        self._drop_unfinished()
+        if self._owns_writer:
+            self._owns_writer = False
+            self.writer.release()
+        await super().aclose()
 
     # -- implementation -------------------------------------------------------------------------------------------
     @staticmethod
