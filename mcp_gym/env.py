@@ -46,7 +46,7 @@ SUMMARY_KEY = "summary"
 """The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``) on an episode's last step;
 ``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""
 _SUCCESS_TOLERANCE = 1e-9
-"""Float slack when comparing a return with ``success_threshold`` (0.1 * 10 is 0.9999999999999999)."""
+"""Float slack when comparing a return with ``success_threshold`` (ten rewards of 0.1 sum to 0.9999999999999999)."""
 SUBMIT_DESCRIPTION = "Submit your final answer and end the episode. Call this once, when the task is done."
 
 
@@ -250,6 +250,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             await self._rt.acall(self.host.close)
 
     # -- public helpers -------------------------------------------------------------------------------------------
+    @property
+    def runtime(self) -> Runtime:
+        """The event-loop runtime that owns this env's sessions (run coroutines that use the env on it)."""
+        return self._rt
+
     @property
     def tools(self) -> list[ToolEntry]:
         """The tools currently offered to the agent (without ``submit``)."""
