@@ -27,12 +27,13 @@ Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["main"]
 
@@ -49,6 +50,45 @@ def _usage() -> str:
 
 
 # -- Hydra jobs -------------------------------------------------------------------------------------------------------
+class KeepHydraFiles:
+    """Hydra callback: snapshot the run directory's ``.hydra/*.yaml`` before Hydra rewrites them, so that a job that
+    refuses the directory (another config's run) puts them back and they keep describing the recorded episodes.
+
+    Registered in ``conf/config.yaml`` (``hydra.callbacks``); Hydra instantiates it and calls ``on_run_start``.
+    """
+
+    saved: ClassVar[tuple[Path, dict[Path, bytes]] | None] = None
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        """Read the files Hydra is about to overwrite."""
+        subdir = config.hydra.output_subdir
+        if subdir is None:
+            KeepHydraFiles.saved = None
+            return
+        folder = Path(str(config.hydra.run.dir)) / str(subdir)
+        KeepHydraFiles.saved = (folder, {p: p.read_bytes() for p in folder.glob("*.yaml")} if folder.is_dir() else {})
+
+    def __getattr__(self, name: str) -> Any:  # Hydra calls every on_* hook of a callback
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+    @classmethod
+    def restore(cls) -> None:
+        """Put back the snapshot (files Hydra added are removed)."""
+        if cls.saved is None:
+            return
+        folder, files = cls.saved
+        cls.saved = None
+        for p in folder.glob("*.yaml"):
+            if p not in files:
+                p.unlink()
+        for p, data in files.items():
+            p.write_bytes(data)
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
 def _run_job(cfg: Any) -> None:
     """The Hydra task: run the job the config's ``command`` names, in Hydra's output directory."""
     from hydra.core.hydra_config import HydraConfig
@@ -74,6 +114,9 @@ def _run_job(cfg: Any) -> None:
         print(str(e), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
     except JobRefused as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
+        # .hydra/ keeps describing the directory's own episodes (the class Hydra instantiated: under
+        # `python -m mcp_gym.cli` this module is __main__, not mcp_gym.cli)
+        importlib.import_module("mcp_gym.cli").KeepHydraFiles.restore()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)

@@ -177,12 +177,14 @@ def test_rerun_with_another_model_refuses(tmp_path: Path) -> None:
                 "episodes=4", "plots=false", f"out={out}"]
         assert main([*args, "policy.model=good"]) == 0
         before = (out / "report" / "results.json").read_text()
+        hydra_config = (out / ".hydra" / "config.yaml").read_text()
         requests = len(script.requests)
         proc = subprocess.run(_cli(*args, "policy.model=bad"), capture_output=True, text=True, timeout=120)
         line = _refusal(proc)
         assert "policy.model: 'good' -> 'bad'" in line and "out=" in line and str(out) in line
         assert len(script.requests) == requests  # model B never ran
         assert (out / "report" / "results.json").read_text() == before  # A's results are not reported as B's
+        assert (out / ".hydra" / "config.yaml").read_text() == hydra_config  # and .hydra/ still describes A
         assert "Evaluation" not in proc.stdout
         # Only the API key or the timeout changed: the same run, resumed (nothing to do).
         assert main([*args, "policy.model=good", "policy.api_key=sk-other", "policy.timeout=5"]) == 0
