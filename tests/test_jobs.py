@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -230,3 +231,21 @@ def test_eval_growing_samples_scores_every_sample(tmp_path: Path) -> None:
     assert main([*base, "samples=2"]) == 0
     summary = json.loads((out / "report" / "results.json").read_text())["summary"]
     assert summary["episodes"] == 48 and "pass@2" in summary and "missing_episodes" not in summary
+
+
+def test_rerun_with_changed_tasks_refuses(tmp_path: Path) -> None:
+    """Same task ids, another prompt: the task set's digest is part of the run identity."""
+    from mcp_gym.envs import load_env_tasks
+    from mcp_gym.tasks import save_tasks
+
+    tasks = load_env_tasks("Counter", "train")[:3]
+    path = save_tasks(tasks, tmp_path / "tasks.jsonl")
+    out = tmp_path / "run"
+    base = ["collect", "env=custom", f"+env.servers.counter={sys.executable} -m mcp_gym.servers.testing",
+            f"env.tasks={path}", "split=train", "policy=oracle", "launcher.progress=false", f"out={out}"]
+    assert main(base) == 0 and len(load(out).episodes) == 3
+    assert main(base) == 0  # unchanged: resumes (nothing to do)
+    changed = [dataclasses.replace(tasks[0], prompt=tasks[0].prompt + " Be quick."), *tasks[1:]]
+    save_tasks(changed, path)
+    line = _refusal(subprocess.run(_cli(*base), capture_output=True, text=True, timeout=120))
+    assert "env.task_set: '" in line and "policy" not in line

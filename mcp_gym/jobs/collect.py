@@ -129,7 +129,7 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
         from mcp_gym.recording import RunDirectory
 
         run = RunDirectory(out)
-        keys, metadata = [s.key for s in specs], run_metadata(cfg, out)
+        keys, metadata = [s.key for s in specs], run_metadata(cfg, out, tasks)
         if check_rerun(str(out), run.manifest, keys, metadata["identity"]):  # refuses another config's directory
             run.plan(keys, metadata=metadata, replace=True)
         todo = set(run.pending())

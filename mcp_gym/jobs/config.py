@@ -89,17 +89,22 @@ def plan_episodes(
     return [EpisodeSpec(key, task_id, episode_seed(seed, key)) for key, task_id in keys]
 
 
-def job_identity(cfg: DictConfig) -> dict[str, Any]:
-    """The job's run identity (see :mod:`mcp_gym.jobs.identity`): what shapes its episodes, resolved."""
+def job_identity(cfg: DictConfig, tasks: Sequence[Task] | None = None) -> dict[str, Any]:
+    """The job's run identity (see :mod:`mcp_gym.jobs.identity`): what shapes its episodes, resolved (``tasks``: the
+    job's tasks, loaded if not given)."""
     from mcp_gym.jobs.identity import run_identity
 
-    return run_identity(to_dict(cfg.env), to_dict(cfg.policy), seed=cfg.seed, split=cfg.get("split"),
-                        samples=cfg.get("samples"), episodes=cfg.get("episodes"))
+    env = to_dict(cfg.env)
+    if tasks is None:
+        tasks = load_job_tasks(env, cfg.get("split"))
+    return run_identity(env, to_dict(cfg.policy), seed=cfg.seed, split=cfg.get("split"), samples=cfg.get("samples"),
+                        episodes=cfg.get("episodes"), tasks=tasks)
 
 
-def run_metadata(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """What a run directory's manifest records about the job (the api key left out), its run identity included."""
+def run_metadata(cfg: DictConfig, out: Path, tasks: Sequence[Task] | None = None) -> dict[str, Any]:
+    """What a run directory's manifest records about the job (the api key left out), its run identity included
+    (``tasks``: the job's tasks, loaded if not given)."""
     policy = {k: v for k, v in to_dict(cfg.policy).items() if k != "api_key"}
     return {"command": cfg.command, "env": to_dict(cfg.env), "policy": policy, "seed": cfg.seed,
             "split": cfg.get("split"), "samples": cfg.get("samples"), "episodes": cfg.get("episodes"),
-            "out": str(out), "identity": job_identity(cfg)}
+            "out": str(out), "identity": job_identity(cfg, tasks)}

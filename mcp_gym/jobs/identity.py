@@ -1,9 +1,10 @@
 """Run identity: a run directory holds the episodes of one job config, and a rerun never reports another's.
 
 A job records in its run directory's manifest (``metadata["identity"]``) the resolved config of everything that shapes
-its episodes: the env and its options, the policy and its options (model, base URL, temperature, ...), ``seed``,
-``split``, ``samples``, ``episodes`` and the episode limit. Settings that only change how fast or where episodes run
-(``launcher.*``, ``recorder.*``, ``out``, ``env.transport``, timeouts, the API key) are left out.
+its episodes: the env and its options, a digest of its task set, the policy and its options (model, base URL,
+temperature, ...), ``seed``, ``split``, ``samples``, ``episodes`` and the episode limit. Settings that only change
+how fast or where episodes run (``launcher.*``, ``recorder.*``, ``out``, ``env.transport``, timeouts, the API key)
+are left out.
 
 A rerun into the same directory (:func:`check_rerun`):
 
@@ -14,10 +15,14 @@ A rerun into the same directory (:func:`check_rerun`):
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["JobRefused", "RunConfigMismatch", "run_identity", "identity_diff", "check_rerun", "GROWABLE"]
+__all__ = [
+    "JobRefused", "RunConfigMismatch", "run_identity", "task_set_digest", "identity_diff", "check_rerun", "GROWABLE",
+]
 
 GROWABLE = ("samples", "episodes")
 """Identity keys a rerun may grow (the plan is extended)."""
@@ -43,14 +48,26 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = list(value) if isinstance(value, tuple) else value
 
 
+def task_set_digest(tasks: Sequence[Any]) -> str | None:
+    """A short digest of a task set's records (prompts, answers, data, splits): changes when the tasks do, even
+    under the same ids (``None`` without tasks)."""
+    if not tasks:
+        return None
+    h = hashlib.blake2b(digest_size=8)
+    for t in tasks:
+        h.update(json.dumps(t.to_record(), sort_keys=True, ensure_ascii=False, default=str).encode())
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
 def run_identity(
     env: Mapping[str, Any], policy: Mapping[str, Any], *, seed: Any, split: Any, samples: Any = None,
-    episodes: Any = None,
+    episodes: Any = None, tasks: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """The identity of a job: dotted keys (``env.name``, ``policy.model``, ``seed``, ...) -> resolved values.
 
     ``env.max_steps`` left unset (``None``) resolves to a bundled env's own limit, so ``env.max_steps=10`` on Counter
-    (whose limit is 10) is the same run.
+    (whose limit is 10) is the same run. With ``tasks`` (the job's tasks), ``env.task_set`` is their digest.
     """
     env = {k: v for k, v in env.items() if k not in _ENV_OPERATIONAL}
     if env.get("max_steps") is None and not env.get("servers") and env.get("name"):
@@ -63,6 +80,8 @@ def run_identity(
     policy = {k: v for k, v in policy.items() if k not in _POLICY_OPERATIONAL}
     out: dict[str, Any] = {}
     _flatten("env", env, out)
+    if tasks is not None:
+        out["env.task_set"] = task_set_digest(tasks)
     _flatten("policy", policy, out)
     out.update(seed=seed, split=split, samples=samples, episodes=episodes)
     return out
@@ -93,6 +112,8 @@ def check_rerun(
         if "env" in meta and "policy" in meta:
             old = run_identity(meta["env"], meta["policy"], seed=meta.get("seed"), split=meta.get("split"),
                                samples=identity.get("samples"), episodes=identity.get("episodes"))
+            if "env.task_set" in identity:
+                old["env.task_set"] = identity["env.task_set"]  # not recorded then
     if old is not None:
         diff = identity_diff(old, identity, skip=GROWABLE)
         if diff:

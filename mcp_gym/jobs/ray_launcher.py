@@ -432,7 +432,7 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
     recording = bool(cfg.recorder.enabled)
     pending = specs
     if recording:
-        shared.plan([s.key for s in specs], run_metadata(cfg, out) | {"launcher": "ray", "storage": location})
+        shared.plan([s.key for s in specs], run_metadata(cfg, out, tasks) | {"launcher": "ray", "storage": location})
         if removed := shared.sweep():
             log.info("%s: removed %d unfinished upload(s) of an earlier job", location, removed)
         done = shared.done_keys()
