@@ -136,13 +136,14 @@ def test_eval_and_export_when_success_is_unknown(tmp_path: Path) -> None:
 def test_eval_with_done_and_no_verifier(tmp_path: Path) -> None:
     """The same server with a `finish` tool reporting reward 1 and `done`: those episodes succeed, the others (submit,
     max_steps) count as failures, and the success-only export keeps exactly the successful ones."""
-    out, summary, _ = _eval(tmp_path, "done", "--done")
+    out, summary, table = _eval(tmp_path, "done", "--done")
     from mcp_gym.recording import load
 
     episodes = load(out).episodes
     finished = sum(t == "done" for t in episodes["termination"])
     assert 0 < finished < 12  # random play: some episodes call finish, others submit or run out of steps
     assert summary["success_rate"] == pytest.approx(finished / 12)
+    assert summary["success_unknown"] == 12 - finished and "success unknown" in table  # submit or max_steps
     assert all(s is True for s, t in zip(episodes["success"], episodes["termination"], strict=True) if t == "done")
     assert len(export(out, tmp_path / "sft", dedupe=False)) == finished
 

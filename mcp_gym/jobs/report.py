@@ -87,6 +87,8 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Eval
     ks = sorted({m for s in summaries.values() for m in s if m.startswith("pass@")}, key=lambda m: int(m[5:]))
     rows: list[tuple[str, str, bool]] = [("episodes", "episodes", False), ("tasks", "tasks", False),
                                          ("success rate", "success_rate", True)]
+    if any(s.get("success_unknown") for s in summaries.values()):  # episodes no verifier or `done` graded
+        rows.append(("success unknown", "success_unknown", False))
     rows += [(k, k, True) for k in ks]
     rows += [("reward (mean)", "reward_mean", False), ("reward (std)", "reward_std", False),
              ("steps (mean)", "steps_mean", False), ("tool-error rate", "tool_error_rate", True),
