@@ -91,7 +91,7 @@ def _hydra(command: str, overrides: Sequence[str]) -> int:
 
 # -- serve ------------------------------------------------------------------------------------------------------------
 def _serve(argv: Sequence[str]) -> int:
-    from mcp_gym.servers import BUNDLED_SERVERS, serve
+    from mcp_gym.envs.serve import BUNDLED_SERVERS, serve
 
     p = argparse.ArgumentParser(prog="mcp-gym serve", description="Run a bundled MCP server, or replay a cassette.")
     p.add_argument("name", nargs="?", help="a bundled server or env: " + ", ".join(BUNDLED_SERVERS) + ", counter")

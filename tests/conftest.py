@@ -93,7 +93,7 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def http_counter() -> Iterator[str]:
     """URL of the Counter server (with diagnostic tools) over Streamable HTTP on 127.0.0.1."""
-    proc, url = start_http_server("mcp_gym.servers.testing", "--diagnostics")
+    proc, url = start_http_server("mcp_gym.envs.counter.server", "--diagnostics")
     try:
         yield url
     finally:

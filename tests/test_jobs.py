@@ -153,7 +153,7 @@ def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
         server.terminate()
         server.wait(10)
     monkeypatch.setenv("MCP_GYM_DIAGNOSTICS", "1")  # the server inherits our environment
-    assert main(["inspect", f"{sys.executable} -m mcp_gym.servers.testing"]) == 0
+    assert main(["inspect", f"{sys.executable} -m mcp_gym.envs.counter.server"]) == 0
     shown = capsys.readouterr().out
     assert "Tools (" in shown and "unlock_bonus" in shown and "counter://state" in shown
     assert main(["inspect", "http://127.0.0.1:1/mcp", "--timeout", "3"]) == 1
