@@ -81,8 +81,7 @@ from mcp.server.subscriptions import (
 )
 
 from mcp_gym.connection import ConnectionLost, InProcess, Protocol, ServerSpec
-from mcp_gym.host import SEED_META_KEY, TASK_META_KEY
-from mcp_gym.serverkit import CHANGES_META_KEY, EPISODE_META_KEY
+from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, SEED_META_KEY, TASK_META_KEY
 
 __all__ = [
     "FORMAT",

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mcp_gym.serverkit import HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
+from mcp_gym.protocol import HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
 __all__ = [
     "Change",

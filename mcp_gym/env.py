@@ -23,9 +23,9 @@ from mcp import MCPError
 
 from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio, parse_server
 from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
+from mcp_gym.protocol import RESET_TOOL, STATE_TOOL
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.runtime import Runtime, default_runtime
-from mcp_gym.serverkit import RESET_TOOL, STATE_TOOL
 from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
 

@@ -22,7 +22,15 @@ import mcp.types as mt
 from mcp import MCPError
 
 from mcp_gym.connection import ConnectionLost, HostCallbacks, ServerConnection, ServerSpec
-from mcp_gym.serverkit import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
+from mcp_gym.protocol import (
+    CHANGES_META_KEY,
+    EPISODE_META_KEY,
+    HIDDEN_META_KEY,
+    RESET_TOOL,
+    SEED_META_KEY,
+    STATE_TOOL,
+    TASK_META_KEY,
+)
 
 __all__ = [
     "MCPHost",
@@ -32,14 +40,7 @@ __all__ = [
     "ElicitationFn",
     "tool_schema",
     "catalogue_hash",
-    "TASK_META_KEY",
-    "SEED_META_KEY",
 ]
-
-TASK_META_KEY = "mcp-gym/task"
-"""``_meta`` key carrying the episode's task id (next to the episode id), e.g. for a replay server to match episodes."""
-SEED_META_KEY = "mcp-gym/seed"
-"""``_meta`` key carrying the episode's reset seed."""
 
 SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
 """``(messages, params) -> str | CreateMessageResult`` (sync or async). ``messages`` are ``{"role", "content"}``

@@ -42,6 +42,7 @@ import pyarrow as pa
 from pydantic import TypeAdapter
 
 from mcp_gym.env import render_content
+from mcp_gym.protocol import SERVER_ERROR_KINDS
 from mcp_gym.recording.reader import Recording, read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 
@@ -74,10 +75,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 """The system message of exported examples unless ``system_prompt=`` says otherwise (``None``: no system message)."""
 
-SERVER_ERROR_KINDS = frozenset(
-    {"server_dead", "timeout", "jsonrpc", "invalid_result", "verifier_error", "episode_over"}
-)
-"""``error.kind`` values that are the infrastructure's fault, not the agent's (``drop_errors`` drops their episodes)."""
 
 FIELDS: dict[str, str] = {
     "messages": "The conversation (layout `messages`): system prompt, task, then per tool call an assistant message "

@@ -1,0 +1,69 @@
+"""mcp-gym's own wire protocol on top of MCP: its ``_meta`` keys, its hidden tools and its error kinds.
+
+The bottom layer of the package: it imports nothing from ``mcp_gym``, and every side that speaks this protocol (the
+server kit, the client host, the env, rewards, the cassette, drift, SFT export, recording) takes the names from here.
+
+* Request ``_meta``: :data:`EPISODE_META_KEY`, :data:`TASK_META_KEY`, :data:`SEED_META_KEY` on every request the
+  env sends, so one server process can serve many episodes and a replay server can match them.
+* Result ``_meta``: :data:`CHANGES_META_KEY` (what changed during the call), :data:`REWARD_META_KEY` and
+  :data:`DONE_META_KEY` (the reward convention for servers that cannot change their structured content).
+* Tool ``_meta``: :data:`HIDDEN_META_KEY`; hidden tools :data:`RESET_TOOL` and :data:`STATE_TOOL`.
+* ``info["error"]["kind"]`` of a failed step: one of :data:`ERROR_KINDS`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "EPISODE_META_KEY",
+    "TASK_META_KEY",
+    "SEED_META_KEY",
+    "HIDDEN_META_KEY",
+    "CHANGES_META_KEY",
+    "REWARD_META_KEY",
+    "DONE_META_KEY",
+    "RESET_TOOL",
+    "STATE_TOOL",
+    "HIDDEN_TOOLS",
+    "ERROR_KINDS",
+    "ACTION_ERROR_KINDS",
+    "SERVER_ERROR_KINDS",
+]
+
+# -- _meta keys -------------------------------------------------------------------------------------------------------
+EPISODE_META_KEY: Final = "mcp-gym/episode"
+"""Request ``_meta`` key carrying the episode id on every request mcp-gym sends."""
+TASK_META_KEY: Final = "mcp-gym/task"
+"""Request ``_meta`` key carrying the episode's task id (next to the episode id), e.g. for a replay server to match
+episodes."""
+SEED_META_KEY: Final = "mcp-gym/seed"
+"""Request ``_meta`` key carrying the episode's reset seed."""
+HIDDEN_META_KEY: Final = "mcp-gym/hidden"
+"""Tool ``_meta`` flag: the env never offers this tool to the agent."""
+CHANGES_META_KEY: Final = "mcp-gym/changes"
+"""Result ``_meta`` key listing what changed during a tool call (``{"tools": true, "resources": [uris]}``), so the env
+sees changes in the same step even when the notification itself arrives later (e.g. on the 2026 listen stream)."""
+REWARD_META_KEY: Final = "mcp-gym/reward"
+"""Result ``_meta`` key: the step reward, for servers that cannot put ``reward`` in their structured content."""
+DONE_META_KEY: Final = "mcp-gym/done"
+"""Result ``_meta`` key: ``true`` ends the episode (same convention as ``REWARD_META_KEY``)."""
+
+# -- hidden tools -----------------------------------------------------------------------------------------------------
+RESET_TOOL: Final = "mcp_gym_reset"
+"""Name of the hidden reset tool: ``mcp_gym_reset(task_id, seed)`` makes the initial state of a task reproducibly."""
+STATE_TOOL: Final = "mcp_gym_state"
+"""Name of the hidden state-snapshot tool: ``mcp_gym_state()`` returns the JSON state task verifiers grade."""
+HIDDEN_TOOLS: Final = (RESET_TOOL, STATE_TOOL)
+"""The tools an mcp-gym server adds that the agent never sees."""
+
+# -- error kinds (info["error"]["kind"]) ------------------------------------------------------------------------------
+ACTION_ERROR_KINDS: Final = frozenset({"malformed", "unknown_tool", "invalid_arguments", "too_large"})
+"""Kinds of an action refused before any call (the agent's fault; ``ToolCallSpace.validation_error``)."""
+SERVER_ERROR_KINDS: Final = frozenset(
+    {"server_dead", "timeout", "jsonrpc", "invalid_result", "verifier_error", "episode_over"}
+)
+"""Kinds that are the infrastructure's fault, not the agent's (SFT export's ``drop_errors`` drops their episodes)."""
+ERROR_KINDS: Final = ACTION_ERROR_KINDS | SERVER_ERROR_KINDS | {"tool_error", "parse_error", "exception"}
+"""Every ``info["error"]["kind"]``: the above, plus ``tool_error`` (the tool answered ``isError``), ``parse_error``
+(a text env could not parse the model's message into a tool call) and ``exception`` (a recorded client call raised)."""
