@@ -6,8 +6,8 @@ The action space is the servers' ``tools/list`` (:class:`~mcp_gym.spaces.ToolCal
 Rewards follow the convention of :mod:`mcp_gym.rewards`, and a task verifier grades ``submit``.
 
 One implementation, two faces: ``areset``/``astep`` are coroutines; ``reset``/``step`` are their synchronous face (they
-run the :class:`~mcp_gym.runtime.Runtime` loop that owns the sessions in the caller's thread, or hop onto its loop
-thread once it has one).
+run the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the sessions in the caller's thread, or hop onto its
+loop thread once it has one).
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio, parse_server
-from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
+from mcp_gym.client.connection import ConnectionLost
+from mcp_gym.client.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
+from mcp_gym.client.runtime import Runtime, default_runtime
+from mcp_gym.client.specs import ServerSpec, normalise_servers
 from mcp_gym.protocol import RESET_TOOL, STATE_TOOL
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
-from mcp_gym.runtime import Runtime, default_runtime
 from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
 
 __all__ = [
-    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content", "normalise_servers"
+    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content"
 ]
 
 ResetMode = Literal["auto", "tool", "restart", "none"]
@@ -81,21 +82,6 @@ def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[:limit] + f"\n…[truncated {len(text) - limit} characters]"
     return text
-
-
-def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, ServerSpec]:
-    """``{alias: spec}`` from what :class:`MCPEnv` accepts: a single spec (alias ``"server"``), or per alias a spec, a
-    command line (stdio), an ``http(s)://`` URL or a server object (in process)."""
-    if isinstance(servers, (Stdio, Http, InProcess)):
-        return {"server": servers}
-    out: dict[str, ServerSpec] = {}
-    for alias, spec in servers.items():
-        if isinstance(spec, str):
-            spec = parse_server(spec)
-        elif not isinstance(spec, (Stdio, Http, InProcess)):
-            spec = InProcess(spec)
-        out[str(alias)] = spec
-    return out
 
 
 
@@ -170,8 +156,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.success_threshold = success_threshold
         self.env_id = env_id
         self.render_mode = render_mode
+        specs = normalise_servers(servers)
+        tap = None
+        if any(spec.record is not None for spec in specs.values()):
+            from mcp_gym.cassette import record_tap as tap
         self.host = MCPHost(
-            normalise_servers(servers),
+            specs,
+            tap=tap,
             sampling=sampling,
             elicitation=elicitation,
             roots=roots,

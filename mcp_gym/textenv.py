@@ -21,7 +21,7 @@ trainers that keep their own token-level history use ``outs[i].messages`` instea
 
 Each ``step`` parses every text into tool calls with :func:`mcp_gym.parsing.parse_tool_calls` (OpenAI
 ``tool_calls``, Hermes ``<tool_call>{json}</tool_call>``, bare JSON), runs each episode's calls in order and all the
-episodes concurrently on the :class:`~mcp_gym.runtime.Runtime` loop that owns the MCP sessions, and returns one
+episodes concurrently on the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the MCP sessions, and returns one
 :class:`StepOut` per episode. Text with no parseable tool call never raises: the episode gets an error tool message
 (and the step counts toward ``max_steps``, so a model that never calls a tool is truncated), or, with
 ``no_tool_call="submit"``, the text is submitted as the final answer.

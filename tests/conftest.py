@@ -105,7 +105,7 @@ def fresh_default_runtime() -> Iterator[None]:
     """Each test module starts with a new default runtime, in driven mode as users get it (a test that uses the env
     from another event loop switches the runtime to threaded mode; without this every later module would run so)."""
     yield
-    from mcp_gym import runtime
+    from mcp_gym.client import runtime
 
     rt = runtime._default
     if rt is not None and not rt.closed:

@@ -280,7 +280,7 @@ def test_check_env_and_registration() -> None:
 
 
 def test_parse_server_strings() -> None:
-    from mcp_gym.connection import parse_server
+    from mcp_gym.client.specs import parse_server
 
     assert parse_server("http://127.0.0.1:8000/mcp", connect_timeout=3) == Http("http://127.0.0.1:8000/mcp",
                                                                                   connect_timeout=3)

@@ -17,10 +17,10 @@ import anyio
 import pytest
 
 from mcp_gym.cli import main
+from mcp_gym.client.runtime import default_runtime
 from mcp_gym.envs import load_env_tasks, make_env
 from mcp_gym.policies import Agent, OraclePolicy, Policy, RandomPolicy
 from mcp_gym.recording import RecordTrajectories, load
-from mcp_gym.runtime import default_runtime
 from mcp_gym.vector import EpisodeResult, EpisodeSpec, VectorMCPEnv
 
 

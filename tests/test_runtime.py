@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from mcp_gym import InProcess, MCPEnv, Stdio
+from mcp_gym.client.runtime import Runtime
 from mcp_gym.envs.counter.server import make_server
-from mcp_gym.runtime import Runtime
 
 ECHO = {"tool": "echo", "arguments": {"text": "hi"}}
 

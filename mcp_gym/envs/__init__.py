@@ -56,7 +56,7 @@ def env_module(name: str) -> ModuleType:
 
 def server_spec(name: str, transport: str = "inprocess", url: str | None = None) -> Any:
     """The server spec of a bundled env: in-process (default), a ``stdio`` subprocess, or an HTTP ``url``."""
-    from mcp_gym.connection import Http, InProcess, Stdio
+    from mcp_gym.client.specs import Http, InProcess, Stdio
     from mcp_gym.envs.serve import load_server, server_module
 
     server = env_module(name).SERVER

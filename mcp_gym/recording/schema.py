@@ -112,7 +112,7 @@ _EPISODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
 
 
 def _schema(fields: list[tuple[str, pa.DataType, str]], table: str) -> pa.Schema:
-    from mcp_gym import __version__
+    from mcp_gym._version import __version__
 
     return pa.schema(
         [pa.field(name, typ, nullable=True, metadata={b"description": doc.encode()}) for name, typ, doc in fields],
@@ -190,7 +190,8 @@ def dumps(obj: Any) -> str:
 
 
 def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
-    """A 16-hex-digit fingerprint of a list of tool schemas (same recipe as :func:`mcp_gym.host.catalogue_hash`)."""
+    """A 16-hex-digit fingerprint of a list of tool schemas (same recipe as
+    :func:`mcp_gym.client.host.catalogue_hash`)."""
     blob = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=_fallback)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

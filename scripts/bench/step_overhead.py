@@ -21,8 +21,8 @@ from typing import Any
 from mcp import Client, StdioServerParameters
 
 from mcp_gym import InProcess, MCPEnv, Stdio
+from mcp_gym.client.runtime import Runtime
 from mcp_gym.envs.counter.server import make_server
-from mcp_gym.runtime import Runtime
 
 ACTION = {"tool": "echo", "arguments": {"text": "hello"}}
 THREADED = Runtime("threaded", threaded=True)

@@ -21,7 +21,8 @@ import anyio
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.connection import ConnectionLost, HostCallbacks, ServerConnection, ServerSpec
+from mcp_gym.client.connection import ConnectionLost, HostCallbacks, ServerConnection, TapFactory
+from mcp_gym.client.specs import ServerSpec
 from mcp_gym.protocol import (
     CHANGES_META_KEY,
     EPISODE_META_KEY,
@@ -137,6 +138,8 @@ class MCPHost:
             ``_meta`` has ``"mcp-gym/hidden": true`` are hidden too.
         block_destructive: hide and refuse tools that may be destructive (``destructiveHint`` not false and not
             ``readOnlyHint``; unannotated tools count as destructive, as the MCP spec says).
+        tap: makes each connection's :class:`~mcp_gym.client.connection.Tap` (needed for specs with ``record=``:
+            ``mcp_gym.cassette.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
     """
 
     def __init__(
@@ -150,6 +153,7 @@ class MCPHost:
         separator: str = "__",
         hidden_tools: Sequence[str] = (RESET_TOOL, STATE_TOOL),
         block_destructive: bool = False,
+        tap: TapFactory | None = None,
     ) -> None:
         if not servers:
             raise ValueError("MCPHost needs at least one server")
@@ -167,7 +171,7 @@ class MCPHost:
             logging=self._on_log,
         )
         self.connections: dict[str, ServerConnection] = {
-            alias: ServerConnection(alias, spec, callbacks) for alias, spec in servers.items()
+            alias: ServerConnection(alias, spec, callbacks, tap) for alias, spec in servers.items()
         }
         self.catalogue: dict[str, ToolEntry] = {}
         self.all_tools: dict[str, dict[str, mt.Tool]] = {}
@@ -189,7 +193,7 @@ class MCPHost:
         """Close one server's connection and connect anew (reset by restart)."""
         old = self.connections[alias]
         await old.close()
-        new = ServerConnection(alias, old.spec, old.callbacks)
+        new = ServerConnection(alias, old.spec, old.callbacks, old.tap_factory)
         self.connections[alias] = new
         await new.start(task_group)
 
