@@ -25,7 +25,7 @@ from mcp_gym.client.connection import ConnectionLost
 from mcp_gym.client.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers
-from mcp_gym.protocol import RESET_TOOL, STATE_TOOL
+from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, ToolCallError
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
@@ -332,8 +332,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             args = {"task_id": self.task.id, "seed": seed}
             out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
             if out.error or (out.result is not None and out.result.is_error):
-                err = out.error or {"kind": "tool_error", "server": alias, "tool": RESET_TOOL,
-                                    "message": render_content(out.result.content if out.result else [])}
+                err = out.error or ToolCallError("tool_error", render_content(out.result.content if out.result else []),
+                                                 tool=RESET_TOOL, server=alias).as_dict()
                 errors.append(err)
         return errors
 
@@ -403,8 +403,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self.task is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         if self.done:
-            err = {"kind": "episode_over", "tool": None, "server": None, "argument": None, "code": None,
-                   "message": "the episode is over: call reset()"}
+            err = ToolCallError("episode_over", "the episode is over: call reset()").as_dict()
             if self.strict:
                 raise InvalidAction(err)
             return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
@@ -415,8 +414,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         problem = self.action_space.validation_error(action)
         if problem is not None:
             entry = self.host.resolve(problem.tool) if problem.tool else None
-            err = {"kind": problem.kind, "tool": problem.tool, "server": entry.server if entry else None,
-                   "argument": problem.argument, "code": None, "message": problem.message}
+            err = ToolCallError(problem.kind, problem.message, tool=problem.tool,
+                                server=entry.server if entry else None, argument=problem.argument).as_dict()
             if self.strict:
                 raise InvalidAction(err)
             return await self._finish_step(None, name, {}, err)
@@ -436,9 +435,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             structured = result.structured_content
             signal = read_reward(structured, result.meta, text if structured is None else None)
             if result.is_error and error is None:
-                error = {"kind": "tool_error", "tool": out.tool, "server": out.server, "argument": None,
-                         "code": None, "message": f"tool '{out.tool}' on server '{out.server}' returned an error: "
-                         + text[:500]}
+                error = ToolCallError("tool_error", f"tool '{out.tool}' on server '{out.server}' returned an error: "
+                                      + text[:500], tool=out.tool, server=out.server).as_dict()
         else:
             text = "Error: " + (error or {}).get("message", "unknown error")
             structured = None
@@ -485,9 +483,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 if self.strict:
                     raise
                 info["success"] = None
-                info["error"] = info["error"] or {
-                    "kind": "verifier_error", "tool": None, "server": None, "argument": None, "code": None,
-                    "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
+                info["error"] = info["error"] or ToolCallError(
+                    "verifier_error", f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}").as_dict()
         return obs, reward, terminated, truncated, info
 
     async def _grade(self, answer: str | None) -> float:
@@ -507,8 +504,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             try:
                 reward = await self._grade(answer)
             except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
-                error = {"kind": "verifier_error", "tool": "submit", "server": None, "argument": None, "code": None,
-                         "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
+                error = ToolCallError("verifier_error", f"verifier failed on task '{self.task.id}': "
+                                      f"{type(e).__name__}: {e}", tool="submit").as_dict()
                 if self.strict:
                     raise
         self.episode_return += reward

@@ -8,12 +8,13 @@ server kit, the client host, the env, rewards, the cassette, drift, SFT export, 
 * Result ``_meta``: :data:`CHANGES_META_KEY` (what changed during the call), :data:`REWARD_META_KEY` and
   :data:`DONE_META_KEY` (the reward convention for servers that cannot change their structured content).
 * Tool ``_meta``: :data:`HIDDEN_META_KEY`; hidden tools :data:`RESET_TOOL` and :data:`STATE_TOOL`.
-* ``info["error"]["kind"]`` of a failed step: one of :data:`ERROR_KINDS`.
+* ``info["error"]`` of a failed step: a :class:`ToolCallError` as a dict; its ``kind`` is one of :data:`ERROR_KINDS`.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 __all__ = [
     "EPISODE_META_KEY",
@@ -29,6 +30,7 @@ __all__ = [
     "ERROR_KINDS",
     "ACTION_ERROR_KINDS",
     "SERVER_ERROR_KINDS",
+    "ToolCallError",
 ]
 
 # -- _meta keys -------------------------------------------------------------------------------------------------------
@@ -67,3 +69,36 @@ SERVER_ERROR_KINDS: Final = frozenset(
 ERROR_KINDS: Final = ACTION_ERROR_KINDS | SERVER_ERROR_KINDS | {"tool_error", "parse_error", "exception"}
 """Every ``info["error"]["kind"]``: the above, plus ``tool_error`` (the tool answered ``isError``), ``parse_error``
 (a text env could not parse the model's message into a tool call) and ``exception`` (a recorded client call raised)."""
+
+
+@dataclass(frozen=True)
+class ToolCallError:
+    """Why a step failed: the one shape of ``info["error"]`` (written with :meth:`as_dict`) and of recorded errors.
+
+    Args:
+        kind: one of :data:`ERROR_KINDS` (anything else raises ``ValueError``).
+        message: one line naming the tool, server and argument at fault.
+        tool: the tool the agent named, if any.
+        server: the server alias the call went to, if known.
+        argument: path of the offending argument (``items[2].name``), for invalid arguments.
+        code: the JSON-RPC error code (or a text env's parse status), if any.
+
+    >>> ToolCallError("timeout", "no result in 5 s", tool="add").as_dict()
+    {'kind': 'timeout', 'tool': 'add', 'server': None, 'argument': None, 'code': None, 'message': 'no result in 5 s'}
+    """
+
+    kind: str
+    message: str
+    tool: str | None = None
+    server: str | None = None
+    argument: str | None = None
+    code: Any = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ERROR_KINDS:
+            raise ValueError(f"unknown error kind {self.kind!r}; mcp_gym.protocol.ERROR_KINDS lists the known ones")
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"kind", "tool", "server", "argument", "code", "message"}``, the JSON form in ``info`` and recordings."""
+        return {"kind": self.kind, "tool": self.tool, "server": self.server, "argument": self.argument,
+                "code": self.code, "message": self.message}

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mcp_gym.env import MCPEnv
+from mcp_gym.protocol import ToolCallError
 from mcp_gym.tasks import Task
 
 __all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "render_resources", "reset_options", "resolve_env_factory"]
@@ -324,8 +325,7 @@ class TextEnvBatch:
                 r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": content}}, info)
                 reward += r
             else:
-                error = {"kind": "parse_error", "tool": None, "server": None, "argument": None, "code": parse_status,
-                         "message": parse_error or "no tool call found"}
+                error = ToolCallError("parse_error", parse_error or "no tool call found", code=parse_status).as_dict()
                 r, _ = await self._apply(i, {"tool": None, "arguments": {}}, info, error)  # counts the step
                 reward += r
                 hint = ", ".join(t["function"]["name"] for t in env.openai_tools())

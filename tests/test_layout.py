@@ -87,7 +87,7 @@ def test_every_package_folder_is_a_package_and_configs_ship() -> None:
 
 def test_error_kinds_written_are_the_protocol_ones() -> None:
     """Every ``info["error"]["kind"]`` the package writes is listed in :data:`mcp_gym.protocol.ERROR_KINDS`."""
-    pattern = re.compile(r'(?:"kind": |ActionError\(|_error\()"([a-z_]+)"')
+    pattern = re.compile(r'(?:"kind": |ActionError\(|ToolCallError\(|_error\()"([a-z_]+)"')
     found: dict[str, str] = {}
     for p in PACKAGE.rglob("*.py"):
         rel = p.relative_to(PACKAGE).as_posix()
@@ -105,3 +105,17 @@ def test_protocol_is_the_bottom() -> None:
     source = (PACKAGE / "protocol.py").read_text(encoding="utf-8")
     assert not re.search(r"^\s*(from|import) mcp_gym", source, re.M)
     assert sys.modules["mcp_gym.protocol"].__file__ == str(PACKAGE / "protocol.py")
+
+
+def test_tool_call_error_is_the_one_error_shape() -> None:
+    """``info["error"]`` is a ToolCallError's dict: fixed keys, and only the protocol's kinds."""
+    import doctest
+
+    import mcp_gym.protocol as protocol
+
+    assert doctest.testmod(protocol).failed == 0
+    err = protocol.ToolCallError("invalid_arguments", "tool 'add': argument 'amount' is required", tool="add",
+                                 server="c", argument="amount")
+    assert list(err.as_dict()) == ["kind", "tool", "server", "argument", "code", "message"]
+    with pytest.raises(ValueError, match="unknown error kind 'oops'"):
+        protocol.ToolCallError("oops", "x")

@@ -31,6 +31,7 @@ from mcp_gym.protocol import (
     SEED_META_KEY,
     STATE_TOOL,
     TASK_META_KEY,
+    ToolCallError,
 )
 
 __all__ = [
@@ -347,14 +348,8 @@ class MCPHost:
         argument: str | None = None,
     ) -> dict[str, Any]:
         where = f"tool '{tool}'" + (f" on server '{server}'" if server else "")
-        return {
-            "kind": kind,
-            "tool": tool,
-            "server": server,
-            "argument": argument,
-            "code": code,
-            "message": f"{where}: {message}" if kind != "unknown_tool" else message,
-        }
+        message = f"{where}: {message}" if kind != "unknown_tool" else message
+        return ToolCallError(kind, message, tool=tool, server=server, argument=argument, code=code).as_dict()
 
     # -- host duties ----------------------------------------------------------------------------------------------
     async def _on_sampling(self, context: Any, params: mt.CreateMessageRequestParams) -> Any:

@@ -26,6 +26,7 @@ import mcp.types as mt
 from mcp import MCPError
 
 from mcp_gym.client.host import CallOutcome, MCPHost, ToolEntry, tool_schema
+from mcp_gym.protocol import ToolCallError
 from mcp_gym.recording.schema import catalogue_fingerprint
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
 from mcp_gym.rewards import read_reward
@@ -226,12 +227,10 @@ class RecordingClient(_Recorder):
             return result
         except MCPError as e:
             kind = "timeout" if e.code == _TIMEOUT else "jsonrpc"
-            error = {"kind": kind, "tool": name, "server": self.server, "argument": None, "code": e.code,
-                     "message": e.error.message}
+            error = ToolCallError(kind, e.error.message, tool=name, server=self.server, code=e.code).as_dict()
             raise
         except Exception as e:
-            error = {"kind": "exception", "tool": name, "server": self.server, "argument": None, "code": None,
-                     "message": f"{type(e).__name__}: {e}"}
+            error = ToolCallError("exception", f"{type(e).__name__}: {e}", tool=name, server=self.server).as_dict()
             raise
         finally:
             self._record(episode, name, arguments or {}, self.server, name, result, error, started,
