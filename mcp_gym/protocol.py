@@ -8,11 +8,16 @@ server kit, the client host, the env, rewards, the cassette, drift, SFT export, 
 * Result ``_meta``: :data:`CHANGES_META_KEY` (what changed during the call), :data:`REWARD_META_KEY` and
   :data:`DONE_META_KEY` (the reward convention for servers that cannot change their structured content).
 * Tool ``_meta``: :data:`HIDDEN_META_KEY`; hidden tools :data:`RESET_TOOL` and :data:`STATE_TOOL`.
+* Tool catalogues are compared (drift, recordings, the env's ``info["catalogue_hash"]``) by
+  :func:`catalogue_fingerprint`, the one recipe.
 * ``info["error"]`` of a failed step: a :class:`ToolCallError` as a dict; its ``kind`` is one of :data:`ERROR_KINDS`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -31,6 +36,8 @@ __all__ = [
     "ACTION_ERROR_KINDS",
     "SERVER_ERROR_KINDS",
     "ToolCallError",
+    "catalogue_fingerprint",
+    "json_default",
 ]
 
 # -- _meta keys -------------------------------------------------------------------------------------------------------
@@ -102,3 +109,28 @@ class ToolCallError:
         """``{"kind", "tool", "server", "argument", "code", "message"}``, the JSON form in ``info`` and recordings."""
         return {"kind": self.kind, "tool": self.tool, "server": self.server, "argument": self.argument,
                 "code": self.code, "message": self.message}
+
+
+# -- tool catalogue fingerprint ---------------------------------------------------------------------------------------
+def json_default(o: Any) -> Any:
+    """JSON for values the json module does not know: numpy scalars/arrays, pydantic models, bytes, sets."""
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (bytes, bytearray)):
+        return o.decode("utf-8", errors="replace")
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
+    """A 16-hex-digit fingerprint of a list of tool schemas (``mcp_gym.client.host.tool_schema`` dicts): the one recipe
+    behind the env's ``info["catalogue_hash"]`` and the recorded ``catalogue_hash`` column.
+
+    >>> catalogue_fingerprint([{"name": "add", "input_schema": {"type": "object"}}])
+    '18055b696d8bfd16'
+    """
+    blob = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=json_default)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -8,9 +8,7 @@ only its own tools.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from mcp_gym.protocol import (
     STATE_TOOL,
     TASK_META_KEY,
     ToolCallError,
+    catalogue_fingerprint,
 )
 
 __all__ = [
@@ -93,9 +92,9 @@ def tool_schema(entry: ToolEntry) -> dict[str, Any]:
 
 
 def catalogue_hash(entries: Sequence[ToolEntry]) -> str:
-    """A stable hash of a tool catalogue (names, descriptions, schemas, annotations)."""
-    blob = json.dumps([tool_schema(e) for e in entries], sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """A stable hash of a tool catalogue (names, descriptions, schemas, annotations): the
+    :func:`~mcp_gym.protocol.catalogue_fingerprint` of its :func:`tool_schema` dicts, as recordings store it."""
+    return catalogue_fingerprint([tool_schema(e) for e in entries])
 
 
 @dataclass
