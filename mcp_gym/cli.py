@@ -1,6 +1,6 @@
 """The ``mcp-gym`` command.
 
-Jobs, configured with Hydra (``conf/`` in the repository, shipped as ``mcp_gym.conf``; overrides and ``-m``
+Jobs, configured with Hydra (the package ``mcp_gym.conf``, folder ``mcp_gym/conf/``; overrides and ``-m``
 multirun work as usual)::
 
     mcp-gym demo                                         # end-to-end: collect, evaluate, export SFT (offline)
