@@ -157,3 +157,14 @@ def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
     shown = capsys.readouterr().out
     assert "Tools (" in shown and "unlock_bonus" in shown and "counter://state" in shown
     assert main(["inspect", "http://127.0.0.1:1/mcp", "--timeout", "3"]) == 1
+
+
+def test_ray_launcher_cleanup_suppresses_errors_but_not_ctrl_c() -> None:
+    """Killing dead Ray actors may raise anything; Ctrl-C during that clean-up must still stop the job."""
+    from mcp_gym.jobs.ray_launcher import _suppress
+
+    with _suppress():
+        raise RuntimeError("actor already dead")
+    for stop in (KeyboardInterrupt, SystemExit):
+        with pytest.raises(stop), _suppress():
+            raise stop()

@@ -555,10 +555,11 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
 
 
 class _suppress:
-    """``contextlib.suppress(Exception)`` (Ray raises assorted errors when killing dead actors)."""
+    """``contextlib.suppress(Exception)`` (Ray raises assorted errors when killing dead actors); Ctrl-C and
+    ``SystemExit`` pass through."""
 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc: object) -> bool:
-        return True
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> bool:
+        return exc_type is not None and issubclass(exc_type, Exception)
