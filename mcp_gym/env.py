@@ -113,6 +113,22 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         success_threshold: A final reward at or above it counts as success.
         env_id: Name recorded with trajectories.
         runtime: The event-loop runtime owning the sessions (default: the process-wide one).
+
+    Example (an in-process server; :class:`Stdio` and :class:`Http` specs work the same)::
+
+    >>> from mcp_gym import InProcess, MCPEnv
+    >>> from mcp_gym.envs.counter.server import make_server
+    >>> env = MCPEnv({"counter": InProcess(make_server())}, ["Move the counter to 3."])
+    >>> obs, info = env.reset(seed=0)
+    >>> env.action_space.tool_names                       # the server's tools, plus the built-in submit
+    ['add', 'get_count', 'submit']
+    >>> obs, reward, terminated, truncated, info = env.step({"tool": "add", "arguments": {"amount": 9}})
+    >>> info["error"]["kind"], info["error"]["argument"]  # refused before any call: add takes -5..5
+    ('invalid_arguments', 'amount')
+    >>> obs, reward, terminated, truncated, info = env.step({"tool": "add", "arguments": {"amount": 3}})
+    >>> reward, terminated                                # the server's reward convention: target reached
+    (1.0, True)
+    >>> env.close()
     """
 
     metadata = {"render_modes": ["ansi"]}

@@ -515,6 +515,22 @@ def export(
 
     Returns:
         The dataset written: a ``Dataset``, or a ``DatasetDict`` with ``train`` and ``test`` when ``test_size`` is set.
+
+    Example (a run recorded with :class:`~mcp_gym.recording.RecordTrajectories`)::
+
+    >>> import tempfile
+    >>> from mcp_gym import RecordTrajectories, make_env, sft
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> env = RecordTrajectories(make_env("Counter"), f"{tmp.name}/run", policy="oracle")
+    >>> _ = env.reset(seed=0)
+    >>> _ = env.step(env.unwrapped.task.solution[0])   # reaches the target: the episode succeeds
+    >>> env.close()
+    >>> ds = sft.export(f"{tmp.name}/run", f"{tmp.name}/sft")
+    >>> [m["role"] for m in ds[0]["messages"]]
+    ['system', 'user', 'assistant', 'tool']
+    >>> ds[0]["messages"][2]["tool_calls"][0]["function"]["arguments"]   # an object, never a JSON string
+    {'amount': -5}
+    >>> tmp.cleanup()
     """
     if format not in ("parquet", "jsonl", "disk"):
         raise ValueError(f"format must be 'parquet', 'jsonl' or 'disk', not {format!r}")
