@@ -155,7 +155,7 @@ def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
         server.terminate()
         server.wait(10)
     monkeypatch.setenv("MCP_GYM_DIAGNOSTICS", "1")  # the server inherits our environment
-    assert main(["inspect", f"{sys.executable} -m mcp_gym.servers.testing"]) == 0
+    assert main(["inspect", f"{sys.executable} -m mcp_gym.envs.counter.server"]) == 0
     shown = capsys.readouterr().out
     assert "Tools (" in shown and "unlock_bonus" in shown and "counter://state" in shown
     assert main(["inspect", "http://127.0.0.1:1/mcp", "--timeout", "3"]) == 1
@@ -241,7 +241,7 @@ def test_rerun_with_changed_tasks_refuses(tmp_path: Path) -> None:
     tasks = load_env_tasks("Counter", "train")[:3]
     path = save_tasks(tasks, tmp_path / "tasks.jsonl")
     out = tmp_path / "run"
-    base = ["collect", "env=custom", f"+env.servers.counter={sys.executable} -m mcp_gym.servers.testing",
+    base = ["collect", "env=custom", f"+env.servers.counter={sys.executable} -m mcp_gym.envs.counter.server",
             f"env.tasks={path}", "split=train", "policy=oracle", "launcher.progress=false", f"out={out}"]
     assert main(base) == 0 and len(load(out).episodes) == 3
     assert main(base) == 0  # unchanged: resumes (nothing to do)
@@ -249,3 +249,14 @@ def test_rerun_with_changed_tasks_refuses(tmp_path: Path) -> None:
     save_tasks(changed, path)
     line = _refusal(subprocess.run(_cli(*base), capture_output=True, text=True, timeout=120))
     assert "env.task_set: '" in line and "policy" not in line
+
+
+def test_ray_launcher_cleanup_suppresses_errors_but_not_ctrl_c() -> None:
+    """Killing dead Ray actors may raise anything; Ctrl-C during that clean-up must still stop the job."""
+    from mcp_gym.jobs.ray_launcher import _suppress
+
+    with _suppress():
+        raise RuntimeError("actor already dead")
+    for stop in (KeyboardInterrupt, SystemExit):
+        with pytest.raises(stop), _suppress():
+            raise stop()
