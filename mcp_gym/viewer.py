@@ -479,9 +479,11 @@ cursor:pointer}button:hover{background:var(--bg)}button:disabled{opacity:.4;curs
 .count{color:var(--muted);font-size:12.5px;margin-left:auto}
 .pager{display:flex;gap:8px;align-items:center;margin-top:10px;font-size:12.5px}
 .sumrow{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
-.plots{display:flex;flex-wrap:wrap;gap:12px;flex:1;min-width:320px}
+.plotruns{flex:1;min-width:320px}.plotruns .lbl{margin:0 0 4px}
+.plots{display:flex;flex-wrap:wrap;gap:10px;margin-bottom:10px}
 .plots figure{margin:0;border:1px solid var(--line);border-radius:6px;padding:6px;background:#fff}
-.plots img{max-width:380px;width:100%;display:block}
+.plots img{width:260px;display:block;cursor:zoom-in}.plots img.big{width:auto;max-width:100%;cursor:zoom-out}
+.lbl{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin-top:6px}
 .scroll{max-height:420px;overflow:auto;border-bottom:1px solid var(--line)}
 .plots figcaption{font-size:11.5px;color:var(--muted);text-align:center}
 pre{font:12px/1.4 var(--mono);background:var(--bg);border:1px solid var(--line);border-radius:6px;padding:6px 8px;
@@ -495,11 +497,13 @@ background:#fff}
 .step.err{border-left-color:var(--bad)}.step.end{border-left-color:var(--ok)}
 .step .head{display:flex;flex-wrap:wrap;gap:6px;align-items:center}
 .step .tool{font:600 13px var(--mono)}
-.step .lbl{font-size:11px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin-top:6px}
 .step img{max-width:100%;max-height:360px;border:1px solid var(--line);border-radius:4px;margin:4px 0;display:block}
 .errbox{background:var(--badbg);border:1px solid #cf222e55;border-radius:6px;padding:5px 8px;margin:4px 0;
 font-size:12.5px}
 .change{display:grid;grid-template-columns:1fr 1fr;gap:8px}
+.stepbody{display:grid;grid-template-columns:minmax(0,2fr) minmax(0,3fr);gap:12px}
+.chg{font-size:12.5px;margin:2px 0}.chg code{padding:1px 5px;border-radius:4px}
+.chg .old{background:var(--badbg)}.chg .new{background:var(--okbg)}.small{font-size:12px;margin-top:4px}
 .side{display:grid;gap:12px}
 .col{min-width:0}.col>h3{margin-top:0}
 .card{border:1px solid var(--line);border-radius:6px;padding:6px 10px;margin-bottom:8px;background:#fff}
@@ -634,10 +638,11 @@ function summaryTable() {
   return h("section", {id: "summary"}, h("h2", {}, "Evaluation summary"), h("div", {class: "sumrow"},
     h("table", {class: "metrics"}, h("thead", {}, h("tr", {}, h("th", {}, "metric"),
       ev.map(r => h("th", {class: "num"}, r.name)))), h("tbody", {}, body)),
-    ev.some(r => r.plots.length) ? h("div", {class: "plots"},
-      ev.flatMap(r => r.plots.filter(p => p.src.startsWith("data:image/png;base64,")).map(p =>
-        h("figure", {}, h("img", {src: p.src, alt: `${r.name}: ${p.name}`}),
-          h("figcaption", {}, `${r.name} · ${p.name}`))))) : null));
+    ev.some(r => r.plots.length) ? h("div", {class: "plotruns"}, ev.filter(r => r.plots.length).map(r =>
+      h("div", {}, h("div", {class: "lbl"}, `plots of ${r.name}`), h("div", {class: "plots"},
+        r.plots.filter(p => p.src.startsWith("data:image/png;base64,")).map(p =>
+          h("figure", {}, h("img", {src: p.src, alt: `${r.name}: ${p.name}`, title: "click to enlarge",
+            onclick: ev => ev.target.classList.toggle("big")}), h("figcaption", {}, p.name))))))) : null));
 }
 
 // -- per-task comparison and side-by-side -------------------------------------------------------------------------
@@ -714,36 +719,42 @@ function step(s) {
     s.terminated ? badge("terminated", "b-acc") : null, s.truncated ? badge("truncated", "b-warn") : null,
     s.tools_changed ? badge("tools changed", "b-warn") : null,
     s.result_truncated ? badge(`result cut (${s.result_bytes} bytes)`, "b-warn") : null);
-  const parts = [head];
-  if (s.raw !== null && s.raw !== undefined) parts.push(fold(s.raw, "model output"));
-  parts.push(h("div", {class: "lbl"}, "arguments"), fold(s.args === null ? "" : s.args));
-  if (s.error) parts.push(h("div", {class: "errbox"}, h("b", {}, s.error.kind || "error"),
+  const call = [], result = [], after = [];
+  if (s.raw !== null && s.raw !== undefined) call.push(h("div", {class: "lbl"}, "model output"), fold(s.raw));
+  call.push(h("div", {class: "lbl"}, "arguments"), fold(s.args === null ? "" : s.args));
+  if (s.error) result.push(h("div", {class: "errbox"}, h("b", {}, s.error.kind || "error"),
     s.error.argument ? ` (argument ${s.error.argument})` : "", s.error.code !== undefined && s.error.code !== null ?
       ` [code ${s.error.code}]` : "", ": ", s.error.message || ""));
   const texts = [];
   if (s.blocks.length) {
-    parts.push(h("div", {class: "lbl"}, "result"));
+    result.push(h("div", {class: "lbl"}, "result"));
     for (const b of s.blocks) {
-      if (b.t === "text") { texts.push(b.text); parts.push(b.uri ? h("div", {class: "muted mono"}, b.uri) : null,
+      if (b.t === "text") { texts.push(b.text); result.push(b.uri ? h("div", {class: "muted mono"}, b.uri) : null,
         fold(b.text)); }
       else if (b.t === "image" && String(b.src).startsWith("data:image/"))
-        parts.push(h("img", {src: b.src, alt: "image result (" + b.mime + ")"}));
-      else if (b.t === "note") parts.push(h("div", {class: "note"}, b.text));
-      else parts.push(fold(b.text, (b.kind || "content") + " block"));
+        result.push(h("img", {src: b.src, alt: "image result (" + b.mime + ")"}));
+      else if (b.t === "note") result.push(h("div", {class: "note"}, b.text));
+      else result.push(fold(b.text, (b.kind || "content") + " block"));
     }
-  }
-  if (s.structured) parts.push(fold(s.structured, "structured content"));
+  } else if (!s.error) result.push(h("div", {class: "lbl"}, "result"), h("div", {class: "empty"}, "no content"));
+  if (s.structured) result.push(fold(s.structured, "structured content"));
   if (s.obs && s.obs !== texts.join("\n") && s.obs !== texts.join("\n\n"))
-    parts.push(h("div", {class: "lbl"}, "observation (what the agent saw)"), fold(s.obs));
+    result.push(h("div", {class: "lbl"}, "observation (what the agent saw)"), fold(s.obs));
+  const short = t => t === null || (t.length <= 100 && !t.includes("\n"));
   if (s.changes && s.changes.length) {
-    parts.push(h("div", {class: "lbl"}, "resource changes"));
-    for (const c of s.changes) parts.push(h("div", {class: "mono"}, c.uri),
-      h("div", {class: "change"}, h("div", {}, h("div", {class: "muted"}, "before"),
-        c.before === null ? h("div", {class: "empty"}, "absent") : fold(c.before)),
+    after.push(h("div", {class: "lbl"}, "resource changes"));
+    for (const c of s.changes) after.push(short(c.before) && short(c.after) ?
+      h("div", {class: "chg"}, h("span", {class: "mono"}, c.uri), " ",
+        h("code", {class: "old"}, c.before === null ? "(absent)" : c.before), " → ",
+        h("code", {class: "new"}, c.after === null ? "(removed)" : c.after)) :
+      [h("div", {class: "mono"}, c.uri), h("div", {class: "change"},
+        h("div", {}, h("div", {class: "muted"}, "before"),
+          c.before === null ? h("div", {class: "empty"}, "absent") : fold(c.before)),
         h("div", {}, h("div", {class: "muted"}, "after"),
-          c.after === null ? h("div", {class: "empty"}, "removed") : fold(c.after))));
-  } else if (s.changes) parts.push(h("div", {class: "muted"}, `resources unchanged (${s.n_resources} observed)`));
-  if (s.logs && s.logs.length) parts.push(fold(s.logs.join("\n"), `server log (${s.logs.length})`));
+          c.after === null ? h("div", {class: "empty"}, "removed") : fold(c.after)))]);
+  } else if (s.changes) after.push(h("div", {class: "muted small"}, `resources unchanged (${s.n_resources} observed)`));
+  if (s.logs && s.logs.length) after.push(fold(s.logs.join("\n"), `server log (${s.logs.length})`));
+  const parts = [head, h("div", {class: "stepbody"}, h("div", {}, call), h("div", {}, result)), after];
   return h("li", {class: "step" + (s.is_error ? " err" : s.terminated ? " end" : ""), "data-step": s.i}, parts);
 }
 function episodeDetail(e) {
