@@ -869,7 +869,7 @@ function start() {
   update();
   if (state.episode) {
     const tr = document.querySelector(`tr.ep[data-id="${CSS.escape(state.episode)}"]`);
-    if (tr) tr.scrollIntoView();
+    if (tr) tr.scrollIntoView({block: "nearest"});
   }
 }
 window.addEventListener("hashchange", () => { opened.clear(); start(); });
