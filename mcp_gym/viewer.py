@@ -65,6 +65,8 @@ class RunView:
     per_task: list[dict[str, Any]] = field(default_factory=list)
     plots: list[tuple[str, str]] = field(default_factory=list)
     """``(file name, data: URI)`` of the PNG plots of an evaluation's report folder."""
+    storage: str | None = None
+    """Where the shards are when not in ``path`` (a launcher's ``launcher.storage``)."""
 
 
 # -- reading a run ----------------------------------------------------------------------------------------------------
@@ -321,7 +323,8 @@ def load_run(
                    manifest={k: v for k, v in manifest.items() if k != "planned"} | {
                        "planned": len(manifest["planned"]) if manifest.get("planned") is not None else None},
                    config=config, episodes=rows, steps=details, total_episodes=len(all_eps), summary=summary,
-                   per_task=per_task, plots=plots)
+                   per_task=per_task, plots=plots, storage=location if root is not None and location != str(root)
+                   else None)
 
 
 def _default_name(location: str) -> str:
@@ -364,7 +367,8 @@ def render_html(runs: Sequence[RunView], *, title: str | None = None) -> str:
             index.append({**e, "run": r, "n": n})
             step_tags.append(f'<script type="application/json" id="steps-{n}">{_script_json(run.steps[e["id"]])}'
                              "</script>")
-    meta = [{"name": run.name, "path": run.path, "kind": run.kind, "manifest": run.manifest, "config": run.config,
+    meta = [{"name": run.name, "path": run.path, "storage": run.storage, "kind": run.kind, "manifest": run.manifest,
+             "config": run.config,
              "total": run.total_episodes, "shown": len(run.episodes), "summary": run.summary,
              "per_task": run.per_task, "plots": [{"name": n, "src": s} for n, s in run.plots]} for run in runs]
     title = title or "mcp-gym: " + ", ".join(run.name for run in runs)
@@ -497,7 +501,8 @@ background:#fff}
 .step.err{border-left-color:var(--bad)}.step.end{border-left-color:var(--ok)}
 .step .head{display:flex;flex-wrap:wrap;gap:6px;align-items:center}
 .step .tool{font:600 13px var(--mono)}
-.step img{max-width:100%;max-height:360px;border:1px solid var(--line);border-radius:4px;margin:4px 0;display:block}
+.step img{max-width:100%;max-height:360px;min-height:48px;image-rendering:pixelated;border:1px solid var(--line);
+border-radius:4px;margin:4px 0;display:block}
 .errbox{background:var(--badbg);border:1px solid #cf222e55;border-radius:6px;padding:5px 8px;margin:4px 0;
 font-size:12.5px}
 .change{display:grid;grid-template-columns:1fr 1fr;gap:8px}
@@ -610,6 +615,7 @@ function runCard(run, r) {
               ["mean return", fmt(s.ret)], ["mean steps", fmt(s.len, 2)],
               ["endings", Object.entries(terms).map(([k, v]) => `${k} ${v}`).join(", ") || "–"]];
   if (m.split) kv.push(["split", m.split]);
+  if (run.storage) kv.push(["shards in", run.storage]);
   if ((cfg.launcher || {}).kind) kv.push(["launcher", cfg.launcher.kind]);
   return h("div", {class: "run", "data-run": run.name},
     h("div", {}, h("span", {class: "name"}, run.name), " ", run.kind.map(k => badge(k, k === "eval" ? "b-acc" : ""))),
@@ -688,6 +694,7 @@ function sideBySide() {
           h("span", {class: "mono"}, e.key || e.id), h("span", {class: "muted"},
             ` · ${e.policy || "?"} · R ${fmt(e.ret)} · ${plural(e.len, "step")} · ${e.term || "?"}`)));
         d.addEventListener("toggle", () => { if (d.open && d.children.length === 1) d.append(steps(e)); });
+        if (eps.length <= 2) { d.open = true; d.append(steps(e)); }  // few episodes: open them right away
         return d;
       }) : h("div", {class: "empty"}, "no episode of this task"));
   });

@@ -4,7 +4,7 @@ Runs recorded here (all on real MCP servers): a ``collect`` job per policy (orac
 its report plots on the bundled Counter; a scripted Counter run that also records cassettes, and a run *replayed*
 from those cassettes (server absent); a hostile run whose server answers with markup (``<script>``, ``<img onerror>``)
 and an image, and whose "model output" tries to break out of the page's JSON. A Ray-launched run is in
-``test_view_of_ray_run`` (marker ``ray``).
+``test_view_of_ray_run`` (markers ``ray`` and ``slow``: a local Ray takes ~30 s to start here).
 
 The browser tests (marker ``browser``) load the pages in headless Chromium (``/usr/bin/chromium``, Debian's package;
 ``.ci/run`` installs it) and read the DOM after the page's script ran (``--dump-dom``): the recorded episodes are
@@ -266,6 +266,25 @@ def test_cli_view(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureF
     assert main(["view", str(tmp_path)]) == 1  # a folder that is not a run
     assert "has no manifest.json" in capsys.readouterr().err
     assert main(["view"]) == 2  # argparse: RUN is required
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_view_of_ray_run(tmp_path: Path) -> None:
+    """A collection by Ray actors (a local 1-CPU Ray) whose shards went to ``launcher.storage``: the run folder only
+    holds Hydra's config, and the page reads the episodes from the storage URI."""
+    pytest.importorskip("ray")
+    out, storage = tmp_path / "ray-run", tmp_path / "storage"
+    assert main(["collect", *FAST, "policy=random", "episodes=4", "launcher=ray", "launcher.num_workers=1",
+                 "launcher.num_cpus=1", "launcher.cpus_per_worker=0.5", "launcher.num_envs=2",
+                 "launcher.progress=false", f"launcher.storage={storage.as_uri()}", f"out={out}"]) == 0
+    assert not (out / "episodes").exists()
+    view = load_run(out)
+    assert view.kind == ["collect", "ray", "shared storage"] and view.storage == storage.as_uri()
+    assert {e["id"] for e in view.episodes} == {e["episode_id"] for e in episodes_of(storage)}
+    assert len(view.episodes) == 4 and all(len(view.steps[e["id"]]) == e["len"] for e in view.episodes)
+    by_uri = load_run(storage.as_uri())  # the storage location itself
+    assert {e["id"] for e in by_uri.episodes} == {e["id"] for e in view.episodes}
 
 
 def test_demo_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
