@@ -36,11 +36,12 @@ from typing import Any
 
 from mcp_gym.jobs.report import REPORT_DIR
 from mcp_gym.recording.reader import read_tables
-from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR
+from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 
 __all__ = ["RunView", "load_run", "render_html", "write_view", "main", "VIEW_FILE"]
 
 VIEW_FILE = "report.html"
+_INDEX_TEXT = 300  # characters of prompts and answers in the episode table (searchable); the full text on opening
 """Name of the page ``mcp-gym view RUN`` writes into a single run's directory."""
 
 _STEP_COLUMNS = ["episode_id", "step_index", "tool", "server", "server_tool", "arguments", "content",
@@ -60,6 +61,9 @@ class RunView:
     config: dict[str, Any] | None
     episodes: list[dict[str, Any]]
     steps: dict[str, list[dict[str, Any]]]
+    """Episode id -> its steps."""
+    details: dict[str, dict[str, Any]]
+    """Episode id -> what is shown when it is opened (prompt, task record, servers, resources at reset, ...)."""
     total_episodes: int
     summary: dict[str, Any] | None = None
     per_task: list[dict[str, Any]] = field(default_factory=list)
@@ -179,17 +183,25 @@ def _changes(before: Mapping[str, Any] | None, after: Any, limit: int) -> list[d
 def _step(row: dict[str, Any], previous: dict[str, Any] | None, limit: int, max_image_bytes: int) -> dict[str, Any]:
     info = _json(row["info"], {}) or {}
     resources = _json(row["resources"])
-    changes = _changes(previous, resources, limit)
+    content = _json(row["content"])
+    blocks = _blocks(content, limit, max_image_bytes)
+    texts = [str(b.get("text")) for b in content if isinstance(b, dict) and b.get("type") == "text"] \
+        if isinstance(content, list) else []
+    structured = _json(row["structured_content"])
+    if structured is not None and len(texts) == 1 and _json(texts[0]) == structured:
+        structured = None  # the text block already is this JSON (what the SDK sends for a structured result)
+    observation = row["observation"]
+    if observation in ("\n".join(texts), "\n\n".join(texts)):
+        observation = None  # the agent saw the result's text as is
     return {
         "i": row["step_index"], "tool": row["tool"], "server": row["server"], "server_tool": row["server_tool"],
-        "args": _pretty(_json(row["arguments"]), limit),
-        "blocks": _blocks(_json(row["content"]), limit, max_image_bytes),
-        "structured": _pretty(_json(row["structured_content"]), limit),
-        "obs": _cap(row["observation"], limit),
+        "args": _pretty(_json(row["arguments"]), limit), "blocks": blocks, "structured": _pretty(structured, limit),
+        "obs": _cap(observation, limit),
         "is_error": bool(row["is_error"]), "error": _json(row["error"]), "error_code": row["error_code"],
         "reward": row["reward"], "terminated": bool(row["terminated"]), "truncated": bool(row["truncated"]),
         "duration": row["duration"],
-        "changes": changes, "n_resources": len(resources) if isinstance(resources, dict) else None,
+        "changes": _changes(previous, resources, limit),
+        "n_resources": len(resources) if isinstance(resources, dict) else None,
         "raw": _cap(row["raw_text"], limit), "parse": row["parse_status"],
         "result_truncated": bool(row["result_truncated"]), "result_bytes": row["result_bytes"],
         "logs": [_pretty(x, limit) for x in (info.get("logs") or [])] if isinstance(info, dict) else [],
@@ -251,23 +263,27 @@ def load_run(
     else:
         manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8")) if (root / MANIFEST).is_file() else {}
         steps, episodes = read_tables(root)
-    all_eps = episodes.to_pylist()
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    # Choose the episodes from a few small columns; only theirs are turned into Python objects.
+    all_eps = episodes.select(["episode_id", "episode_key", "task_id", "started_at"]).to_pylist()
     all_eps.sort(key=lambda e: (e["started_at"] or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
                                 e["episode_key"] or "", e["episode_id"]))
-    shown = _pick(all_eps, max_episodes)
-    ids = {e["episode_id"] for e in shown}
+    chosen = [e["episode_id"] for e in _pick(all_eps, max_episodes)]
+    value_set = pa.array(chosen, pa.string())
+    full = {e["episode_id"]: e for e in episodes.drop_columns(["tools"]).filter(
+        pc.is_in(episodes.column("episode_id"), value_set=value_set)).to_pylist()}
+    shown = [full[i] for i in chosen]
     by_episode: dict[str, list[dict[str, Any]]] = defaultdict(list)
     if steps.num_rows:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        steps = steps.select(_STEP_COLUMNS).filter(
-            pc.is_in(steps.column("episode_id"), value_set=pa.array(sorted(ids), pa.string())))
+        steps = steps.filter(pc.is_in(steps.column("episode_id"), value_set=value_set)).select(_STEP_COLUMNS)
         for row in steps.to_pylist():
             by_episode[row["episode_id"]].append(row)
 
     rows: list[dict[str, Any]] = []
-    details: dict[str, list[dict[str, Any]]] = {}
+    step_lists: dict[str, list[dict[str, Any]]] = {}
+    details: dict[str, dict[str, Any]] = {}
     for e in shown:
         initial = _json(e["initial_observation"], {}) or {}
         start_res = initial.get("resources") if isinstance(initial, dict) else None
@@ -283,21 +299,24 @@ def load_run(
         if isinstance(task, dict):
             task = {k: _json(v) if k in ("solution", "data") and isinstance(v, str) else v for k, v in task.items()}
         servers = _json(e["servers"], {}) or {}
-        rows.append({
+        rows.append({  # the table's row (kept small: every episode's row is parsed when the page opens)
             "id": e["episode_id"], "key": e["episode_key"], "env": e["env_id"], "task": e["task_id"],
-            "prompt": _cap(e["task_prompt"], max_text), "task_record": _pretty(task, max_text), "seed": e["seed"],
-            "policy": e["policy"], "ret": e["total_reward"], "success": e["success"], "len": e["length"],
-            "term": e["termination"], "answer": _cap(e["final_answer"], max_text),
+            "prompt": _cap(e["task_prompt"], _INDEX_TEXT), "seed": e["seed"], "policy": e["policy"],
+            "ret": e["total_reward"], "success": e["success"], "len": e["length"], "term": e["termination"],
+            "answer": _cap(e["final_answer"], _INDEX_TEXT),
             "errors": sum(1 for s in step_rows if s["is_error"]),
             "parse_failures": sum(1 for s in step_rows if s["parse"] not in (None, "ok")),
-            "servers": servers if isinstance(servers, dict) else {},
-            "resources": {k: _pretty(v, max_text) for k, v in start_res.items()} if isinstance(start_res, dict) else {},
             "started": _iso(started),
             "seconds": (ended - started).total_seconds() if started and ended else None,
             "catalogue": e["catalogue_hash"], "catalogue_changes": len(_json(e["catalogue_changes"], []) or []),
-            "metadata": _pretty(_json(e["metadata"]), max_text),
         })
-        details[e["episode_id"]] = step_rows
+        step_lists[e["episode_id"]] = step_rows
+        details[e["episode_id"]] = {  # read when the episode is opened
+            "prompt": _cap(e["task_prompt"], max_text), "task_record": _pretty(task, max_text),
+            "answer": _cap(e["final_answer"], max_text), "servers": servers if isinstance(servers, dict) else {},
+            "resources": {k: _pretty(v, max_text) for k, v in start_res.items()} if isinstance(start_res, dict) else {},
+            "metadata": _pretty(_json(e["metadata"]), max_text),
+        }
 
     kind = []
     meta = manifest.get("metadata") or {}
@@ -314,17 +333,20 @@ def load_run(
         kind.append("ray")
     if location != str(root):
         kind.append("shared storage")
-    transports = {s.get("transport") for e in rows for s in e["servers"].values() if isinstance(s, dict)}
+    transports = {s.get("transport") for d in details.values() for s in d["servers"].values() if isinstance(s, dict)}
     if "replay" in transports:
         kind.append("replay")
     if root is not None and (root / "cassettes").is_dir():
         kind.append("cassettes recorded")
-    return RunView(path=location if root is None else str(root), name=name or _default_name(location), kind=kind,
-                   manifest={k: v for k, v in manifest.items() if k != "planned"} | {
-                       "planned": len(manifest["planned"]) if manifest.get("planned") is not None else None},
-                   config=config, episodes=rows, steps=details, total_episodes=len(all_eps), summary=summary,
-                   per_task=per_task, plots=plots, storage=location if root is not None and location != str(root)
-                   else None)
+    planned = manifest.get("planned")
+    return RunView(
+        path=location if root is None else str(root), name=name or _default_name(location), kind=kind,
+        manifest={**{k: v for k, v in manifest.items() if k != "planned"},
+                  "planned": len(planned) if planned is not None else None},
+        config=config, episodes=rows, steps=step_lists, details=details, total_episodes=len(all_eps),
+        summary=summary, per_task=per_task, plots=plots,
+        storage=location if root is not None and location != str(root) else None,
+    )
 
 
 def _default_name(location: str) -> str:
@@ -346,8 +368,9 @@ def _names(paths: Sequence[str]) -> list[str]:
 
 # -- the page ---------------------------------------------------------------------------------------------------------
 def _script_json(value: Any) -> str:
-    """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` can end the element."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` can end the element (and NaN
+    or infinite numbers written as ``null``, which ``JSON.parse`` reads)."""
+    text = dumps(value)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -365,8 +388,8 @@ def render_html(runs: Sequence[RunView], *, title: str | None = None) -> str:
         for e in run.episodes:
             n = len(index)
             index.append({**e, "run": r, "n": n})
-            step_tags.append(f'<script type="application/json" id="steps-{n}">{_script_json(run.steps[e["id"]])}'
-                             "</script>")
+            lazy = {**run.details[e["id"]], "steps": run.steps[e["id"]]}
+            step_tags.append(f'<script type="application/json" id="ep-{n}">{_script_json(lazy)}</script>')
     meta = [{"name": run.name, "path": run.path, "storage": run.storage, "kind": run.kind, "manifest": run.manifest,
              "config": run.config,
              "total": run.total_episodes, "shown": len(run.episodes), "summary": run.summary,
@@ -656,8 +679,11 @@ const plural = (n, word) => `${fmt(n, 1)} ${word}${n === 1 ? "" : "s"}`;
 let allTasks = false;
 function compare() {
   if (!MULTI) return null;
-  const runsOf = new Map();
-  for (const e of EP) { if (!runsOf.has(e.task)) runsOf.set(e.task, new Set()); runsOf.get(e.task).add(e.run); }
+  const runsOf = new Map(), byTask = new Map();  // task -> runs having it; task -> episodes per run
+  for (const e of EP) {
+    if (!runsOf.has(e.task)) { runsOf.set(e.task, new Set()); byTask.set(e.task, RUNS.map(() => [])); }
+    runsOf.get(e.task).add(e.run); byTask.get(e.task)[e.run].push(e);
+  }
   const shared = [...runsOf.keys()].filter(t => runsOf.get(t).size > 1);
   const tasks = (allTasks || !shared.length ? [...runsOf.keys()] : shared).sort();
   const cell = eps => {
@@ -668,7 +694,7 @@ function compare() {
       h("span", {class: "muted"}, ` · R ${fmt(s.ret, 2)} · ${plural(s.len, "step")}`));
   };
   const rows = tasks.map(t => {
-    const per = RUNS.map((_, r) => EP.filter(e => e.run === r && e.task === t));
+    const per = byTask.get(t);
     const rates = per.filter(p => p.length).map(p => stats(p).rate);
     const diff = new Set(rates.map(String)).size > 1;
     return h("tr", {class: "cmp" + (diff ? " diff" : "") + (state.task === t ? " sel" : ""), "data-task": t,
@@ -705,12 +731,16 @@ function sideBySide() {
 }
 
 // -- one episode ---------------------------------------------------------------------------------------------------
-function stepsOf(e) {
-  const tag = document.getElementById("steps-" + e.n);
-  return tag ? JSON.parse(tag.textContent) : [];
+const lazy = new Map();
+function detailOf(e) {  // the episode's own JSON, parsed on first use
+  if (!lazy.has(e.n)) {
+    const tag = document.getElementById("ep-" + e.n);
+    lazy.set(e.n, tag ? JSON.parse(tag.textContent) : {steps: []});
+  }
+  return lazy.get(e.n);
 }
 function steps(e) {
-  const list = stepsOf(e);
+  const list = detailOf(e).steps;
   if (!list.length) return h("div", {class: "empty"}, "no steps recorded");
   return h("ol", {class: "steps"}, list.map(s => step(s)));
 }
@@ -732,12 +762,10 @@ function step(s) {
   if (s.error) result.push(h("div", {class: "errbox"}, h("b", {}, s.error.kind || "error"),
     s.error.argument ? ` (argument ${s.error.argument})` : "", s.error.code !== undefined && s.error.code !== null ?
       ` [code ${s.error.code}]` : "", ": ", s.error.message || ""));
-  const texts = [];
   if (s.blocks.length) {
     result.push(h("div", {class: "lbl"}, "result"));
     for (const b of s.blocks) {
-      if (b.t === "text") { texts.push(b.text); result.push(b.uri ? h("div", {class: "muted mono"}, b.uri) : null,
-        fold(b.text)); }
+      if (b.t === "text") result.push(b.uri ? h("div", {class: "muted mono"}, b.uri) : null, fold(b.text));
       else if (b.t === "image" && String(b.src).startsWith("data:image/"))
         result.push(h("img", {src: b.src, alt: "image result (" + b.mime + ")"}));
       else if (b.t === "note") result.push(h("div", {class: "note"}, b.text));
@@ -745,8 +773,7 @@ function step(s) {
     }
   } else if (!s.error) result.push(h("div", {class: "lbl"}, "result"), h("div", {class: "empty"}, "no content"));
   if (s.structured) result.push(fold(s.structured, "structured content"));
-  if (s.obs && s.obs !== texts.join("\n") && s.obs !== texts.join("\n\n"))
-    result.push(h("div", {class: "lbl"}, "observation (what the agent saw)"), fold(s.obs));
+  if (s.obs) result.push(h("div", {class: "lbl"}, "observation (what the agent saw)"), fold(s.obs));
   const short = t => t === null || (t.length <= 100 && !t.includes("\n"));
   if (s.changes && s.changes.length) {
     after.push(h("div", {class: "lbl"}, "resource changes"));
@@ -765,22 +792,23 @@ function step(s) {
   return h("li", {class: "step" + (s.is_error ? " err" : s.terminated ? " end" : ""), "data-step": s.i}, parts);
 }
 function episodeDetail(e) {
-  const servers = Object.entries(e.servers || {}).map(([a, s]) =>
+  const d = detailOf(e);
+  const servers = Object.entries(d.servers || {}).map(([a, s]) =>
     `${a}: ${s.name || "?"} ${s.version || ""} (${s.transport || "?"}${s.status && s.status !== "ready" ?
       ", " + s.status : ""})`).join("; ");
   const kv = [["episode", e.id], ["key", e.key || "–"], ["run", runName(e.run)], ["env", e.env || "–"],
     ["task", e.task || "–"], ["seed", fmt(e.seed)], ["policy", e.policy || "–"], ["servers", servers || "–"],
     ["started", e.started || "–"], ["duration", e.seconds === null ? "–" : fmt(e.seconds, 2) + " s"],
     ["tool catalogue", (e.catalogue || "–") + (e.catalogue_changes ? ` (${e.catalogue_changes} changes)` : "")],
-    ["final answer", e.answer === null || e.answer === undefined ? "–" : e.answer]];
-  const res = Object.entries(e.resources || {});
+    ["final answer", d.answer === null || d.answer === undefined ? "–" : d.answer]];
+  const res = Object.entries(d.resources || {});
   return h("div", {class: "episode", "data-id": e.id},
     h("dl", {class: "kv"}, kv.map(([k, v]) => [h("dt", {}, k),
       h("dd", {class: k === "final answer" ? "mono" : ""}, v)])),
-    h("div", {class: "lbl muted"}, "task prompt"), fold(e.prompt || ""),
-    e.task_record ? fold(e.task_record, "task record") : null,
+    h("div", {class: "lbl muted"}, "task prompt"), fold(d.prompt || ""),
+    d.task_record ? fold(d.task_record, "task record") : null,
     res.length ? fold(res.map(([u, t]) => `${u}\n${t}`).join("\n\n"), `resources at reset (${res.length})`) : null,
-    e.metadata ? fold(e.metadata, "metadata") : null,
+    d.metadata ? fold(d.metadata, "metadata") : null,
     h("h3", {}, `Steps (${e.len})`), steps(e));
 }
 

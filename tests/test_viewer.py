@@ -200,7 +200,8 @@ def test_replayed_run_shows_the_recorded_episodes_again(runs: dict[str, Path]) -
     original, replayed = outcomes(runs["scripted"]), outcomes(runs["replayed"])
     assert len(original) == 4 and original == replayed
     assert {e[1] for e in original.values()} == {True, False}
-    servers = load_run(runs["replayed"]).episodes[0]["servers"]
+    replayed_view = load_run(runs["replayed"])
+    servers = replayed_view.details[replayed_view.episodes[0]["id"]]["servers"]
     assert {s["transport"] for s in servers.values()} == {"replay"}
 
 
@@ -212,12 +213,12 @@ def test_page_holds_every_episode_with_its_steps(runs: dict[str, Path], tmp_path
     assert {e["id"] for e in data["episodes"]} == recorded and len(recorded) == 30
     dom = Dom(page.read_text(encoding="utf-8"))
     steps = {a["id"]: json.loads(t) for a, t in zip(dom.find("script"), dom.texts["script"], strict=True)
-             if (a.get("id") or "").startswith("steps-")}
+             if (a.get("id") or "").startswith("ep-")}
     assert len(steps) == 30
     for e in data["episodes"]:  # each episode's steps, in order, as recorded
-        assert [s["i"] for s in steps[f"steps-{e['n']}"]] == list(range(e["len"]))
+        assert [s["i"] for s in steps[f"ep-{e['n']}"]["steps"]] == list(range(e["len"]))
     # A resource change is computed against the previous step (the first one against the reset observation).
-    first = steps["steps-0"][0]
+    first = steps["ep-0"]["steps"][0]
     assert first["changes"] and first["changes"][0]["uri"] == "counter://state"
     assert first["changes"][0]["before"].startswith("count=0 ")
 
@@ -243,9 +244,9 @@ def test_big_runs_are_capped_round_robin_over_tasks(runs: dict[str, Path], tmp_p
     assert view.total_episodes == 60 and len(view.episodes) == 7
     assert len({e["task"] for e in view.episodes}) == min(7, len(tasks))  # one per task first
     recorded = {e["episode_id"]: e["task_prompt"] for e in episodes_of(runs["collect-random"])}
-    first = view.episodes[0]
-    assert first["prompt"].startswith(recorded[first["id"]][:10] + "\n[… ")
-    assert "more characters not shown" in first["prompt"]
+    prompt = view.details[view.episodes[0]["id"]]["prompt"]
+    assert prompt.startswith(recorded[view.episodes[0]["id"]][:10] + "\n[… ")
+    assert "more characters not shown" in prompt
     small = write_view([runs["collect-random"]], tmp_path / "small.html", max_episodes=5)
     full = write_view([runs["collect-random"]], tmp_path / "full.html")
     assert small.stat().st_size < full.stat().st_size
