@@ -362,6 +362,8 @@ def test_browser_lists_filters_and_pages_the_episodes(runs: dict[str, Path], bro
     assert len(shown) == len(set(shown)) and set(shown) == failed_random
     task = eps["eval"][0]["task_id"]
     assert set(rows(browser(page, f"task={task}"))) == {e["episode_id"] for e in every if e["task_id"] == task}
+    oracle = {e["episode_id"] for e in every if e["policy"] == "oracle"}
+    assert len(oracle) == 30 and set(rows(browser(page, "policy=oracle"))) == oracle
     assert rows(browser(page, "termination=no-such-ending")) == []
 
 
@@ -395,6 +397,7 @@ def test_browser_shows_recorded_markup_as_text(runs: dict[str, Path], browser: A
     imgs = [a["src"] or "" for a in dom.find("img")]
     assert len(imgs) == 1 and imgs[0].startswith("data:image/png;base64,")
     assert "bold" not in dom.texts["b"]  # the server's <b>bold</b> is text, not an element
+    assert "unknown_tool" in dom.texts["b"]  # the failed call's error box
     badges = "".join(a.get("class") or "" for a in dom.find("span", class_="badge"))
     assert "b-bad" in badges and "b-ok" in badges  # the error step and the parse status are marked
 
