@@ -340,7 +340,7 @@ def load_run(
         kind.append("cassettes recorded")
     planned = manifest.get("planned")
     return RunView(
-        path=location if root is None else str(root), name=name or _default_name(location), kind=kind,
+        path=location if root is None else str(root.resolve()), name=name or _default_name(location), kind=kind,
         manifest={**{k: v for k, v in manifest.items() if k != "planned"},
                   "planned": len(planned) if planned is not None else None},
         config=config, episodes=rows, steps=step_lists, details=details, total_episodes=len(all_eps),
@@ -874,7 +874,8 @@ function table(rows) {
       h("th", {}, "episode"), h("th", {}, "task"), h("th", {}, "policy"), h("th", {}, "success"),
       h("th", {class: "num"}, "return"), h("th", {class: "num"}, "steps"), h("th", {}, "termination"),
       h("th", {class: "num"}, "errors"))), body),
-    rows.length ? null : h("div", {class: "empty"}, "no episode matches these filters"),
+    rows.length ? null : h("div", {class: "empty"}, EP.length ? "no episode matches these filters" :
+      "no episode recorded yet"),
     pages > 1 ? h("div", {class: "pager"},
       h("button", {onclick: go(state.page - 1), disabled: state.page <= 1}, "‹ prev"),
       `page ${state.page} of ${pages}`, h("button", {onclick: go(state.page + 1), disabled: state.page >= pages},

@@ -41,6 +41,7 @@ FAST = ["env=counter", "env.transport=inprocess", "launcher.progress=false"]
 PWN = "document.body.setAttribute('data-pwned', '{}')"
 HOSTILE_RESULT = f"<script>{PWN.format('script')}</script><img src=x onerror=\"{PWN.format('img')}\"> & <b>bold</b>"
 HOSTILE_RAW = f"</script><script>{PWN.format('raw')}</script><!--"
+LONG = "".join(f"line {i}\n" for i in range(40))
 
 
 # -- recorded runs ------------------------------------------------------------------------------------------------
@@ -127,6 +128,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     hostile.step({"tool": "echo", "arguments": {"text": HOSTILE_RESULT}, "raw_text": HOSTILE_RAW,
                   "parse_status": "ok"})
     hostile.step({"tool": "picture", "arguments": {}})
+    hostile.step({"tool": "echo", "arguments": {"text": LONG}})
     hostile.step({"tool": "nope", "arguments": {}, "raw_text": "not json", "parse_status": "invalid_json"})
     hostile.step({"tool": "submit", "arguments": {"answer": HOSTILE_RESULT}})
     hostile.close()
@@ -135,12 +137,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 # -- the page, read in Python -------------------------------------------------------------------------------------
 class Dom(HTMLParser):
-    """The elements of a page: (tag, attributes) in order, plus the text inside each <script>, <pre> and <b>."""
+    """The elements of a page: (tag, attributes) in order, plus the text inside each <script>, <pre>, <b> and
+    <summary>."""
 
     def __init__(self, text: str) -> None:
         super().__init__()
         self.elements: list[tuple[str, dict[str, str | None]]] = []
-        self.texts: dict[str, list[str]] = {"script": [], "pre": [], "b": []}
+        self.texts: dict[str, list[str]] = {"script": [], "pre": [], "b": [], "summary": []}
         self._open: list[str] = []
         self.feed(text)
 
@@ -388,7 +391,8 @@ def test_browser_shows_recorded_markup_as_text(runs: dict[str, Path], browser: A
     dom = browser(page, f"episode={episode['episode_id']}", screenshot=artifact(tmp_path, "viewer-episode.png"))
     body = dom.find("body")[0]
     assert "data-pwned" not in body, body  # no recorded script or handler ran
-    assert [a["data-step"] for a in dom.find("li", class_="step")] == ["0", "1", "2", "3"]
+    assert [a["data-step"] for a in dom.find("li", class_="step")] == ["0", "1", "2", "3", "4"]
+    assert LONG in dom.texts["pre"] and f"(41 lines, {len(LONG)} chars)" in " ".join(dom.texts["summary"])  # folded
     pres = dom.texts["pre"]
     assert HOSTILE_RESULT in pres  # the tool result, shown as text (the parser unescaped &lt;script&gt;)
     assert HOSTILE_RAW in pres  # the model output
