@@ -41,8 +41,10 @@ from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 __all__ = ["RunView", "load_run", "render_html", "write_view", "main", "VIEW_FILE"]
 
 VIEW_FILE = "report.html"
-_INDEX_TEXT = 300  # characters of prompts and answers in the episode table (searchable); the full text on opening
 """Name of the page ``mcp-gym view RUN`` writes into a single run's directory."""
+
+_INDEX_TEXT = 300  # characters of prompts and answers in the episode table (searchable); the full text on opening
+_SECRET_WORDS = ("key", "token", "secret", "password", "auth", "header", "cookie", "credential")
 
 _STEP_COLUMNS = ["episode_id", "step_index", "tool", "server", "server_tool", "arguments", "content",
                  "structured_content", "is_error", "error", "error_code", "reward", "terminated", "truncated",
@@ -84,10 +86,17 @@ def _hydra_config(root: Path) -> dict[str, Any] | None:
         cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception:  # noqa: BLE001 - a damaged config only costs the page its "how it was made" line
         return None
-    if isinstance(cfg, dict):
-        (cfg.get("policy") or {}).pop("api_key", None)
-        return cfg
-    return None
+    return _redact(cfg) if isinstance(cfg, dict) else None
+
+
+def _redact(value: Any) -> Any:
+    """``value`` with the values of keys that may hold secrets (api_key, token, headers, ...) replaced."""
+    if isinstance(value, dict):
+        return {k: "<redacted>" if any(w in str(k).lower() for w in _SECRET_WORDS) and v not in (None, "", {}, [])
+                else _redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
 
 
 def _locate(path: str) -> tuple[str, Path | None, dict[str, Any] | None]:
@@ -341,7 +350,7 @@ def load_run(
     planned = manifest.get("planned")
     return RunView(
         path=location if root is None else str(root.resolve()), name=name or _default_name(location), kind=kind,
-        manifest={**{k: v for k, v in manifest.items() if k != "planned"},
+        manifest={**_redact({k: v for k, v in manifest.items() if k != "planned"}),
                   "planned": len(planned) if planned is not None else None},
         config=config, episodes=rows, steps=step_lists, details=details, total_episodes=len(all_eps),
         summary=summary, per_task=per_task, plots=plots,

@@ -272,6 +272,29 @@ def test_cli_view(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureF
     assert main(["view"]) == 2  # argparse: RUN is required
 
 
+def test_llm_run_shows_model_output_and_no_api_key(tmp_path: Path) -> None:
+    """A collection by the ``openai`` policy against a local chat-completions server: the page has every model output
+    with its parse status, and not the API key of the job's config."""
+    from test_policies import serve_chat
+
+    run = tmp_path / "llm"
+    with serve_chat() as (url, script):
+        assert main(["collect", *FAST, "policy=openai", f"policy.base_url={url}", "policy.api_key=sk-test",
+                     "episodes=2", f"out={run}"]) == 0
+    assert not script.problems
+    assert "sk-test" in (run / ".hydra" / "config.yaml").read_text()  # Hydra keeps it ...
+    page = write_view([run], tmp_path / "llm.html").read_text(encoding="utf-8")
+    assert "sk-test" not in page  # ... the page does not
+    view = load_run(run)
+    assert view.config is not None and view.config["policy"]["api_key"] == "<redacted>"
+    steps = [s for e in view.episodes for s in view.steps[e["id"]]]
+    shown = {(e["id"], s["i"]): (s["raw"], s["parse"]) for e in view.episodes for s in view.steps[e["id"]]}
+    recorded = read_tables(run)[0].to_pylist()
+    assert shown == {(r["episode_id"], r["step_index"]): (r["raw_text"], r["parse_status"]) for r in recorded}
+    assert {s["parse"] for s in steps} == {"ok", "no_tool_call"}
+    assert all(e["parse_failures"] == 1 for e in view.episodes)  # the first turn has no tool call
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_view_of_ray_run(tmp_path: Path) -> None:
