@@ -541,7 +541,7 @@ font-size:12.5px}
 .stepbody{display:grid;grid-template-columns:minmax(0,2fr) minmax(0,3fr);gap:12px}
 .chg{font-size:12.5px;margin:2px 0}.chg code{padding:1px 5px;border-radius:4px}
 .chg .old{background:var(--badbg)}.chg .new{background:var(--okbg)}.small{font-size:12px;margin-top:4px}
-.side{display:grid;gap:12px}
+.side{display:grid;gap:12px}.col .stepbody{grid-template-columns:minmax(0,1fr);gap:0}
 .col{min-width:0}.col>h3{margin-top:0}
 .card{border:1px solid var(--line);border-radius:6px;padding:6px 10px;margin-bottom:8px;background:#fff}
 .bar{display:inline-block;height:8px;border-radius:4px;background:#eaeef2;width:60px;vertical-align:middle;
@@ -699,7 +699,7 @@ function compare() {
     if (!eps.length) return h("td", {class: "muted"}, "–");
     const s = stats(eps);
     return h("td", {}, h("span", {class: "bar"}, h("span", {"data-w": s.rate || 0})),
-      s.rate === null ? `${s.n} ep` : `${s.ok}/${s.judged}`,
+      s.rate === null ? `${s.n} unjudged` : `${s.ok}/${s.judged}`,
       h("span", {class: "muted"}, ` · R ${fmt(s.ret, 2)} · ${plural(s.len, "step")}`));
   };
   const rows = tasks.map(t => {
@@ -721,8 +721,10 @@ function compare() {
 }
 function sideBySide() {
   if (!MULTI || !state.task) return null;
-  const cols = RUNS.map((run, r) => {
-    const eps = EP.filter(e => e.run === r && matches(e, "run"));
+  const having = RUNS.map((_, r) => r).filter(r => EP.some(e => e.run === r && e.task === state.task));
+  const absent = RUNS.filter((_, r) => !having.includes(r)).map(run => run.name);
+  const cols = having.map(r => {
+    const run = RUNS[r], eps = EP.filter(e => e.run === r && matches(e, "run"));
     return h("div", {class: "col"}, h("h3", {}, run.name),
       eps.length ? eps.map(e => {
         const d = h("details", {class: "card", "data-id": e.id}, h("summary", {}, successBadge(e.success),
@@ -731,12 +733,13 @@ function sideBySide() {
         d.addEventListener("toggle", () => { if (d.open && d.children.length === 1) d.append(steps(e)); });
         if (eps.length <= 2) { d.open = true; d.append(steps(e)); }  // few episodes: open them right away
         return d;
-      }) : h("div", {class: "empty"}, "no episode of this task"));
+      }) : h("div", {class: "empty"}, "no episode of this task matches the filters"));
   });
   const grid = h("div", {class: "side"}, cols);
-  grid.style.gridTemplateColumns = `repeat(${RUNS.length}, minmax(0, 1fr))`;
+  grid.style.gridTemplateColumns = `repeat(${Math.max(1, having.length)}, minmax(0, 1fr))`;
   return h("section", {id: "side"}, h("h2", {}, "Side by side: ", h("span", {class: "mono"}, state.task), " ",
-    h("button", {onclick: () => { state.task = ""; update(); }}, "clear task")), grid);
+    h("button", {onclick: () => { state.task = ""; update(); }}, "clear task")),
+    absent.length ? h("p", {class: "muted"}, `Not in ${absent.join(", ")}.`) : null, grid);
 }
 
 // -- one episode ---------------------------------------------------------------------------------------------------
