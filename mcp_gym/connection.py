@@ -14,18 +14,19 @@ import math
 import os
 import shlex
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import anyio
 import mcp.client.session as _sdk_session
 import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.stdio import stdio_client
+
+from mcp_gym._stdio import MESSAGE_TOO_LARGE, StdioState, stdio_transport
+from mcp_gym._tools import ListingError, list_tools_checked
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -40,6 +41,9 @@ __all__ = [
     "ConnectionLost",
     "HostCallbacks",
     "Protocol",
+    "MESSAGE_TOO_LARGE",
+    "ListingTimeout",
+    "ListingError",
 ]
 
 Protocol = Literal["auto", "legacy", "2026-07-28"]
@@ -55,7 +59,7 @@ class _SpecBase:
     protocol: Protocol = "auto"
     """``auto`` (probe ``server/discover``, fall back to ``initialize``), ``legacy`` or a pinned modern version."""
     connect_timeout: float = 30.0
-    """Seconds to start (if stdio) and initialise the server."""
+    """Seconds to start (if stdio) and initialise the server and list its tools for the first time."""
     discover_timeout: float = 1.0
     """With ``auto``: how long a server may leave ``server/discover`` unanswered before the handshake fallback."""
     listen: bool | None = None
@@ -78,13 +82,19 @@ class Stdio(_SpecBase):
     """A server started as a subprocess speaking MCP over stdin/stdout: ``Stdio(command, args, env=, cwd=)``.
 
     ``env`` is merged over the SDK's minimal inherited environment (HOME, PATH, ...): pass every variable the server
-    needs. The server's stderr is kept (last 4 kB) and quoted when it fails.
+    needs. The server's stderr is drained through a pipe; its last ``stderr_tail_bytes`` are kept in memory (nothing
+    on disk) and quoted when it fails. A message from the server larger than ``max_message_bytes`` is discarded as it
+    arrives: the request it answers gets a ``too_large`` error and the session stays usable.
     """
 
     command: str
     args: Sequence[str] = ()
     env: Mapping[str, str] | None = None
     cwd: str | os.PathLike[str] | None = None
+    max_message_bytes: int = field(default=32 * 1024 * 1024, kw_only=True)
+    """Largest JSON-RPC message accepted from the server (bytes, one line)."""
+    stderr_tail_bytes: int = field(default=4096, kw_only=True)
+    """How much of the end of the server's stderr is kept for error messages."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))
@@ -193,6 +203,10 @@ class ConnectionLost(Exception):
     """The server is not reachable (failed to start, crashed or closed)."""
 
 
+class ListingTimeout(TimeoutError):
+    """``tools/list`` (all pages) took longer than its bound; the connection was failed and is being closed."""
+
+
 @dataclass
 class HostCallbacks:
     """What the host answers on the server's behalf: SDK-level callbacks built by :mod:`mcp_gym.host`."""
@@ -229,7 +243,9 @@ class ServerConnection:
         self._ready = anyio.Event()
         self._close = anyio.Event()
         self._done = anyio.Event()
-        self._errlog: IO[str] | None = None
+        self._stdio: StdioState | None = None
+        self.skipped_tools: list[dict[str, str]] = []  # tools of the last listing that were unusable, with reasons
+        self.tools_error: str | None = None  # why the last tools/list failed as a whole (the server has no tools)
         self._subscriptions: tuple[str, ...] = ()
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
@@ -248,9 +264,9 @@ class ServerConnection:
         cb = self.callbacks
         target: Any
         if isinstance(spec, Stdio):
-            self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            self._stdio = StdioState(spec.stderr_tail_bytes)
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd)
-            target = stdio_client(params, errlog=self._errlog)
+            target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
         elif isinstance(spec, Http):
             target = spec.url
         else:
@@ -295,7 +311,8 @@ class ServerConnection:
                 scope.deadline = math.inf
                 self.client = client
                 self.connect_seconds = time.perf_counter() - t0
-                self.status = "ready"
+                if self.status == "connecting":  # not failed meanwhile (fail() also asked to close)
+                    self.status = "ready"
                 if self.recorder is not None:
                     self.recorder.connected(self)
                 try:
@@ -315,7 +332,7 @@ class ServerConnection:
                         await client.__aexit__(None, None, None)
                     if exc is not None and self.status == "ready":
                         self.status = "dead"
-                        self.error = _describe_exc(exc, "connection lost") + self._stderr_tail()
+                        self.error = self._why(exc, "connection lost") + self._stderr_tail()
             if not entered:
                 self.status = "failed"
                 self.error = f"could not connect within {self.spec.connect_timeout:g} s" + self._stderr_tail()
@@ -325,8 +342,6 @@ class ServerConnection:
                 self.status = "failed"
                 self.error = _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
-            if self._errlog is not None:
-                self._errlog.close()
             if self.recorder is not None:
                 self.recorder.close()
             if self.status in ("ready", "connecting"):
@@ -359,18 +374,26 @@ class ServerConnection:
         if self.status == "ready":
             self.status = "closed"
 
-    def _stderr_tail(self, n: int = 4000) -> str:
-        f = self._errlog
-        if f is None or f.closed:
-            return ""
-        try:
-            f.flush()
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - n))
-            tail = f.read().strip()
-        except (OSError, ValueError):
-            return ""
+    def fail(self, reason: str) -> None:
+        """Mark the server ``failed`` for ``reason`` and close it in the background (its tools go; the next reset
+        reconnects). Returns at once: the owner task stops the server within the transport's bounded shutdown."""
+        if self.status in ("ready", "connecting"):
+            self.status = "failed"
+            self.error = reason + self._stderr_tail()
+        self._close.set()
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of a stdio server (``None`` for other transports or before it started)."""
+        return self._stdio.pid if self._stdio is not None else None
+
+    def _stderr_tail(self) -> str:
+        tail = self._stdio.stderr_tail().strip() if self._stdio is not None else ""
         return f"; server stderr: {tail}" if tail else ""
+
+    def _why(self, e: BaseException, default: str) -> str:
+        failure = self._stdio.failure if self._stdio is not None else None
+        return failure if failure else _describe_exc(e, default)
 
     # -- info -----------------------------------------------------------------------------------------------------
     @property
@@ -400,6 +423,8 @@ class ServerConnection:
             "protocol_version": self.protocol_version,
             "status": self.status,
             "error": self.error,
+            "skipped_tools": list(self.skipped_tools),
+            "tools_error": self.tools_error,
         }
 
     @property
@@ -422,8 +447,9 @@ class ServerConnection:
         elif isinstance(root, mt.ResourceListChangedNotification):
             self.events.resources_changed = True
 
-    async def subscribe(self, uris: Sequence[str]) -> None:
-        """Ask for ``resources/updated`` on these URIs (handshake era: ``resources/subscribe``; modern: listen)."""
+    async def subscribe(self, uris: Sequence[str], *, timeout: float | None = None) -> None:
+        """Ask for ``resources/updated`` on these URIs (handshake era: ``resources/subscribe``; modern: listen).
+        Best effort; each ``resources/subscribe`` waits at most ``timeout`` seconds."""
         uris = tuple(dict.fromkeys(uris))
         if uris == self._subscriptions or self.client is None or self.status != "ready":
             return
@@ -438,7 +464,8 @@ class ServerConnection:
                     # send_request, not the deprecated subscribe_resource: its MCPDeprecationWarning would be
                     # swallowed here as an exception under -W error, silently dropping the subscription.
                     await self.client.session.send_request(
-                        mt.SubscribeRequest(params=mt.SubscribeRequestParams(uri=uri)), mt.EmptyResult
+                        mt.SubscribeRequest(params=mt.SubscribeRequestParams(uri=uri)), mt.EmptyResult,
+                        request_read_timeout_seconds=None if timeout is None or math.isinf(timeout) else timeout,
                     )
 
     def set_hints(self, hints: bool) -> None:
@@ -489,8 +516,9 @@ class ServerConnection:
         return self.client
 
     def _lost(self, e: BaseException) -> ConnectionLost:
-        self.status = "dead"
-        self.error = _describe_exc(e, "connection lost") + self._stderr_tail()
+        if self.status == "ready":
+            self.status = "dead"
+            self.error = self._why(e, "connection lost") + self._stderr_tail()
         self._close.set()
         return ConnectionLost(f"server '{self.alias}' died: {self.error}")
 
@@ -500,16 +528,25 @@ class ServerConnection:
         *,
         method: str | None = None,
         params: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Run one SDK request; connection loss becomes :class:`ConnectionLost` and marks the server dead.
 
         JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged. ``method`` and ``params``
-        describe the request for the cassette recorder (``spec.record``).
+        describe the request for the cassette recorder (``spec.record``). ``timeout`` (seconds) bounds the request:
+        past it, ``MCPError`` -32001 (the session stays usable).
         """
         client = self._check()
-        if self.recorder is not None and method is not None:
-            return await self.recorder.exchange(method, params, lambda: self._send(client, fn))
-        return await self._send(client, fn)
+        t = None if timeout is None or math.isinf(timeout) else max(0.0, timeout)
+        try:
+            with anyio.fail_after(t):
+                if self.recorder is not None and method is not None:
+                    return await self.recorder.exchange(method, params, lambda: self._send(client, fn))
+                return await self._send(client, fn)
+        except TimeoutError as e:
+            if t is None:
+                raise
+            raise MCPError(REQUEST_TIMEOUT, f"no answer to {method or 'the request'} within {t:g} s") from e
 
     async def _send(self, client: Client, fn: Callable[[Client], Awaitable[Any]]) -> Any:
         try:
@@ -544,45 +581,58 @@ class ServerConnection:
             params={"name": name, "arguments": dict(arguments), "_meta": dict(meta or {})},
         )
 
-    async def list_tools(self, meta: Mapping[str, Any] | None = None) -> list[mt.Tool]:
-        """All tools (following pagination)."""
+    async def list_tools(
+        self, meta: Mapping[str, Any] | None = None, *, timeout: float | None = None, bound: str | None = None
+    ) -> list[mt.Tool]:
+        """All usable tools (following pagination), checked one by one: a bad tool definition costs only that tool
+        and is listed with its reason in :attr:`skipped_tools` (and ``info()["skipped_tools"]``).
+
+        ``timeout`` bounds the whole listing: past it the server is failed (status ``failed``, "timed out after X s
+        listing tools"), closed in the background, and :class:`ListingTimeout` is raised. An unusable result as a
+        whole raises ``ListingError``. ``bound`` names the bound in that reason (default: ``timeout`` in seconds).
+        """
         tools: list[mt.Tool] = []
 
         async def go(c: Client) -> mt.ListToolsResult:
-            cursor = None
-            while True:
-                params = mt.PaginatedRequestParams(cursor=cursor, _meta=dict(meta) if meta else None)
-                page = await c.session.list_tools(params=params)
-                tools.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor:
-                    return mt.ListToolsResult(tools=tools)  # all pages (as one page in a cassette)
+            good, skipped, result = await list_tools_checked(c, meta, timeout)
+            tools.extend(good)
+            self.skipped_tools = skipped
+            return result  # all good tools of all pages (as one page in a cassette)
 
-        await self.request(go, method="tools/list", params={"_meta": dict(meta or {})})
+        try:
+            await self.request(go, method="tools/list", params={"_meta": dict(meta or {})})
+        except TimeoutError as e:
+            reason = f"timed out after {bound or f'{timeout:g} s'} listing tools"
+            self.fail(reason)
+            raise ListingTimeout(f"server '{self.alias}' {reason}") from e
         return tools
 
-    async def list_resources(self) -> list[mt.Resource]:
-        """Listed resources ([] if the server has no resources capability)."""
+    async def list_resources(self, *, timeout: float | None = None) -> list[mt.Resource]:
+        """Listed resources ([] if the server has no resources capability); ``timeout`` as in :meth:`request`."""
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resources(), method="resources/list")
+        res = await self.request(lambda c: c.list_resources(), method="resources/list", timeout=timeout)
         return list(res.resources)
 
-    async def list_resource_templates(self) -> list[mt.ResourceTemplate]:
+    async def list_resource_templates(self, *, timeout: float | None = None) -> list[mt.ResourceTemplate]:
         """Listed resource templates ([] if none)."""
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resource_templates(), method="resources/templates/list")
+        res = await self.request(lambda c: c.list_resource_templates(), method="resources/templates/list",
+                                 timeout=timeout)
         return list(res.resource_templates)
 
-    async def read_resource(self, uri: str, meta: Mapping[str, Any] | None = None) -> mt.ReadResourceResult:
-        """Read one resource."""
+    async def read_resource(
+        self, uri: str, meta: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> mt.ReadResourceResult:
+        """Read one resource; ``timeout`` as in :meth:`request`."""
         return await self.request(
             lambda c: c.read_resource(uri, meta=dict(meta or {})),
             method="resources/read",
             params={"uri": uri, "_meta": dict(meta or {})},
+            timeout=timeout,
         )
 
 
