@@ -9,6 +9,11 @@ transport feeds the same streams (``SessionMessage`` in, ``SessionMessage`` out)
   response gets a JSON-RPC error instead (:data:`MESSAGE_TOO_LARGE`, the session stays usable), a notification or
   server request is dropped, and a message whose ``id`` cannot be found in its first 64 kB ends the connection with
   the reason in :attr:`StdioState.failure` (the connection is then reported dead and restarted at the next reset);
+* reads a line the SDK's strict parser rejects (lone surrogate escapes, invalid UTF-8, nesting deeper than 200) with
+  Python's ``json`` and U+FFFD for what is not Unicode; a response that is still unreadable gets a JSON-RPC error
+  (:data:`INVALID_MESSAGE`) for its request at once, instead of leaving the request to time out;
+* passes a ``*/list_changed`` notification repeated back to back (no other message either way in between) once: a
+  flood of them costs a byte comparison each, not a parse and a dispatch;
 * drains the server's stderr through a pipe into a ring buffer of ``stderr_tail_bytes`` (nothing on disk);
 * stops the server as the SDK does (close stdin, 2 s, SIGTERM to its process group, 2 s, SIGKILL), shielded from
   cancellation with every wait bounded, so no failure path leaves the process running.
@@ -31,12 +36,14 @@ import mcp.types as mt
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
-__all__ = ["MESSAGE_TOO_LARGE", "StdioState", "stdio_transport"]
+__all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
 
 logger = logging.getLogger(__name__)
 
 MESSAGE_TOO_LARGE = -32050
 """JSON-RPC error code a request gets when its response exceeds ``max_message_bytes`` (implementation range)."""
+INVALID_MESSAGE = -32051
+"""JSON-RPC error code a request gets when its response cannot be read as JSON-RPC at all."""
 
 _HEAD_BYTES = 64 * 1024  # of an oversized message, kept to find its id and method
 _READ_BYTES = 1 << 20
@@ -103,6 +110,39 @@ def _top_level(head: bytes) -> dict[str, bytes]:
     return out
 
 
+def _scrub(value: Any) -> Any:
+    """``value`` with lone surrogates in its strings replaced by U+FFFD (as a lenient UTF-8 decoder would)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
+def _lenient(line: bytes) -> Any:
+    """The message in a line the strict parser rejected, read leniently; ``None`` if it is not JSON-RPC at all."""
+    try:
+        obj = _scrub(json.loads(line.decode("utf-8", errors="replace")))
+        return mt.jsonrpc_message_adapter.validate_python(obj, by_name=False)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _reason(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with suppress(Exception):
+            first = errors()[0]
+            return str(first.get("msg", exc))[:200]
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+
+
 def _key(token: bytes) -> str:
     try:
         return str(json.loads(token))
@@ -136,7 +176,10 @@ async def stdio_transport(
     reader_scope = anyio.CancelScope(shield=True)
     stderr_scope = anyio.CancelScope(shield=True)
 
+    repeat: list[bytes] = [b""]  # the last line delivered, if it was a */list_changed notification
+
     async def deliver(item: SessionMessage | Exception) -> bool:
+        repeat[0] = b""
         try:
             await read_writer.send(item)
             return True
@@ -146,12 +189,32 @@ async def stdio_transport(
     async def deliver_line(line: bytes) -> bool:
         if not line or line.isspace():
             return True
+        if line == repeat[0]:
+            return True  # the same list_changed again, with nothing in between: it changes nothing (a flood is free)
         try:
             message = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValueError as exc:
-            logger.warning("server %s sent a line that is not a JSON-RPC message (%d bytes)", params.command, len(line))
+            message = _lenient(line)
+            if message is None:
+                return await deliver_unreadable(line, exc)
+        method = getattr(message, "method", None)
+        ok = await deliver(SessionMessage(message))
+        if isinstance(method, str) and method.endswith("/list_changed") and len(line) < 4096:
+            repeat[0] = line
+        return ok
+
+    async def deliver_unreadable(line: bytes, exc: Exception) -> bool:
+        """A response that is not JSON-RPC fails its request at once; anything else is reported as the SDK does."""
+        logger.warning("server %s sent a line that is not a JSON-RPC message (%d bytes)", params.command, len(line))
+        keys = _top_level(line[:_HEAD_BYTES])
+        rid: Any = None
+        with suppress(ValueError):
+            rid = json.loads(keys.get("id", b"") or b"null")
+        if "method" in keys or isinstance(rid, bool) or not isinstance(rid, (int, str)):
             return await deliver(exc)
-        return await deliver(SessionMessage(message))
+        message = f"the server's response is not valid JSON-RPC: {_reason(exc)}"
+        error = mt.ErrorData(code=INVALID_MESSAGE, message=message)
+        return await deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
 
     async def deliver_oversized(head: bytes, size: int) -> bool | None:
         """A response gets an error, anything else is dropped; None: its id is unknown, end the connection."""
@@ -224,6 +287,7 @@ async def stdio_transport(
             async with write_reader:
                 async for message in write_reader:
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    repeat[0] = b""  # a list_changed after this request (e.g. a tools/list) may be news
                     await process.stdin.send(data.encode() + b"\n")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await read_writer.aclose()  # the server stopped reading: end the session instead of hanging a request

@@ -97,6 +97,8 @@ def _name_problem(name: Any, seen: set[str]) -> str | None:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return "name is not valid Unicode (lone surrogate)"
+    if "\ufffd" in name:
+        return "name is not valid Unicode (it has U+FFFD, e.g. from a lone surrogate or invalid UTF-8)"
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         return "name contains control characters"
     if name in seen:

@@ -555,6 +555,8 @@ class ServerConnection:
             if e.code == CONNECTION_CLOSED:
                 raise self._lost(e) from e
             raise
+        except TimeoutError:
+            raise  # a bound of ours (fail_after) ran out: not a lost connection (TimeoutError is an OSError)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as e:
             raise self._lost(e) from e
         except BaseExceptionGroup as e:  # the SDK may raise groups from its task groups

@@ -13,7 +13,8 @@ Tools it serves by name (whatever ``--tools`` lists): ``echo`` (``text`` back), 
 valid ``CallToolResult``), ``big`` (a text of ``mb`` megabytes; ``id_last`` puts the response's ``id`` after the
 result), ``change`` (sends ``notifications/tools/list_changed`` first), ``flood`` (``n`` notifications first),
 ``big_notice`` (a ``mb``-megabyte log notification first), ``die`` (a line on stderr, then exit 3), ``mcp_gym_reset``
-(never answers), ``stderr`` (``mb`` megabytes to stderr, then a result).
+(never answers), ``stderr`` (``mb`` megabytes to stderr, then a result), ``garbage`` (a response line that is not
+JSON), ``deep`` (structured content nested ``depth`` lists deep), ``surrogate`` (a text with a lone surrogate escape).
 """
 
 from __future__ import annotations
@@ -110,6 +111,18 @@ def main() -> None:
             elif name == "stderr":
                 spew_stderr(float(args.get("mb", 1)))
                 send({"jsonrpc": "2.0", "id": rid, "result": text_result("spewed")})
+            elif name == "garbage":
+                head = b'{"jsonrpc": "2.0", "id": ' + json.dumps(rid).encode()
+                sys.stdout.buffer.write(head + b', "result": nope}\n')
+                sys.stdout.buffer.flush()
+            elif name == "deep":
+                value: object = "bottom"
+                for _ in range(int(args.get("depth", 250))):
+                    value = [value]
+                result = {**text_result("deep"), "structuredContent": {"v": value}}
+                send({"jsonrpc": "2.0", "id": rid, "result": result})
+            elif name == "surrogate":
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("bad \udcff text")})
             elif name == "mcp_gym_reset":
                 pass  # never answers
             else:
