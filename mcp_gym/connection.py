@@ -438,7 +438,8 @@ class ServerConnection:
     # -- notifications --------------------------------------------------------------------------------------------
     async def _on_message(self, message: Any) -> None:
         root = getattr(message, "root", message)
-        if self.recorder is not None:
+        if self.recorder is not None and getattr(root, "method", None) != "notifications/subscriptions/acknowledged":
+            # an ack reaches here only when its listen stream was already restarted: driver state, not server news
             self.recorder.notification(root)
         if isinstance(root, mt.ToolListChangedNotification):
             self.events.tools_changed = True
@@ -471,14 +472,19 @@ class ServerConnection:
     def set_hints(self, hints: bool) -> None:
         """Record whether the server piggy-backs changes on results; with ``listen=None`` that closes the stream."""
         if hints != self.hints:
+            before = self._wants_listener()
             self.hints = hints
-            self._restart_listener()
+            if self._wants_listener() != before:
+                self._restart_listener()
+
+    def _wants_listener(self) -> bool:
+        return self.spec.listen if self.spec.listen is not None else not self.hints
 
     def _restart_listener(self) -> None:
         if self._listen_scope is not None:
             self._listen_scope.cancel()
             self._listen_scope = None
-        wanted = self.spec.listen if self.spec.listen is not None else not self.hints
+        wanted = self._wants_listener()
         if not self.modern or self._listen_tg is None or not wanted:
             return
         scope = anyio.CancelScope()
