@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from mcp_gym import MCPEnv, Stdio
-from mcp_gym._stdio import INVALID_MESSAGE
+from mcp_gym._stdio import INVALID_MESSAGE, _top_level
 from mcp_gym._tools import MAX_TOOL_NAME
 from mcp_gym.runtime import default_runtime
 
@@ -146,6 +146,8 @@ BAD_TOOLS = {
     "array schema": ({"name": "bad", "inputSchema": {"type": "array"}}, "bad", "inputSchema.type"),
     "invalid JSON Schema": ({"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"type": 3}}}},
                             "bad", "not a valid JSON Schema"),
+    "unresolvable $ref": ({"name": "bad", "inputSchema": {"type": "object", "$ref": "#/$defs/none"}}, "bad",
+                          "cannot be evaluated"),
     "empty name": ({"name": "", "inputSchema": OBJ}, "", "name is empty"),
     "int name": ({"name": 5, "inputSchema": OBJ}, "5", "name must be a string"),
     "100k name": ({"name": "y" * 100_000, "inputSchema": OBJ}, "y" * 60 + "… (100,000 characters)",
@@ -283,6 +285,19 @@ def test_oversized_message_without_a_findable_id_restarts_the_server(tmp_path: P
         echo(env)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize(("head", "expected"), [
+    (b'{"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "xx', {"id": b"7"}),
+    (b'{"result": {"id": 99, "content": [{"text": "\\"id\\": 3, \\"method\\": 1"}]}, "id": "a\\"b"}',
+     {"id": b'"a\\"b"'}),  # a nested id and ids inside strings are not the message's
+    (b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "nnnn',
+     {"method": b'"notifications/message"'}),
+    (b'{"result": {"content": [{"text": "no id within the head', {}),
+])
+def test_top_level_keys_of_an_oversized_message(head: bytes, expected: dict[str, bytes]) -> None:
+    found = {k: v for k, v in _top_level(head).items() if k in ("id", "method")}
+    assert found == expected
 
 
 # -- stderr ----------------------------------------------------------------------------------------------------------
