@@ -12,6 +12,7 @@ input or output schema that is not valid JSON Schema or loops on itself). Good t
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -147,6 +148,38 @@ def check_page(raw: Any, version: str | None) -> tuple[list[Any], dict[str, Any]
     return tools, shell, cursor or None
 
 
+_CHECKED: dict[tuple[str | None, str], tuple[mt.Tool | None, str | None]] = {}
+_CHECKED_MAX = 4096  # tool definitions remembered (servers re-list at every reset: checking a schema costs ~1 ms)
+
+
+def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: str | None) -> tuple[mt.Tool | None,
+                                                                                                   str | None]:
+    """The tool parsed from a raw definition, or why it is unusable (memoised by its canonical JSON)."""
+    try:
+        key: tuple[str | None, str] | None = (version, json.dumps(raw, sort_keys=True))
+    except (TypeError, ValueError, RecursionError):
+        key = None
+    if key is not None and key in _CHECKED:
+        return _CHECKED[key]
+    tool: mt.Tool | None = None
+    reason = _surface_check(version, shell, raw)
+    if reason is None:
+        try:
+            tool = mt.Tool.model_validate(raw, by_name=False)
+        except ValidationError as e:
+            reason = _pydantic_reason(e)
+    if reason is None and tool is not None:
+        reason = schema_problem(tool.input_schema, "inputSchema")
+        if reason is None and tool.output_schema is not None:
+            reason = schema_problem(tool.output_schema, "outputSchema")
+    out = (tool if reason is None else None, reason)
+    if key is not None:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[key] = out
+    return out
+
+
 def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | None,
                 seen: set[str]) -> tuple[list[mt.Tool], list[dict[str, str]]]:
     """The usable tools of one page and ``{"name", "reason"}`` for each skipped one (``seen``: earlier names)."""
@@ -157,16 +190,7 @@ def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | N
         reason = "not a JSON object" if not isinstance(raw, dict) else _name_problem(name, seen)
         tool: mt.Tool | None = None
         if reason is None:
-            reason = _surface_check(version, shell, raw)
-        if reason is None:
-            try:
-                tool = mt.Tool.model_validate(raw, by_name=False)
-            except ValidationError as e:
-                reason = _pydantic_reason(e)
-        if reason is None and tool is not None:
-            reason = schema_problem(tool.input_schema, "inputSchema")
-            if reason is None and tool.output_schema is not None:
-                reason = schema_problem(tool.output_schema, "outputSchema")
+            tool, reason = _check_definition(raw, shell, version)
         if reason is not None or tool is None:
             skipped.append({"name": show_name(name), "reason": reason or "invalid"})
             continue
