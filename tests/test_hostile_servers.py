@@ -11,6 +11,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -313,7 +314,10 @@ def _large_open_files(limit: int) -> list[str]:
     return big
 
 
-def test_stderr_flood_keeps_a_bounded_tail(tmp_path: Path) -> None:
+def test_stderr_flood_keeps_a_bounded_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where a temp file would go (the old stderr log did)
     env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("stderr"), tool("die")], stderr_tail_bytes=4096)}, ["t"],
                  call_timeout=300)
     try:
@@ -324,6 +328,7 @@ def test_stderr_flood_keeps_a_bounded_tail(tmp_path: Path) -> None:
         assert conn._stdio is not None and conn._stdio.stderr_bytes > 200 * 1024 * 1024  # all of it went through
         assert len(conn._stdio.stderr_tail().encode()) <= 4096
         assert _large_open_files(1 << 20) == []  # no (unlinked) temp file holds it
+        assert list(temp.iterdir()) == []
         _, _, _, _, info = env.step({"tool": "die", "arguments": {}})
         srv = info["servers"]["s"]
         assert srv["status"] == "dead" and "server stderr: " in srv["error"], srv
