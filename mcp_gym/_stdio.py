@@ -61,7 +61,8 @@ class StdioState:
         self.pid: int | None = None
         self.failure: str | None = None
         self.stderr_bytes = 0  # total seen (only the tail is kept)
-        self.dropped_messages = 0
+        self.dropped_messages = 0  # oversized notifications and server requests
+        self.unreadable_lines = 0  # stdout lines that are not JSON-RPC
         self._tail = bytearray()
 
     def feed_stderr(self, data: bytes) -> None:
@@ -205,7 +206,10 @@ async def stdio_transport(
 
     async def deliver_unreadable(line: bytes, exc: Exception) -> bool:
         """A response that is not JSON-RPC fails its request at once; anything else is reported as the SDK does."""
-        logger.warning("server %s sent a line that is not a JSON-RPC message (%d bytes)", params.command, len(line))
+        state.unreadable_lines += 1
+        if state.unreadable_lines == 1:  # once per server: one that prints logs to stdout would flood the log
+            logger.warning("server %s sent a line that is not a JSON-RPC message (%d bytes; further ones are "
+                           "counted, not logged)", params.command, len(line))
         keys = _top_level(line[:_HEAD_BYTES])
         rid: Any = None
         with suppress(ValueError):
@@ -222,8 +226,10 @@ async def stdio_transport(
         what = f"a message of {size:,} bytes exceeds max_message_bytes={max_message_bytes:,}"
         if "method" in keys:
             state.dropped_messages += 1
-            method = keys["method"][:80].decode(errors="replace")
-            logger.warning("server %s: dropped %s (%s)", params.command, what, method)
+            if state.dropped_messages == 1:
+                method = keys["method"][:80].decode(errors="replace")
+                logger.warning("server %s: dropped %s (%s; further ones are counted, not logged)",
+                               params.command, what, method)
             return True
         rid: Any = None
         with suppress(ValueError):

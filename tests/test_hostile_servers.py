@@ -138,6 +138,19 @@ def test_notification_flood_then_reset(tmp_path: Path) -> None:
         env.close()
 
 
+def test_text_lines_on_stdout_are_skipped(tmp_path: Path) -> None:
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("noise")])}, ["t"], call_timeout=120)
+    try:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step({"tool": "noise", "arguments": {"n": 20_000}})
+        assert info["error"] is None and info["content"][0]["text"] == "noisy"
+        stdio = env.host.connections["s"]._stdio
+        assert stdio is not None and stdio.unreadable_lines == 20_000
+        echo(env)
+    finally:
+        env.close()
+
+
 # -- tool definitions ------------------------------------------------------------------------------------------------
 BAD_TOOLS = {
     "type 5": ({"name": "bad", "inputSchema": {"type": 5}}, "bad", "inputSchema.type"),

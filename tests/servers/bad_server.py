@@ -14,7 +14,8 @@ valid ``CallToolResult``), ``big`` (a text of ``mb`` megabytes; ``id_last`` puts
 result), ``change`` (sends ``notifications/tools/list_changed`` first), ``flood`` (``n`` notifications first),
 ``big_notice`` (a ``mb``-megabyte log notification first), ``die`` (a line on stderr, then exit 3), ``mcp_gym_reset``
 (never answers), ``stderr`` (``mb`` megabytes to stderr, then a result), ``garbage`` (a response line that is not
-JSON), ``deep`` (structured content nested ``depth`` lists deep), ``surrogate`` (a text with a lone surrogate escape).
+JSON), ``deep`` (structured content nested ``depth`` lists deep), ``surrogate`` (a text with a lone surrogate escape),
+``noise`` (``n`` lines of plain text on stdout first).
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ def main() -> None:
                 send({"jsonrpc": "2.0", "id": rid, "result": result})
             elif name == "surrogate":
                 send({"jsonrpc": "2.0", "id": rid, "result": text_result("bad \udcff text")})
+            elif name == "noise":
+                sys.stdout.buffer.write(b"a log line on stdout, not JSON-RPC\n" * int(args.get("n", 1000)))
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("noisy")})
             elif name == "mcp_gym_reset":
                 pass  # never answers
             else:
