@@ -368,6 +368,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             if alias not in stuck:
                 continue
             conn = self.host.connections[alias]
+            if conn.status not in ("ready", "connecting"):
+                continue  # already failed or dead, with its own reason
             reason = f"reset timed out after {self.reset_timeout:g} s"
             conn.fail(reason)
             errors.append({"kind": "timeout", "tool": None, "server": alias, "argument": None, "code": None,

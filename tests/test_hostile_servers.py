@@ -19,10 +19,11 @@ from typing import Any
 import anyio
 import pytest
 
-from mcp_gym import MCPEnv, Stdio
+from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym._stdio import INVALID_MESSAGE, _top_level
 from mcp_gym._tools import MAX_TOOL_NAME
 from mcp_gym.runtime import default_runtime
+from mcp_gym.servers.testing import make_server
 
 SERVER = str(Path(__file__).resolve().parent / "servers" / "bad_server.py")
 ECHO = {"name": "echo", "description": "Echo.", "inputSchema": {"type": "object",
@@ -235,7 +236,8 @@ def test_relisting_after_list_changed_is_bounded_by_call_timeout(tmp_path: Path)
 
 def test_reset_is_bounded_by_reset_timeout(tmp_path: Path) -> None:
     # the server's reset tool never answers and calls have no limit: only reset_timeout ends the wait
-    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("mcp_gym_reset")])}, ["t"], call_timeout=None, reset_timeout=1.5)
+    servers = {"good": InProcess(make_server()), "s": spec(tmp_path, [ECHO, tool("mcp_gym_reset")])}
+    env = MCPEnv(servers, ["t"], call_timeout=None, reset_timeout=1.5)
     try:
         _, info = env.reset(seed=0)
         assert requests(tmp_path)[-1] == "tools/call"  # the reset call reached the server
@@ -244,7 +246,9 @@ def test_reset_is_bounded_by_reset_timeout(tmp_path: Path) -> None:
         assert info["error"] == err
         srv = info["servers"]["s"]
         assert srv["status"] == "failed" and srv["error"].startswith("reset timed out after 1.5 s")
-        assert env.action_space.tool_names == ["submit"]  # no tools of a server in an unknown state
+        assert info["servers"]["good"]["status"] == "ready"  # reset before it: untouched
+        names = env.action_space.tool_names
+        assert "good__add" in names and not any(n.startswith("s__") for n in names)  # no tools in an unknown state
         assert_gone(pid_of(tmp_path))
     finally:
         env.close()
