@@ -59,11 +59,89 @@ def _pydantic_reason(e: ValidationError, strip: str = "") -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})  # their values are data, not subschemas
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_MAX_NODES = 20_000
+
+
+def _pointer_get(root: Any, pointer: str) -> Any:
+    node = root
+    for token in pointer.split("/")[1:] if pointer else []:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return node
+
+
+def _ref_loop(schema: Mapping[str, Any]) -> str | None:
+    """A JSON pointer on a cycle of ``$ref`` / ``allOf`` / ``anyOf`` / ... that applies to one instance without ever
+    descending into it (validating anything that reaches it recurses forever), or ``None``. Local refs only."""
+    nodes: dict[str, Any] = {}
+    stack: list[tuple[str, Any]] = [("", schema)]
+    while stack:
+        ptr, node = stack.pop()
+        if isinstance(node, dict):
+            nodes[ptr] = node
+            items = [(k, v) for k, v in node.items() if k not in _DATA_KEYWORDS]
+        elif isinstance(node, list):
+            items = list(enumerate(node))
+        else:
+            continue
+        if len(nodes) > _MAX_NODES:
+            return None  # too large to check here: the validation probe and the step's own guard remain
+        for k, v in items:
+            if isinstance(v, (dict, list)):
+                stack.append((f"{ptr}/{str(k).replace('~', '~0').replace('/', '~1')}", v))
+
+    def edges(ptr: str) -> list[str]:
+        node = nodes[ptr]
+        out = []
+        ref = node.get("$ref")
+        if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+            target = ref[1:]
+            if target in nodes or isinstance(_pointer_get(schema, target), dict):
+                out.append(target)
+        for k in _IN_PLACE_LISTS:
+            if isinstance(node.get(k), list):
+                out.extend(f"{ptr}/{k}/{i}" for i in range(len(node[k])))
+        out.extend(f"{ptr}/{k}" for k in _IN_PLACE_ONE if isinstance(node.get(k), dict))
+        deps = node.get("dependentSchemas")
+        if isinstance(deps, dict):
+            out.extend(f"{ptr}/dependentSchemas/{k.replace('~', '~0').replace('/', '~1')}" for k in deps)
+        return [e for e in out if e in nodes]
+
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in nodes:
+        if start in state:
+            continue
+        path = [(start, iter(edges(start)))]
+        state[start] = 1
+        while path:
+            ptr, it = path[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[ptr] = 2
+                path.pop()
+            elif state.get(nxt) == 1:
+                return "#" + nxt
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append((nxt, iter(edges(nxt))))
+    return None
+
+
 def schema_problem(schema: Any, what: str = "inputSchema") -> str | None:
     """Why ``schema`` cannot serve as a tool's input (or output) schema, or ``None`` if it can.
 
     It must be a JSON object whose ``type`` is ``"object"``, valid under its own metaschema (``$schema``, default Draft
-    2020-12), and validating an empty object against it must terminate (a ``{"$ref": "#"}`` loop never does).
+    2020-12), without a cycle of local ``$ref`` / ``allOf`` / ``anyOf`` / ``oneOf`` / ``not`` / ``if`` that never
+    descends into the instance (``{"$ref": "#"}``; a recursive *tree* schema is fine), and validating an empty object
+    against it must terminate.
     """
     if not isinstance(schema, Mapping):
         return f"{what} must be a JSON object, got {type(schema).__name__}"
@@ -77,6 +155,9 @@ def schema_problem(schema: Any, what: str = "inputSchema") -> str | None:
         return f"{what} is not a valid JSON Schema: {show_name(e.message, 200)}"
     except Exception as e:  # noqa: BLE001 - an unknown $schema, a hostile mapping, ...
         return f"{what} is not usable: {type(e).__name__}: {show_name(str(e), 200)}"
+    loop = _ref_loop(schema)
+    if loop is not None:
+        return f"{what} refers to itself without end (a $ref loop through {show_name(loop)})"
     try:
         for _ in validator.iter_errors({}):
             pass

@@ -156,6 +156,9 @@ def test_text_lines_on_stdout_are_skipped(tmp_path: Path) -> None:
 BAD_TOOLS = {
     "type 5": ({"name": "bad", "inputSchema": {"type": 5}}, "bad", "inputSchema.type"),
     "$ref loop": ({"name": "bad", "inputSchema": {"type": "object", "$ref": "#"}}, "bad", "$ref loop"),
+    "property $ref loop": ({"name": "bad", "inputSchema": {"type": "object", "properties": {
+        "a": {"allOf": [{"$ref": "#/$defs/x"}]}}, "$defs": {"x": {"anyOf": [{"$ref": "#/properties/a"}]}}}}, "bad",
+        "$ref loop through #/"),
     "bare $ref": ({"name": "bad", "inputSchema": {"$ref": "#"}}, "bad", "inputSchema.type"),
     "no inputSchema": ({"name": "bad"}, "bad", "inputSchema: Field required"),
     "array schema": ({"name": "bad", "inputSchema": {"type": "array"}}, "bad", "inputSchema.type"),
@@ -186,6 +189,20 @@ def test_a_bad_tool_costs_only_that_tool(tmp_path: Path, case: str) -> None:
         skipped = srv["skipped_tools"][0]
         assert skipped["name"] == shown and reason in skipped["reason"], skipped
         echo(env)
+    finally:
+        env.close()
+
+
+def test_recursive_tree_schema_is_fine(tmp_path: Path) -> None:
+    node = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}
+    schema = {"type": "object", "$defs": {"node": node}, "properties": {"root": {"$ref": "#/$defs/node"},
+                                                                         "self": {"$ref": "#"}}}
+    env = MCPEnv({"s": spec(tmp_path, [{"name": "echo", "inputSchema": schema}])}, ["t"], call_timeout=10)
+    try:
+        _, info = env.reset(seed=0)
+        assert info["servers"]["s"]["skipped_tools"] == [] and "echo" in env.action_space.tool_names
+        _, _, _, _, info = env.step({"tool": "echo", "arguments": {"root": {"kids": [{"kids": []}]}, "self": {}}})
+        assert info["error"] is None
     finally:
         env.close()
 
