@@ -20,10 +20,10 @@ import anyio
 import pytest
 
 from mcp_gym import InProcess, MCPEnv, Stdio
-from mcp_gym._stdio import INVALID_MESSAGE, _top_level
-from mcp_gym._tools import MAX_TOOL_NAME
-from mcp_gym.runtime import default_runtime
-from mcp_gym.servers.testing import make_server
+from mcp_gym.client._stdio import INVALID_MESSAGE, _top_level
+from mcp_gym.client._tools import MAX_TOOL_NAME
+from mcp_gym.client.runtime import default_runtime
+from mcp_gym.envs.counter.server import make_server
 
 SERVER = str(Path(__file__).resolve().parent / "servers" / "bad_server.py")
 ECHO = {"name": "echo", "description": "Echo.", "inputSchema": {"type": "object",

@@ -23,7 +23,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from mcp_gym import MCPEnv, Stdio
-from mcp_gym._stdio import StdioState, stdio_transport
+from mcp_gym.client._stdio import StdioState, stdio_transport
 
 SERVER = str(Path(__file__).resolve().parents[2] / "tests" / "servers" / "bad_server.py")
 TOOLS = '[{"name": "big", "inputSchema": {"type": "object"}}]'
