@@ -68,9 +68,10 @@ HIDDEN_TOOLS: Final = (RESET_TOOL, STATE_TOOL)
 
 # -- error kinds (info["error"]["kind"]) ------------------------------------------------------------------------------
 ACTION_ERROR_KINDS: Final = frozenset({"malformed", "unknown_tool", "invalid_arguments", "too_large"})
-"""Kinds of an action refused before any call (the agent's fault; ``ToolCallSpace.validation_error``)."""
+"""Kinds of an action refused before any call (the agent's fault; ``ToolCallSpace.validation_error``). ``too_large`` is
+also the kind of a call whose answer from a stdio server was over its ``max_message_bytes`` (the message is dropped)."""
 SERVER_ERROR_KINDS: Final = frozenset(
-    {"server_dead", "timeout", "jsonrpc", "invalid_result", "verifier_error", "episode_over"}
+    {"server_dead", "timeout", "jsonrpc", "invalid_result", "client_error", "verifier_error", "episode_over"}
 )
 """Kinds that are the infrastructure's fault, not the agent's (SFT export's ``drop_errors`` drops their episodes)."""
 ERROR_KINDS: Final = ACTION_ERROR_KINDS | SERVER_ERROR_KINDS | {"tool_error", "parse_error", "exception"}
