@@ -26,7 +26,7 @@ from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEn
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.runtime import Runtime, default_runtime
 from mcp_gym.serverkit import RESET_TOOL, STATE_TOOL
-from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
+from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
 
 __all__ = [
@@ -418,10 +418,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 raise InvalidAction(err)
             return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
         self.steps += 1
-        name = action.get("tool") if isinstance(action, Mapping) else None
-        if name == "submit" and "submit" not in self.host.catalogue:
+        problem = self.action_space.validation_error(action)  # never raises, whatever the action holds
+        name = action.get("tool") if isinstance(action, dict) else None
+        if name.__class__ is str and name == "submit" and "submit" not in self.host.catalogue:
             return await self._submit(action)
-        problem = self.action_space.validation_error(action)
         if problem is not None:
             entry = self.host.resolve(problem.tool) if problem.tool else None
             err = {"kind": problem.kind, "tool": problem.tool, "server": entry.server if entry else None,
@@ -505,7 +505,29 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         state = await self._state_snapshot()
         return float(self.verifier(self.task, answer, state))
 
+    def _submit_problem(self, action: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
+        (or absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
+        args = action.get("arguments")
+        problem: ActionError | None = None
+        if args is not None and not isinstance(args, dict):
+            problem = ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON "
+                                  f"object) such as {{\"answer\": \"...\"}}, got {type(args).__name__}")
+        elif len(action) > 2 or not all(isinstance(k, str) and k in ("tool", "arguments") for k in action):
+            problem = self.action_space.validation_error(action)
+        elif args is not None:
+            problem = json_error("submit", args, self.action_space.max_argument_bytes)
+        if problem is None:
+            return None
+        return {"kind": problem.kind, "tool": "submit", "server": None, "argument": problem.argument, "code": None,
+                "message": problem.message}
+
     async def _submit(self, action: Mapping[str, Any]) -> tuple[dict, float, bool, bool, dict]:
+        problem = self._submit_problem(action)
+        if problem is not None:
+            if self.strict:
+                raise InvalidAction(problem)
+            return await self._finish_step(None, "submit", {}, problem)
         args = action.get("arguments")
         answer = args.get("answer") if isinstance(args, Mapping) else None
         if not isinstance(answer, str):

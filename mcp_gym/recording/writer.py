@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from mcp_gym import __version__
 from mcp_gym.recording.run import RunDirectory, WriterLock
-from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
+from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, safe_text
 from mcp_gym.recording.shards import PartWriter
 from mcp_gym.recording.wal import WalFile
 
@@ -56,8 +56,15 @@ def _nbytes(s: str) -> int:
 
 
 def _text(value: Any) -> str | None:
-    """``None`` or a str (rows hold only plain values: the WAL refuses anything else)."""
-    return value if value is None or value.__class__ is str else str(value)
+    """``None`` or a str (rows hold only plain values: the WAL refuses anything else); never raises."""
+    if value is None or value.__class__ is str:
+        return value
+    if isinstance(value, (int, float, str)):
+        try:
+            return str(value)
+        except ValueError:  # an int too long to print
+            pass
+    return safe_text(value)
 
 
 def _micros(t: float) -> int:
@@ -174,9 +181,9 @@ class EpisodeRecorder:
             self.episode_id,
             len(self._rows),
             int((time.time() if timestamp is None else timestamp) * 1_000_000),
-            tool if tool is None or tool.__class__ is str else str(tool),
-            server if server is None or server.__class__ is str else str(server),
-            server_tool if server_tool is None or server_tool.__class__ is str else str(server_tool),
+            tool if tool is None or tool.__class__ is str else _text(tool),
+            server if server is None or server.__class__ is str else _text(server),
+            server_tool if server_tool is None or server_tool.__class__ is str else _text(server_tool),
             dumps(arguments),
             content_json,
             sc_json,
