@@ -419,7 +419,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
         self.steps += 1
         problem = self.action_space.validation_error(action)  # never raises, whatever the action holds
-        name = action.get("tool") if isinstance(action, dict) else None
+        name = dict.get(action, "tool") if isinstance(action, dict) else None  # dict.get: not a subclass's get
         if name.__class__ is str and name == "submit" and "submit" not in self.host.catalogue:
             return await self._submit(action)
         if problem is not None:
@@ -508,7 +508,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def _submit_problem(self, action: Mapping[str, Any]) -> dict[str, Any] | None:
         """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
         (or absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
-        args = action.get("arguments")
+        args = dict.get(action, "arguments")  # type: ignore[arg-type]  # the action is a dict (maybe a subclass)
         problem: ActionError | None = None
         if args is not None and not isinstance(args, dict):
             problem = ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON "
@@ -523,13 +523,17 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 "message": problem.message}
 
     async def _submit(self, action: Mapping[str, Any]) -> tuple[dict, float, bool, bool, dict]:
-        problem = self._submit_problem(action)
+        try:
+            problem = self._submit_problem(action)
+        except Exception as exc:  # noqa: BLE001 - e.g. a dict subclass whose methods raise
+            problem = {"kind": "malformed", "tool": "submit", "server": None, "argument": None, "code": None,
+                       "message": f"the action could not be inspected: {type(exc).__name__} while reading it"}
         if problem is not None:
             if self.strict:
                 raise InvalidAction(problem)
             return await self._finish_step(None, "submit", {}, problem)
-        args = action.get("arguments")
-        answer = args.get("answer") if isinstance(args, Mapping) else None
+        args = dict.get(action, "arguments")  # type: ignore[arg-type]
+        answer = dict.get(args, "answer") if isinstance(args, dict) else None
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
         error = None

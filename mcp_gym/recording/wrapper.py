@@ -211,8 +211,9 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
             gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
                             f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
             marker = unencodable(f"{type(exc).__name__} while recording the step")
-            ep.add_step(None, marker, is_error=True, error=marker, reward=_float_or_none(reward),
-                        terminated=terminated, truncated=truncated, timestamp=t0)
+            error = info.get("error") if isinstance(info, dict) else None
+            ep.add_step(None, marker, is_error=True, error=error if isinstance(error, dict) else marker,
+                        reward=_float_or_none(reward), terminated=terminated, truncated=truncated, timestamp=t0)
         if terminated or truncated:
             get = info.get if isinstance(info, Mapping) else {}.get
             summary = get("episode") or {}
@@ -231,9 +232,15 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         info: dict[str, Any], t0: float, raw_text: str | None, parse_status: str | None,
     ) -> None:
         get = info.get
-        if action.__class__ is dict or isinstance(action, Mapping):
+        if action.__class__ is dict:
             tool = get("tool") or action.get("tool")
             arguments = action.get("arguments")
+        elif isinstance(action, Mapping):
+            try:
+                tool = get("tool") or action.get("tool")
+                arguments = action.get("arguments")
+            except Exception as exc:  # noqa: BLE001 - a mapping whose methods raise
+                tool, arguments = get("tool"), unencodable(f"{type(exc).__name__} while reading the action")
         else:
             tool, arguments = get("tool"), action
         if obs.__class__ is dict or isinstance(obs, Mapping):
