@@ -69,8 +69,7 @@ _STEP_FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("tool", pa.string(), "Tool name as the agent saw and called it (e.g. 'fs__read_file', or 'submit')."),
     ("server", pa.string(), "Alias of the server that served the call (null for submit and unroutable calls)."),
     ("server_tool", pa.string(), "The server's own name of the tool."),
-    ("arguments", pa.string(), "JSON: the arguments the agent sent (a part JSON cannot carry is stored as "
-                               '{"mcp_gym_unencodable": "<reason>"}).'),
+    ("arguments", pa.string(), "JSON: the arguments the agent sent."),
     ("content", pa.string(), "JSON list of MCP content blocks of the result (text, image/audio as base64, ...)."),
     ("structured_content", pa.string(), "JSON: the result's structuredContent (null if none)."),
     ("is_error", pa.bool_(), "The call failed: isError result, JSON-RPC error, invalid action, ..."),
