@@ -23,13 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_gym import InProcess, InvalidAction, MCPEnv, Stdio
+from mcp_gym.envs.counter.server import make_server
 from mcp_gym.parsing import split_action
+from mcp_gym.protocol import ACTION_ERROR_KINDS, SERVER_ERROR_KINDS
 from mcp_gym.recording import RecordTrajectories, TrajectoryWriter, load
 from mcp_gym.recording.schema import UNENCODABLE_KEY, dumps
-from mcp_gym.servers.testing import make_server
 from mcp_gym.spaces import MAX_ARGUMENT_DEPTH, ToolCallSpace, json_error
 
-ERROR_KINDS = {"malformed", "unknown_tool", "invalid_arguments", "too_large"}
+ERROR_KINDS = ACTION_ERROR_KINDS
 
 
 # -- hostile values ---------------------------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def test_depth_limit_is_exact() -> None:
 def test_stdio_server_survives_a_lone_surrogate_and_deep_arguments() -> None:
     """A lone surrogate used to break the stdio connection (the server died); nesting past ~200 levels made the
     Python SDK server drop the message (the call only timed out). Both are refused before anything is sent."""
-    env = MCPEnv({"counter": Stdio.python_module("mcp_gym.servers.testing", "--diagnostics")}, call_timeout=30)
+    env = MCPEnv({"counter": Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")}, call_timeout=30)
     try:
         env.reset(seed=0)
         _, _, terminated, truncated, info = env.step({"tool": "echo", "arguments": {"text": "a\udcffb"}})
@@ -194,6 +195,32 @@ def test_every_attack_is_recorded(tmp_path: Path) -> None:
     assert any("circular reference" in t for t in markers) and any("nested deeper" in t for t in markers)
     tools = [t for t in first.tool if isinstance(t, str)]
     assert "[[[[...]]]]" in tools and any(t.startswith("<BadRepr ") for t in tools)  # non-str "names", printed safely
+
+
+class _UnfloatableReward:
+    def __float__(self) -> float:
+        raise ValueError("not a number")
+
+
+class _HostileReward(gym.Wrapper[Any, Any, Any, Any]):
+    """A wrapper under the recorder whose reward cannot be read: the recorder cannot take the step apart."""
+
+    def step(self, action: Any) -> Any:
+        obs, _, terminated, truncated, info = self.env.step(action)
+        return obs, _UnfloatableReward(), terminated, truncated, info
+
+
+def test_a_step_the_recorder_cannot_take_apart_is_recorded_as_unrecordable(tmp_path: Path) -> None:
+    env = RecordTrajectories(_HostileReward(MCPEnv({"counter": InProcess(make_server())}, max_steps=1)), tmp_path)
+    env.reset(seed=0)
+    with pytest.warns(UserWarning, match="could not be recorded"):
+        env.step({"tool": "add", "arguments": {"amount": 1}})
+    env.close()
+    steps = load(tmp_path).steps.to_pandas()
+    assert len(steps) == 1 and steps.is_error[0]
+    err = json.loads(steps.error[0])
+    assert err["kind"] == "unrecordable" and err["kind"] in SERVER_ERROR_KINDS and "ValueError" in err["message"]
+    assert UNENCODABLE_KEY in json.loads(steps.arguments[0])
 
 
 def test_attacks_survive_in_the_wal_of_a_killed_writer(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ Layout of a run directory::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +25,8 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+
+from mcp_gym.protocol import catalogue_fingerprint, json_default
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -116,7 +117,7 @@ _EPISODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
 
 
 def _schema(fields: list[tuple[str, pa.DataType, str]], table: str) -> pa.Schema:
-    from mcp_gym import __version__
+    from mcp_gym._version import __version__
 
     return pa.schema(
         [pa.field(name, typ, nullable=True, metadata={b"description": doc.encode()}) for name, typ, doc in fields],
@@ -157,18 +158,10 @@ _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 100, 100, 10
 
 
 def _fallback(o: Any) -> Any:
-    """JSON for values the json module does not know: numpy scalars/arrays, pydantic models, bytes, sets; anything
-    else as its (safe, bounded) text."""
+    """JSON for values the json module does not know (:func:`mcp_gym.protocol.json_default`: numpy scalars/arrays,
+    pydantic models, bytes, sets); anything else as its (safe, bounded) text."""
     try:
-        if hasattr(o, "model_dump"):
-            return o.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if hasattr(o, "tolist"):
-            return o.tolist()
-        if isinstance(o, (bytes, bytearray)):
-            return o.decode("utf-8", errors="replace")
-        if isinstance(o, (set, frozenset, tuple)):
-            return list(o)
-        return str(o)
+        return json_default(o)
     except Exception:  # noqa: BLE001 - a hostile __str__/model_dump: record what we can say about it
         return safe_text(o)
 
@@ -263,12 +256,6 @@ def dumps(obj: Any) -> str:
         return _json_dumps(obj)
     except Exception as exc:  # noqa: BLE001 - e.g. RecursionError on a stack already deep: the whole value
         return orjson.dumps(unencodable(f"{type(exc).__name__} while encoding")).decode()
-
-
-def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
-    """A 16-hex-digit fingerprint of a list of tool schemas (same recipe as :func:`mcp_gym.host.catalogue_hash`)."""
-    blob = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=_fallback)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

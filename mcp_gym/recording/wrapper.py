@@ -21,6 +21,7 @@ import gymnasium as gym
 
 from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
+from mcp_gym.protocol import ToolCallError
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
 
@@ -39,7 +40,7 @@ _COLUMN_KEYS = frozenset(
 _SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool": None,
                                  "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
                                  "output_schema": None, "annotations": {}}
-"""The built-in ``submit`` tool in the form of :func:`mcp_gym.host.tool_schema`."""
+"""The built-in ``submit`` tool in the form of :func:`mcp_gym.client.host.tool_schema`."""
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -58,6 +59,23 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         policy: Name of the acting policy/model (per episode: ``reset(options={"policy": ...})``).
         metadata: JSON-able dict stored with every episode (merged with per-episode ``options["metadata"]``).
         **writer_options: Options of the process's shared :class:`TrajectoryWriter` for ``path`` (first use wins).
+
+    Example (record the reference solution of a bundled task, then read the run back)::
+
+    >>> import tempfile
+    >>> from mcp_gym import RecordTrajectories, make_env, recording
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> env = RecordTrajectories(make_env("Counter"), f"{tmp.name}/run", policy="oracle")
+    >>> obs, info = env.reset(seed=0)
+    >>> for call in env.unwrapped.task.solution:
+    ...     obs, reward, terminated, truncated, info = env.step(call)
+    ...     if terminated:
+    ...         break
+    >>> env.close()
+    >>> episodes = recording.load(f"{tmp.name}/run").episodes
+    >>> episodes.num_rows, episodes[0]["policy"], episodes[0]["success"]
+    (1, 'oracle', True)
+    >>> tmp.cleanup()
     """
 
     def __init__(
@@ -210,9 +228,11 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         except Exception as exc:  # noqa: BLE001 - a step the recorder cannot take apart is still a step
             gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
                             f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
-            marker = unencodable(f"{type(exc).__name__} while recording the step")
+            reason = f"{type(exc).__name__} while recording the step"
             error = info.get("error") if isinstance(info, dict) else None
-            ep.add_step(None, marker, is_error=True, error=error if isinstance(error, dict) else marker,
+            if not isinstance(error, dict):
+                error = ToolCallError("unrecordable", f"step {ep.length} could not be recorded: {reason}").as_dict()
+            ep.add_step(None, unencodable(reason), is_error=True, error=error,
                         reward=_float_or_none(reward), terminated=terminated, truncated=truncated, timestamp=t0)
         if terminated or truncated:
             get = info.get if isinstance(info, Mapping) else {}.get
