@@ -31,7 +31,7 @@ from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers
 from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, ToolCallError
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
-from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
+from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
 
 __all__ = [
@@ -492,10 +492,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 raise InvalidAction(err)
             return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
         self.steps += 1
-        name = action.get("tool") if isinstance(action, Mapping) else None
-        if name == "submit" and "submit" not in self.host.catalogue:
+        problem = self.action_space.validation_error(action)  # never raises, whatever the action holds
+        name = dict.get(action, "tool") if isinstance(action, dict) else None  # dict.get: not a subclass's get
+        if name.__class__ is str and name == "submit" and "submit" not in self.host.catalogue:
             return await self._submit(action)
-        problem = self.action_space.validation_error(action)
         if problem is not None:
             entry = self.host.resolve(problem.tool) if problem.tool else None
             err = ToolCallError(problem.kind, problem.message, tool=problem.tool,
@@ -577,9 +577,34 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         state = await self._state_snapshot()
         return float(self.verifier(self.task, answer, state))
 
+    def _submit_problem(self, action: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
+        (or absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
+        args = dict.get(action, "arguments")  # type: ignore[arg-type]  # the action is a dict (maybe a subclass)
+        problem: ActionError | None = None
+        if args is not None and not isinstance(args, dict):
+            problem = ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON "
+                                  f"object) such as {{\"answer\": \"...\"}}, got {type(args).__name__}")
+        elif len(action) > 2 or not all(isinstance(k, str) and k in ("tool", "arguments") for k in action):
+            problem = self.action_space.validation_error(action)
+        elif args is not None:
+            problem = json_error(tool="submit", arguments=args, max_bytes=self.action_space.max_argument_bytes)
+        if problem is None:
+            return None
+        return ToolCallError(problem.kind, problem.message, tool="submit", argument=problem.argument).as_dict()
+
     async def _submit(self, action: Mapping[str, Any]) -> tuple[dict, float, bool, bool, dict]:
-        args = action.get("arguments")
-        answer = args.get("answer") if isinstance(args, Mapping) else None
+        try:
+            problem = self._submit_problem(action)
+        except Exception as exc:  # noqa: BLE001 - e.g. a dict subclass whose methods raise
+            problem = ToolCallError("malformed", f"the action could not be inspected: {type(exc).__name__} while "
+                                    "reading it", tool="submit").as_dict()
+        if problem is not None:
+            if self.strict:
+                raise InvalidAction(problem)
+            return await self._finish_step(None, "submit", {}, problem)
+        args = dict.get(action, "arguments")  # type: ignore[arg-type]
+        answer = dict.get(args, "answer") if isinstance(args, dict) else None
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
         error = None
