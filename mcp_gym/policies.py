@@ -325,9 +325,14 @@ class HFPolicy(ChatPolicy):
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         """The prompt text of a request: the messages and tools through the chat template, with the generation
-        prompt."""
-        return self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
-                                                  chat_template=self.chat_template)
+        prompt (raises ``ValueError`` if the template leaves a tool out)."""
+        prompt = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                                    chat_template=self.chat_template)
+        missing = [t["function"]["name"] for t in tools if t["function"]["name"] not in prompt]
+        if missing:  # a template without tool support would leave the model blind to its tools
+            raise ValueError(f"policy=hf: the chat template does not render the tools {missing} (use a template with "
+                             "tool support, e.g. chat_template=...)")
+        return prompt
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> ParseResult:
         """Generate the next reply in a worker thread and parse it."""

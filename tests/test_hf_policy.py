@@ -161,3 +161,11 @@ def test_hf_policy_from_a_directory_and_the_cli(tokenizer: Any, tmp_path: Path) 
     summary = json.loads((out / "report" / "results.json").read_text())["summary"]
     assert summary["episodes"] == 2
     assert set(load(out).episodes["policy"]) == {"hf:tiny-qwen"}
+
+
+def test_a_template_without_tools_is_refused(tokenizer: Any) -> None:
+    plain = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    policy = HFPolicy(tiny_model(tokenizer), tokenizer, chat_template=plain, max_new_tokens=2)
+    tools = [{"type": "function", "function": {"name": "add", "description": "", "parameters": {"type": "object"}}}]
+    with pytest.raises(ValueError, match=r"does not render the tools \['add'\]"):
+        policy.render([{"role": "user", "content": "hi"}], tools)
