@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import mcp.types as mt
+import orjson
 import pyarrow as pa
 from pydantic import TypeAdapter
 
@@ -379,8 +380,25 @@ def _assistant_content(step: Mapping[str, Any], opts: ExportOptions) -> str:
     return opts.assistant_text(raw) if opts.assistant_text is not None else ""
 
 
-def _resources(step: Mapping[str, Any]) -> dict[str, str]:
-    return json.loads(step["resources"]) if step["resources"] else {}
+def _loads(text: str) -> Any:
+    """JSON of a recorded column: orjson, else the standard library (integers beyond 64 bits)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+class _Resources:
+    """Decodes the steps' ``resources`` JSON, once per distinct value in a row (it rarely changes between steps)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[str | None, dict[str, str]] = (None, {})
+
+    def __call__(self, step: Mapping[str, Any]) -> dict[str, str]:
+        text = step["resources"]
+        if text != self.last[0]:
+            self.last = (text, _loads(text) if text else {})
+        return self.last[1]
 
 
 def _conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts: ExportOptions) -> list[dict]:
@@ -390,6 +408,7 @@ def _conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opt
     initial = initial if isinstance(initial, dict) else {}
     task = ep["task_prompt"] if ep["task_prompt"] is not None else str(initial.get("task") or "")
     view = ChatView(task, initial.get("resources") or {}, system_prompt=opts.system_prompt)
+    _resources = _Resources()
     groups = _turns(steps)
     for k, group in enumerate(groups):
         last = k == len(groups) - 1
@@ -400,7 +419,7 @@ def _conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opt
             if not last:
                 view.no_call(first["parse_status"], _resources(first))
             continue
-        calls = [ToolCall(s["tool"], json.loads(s["arguments"])) for s in group]
+        calls = [ToolCall(s["tool"], _loads(s["arguments"])) for s in group]
         if (last and opts.final_answer == "message" and [c.name for c in calls] == ["submit"]
                 and ep["final_answer"] is not None):
             view.messages.append({"role": "assistant",
