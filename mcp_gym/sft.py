@@ -406,7 +406,7 @@ def _conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opt
     final reply."""
     initial = json.loads(ep["initial_observation"]) if ep["initial_observation"] else {}
     initial = initial if isinstance(initial, dict) else {}
-    task = ep["task_prompt"] if ep["task_prompt"] is not None else str(initial.get("task") or "")
+    task = initial["task"] if isinstance(initial.get("task"), str) else (ep["task_prompt"] or "")  # as shown
     view = ChatView(task, initial.get("resources") or {}, system_prompt=opts.system_prompt)
     _resources = _Resources()
     groups = _turns(steps)

@@ -172,6 +172,8 @@ def test_export_equals_the_last_request_of_each_episode(name: str, tmp_path: Pat
         shapes |= {m["role"] for m in messages} | {"multi" for m in messages if len(m.get("tool_calls") or ()) > 1}
         shapes |= {"feedback" for m in messages[2:] if m["role"] == "user"}
     assert {"system", "user", "assistant", "tool", "feedback"} <= shapes  # every kind of turn was exercised
+    if len(script.tasks[2][1].solution) >= 3:  # variant 2 opens with two calls in one reply
+        assert "multi" in shapes
     if name == "Maze":
         assert "[resource maze://state]" in ds[0]["messages"][1]["content"]
 
@@ -287,3 +289,32 @@ def test_trl_adapter_renders_like_the_policy(tmp_path: Path) -> None:
         assert returns == tool_turns
     finally:
         env._close()
+
+
+def test_chat_view_rules() -> None:
+    view = chat.ChatView("Reach 3.", {"counter://state": "count=0"})
+    assert view.messages == [{"role": "system", "content": chat.DEFAULT_SYSTEM_PROMPT},
+                             {"role": "user", "content": "Reach 3.\n\n[resource counter://state]\ncount=0"}]
+    assert view.reply("Thinking.", []) == []
+    view.no_call("invalid_json", {"counter://state": "count=0"})  # nothing changed: no resource block
+    ids = view.reply("", [parse_tool_calls(hermes(("add", {"amount": 3}), ("get_count", {}))).calls[i]
+                          for i in range(2)])
+    assert ids == ["call_1_0", "call_1_1"]
+    view.tool_result(ids[0], "add", "3", {"counter://state": "count=3"})
+    view.tool_result(ids[1], "get_count", "3", {"counter://state": "count=3"})
+    assert [m["content"] for m in view.messages[3:]] == [
+        "Error: a tool call in your reply is not valid JSON. Reply with a tool call from the tools you were given; "
+        "when the task is done, call `submit` with your final answer.",
+        "", "3\n\n[resource counter://state]\ncount=3", "3"]
+    assert view.wire()[4]["tool_calls"][0]["function"]["arguments"] == '{"amount": 3}'
+    assert view.messages[4]["tool_calls"][0]["function"]["arguments"] == {"amount": 3}
+    # submit is always offered, once (a server's own `submit` tool is the one the env routes to).
+    own = {"name": "submit", "description": "Server submit.", "input_schema": {"type": "object"}}
+    assert [t["function"]["name"] for t in chat.openai_tools([])] == ["submit"]
+    assert chat.openai_tools([own]) == [chat.openai_tool(own)]
+    env = make_env("Counter")
+    try:
+        env.reset(options={"task_id": "counter-0000"})
+        assert chat.env_tools(env) == env.openai_tools()
+    finally:
+        env.close()
