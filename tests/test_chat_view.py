@@ -318,3 +318,33 @@ def test_chat_view_rules() -> None:
         assert chat.env_tools(env) == env.openai_tools()
     finally:
         env.close()
+
+
+def test_a_killed_run_of_schema_1_0_still_loads(tmp_path: Path) -> None:
+    """Write-ahead-log frames written before the 1.1 columns existed read with nulls in them."""
+    import shutil
+
+    import pyarrow as pa
+
+    from mcp_gym.recording.reader import read_tables
+    from mcp_gym.recording.wal import WalFile
+
+    collect("Counter", tmp_path / "new")
+    steps, episodes = read_tables(tmp_path / "new")
+
+    def rows(table: pa.Table, width: int) -> list[tuple[Any, ...]]:
+        cols = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns[:width]]
+        return list(zip(*(c.to_pylist() for c in cols), strict=True))
+
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "new", old, ignore=shutil.ignore_patterns("*.parquet"))
+    (old / ".wal").mkdir(exist_ok=True)
+    wal = WalFile(old / ".wal" / "oldwriter-0.wal", fsync=False)
+    old_steps = rows(steps, steps.num_columns - 2)  # schema 1.0: no turn, assistant_content
+    for ep in rows(episodes, episodes.num_columns):
+        wal.append((ep, [s for s in old_steps if s[0] == ep[0]]))
+    wal.close()
+    rec = load(old)
+    assert sorted(rec.episodes["episode_id"]) == sorted(episodes.column("episode_id").to_pylist())
+    assert len(rec.steps) == steps.num_rows and set(rec.steps["turn"]) == {None}
+    assert len(sft.build(old, success_only=False, drop_errors=False)) == TASKS_PER_ENV
