@@ -151,6 +151,8 @@ def test_hf_policy_from_a_directory_and_the_cli(tokenizer: Any, tmp_path: Path) 
     tokenizer.save_pretrained(model_dir)
     policy = make_policy("hf", model=str(model_dir), max_new_tokens=4, temperature=0.7)
     assert policy.name == "hf:tiny-qwen"
+    request = ([{"role": "user", "content": "Reach 4."}], [])
+    assert policy.generate(*request, seed=3) == policy.generate(*request, seed=3)  # sampling seeded per reply
     with pytest.raises(FileNotFoundError, match="nothing is downloaded"):
         make_policy("hf", model=str(tmp_path / "missing"))
     out = tmp_path / "eval"
