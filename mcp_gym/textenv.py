@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, env_tools, render_resources
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, call_id, env_tools, render_resources
 from mcp_gym.env import MCPEnv
 from mcp_gym.parsing import ParseResult, parse_message, parse_tool_calls
 from mcp_gym.tasks import Task
@@ -144,10 +144,11 @@ def parse_model_output(output: str | Mapping[str, Any]) -> tuple[str, list[dict[
     """``(content, tool_calls, parse_status, parse_error)`` of one model output (text or an assistant message).
 
     Uses :func:`mcp_gym.parsing.parse_tool_calls` / :func:`~mcp_gym.parsing.parse_message`; the calls come back in
-    OpenAI form with ``arguments`` as a dict (the canonical message format of mcp-gym's SFT export). Never raises.
+    OpenAI form with ``arguments`` as a dict (the chat view's message format), ids ``call_<turn>_<i>`` of ``turn``
+    0 (:func:`mcp_gym.chat.call_id`). Never raises.
     """
     res = _parse(output)
-    calls = [{"id": c.id or f"call_{k}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+    calls = [{"id": call_id(0, k), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
              for k, c in enumerate(res.calls)]
     return res.content, calls, res.status, res.error
 
