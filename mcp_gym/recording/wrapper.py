@@ -224,7 +224,7 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         if ep is None or ep.done:
             return
         try:
-            self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+            self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, extras)
         except Exception as exc:  # noqa: BLE001 - a step the recorder cannot take apart is still a step
             gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
                             f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
@@ -249,7 +249,7 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
 
     def _add_step(
         self, ep: EpisodeRecorder, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
-        info: dict[str, Any], t0: float, raw_text: str | None, parse_status: str | None,
+        info: dict[str, Any], t0: float, extras: Mapping[str, Any],
     ) -> None:
         get = info.get
         if action.__class__ is dict:
