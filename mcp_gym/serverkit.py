@@ -18,12 +18,14 @@ Conventions an env server follows (all implemented here):
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import (
@@ -78,6 +80,9 @@ class EpisodeServer(Generic[S]):
         instructions: Instructions for the LLM reading this server.
         max_episodes: Most episodes kept; the least recently used is dropped beyond it (bounded memory).
         on_reset: Optional ``(state) -> Any`` whose result is returned by the reset tool (e.g. an intro text).
+        preflight: Optional check run (on a worker thread) whenever the server starts serving: a stdio or HTTP
+            process at start-up, an in-process server at each client connection. Raising refuses to start, with the
+            exception's message (e.g. the Code server without an OS sandbox).
     """
 
     def __init__(
@@ -90,9 +95,12 @@ class EpisodeServer(Generic[S]):
         instructions: str | None = None,
         max_episodes: int = 4096,
         on_reset: Callable[[S], Any] | None = None,
+        preflight: Callable[[], None] | None = None,
     ) -> None:
+        self._preflight = preflight
         self.mcp = MCPServer(
-            name, version=version, instructions=instructions, log_level="WARNING", middleware=[self._middleware]
+            name, version=version, instructions=instructions, log_level="WARNING", middleware=[self._middleware],
+            lifespan=self._lifespan if preflight is not None else None,
         )
         self._new_state = new_state
         self._snapshot = snapshot
@@ -102,6 +110,16 @@ class EpisodeServer(Generic[S]):
         self._gated: set[str] = set()
         self._register_hidden_tools()
         self._accept_legacy_subscriptions()
+
+    def preflight(self) -> None:
+        """Run the server's start-up check (see ``preflight=``); raises if the server must not start."""
+        if self._preflight is not None:
+            self._preflight()
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Any) -> AsyncIterator[dict[str, Any]]:
+        await anyio.to_thread.run_sync(self.preflight)
+        yield {}
 
     # -- episodes -----------------------------------------------------------------------------------------------
     def _episode(self) -> _Episode[S]:
