@@ -10,7 +10,7 @@ only reports what the function returned: the expected outputs never reach the ch
 process by :func:`detect_isolation`:
 
 * its own user, PID, network, mount, IPC, UTS and cgroup namespaces; no capabilities, ``no_new_privs``, no nested
-  user namespaces, uid 65534 inside. No network at all (only a downed loopback: even ``127.0.0.1`` is unreachable);
+  user namespaces, uid 65534 inside. No network (only its own loopback: the host's ``127.0.0.1`` is unreachable);
   it sees only its own processes, so it can neither signal the server or trainer (``os.getppid()`` is the namespace's
   init) nor anything else on the host;
 * a new, read-only root with only ``/usr``, ``/lib*``, the Python installation (with every ``site-packages`` and the
