@@ -9,6 +9,7 @@ import sqlite3
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from test_server_notes import call, episode, serve_http, state_of, stdio_params,
 
 from mcp_gym.envs import sql as env
 from mcp_gym.servers._common import submitted_answer
-from mcp_gym.servers.sql import MAX_ROWS, execute, fingerprint, new_state, server
+from mcp_gym.servers.sql import MAX_ROWS, MAX_TRIM_CHARS, MAX_VALUE_BYTES, execute, fingerprint, new_state, server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio
@@ -251,7 +252,8 @@ def test_guard_holds_even_without_the_text_checks() -> None:
 
 async def test_recursive_cte_bomb_times_out_and_server_stays_responsive() -> None:
     bomb = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
-    cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d"
+    # ~7 x 10^11 rows: no machine counts them within the limit (four tables, 8 x 10^7 rows, once finished in 1 s)
+    cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d, orders e, orders f"
     async with Client(server.mcp, cache=None) as client:
         await call(client, "bomb", "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
         before = await _guarded(client, "bomb")
@@ -272,6 +274,59 @@ async def test_recursive_cte_bomb_times_out_and_server_stays_responsive() -> Non
                                               "SELECT x FROM r")
         assert endless.structured_content["truncated"] is True  # only MAX_ROWS rows are ever fetched
         assert await _guarded(client, "bomb") == before
+
+
+FUNCTION_BOMBS = [  # each ran for seconds inside one SQLite instruction, out of reach of the time limit
+    "SELECT printf('%.*c', 2147483647, 'x')",
+    "SELECT length(format('%!.*c', 2147483647, 'x'))",
+    "SELECT printf(CAST('%.*c' AS BLOB), '2147483647 apples', 'x')",
+    "SELECT printf('%2147483647d', 1)",
+    f"SELECT trim('b', printf('%.*c', {MAX_TRIM_CHARS + 1}, 'a'))",
+    f"SELECT length(printf('%.*c', {MAX_VALUE_BYTES // 2 + 1}, 'a') || printf('%.*c', {MAX_VALUE_BYTES // 2}, 'a'))",
+]
+
+
+async def test_function_bombs_fail_fast_and_other_episodes_are_served() -> None:
+    task = env.generate_tasks(0)[0]
+    bomb_errors: list[str] = []
+    async with Client(server.mcp, cache=None) as client:
+        for ep in ("attacker", "victim"):
+            await call(client, ep, "mcp_gym_reset", {"task_id": task.id})
+
+        async def attacker() -> None:
+            for sql in FUNCTION_BOMBS * 3:
+                res = await query(client, "attacker", sql)
+                assert res.is_error, (sql, res.content)
+                bomb_errors.append(res.content[0].text)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(attacker)
+            for _ in range(20):
+                res = await query(client, "victim", "SELECT 1")
+                assert not res.is_error and res.structured_content["rows"] == [[1]], res.content
+    assert len(bomb_errors) == 4 * 3 * len(FUNCTION_BOMBS)
+    assert all("too big" in text or "over the limit" in text for text in bomb_errors), set(bomb_errors)
+
+
+async def test_one_episode_holds_at_most_one_worker_thread() -> None:
+    endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    async with Client(server.mcp, cache=None) as client:
+        await call(client, "greedy", "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
+        results: list[Any] = []
+
+        async def greedy() -> None:
+            results.append(await query(client, "greedy", endless))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(greedy)
+            await anyio.sleep(0.2)  # the six calls have all reached the server
+            assert limiter.borrowed_tokens <= 1  # queued on the episode's turn, not each parked on a worker thread
+            res = await query(client, "other", "SELECT 1")
+            assert not res.is_error
+    assert len(results) == 6 and all("ran longer than" in r.content[0].text for r in results)
 
 
 _TOKENS = ["SELECT", "*", "1", "FROM", "orders", "customers", ";", "DELETE", "DROP", "TABLE", "INSERT", "INTO",
