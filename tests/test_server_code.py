@@ -190,7 +190,8 @@ async def test_file_tools() -> None:
         assert missing.is_error and "No file 'nope.py'" in missing.content[0].text
         uses_helper = "from pkg.util import X\n\ndef sum_above(xs):\n    return sum(x for x in xs if x > -3) + X - 2\n"
         assert (await run_code(client, "f", SUM_ABOVE, uses_helper, reset=False))["passed"] == 10
-        none = await call(client, "n", "run_tests")  # plain default episode, nothing written
+        await call(client, "n", "mcp_gym_reset", {"task_id": SUM_ABOVE.id})
+        none = await call(client, "n", "run_tests")  # nothing written
         assert none.structured_content["passed"] == 0 and "not found" in none.structured_content["output"]
 
 

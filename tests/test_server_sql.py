@@ -255,7 +255,8 @@ async def test_recursive_cte_bomb_times_out_and_server_stays_responsive() -> Non
     # ~7 x 10^11 rows: no machine counts them within the limit (four tables, 8 x 10^7 rows, once finished in 1 s)
     cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d, orders e, orders f"
     async with Client(server.mcp, cache=None) as client:
-        await call(client, "bomb", "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
+        for ep in ("bomb", "other"):
+            await call(client, ep, "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
         before = await _guarded(client, "bomb")
         for sql in (bomb, cross):
             finished: list[Any] = []
@@ -313,7 +314,8 @@ async def test_one_episode_holds_at_most_one_worker_thread() -> None:
     endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
     limiter = anyio.to_thread.current_default_thread_limiter()
     async with Client(server.mcp, cache=None) as client:
-        await call(client, "greedy", "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
+        for ep in ("greedy", "other"):
+            await call(client, ep, "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
         results: list[Any] = []
 
         async def greedy() -> None:
@@ -327,6 +329,37 @@ async def test_one_episode_holds_at_most_one_worker_thread() -> None:
             res = await query(client, "other", "SELECT 1")
             assert not res.is_error
     assert len(results) == 6 and all("ran longer than" in r.content[0].text for r in results)
+
+
+async def test_beyond_capacity_no_episode_is_served_a_wrong_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for 3 episodes, 5 live ones: the 2 least recently used are dropped and then refused with a clear
+    error; the others keep querying their own database. Before, every dropped episode silently got a fresh default
+    database and its queries answered from it."""
+    monkeypatch.setattr(server, "_max_episodes", 3)
+    tasks = [t for t in env.generate_tasks(0) if t.id not in {"sql-0000"}][:5]
+    counts = [expected_row_counts(t)["orders"] for t in tasks]
+    assert len(set(counts)) > 1  # the databases differ, so a wrong one would show
+    count = "SELECT COUNT(*) FROM orders"
+    async with Client(server.mcp, cache=None) as client:
+        for i, task in enumerate(tasks):
+            await call(client, f"cap-{i}", "mcp_gym_reset", {"task_id": task.id})
+        assert server.episode_count <= 3
+        for i in range(5):
+            res = await query(client, f"cap-{i}", count)
+            if i < 2:
+                text = res.content[0].text
+                assert res.is_error and "evicted" in text and "max_episodes" in text and "3" in text, text
+            else:
+                assert not res.is_error and res.structured_content["rows"] == [[counts[i]]]
+        state = await call(client, "cap-0", "mcp_gym_state")
+        assert state.is_error and "evicted" in state.content[0].text  # the verifier sees no made-up state either
+        ghost = await query(client, "never-reset", count)
+        assert ghost.is_error and "never reset" in ghost.content[0].text
+        await call(client, "cap-0", "mcp_gym_reset", {"task_id": tasks[0].id})  # a reset starts it again
+        again = await query(client, "cap-0", count)
+        assert not again.is_error and again.structured_content["rows"] == [[counts[0]]]
+        plain = await client.call_tool("list_tables", {})  # a plain client (no episode id): the default episode
+        assert not plain.is_error
 
 
 _TOKENS = ["SELECT", "*", "1", "FROM", "orders", "customers", ";", "DELETE", "DROP", "TABLE", "INSERT", "INTO",
