@@ -5,6 +5,7 @@ output)."""
 from __future__ import annotations
 
 import random
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from test_server_notes import call, episode, serve_http, state_of, stdio_params,
 
 from mcp_gym.envs import code as env
 from mcp_gym.servers._common import split_of, submitted_answer
-from mcp_gym.servers._sandbox import Limits
+from mcp_gym.servers._sandbox import Limits, run_function_tests
 from mcp_gym.servers.code import LIMITS, server
 from mcp_gym.tasks import Task
 
@@ -227,9 +228,20 @@ async def test_infinite_loops_are_stopped_and_server_stays_responsive() -> None:
             await anyio.sleep(0.5)
             await call(client, "other", "list_files")
             assert not results, "another episode was served only after the runaway runs ended"
-    assert results["stubborn"]["passed"] == 0 and "CPU time limit of 5 s exceeded" in results["stubborn"]["output"]
+    stopped = results["stubborn"]["output"]  # by its CPU limit, or on a loaded machine by the wall-clock one first
+    assert results["stubborn"]["passed"] == 0
+    assert "CPU time limit of 5 s exceeded" in stopped or "wall-clock limit of 10 s exceeded" in stopped, stopped
     assert results["hangs"]["passed"] == 9
     assert "test 1: TimeoutError: test took longer than 2 s" in results["hangs"]["output"]
+
+
+async def test_cpu_limit_stops_a_loop_that_swallows_every_exception() -> None:
+    """The CPU limit itself, with a wall-clock limit no loaded machine reaches first."""
+    stubborn = sum_above("while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n"
+                         "        pass")
+    limits = Limits(cpu_seconds=1, wall_seconds=600.0, test_seconds=600.0)
+    run = await run_function_tests({"solution.py": stubborn}, "solution", "sum_above", [[[1]]], limits)
+    assert run.killed == f"signal {int(signal.SIGXCPU)}" and "CPU time limit of 1 s exceeded" in run.output
 
 
 async def test_memory_bomb_fails_with_memory_error() -> None:
