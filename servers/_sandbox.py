@@ -273,7 +273,8 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _hidden_dirs() -> list[str]:
+@functools.cache
+def _hidden_dirs() -> tuple[str, ...]:
     """Directories that must not be readable inside the sandbox although a parent is mounted: every site-packages
     (third-party code, and mcp_gym itself when installed) and the mcp_gym packages (task generators, hidden tests)."""
     dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
@@ -283,7 +284,7 @@ def _hidden_dirs() -> list[str]:
         with contextlib.suppress(ImportError, ValueError):
             spec = importlib.util.find_spec(name)
             dirs |= set(spec.submodule_search_locations or ()) if spec else set()
-    return sorted({os.path.realpath(d) for d in dirs if d and os.path.isdir(d)})
+    return tuple(sorted({os.path.realpath(d) for d in dirs if d and os.path.isdir(d)}))
 
 
 def bwrap_args(bwrap: str, limits: Limits) -> list[str]:
@@ -512,9 +513,11 @@ async def run_function_tests(
         return RunResult(fatal=str(e))
     result = RunResult()
     async with _run_slots():
-        with tempfile.TemporaryDirectory(prefix="mcp-gym-code-", ignore_cleanup_errors=True) as tmp:
+        unsafe = isolation.mechanism != "bwrap"  # only then the workspace is a host directory
+        workdir = tempfile.TemporaryDirectory(prefix="mcp-gym-code-", ignore_cleanup_errors=True) if unsafe else None
+        with workdir or contextlib.nullcontext():
             channel, output = _Capture(limits.output_bytes), _Capture(limits.keep_output_chars)
-            run = await _start(isolation, limits, tmp)
+            run = await _start(isolation, limits, workdir.name if workdir else "/")
             try:
                 await run.watch_namespace(limits.wall_seconds)
                 result.killed = await _supervise(run, json.dumps(config).encode(), channel, output, limits)
