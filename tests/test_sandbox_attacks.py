@@ -25,10 +25,10 @@ from mcp import Client
 from test_server_notes import call, stdio_params
 
 import mcp_gym
-import mcp_gym.servers.code as code_server
-from mcp_gym.envs import code as env
-from mcp_gym.servers._sandbox import SANDBOX_ENV, detect_isolation
-from mcp_gym.servers.code import server
+import mcp_gym.envs.code.server as code_server
+from mcp_gym.envs.code import tasks as env
+from mcp_gym.envs.code._sandbox import SANDBOX_ENV, Limits, bwrap_args, detect_isolation
+from mcp_gym.envs.code.server import server
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[1]
@@ -153,6 +153,7 @@ attempt("workspace", lambda: open("scratch.txt", "w").write("fine"))
 
 
 async def test_secrets_are_unreadable(transport: str) -> None:
+    assert Path(env.__file__).parts[-4:] == ("mcp_gym", "envs", "code", "tasks.py")
     secrets = {
         "generator": env.__file__,  # the task generator: references and hidden tests
         "server": code_server.__file__,
@@ -175,6 +176,25 @@ async def test_secrets_are_unreadable(transport: str) -> None:
     expected = {name: "DENIED" for name in secrets} | {f"ctypes_{name}": "DENIED" for name in secrets}
     assert outcomes(report["output"]) == expected | {"stdlib": "DONE"}, report["output"]
     assert report["passed"] == 10
+
+
+def test_package_is_hidden_where_its_parent_is_mounted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if mcp_gym lay inside the mounted Python installation (a non-editable install): the checkout is mounted,
+    but the package (with every ``envs/<env>/tasks.py``) and the site-packages in it are empty."""
+    monkeypatch.setattr(sys, "base_prefix", str(REPO))
+    isolation = detect_isolation()
+    assert isolation.bwrap is not None
+    program = "import os\nfor p in map(os.fsdecode, os.sys.argv[1:]):\n    try:\n        open(p, 'rb').read(1)\n"
+    program += "        print('DONE', p)\n    except OSError as e:\n        print('DENIED', p, e)\n"
+    from mcp_gym.envs.sql import tasks as sql_tasks
+
+    hidden = [env.__file__, sql_tasks.__file__, mcp_gym.__file__, gymnasium.__file__]
+    cmd = [*bwrap_args(isolation.bwrap, Limits()), "--", os.path.realpath(sys.executable), "-I", "-S", "-c", program,
+           str(REPO / "README.md"), *hidden]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd="/", env={})
+    assert done.returncode == 0, done.stderr
+    found = {line.split(" ", 2)[1]: line.split(" ", 1)[0] for line in done.stdout.splitlines()}
+    assert found == {str(REPO / "README.md"): "DONE"} | {p: "DENIED" for p in hidden}, done.stdout
 
 
 # -- processes ---------------------------------------------------------------------------------------------------
@@ -265,7 +285,7 @@ def test_server_refuses_to_start_without_an_os_sandbox(tmp_path: Path) -> None:
     failing = tmp_path / "bwrap"  # a bubblewrap that cannot create namespaces (as with user namespaces disabled)
     failing.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     failing.chmod(0o755)
-    cmd = [sys.executable, "-m", "mcp_gym.servers.code"]
+    cmd = [sys.executable, "-m", "mcp_gym.envs.code.server"]
     base = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     for path, reason in [(str(tmp_path / "empty"), "bubblewrap (bwrap) is not installed"),
                          (str(tmp_path), "No permissions to create new namespace")]:

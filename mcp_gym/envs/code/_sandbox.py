@@ -276,15 +276,16 @@ def _under(path: str, roots: Sequence[str]) -> bool:
 @functools.cache
 def _hidden_dirs() -> tuple[str, ...]:
     """Directories that must not be readable inside the sandbox although a parent is mounted: every site-packages
-    (third-party code, and mcp_gym itself when installed) and the mcp_gym packages (task generators, hidden tests)."""
+    (third-party code, and mcp_gym itself when installed) and the mcp_gym package (its ``envs/<env>/tasks.py`` task
+    generators and hidden tests). Only the outermost of nested ones (bubblewrap cannot mount in a read-only tmpfs)."""
     dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
     dirs |= {sysconfig.get_path(k) for k in ("purelib", "platlib")}
     dirs |= {p for p in sys.path if "-packages" in p}
-    for name in ("mcp_gym", "mcp_gym.envs", "mcp_gym.servers"):
-        with contextlib.suppress(ImportError, ValueError):
-            spec = importlib.util.find_spec(name)
-            dirs |= set(spec.submodule_search_locations or ()) if spec else set()
-    return tuple(sorted({os.path.realpath(d) for d in dirs if d and os.path.isdir(d)}))
+    with contextlib.suppress(ImportError, ValueError):
+        spec = importlib.util.find_spec("mcp_gym")
+        dirs |= set(spec.submodule_search_locations or ()) if spec else set()
+    found = sorted({os.path.realpath(d) for d in dirs if d and os.path.isdir(d)})
+    return tuple(d for d in found if not _under(d, [o for o in found if o != d]))
 
 
 def bwrap_args(bwrap: str, limits: Limits) -> list[str]:
