@@ -21,7 +21,8 @@ import gymnasium as gym
 
 from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
-from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
+from mcp_gym.protocol import ToolCallError
+from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
 
 __all__ = ["RecordTrajectories", "ACTION_EXTRA_KEYS", "RESET_OPTION_KEYS"]
@@ -40,6 +41,13 @@ _SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool"
                                  "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
                                  "output_schema": None, "annotations": {}}
 """The built-in ``submit`` tool in the form of :func:`mcp_gym.client.host.tool_schema`."""
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
@@ -143,7 +151,10 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
 
     @staticmethod
     def _split_action(action: Any) -> tuple[Any, str | None, str | None]:
-        clean, extras = split_action(action)
+        try:
+            clean, extras = split_action(action)
+        except Exception:  # noqa: BLE001 - a mapping that cannot be read: the env says what is wrong with it
+            return action, None, None
         return clean, extras.get("raw_text"), extras.get("parse_status")
 
     def _drop_unfinished(self) -> None:
@@ -212,10 +223,44 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         ep = self.episode
         if ep is None or ep.done:
             return
+        try:
+            self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+        except Exception as exc:  # noqa: BLE001 - a step the recorder cannot take apart is still a step
+            gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
+                            f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
+            reason = f"{type(exc).__name__} while recording the step"
+            error = info.get("error") if isinstance(info, dict) else None
+            if not isinstance(error, dict):
+                error = ToolCallError("unrecordable", f"step {ep.length} could not be recorded: {reason}").as_dict()
+            ep.add_step(None, unencodable(reason), is_error=True, error=error,
+                        reward=_float_or_none(reward), terminated=terminated, truncated=truncated, timestamp=t0)
+        if terminated or truncated:
+            get = info.get if isinstance(info, Mapping) else {}.get
+            summary = get("episode") or {}
+            if not isinstance(summary, Mapping):
+                summary = {}
+            ep.finish(
+                total_reward=_float_or_none(summary.get("return")),
+                success=get("success"),
+                termination=summary.get("termination") or ("terminated" if terminated else "truncated"),
+                final_answer=get("final_answer"),
+                catalogue_changes=self._catalogue_changes(),
+            )
+
+    def _add_step(
+        self, ep: EpisodeRecorder, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
+        info: dict[str, Any], t0: float, raw_text: str | None, parse_status: str | None,
+    ) -> None:
         get = info.get
-        if action.__class__ is dict or isinstance(action, Mapping):
+        if action.__class__ is dict:
             tool = get("tool") or action.get("tool")
             arguments = action.get("arguments")
+        elif isinstance(action, Mapping):
+            try:
+                tool = get("tool") or action.get("tool")
+                arguments = action.get("arguments")
+            except Exception as exc:  # noqa: BLE001 - a mapping whose methods raise
+                tool, arguments = get("tool"), unencodable(f"{type(exc).__name__} while reading the action")
         else:
             tool, arguments = get("tool"), action
         if obs.__class__ is dict or isinstance(obs, Mapping):
@@ -247,15 +292,6 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
             parse_status=parse_status,
             info={k: v for k, v in info.items() if k not in _COLUMN_KEYS},
         )
-        if terminated or truncated:
-            summary = info.get("episode") or {}
-            ep.finish(
-                total_reward=summary.get("return"),
-                success=info.get("success"),
-                termination=summary.get("termination") or ("terminated" if terminated else "truncated"),
-                final_answer=info.get("final_answer"),
-                catalogue_changes=self._catalogue_changes(),
-            )
 
     def _catalogue_changes(self) -> list[dict[str, Any]] | None:
         changes = getattr(self.env.unwrapped, "catalogue_changes", None)
