@@ -7,8 +7,8 @@ Without bubblewrap the server refuses to start unless ``MCP_GYM_CODE_SANDBOX=uns
 
 The workspace of an episode is kept in memory (at most :data:`MAX_FILES` files of :data:`MAX_FILE_CHARS` characters),
 so memory stays bounded, nothing leaks on disk when an episode is evicted, and the snapshot is self-contained. Each
-``run_tests`` call materialises it in a fresh temporary directory that is deleted afterwards. Paths are relative,
-normalised, and may not leave the workspace.
+``run_tests`` call materialises it in the sandbox's private tmpfs (unsafe mode: a temporary directory), gone
+after the run. Paths are relative, normalised, and may not leave the workspace.
 
 Grading: ``run_tests`` records ``{passed, failed, total, files_hash}`` as the episode's ``last_run``; the snapshot
 reports it with the current ``files_hash``; the verifier pays ``passed / total`` only if the two hashes match (the final
