@@ -48,7 +48,7 @@ __all__ = [
     "check_version",
 ]
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 """``major.minor`` of the file format. A minor bump only adds nullable columns (older files read with nulls); a major
 bump changes meaning, and readers refuse files of another major version."""
 
@@ -87,6 +87,11 @@ _STEP_FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("result_truncated", pa.bool_(), "content/structured_content were cut to the recording size limit."),
     ("result_bytes", pa.int64(), "Size in bytes of the result JSON before any truncation."),
     ("info", pa.string(), "JSON: the remaining step info (logs, progress, tools_changed, termination, ...)."),
+    # 1.1
+    ("turn", pa.int32(), "0-based index of the model reply the action came from (steps of one reply share it; null "
+     "if not from a model)."),
+    ("assistant_content", pa.string(), "The reply's own text as the chat view shows it back: content without "
+     "tool-call markup, or the whole text of a reply without a call (null if not from a model)."),
 ]
 
 _EPISODE_FIELDS: list[tuple[str, pa.DataType, str]] = [

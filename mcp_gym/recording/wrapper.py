@@ -4,8 +4,9 @@
     obs, info = env.reset(options={"episode_key": "counter-0003#0"})
     env.step({"tool": "add", "arguments": {"amount": 2}, "raw_text": "<tool_call>...", "parse_status": "ok"})
 
-Actions may carry ``raw_text`` (the model output the action was parsed from) and ``parse_status``; the wrapper records
-and strips them before the env sees the action. Reset options may carry ``policy``, ``episode_key`` and ``metadata``
+Actions may carry ``raw_text`` (the model output the action was parsed from), ``parse_status``, ``turn`` and
+``assistant_content`` (:data:`~mcp_gym.parsing.ACTION_EXTRA_KEYS`); the wrapper records and strips them before the env
+sees the action. Reset options may carry ``policy``, ``episode_key`` and ``metadata``
 (a JSON-able dict), also stripped. An episode is recorded when it terminates or is truncated; one cut short by
 ``reset``/``close`` is dropped.
 """
@@ -112,11 +113,11 @@ class RecordTrajectories(AsyncWrapper):
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step the env (without ``raw_text``/``parse_status``) and record the step."""
-        action, raw_text, parse_status = self._split_action(action)
+        """Step the env (without the action's extra keys) and record the step."""
+        action, extras = self._split_action(action)
         t0 = time.time()
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._record(action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+        self._record(action, obs, reward, terminated, truncated, info, t0, extras)
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
@@ -139,10 +140,10 @@ class RecordTrajectories(AsyncWrapper):
 
     async def astep(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Async :meth:`step`."""
-        action, raw_text, parse_status = self._split_action(action)
+        action, extras = self._split_action(action)
         t0 = time.time()
         obs, reward, terminated, truncated, info = await super().astep(action)
-        self._record(action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+        self._record(action, obs, reward, terminated, truncated, info, t0, extras)
         return obs, reward, terminated, truncated, info
 
     async def aclose(self) -> None:
@@ -162,12 +163,11 @@ class RecordTrajectories(AsyncWrapper):
         return {k: v for k, v in options.items() if k not in RESET_OPTION_KEYS}, extra
 
     @staticmethod
-    def _split_action(action: Any) -> tuple[Any, str | None, str | None]:
+    def _split_action(action: Any) -> tuple[Any, Mapping[str, Any]]:
         try:
-            clean, extras = split_action(action)
+            return split_action(action)
         except Exception:  # noqa: BLE001 - a mapping that cannot be read: the env says what is wrong with it
-            return action, None, None
-        return clean, extras.get("raw_text"), extras.get("parse_status")
+            return action, {}
 
     def _drop_unfinished(self) -> None:
         if self.episode is not None and not self.episode.done:
@@ -230,13 +230,13 @@ class RecordTrajectories(AsyncWrapper):
 
     def _record(
         self, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool, info: dict[str, Any],
-        t0: float, raw_text: str | None, parse_status: str | None,
+        t0: float, extras: Mapping[str, Any],
     ) -> None:
         ep = self.episode
         if ep is None or ep.done:
             return
         try:
-            self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+            self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, extras)
         except Exception as exc:  # noqa: BLE001 - a step the recorder cannot take apart is still a step
             gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
                             f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
@@ -261,7 +261,7 @@ class RecordTrajectories(AsyncWrapper):
 
     def _add_step(
         self, ep: EpisodeRecorder, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
-        info: dict[str, Any], t0: float, raw_text: str | None, parse_status: str | None,
+        info: dict[str, Any], t0: float, extras: Mapping[str, Any],
     ) -> None:
         get = info.get
         if action.__class__ is dict:
@@ -300,8 +300,10 @@ class RecordTrajectories(AsyncWrapper):
             timestamp=t0,
             observation=observation,
             resources=self._last_resources_json,
-            raw_text=raw_text,
-            parse_status=parse_status,
+            raw_text=extras.get("raw_text"),
+            parse_status=extras.get("parse_status"),
+            turn=extras.get("turn"),
+            assistant_content=extras.get("assistant_content"),
             info={k: v for k, v in info.items() if k not in _COLUMN_KEYS},
         )
 

@@ -155,6 +155,8 @@ class EpisodeRecorder:
         raw_text: str | None = None,
         parse_status: str | None = None,
         info: Mapping[str, Any] | None = None,
+        turn: int | None = None,
+        assistant_content: str | None = None,
     ) -> None:
         """Record one tool call.
 
@@ -206,6 +208,8 @@ class EpisodeRecorder:
             cut,
             size,
             dumps(info) if info is not None else None,
+            int(turn) if turn is not None else None,
+            _text(assistant_content),
         ))
 
     def catalogue_changed(self, tools: Sequence[Mapping[str, Any]], step_index: int | None = None) -> None:
