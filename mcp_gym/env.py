@@ -12,16 +12,22 @@ thread once it has one).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
+import anyio
 import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
 from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio, parse_server
+from mcp_gym.graders import Grade, GradeContext, GraderError, Grading
 from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.runtime import Runtime, default_runtime
@@ -115,6 +121,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         elicitation: Answers elicitation requests (default: decline).
         strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
         verifier: ``(task, answer, state) -> reward`` grading ``submit``; ``state`` is the servers' ``mcp_gym_state``.
+        grader: A grader spec or :class:`~mcp_gym.graders.Grading` (see :mod:`mcp_gym.graders`) grading every
+            episode's end; a task's own ``grader`` wins. Default (without ``verifier``): normalised exact match for
+            tasks with an ``answer``. The grade is ``info["grade"]``, its ``passed`` ``info["success"]``.
+        judge: Settings of LLM-judge graders (:class:`~mcp_gym.graders.JudgeSettings` fields).
         reward_fn: Per-step reward (default :class:`~mcp_gym.rewards.ConventionReward` with ``error_penalty``).
         error_penalty: Subtracted from the reward of a failed step (bad action, tool error, timeout, ...).
         reset_mode: ``auto`` (the server's hidden reset tool if it has one, else nothing), ``tool``, ``restart``
@@ -143,6 +153,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         elicitation: ElicitationFn | None = None,
         strict: bool = False,
         verifier: Verifier | None = None,
+        grader: Any = None,
+        judge: Mapping[str, Any] | None = None,
         reward_fn: RewardFn | None = None,
         error_penalty: float = 0.0,
         reset_mode: ResetMode = "auto",
@@ -163,6 +175,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.call_timeout = call_timeout
         self.strict = strict
         self.verifier = verifier
+        self.grading: Grading | None = grader if isinstance(grader, Grading) else (
+            Grading(grader, judge) if grader is not None or verifier is None else None)
         self.reward_fn: RewardFn = reward_fn or ConventionReward(error_penalty)
         self.error_penalty = error_penalty
         self.reset_mode: ResetMode = reset_mode
@@ -170,8 +184,15 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.success_threshold = success_threshold
         self.env_id = env_id
         self.render_mode = render_mode
+        self._templates = normalise_servers(servers)
+        self._templated = {a for a, sp in self._templates.items() if _mentions_workspace(sp)}
+        self.workspace: Path | None = None
+        """The current episode's workspace (a fresh directory when a server command line names ``{workspace}``)."""
+        self._transcript: list[dict[str, Any]] = []
+        self.grade: Grade | None = None
+        """The last episode's grade (``None`` until graded)."""
         self.host = MCPHost(
-            normalise_servers(servers),
+            self._templates,
             sampling=sampling,
             elicitation=elicitation,
             roots=roots,
@@ -220,8 +241,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return
         self._closed = True
         if self._rt.in_loop() or self._rt.closed:
+            self._drop_workspace()
             return
         self._rt.call(self.host.close)
+        self._drop_workspace()
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -240,6 +263,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not self._closed:
             self._closed = True
             await self._rt.acall(self.host.close)
+            self._drop_workspace()
 
     # -- public helpers -------------------------------------------------------------------------------------------
     @property
@@ -267,7 +291,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     async def _ensure_started(self) -> None:
         if not self._started:
             self._started = True
-            await self.host.start(self._rt.task_group)
+            if self._templated:  # servers naming {workspace} start at reset, in the episode's workspace
+                async with anyio.create_task_group() as tg:
+                    for alias, conn in self.host.connections.items():
+                        if alias not in self._templated:
+                            tg.start_soon(conn.start, self._rt.task_group)
+                await self.host.refresh_tools()
+            else:
+                await self.host.start(self._rt.task_group)
             self._sync_space()
 
     def _sync_space(self) -> bool:
@@ -300,7 +331,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.host.drain_logs()
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         self.host.episode_task, self.host.episode_seed = self.task.id, task_seed  # sent in _meta (cassette replay)
-        reset_errors = await self._reset_servers(task_seed)
+        self._transcript = []
+        self.grade = None
+        fresh = await self._prepare_episode_servers()
+        reset_errors = await self._reset_servers(task_seed, skip=fresh)
         await self.host.refresh_tools()
         self._sync_space()
         await self._setup_resources()
@@ -322,10 +356,50 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         }
         return obs, info
 
-    async def _reset_servers(self, seed: int) -> list[dict[str, Any]]:
+    def _drop_workspace(self) -> None:
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace = None
+
+    async def _prepare_episode_servers(self) -> set[str]:
+        """Per-task server set-up: a fresh workspace (the task's ``fixture`` copied in) when a server command line
+        names ``{workspace}``, the task's ``env`` variables; servers whose spec changes restart. Returns them."""
+        assert self.task is not None
+        task = self.task
+        self._drop_workspace()
+        if task.fixture and not self._templated:
+            raise ValueError(f"task '{task.id}' has a fixture but no server command line names {{workspace}}")
+        if self._templated:
+            self.workspace = Path(tempfile.mkdtemp(prefix="mcp-gym-ws-"))
+            if task.fixture:
+                fixture = Path(task.fixture)
+                if not fixture.is_dir():
+                    raise ValueError(f"task '{task.id}': fixture {fixture} is not a directory")
+                shutil.copytree(fixture, self.workspace, symlinks=True, dirs_exist_ok=True)
+        restarted: set[str] = set()
+        for alias, template in self._templates.items():
+            spec = _episode_spec(template, self.workspace, task.env)
+            conn = self.host.connections[alias]
+            if spec == conn.spec and alias not in self._templated:
+                continue
+            if getattr(conn, "_conn", None) is not None:  # a session shared by concurrent episodes (VectorMCPEnv)
+                raise ValueError(f"server '{alias}': per-episode set-up (workspace, task env) needs a session of its "
+                                 "own per episode; do not share sessions (share_servers=None)")
+            conn.spec = spec
+            await self.host.restart(alias, self._rt.task_group)
+            restarted.add(alias)
+        return restarted
+
+    async def _reset_servers(self, seed: int, skip: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
         errors: list[dict[str, Any]] = []
         assert self.task is not None
         for alias, conn in list(self.host.connections.items()):
+            if alias in skip:
+                if conn.status != "ready":
+                    errors.append({"kind": "server_failed", "tool": None, "server": alias, "argument": None,
+                                   "code": None, "message": f"server '{alias}' failed to start for this episode: "
+                                   f"{conn.error}"})
+                continue
             mode = self.reset_mode
             if conn.status != "ready" and mode != "none":
                 await self.host.restart(alias, self._rt.task_group)  # a dead server comes back next episode
@@ -470,6 +544,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             truncated, termination = True, "max_steps"
         self.episode_return += reward
         self.done = terminated or truncated
+        self._transcript.append({"tool": name if isinstance(name, str) else None, "arguments": arguments,
+                                 "result": text[:2000]})
         obs = self._obs(text)
         info = self._info(
             error=error,
@@ -487,7 +563,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         )
         if tools_changed or termination == "servers_dead":
             info["servers"] = self.host.server_info()
-        if terminated and self.verifier is not None and self.task is not None:
+        if self.done and self._grader() is not None:
+            await self._grade_episode(info, None)
+        elif terminated and self.verifier is not None and self.task is not None:
             try:
                 info["success"] = await self._grade(None) >= self.success_threshold
             except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
@@ -498,6 +576,82 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                     "kind": "verifier_error", "tool": None, "server": None, "argument": None, "code": None,
                     "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
         return obs, reward, terminated, truncated, info
+
+    def _grader(self) -> Any:
+        """The grader of the current task (``None``: the legacy ``verifier`` path, or ungraded)."""
+        if self.grading is None or self.task is None:
+            return None
+        try:
+            return self.grading.for_task(self.task)
+        except GraderError:
+            return True  # a task with a broken grader spec: _grade_episode reports it
+
+    @property
+    def graded(self) -> bool:
+        """Whether the current episode gets a success verdict (a verifier or a grader applies)."""
+        return self.verifier is not None if self.grading is None else self._grader() is not None
+
+    async def _grade_episode(self, info: dict[str, Any], answer: str | None) -> float:
+        """Grade the finished episode into ``info`` (``grade``, ``success``; ``error`` when grading failed); returns
+        the score (0 on failure)."""
+        assert self.task is not None and self.grading is not None
+        ctx = GradeContext(self.task, answer, self.workspace, list(self._transcript), self._state_snapshot,
+                           self._grader_call, self._grader_read)
+        try:
+            grader = self.grading.for_task(self.task)
+            assert grader is not None
+            grade = await grader.grade(ctx)
+        except Exception as e:  # noqa: BLE001 - grading must not crash the loop; the episode is ungraded
+            if self.strict:
+                raise
+            info["grade"], info["success"] = None, None
+            info["error"] = info.get("error") or {
+                "kind": "grader_error", "tool": None, "server": None, "argument": None, "code": None,
+                "message": f"grading failed on task '{self.task.id}': "
+                           + (str(e) if isinstance(e, GraderError) else f"{type(e).__name__}: {e}")}
+            return 0.0
+        self.grade = grade
+        info["grade"], info["success"] = grade.to_dict(), grade.passed
+        return grade.score
+
+    def _grader_alias(self, server: str | None) -> str:
+        if server is not None:
+            if server not in self.host.connections:
+                raise GraderError(f"no server '{server}' (servers: {', '.join(self.host.connections)})")
+            return server
+        if len(self.host.connections) != 1:
+            raise GraderError(f"several servers ({', '.join(self.host.connections)}): name one with server=")
+        return next(iter(self.host.connections))
+
+    async def _grader_call(self, server: str | None, tool: str, arguments: Mapping[str, Any]) -> Any:
+        alias = self._grader_alias(server)
+        out = await self.host.call_server(alias, tool, dict(arguments), timeout=self.call_timeout)
+        if out.error is not None:
+            raise GraderError(f"final call {tool} on server '{alias}' failed: {out.error['message']}")
+        assert out.result is not None
+        text = render_content(out.result.content)
+        if out.result.is_error:
+            raise GraderError(f"final call {tool} on server '{alias}' returned an error: {text[:300]}")
+        sc = out.result.structured_content
+        if sc is not None:
+            return sc
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    async def _grader_read(self, server: str | None, uri: str) -> Any:
+        alias = self._grader_alias(server)
+        conn = self.host.connections[alias]
+        try:
+            res = await conn.read_resource(uri, self.host.meta)
+        except (ConnectionLost, MCPError) as e:
+            raise GraderError(f"reading {uri} on server '{alias}' failed: {e}") from None
+        text = render_content([mt.EmbeddedResource(type="resource", resource=c) for c in res.contents])
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
 
     async def _grade(self, answer: str | None) -> float:
         """The verifier's score for the current server state (raises what the verifier raises)."""
@@ -512,7 +666,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
         error = None
         reward = 0.0
-        if self.verifier is not None and self.task is not None:
+        graded: dict[str, Any] = {}
+        if self._grader() is not None:
+            self.done = True
+            self._transcript.append({"tool": "submit", "arguments": {"answer": answer}, "result": ""})
+            reward = await self._grade_episode(graded, answer)
+            error = graded.pop("error", None)
+        elif self.verifier is not None and self.task is not None:
             try:
                 reward = await self._grade(answer)
             except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
@@ -523,11 +683,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.episode_return += reward
         self.done = True
         success = reward >= self.success_threshold if self.verifier is not None else None
+        if graded:
+            success = graded["success"]
         text = f"Submitted: {answer}" if answer is not None else "Submitted."
         obs = self._obs(text)
         info = self._info(error=error, tool="submit", server=None, server_tool=None, is_error=error is not None,
                           content=[], structured_content=None, duration=0.0, progress=[], termination="submit",
-                          final_answer=answer, success=success, verifier_reward=reward)
+                          final_answer=answer, success=success, verifier_reward=reward, **graded)
         return obs, reward, True, False, info
 
     async def _state_snapshot(self) -> dict[str, Any]:
@@ -568,3 +730,23 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             info["episode"] = {"return": self.episode_return, "length": self.steps,
                                "termination": kw.get("termination")}
         return info
+
+
+def _mentions_workspace(spec: ServerSpec) -> bool:
+    if isinstance(spec, Stdio):
+        return any("{workspace}" in str(x) for x in (*spec.args, *(spec.env or {}).values(), spec.cwd or ""))
+    return False
+
+
+def _episode_spec(spec: ServerSpec, workspace: Path | None, env: Mapping[str, str]) -> ServerSpec:
+    """``spec`` for one episode: ``{workspace}`` substituted in a stdio server's arguments, environment and working
+    directory, and the task's environment variables added."""
+    if not isinstance(spec, Stdio) or (workspace is None and not env):
+        return spec
+
+    def fill(x: str) -> str:
+        return x.replace("{workspace}", str(workspace)) if workspace is not None else x
+
+    merged = {k: fill(v) for k, v in {**(spec.env or {}), **dict(env)}.items()} if (spec.env or env) else None
+    return dataclasses.replace(spec, args=[fill(a) for a in spec.args], env=merged,
+                               cwd=fill(spec.cwd) if spec.cwd else None)
