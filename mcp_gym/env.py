@@ -684,7 +684,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.done = True
         success = reward >= self.success_threshold if self.verifier is not None else None
         if graded:
-            success = graded["success"]
+            success = graded.pop("success")
         text = f"Submitted: {answer}" if answer is not None else "Submitted."
         obs = self._obs(text)
         info = self._info(error=error, tool="submit", server=None, server_tool=None, is_error=error is not None,
