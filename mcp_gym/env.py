@@ -334,6 +334,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._transcript = []
         self.grade = None
         fresh = await self._prepare_episode_servers()
+        if self.workspace is not None:  # the agent, the reference solution and the graders see the real path
+            self.task = _fill_task(self.task, self.workspace)
         reset_errors = await self._reset_servers(task_seed, skip=fresh)
         await self.host.refresh_tools()
         self._sync_space()
@@ -750,3 +752,19 @@ def _episode_spec(spec: ServerSpec, workspace: Path | None, env: Mapping[str, st
     merged = {k: fill(v) for k, v in {**(spec.env or {}), **dict(env)}.items()} if (spec.env or env) else None
     return dataclasses.replace(spec, args=[fill(a) for a in spec.args], env=merged,
                                cwd=fill(spec.cwd) if spec.cwd else None)
+
+
+def _fill_task(task: Task, workspace: Path) -> Task:
+    """``task`` with ``{workspace}`` replaced in its prompt, reference solution, answer and data."""
+
+    def fill(v: Any) -> Any:
+        if isinstance(v, str):
+            return v.replace("{workspace}", str(workspace))
+        if isinstance(v, Mapping):
+            return {k: fill(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(fill(x) for x in v)
+        return v
+
+    return dataclasses.replace(task, prompt=fill(task.prompt), solution=fill(task.solution), answer=fill(task.answer),
+                               data=fill(dict(task.data)))

@@ -34,8 +34,9 @@ State checks read the world after the episode:
   ``ordered``). Defaults: the task's ``data["query"]`` / ``data["rows"]``.
 * ``mcp``: a final ``tool`` call (with ``arguments``) or ``resource`` read on the episode's own session (``server``:
   the alias, needed with several servers), its structured content or JSON text compared with ``equals``, ``contains``
-  (substrings of the text) or ``subset`` (every expected key/item present, recursively); ``path`` (JSONPath) selects
-  part of it first. Default expectation: the task's ``data["expect"]``.
+  (substrings of the text) or ``subset`` (every expected key/item present, recursively); ``path`` (JSONPath, via
+  ``jsonpath-ng``) selects part of it first: the list of matches for a path with ``*``, ``..``, a filter or a slice,
+  else the one matched value. Default expectation: the task's ``data["expect"]``.
 
 LLM judge: ``{"kind": "judge"}`` asks an OpenAI-compatible chat-completions endpoint (``base_url``, ``model``,
 ``api_key``; defaults from the env's ``judge`` settings) to grade the answer and the trajectory against the task's
@@ -576,7 +577,8 @@ class MCPGrader(Grader):
                 matches = [m.value for m in jsonpath(self.path).find(value)]
             except Exception as e:  # noqa: BLE001 - a bad path is the grader's configuration error
                 raise GraderError(f"mcp grader: bad path {self.path!r}: {e}") from None
-            value = matches[0] if len(matches) == 1 else matches
+            many = any(tok in self.path for tok in ("*", "[?", "..", ":", ","))
+            value = matches if many or len(matches) != 1 else matches[0]
             what += f" {self.path}"
         failed = []
         if "equals" in expect and not (expect["equals"] == value or (
