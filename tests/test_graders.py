@@ -510,3 +510,37 @@ def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert row is not None
     assert float(row.group(1)) == pytest.approx(oracle["success_rate"] * 100, abs=0.05)
     assert float(row.group(2)) == pytest.approx(rand["success_rate"] * 100, abs=0.05)
+
+
+def test_task_env_reaches_the_server(make_env: Callable[..., MCPEnv]) -> None:
+    tasks = [{"id": "with-env", "prompt": "x", "env": {"MCP_GYM_GREETING": "hello-from-the-task"},
+              "grader": {"kind": "mcp", "tool": "get-env", "contains": "hello-from-the-task"}},
+             {"id": "without", "prompt": "x",
+              "grader": {"kind": "mcp", "tool": "get-env", "contains": "hello-from-the-task"}}]
+    env = make_env({"everything": everything()}, tasks)
+    assert run(env, "with-env", [], "x")["success"] is True
+    assert run(env, "without", [], "x")["success"] is False  # the server restarted without the task's variable
+    assert run(env, "with-env", [], "x")["success"] is True
+
+
+def test_stateful_eval_cli_isolates_concurrent_episodes(tmp_path: Path) -> None:
+    """server-memory with {workspace}, 8 concurrent episodes and the default launcher (which shares sessions between
+    episodes otherwise): each episode sees only its own graph."""
+    tasks = tmp_path / "memory.jsonl"
+    rows = [{"id": f"remember-{i}", "prompt": f"Remember person{i}",
+             "solution": [{"tool": "create_entities", "arguments": {"entities": [
+                 {"name": f"person{i}", "entityType": "person", "observations": ["exists"]}]}}],
+             "data": {"expect": {"equals": [f"person{i}"]}}} for i in range(4)]
+    rows.append({"id": "empty", "prompt": "Do nothing", "solution": [{"tool": "read_graph", "arguments": {}}],
+                 "data": {"expect": {"equals": []}}})
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "eval"
+    code = main(["eval", "env=custom",
+                 f"+env.servers.memory=\"env MEMORY_FILE_PATH={{workspace}}/graph.jsonl {npm_bin('mcp-server-memory')}\"",
+                 f"env.tasks={tasks}", "env.grader={kind: mcp, tool: read_graph, path: '$.entities[*].name'}",
+                 "policy=oracle", "samples=2", "launcher.num_envs=4", f"out={out}", "launcher.progress=false",
+                 "plots=false"])
+    assert code == 0
+    summary = json.loads((out / "report" / "results.json").read_text())["summary"]
+    assert (summary["episodes"], summary["success_rate"], summary["grading_errors"]) == (10, 1.0, 0)
+    assert summary["graders"]["mcp"]["episodes"] == 10
