@@ -535,8 +535,8 @@ def test_stateful_eval_cli_isolates_concurrent_episodes(tmp_path: Path) -> None:
                  "data": {"expect": {"equals": []}}})
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "eval"
-    code = main(["eval", "env=custom",
-                 f"+env.servers.memory=\"env MEMORY_FILE_PATH={{workspace}}/graph.jsonl {npm_bin('mcp-server-memory')}\"",
+    server = f"env MEMORY_FILE_PATH={{workspace}}/graph.jsonl {npm_bin('mcp-server-memory')}"
+    code = main(["eval", "env=custom", f'+env.servers.memory="{server}"',
                  f"env.tasks={tasks}", "env.grader={kind: mcp, tool: read_graph, path: '$.entities[*].name'}",
                  "policy=oracle", "samples=2", "launcher.num_envs=4", f"out={out}", "launcher.progress=false",
                  "plots=false"])
