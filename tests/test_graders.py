@@ -32,8 +32,6 @@ from mcp_gym.jobs.metrics import judge_agreement, pass_at_k, pass_hat_k
 from mcp_gym.recording import load
 from mcp_gym.tasks import Task, load_task_source
 
-pytestmark = pytest.mark.thirdparty
-
 EXAMPLE = ROOT / "examples" / "tasks" / "everything.jsonl"
 SUBMIT = "submit"
 
@@ -81,6 +79,7 @@ def get_sum(a: float, b: float) -> dict[str, Any]:
 
 
 # -- answer matchers (stateless server) -------------------------------------------------------------------------------
+@pytest.mark.thirdparty
 def test_answer_matchers_on_everything(make_env: Callable[..., MCPEnv]) -> None:
     tasks = [
         {"id": "exact", "prompt": "17+25", "answer": "42"},
@@ -125,6 +124,7 @@ def test_answer_matchers_on_everything(make_env: Callable[..., MCPEnv]) -> None:
     assert info["success"] is False and info["grade"]["score"] == pytest.approx(1 / 3)  # Jaccard {2} / {2, 4, 5}
 
 
+@pytest.mark.thirdparty
 def test_no_answer_no_grade_and_truncation(make_env: Callable[..., MCPEnv]) -> None:
     env = make_env({"everything": everything()}, [{"id": "free", "prompt": "explore"},
                                                    {"id": "sum", "prompt": "2+3", "answer": "5"}], max_steps=1)
@@ -154,6 +154,7 @@ def broken_verifier(task: Task, answer: str | None, state: Any) -> float:
     raise KeyError("boom")
 
 
+@pytest.mark.thirdparty
 def test_python_verifier_by_import_path(make_env: Callable[..., MCPEnv]) -> None:
     tasks = [{"id": "t", "prompt": "2+2", "answer": "4"},
              {"id": "d", "prompt": "say yes", "grader": {"kind": "python", "function": "test_graders:dict_verifier"}},
@@ -173,6 +174,7 @@ def test_python_verifier_by_import_path(make_env: Callable[..., MCPEnv]) -> None
 
 
 # -- state checks ---------------------------------------------------------------------------------------------------
+@pytest.mark.thirdparty
 def test_files_grader_with_fixture_on_filesystem(make_env: Callable[..., MCPEnv], tmp_path: Path) -> None:
     fixture = tmp_path / "fixture"
     fixture.mkdir()
@@ -200,6 +202,7 @@ def test_files_grader_with_fixture_on_filesystem(make_env: Callable[..., MCPEnv]
     assert "out.txt missing" in info["grade"]["reason"] and "tmp.txt absent" in info["grade"]["reason"]
 
 
+@pytest.mark.thirdparty
 def test_sqlite_grader(make_env: Callable[..., MCPEnv], tmp_path: Path) -> None:
     fixture = tmp_path / "fixture"
     fixture.mkdir()
@@ -220,6 +223,7 @@ def test_sqlite_grader(make_env: Callable[..., MCPEnv], tmp_path: Path) -> None:
     assert sorted(info["grade"]["details"]["rows"]) == [["apple", 3], ["pear", 5]]
 
 
+@pytest.mark.thirdparty
 def test_mcp_grader_on_memory(make_env: Callable[..., MCPEnv]) -> None:
     alice = {"entities": [{"name": "Alice", "entityType": "person", "observations": ["likes tea"]}]}
     tasks = [
@@ -298,6 +302,7 @@ def serve_judge() -> Iterator[tuple[str, ScriptedJudge]]:
         server.server_close()
 
 
+@pytest.mark.thirdparty
 def test_judge_through_eval_cli(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     rows = [
@@ -340,6 +345,7 @@ def test_judge_through_eval_cli(tmp_path: Path) -> None:
     assert judged["j1"]["passed"] and judged["j1"]["details"]["reasoning"] == "The answer follows from the tool call."
 
 
+@pytest.mark.thirdparty
 def test_unreachable_judge_leaves_the_episode_ungraded(make_env: Callable[..., MCPEnv]) -> None:
     sock_port = 9  # discard port on 127.0.0.1: nothing listens there
     env = make_env({"everything": everything()}, [{"id": "t", "prompt": "x", "rubric": "anything"}],
@@ -350,6 +356,7 @@ def test_unreachable_judge_leaves_the_episode_ungraded(make_env: Callable[..., M
 
 
 # -- combinations -----------------------------------------------------------------------------------------------------
+@pytest.mark.thirdparty
 def test_combinations(make_env: Callable[..., MCPEnv]) -> None:
     tasks = [
         {"id": "any", "prompt": "2+3", "answer": "5",
@@ -395,6 +402,7 @@ def test_judge_agreement_counts_pairs() -> None:
 
 
 # -- task sources and validation --------------------------------------------------------------------------------------
+@pytest.mark.thirdparty
 def test_task_sources_with_column_mapping(tmp_path: Path) -> None:
     import datasets
 
@@ -439,6 +447,7 @@ def test_task_record_round_trip() -> None:
     assert Task.from_record({"id": "b", "prompt": "q", "grader": "numeric"}).grader == "numeric"
 
 
+@pytest.mark.thirdparty
 def test_tasks_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server = f"+env.servers.everything={npm_bin('mcp-server-everything')} stdio"
     assert main(["tasks", "validate", "env=custom", server, f"env.tasks={EXAMPLE}", f"out={tmp_path / 'ok'}"]) == 0
@@ -489,6 +498,7 @@ def _readme_commands() -> list[str]:
     return lines
 
 
+@pytest.mark.thirdparty
 def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     """The README's commands, as written, from a copy of the repository's examples/ (outputs under runs/)."""
@@ -512,6 +522,7 @@ def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert float(row.group(2)) == pytest.approx(rand["success_rate"] * 100, abs=0.05)
 
 
+@pytest.mark.thirdparty
 def test_task_env_reaches_the_server(make_env: Callable[..., MCPEnv]) -> None:
     tasks = [{"id": "with-env", "prompt": "x", "env": {"MCP_GYM_GREETING": "hello-from-the-task"},
               "grader": {"kind": "mcp", "tool": "get-env", "contains": "hello-from-the-task"}},
@@ -523,6 +534,7 @@ def test_task_env_reaches_the_server(make_env: Callable[..., MCPEnv]) -> None:
     assert run(env, "with-env", [], "x")["success"] is True
 
 
+@pytest.mark.thirdparty
 def test_stateful_eval_cli_isolates_concurrent_episodes(tmp_path: Path) -> None:
     """server-memory with {workspace}, 8 concurrent episodes and the default launcher (which shares sessions between
     episodes otherwise): each episode sees only its own graph."""
