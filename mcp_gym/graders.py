@@ -619,7 +619,8 @@ class JudgeSettings:
     api_key: str | None = None
     system_prompt: str = DEFAULT_JUDGE_SYSTEM
     prompt: str = DEFAULT_JUDGE_PROMPT
-    """Template with ``{task}``, ``{rubric}``, ``{reference}``, ``{trajectory}`` and ``{answer}``."""
+    """Template with ``{task}``, ``{rubric}``, ``{reference}``, ``{trajectory}`` and ``{answer}`` (other braces are
+    kept as they are)."""
     temperature: float = 0.0
     max_tokens: int | None = 512
     timeout: float = 60.0
@@ -678,8 +679,11 @@ class JudgeGrader(Grader):
                           f"{str(s.get('result', ''))[:1000]}" for i, s in enumerate(ctx.transcript)) or "(none)"
         reference = ctx.task.answer if isinstance(ctx.task.answer, str) else (
             json.dumps(ctx.task.answer, ensure_ascii=False) if ctx.task.answer is not None else "")
-        user = self.settings.prompt.format(task=ctx.task.prompt, rubric=rubric, reference=reference, trajectory=steps,
-                                           answer=ctx.answer if ctx.answer is not None else "(no answer submitted)")
+        fields = {"task": ctx.task.prompt, "rubric": rubric, "reference": reference, "trajectory": steps,
+                  "answer": ctx.answer if ctx.answer is not None else "(no answer submitted)"}
+        # placeholders by plain replacement: a prompt may show JSON examples with braces
+        user = re.sub(r"\{(task|rubric|reference|trajectory|answer)\}", lambda m: str(fields[m.group(1)]),
+                      self.settings.prompt)
         return [{"role": "system", "content": self.settings.system_prompt}, {"role": "user", "content": user}]
 
     async def grade(self, ctx: GradeContext) -> Grade:

@@ -556,3 +556,12 @@ def test_stateful_eval_cli_isolates_concurrent_episodes(tmp_path: Path) -> None:
     summary = json.loads((out / "report" / "results.json").read_text())["summary"]
     assert (summary["episodes"], summary["success_rate"], summary["grading_errors"]) == (10, 1.0, 0)
     assert summary["graders"]["mcp"]["episodes"] == 10
+
+
+def test_judge_prompt_keeps_literal_braces() -> None:
+    prompt = 'Reply like {"verdict": "pass"}. Rubric: {rubric}. Answer: {answer}'
+    grader: Any = make_grader({"kind": "judge", "prompt": prompt})
+    messages = grader._messages(GradeContext(Task(id="t", prompt="p", rubric="be right"), "42"))
+    assert messages[1]["content"] == 'Reply like {"verdict": "pass"}. Rubric: be right. Answer: 42'
+    with pytest.raises(GraderError, match="no rubric"):
+        grader._messages(GradeContext(Task(id="t", prompt="p"), "42"))
