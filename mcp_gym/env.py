@@ -12,10 +12,8 @@ thread once it has one).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,13 +25,14 @@ import mcp.types as mt
 from mcp import MCPError
 
 from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio, parse_server
-from mcp_gym.graders import Grade, GradeContext, GraderError, Grading
+from mcp_gym.graders import Grade, GradeContext, GraderError, Grading, SessionAccess
 from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.runtime import Runtime, default_runtime
 from mcp_gym.serverkit import RESET_TOOL, STATE_TOOL
 from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
+from mcp_gym.workspace import episode_spec, fill_task, make_workspace, mentions_workspace
 
 __all__ = [
     "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content", "normalise_servers"
@@ -185,7 +184,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.env_id = env_id
         self.render_mode = render_mode
         self._templates = normalise_servers(servers)
-        self._templated = {a for a, sp in self._templates.items() if _mentions_workspace(sp)}
+        self._templated = {a for a, sp in self._templates.items() if mentions_workspace(sp)}
         self.workspace: Path | None = None
         """The current episode's workspace (a fresh directory when a server command line names ``{workspace}``)."""
         self._transcript: list[dict[str, Any]] = []
@@ -335,7 +334,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.grade = None
         fresh = await self._prepare_episode_servers()
         if self.workspace is not None:  # the agent, the reference solution and the graders see the real path
-            self.task = _fill_task(self.task, self.workspace)
+            self.task = fill_task(self.task, self.workspace)
         reset_errors = await self._reset_servers(task_seed, skip=fresh)
         await self.host.refresh_tools()
         self._sync_space()
@@ -372,15 +371,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if task.fixture and not self._templated:
             raise ValueError(f"task '{task.id}' has a fixture but no server command line names {{workspace}}")
         if self._templated:
-            self.workspace = Path(tempfile.mkdtemp(prefix="mcp-gym-ws-"))
-            if task.fixture:
-                fixture = Path(task.fixture)
-                if not fixture.is_dir():
-                    raise ValueError(f"task '{task.id}': fixture {fixture} is not a directory")
-                shutil.copytree(fixture, self.workspace, symlinks=True, dirs_exist_ok=True)
+            self.workspace = make_workspace(task)
         restarted: set[str] = set()
         for alias, template in self._templates.items():
-            spec = _episode_spec(template, self.workspace, task.env)
+            spec = episode_spec(template, self.workspace, task.env)
             conn = self.host.connections[alias]
             if spec == conn.spec and alias not in self._templated:
                 continue
@@ -597,8 +591,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """Grade the finished episode into ``info`` (``grade``, ``success``; ``error`` when grading failed); returns
         the score (0 on failure)."""
         assert self.task is not None and self.grading is not None
+        session = SessionAccess(self.host, self.call_timeout)
         ctx = GradeContext(self.task, answer, self.workspace, list(self._transcript), self._state_snapshot,
-                           self._grader_call, self._grader_read)
+                           session.call, session.read)
         try:
             grader = self.grading.for_task(self.task)
             assert grader is not None
@@ -615,45 +610,6 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.grade = grade
         info["grade"], info["success"] = grade.to_dict(), grade.passed
         return grade.score
-
-    def _grader_alias(self, server: str | None) -> str:
-        if server is not None:
-            if server not in self.host.connections:
-                raise GraderError(f"no server '{server}' (servers: {', '.join(self.host.connections)})")
-            return server
-        if len(self.host.connections) != 1:
-            raise GraderError(f"several servers ({', '.join(self.host.connections)}): name one with server=")
-        return next(iter(self.host.connections))
-
-    async def _grader_call(self, server: str | None, tool: str, arguments: Mapping[str, Any]) -> Any:
-        alias = self._grader_alias(server)
-        out = await self.host.call_server(alias, tool, dict(arguments), timeout=self.call_timeout)
-        if out.error is not None:
-            raise GraderError(f"final call {tool} on server '{alias}' failed: {out.error['message']}")
-        assert out.result is not None
-        text = render_content(out.result.content)
-        if out.result.is_error:
-            raise GraderError(f"final call {tool} on server '{alias}' returned an error: {text[:300]}")
-        sc = out.result.structured_content
-        if sc is not None:
-            return sc
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-
-    async def _grader_read(self, server: str | None, uri: str) -> Any:
-        alias = self._grader_alias(server)
-        conn = self.host.connections[alias]
-        try:
-            res = await conn.read_resource(uri, self.host.meta)
-        except (ConnectionLost, MCPError) as e:
-            raise GraderError(f"reading {uri} on server '{alias}' failed: {e}") from None
-        text = render_content([mt.EmbeddedResource(type="resource", resource=c) for c in res.contents])
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
 
     async def _grade(self, answer: str | None) -> float:
         """The verifier's score for the current server state (raises what the verifier raises)."""
@@ -733,38 +689,3 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                                "termination": kw.get("termination")}
         return info
 
-
-def _mentions_workspace(spec: ServerSpec) -> bool:
-    if isinstance(spec, Stdio):
-        return any("{workspace}" in str(x) for x in (*spec.args, *(spec.env or {}).values(), spec.cwd or ""))
-    return False
-
-
-def _episode_spec(spec: ServerSpec, workspace: Path | None, env: Mapping[str, str]) -> ServerSpec:
-    """``spec`` for one episode: ``{workspace}`` substituted in a stdio server's arguments, environment and working
-    directory, and the task's environment variables added."""
-    if not isinstance(spec, Stdio) or (workspace is None and not env):
-        return spec
-
-    def fill(x: str) -> str:
-        return x.replace("{workspace}", str(workspace)) if workspace is not None else x
-
-    merged = {k: fill(v) for k, v in {**(spec.env or {}), **dict(env)}.items()} if (spec.env or env) else None
-    return dataclasses.replace(spec, args=[fill(a) for a in spec.args], env=merged,
-                               cwd=fill(spec.cwd) if spec.cwd else None)
-
-
-def _fill_task(task: Task, workspace: Path) -> Task:
-    """``task`` with ``{workspace}`` replaced in its prompt, reference solution, answer and data."""
-
-    def fill(v: Any) -> Any:
-        if isinstance(v, str):
-            return v.replace("{workspace}", str(workspace))
-        if isinstance(v, Mapping):
-            return {k: fill(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return type(v)(fill(x) for x in v)
-        return v
-
-    return dataclasses.replace(task, prompt=fill(task.prompt), solution=fill(task.solution), answer=fill(task.answer),
-                               data=fill(dict(task.data)))
