@@ -392,7 +392,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         for alias, conn in list(self.host.connections.items()):
             if alias in skip:
                 if conn.status != "ready":
-                    errors.append({"kind": "server_failed", "tool": None, "server": alias, "argument": None,
+                    errors.append({"kind": "server_dead", "tool": None, "server": alias, "argument": None,
                                    "code": None, "message": f"server '{alias}' failed to start for this episode: "
                                    f"{conn.error}"})
                 continue
@@ -603,7 +603,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 raise
             info["grade"], info["success"] = None, None
             info["error"] = info.get("error") or {
-                "kind": "grader_error", "tool": None, "server": None, "argument": None, "code": None,
+                "kind": "verifier_error", "tool": None, "server": None, "argument": None, "code": None,
                 "message": f"grading failed on task '{self.task.id}': "
                            + (str(e) if isinstance(e, GraderError) else f"{type(e).__name__}: {e}")}
             return 0.0

@@ -168,7 +168,7 @@ def test_python_verifier_by_import_path(make_env: Callable[..., MCPEnv]) -> None
     assert (info["reward"], info["success"], info["grade"]["reason"]) == (0.25, False, "said no")
     info = run(env, "b", [], "x")  # a broken verifier: ungraded with the error, not a silent failure
     assert info["success"] is None and info["grade"] is None
-    assert info["error"]["kind"] == "grader_error" and "test_graders:broken_verifier" in info["error"]["message"]
+    assert info["error"]["kind"] == "verifier_error" and "test_graders:broken_verifier" in info["error"]["message"]
     with pytest.raises(ValueError, match="cannot import"):
         make_grader("no_such_module_xyz:fn")
 
@@ -351,7 +351,7 @@ def test_unreachable_judge_leaves_the_episode_ungraded(make_env: Callable[..., M
     env = make_env({"everything": everything()}, [{"id": "t", "prompt": "x", "rubric": "anything"}],
                    grader="judge", judge={"base_url": f"http://127.0.0.1:{sock_port}/v1", "retries": 0})
     info = run(env, "t", [], "x")
-    assert info["success"] is None and info["error"]["kind"] == "grader_error"
+    assert info["success"] is None and info["error"]["kind"] == "verifier_error"
     assert "judge gpt-4o-mini" in info["error"]["message"]
 
 

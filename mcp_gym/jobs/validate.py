@@ -73,7 +73,7 @@ def _check(env: Any, task: Any) -> TaskCheck:
     if grade is not None:
         return TaskCheck(task.id, "passed" if grade["passed"] else "failed", grade["reason"], grade["score"])
     error = info.get("error")
-    if error and error.get("kind") in ("grader_error", "verifier_error"):
+    if error and error.get("kind") == "verifier_error":
         return TaskCheck(task.id, "error", error["message"])
     if info.get("success") is not None:  # a bundled env's verifier
         return TaskCheck(task.id, "passed" if info["success"] else "failed", "verifier", info.get("verifier_reward"))
