@@ -1,6 +1,6 @@
 """The ``mcp-gym`` command.
 
-Jobs, configured with Hydra (``conf/`` in the repository, shipped as ``mcp_gym.conf``; overrides and ``-m``
+Jobs, configured with Hydra (the package ``mcp_gym.conf``, folder ``mcp_gym/conf/``; overrides and ``-m``
 multirun work as usual)::
 
     mcp-gym demo                                         # end-to-end: collect, evaluate, export SFT (offline)
@@ -101,7 +101,7 @@ def _hydra(command: str, overrides: Sequence[str]) -> int:
 
 # -- serve ------------------------------------------------------------------------------------------------------------
 def _serve(argv: Sequence[str]) -> int:
-    from mcp_gym.servers import BUNDLED_SERVERS, serve
+    from mcp_gym.envs.serve import BUNDLED_SERVERS, serve
 
     p = argparse.ArgumentParser(prog="mcp-gym serve", description="Run a bundled MCP server, or replay a cassette.")
     p.add_argument("name", nargs="?", help="a bundled server or env: " + ", ".join(BUNDLED_SERVERS) + ", counter")
@@ -132,15 +132,15 @@ def _serve(argv: Sequence[str]) -> int:
 
 # -- inspect ----------------------------------------------------------------------------------------------------------
 def _spec(target: str, timeout: float) -> Any:
-    from mcp_gym.connection import parse_server
+    from mcp_gym.client.specs import parse_server
 
     return parse_server(target, inherit_env=True, connect_timeout=timeout)
 
 
 async def _describe_server(spec: Any) -> dict[str, Any]:
     """Everything a server lists: its info, tools, resources, resource templates and prompts (JSON-able)."""
-    from mcp_gym.connection import ServerConnection
-    from mcp_gym.runtime import default_runtime
+    from mcp_gym.client.connection import ServerConnection
+    from mcp_gym.client.runtime import default_runtime
 
     conn = ServerConnection("server", spec)
     await conn.start(default_runtime().task_group)
@@ -205,7 +205,7 @@ def _print_server(d: dict[str, Any]) -> None:
 
 
 def _inspect(argv: Sequence[str]) -> int:
-    from mcp_gym.runtime import default_runtime
+    from mcp_gym.client.runtime import default_runtime
 
     p = argparse.ArgumentParser(prog="mcp-gym inspect", description="List what any MCP server offers.")
     p.add_argument("server", help='a command line in one argument ("npx -y pkg stdio") or an http(s) URL')

@@ -6,8 +6,8 @@ The action space is the servers' ``tools/list`` (:class:`~mcp_gym.spaces.ToolCal
 Rewards follow the convention of :mod:`mcp_gym.rewards`, and a task verifier grades ``submit``.
 
 One implementation, two faces: ``areset``/``astep`` are coroutines; ``reset``/``step`` are their synchronous face (they
-run the :class:`~mcp_gym.runtime.Runtime` loop that owns the sessions in the caller's thread, or hop onto its loop
-thread once it has one).
+run the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the sessions in the caller's thread, or hop onto its
+loop thread once it has one).
 """
 
 from __future__ import annotations
@@ -24,18 +24,19 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio, parse_server
+from mcp_gym.client.connection import ConnectionLost
+from mcp_gym.client.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
+from mcp_gym.client.runtime import Runtime, default_runtime
+from mcp_gym.client.specs import ServerSpec, normalise_servers
 from mcp_gym.graders import Grade, GradeContext, GraderError, Grading, SessionAccess
-from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
+from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, ToolCallError
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
-from mcp_gym.runtime import Runtime, default_runtime
-from mcp_gym.serverkit import RESET_TOOL, STATE_TOOL
 from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
 from mcp_gym.workspace import episode_spec, fill_task, make_workspace, mentions_workspace
 
 __all__ = [
-    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content", "normalise_servers"
+    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content"
 ]
 
 ResetMode = Literal["auto", "tool", "restart", "none"]
@@ -88,21 +89,6 @@ def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
     return text
 
 
-def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, ServerSpec]:
-    """``{alias: spec}`` from what :class:`MCPEnv` accepts: a single spec (alias ``"server"``), or per alias a spec, a
-    command line (stdio), an ``http(s)://`` URL or a server object (in process)."""
-    if isinstance(servers, (Stdio, Http, InProcess)):
-        return {"server": servers}
-    out: dict[str, ServerSpec] = {}
-    for alias, spec in servers.items():
-        if isinstance(spec, str):
-            spec = parse_server(spec)
-        elif not isinstance(spec, (Stdio, Http, InProcess)):
-            spec = InProcess(spec)
-        out[str(alias)] = spec
-    return out
-
-
 
 
 class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
@@ -136,6 +122,22 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         success_threshold: A final reward at or above it counts as success.
         env_id: Name recorded with trajectories.
         runtime: The event-loop runtime owning the sessions (default: the process-wide one).
+
+    Example (an in-process server; :class:`Stdio` and :class:`Http` specs work the same)::
+
+    >>> from mcp_gym import InProcess, MCPEnv
+    >>> from mcp_gym.envs.counter.server import make_server
+    >>> env = MCPEnv({"counter": InProcess(make_server())}, ["Move the counter to 3."])
+    >>> obs, info = env.reset(seed=0)
+    >>> env.action_space.tool_names                       # the server's tools, plus the built-in submit
+    ['add', 'get_count', 'submit']
+    >>> obs, reward, terminated, truncated, info = env.step({"tool": "add", "arguments": {"amount": 9}})
+    >>> info["error"]["kind"], info["error"]["argument"]  # refused before any call: add takes -5..5
+    ('invalid_arguments', 'amount')
+    >>> obs, reward, terminated, truncated, info = env.step({"tool": "add", "arguments": {"amount": 3}})
+    >>> reward, terminated                                # the server's reward convention: target reached
+    (1.0, True)
+    >>> env.close()
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -190,8 +192,12 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._transcript: list[dict[str, Any]] = []
         self.grade: Grade | None = None
         """The last episode's grade (``None`` until graded)."""
+        tap = None
+        if any(spec.record is not None for spec in self._templates.values()):
+            from mcp_gym.cassette import record_tap as tap
         self.host = MCPHost(
             self._templates,
+            tap=tap,
             sampling=sampling,
             elicitation=elicitation,
             roots=roots,
@@ -392,9 +398,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         for alias, conn in list(self.host.connections.items()):
             if alias in skip:
                 if conn.status != "ready":
-                    errors.append({"kind": "server_dead", "tool": None, "server": alias, "argument": None,
-                                   "code": None, "message": f"server '{alias}' failed to start for this episode: "
-                                   f"{conn.error}"})
+                    errors.append(ToolCallError("server_dead", f"server '{alias}' failed to start for this episode: "
+                                                f"{conn.error}", server=alias).as_dict())
                 continue
             mode = self.reset_mode
             if conn.status != "ready" and mode != "none":
@@ -411,8 +416,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             args = {"task_id": self.task.id, "seed": seed}
             out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
             if out.error or (out.result is not None and out.result.is_error):
-                err = out.error or {"kind": "tool_error", "server": alias, "tool": RESET_TOOL,
-                                    "message": render_content(out.result.content if out.result else [])}
+                err = out.error or ToolCallError("tool_error", render_content(out.result.content if out.result else []),
+                                                 tool=RESET_TOOL, server=alias).as_dict()
                 errors.append(err)
         return errors
 
@@ -482,8 +487,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self.task is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         if self.done:
-            err = {"kind": "episode_over", "tool": None, "server": None, "argument": None, "code": None,
-                   "message": "the episode is over: call reset()"}
+            err = ToolCallError("episode_over", "the episode is over: call reset()").as_dict()
             if self.strict:
                 raise InvalidAction(err)
             return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
@@ -494,8 +498,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         problem = self.action_space.validation_error(action)
         if problem is not None:
             entry = self.host.resolve(problem.tool) if problem.tool else None
-            err = {"kind": problem.kind, "tool": problem.tool, "server": entry.server if entry else None,
-                   "argument": problem.argument, "code": None, "message": problem.message}
+            err = ToolCallError(problem.kind, problem.message, tool=problem.tool,
+                                server=entry.server if entry else None, argument=problem.argument).as_dict()
             if self.strict:
                 raise InvalidAction(err)
             return await self._finish_step(None, name, {}, err)
@@ -515,9 +519,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             structured = result.structured_content
             signal = read_reward(structured, result.meta, text if structured is None else None)
             if result.is_error and error is None:
-                error = {"kind": "tool_error", "tool": out.tool, "server": out.server, "argument": None,
-                         "code": None, "message": f"tool '{out.tool}' on server '{out.server}' returned an error: "
-                         + text[:500]}
+                error = ToolCallError("tool_error", f"tool '{out.tool}' on server '{out.server}' returned an error: "
+                                      + text[:500], tool=out.tool, server=out.server).as_dict()
         else:
             text = "Error: " + (error or {}).get("message", "unknown error")
             structured = None
@@ -568,9 +571,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 if self.strict:
                     raise
                 info["success"] = None
-                info["error"] = info["error"] or {
-                    "kind": "verifier_error", "tool": None, "server": None, "argument": None, "code": None,
-                    "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
+                info["error"] = info["error"] or ToolCallError(
+                    "verifier_error", f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}").as_dict()
         return obs, reward, terminated, truncated, info
 
     def _grader(self) -> Any:
@@ -602,10 +604,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             if self.strict:
                 raise
             info["grade"], info["success"] = None, None
-            info["error"] = info.get("error") or {
-                "kind": "verifier_error", "tool": None, "server": None, "argument": None, "code": None,
-                "message": f"grading failed on task '{self.task.id}': "
-                           + (str(e) if isinstance(e, GraderError) else f"{type(e).__name__}: {e}")}
+            why = str(e) if isinstance(e, GraderError) else f"{type(e).__name__}: {e}"
+            info["error"] = info.get("error") or ToolCallError(
+                "verifier_error", f"grading failed on task '{self.task.id}': {why}").as_dict()
             return 0.0
         self.grade = grade
         info["grade"], info["success"] = grade.to_dict(), grade.passed
@@ -634,8 +635,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             try:
                 reward = await self._grade(answer)
             except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
-                error = {"kind": "verifier_error", "tool": "submit", "server": None, "argument": None, "code": None,
-                         "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
+                error = ToolCallError("verifier_error", f"verifier failed on task '{self.task.id}': "
+                                      f"{type(e).__name__}: {e}", tool="submit").as_dict()
                 if self.strict:
                     raise
         self.episode_return += reward
@@ -688,4 +689,3 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             info["episode"] = {"return": self.episode_return, "length": self.steps,
                                "termination": kw.get("termination")}
         return info
-

@@ -35,21 +35,11 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
-EPISODE_META_KEY = "mcp-gym/episode"
-"""``_meta`` key carrying the episode id on every request mcp-gym sends."""
-HIDDEN_META_KEY = "mcp-gym/hidden"
-"""Tool ``_meta`` flag: the env never offers this tool to the agent."""
-RESET_TOOL = "mcp_gym_reset"
-"""Name of the hidden reset tool."""
-STATE_TOOL = "mcp_gym_state"
-"""Name of the hidden state-snapshot tool."""
+from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
+
 DEFAULT_EPISODE = "default"
 
 S = TypeVar("S")
-
-CHANGES_META_KEY = "mcp-gym/changes"
-"""Result ``_meta`` key listing what changed during a tool call (``{"tools": true, "resources": [uris]}``), so the env
-sees changes in the same step even when the notification itself arrives later (e.g. on the 2026 listen stream)."""
 
 _current_episode: contextvars.ContextVar[str] = contextvars.ContextVar("mcp_gym_episode", default=DEFAULT_EPISODE)
 _changes: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("mcp_gym_changes", default=None)

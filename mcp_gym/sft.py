@@ -42,6 +42,7 @@ import pyarrow as pa
 from pydantic import TypeAdapter
 
 from mcp_gym.env import render_content
+from mcp_gym.protocol import SERVER_ERROR_KINDS
 from mcp_gym.recording.reader import Recording, read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 
@@ -74,10 +75,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 """The system message of exported examples unless ``system_prompt=`` says otherwise (``None``: no system message)."""
 
-SERVER_ERROR_KINDS = frozenset(
-    {"server_dead", "timeout", "jsonrpc", "invalid_result", "verifier_error", "episode_over"}
-)
-"""``error.kind`` values that are the infrastructure's fault, not the agent's (``drop_errors`` drops their episodes)."""
 
 FIELDS: dict[str, str] = {
     "messages": "The conversation (layout `messages`): system prompt, task, then per tool call an assistant message "
@@ -518,6 +515,22 @@ def export(
 
     Returns:
         The dataset written: a ``Dataset``, or a ``DatasetDict`` with ``train`` and ``test`` when ``test_size`` is set.
+
+    Example (a run recorded with :class:`~mcp_gym.recording.RecordTrajectories`)::
+
+    >>> import tempfile
+    >>> from mcp_gym import RecordTrajectories, make_env, sft
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> env = RecordTrajectories(make_env("Counter"), f"{tmp.name}/run", policy="oracle")
+    >>> _ = env.reset(seed=0)
+    >>> _ = env.step(env.unwrapped.task.solution[0])   # reaches the target: the episode succeeds
+    >>> env.close()
+    >>> ds = sft.export(f"{tmp.name}/run", f"{tmp.name}/sft")
+    >>> [m["role"] for m in ds[0]["messages"]]
+    ['system', 'user', 'assistant', 'tool']
+    >>> ds[0]["messages"][2]["tool_calls"][0]["function"]["arguments"]   # an object, never a JSON string
+    {'amount': -5}
+    >>> tmp.cleanup()
     """
     if format not in ("parquet", "jsonl", "disk"):
         raise ValueError(f"format must be 'parquet', 'jsonl' or 'disk', not {format!r}")

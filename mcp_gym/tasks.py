@@ -32,7 +32,7 @@ class Task:
         resources: Resource URIs (or URI templates filled from ``data``) the env should observe for this task.
         grader: How this task is graded (a grader spec, see :mod:`mcp_gym.graders`); ``None``: the env's grader, or
             normalised exact match on ``answer`` when the task has one.
-        rubric: What an LLM judge grades against (``{"kind": "judge"}`` graders).
+        rubric: What an LLM judge grades against (graders of kind ``judge``).
         fixture: A directory copied into a fresh per-episode workspace (``{workspace}`` in server command lines).
         env: Environment variables for the stdio servers of this task's episodes (``{workspace}`` substituted).
     """

@@ -21,7 +21,7 @@ trainers that keep their own token-level history use ``outs[i].messages`` instea
 
 Each ``step`` parses every text into tool calls with :func:`mcp_gym.parsing.parse_tool_calls` (OpenAI
 ``tool_calls``, Hermes ``<tool_call>{json}</tool_call>``, bare JSON), runs each episode's calls in order and all the
-episodes concurrently on the :class:`~mcp_gym.runtime.Runtime` loop that owns the MCP sessions, and returns one
+episodes concurrently on the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the MCP sessions, and returns one
 :class:`StepOut` per episode. Text with no parseable tool call never raises: the episode gets an error tool message
 (and the step counts toward ``max_steps``, so a model that never calls a tool is truncated), or, with
 ``no_tool_call="submit"``, the text is submitted as the final answer.
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mcp_gym.env import MCPEnv
+from mcp_gym.protocol import ToolCallError
 from mcp_gym.tasks import Task
 
 __all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "render_resources", "reset_options", "resolve_env_factory"]
@@ -324,8 +325,7 @@ class TextEnvBatch:
                 r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": content}}, info)
                 reward += r
             else:
-                error = {"kind": "parse_error", "tool": None, "server": None, "argument": None, "code": parse_status,
-                         "message": parse_error or "no tool call found"}
+                error = ToolCallError("parse_error", parse_error or "no tool call found", code=parse_status).as_dict()
                 r, _ = await self._apply(i, {"tool": None, "arguments": {}}, info, error)  # counts the step
                 reward += r
                 hint = ", ".join(t["function"]["name"] for t in env.openai_tools())

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mcp_gym.connection import Stdio
+from mcp_gym.client.specs import Stdio
 from mcp_gym.tasks import Task
 
 __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "fill_task"]

@@ -14,10 +14,10 @@ import pytest
 from mcp import Client
 from test_server_notes import call, episode, serve_http, state_of, stdio_params, tool_hints
 
-from mcp_gym.envs import code as env
-from mcp_gym.servers._common import split_of, submitted_answer
-from mcp_gym.servers._sandbox import Limits
-from mcp_gym.servers.code import LIMITS, server
+from mcp_gym.envs._common import split_of, submitted_answer
+from mcp_gym.envs.code import tasks as env
+from mcp_gym.envs.code._sandbox import Limits
+from mcp_gym.envs.code.server import LIMITS, server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio

@@ -18,8 +18,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ListRootsResult, Root
 from test_server_notes import call, run_reference, serve_http, state_of, stdio_params, tool_hints
 
-from mcp_gym.envs import files as env
-from mcp_gym.servers.files import new_state, resolve, server
+from mcp_gym.envs.files import tasks as env
+from mcp_gym.envs.files.server import new_state, resolve, server
 
 pytestmark = pytest.mark.anyio
 

@@ -22,9 +22,9 @@ import pytest
 from conftest import start_http_server, stop_process
 from mcp import Client, StdioServerParameters
 
-from mcp_gym.envs import notes as env
-from mcp_gym.servers._common import submitted_answer
-from mcp_gym.servers.notes import server
+from mcp_gym.envs._common import submitted_answer
+from mcp_gym.envs.notes import tasks as env
+from mcp_gym.envs.notes.server import server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio
@@ -64,16 +64,16 @@ async def run_reference(client: Client, envmod: ModuleType, task: Task, ep: str)
 
 
 def stdio_params(name: str) -> StdioServerParameters:
-    """Launch ``python -m mcp_gym.servers.<name>`` over stdio."""
+    """Launch ``python -m mcp_gym.envs.<name>.server`` over stdio."""
     return StdioServerParameters(
-        command=sys.executable, args=["-m", f"mcp_gym.servers.{name}"], env={"PATH": os.environ["PATH"]}
+        command=sys.executable, args=["-m", f"mcp_gym.envs.{name}.server"], env={"PATH": os.environ["PATH"]}
     )
 
 
 @asynccontextmanager
 async def serve_http(name: str) -> AsyncIterator[str]:
-    """Run ``python -m mcp_gym.servers.<name> --transport http`` on a free port; yield its ``/mcp`` URL."""
-    proc, url = start_http_server(f"mcp_gym.servers.{name}")
+    """Run ``python -m mcp_gym.envs.<name>.server --transport http`` on a free port; yield its ``/mcp`` URL."""
+    proc, url = start_http_server(f"mcp_gym.envs.{name}.server")
     try:
         yield url
     finally:

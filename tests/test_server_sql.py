@@ -16,9 +16,9 @@ from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
 from test_server_notes import call, episode, serve_http, state_of, stdio_params, tool_hints
 
-from mcp_gym.envs import sql as env
-from mcp_gym.servers._common import submitted_answer
-from mcp_gym.servers.sql import MAX_ROWS, execute, fingerprint, new_state, server
+from mcp_gym.envs._common import submitted_answer
+from mcp_gym.envs.sql import tasks as env
+from mcp_gym.envs.sql.server import MAX_ROWS, execute, fingerprint, new_state, server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio

@@ -30,7 +30,7 @@ def _value(text: str) -> Any:
 
 
 class SessionAccess:
-    """Calls and reads on an env's connections (``host``: its :class:`~mcp_gym.host.MCPHost`), for state graders.
+    """Calls and reads on an env's connections (``host``: its :class:`~mcp_gym.client.host.MCPHost`), for state graders.
 
     Results come back as JSON values: a tool's structured content, else its text parsed as JSON, else the text.
     Failures raise :class:`GraderError` naming the server and the tool or resource."""

@@ -17,7 +17,6 @@ Layout of a run directory::
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,8 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+
+from mcp_gym.protocol import catalogue_fingerprint, json_default
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -112,7 +113,7 @@ _EPISODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
 
 
 def _schema(fields: list[tuple[str, pa.DataType, str]], table: str) -> pa.Schema:
-    from mcp_gym import __version__
+    from mcp_gym._version import __version__
 
     return pa.schema(
         [pa.field(name, typ, nullable=True, metadata={b"description": doc.encode()}) for name, typ, doc in fields],
@@ -126,17 +127,7 @@ EPISODES_SCHEMA: pa.Schema = _schema(_EPISODE_FIELDS, "episodes")
 """One row per finished episode."""
 
 
-def _fallback(o: Any) -> Any:
-    """JSON for values the json module does not know: numpy scalars/arrays, pydantic models, bytes, sets."""
-    if hasattr(o, "model_dump"):
-        return o.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    if isinstance(o, (bytes, bytearray)):
-        return o.decode("utf-8", errors="replace")
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    return str(o)
+_fallback = json_default
 
 
 def _make_json_dumps() -> Callable[[Any], str]:
@@ -187,12 +178,6 @@ def dumps(obj: Any) -> str:
         return orjson.dumps(obj, default=_fallback, option=_ORJSON_OPTIONS).decode()
     except (TypeError, ValueError):  # orjson.JSONEncodeError: ints beyond 64 bits, lone surrogates, deep nesting
         return _json_dumps(obj)
-
-
-def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
-    """A 16-hex-digit fingerprint of a list of tool schemas (same recipe as :func:`mcp_gym.host.catalogue_hash`)."""
-    blob = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=_fallback)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ _COLUMN_KEYS = frozenset(
 _SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool": None,
                                  "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
                                  "output_schema": None, "annotations": {}}
-"""The built-in ``submit`` tool in the form of :func:`mcp_gym.host.tool_schema`."""
+"""The built-in ``submit`` tool in the form of :func:`mcp_gym.client.host.tool_schema`."""
 
 
 class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
@@ -51,6 +51,23 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         policy: Name of the acting policy/model (per episode: ``reset(options={"policy": ...})``).
         metadata: JSON-able dict stored with every episode (merged with per-episode ``options["metadata"]``).
         **writer_options: Options of the process's shared :class:`TrajectoryWriter` for ``path`` (first use wins).
+
+    Example (record the reference solution of a bundled task, then read the run back)::
+
+    >>> import tempfile
+    >>> from mcp_gym import RecordTrajectories, make_env, recording
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> env = RecordTrajectories(make_env("Counter"), f"{tmp.name}/run", policy="oracle")
+    >>> obs, info = env.reset(seed=0)
+    >>> for call in env.unwrapped.task.solution:
+    ...     obs, reward, terminated, truncated, info = env.step(call)
+    ...     if terminated:
+    ...         break
+    >>> env.close()
+    >>> episodes = recording.load(f"{tmp.name}/run").episodes
+    >>> episodes.num_rows, episodes[0]["policy"], episodes[0]["success"]
+    (1, 'oracle', True)
+    >>> tmp.cleanup()
     """
 
     def __init__(

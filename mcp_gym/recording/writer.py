@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from mcp_gym import __version__
+from mcp_gym._version import __version__
 from mcp_gym.recording.run import RunDirectory, WriterLock
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
 from mcp_gym.recording.shards import PartWriter

@@ -2,9 +2,9 @@
 
 Tools: ``create_note``, ``search_notes``, ``read_note``, ``tag_note``, ``list_notes``, ``delete_note``.
 Resources: ``notes://index`` (all titles) and the template ``notes://{title}`` (one note as text).
-Tasks and grading live in :mod:`mcp_gym.envs.notes`.
+Tasks and grading live in :mod:`mcp_gym.envs.notes.tasks`.
 
-Run: ``python -m mcp_gym.servers.notes`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.envs.notes.server`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from urllib.parse import quote
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import BaseModel, Field
 
-from mcp_gym.envs.notes import note_matches, task_by_id
+from mcp_gym.envs.notes.tasks import note_matches, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
 MAX_NOTES = 200
@@ -270,6 +270,6 @@ def note_resource(title: str) -> str:
 
 
 if __name__ == "__main__":
-    from mcp_gym.servers import main
+    from mcp_gym.envs.serve import main
 
     main("notes")

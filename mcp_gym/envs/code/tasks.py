@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_gym.servers._common import call, split_of, submit, task_rng
+from mcp_gym.envs._common import call, split_of, submit, task_rng
 from mcp_gym.tasks import Task
 
 SERVER = "code"

@@ -1,10 +1,11 @@
-"""Connections: one long-lived MCP session per server, owned by one task on the :class:`~mcp_gym.runtime.Runtime`.
+"""Connections: one long-lived MCP session per server, owned by one task on the
+:class:`~mcp_gym.client.runtime.Runtime`.
 
-Server specs say how to reach a server — :class:`Stdio` (a subprocess), :class:`Http` (a Streamable HTTP URL) or
-:class:`InProcess` (an ``MCPServer`` in this process). :class:`ServerConnection` connects through the SDK's ``Client``
-with explicit connect and per-call timeouts, follows change notifications in both protocol eras, and turns transport
-failures into a status (``ready`` / ``failed`` / ``dead`` / ``closed``) instead of exceptions that would escape into a
-training loop.
+A :class:`ServerConnection` reaches a server described by a spec (:mod:`mcp_gym.client.specs`) through the SDK's
+``Client`` with explicit connect and per-call timeouts, follows change notifications in both protocol eras, and turns
+transport failures into a status (``ready`` / ``failed`` / ``dead`` / ``closed``) instead of exceptions that would
+escape into a training loop. A :class:`Tap` (e.g. the cassette recorder, :mod:`mcp_gym.cassette`) injected by the layer
+above sees every exchange; this module knows nothing of what it does with them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shlex
 import sys
 import tempfile
 import threading
@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
+from typing import Protocol as _Interface
 
 import anyio
 import mcp.client.session as _sdk_session
@@ -27,133 +28,16 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from mcp_gym._version import __version__
+from mcp_gym.client.specs import Http, ServerSpec, Stdio
+
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = [
-    "Stdio",
-    "Http",
-    "InProcess",
-    "ServerSpec",
-    "parse_server",
-    "ServerConnection",
-    "ConnectionLost",
-    "HostCallbacks",
-    "Protocol",
-]
-
-Protocol = Literal["auto", "legacy", "2026-07-28"]
-"""How to negotiate the protocol era: ``auto`` probes ``server/discover`` (at most ``discover_timeout`` seconds) and
-falls back to the ``initialize`` handshake; ``legacy`` handshakes only; a version pins the modern era."""
+__all__ = ["ServerConnection", "ConnectionLost", "HostCallbacks", "Tap", "TapFactory"]
 
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
-
-
-@dataclass(frozen=True, kw_only=True)
-class _SpecBase:
-    protocol: Protocol = "auto"
-    """``auto`` (probe ``server/discover``, fall back to ``initialize``), ``legacy`` or a pinned modern version."""
-    connect_timeout: float = 30.0
-    """Seconds to start (if stdio) and initialise the server."""
-    discover_timeout: float = 1.0
-    """With ``auto``: how long a server may leave ``server/discover`` unanswered before the handshake fallback."""
-    listen: bool | None = None
-    """2026-era change stream (``subscriptions/listen``): ``None`` = open it unless the server piggy-backs changes on
-    its results (an mcp-gym server); it costs ~20% per call on stdio, so ``False`` turns it off for speed."""
-    record: str | os.PathLike[str] | None = None
-    """Record every exchange with this server to a cassette (:mod:`mcp_gym.cassette`): a ``.jsonl`` file, or a
-    directory that receives ``<alias>.jsonl``."""
-
-    @property
-    def transport(self) -> str:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def describe(self) -> str:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class Stdio(_SpecBase):
-    """A server started as a subprocess speaking MCP over stdin/stdout: ``Stdio(command, args, env=, cwd=)``.
-
-    ``env`` is merged over the SDK's minimal inherited environment (HOME, PATH, ...): pass every variable the server
-    needs. The server's stderr is kept (last 4 kB) and quoted when it fails.
-    """
-
-    command: str
-    args: Sequence[str] = ()
-    env: Mapping[str, str] | None = None
-    cwd: str | os.PathLike[str] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "args", tuple(self.args))
-        object.__setattr__(self, "env", dict(self.env) if self.env is not None else None)
-        object.__setattr__(self, "cwd", os.fspath(self.cwd) if self.cwd is not None else None)
-
-    @classmethod
-    def python_module(cls, module: str, *args: str, **kw: Any) -> Stdio:
-        """A server run as ``python -m module`` with this interpreter (and this ``sys.path``)."""
-        env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **dict(kw.pop("env", None) or {})}
-        return cls(sys.executable, ["-m", module, *args], env=env, **kw)
-
-    @property
-    def transport(self) -> str:
-        return "stdio"
-
-    def describe(self) -> str:
-        return " ".join([self.command, *self.args])
-
-
-@dataclass(frozen=True)
-class Http(_SpecBase):
-    """A server reached over Streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``)."""
-
-    url: str
-
-    @property
-    def transport(self) -> str:
-        return "http"
-
-    def describe(self) -> str:
-        return self.url
-
-
-@dataclass(frozen=True)
-class InProcess(_SpecBase):
-    """An ``MCPServer`` (or low-level ``Server``, or an object with an ``.mcp`` server) served in this process."""
-
-    server: Any
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "server", getattr(self.server, "mcp", self.server))
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> InProcess:
-        return self  # a spec refers to the one server object; copies (e.g. by gymnasium.make) share it
-
-    @property
-    def transport(self) -> str:
-        return "inprocess"
-
-    def describe(self) -> str:
-        return f"in-process {getattr(self.server, 'name', type(self.server).__name__)}"
-
-
-ServerSpec = Stdio | Http | InProcess
-
-
-def parse_server(target: str, *, inherit_env: bool = False, **options: Any) -> Stdio | Http:
-    """A spec from a string: an ``http(s)://`` URL (Streamable HTTP) or a command line (stdio, split like a shell).
-
-    ``inherit_env``: give a stdio server this process's whole environment (the CLI does, so ``npx`` servers find their
-    configuration) instead of the SDK's minimal one. ``options`` are spec fields (``connect_timeout``, ...).
-    """
-    if target.startswith(("http://", "https://")):
-        return Http(target, **options)
-    parts = shlex.split(target)
-    if not parts:
-        raise ValueError(f"not a server command line or URL: {target!r}")
-    return Stdio(parts[0], parts[1:], env=dict(os.environ) if inherit_env else None, **options)
 
 
 class _DiscoverTimeout:
@@ -195,7 +79,7 @@ class ConnectionLost(Exception):
 
 @dataclass
 class HostCallbacks:
-    """What the host answers on the server's behalf: SDK-level callbacks built by :mod:`mcp_gym.host`."""
+    """What the host answers on the server's behalf: SDK-level callbacks built by :mod:`mcp_gym.client.host`."""
 
     sampling: Callable[..., Awaitable[Any]] | None = None
     elicitation: Callable[..., Awaitable[Any]] | None = None
@@ -210,6 +94,28 @@ class _Events:
     updated: set[str] = field(default_factory=set)
 
 
+class Tap(_Interface):
+    """What a connection tells an observer of its traffic (the cassette's ``Recorder`` is one). All on the runtime loop.
+    """
+
+    def connected(self, conn: ServerConnection) -> None:
+        """The session is established (``conn.client`` is entered; server info and capabilities are known)."""
+
+    def notification(self, message: Any) -> None:
+        """A server notification arrived (the SDK's notification model)."""
+
+    async def exchange(self, method: str, params: Mapping[str, Any] | None, send: Callable[[], Awaitable[Any]]) -> Any:
+        """Run one request: ``await send()`` performs it; return (or raise) what it does."""
+
+    def close(self) -> None:
+        """The session is over."""
+
+
+TapFactory = Callable[["ServerConnection"], "Tap | None"]
+"""Makes the tap of a connection when it (re)connects, or ``None`` for no tap (e.g. ``mcp_gym.cassette.record_tap``,
+which taps connections whose spec has ``record=``)."""
+
+
 class ServerConnection:
     """One MCP session to one server, owned by a single task on the runtime loop.
 
@@ -217,7 +123,12 @@ class ServerConnection:
     :meth:`start`; calls on a failed or dead connection raise :class:`ConnectionLost`.
     """
 
-    def __init__(self, alias: str, spec: ServerSpec, callbacks: HostCallbacks | None = None) -> None:
+    def __init__(
+        self, alias: str, spec: ServerSpec, callbacks: HostCallbacks | None = None, tap: TapFactory | None = None
+    ) -> None:
+        if spec.record is not None and tap is None:
+            raise ValueError(f"server '{alias}': record= needs a recording tap; connect through MCPEnv or MCPHost(..., "
+                             "tap=mcp_gym.cassette.record_tap)")
         self.alias = alias
         self.spec = spec
         self.callbacks = callbacks or HostCallbacks()
@@ -234,7 +145,8 @@ class ServerConnection:
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
         self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
-        self.recorder: Any = None  # a mcp_gym.cassette.Recorder when spec.record is set
+        self.tap_factory = tap
+        self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -270,7 +182,7 @@ class ServerConnection:
             list_roots_callback=cb.list_roots,
             logging_callback=logging_cb,
             log_level="info" if cb.logging is not None else None,
-            client_info=mt.Implementation(name="mcp-gym", version=_version()),
+            client_info=mt.Implementation(name="mcp-gym", version=__version__),
         )
 
     async def _own(self) -> None:
@@ -281,10 +193,8 @@ class ServerConnection:
         exc: BaseException | None = None
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
-                if self.spec.record is not None and self.recorder is None:
-                    from mcp_gym.cassette import Recorder
-
-                    self.recorder = Recorder.open(self)
+                if self.tap_factory is not None and self.tap is None:
+                    self.tap = self.tap_factory(self)
                 client = self._client()
                 if self.spec.protocol == "auto":
                     async with _DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
@@ -296,8 +206,8 @@ class ServerConnection:
                 self.client = client
                 self.connect_seconds = time.perf_counter() - t0
                 self.status = "ready"
-                if self.recorder is not None:
-                    self.recorder.connected(self)
+                if self.tap is not None:
+                    self.tap.connected(self)
                 try:
                     async with anyio.create_task_group() as tg:
                         self._listen_tg = tg
@@ -327,8 +237,8 @@ class ServerConnection:
         finally:
             if self._errlog is not None:
                 self._errlog.close()
-            if self.recorder is not None:
-                self.recorder.close()
+            if self.tap is not None:
+                self.tap.close()
             if self.status in ("ready", "connecting"):
                 self.status = "closed"
             self._ready.set()
@@ -413,8 +323,8 @@ class ServerConnection:
     # -- notifications --------------------------------------------------------------------------------------------
     async def _on_message(self, message: Any) -> None:
         root = getattr(message, "root", message)
-        if self.recorder is not None:
-            self.recorder.notification(root)
+        if self.tap is not None:
+            self.tap.notification(root)
         if isinstance(root, mt.ToolListChangedNotification):
             self.events.tools_changed = True
         elif isinstance(root, mt.ResourceUpdatedNotification):
@@ -504,11 +414,11 @@ class ServerConnection:
         """Run one SDK request; connection loss becomes :class:`ConnectionLost` and marks the server dead.
 
         JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged. ``method`` and ``params``
-        describe the request for the cassette recorder (``spec.record``).
+        describe the request for the tap (e.g. the cassette recorder of ``spec.record``).
         """
         client = self._check()
-        if self.recorder is not None and method is not None:
-            return await self.recorder.exchange(method, params, lambda: self._send(client, fn))
+        if self.tap is not None and method is not None:
+            return await self.tap.exchange(method, params, lambda: self._send(client, fn))
         return await self._send(client, fn)
 
     async def _send(self, client: Client, fn: Callable[[Client], Awaitable[Any]]) -> Any:
@@ -595,8 +505,3 @@ def _describe_exc(e: BaseException, default: str) -> str:
     msg = str(e).strip()
     return f"{type(e).__name__}: {msg}" if msg else f"{type(e).__name__} ({default})"
 
-
-def _version() -> str:
-    from mcp_gym import __version__
-
-    return __version__

@@ -8,9 +8,7 @@ only its own tools.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,8 +19,19 @@ import anyio
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.connection import ConnectionLost, HostCallbacks, ServerConnection, ServerSpec
-from mcp_gym.serverkit import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
+from mcp_gym.client.connection import ConnectionLost, HostCallbacks, ServerConnection, TapFactory
+from mcp_gym.client.specs import ServerSpec
+from mcp_gym.protocol import (
+    CHANGES_META_KEY,
+    EPISODE_META_KEY,
+    HIDDEN_META_KEY,
+    RESET_TOOL,
+    SEED_META_KEY,
+    STATE_TOOL,
+    TASK_META_KEY,
+    ToolCallError,
+    catalogue_fingerprint,
+)
 
 __all__ = [
     "MCPHost",
@@ -32,14 +41,7 @@ __all__ = [
     "ElicitationFn",
     "tool_schema",
     "catalogue_hash",
-    "TASK_META_KEY",
-    "SEED_META_KEY",
 ]
-
-TASK_META_KEY = "mcp-gym/task"
-"""``_meta`` key carrying the episode's task id (next to the episode id), e.g. for a replay server to match episodes."""
-SEED_META_KEY = "mcp-gym/seed"
-"""``_meta`` key carrying the episode's reset seed."""
 
 SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
 """``(messages, params) -> str | CreateMessageResult`` (sync or async). ``messages`` are ``{"role", "content"}``
@@ -90,9 +92,9 @@ def tool_schema(entry: ToolEntry) -> dict[str, Any]:
 
 
 def catalogue_hash(entries: Sequence[ToolEntry]) -> str:
-    """A stable hash of a tool catalogue (names, descriptions, schemas, annotations)."""
-    blob = json.dumps([tool_schema(e) for e in entries], sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """A stable hash of a tool catalogue (names, descriptions, schemas, annotations): the
+    :func:`~mcp_gym.protocol.catalogue_fingerprint` of its :func:`tool_schema` dicts, as recordings store it."""
+    return catalogue_fingerprint([tool_schema(e) for e in entries])
 
 
 @dataclass
@@ -136,6 +138,8 @@ class MCPHost:
             ``_meta`` has ``"mcp-gym/hidden": true`` are hidden too.
         block_destructive: hide and refuse tools that may be destructive (``destructiveHint`` not false and not
             ``readOnlyHint``; unannotated tools count as destructive, as the MCP spec says).
+        tap: makes each connection's :class:`~mcp_gym.client.connection.Tap` (needed for specs with ``record=``:
+            ``mcp_gym.cassette.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class MCPHost:
         separator: str = "__",
         hidden_tools: Sequence[str] = (RESET_TOOL, STATE_TOOL),
         block_destructive: bool = False,
+        tap: TapFactory | None = None,
     ) -> None:
         if not servers:
             raise ValueError("MCPHost needs at least one server")
@@ -166,7 +171,7 @@ class MCPHost:
             logging=self._on_log,
         )
         self.connections: dict[str, ServerConnection] = {
-            alias: ServerConnection(alias, spec, callbacks) for alias, spec in servers.items()
+            alias: ServerConnection(alias, spec, callbacks, tap) for alias, spec in servers.items()
         }
         self.catalogue: dict[str, ToolEntry] = {}
         self.all_tools: dict[str, dict[str, mt.Tool]] = {}
@@ -188,7 +193,7 @@ class MCPHost:
         """Close one server's connection and connect anew (reset by restart)."""
         old = self.connections[alias]
         await old.close()
-        new = ServerConnection(alias, old.spec, old.callbacks)
+        new = ServerConnection(alias, old.spec, old.callbacks, old.tap_factory)
         self.connections[alias] = new
         await new.start(task_group)
 
@@ -342,14 +347,8 @@ class MCPHost:
         argument: str | None = None,
     ) -> dict[str, Any]:
         where = f"tool '{tool}'" + (f" on server '{server}'" if server else "")
-        return {
-            "kind": kind,
-            "tool": tool,
-            "server": server,
-            "argument": argument,
-            "code": code,
-            "message": f"{where}: {message}" if kind != "unknown_tool" else message,
-        }
+        message = f"{where}: {message}" if kind != "unknown_tool" else message
+        return ToolCallError(kind, message, tool=tool, server=server, argument=argument, code=code).as_dict()
 
     # -- host duties ----------------------------------------------------------------------------------------------
     async def _on_sampling(self, context: Any, params: mt.CreateMessageRequestParams) -> Any:

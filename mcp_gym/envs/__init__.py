@@ -1,6 +1,6 @@
-"""Bundled environments (the top-level ``envs/`` folder, installed as ``mcp_gym.envs``).
+"""Bundled environments: one folder per env, ``mcp_gym/envs/<env>/`` with ``server.py`` and ``tasks.py``.
 
-Each module defines ``SERVER`` (the ``servers/`` module serving it), ``generate_tasks(seed)``, ``task_by_id``,
+Each ``tasks.py`` defines ``SERVER`` (the name of the server serving it), ``generate_tasks(seed)``, ``task_by_id``,
 ``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD`` and ``OBSERVE_RESOURCES``; optionally
 ``STEP_REWARDS = False`` to ignore the servers' per-step convention rewards (the verifier's score at ``submit`` is then
 the only positive reward; failed calls still cost ``error_penalty``). Importing
@@ -28,7 +28,7 @@ BUNDLED_ENVS: dict[str, str] = {
     "Code": "code",
     "Maze": "maze",
 }
-"""Registered name -> module in this package."""
+"""Registered name -> env folder in this package."""
 
 
 @dataclass
@@ -46,17 +46,18 @@ class PenaltyOnlyReward:
 
 
 def env_module(name: str) -> ModuleType:
-    """The module of a bundled env, by registered name (``"Notes"``) or module name (``"notes"``)."""
+    """The tasks module of a bundled env (``mcp_gym.envs.<env>.tasks``), by registered name (``"Notes"``) or folder
+    name (``"notes"``)."""
     mod = BUNDLED_ENVS.get(name, name.lower())
     if mod not in BUNDLED_ENVS.values():
         raise ValueError(f"unknown bundled env {name!r}; choose one of {', '.join(BUNDLED_ENVS)}")
-    return importlib.import_module(f"{__name__}.{mod}")
+    return importlib.import_module(f"{__name__}.{mod}.tasks")
 
 
 def server_spec(name: str, transport: str = "inprocess", url: str | None = None) -> Any:
     """The server spec of a bundled env: in-process (default), a ``stdio`` subprocess, or an HTTP ``url``."""
-    from mcp_gym.connection import Http, InProcess, Stdio
-    from mcp_gym.servers import load_server
+    from mcp_gym.client.specs import Http, InProcess, Stdio
+    from mcp_gym.envs.serve import load_server, server_module
 
     server = env_module(name).SERVER
     if url is not None or transport == "http":
@@ -64,7 +65,7 @@ def server_spec(name: str, transport: str = "inprocess", url: str | None = None)
             raise ValueError("transport='http' needs url= (start one with `mcp-gym serve NAME --transport http`)")
         return Http(url)
     if transport == "stdio":
-        return Stdio.python_module(f"mcp_gym.servers.{server}")
+        return Stdio.python_module(server_module(server))
     if transport == "inprocess":
         return InProcess(load_server(server))
     raise ValueError(f"unknown transport {transport!r}: use 'inprocess', 'stdio' or 'http'")
@@ -80,7 +81,7 @@ def export_tasks(name: str, directory: str | Path) -> Path:
     """Write a bundled env's task set as JSONL (``datasets.load_dataset("json", data_files=...)`` reads it)."""
     from mcp_gym.tasks import save_tasks
 
-    return save_tasks(load_env_tasks(name), Path(directory) / f"{env_module(name).__name__.rsplit('.', 1)[-1]}.jsonl")
+    return save_tasks(load_env_tasks(name), Path(directory) / f"{env_module(name).__name__.split('.')[-2]}.jsonl")
 
 
 def make_env(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_gym.servers._common import call, normalize_answer, split_of, submit, task_rng
+from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_rng
 from mcp_gym.tasks import Task
 
 SERVER = "sql"

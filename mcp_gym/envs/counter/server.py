@@ -69,7 +69,7 @@ def _ask_name() -> Elicit[Name]:
 
 
 def _new_state(task_id: str | None, seed: int) -> Counter:
-    from mcp_gym.envs.counter import task_by_id
+    from mcp_gym.envs.counter.tasks import task_by_id
 
     try:
         return Counter(target=int(task_by_id(task_id).data["target"])) if task_id else Counter()
@@ -191,9 +191,9 @@ if __name__ == "__main__":
     if "--diagnostics" in sys.argv:
         sys.argv.remove("--diagnostics")
         server = make_server(diagnostics=True)
-        import mcp_gym.servers.testing as _self
+        import mcp_gym.envs.counter.server as _self
 
         _self.server = server
-    from mcp_gym.servers import main
+    from mcp_gym.envs.serve import main
 
     main("testing")

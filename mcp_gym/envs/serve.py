@@ -1,9 +1,9 @@
-"""Bundled MCP servers (the top-level ``servers/`` folder, installed as ``mcp_gym.servers``).
+"""Running the bundled MCP servers (``mcp_gym/envs/<env>/server.py``).
 
-Each module defines ``server``, an :class:`mcp_gym.serverkit.EpisodeServer`, and runs on its own::
+Each ``server.py`` defines ``server``, an :class:`mcp_gym.serverkit.EpisodeServer`, and runs on its own::
 
-    python -m mcp_gym.servers.notes                       # stdio
-    python -m mcp_gym.servers.notes --transport http --port 8000
+    python -m mcp_gym.envs.notes.server                   # stdio
+    python -m mcp_gym.envs.notes.server --transport http --port 8000
     mcp-gym serve notes --transport http --port 8000
 """
 
@@ -15,14 +15,22 @@ import logging
 from collections.abc import Sequence
 
 BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "testing")
-"""Module names of the bundled servers."""
+"""Names of the bundled servers (the server aliases the envs use; ``testing`` is Counter's server)."""
+
+_FOLDERS = {"testing": "counter"}
+"""Server name -> env folder, where they differ."""
+
+
+def server_module(name: str) -> str:
+    """The module of a bundled server, ``mcp_gym.envs.<env>.server`` (for ``python -m``)."""
+    if name not in BUNDLED_SERVERS:
+        raise ValueError(f"unknown bundled server {name!r}; choose one of {', '.join(BUNDLED_SERVERS)}")
+    return f"mcp_gym.envs.{_FOLDERS.get(name, name)}.server"
 
 
 def load_server(name: str):  # -> EpisodeServer (typed loosely to keep imports light)
-    """Import ``mcp_gym.servers.<name>`` and return its ``server`` object."""
-    if name not in BUNDLED_SERVERS:
-        raise ValueError(f"unknown bundled server {name!r}; choose one of {', '.join(BUNDLED_SERVERS)}")
-    return importlib.import_module(f"{__name__}.{name}").server
+    """Import the bundled server ``name`` (``mcp_gym.envs.<env>.server``) and return its ``server`` object."""
+    return importlib.import_module(server_module(name)).server
 
 
 def serve(
@@ -32,7 +40,7 @@ def serve(
 
     Over HTTP, responses stream as SSE by default so progress and other notifications reach the client during a
     call; ``json_response=True`` answers with plain JSON (faster, but no notifications mid-call)."""
-    from mcp_gym.servers._common import exit_cleanly_on_sigterm
+    from mcp_gym.envs._common import exit_cleanly_on_sigterm
 
     exit_cleanly_on_sigterm()  # so atexit clean-up (e.g. temporary workspaces) runs when the server is terminated
     server = load_server(name)
@@ -47,8 +55,8 @@ def serve(
 
 
 def main(name: str, argv: Sequence[str] | None = None) -> None:
-    """Command-line entry for ``python -m mcp_gym.servers.<name>``."""
-    p = argparse.ArgumentParser(prog=f"python -m mcp_gym.servers.{name}")
+    """Command-line entry for ``python -m mcp_gym.envs.<env>.server``."""
+    p = argparse.ArgumentParser(prog=f"python -m {server_module(name)}")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)

@@ -1,6 +1,7 @@
 """Counter: move a counter to a target number (the small env behind the core tests and the quickstart).
 
-Served by ``servers/testing.py``. Reward 1 on reaching the target (the server's ``done``), -0.01 per other move.
+Served by ``mcp_gym/envs/counter/server.py`` (server name ``testing``). Reward 1 on reaching the target (the
+server's ``done``), -0.01 per other move.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Code server: write Python files in a per-episode workspace and run hidden unit tests on them.
 
-See :mod:`mcp_gym.envs.code` for the tasks and :mod:`mcp_gym.servers._sandbox` for how code is run (subprocess with
-CPU/memory/wall-clock/output limits, audit hook blocking network, processes and writes outside its directory).
+See :mod:`mcp_gym.envs.code.tasks` for the tasks and :mod:`mcp_gym.envs.code._sandbox` for how code is run
+(subprocess with CPU/memory/wall-clock/output limits, audit hook blocking network, processes and writes outside its
+directory).
 
 The workspace of an episode is kept in memory (at most :data:`MAX_FILES` files of :data:`MAX_FILE_CHARS` characters),
 so memory stays bounded, nothing leaks on disk when an episode is evicted, and the snapshot is self-contained. Each
@@ -12,7 +13,7 @@ Grading: ``run_tests`` records ``{passed, failed, total, files_hash}`` as the ep
 reports it with the current ``files_hash``; the verifier pays ``passed / total`` only if the two hashes match (the final
 code was tested).
 
-Run: ``python -m mcp_gym.servers.code`` (stdio) or ``python -m mcp_gym.servers.code --transport http --port 8000``.
+Run: ``python -m mcp_gym.envs.code.server`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from typing import Any
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from mcp_gym.envs.code import SOLUTION_FILE, generate_tasks, task_by_id
+from mcp_gym.envs.code._sandbox import Limits, RunResult, canonical_json, run_function_tests
+from mcp_gym.envs.code.tasks import SOLUTION_FILE, generate_tasks, task_by_id
 from mcp_gym.serverkit import EpisodeServer
-from mcp_gym.servers._sandbox import Limits, RunResult, canonical_json, run_function_tests
 from mcp_gym.tasks import Task
 
 MAX_FILES = 16
@@ -241,6 +242,6 @@ async def workspace_resource() -> str:
 
 
 if __name__ == "__main__":
-    from mcp_gym.servers import main
+    from mcp_gym.envs.serve import main
 
     main("code")

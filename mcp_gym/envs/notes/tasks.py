@@ -1,4 +1,4 @@
-"""Notes environment: tasks over a small notebook served by ``mcp_gym.servers.notes``.
+"""Notes environment: tasks over a small notebook served by ``mcp_gym.envs.notes.server``.
 
 Three task kinds, generated deterministically (no data files):
 
@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcp_gym.servers._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
+from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
 from mcp_gym.tasks import Task
 
 SERVER = "notes"

@@ -1,4 +1,4 @@
-"""SQL server: read-only access to a per-episode SQLite database (see :mod:`mcp_gym.envs.sql` for the tasks).
+"""SQL server: read-only access to a per-episode SQLite database (see :mod:`mcp_gym.envs.sql.tasks` for the tasks).
 
 Each episode owns an in-memory SQLite database built deterministically from its task. The database is read-only by
 construction, not by pattern matching:
@@ -15,7 +15,7 @@ construction, not by pattern matching:
 
 Queries run on worker threads (one lock per episode), so a slow query never blocks other episodes.
 
-Run: ``python -m mcp_gym.servers.sql`` (stdio) or ``python -m mcp_gym.servers.sql --transport http --port 8000``.
+Run: ``python -m mcp_gym.envs.sql.server`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import BaseModel, Field
 
-from mcp_gym.envs.sql import build_database, default_db, task_by_id
+from mcp_gym.envs.sql.tasks import build_database, default_db, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
 QUERY_TIME_LIMIT = 1.0
@@ -373,6 +373,6 @@ async def table_resource(name: str) -> str:
 
 
 if __name__ == "__main__":
-    from mcp_gym.servers import main
+    from mcp_gym.envs.serve import main
 
     main("sql")

@@ -3,9 +3,9 @@
 Tools: ``move(direction)``, ``look()`` and ``unlock()`` — the latter hidden until the agent picks up the key in its
 episode (then ``tools/list_changed`` is sent). Resource: ``maze://state`` (text rendering of the current episode,
 ``resources/updated`` after every change). ``move`` returns the reward convention ``{"reward", "done", ...}``:
--0.01 per move, +1.0 on reaching the goal. Layouts come from :mod:`mcp_gym.envs.maze`.
+-0.01 per move, +1.0 on reaching the goal. Layouts come from :mod:`mcp_gym.envs.maze.tasks`.
 
-Run: ``python -m mcp_gym.servers.maze`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.envs.maze.server`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from mcp_gym.envs.maze import Layout, Pos, generate_layout, step, task_by_id
+from mcp_gym.envs.maze.tasks import Layout, Pos, generate_layout, step, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
 STATE_URI = "maze://state"
@@ -230,6 +230,6 @@ def maze_state() -> str:
 
 
 if __name__ == "__main__":
-    from mcp_gym.servers import main
+    from mcp_gym.envs.serve import main
 
     main("maze")

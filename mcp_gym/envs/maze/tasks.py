@@ -1,4 +1,4 @@
-"""Maze environment: a key-and-door gridworld served by ``mcp_gym.servers.maze``.
+"""Maze environment: a key-and-door gridworld served by ``mcp_gym.envs.maze.server``.
 
 Each task is one layout (5x5 to 7x7) generated from the task's own random stream and always solvable: the goal ``G``
 sits behind a locked door ``D`` (its only way in); the key ``K`` is reachable from the start ``S`` without passing
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_gym.servers._common import call, split_of, submit, task_lookup, task_rng
+from mcp_gym.envs._common import call, split_of, submit, task_lookup, task_rng
 from mcp_gym.tasks import Task
 
 SERVER = "maze"

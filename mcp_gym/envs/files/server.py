@@ -6,7 +6,7 @@ per-process folder under ``$TMPDIR/mcp-gym-files-<uid>/``; folders left by proce
 (SIGKILL) are removed by a later server starting there, once an hour old.
 
 Tools: ``list_directory``, ``read_file``, ``write_file``, ``move_file``, ``search_files``, ``make_directory``,
-``delete_file``. Tasks and grading: :mod:`mcp_gym.envs.files`.
+``delete_file``. Tasks and grading: :mod:`mcp_gym.envs.files.tasks`.
 
 Sandbox rules (checked on every path before anything is touched; a refused call changes nothing):
 
@@ -20,7 +20,7 @@ Sandbox rules (checked on every path before anything is touched; a refused call 
   ``ListRoots`` resolver, so it works in both protocol eras) and only paths inside the workspace AND inside one of
   the ``file://`` roots are allowed. A client with no ``file://`` roots is not restricted further.
 
-Run: ``python -m mcp_gym.servers.files`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.envs.files.server`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from mcp.server.mcpserver.resolve import Resolve
 from mcp.types import ListRootsResult
 from pydantic import BaseModel, Field
 
-from mcp_gym.envs.files import task_by_id
+from mcp_gym.envs.files.tasks import task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
 MAX_FILE_BYTES = 64_000
@@ -486,6 +486,6 @@ async def delete_file(path: str, roots: ClientRoots = None) -> PathResult:
 
 
 if __name__ == "__main__":
-    from mcp_gym.servers import main
+    from mcp_gym.envs.serve import main
 
     main("files")

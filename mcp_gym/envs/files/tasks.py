@@ -1,4 +1,4 @@
-"""Files environment: tasks in a sandboxed per-episode workspace served by ``mcp_gym.servers.files``.
+"""Files environment: tasks in a sandboxed per-episode workspace served by ``mcp_gym.envs.files.server``.
 
 Three task kinds, generated deterministically (no data files); ``Task.data["files"]`` is the initial tree
 ``{relative path: content}`` (plus ``data["dirs"]`` for empty folders):
@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_gym.servers._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
+from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
 from mcp_gym.tasks import Task
 
 SERVER = "files"
