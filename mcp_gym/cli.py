@@ -20,6 +20,11 @@ Servers::
     mcp-gym serve --replay runs/x/cassettes/memory.jsonl # a recorded cassette as a server (mcp_gym.cassette)
     mcp-gym diff-tools runs/2026-11 runs/2026-12         # tool-catalogue drift (mcp_gym.drift)
 
+Looking at runs::
+
+    mcp-gym view runs/eval/Counter-oracle                # a static HTML report: episodes, steps, plots (offline)
+    mcp-gym view RUN_A RUN_B --out compare.html          # several runs side by side by task (mcp_gym.viewer)
+
 Rerunning an interrupted ``collect``/``eval``/``demo`` resumes it. Exit status 130 after Ctrl-C.
 """
 
@@ -43,8 +48,8 @@ INTERRUPTED = 130
 def _usage() -> str:
     body = (__doc__ or "").split("\n", 2)[2].replace("``", "").replace("::", ":")
     commands = [c for c in JOBS if c != "tasks-validate"]
-    return f"usage: mcp-gym {{{','.join([*commands, 'tasks validate', 'serve', 'inspect', 'diff-tools'])}}} " \
-        f"[arguments]\n\n{body}"
+    names = [*commands, "tasks validate", "serve", "inspect", "diff-tools", "view"]
+    return f"usage: mcp-gym {{{','.join(names)}}} [arguments]\n\n{body}"
 
 
 # -- Hydra jobs -------------------------------------------------------------------------------------------------------
@@ -66,6 +71,12 @@ def _run_job(cfg: Any) -> None:
             jobs.export_sft(cfg, out)
         elif cfg.command == "demo":
             jobs.demo(cfg, out)
+            from mcp_gym.viewer import write_view  # the products layer, above jobs: called from here, not from demo
+
+            policies = list(cfg.demo.policies)
+            page = write_view([out / f"{stage}-{k}" for stage in ("eval", "collect") for k in policies],
+                              out / "report.html", title=f"mcp-gym demo: {cfg.env.name}")
+            print(f"look at the episodes: open {page}")
         elif cfg.command == "tasks-validate":
             from mcp_gym.jobs.validate import validate_tasks
 
@@ -237,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(rest)
         if command == "inspect":
             return _inspect(rest)
+        if command == "view":
+            from mcp_gym.viewer import main as view
+
+            return view(rest)
         if command == "diff-tools":
             from mcp_gym.drift import main as diff_tools
 

@@ -12,10 +12,12 @@ loop thread once it has one).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
+import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
@@ -24,16 +26,17 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.client.connection import ConnectionLost
+from mcp_gym.client.connection import ConnectionLost, ServerConnection
 from mcp_gym.client.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers
-from mcp_gym.graders import Grade, GradeContext, GraderError, Grading, SessionAccess
+from mcp_gym.graders import Grade, Grading
+from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, ToolCallError
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
-from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
+from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
-from mcp_gym.workspace import episode_spec, fill_task, make_workspace, mentions_workspace
+from mcp_gym.workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 
 __all__ = [
     "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content"
@@ -101,7 +104,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         max_steps: Truncate after this many steps.
         observe_resources: Resource URIs to observe (templates such as ``notes://{title}`` are filled from the task's
             ``data``), ``"all"`` for every listed resource, or ``None``. The task's own ``resources`` are added.
-        call_timeout: Seconds per tool call (``None``: no limit).
+        call_timeout: Seconds per tool call (``None``: no limit); also bounds each re-listing of tools after
+            ``tools/list_changed`` and each resource read or listing.
+        reset_timeout: Seconds for all of :meth:`reset`'s server work (restarts, reset tools, listings, resource
+            reads; ``None``: no limit). Past it, ``reset`` returns with a ``timeout`` error in ``info["reset_errors"]``
+            and the servers it was still waiting on (or had not reset yet) are failed and restart at the next reset.
         sampling: Answers the servers' sampling requests (default: a clear refusal).
         elicitation: Answers elicitation requests (default: decline).
         strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
@@ -150,6 +157,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         max_steps: int = 20,
         observe_resources: Sequence[str] | Literal["all"] | None = None,
         call_timeout: float | None = 30.0,
+        reset_timeout: float | None = 120.0,
         sampling: SamplingFn | None = None,
         elicitation: ElicitationFn | None = None,
         strict: bool = False,
@@ -174,6 +182,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.max_steps = max_steps
         self.observe_resources = observe_resources
         self.call_timeout = call_timeout
+        self.reset_timeout = reset_timeout
+        self._inflight: Counter[str] = Counter()  # servers a reset is waiting on (failed if the reset times out)
         self.strict = strict
         self.verifier = verifier
         self.grading: Grading | None = grader if isinstance(grader, Grading) else (
@@ -246,10 +256,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return
         self._closed = True
         if self._rt.in_loop() or self._rt.closed:
-            self._drop_workspace()
+            drop_workspace(self)
             return
         self._rt.call(self.host.close)
-        self._drop_workspace()
+        drop_workspace(self)
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -268,7 +278,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not self._closed:
             self._closed = True
             await self._rt.acall(self.host.close)
-            self._drop_workspace()
+            drop_workspace(self)
 
     # -- public helpers -------------------------------------------------------------------------------------------
     @property
@@ -296,15 +306,21 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     async def _ensure_started(self) -> None:
         if not self._started:
             self._started = True
-            if self._templated:  # servers naming {workspace} start at reset, in the episode's workspace
-                async with anyio.create_task_group() as tg:
-                    for alias, conn in self.host.connections.items():
-                        if alias not in self._templated:
-                            tg.start_soon(conn.start, self._rt.task_group)
-                await self.host.refresh_tools()
-            else:
-                await self.host.start(self._rt.task_group)
-            self._sync_space()
+            try:
+                if self._templated:  # servers naming {workspace} start at reset, in the episode's workspace
+                    async with anyio.create_task_group() as tg:
+                        for alias, conn in self.host.connections.items():
+                            if alias not in self._templated:
+                                tg.start_soon(conn.start, self._rt.task_group)
+                    await self.host.refresh_tools()
+                else:
+                    await self.host.start(self._rt.task_group)
+                self._sync_space()
+            except BaseException:
+                with anyio.CancelScope(shield=True):  # no server process outlives a failed construction
+                    await self.host.close()
+                self._closed = True
+                raise
 
     def _sync_space(self) -> bool:
         tools = {name: e.input_schema for name, e in self.host.catalogue.items()}
@@ -338,14 +354,26 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.host.episode_task, self.host.episode_seed = self.task.id, task_seed  # sent in _meta (cassette replay)
         self._transcript = []
         self.grade = None
-        fresh = await self._prepare_episode_servers()
-        if self.workspace is not None:  # the agent, the reference solution and the graders see the real path
-            self.task = fill_task(self.task, self.workspace)
-        reset_errors = await self._reset_servers(task_seed, skip=fresh)
-        await self.host.refresh_tools()
-        self._sync_space()
-        await self._setup_resources()
-        await self.host.poll_changes()  # the burst of list_changed some servers send on connect is not step 1's
+        reset_errors: list[dict[str, Any]] = []
+        done: set[str] = set()
+        self._inflight.clear()
+        self._resources = {}
+        limit = math.inf if self.reset_timeout is None else self.reset_timeout
+        with anyio.move_on_after(limit) as scope:
+            with self._waiting_on(*self._templates):
+                fresh = await prepare_episode_servers(self)
+            if self.workspace is not None:  # the agent, the reference solution and the graders see the real path
+                self.task = fill_task(self.task, self.workspace)
+            await self._reset_servers(task_seed, reset_errors, done, skip=fresh)
+            with self._waiting_on(*self.host.connections):
+                await self.host.refresh_tools(timeout=self.call_timeout)
+            self._sync_space()
+            await self._setup_resources()
+            with self._waiting_on(*self.host.connections):
+                # the burst of list_changed some servers send on connect is not step 1's
+                await self.host.poll_changes(timeout=self.call_timeout)
+        if scope.cancelled_caught:
+            self._reset_timed_out(reset_errors, done)
         self._sync_space()
         obs = {"task": self.task.prompt, "result": "", "resources": dict(self._resources)}
         self._last_text = self.task.prompt
@@ -363,63 +391,70 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         }
         return obs, info
 
-    def _drop_workspace(self) -> None:
-        if self.workspace is not None:
-            shutil.rmtree(self.workspace, ignore_errors=True)
-            self.workspace = None
+    @contextlib.contextmanager
+    def _waiting_on(self, *aliases: str) -> Iterator[None]:
+        """Mark servers as awaited by the reset (a reset timeout fails the servers it was waiting on)."""
+        self._inflight.update(aliases)
+        try:
+            yield
+        finally:
+            self._inflight.subtract(aliases)
 
-    async def _prepare_episode_servers(self) -> set[str]:
-        """Per-task server set-up: a fresh workspace (the task's ``fixture`` copied in) when a server command line
-        names ``{workspace}``, the task's ``env`` variables; servers whose spec changes restart. Returns them."""
-        assert self.task is not None
-        task = self.task
-        self._drop_workspace()
-        if task.fixture and not self._templated:
-            raise ValueError(f"task '{task.id}' has a fixture but no server command line names {{workspace}}")
-        if self._templated:
-            self.workspace = make_workspace(task)
-        restarted: set[str] = set()
-        for alias, template in self._templates.items():
-            spec = episode_spec(template, self.workspace, task.env)
-            conn = self.host.connections[alias]
-            if spec == conn.spec and alias not in self._templated:
+    def _reset_timed_out(self, errors: list[dict[str, Any]], done: set[str]) -> None:
+        """``reset_timeout`` passed: fail the servers the reset was waiting on or had not reset yet (their state is
+        unknown); they lose their tools for this episode and restart at the next reset."""
+        stuck = {a for a, n in self._inflight.items() if n > 0} | (set(self.host.connections) - done)
+        self._inflight.clear()
+        for alias in self.host.connections:
+            if alias not in stuck:
                 continue
-            if getattr(conn, "_conn", None) is not None:  # a session shared by concurrent episodes (VectorMCPEnv)
-                raise ValueError(f"server '{alias}': per-episode set-up (workspace, task env) needs a session of its "
-                                 "own per episode; do not share sessions (share_servers=None)")
-            conn.spec = spec
-            await self.host.restart(alias, self._rt.task_group)
-            restarted.add(alias)
-        return restarted
+            conn = self.host.connections[alias]
+            if conn.status not in ("ready", "connecting"):
+                continue  # already failed or dead, with its own reason
+            reason = f"reset timed out after {self.reset_timeout:g} s"
+            conn.fail(reason)
+            message = f"server '{alias}': {reason} (it is failed and restarts at the next reset)"
+            errors.append(ToolCallError("timeout", message, server=alias).as_dict())
+            self.host.all_tools.pop(alias, None)
+        self.host._rebuild()
+        for u in self._obs_uris:
+            self._resources.setdefault(u, f"[error reading resource {u}: reset timed out]")
 
-    async def _reset_servers(self, seed: int, skip: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
-        errors: list[dict[str, Any]] = []
+    async def _reset_servers(self, seed: int, errors: list[dict[str, Any]], done: set[str],
+                             skip: set[str] | frozenset[str] = frozenset()) -> None:
+        """Reset every server (``skip``: the ones just restarted for this episode's workspace or task env)."""
         assert self.task is not None
         for alias, conn in list(self.host.connections.items()):
             if alias in skip:
                 if conn.status != "ready":
                     errors.append(ToolCallError("server_dead", f"server '{alias}' failed to start for this episode: "
                                                 f"{conn.error}", server=alias).as_dict())
+                done.add(alias)
                 continue
-            mode = self.reset_mode
-            if conn.status != "ready" and mode != "none":
-                await self.host.restart(alias, self._rt.task_group)  # a dead server comes back next episode
-                if mode == "restart":
-                    continue
+            with self._waiting_on(alias):
+                await self._reset_server(alias, conn, seed, errors)
+            done.add(alias)
+
+    async def _reset_server(self, alias: str, conn: ServerConnection, seed: int, errors: list[dict[str, Any]]) -> None:
+        assert self.task is not None
+        mode = self.reset_mode
+        if conn.status != "ready" and mode != "none":
+            await self.host.restart(alias, self._rt.task_group)  # a dead server comes back next episode
             if mode == "restart":
-                await self.host.restart(alias, self._rt.task_group)
-                continue
-            if mode == "none" or self.host.connections[alias].status != "ready":
-                continue
-            if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
-                continue
-            args = {"task_id": self.task.id, "seed": seed}
-            out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
-            if out.error or (out.result is not None and out.result.is_error):
-                err = out.error or ToolCallError("tool_error", render_content(out.result.content if out.result else []),
-                                                 tool=RESET_TOOL, server=alias).as_dict()
-                errors.append(err)
-        return errors
+                return
+        if mode == "restart":
+            await self.host.restart(alias, self._rt.task_group)
+            return
+        if mode == "none" or self.host.connections[alias].status != "ready":
+            return
+        if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
+            return
+        args = {"task_id": self.task.id, "seed": seed}
+        out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
+        if out.error or (out.result is not None and out.result.is_error):
+            err = out.error or ToolCallError("tool_error", render_content(out.result.content if out.result else []),
+                                             tool=RESET_TOOL, server=alias).as_dict()
+            errors.append(err)
 
     # -- resources ------------------------------------------------------------------------------------------------
     async def _setup_resources(self) -> None:
@@ -429,10 +464,12 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             for alias, conn in self.host.connections.items():
                 if conn.status == "ready":
                     try:
-                        for r in await conn.list_resources():
+                        with self._waiting_on(alias):
+                            listed = await conn.list_resources(timeout=self.call_timeout)
+                        for r in listed:
                             self._resource_servers[str(r.uri)] = alias
                             wanted.append(str(r.uri))
-                    except (ConnectionLost, MCPError):
+                    except Exception:  # noqa: BLE001 - a broken listing only loses that server's resources
                         pass
         elif self.observe_resources:
             wanted.extend(self.observe_resources)
@@ -446,10 +483,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 continue  # a template this task cannot fill
         self._obs_uris = {u: None for u in uris}
         self._resources = {}
-        for conn in self.host.connections.values():
+        for alias, conn in self.host.connections.items():
             conn.events.updated.clear()
             if conn.status == "ready" and uris:
-                await conn.subscribe(uris)
+                with self._waiting_on(alias):
+                    await conn.subscribe(uris, timeout=self.call_timeout)
         for u in uris:
             self._resources[u] = await self._read_resource(u)
 
@@ -462,9 +500,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 last = f"server '{alias}' is {conn.status}"
                 continue
             try:
-                res = await conn.read_resource(uri, self.host.meta)
+                with self._waiting_on(alias):
+                    res = await conn.read_resource(uri, self.host.meta, timeout=self.call_timeout)
             except (ConnectionLost, MCPError) as e:
                 last = str(e)
+                continue
+            except Exception as e:  # noqa: BLE001 - e.g. a result that is not a valid ReadResourceResult
+                last = f"invalid result from server '{alias}': {type(e).__name__}"
                 continue
             self._resource_servers[uri] = alias
             return render_content(
@@ -492,10 +534,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 raise InvalidAction(err)
             return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
         self.steps += 1
-        name = action.get("tool") if isinstance(action, Mapping) else None
-        if name == "submit" and "submit" not in self.host.catalogue:
+        problem = self.action_space.validation_error(action)  # never raises, whatever the action holds
+        name = dict.get(action, "tool") if isinstance(action, dict) else None  # dict.get: not a subclass's get
+        if name.__class__ is str and name == "submit" and "submit" not in self.host.catalogue:
             return await self._submit(action)
-        problem = self.action_space.validation_error(action)
         if problem is not None:
             entry = self.host.resolve(problem.tool) if problem.tool else None
             err = ToolCallError(problem.kind, problem.message, tool=problem.tool,
@@ -529,7 +571,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                           signal, self.steps, self.task)
         reward = float(self.reward_fn(ctx))
         terminated = signal.done
-        tools_changed = await self.host.poll_changes()
+        tools_changed = await self.host.poll_changes(timeout=self.call_timeout)
         if tools_changed:
             self._sync_space()
             self.catalogue_changes.append({"step": self.steps, "tools": self.tool_catalogue(),
@@ -562,83 +604,45 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         )
         if tools_changed or termination == "servers_dead":
             info["servers"] = self.host.server_info()
-        if self.done and self._grader() is not None:
-            await self._grade_episode(info, None)
-        elif terminated and self.verifier is not None and self.task is not None:
-            try:
-                info["success"] = await self._grade(None) >= self.success_threshold
-            except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
-                if self.strict:
-                    raise
-                info["success"] = None
-                info["error"] = info["error"] or ToolCallError(
-                    "verifier_error", f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}").as_dict()
+        await grade_step_end(self, info, terminated)
         return obs, reward, terminated, truncated, info
-
-    def _grader(self) -> Any:
-        """The grader of the current task (``None``: the legacy ``verifier`` path, or ungraded)."""
-        if self.grading is None or self.task is None:
-            return None
-        try:
-            return self.grading.for_task(self.task)
-        except GraderError:
-            return True  # a task with a broken grader spec: _grade_episode reports it
 
     @property
     def graded(self) -> bool:
         """Whether the current episode gets a success verdict (a verifier or a grader applies)."""
-        return self.verifier is not None if self.grading is None else self._grader() is not None
+        return is_graded(self)
 
-    async def _grade_episode(self, info: dict[str, Any], answer: str | None) -> float:
-        """Grade the finished episode into ``info`` (``grade``, ``success``; ``error`` when grading failed); returns
-        the score (0 on failure)."""
-        assert self.task is not None and self.grading is not None
-        session = SessionAccess(self.host, self.call_timeout)
-        ctx = GradeContext(self.task, answer, self.workspace, list(self._transcript), self._state_snapshot,
-                           session.call, session.read)
-        try:
-            grader = self.grading.for_task(self.task)
-            assert grader is not None
-            grade = await grader.grade(ctx)
-        except Exception as e:  # noqa: BLE001 - grading must not crash the loop; the episode is ungraded
-            if self.strict:
-                raise
-            info["grade"], info["success"] = None, None
-            why = str(e) if isinstance(e, GraderError) else f"{type(e).__name__}: {e}"
-            info["error"] = info.get("error") or ToolCallError(
-                "verifier_error", f"grading failed on task '{self.task.id}': {why}").as_dict()
-            return 0.0
-        self.grade = grade
-        info["grade"], info["success"] = grade.to_dict(), grade.passed
-        return grade.score
-
-    async def _grade(self, answer: str | None) -> float:
-        """The verifier's score for the current server state (raises what the verifier raises)."""
-        assert self.verifier is not None and self.task is not None
-        state = await self._state_snapshot()
-        return float(self.verifier(self.task, answer, state))
+    def _submit_problem(self, action: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
+        (or absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
+        args = dict.get(action, "arguments")  # type: ignore[arg-type]  # the action is a dict (maybe a subclass)
+        problem: ActionError | None = None
+        if args is not None and not isinstance(args, dict):
+            problem = ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON "
+                                  f"object) such as {{\"answer\": \"...\"}}, got {type(args).__name__}")
+        elif len(action) > 2 or not all(isinstance(k, str) and k in ("tool", "arguments") for k in action):
+            problem = self.action_space.validation_error(action)
+        elif args is not None:
+            problem = json_error(tool="submit", arguments=args, max_bytes=self.action_space.max_argument_bytes)
+        if problem is None:
+            return None
+        return ToolCallError(problem.kind, problem.message, tool="submit", argument=problem.argument).as_dict()
 
     async def _submit(self, action: Mapping[str, Any]) -> tuple[dict, float, bool, bool, dict]:
-        args = action.get("arguments")
-        answer = args.get("answer") if isinstance(args, Mapping) else None
+        try:
+            problem = self._submit_problem(action)
+        except Exception as exc:  # noqa: BLE001 - e.g. a dict subclass whose methods raise
+            problem = ToolCallError("malformed", f"the action could not be inspected: {type(exc).__name__} while "
+                                    "reading it", tool="submit").as_dict()
+        if problem is not None:
+            if self.strict:
+                raise InvalidAction(problem)
+            return await self._finish_step(None, "submit", {}, problem)
+        args = dict.get(action, "arguments")  # type: ignore[arg-type]
+        answer = dict.get(args, "answer") if isinstance(args, dict) else None
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
-        error = None
-        reward = 0.0
-        graded: dict[str, Any] = {}
-        if self._grader() is not None:
-            self.done = True
-            self._transcript.append({"tool": "submit", "arguments": {"answer": answer}, "result": ""})
-            reward = await self._grade_episode(graded, answer)
-            error = graded.pop("error", None)
-        elif self.verifier is not None and self.task is not None:
-            try:
-                reward = await self._grade(answer)
-            except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
-                error = ToolCallError("verifier_error", f"verifier failed on task '{self.task.id}': "
-                                      f"{type(e).__name__}: {e}", tool="submit").as_dict()
-                if self.strict:
-                    raise
+        reward, error, graded = await grade_submit(self, answer)
         self.episode_return += reward
         self.done = True
         success = reward >= self.success_threshold if self.verifier is not None else None

@@ -44,8 +44,10 @@ ParseStatus = Literal["ok", "no_tool_call", "invalid_json", "invalid_call"]
 """``ok``: every call found was read; ``no_tool_call``: nothing that looks like a call; ``invalid_json``: a call
 block is not valid JSON; ``invalid_call``: valid JSON but not a call (no name, arguments not an object, ...)."""
 
-ACTION_EXTRA_KEYS = ("raw_text", "parse_status")
-"""Keys an action may carry besides ``tool`` and ``arguments`` (recorded, then stripped before the env sees it)."""
+ACTION_EXTRA_KEYS = ("raw_text", "parse_status", "turn", "assistant_content")
+"""Keys an action may carry besides ``tool`` and ``arguments`` (recorded, then stripped before the env sees it):
+the model output, its parse status, the index of the model reply in the episode and the reply's own text as the chat
+view shows it back (see :mod:`mcp_gym.chat`)."""
 
 _HERMES_OPEN = "<tool_call>"
 _HERMES_CLOSE = "</tool_call>"
@@ -352,7 +354,7 @@ def format_tool_calls(
 
 
 def split_action(action: Any) -> tuple[Any, dict[str, Any]]:
-    """``(env_action, extras)``: the action without ``raw_text``/``parse_status``, and those keys.
+    """``(env_action, extras)``: the action without the :data:`ACTION_EXTRA_KEYS`, and those keys.
 
     Use it before stepping a bare :class:`~mcp_gym.env.MCPEnv` (the recording wrapper strips them itself).
     """

@@ -1,4 +1,5 @@
-"""Policies that act in an :class:`~mcp_gym.env.MCPEnv`: ``random``, ``oracle`` and ``openai`` (any LLM server).
+"""Policies that act in an :class:`~mcp_gym.env.MCPEnv`: ``random``, ``oracle``, ``openai`` (any LLM server) and
+``hf`` (a local ``transformers`` model).
 
 A :class:`Policy` is shared by all concurrent episodes; per episode it hands out an :class:`Agent` that keeps that
 episode's state (an RNG, a position in the reference solution, a chat history) and answers ``await agent.act(obs,
@@ -11,12 +12,17 @@ and ``parse_status`` (see :mod:`mcp_gym.parsing`). The recording wrapper stores 
   the env's tools; tool calls come from the response's ``tool_calls`` or, failing that, from the text (Hermes
   ``<tool_call>``, bare JSON). A reply without a usable call becomes an invalid action -- an error observation for
   the episode, with the parse error told to the model -- never an exception.
+* :class:`HFPolicy` runs a local ``transformers`` causal LM (its chat template with ``tools=``, ``generate``).
+
+Both chat policies build their conversations with :class:`mcp_gym.chat.ChatView`, the view the SFT export
+reproduces: the model ends an episode by calling ``submit``; plain text is a reply without a usable call.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -24,8 +30,8 @@ from typing import Any
 import anyio
 import httpx2 as httpx
 
-from mcp_gym.parsing import ParseResult, ToolCall, parse_message
-from mcp_gym.textenv import DEFAULT_SYSTEM_PROMPT, render_resources
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, env_tools, to_wire
+from mcp_gym.parsing import ParseResult, ToolCall, parse_message, parse_tool_calls
 
 __all__ = [
     "Policy",
@@ -33,15 +39,11 @@ __all__ = [
     "RandomPolicy",
     "OraclePolicy",
     "OpenAIPolicy",
+    "ChatPolicy",
+    "HFPolicy",
     "make_policy",
     "DEFAULT_SYSTEM_PROMPT",
 ]
-
-_NO_CALL_FEEDBACK = (
-    "Your reply did not contain a valid tool call ({error}). Reply with exactly one tool call, or call `submit` with "
-    "your final answer."
-)
-
 
 class Agent:
     """One episode of a policy: ``await act(obs, info)`` returns the next action."""
@@ -104,70 +106,63 @@ class OraclePolicy(Policy):
         return _OracleAgent(env.task)
 
 
-# -- OpenAI-compatible chat completions -------------------------------------------------------------------------------
+# -- chat models ------------------------------------------------------------------------------------------------------
 class _ChatAgent(Agent):
-    """One conversation: the task as the user turn, one assistant turn per model call, one tool turn per step."""
+    """One conversation in the chat view (:class:`mcp_gym.chat.ChatView`): one model request per reply, one env step
+    per call of the reply, and a feedback turn for a reply without a usable call (an invalid action for the env)."""
 
-    def __init__(self, policy: OpenAIPolicy, env: Any, obs: Mapping[str, Any], seed: int) -> None:
+    def __init__(self, policy: ChatPolicy, env: Any, obs: Mapping[str, Any], seed: int) -> None:
         self.policy = policy
         self.env = env
         self.seed = seed
-        self.messages: list[dict[str, Any]] = []
-        if policy.system_prompt:
-            self.messages.append({"role": "system", "content": policy.system_prompt})
-        self.messages.append({"role": "user", "content": _join(str(obs.get("task", "")),
-                                                                 render_resources(obs.get("resources") or {}))})
-        self.resources = dict(obs.get("resources") or {})
+        self.view = ChatView(str(obs.get("task", "")), obs.get("resources") or {}, system_prompt=policy.system_prompt)
         self.pending: deque[tuple[ToolCall, str]] = deque()  # calls of the last reply not yet executed (+ their ids)
         self.reply: ParseResult | None = None  # the last reply, parsed
         self.current: tuple[ToolCall, str] | None = None  # the call just executed, None if the reply had none
+        self.extras: dict[str, Any] = {}
 
     async def act(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
         if self.reply is not None:
             self._observe(obs)
         if not self.pending:
-            message = await self.policy.complete(self.messages, self.env.openai_tools(), self.seed)
+            turn = self.view.turn
+            self.reply = await self.policy.respond(self.view.messages, env_tools(self.env), self.seed)
             self.seed += 1
-            self.reply = parse_message(message)
-            self._remember_reply(message, self.reply)
+            content = assistant_content(self.reply)
+            ids = self.view.reply(content, self.reply.calls)
+            self.pending.extend(zip(self.reply.calls, ids, strict=True))
+            self.extras = {"raw_text": self.reply.raw_text, "parse_status": self.reply.status, "turn": turn,
+                           "assistant_content": content}
             if not self.reply.calls:
                 self.current = None
-                return {"tool": "", "arguments": {}, "raw_text": self.reply.raw_text,
-                        "parse_status": self.reply.status}
-        assert self.reply is not None
+                return {"tool": "", "arguments": {}, **self.extras}
         self.current = self.pending.popleft()
-        return {**self.current[0].to_action(), "raw_text": self.reply.raw_text, "parse_status": self.reply.status}
-
-    def _remember_reply(self, message: Mapping[str, Any], parsed: ParseResult) -> None:
-        """Append the assistant turn (its calls in wire form, with ids) and queue the calls."""
-        turn: dict[str, Any] = {"role": "assistant", "content": (parsed.content if parsed.calls else parsed.raw_text)
-                                or None}
-        if isinstance(message.get("reasoning_content"), str):
-            turn["reasoning_content"] = message["reasoning_content"]
-        if parsed.calls:
-            ids = [c.id or f"call_{len(self.messages)}_{i}" for i, c in enumerate(parsed.calls)]
-            turn["tool_calls"] = [{**c.to_openai(), "id": i} for c, i in zip(parsed.calls, ids, strict=True)]
-            self.pending.extend(zip(parsed.calls, ids, strict=True))
-        self.messages.append(turn)
+        return {**self.current[0].to_action(), **self.extras}
 
     def _observe(self, obs: Mapping[str, Any]) -> None:
-        """Append what the last action produced: a tool turn, or feedback on an unparseable reply."""
-        resources = dict(obs.get("resources") or {})
-        text = _join(str(obs.get("result", "")), render_resources(resources, self.resources))
-        self.resources = resources
+        """Append what the last action produced: a tool turn, or feedback on a reply without a usable call."""
+        resources = obs.get("resources") or {}
         if self.current is None:
-            error = self.reply.error if self.reply is not None else None
-            self.messages.append({"role": "user", "content": _NO_CALL_FEEDBACK.format(error=error)})
+            self.view.no_call(self.reply.status if self.reply is not None else None, resources)
         else:
-            call, call_id = self.current
-            self.messages.append({"role": "tool", "tool_call_id": call_id, "name": call.name, "content": text})
+            call, id = self.current
+            self.view.tool_result(id, call.name, str(obs.get("result", "")), resources)
 
 
-def _join(*parts: str) -> str:
-    return "\n\n".join(p for p in parts if p)
+class ChatPolicy(Policy):
+    """A chat model acting through the chat view; subclasses answer :meth:`respond`."""
+
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+
+    def agent(self, env: Any, obs: Mapping[str, Any], info: Mapping[str, Any], seed: int) -> Agent:
+        return _ChatAgent(self, env, obs, seed)
+
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> ParseResult:
+        """The model's next reply to the conversation (chat-view messages, arguments as objects), parsed."""
+        raise NotImplementedError
 
 
-class OpenAIPolicy(Policy):
+class OpenAIPolicy(ChatPolicy):
     """An LLM behind an OpenAI-compatible ``/chat/completions`` endpoint, called with the env's tools.
 
     Args:
@@ -216,8 +211,9 @@ class OpenAIPolicy(Policy):
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
         self._limit = anyio.CapacityLimiter(max_concurrency) if max_concurrency else None
 
-    def agent(self, env: Any, obs: Mapping[str, Any], info: Mapping[str, Any], seed: int) -> Agent:
-        return _ChatAgent(self, env, obs, seed)
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> ParseResult:
+        """Send the conversation (in wire form) and parse the assistant message."""
+        return parse_message(await self.complete(to_wire(messages), tools, seed))
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
         """One chat completion; returns the assistant message (raises ``httpx2.HTTPError`` once retries are spent)."""
@@ -254,13 +250,127 @@ class OpenAIPolicy(Policy):
         await self._client.aclose()
 
 
+# -- a local transformers model ---------------------------------------------------------------------------------------
+class HFPolicy(ChatPolicy):
+    """A local ``transformers`` causal LM: the chat view rendered with its chat template (``tools=`` included),
+    ``generate``, and the reply parsed by :func:`mcp_gym.parsing.parse_tool_calls`. Nothing is downloaded.
+
+    Generation runs in a worker thread, one reply at a time (concurrent episodes queue for the model).
+
+    Args:
+        model: A local model directory (``AutoModelForCausalLM``, loaded with ``local_files_only``) or a loaded model.
+        tokenizer: The tokenizer (default: loaded from ``model``'s directory). Its chat template must render ``tools``.
+        max_new_tokens: Generation budget per reply.
+        temperature: ``0``: greedy decoding; above: sampling, seeded per reply from the episode's seed.
+        top_p: Nucleus sampling mass (with ``temperature > 0``).
+        system_prompt: First message of every conversation (``None``: none).
+        chat_template: A Jinja chat template to use instead of the tokenizer's.
+        device: Where the model runs (default: where it is, ``cpu`` for a directory).
+        name: Policy name recorded with every episode (default ``hf:<directory name or model class>``).
+        generate_kwargs: Extra keyword arguments of ``model.generate`` (e.g. ``repetition_penalty``).
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | Any,
+        tokenizer: Any | None = None,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+        chat_template: str | None = None,
+        device: str | None = None,
+        name: str | None = None,
+        generate_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
+            if not os.path.isdir(path):
+                raise FileNotFoundError(f"policy=hf: no local model directory {path!r} (nothing is downloaded)")
+            default_name = f"hf:{os.path.basename(os.path.normpath(path))}"
+            if tokenizer is None:
+                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+            model.to(device or "cpu")
+        else:
+            default_name = f"hf:{type(model).__name__}"
+            if tokenizer is None:
+                raise ValueError("policy=hf: pass the tokenizer with an in-memory model")
+            if device is not None:
+                model.to(device)
+        if isinstance(tokenizer, (str, os.PathLike)):
+            tokenizer = AutoTokenizer.from_pretrained(os.fspath(tokenizer), local_files_only=True)
+        if chat_template is None and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("policy=hf: the tokenizer has no chat template (pass chat_template=...)")
+        if max_new_tokens < 1:
+            raise ValueError(f"policy=hf: max_new_tokens must be >= 1, not {max_new_tokens}")
+        model.eval()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name or default_name
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.system_prompt = system_prompt
+        self.chat_template = chat_template
+        self.generate_kwargs = dict(generate_kwargs or {})
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
+        self._stop = {int(t) for t in eos_ids if t is not None}
+        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._stop, default=0)
+        self._lock = threading.Lock()
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        """The prompt text of a request: the messages and tools through the chat template, with the generation
+        prompt (raises ``ValueError`` if the template leaves a tool out)."""
+        prompt = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                                    chat_template=self.chat_template)
+        missing = [t["function"]["name"] for t in tools if t["function"]["name"] not in prompt]
+        if missing:  # a template without tool support would leave the model blind to its tools
+            raise ValueError(f"policy=hf: the chat template does not render the tools {missing} (use a template with "
+                             "tool support, e.g. chat_template=...)")
+        return prompt
+
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> ParseResult:
+        """Generate the next reply in a worker thread and parse it."""
+        text = await anyio.to_thread.run_sync(self.generate, messages, tools, seed)
+        return parse_tool_calls(text)
+
+    def generate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int = 0) -> str:
+        """The model's reply text to a request (blocking; special tokens kept, generation stopped at EOS)."""
+        import torch
+
+        prompt = self.render(messages, tools)
+        enc = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(self.model.device)
+        options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": self._pad,
+                                   "eos_token_id": sorted(self._stop) or None}
+        if self.temperature > 0:
+            options.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
+        else:
+            options.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        with self._lock, torch.inference_mode():
+            if self.temperature > 0:
+                torch.manual_seed(seed)
+            out = self.model.generate(**enc, **options, **self.generate_kwargs)
+        new = out[0, enc["input_ids"].shape[1]:].tolist()
+        for k, t in enumerate(new):
+            if t in self._stop:
+                new = new[:k]
+                break
+        return self.tokenizer.decode(new, skip_special_tokens=False)
+
+
 # -- construction from config -----------------------------------------------------------------------------------------
-POLICIES: dict[str, type[Policy]] = {"random": RandomPolicy, "oracle": OraclePolicy, "openai": OpenAIPolicy}
+POLICIES: dict[str, type[Policy]] = {"random": RandomPolicy, "oracle": OraclePolicy, "openai": OpenAIPolicy,
+                                     "hf": HFPolicy}
 """Policy kinds by config name."""
 
 
 def make_policy(kind: str, **options: Any) -> Policy:
-    """A policy by kind (``random``, ``oracle``, ``openai``) with its options (e.g. the ``policy`` config group)."""
+    """A policy by kind (``random``, ``oracle``, ``openai``, ``hf``) with its options (the ``policy`` config group)."""
     try:
         cls = POLICIES[kind]
     except KeyError:

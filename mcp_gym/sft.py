@@ -2,19 +2,21 @@
 
     ds = mcp_gym.sft.export("runs/counter-*", "data/counter-sft", min_reward=1.0, test_size=0.2)
     ds["train"][0]["messages"]
-    # [{"role": "system", "content": ...}, {"role": "user", "content": <task>},
-    #  {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function",
+    # [{"role": "system", "content": ...}, {"role": "user", "content": <task + observed resources>},
+    #  {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0_0", "type": "function",
     #                                                       "function": {"name": "add", "arguments": {"amount": 2}}}]},
-    #  {"role": "tool", "tool_call_id": "call_0", "name": "add", "content": "2"}, ...,
-    #  {"role": "assistant", "content": <final answer>}]
+    #  {"role": "tool", "tool_call_id": "call_0_0", "name": "add", "content": "2\n\n[resource counter://state]..."},
+    #  ..., {"role": "assistant", "content": "", "tool_calls": [<the submit call>]}]
 
-One example per recorded episode: a system prompt, the task as the user turn, per step an assistant turn with one tool
-call and the tool's answer, and a final assistant turn with the submitted answer (``final_answer="message"``, the
-default) — or the ``submit`` call itself (``final_answer="tool_call"``). ``tools`` holds the OpenAI function schemas
-offered in the episode; metadata columns say where each example came from.
+One example per recorded episode, in the chat view of :mod:`mcp_gym.chat`: ``messages`` are exactly the messages the
+chat policies sent the model in the episode's last request (system prompt, the task with the observed resources, per
+model reply an assistant turn with the model's own text and its calls, their tool messages with the resources that
+changed, the feedback on replies without a usable call), followed by the final reply -- normally the ``submit`` call
+(``final_answer="tool_call"``, the default). ``tools`` are the OpenAI function schemas of that request, ``submit``
+included. Metadata columns say where each example came from.
 
 Every message is stored with the ``datasets`` :class:`~datasets.Json` feature: it round-trips through Parquet, JSONL
-and ``save_to_disk`` exactly as written — tool-call ``arguments`` stay JSON objects (a JSON *string* would be encoded a
+and ``save_to_disk`` exactly as written -- tool-call ``arguments`` stay JSON objects (a JSON *string* would be encoded a
 second time by the Qwen 2.5, Llama 3.1 and Hermes templates), and messages carry only their own keys (an Arrow struct
 would give every message every key, set to null).
 """
@@ -37,12 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-import mcp.types as mt
 import pyarrow as pa
-from pydantic import TypeAdapter
 
-from mcp_gym.env import render_content
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, openai_tools
 from mcp_gym.protocol import SERVER_ERROR_KINDS
+from mcp_gym.recording import conversation as recorded
 from mcp_gym.recording.reader import Recording, read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 
@@ -69,21 +70,17 @@ FinalAnswer = Literal["message", "tool_call"]
 Layout = Literal["messages", "prompt_completion"]
 OutputFormat = Literal["parquet", "jsonl", "disk"]
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are an agent that completes tasks by calling the provided tools. Call one tool at a time and read its result "
-    "before the next call. When the task is done, give your final answer."
-)
-"""The system message of exported examples unless ``system_prompt=`` says otherwise (``None``: no system message)."""
-
 
 FIELDS: dict[str, str] = {
-    "messages": "The conversation (layout `messages`): system prompt, task, then per tool call an assistant message "
-    "with `tool_calls` (`id`, `type: function`, `function.name`, `function.arguments` as a JSON object) and a `tool` "
-    "message (`tool_call_id`, `name`, `content`), then the final assistant answer. Each message is a JSON object.",
+    "messages": "The conversation (layout `messages`) exactly as the chat policies send it to the model "
+    "(`mcp_gym.chat`): system prompt, task with the observed resources, per model reply an assistant message (the "
+    "model's own text; `tool_calls` with `id`, `type: function`, `function.name`, `function.arguments` as a JSON "
+    "object) and its `tool` messages (`tool_call_id`, `name`, result plus changed resources), then the final reply "
+    "(the `submit` call). Each message is a JSON object.",
     "prompt": "Layout `prompt_completion`: the system and user messages.",
     "completion": "Layout `prompt_completion`: every message after the user turn.",
     "tools": "OpenAI function schemas (`type`, `function.name`, `function.description`, `function.parameters`) of the "
-    "tools offered in the episode.",
+    "tools offered in the episode's last model request, `submit` included.",
     "episode_id": "Recorded episode id.",
     "task_id": "Task id (train/test splits never share one).",
     "env_id": "Environment id, e.g. `mcp_gym/Counter-v0` (`gymnasium.make` builds it).",
@@ -91,7 +88,7 @@ FIELDS: dict[str, str] = {
     "policy": "Policy or model that acted.",
     "reward": "Episode return (sum of step rewards).",
     "success": "Verifier verdict (null without a verifier).",
-    "num_tool_calls": "Tool calls in the conversation (`submit` counts only with `final_answer=tool_call`).",
+    "num_tool_calls": "Tool calls in the conversation (`submit` included).",
     "final_answer": "The submitted answer (null if the episode ended otherwise).",
     "source_run": "Run directory the episode was read from.",
 }
@@ -151,20 +148,24 @@ class ExportOptions:
     """How episodes become examples, and which episodes are kept.
 
     Attributes:
-        system_prompt: Content of the system message (``None``: no system message).
-        final_answer: ``"message"``: the ``submit`` call becomes the final assistant message (its content is the
-            answer) and ``submit`` is left out of ``tools``; ``"tool_call"``: the conversation ends with the
-            assistant's ``submit`` call.
+        system_prompt: Content of the system message (``None``: no system message); the default is the chat
+            policies' (:data:`mcp_gym.chat.DEFAULT_SYSTEM_PROMPT`).
+        final_answer: ``"tool_call"`` (default): the conversation ends with the assistant's ``submit`` call, as the
+            policies end an episode. ``"message"``: a final reply that is only the ``submit`` call becomes a plain
+            assistant message (its text, then the answer) -- a model trained so answers in plain text, which the
+            chat policies treat as a reply without a call (only ``TextEnvBatch(no_tool_call="submit")`` accepts it).
         layout: ``"messages"`` (one ``messages`` column) or ``"prompt_completion"`` (``prompt``: system and user
             messages; ``completion``: the rest).
-        assistant_text: Turns the recorded raw model output of a step into assistant content (default
-            :func:`strip_tool_calls`); ``None`` drops recorded text.
+        assistant_text: For runs recorded before the ``assistant_content`` column: turns the recorded raw model
+            output of a reply with calls into assistant content (default :func:`strip_tool_calls`); ``None`` drops
+            it. Newer runs record the content the policy sent back and use it as is.
         success_only: Keep only episodes the verifier judged successful.
         min_reward: Keep only episodes whose return is at least this.
         max_turns: Keep only episodes of at most this many steps (tool calls, ``submit`` included).
         task_ids: Keep only these task ids.
         drop_errors: Drop episodes with a parse failure (``parse_status`` other than ``"ok"``) or a server-side
-            error (:data:`SERVER_ERROR_KINDS`, dead servers).
+            error (:data:`SERVER_ERROR_KINDS`, dead servers). With ``False``, replies without a usable call are kept
+            with the feedback the model was given.
         drop_tool_errors: Also drop episodes with any failed step (tool errors, invalid calls).
         dedupe: Keep one of several identical examples (same messages and tools).
         test_size: Hold out this fraction (float) or number (int) of task ids as a ``test`` split.
@@ -172,7 +173,7 @@ class ExportOptions:
     """
 
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
-    final_answer: FinalAnswer = "message"
+    final_answer: FinalAnswer = "tool_call"
     layout: Layout = "messages"
     assistant_text: Callable[[str], str] | None = strip_tool_calls
     success_only: bool = True
@@ -254,9 +255,9 @@ def _run_paths(runs: RunSource | Iterable[RunSource]) -> list[Path | Recording]:
 
 
 _STEP_COLUMNS = ("episode_id", "step_index", "tool", "arguments", "observation", "content", "is_error", "error",
-                 "raw_text", "parse_status")
+                 "raw_text", "parse_status", "resources", "turn", "assistant_content")
 _EPISODE_COLUMNS = ("episode_id", "env_id", "task_id", "task_prompt", "seed", "policy", "total_reward", "success",
-                    "termination", "final_answer", "tools", "catalogue_changes")
+                    "termination", "final_answer", "tools", "catalogue_changes", "initial_observation")
 
 
 def _columns(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
@@ -283,8 +284,9 @@ def _read(run: Path | Recording) -> tuple[str, list[dict[str, Any]], dict[str, l
 # -- one episode ------------------------------------------------------------------------------------------------------
 def _drop_reason(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts: ExportOptions) -> str | None:
     """Why a filter drops the episode (``None``: kept)."""
-    if any(not s["tool"] for s in steps):
-        return "malformed"  # an action without a tool name has no chat form
+    if any((not s["tool"] and s["parse_status"] in (None, "ok")) or (s["tool"] and s["arguments"][:1] != "{")
+           for s in steps):
+        return "malformed"  # an action without a tool name (not a model reply) or JSON-object arguments: no chat form
     if opts.task_ids is not None and ep["task_id"] not in opts.task_ids:
         return "task_ids"
     if opts.success_only and not ep["success"]:
@@ -305,70 +307,31 @@ def _drop_reason(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts
     return None
 
 
-def _openai_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": schema["name"], "description": schema.get("description") or "",
-                                             "parameters": schema.get("input_schema") or {"type": "object"}}}
+def _catalogue(ep: Mapping[str, Any], before: int | None) -> tuple[int, list[dict[str, Any]] | None]:
+    """``(change number, catalogue)`` in force before step ``before``: the last catalogue change recorded after an
+    earlier step (``catalogue`` ``None`` and number -1: the episode's initial ``tools``)."""
+    if not ep["catalogue_changes"] or before is None:
+        return -1, None
+    chosen: tuple[int, list[dict[str, Any]] | None] = (-1, None)
+    for k, change in enumerate(json.loads(ep["catalogue_changes"])):
+        if change["step_index"] is not None and change["step_index"] < before:
+            chosen = (k, change["tools"])
+    return chosen
 
 
-def _tools(ep: Mapping[str, Any], opts: ExportOptions) -> list[dict[str, Any]]:
-    """OpenAI schemas of every tool offered during the episode (initial catalogue, then tools that appeared later)."""
-    catalogues = [json.loads(ep["tools"])] if ep["tools"] else []
-    if ep["catalogue_changes"]:
-        catalogues += [c["tools"] for c in json.loads(ep["catalogue_changes"])]
-    seen: dict[str, dict[str, Any]] = {}
-    for catalogue in catalogues:
-        for schema in catalogue:
-            if schema["name"] not in seen and not (opts.final_answer == "message" and schema["name"] == "submit"):
-                seen[schema["name"]] = _openai_tool(schema)
-    return list(seen.values())
-
-
-_CONTENT_BLOCKS = TypeAdapter(list[mt.ContentBlock])
-
-
-def _tool_content(step: Mapping[str, Any]) -> str:
-    """What the agent was shown for a step (recorded observation, else the rendered content blocks)."""
-    if step["observation"] is not None:
-        return step["observation"]
-    blocks = json.loads(step["content"]) if step["content"] else []
-    if not blocks and step["error"] is not None:
-        return "Error: " + json.loads(step["error"]).get("message", "unknown error")
-    return render_content(_CONTENT_BLOCKS.validate_python(blocks))
-
-
-def _conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts: ExportOptions) -> list[dict]:
-    messages: list[dict[str, Any]] = []
-    if opts.system_prompt is not None:
-        messages.append({"role": "system", "content": opts.system_prompt})
-    messages.append({"role": "user", "content": ep["task_prompt"] or ""})
-    last_raw: str | None = None
-    final_text = ""
-    for step in steps:
-        raw = step["raw_text"]
-        # Several calls parsed from one model output carry the same raw text: keep it once, on the first of them.
-        text = opts.assistant_text(raw) if raw and raw != last_raw and opts.assistant_text is not None else ""
-        last_raw = raw
-        tool = step["tool"]
-        if tool == "submit" and opts.final_answer == "message":
-            final_text = text
-            break
-        call_id = f"call_{step['step_index']}"
-        arguments = json.loads(step["arguments"])
-        call = {"id": call_id, "type": "function", "function": {"name": tool, "arguments": arguments}}
-        messages.append({"role": "assistant", "content": text, "tool_calls": [call]})
-        if tool == "submit":  # final_answer="tool_call": the conversation ends with the submit call
-            break
-        messages.append({"role": "tool", "tool_call_id": call_id, "name": tool, "content": _tool_content(step)})
-    if opts.final_answer == "message" and ep["final_answer"] is not None:
-        content = "\n\n".join(t for t in (final_text, ep["final_answer"]) if t)
-        messages.append({"role": "assistant", "content": content})
-    return messages
+def _tools(ep: Mapping[str, Any], catalogue: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The ``tools`` of the episode's last model request: its catalogue then, with ``submit`` (as the policies send
+    them: :func:`mcp_gym.chat.openai_tools`)."""
+    if catalogue is None:
+        catalogue = json.loads(ep["tools"]) if ep["tools"] else []
+    return openai_tools(catalogue)
 
 
 def _example(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], source: str, opts: ExportOptions,
              tools: list[dict[str, Any]]) -> dict[str, Any]:
     """One example in storage form: messages (and tool parameters) as JSON strings, the ``Json`` feature's storage."""
-    messages = _conversation(ep, steps, opts)
+    messages = recorded.conversation(ep, steps, system_prompt=opts.system_prompt, final_answer=opts.final_answer,
+                                     assistant_text=opts.assistant_text)
     encoded = [dumps(m) for m in messages]
     if opts.layout == "messages":
         conversation: dict[str, Any] = {"messages": encoded}
@@ -395,8 +358,9 @@ def _example(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], source: 
 def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report: _Report) -> list[dict[str, Any]]:
     examples: list[dict[str, Any]] = []
     seen: set[bytes] = set()
-    # (tools JSON, catalogue changes JSON) -> (catalogue number, tools in storage form); most episodes share one
-    catalogues: dict[tuple[str | None, str | None], tuple[bytes, list[dict[str, Any]]]] = {}
+    # (tools JSON, catalogue changes JSON, change number) -> (catalogue number, tools in storage form); most episodes
+    # share one
+    catalogues: dict[tuple[str | None, str | None, int], tuple[bytes, list[dict[str, Any]]]] = {}
     numbers: dict[str, bytes] = {}
     for run in _run_paths(runs):
         source, episodes, steps_by_episode = _read(run)
@@ -407,10 +371,12 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
             if reason is not None:
                 report.dropped[reason] += 1
                 continue
-            key = (ep["tools"], ep["catalogue_changes"])
+            groups = recorded.turns(steps)
+            change, catalogue = _catalogue(ep, groups[-1][0]["step_index"] if groups else None)
+            key = (ep["tools"], ep["catalogue_changes"] if change >= 0 else None, change)
             if key not in catalogues:
                 tools = [{**t, "function": {**t["function"], "parameters": dumps(t["function"]["parameters"])}}
-                         for t in _tools(ep, opts)]
+                         for t in _tools(ep, catalogue)]
                 number = numbers.setdefault(dumps(tools), str(len(numbers)).encode())
                 catalogues[key] = (number, tools)
             number, tools = catalogues[key]
@@ -526,8 +492,8 @@ def export(
     >>> _ = env.step(env.unwrapped.task.solution[0])   # reaches the target: the episode succeeds
     >>> env.close()
     >>> ds = sft.export(f"{tmp.name}/run", f"{tmp.name}/sft")
-    >>> [m["role"] for m in ds[0]["messages"]]
-    ['system', 'user', 'assistant', 'tool']
+    >>> [m["role"] for m in ds[0]["messages"]]   # the final reply ends it: its result was never shown to the model
+    ['system', 'user', 'assistant']
     >>> ds[0]["messages"][2]["tool_calls"][0]["function"]["arguments"]   # an object, never a JSON string
     {'amount': -5}
     >>> tmp.cleanup()

@@ -15,16 +15,18 @@ episodes::
     print(batch.returns)
     batch.close()
 
-``batch.histories[i]`` is episode ``i``'s conversation in the canonical chat format of mcp-gym's SFT export (assistant
-messages with ``tool_calls`` whose ``arguments`` are objects, then ``tool`` messages), ready for a chat template;
-trainers that keep their own token-level history use ``outs[i].messages`` instead.
+``batch.histories[i]`` is episode ``i``'s conversation in the chat view of :mod:`mcp_gym.chat` -- the same system
+prompt, user turn, tool messages and feedback the chat policies send and the SFT export trains on (assistant messages
+with ``tool_calls`` whose ``arguments`` are objects, ids ``call_<turn>_<i>``) -- ready for a chat template; trainers
+that keep their own token-level history use ``outs[i].messages`` instead.
 
 Each ``step`` parses every text into tool calls with :func:`mcp_gym.parsing.parse_tool_calls` (OpenAI
 ``tool_calls``, Hermes ``<tool_call>{json}</tool_call>``, bare JSON), runs each episode's calls in order and all the
 episodes concurrently on the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the MCP sessions, and returns one
-:class:`StepOut` per episode. Text with no parseable tool call never raises: the episode gets an error tool message
-(and the step counts toward ``max_steps``, so a model that never calls a tool is truncated), or, with
-``no_tool_call="submit"``, the text is submitted as the final answer.
+:class:`StepOut` per episode. Text with no parseable tool call never raises: the episode gets the chat view's
+feedback as a ``user`` message (and the step counts toward ``max_steps``, so a model that never calls a tool is
+truncated), or, with ``no_tool_call="submit"``, the text is submitted as the final answer (a rule of its own: the
+policies and the SFT export end an episode only with the ``submit`` tool).
 
 An assistant *message* (a dict with ``content`` and OpenAI ``tool_calls``, as an inference server returns it) is
 accepted in place of a text. Episodes that are done are skipped (empty messages, reward 0, ``done=True``).
@@ -37,18 +39,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, call_id, env_tools, render_resources
 from mcp_gym.env import MCPEnv
+from mcp_gym.parsing import ParseResult, parse_message, parse_tool_calls
 from mcp_gym.protocol import ToolCallError
 from mcp_gym.tasks import Task
 
-__all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "render_resources", "reset_options", "resolve_env_factory"]
+__all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "render_resources", "reset_options", "resolve_env_factory",
+           "DEFAULT_SYSTEM_PROMPT"]
 
 NoToolCall = Literal["error", "submit"]
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are an agent acting through tools. Call the tools to solve the task; when it is done, call `submit` with "
-    "your final answer."
-)
 
 
 @dataclass
@@ -56,9 +56,10 @@ class StepOut:
     """What one episode returns from :meth:`TextEnvBatch.step`.
 
     Attributes:
-        messages: Tool messages answering the turn's tool calls, in call order:
-            ``{"role": "tool", "tool_call_id", "name", "content"}``. Empty when the episode was already done, or
-            when a plain-text answer was submitted.
+        messages: The messages answering the reply: tool messages for its calls, in call order
+            (``{"role": "tool", "tool_call_id", "name", "content"}``), or the ``user`` feedback message of a reply
+            without a usable call. Empty when the episode was already done, or when a plain-text answer was
+            submitted.
         reward: Sum of the environment rewards of this turn's calls.
         done: The episode is over (terminated or truncated); later steps skip it.
         info: ``episode_id``, ``task_id``, ``step``, ``episode_return``, ``tool_calls`` (the parsed calls in OpenAI
@@ -140,28 +141,21 @@ def reset_options(env: MCPEnv, spec: Any) -> dict[str, Any] | None:
     return {"task": {"id": f"adhoc-{abs(hash(text)) % 10**10:010d}", "prompt": text}}
 
 
-def render_resources(resources: Mapping[str, str], previous: Mapping[str, str] | None = None) -> str:
-    """Observed resources as text blocks (only those that differ from ``previous`` when it is given)."""
-    blocks = [
-        f"[resource {uri}]\n{text}"
-        for uri, text in resources.items()
-        if previous is None or previous.get(uri) != text
-    ]
-    return "\n\n".join(blocks)
-
-
 def parse_model_output(output: str | Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], str, str | None]:
     """``(content, tool_calls, parse_status, parse_error)`` of one model output (text or an assistant message).
 
     Uses :func:`mcp_gym.parsing.parse_tool_calls` / :func:`~mcp_gym.parsing.parse_message`; the calls come back in
-    OpenAI form with ``arguments`` as a dict (the canonical message format of mcp-gym's SFT export). Never raises.
+    OpenAI form with ``arguments`` as a dict (the chat view's message format), ids ``call_<turn>_<i>`` of ``turn``
+    0 (:func:`mcp_gym.chat.call_id`). Never raises.
     """
-    from mcp_gym.parsing import parse_message, parse_tool_calls
-
-    res = parse_message(output) if isinstance(output, Mapping) else parse_tool_calls(output)
-    calls = [{"id": c.id or f"call_{k}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+    res = _parse(output)
+    calls = [{"id": call_id(0, k), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
              for k, c in enumerate(res.calls)]
     return res.content, calls, res.status, res.error
+
+
+def _parse(output: Any) -> ParseResult:
+    return parse_message(output) if isinstance(output, Mapping) else parse_tool_calls(output)
 
 
 class TextEnvBatch:
@@ -174,8 +168,9 @@ class TextEnvBatch:
             state, so this is cheap).
         system_prompt: First message of every conversation (``None``: no system message). Tools are not written
             into it: pass :attr:`tools` to your chat template / inference server.
-        no_tool_call: What a reply without a parseable tool call does: ``"error"`` (an error tool message; the step
-            counts toward ``max_steps``) or ``"submit"`` (the text is the final answer; the episode ends).
+        no_tool_call: What a reply without a parseable tool call does: ``"error"`` (the chat view's feedback as a
+            ``user`` message; the step counts toward ``max_steps``) or ``"submit"`` (the text is the final answer;
+            the episode ends -- unlike the policies and the SFT export, which end episodes with the ``submit`` tool).
         max_calls_per_turn: Tool calls executed per reply; extra calls get an error message.
         show_resources: Append the env's observed resources to the first user message, and the resources that
             changed to each tool message.
@@ -216,8 +211,7 @@ class TextEnvBatch:
         self.returns = [0.0] * self.n
         self.histories: list[list[dict[str, Any]]] = [[] for _ in range(self.n)]
         """Each episode's full conversation so far (initial messages, assistant replies, tool messages)."""
-        self._shown: list[dict[str, str]] = [{} for _ in range(self.n)]
-        self._turns = [0] * self.n
+        self._views: list[ChatView | None] = [None] * self.n
 
     # -- public API -----------------------------------------------------------------------------------------------
     @property
@@ -227,7 +221,7 @@ class TextEnvBatch:
 
     def tools_of(self, i: int) -> list[dict[str, Any]]:
         """The OpenAI tool schemas episode ``i`` currently offers (tools may change mid-episode)."""
-        return self.envs[i].openai_tools()
+        return env_tools(self.envs[i])
 
     @property
     def all_done(self) -> bool:
@@ -281,15 +275,11 @@ class TextEnvBatch:
         obs, info = await env.areset(seed=seed, options=reset_options(env, spec))
         self.dones[i] = False
         self.returns[i] = 0.0
-        self._turns[i] = 0
-        self._shown[i] = dict(obs["resources"])
-        text = obs["task"]
-        if self.show_resources and obs["resources"]:
-            text = f"{text}\n\n{render_resources(obs['resources'])}"
-        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        messages.append({"role": "user", "content": text})
-        self.histories[i] = [dict(m) for m in messages]
-        return messages
+        view = ChatView(obs["task"], obs["resources"], system_prompt=self.system_prompt,
+                        show_resources=self.show_resources)
+        self._views[i] = view
+        self.histories[i] = view.messages
+        return [dict(m) for m in view.messages]
 
     async def _astep_all(self, outputs: Sequence[str | Mapping[str, Any]]) -> list[StepOut]:
         if len(outputs) != self.n:
@@ -302,19 +292,18 @@ class TextEnvBatch:
                 "episode_return": self.returns[i]}
 
     async def _astep_one(self, i: int, output: str | Mapping[str, Any]) -> StepOut:
-        env = self.envs[i]
         if self.dones[i]:
             info = {"tool_calls": [], "parse_status": None, "parse_error": None, "raw_text": None, "errors": [],
                     "terminated": False, "truncated": False, "termination": None, "tools_changed": False}
             return StepOut([], 0.0, True, {**info, **self._base_info(i), "skipped": True})
-        self._turns[i] += 1
-        content, calls, parse_status, parse_error = parse_model_output(output)
-        for k, c in enumerate(calls):
-            if c["id"] == f"call_{k}":  # the model gave no id: make them unique within the episode
-                c["id"] = f"call_{self._turns[i]}_{k}"
-        self.histories[i].append({"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})})
+        view = self._views[i]
+        assert view is not None
+        parsed = _parse(output)
+        ids = view.reply(assistant_content(parsed), parsed.calls)
+        calls = [{"id": id, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
+                 for c, id in zip(parsed.calls, ids, strict=True)]
         info: dict[str, Any] = {
-            "tool_calls": calls, "parse_status": parse_status, "parse_error": parse_error,
+            "tool_calls": calls, "parse_status": parsed.status, "parse_error": parsed.error,
             "raw_text": output if isinstance(output, str) else None, "errors": [],
             "terminated": False, "truncated": False, "termination": None, "tools_changed": False, "skipped": False,
         }
@@ -322,36 +311,33 @@ class TextEnvBatch:
         reward = 0.0
         if not calls:
             if self.no_tool_call == "submit":
-                r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": content}}, info)
+                r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": parsed.content}}, info)
                 reward += r
             else:
-                error = ToolCallError("parse_error", parse_error or "no tool call found", code=parse_status).as_dict()
-                r, _ = await self._apply(i, {"tool": None, "arguments": {}}, info, error)  # counts the step
+                error = ToolCallError("parse_error", parsed.error or "no tool call found", code=parsed.status).as_dict()
+                r, obs = await self._apply(i, {"tool": None, "arguments": {}}, info, error)  # counts the step
                 reward += r
-                hint = ", ".join(t["function"]["name"] for t in env.openai_tools())
-                text = f"Error: could not read a tool call from your reply ({error['message']}). Call one of: {hint}."
-                messages.append({"role": "tool", "tool_call_id": f"call_{self._turns[i]}_error", "name": "error",
-                                 "content": text})
-        for k, call in enumerate(calls):
-            name = call["function"]["name"]
-            if self.dones[i]:
-                text = "Error: the episode is over; this call was not executed."
-            elif k >= self.max_calls_per_turn:
-                text = f"Error: at most {self.max_calls_per_turn} tool calls are executed per reply; call it again."
+                messages.append(view.no_call(parsed.status, obs["resources"]))
+        for k, (call, id) in enumerate(zip(parsed.calls, ids, strict=True)):
+            if self.dones[i] or k >= self.max_calls_per_turn:
+                text = ("Error: the episode is over; this call was not executed." if self.dones[i] else
+                        f"Error: at most {self.max_calls_per_turn} tool calls are executed per reply; call it again.")
+                message = {"role": "tool", "tool_call_id": id, "name": call.name, "content": text}
+                view.messages.append(message)
             else:
-                r, text = await self._apply(i, {"tool": name, "arguments": call["function"]["arguments"]}, info)
+                r, obs = await self._apply(i, call.to_action(), info)
                 reward += r
-            messages.append({"role": "tool", "tool_call_id": call["id"], "name": str(name), "content": text})
-        self.histories[i].extend(dict(m) for m in messages)
+                message = view.tool_result(id, call.name, obs["result"], obs["resources"])
+            messages.append(message)
         info.update(self._base_info(i))
         if info["tools_changed"]:
-            info["tools"] = env.openai_tools()
-        return StepOut(messages, reward, self.dones[i], info)
+            info["tools"] = self.tools_of(i)
+        return StepOut([dict(m) for m in messages], reward, self.dones[i], info)
 
     async def _apply(
         self, i: int, action: dict[str, Any], info: dict[str, Any], error: dict[str, Any] | None = None
-    ) -> tuple[float, str]:
-        """Step episode ``i`` with one action; returns ``(reward, tool message text)`` and updates ``info``.
+    ) -> tuple[float, dict[str, Any]]:
+        """Step episode ``i`` with one action; returns ``(reward, observation)`` and updates ``info``.
 
         ``error`` replaces the env's error description in ``info["errors"]`` (used for unparseable replies).
         """
@@ -365,14 +351,8 @@ class TextEnvBatch:
         for key in ("success", "final_answer"):
             if key in step_info:
                 info[key] = step_info[key]
-        text = obs["result"]
-        if self.show_resources:
-            changed = render_resources(obs["resources"], self._shown[i])
-            if changed:
-                text = f"{text}\n\n{changed}"
-        self._shown[i] = dict(obs["resources"])
         if terminated or truncated:
             self.dones[i] = True
             info.update(terminated=bool(terminated), truncated=bool(truncated),
                         termination=step_info.get("termination"))
-        return reward, text
+        return reward, obs

@@ -37,8 +37,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, render_resources, result_content, user_content
 from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, MCPEnv
-from mcp_gym.textenv import _message_text, render_resources, reset_options, resolve_env_factory
+from mcp_gym.textenv import _message_text, reset_options, resolve_env_factory
 
 __all__ = ["environment_factory", "task_dataset", "schema_to_annotation", "ToolMethodSpec", "tool_method"]
 
@@ -323,10 +324,11 @@ class MCPToolEnvironment:
         self._started = True
         self._shown = dict(obs["resources"])
         shown = _message_text(row.get("prompt")) if row else ""
-        parts = [] if obs["task"].strip() and obs["task"].strip() in shown else [obs["task"]]
-        if self._show_resources and obs["resources"]:
-            parts.append(render_resources(obs["resources"]))
-        text = "\n\n".join(p for p in parts if p)
+        resources = obs["resources"] if self._show_resources else {}
+        if obs["task"].strip() and obs["task"].strip() in shown:  # TRL appends the text to the row's user turn
+            text = render_resources(resources)
+            return ("\n\n" + text) if text else None
+        text = user_content(obs["task"], resources)  # the chat view's user turn
         if not text:
             return None
         return ("\n\n" + text) if shown.strip() else text
@@ -358,11 +360,7 @@ class MCPToolEnvironment:
         self.last_info = info
         if tool == "submit":
             self._answer = info.get("final_answer")
-        text = obs["result"]
-        if self._show_resources:
-            changed = render_resources(obs["resources"], self._shown)
-            if changed:
-                text = f"{text}\n\n{changed}"
+        text = result_content(obs["result"], obs["resources"] if self._show_resources else {}, self._shown)
         self._shown = dict(obs["resources"])
         return text
 
@@ -455,7 +453,7 @@ def task_dataset(
     env: str,
     split: str | None = "train",
     *,
-    system_prompt: str | None = None,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     limit: int | None = None,
     seed: int = 0,
 ) -> Any:
@@ -464,7 +462,8 @@ def task_dataset(
     Args:
         env: Bundled env name.
         split: ``"train"``, ``"test"`` or ``None`` for all tasks.
-        system_prompt: Optional system message before the task prompt.
+        system_prompt: System message before the task prompt (default: the chat view's, as the policies and the SFT
+            export use; ``None``: none).
         limit: Keep the first ``limit`` tasks.
         seed: Task-generation seed.
     """

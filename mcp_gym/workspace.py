@@ -8,12 +8,14 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
 from mcp_gym.tasks import Task
 
-__all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "fill_task"]
+__all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "fill_task", "drop_workspace",
+           "prepare_episode_servers"]
 
 PLACEHOLDER = "{workspace}"
 
@@ -65,3 +67,46 @@ def fill_task(task: Task, workspace: Path) -> Task:
 
     return dataclasses.replace(task, prompt=fill(task.prompt), solution=fill(task.solution), answer=fill(task.answer),
                                data=fill(dict(task.data)))
+
+
+class _EpisodeServers(Protocol):
+    """What per-episode set-up needs of an env (:class:`~mcp_gym.env.MCPEnv` has it)."""
+
+    task: Task | None
+    workspace: Path | None
+    host: MCPHost
+    _templates: dict[str, Any]
+    _templated: set[str]
+    _rt: Any
+
+
+def drop_workspace(env: _EpisodeServers) -> None:
+    """Remove the env's current episode workspace, if any."""
+    if env.workspace is not None:
+        shutil.rmtree(env.workspace, ignore_errors=True)
+        env.workspace = None
+
+
+async def prepare_episode_servers(env: _EpisodeServers) -> set[str]:
+    """Per-task server set-up: a fresh workspace (the task's ``fixture`` copied in) when a server command line names
+    ``{workspace}``, the task's ``env`` variables; servers whose spec changes restart. Returns them."""
+    assert env.task is not None
+    task = env.task
+    drop_workspace(env)
+    if task.fixture and not env._templated:
+        raise ValueError(f"task '{task.id}' has a fixture but no server command line names {{workspace}}")
+    if env._templated:
+        env.workspace = make_workspace(task)
+    restarted: set[str] = set()
+    for alias, template in env._templates.items():
+        spec = episode_spec(template, env.workspace, task.env)
+        conn = env.host.connections[alias]
+        if spec == conn.spec and alias not in env._templated:
+            continue
+        if getattr(conn, "_conn", None) is not None:  # a session shared by concurrent episodes (VectorMCPEnv)
+            raise ValueError(f"server '{alias}': per-episode set-up (workspace, task env) needs a session of its "
+                             "own per episode; do not share sessions (share_servers=None)")
+        conn.spec = spec
+        await env.host.restart(alias, env._rt.task_group)
+        restarted.add(alias)
+    return restarted

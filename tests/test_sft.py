@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import mcp_gym
-from mcp_gym import sft
+from mcp_gym import chat, sft
 from mcp_gym.envs import BUNDLED_ENVS
 from mcp_gym.recording import RecordTrajectories, TrajectoryWriter, load
 
@@ -119,25 +119,30 @@ def test_every_bundled_env_exports_its_oracle_episodes(oracle: datasets.Dataset,
             task = next(t for t in env.tasks if t.id == ex["task_id"])
             messages = ex["messages"]
             assert [m["role"] for m in messages[:2]] == ["system", "user"]
-            assert messages[0]["content"] == sft.DEFAULT_SYSTEM_PROMPT
-            assert messages[1]["content"] == task.prompt
+            assert messages[0]["content"] == sft.DEFAULT_SYSTEM_PROMPT == chat.DEFAULT_SYSTEM_PROMPT
+            obs, _ = env.reset(seed=ex["seed"], options={"task_id": task.id})
+            assert messages[1]["content"] == chat.user_content(task.prompt, obs["resources"])  # resources included
             calls = tool_calls(messages)
-            expected = [c for c in task.solution if c["tool"] != "submit"][: len(calls)]
+            expected = list(task.solution)[: len(calls)]
             assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
                 (c["tool"], c["arguments"]) for c in expected]
             for i, m in enumerate(messages[2:], start=2):
                 assert set(m) <= {"role", "content", "tool_calls", "tool_call_id", "name"}
-                if m.get("tool_calls"):
+                if m.get("tool_calls") and i < len(messages) - 1:
                     (call,) = m["tool_calls"]
                     assert call["type"] == "function" and isinstance(call["function"]["arguments"], dict)
                     reply = messages[i + 1]
                     assert reply == {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"],
                                      "content": reply["content"]}
-            if ex["final_answer"] is not None:  # ended by submit: the answer is the final assistant message
-                assert messages[-1] == {"role": "assistant", "content": ex["final_answer"]}
-            offered = [t for t in env.openai_tools() if t["function"]["name"] != "submit"]
-            assert ex["tools"][: len(offered)] == offered  # then tools shown during the episode (Maze's unlock)
-            assert {c["function"]["name"] for c in calls} <= {t["function"]["name"] for t in ex["tools"]}
+            assert messages[-1]["role"] == "assistant"  # the final reply; what it produced was never shown
+            if ex["final_answer"] is not None:  # ended by submit: the conversation ends with the submit call
+                assert messages[-1]["tool_calls"][0]["function"] == {
+                    "name": "submit", "arguments": {"answer": ex["final_answer"]}}
+            names = [t["function"]["name"] for t in ex["tools"]]
+            assert [t for t in chat.env_tools(env) if t["function"]["name"] != "submit"] == [
+                t for t in ex["tools"] if t["function"]["name"] in {e.name for e in env.tools}]
+            assert "submit" in names  # (Maze: `unlock` too once the key is held)
+            assert {c["function"]["name"] for c in calls} <= set(names)
             assert ex["num_tool_calls"] == len(calls)
             assert ex["success"] is True and ex["policy"] == "oracle" and ex["source_run"] == str(oracle_run)
             assert ex["seed"] is not None and ex["episode_id"]
@@ -200,10 +205,14 @@ def test_recorded_model_text_is_kept_without_tool_markup(tmp_path: Path) -> None
             {**SUBMIT, "raw_text": '<think>Done.</think>{"name": "submit", "arguments": {"answer": "done"}}'},
         ])
     messages = sft.build(tmp_path / "run")[0]["messages"]
-    assert [m["content"] for m in messages if m["role"] == "assistant"] == [
-        "<think>Two more.</think>", "<think>Two calls.</think>", "", "<think>Done.</think>\n\ndone"]
+    assistant = [m for m in messages if m["role"] == "assistant"]
+    assert [m["content"] for m in assistant] == [  # calls parsed from one output: one assistant turn
+        "<think>Two more.</think>", "<think>Two calls.</think>", "<think>Done.</think>"]
+    assert [len(m["tool_calls"]) for m in assistant] == [1, 2, 1]
     without = sft.build(tmp_path / "run", assistant_text=None)[0]["messages"]
-    assert [m["content"] for m in without if m["role"] == "assistant"] == ["", "", "", "done"]
+    assert [m["content"] for m in without if m["role"] == "assistant"] == ["", "", ""]
+    as_message = sft.build(tmp_path / "run", final_answer="message")[0]["messages"]
+    assert as_message[-1] == {"role": "assistant", "content": "<think>Done.</think>\n\ndone"}
 
 
 @pytest.mark.parametrize(("raw", "text"), [
@@ -239,7 +248,7 @@ def test_filters(synthetic_run: Path, options: dict[str, Any], kept: list[str]) 
 def test_failed_steps_are_kept_as_tool_messages(synthetic_run: Path) -> None:
     ex = next(e for e in sft.build(synthetic_run) if e["task_id"] == "tool-error")
     assert ex["messages"][2]["tool_calls"][0]["function"] == {"name": "nope", "arguments": {}}
-    assert ex["messages"][3] == {"role": "tool", "tool_call_id": "call_0", "name": "nope", "content": "Error: no"}
+    assert ex["messages"][3] == {"role": "tool", "tool_call_id": "call_0_0", "name": "nope", "content": "Error: no"}
 
 
 def test_actions_without_a_tool_name_are_never_exported(tmp_path: Path) -> None:
@@ -255,7 +264,7 @@ def test_tools_include_tools_that_appeared_during_the_episode(tmp_path: Path) ->
         write_episode(w, "t", [{"tool": "add", "arguments": {"amount": 1}}, SUBMIT],
                       changes=[{"step_index": 0, "hash": "x", "tools": [*TOOLS, extra]}])
     ex = sft.build(tmp_path / "run")[0]
-    assert [t["function"]["name"] for t in ex["tools"]] == ["add", "write", "secret"]
+    assert [t["function"]["name"] for t in ex["tools"]] == ["add", "write", "submit", "secret"]
     assert ex["tools"][0] == {"type": "function", "function": {
         "name": "add", "description": "Add to the counter.", "parameters": TOOLS[0]["input_schema"]}}
 
@@ -263,10 +272,10 @@ def test_tools_include_tools_that_appeared_during_the_episode(tmp_path: Path) ->
 def test_client_recordings_render_content_blocks(tmp_path: Path) -> None:
     blocks = [{"type": "text", "text": "line"}, {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"}]
     with TrajectoryWriter(tmp_path / "run") as w:
-        write_episode(w, "t", [{"tool": "add", "arguments": {"amount": 1}, "observation": None, "content": blocks}],
-                      final_answer=None)
+        write_episode(w, "t", [{"tool": "add", "arguments": {"amount": 1}, "observation": None, "content": blocks},
+                               SUBMIT])
     messages = sft.build(tmp_path / "run")[0]["messages"]
-    assert messages[-1]["content"] == "line\n[image: image/png, 6 bytes]"
+    assert messages[-2]["content"] == "line\n[image: image/png, 6 bytes]"
 
 
 # -- splits ---------------------------------------------------------------------------------------------------------

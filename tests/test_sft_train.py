@@ -163,8 +163,9 @@ def test_sft_trainer_two_steps_assistant_only(exported: datasets.Dataset, tokeni
         for m in source["messages"]:
             if m["role"] == "tool" and len(m["content"]) > 40:
                 assert m["content"] not in trained
-        if source["final_answer"] is not None:
-            assert trained.rstrip().endswith(source["final_answer"] + "<|im_end|>")
+        if source["final_answer"] is not None:  # the episode ends with the submit call, trained on too
+            submit = json.dumps({"name": "submit", "arguments": {"answer": source["final_answer"]}}, ensure_ascii=False)
+            assert submit in trained and trained.rstrip().endswith("</tool_call><|im_end|>")
 
     result = trainer.train()
     assert result.global_step == 2

@@ -8,6 +8,7 @@ import json
 import pytest
 
 import mcp_gym
+from mcp_gym.chat import no_call_feedback
 from mcp_gym.textenv import StepOut, TextEnvBatch, parse_model_output, render_resources, reset_options
 
 
@@ -51,7 +52,7 @@ def test_step_formats_and_rewards(batch: TextEnvBatch) -> None:
     assert o.info["tool_calls"][0]["function"] == {"name": "add", "arguments": {"amount": 5}}
     # An OpenAI assistant message with two calls (JSON-string and dict arguments) reaching the target of 4.
     o = outs[1]
-    assert [m["tool_call_id"] for m in o.messages] == ["x1", "call_1_1"]
+    assert [m["tool_call_id"] for m in o.messages] == ["call_0_0", "call_0_1"]  # the chat view's ids, always
     assert o.done and o.reward == pytest.approx(0.99) and o.info["success"] is True
     assert o.info["terminated"] and o.info["termination"] == "done" and o.info["episode_return"] == pytest.approx(0.99)
     # Bare JSON, a read-only tool: no reward, resource unchanged so nothing appended.
@@ -73,11 +74,12 @@ def test_unparseable_text_is_an_error_message_never_a_crash(batch: TextEnvBatch)
     garbage = ["I think I should add five.", '<tool_call>{"name": "add", "arguments": {"amount": </tool_call>',
                None]
     outs = batch.step(garbage)  # type: ignore[list-item]
-    for o in outs:
-        assert len(o.messages) == 1 and o.messages[0]["role"] == "tool" and o.messages[0]["name"] == "error"
-        assert o.messages[0]["content"].startswith("Error: could not read a tool call")
-        assert "add, get_count, submit" in o.messages[0]["content"]
+    for o, reason in zip(outs, ["contains no tool call", "is not valid JSON", "contains no tool call"], strict=True):
+        assert o.messages == [{"role": "user", "content": no_call_feedback(o.info["parse_status"])}]
+        assert reason in o.messages[0]["content"] and "call `submit`" in o.messages[0]["content"]
         assert not o.done and o.info["errors"][0]["kind"] == "parse_error"
+    assert [m["role"] for m in batch.histories[0]] == ["system", "user", "assistant", "user"]
+    assert batch.histories[0][2] == {"role": "assistant", "content": "I think I should add five."}
     assert [o.info["parse_status"] for o in outs] == ["no_tool_call", "invalid_json", "no_tool_call"]
     assert [e.steps for e in batch.envs] == [1, 1, 1]  # the turn counts toward max_steps
     # Invalid arguments and unknown tools come back as the env's error text.

@@ -12,29 +12,37 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import Any, Literal
 from typing import Protocol as _Interface
 
 import anyio
 import mcp.client.session as _sdk_session
 import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from mcp_gym._version import __version__
+from mcp_gym.client._stdio import MESSAGE_TOO_LARGE, StdioState, stdio_transport
+from mcp_gym.client._tools import ListingError, list_tools_checked
 from mcp_gym.client.specs import Http, ServerSpec, Stdio
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["ServerConnection", "ConnectionLost", "HostCallbacks", "Tap", "TapFactory"]
+__all__ = [
+    "ServerConnection",
+    "ConnectionLost",
+    "HostCallbacks",
+    "Tap",
+    "TapFactory",
+    "MESSAGE_TOO_LARGE",
+    "ListingTimeout",
+    "ListingError",
+]
 
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
@@ -75,6 +83,10 @@ _DISCOVER_TIMEOUT = _DiscoverTimeout()
 
 class ConnectionLost(Exception):
     """The server is not reachable (failed to start, crashed or closed)."""
+
+
+class ListingTimeout(TimeoutError):
+    """``tools/list`` (all pages) took longer than its bound; the connection was failed and is being closed."""
 
 
 @dataclass
@@ -140,7 +152,9 @@ class ServerConnection:
         self._ready = anyio.Event()
         self._close = anyio.Event()
         self._done = anyio.Event()
-        self._errlog: IO[str] | None = None
+        self._stdio: StdioState | None = None
+        self.skipped_tools: list[dict[str, str]] = []  # tools of the last listing that were unusable, with reasons
+        self.tools_error: str | None = None  # why the last tools/list failed as a whole (the server has no tools)
         self._subscriptions: tuple[str, ...] = ()
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
@@ -160,9 +174,9 @@ class ServerConnection:
         cb = self.callbacks
         target: Any
         if isinstance(spec, Stdio):
-            self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            self._stdio = StdioState(spec.stderr_tail_bytes)
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd)
-            target = stdio_client(params, errlog=self._errlog)
+            target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
         elif isinstance(spec, Http):
             target = spec.url
         else:
@@ -205,7 +219,8 @@ class ServerConnection:
                 scope.deadline = math.inf
                 self.client = client
                 self.connect_seconds = time.perf_counter() - t0
-                self.status = "ready"
+                if self.status == "connecting":  # not failed meanwhile (fail() also asked to close)
+                    self.status = "ready"
                 if self.tap is not None:
                     self.tap.connected(self)
                 try:
@@ -225,7 +240,7 @@ class ServerConnection:
                         await client.__aexit__(None, None, None)
                     if exc is not None and self.status == "ready":
                         self.status = "dead"
-                        self.error = _describe_exc(exc, "connection lost") + self._stderr_tail()
+                        self.error = self._why(exc, "connection lost") + self._stderr_tail()
             if not entered:
                 self.status = "failed"
                 self.error = f"could not connect within {self.spec.connect_timeout:g} s" + self._stderr_tail()
@@ -235,8 +250,6 @@ class ServerConnection:
                 self.status = "failed"
                 self.error = _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
-            if self._errlog is not None:
-                self._errlog.close()
             if self.tap is not None:
                 self.tap.close()
             if self.status in ("ready", "connecting"):
@@ -269,18 +282,26 @@ class ServerConnection:
         if self.status == "ready":
             self.status = "closed"
 
-    def _stderr_tail(self, n: int = 4000) -> str:
-        f = self._errlog
-        if f is None or f.closed:
-            return ""
-        try:
-            f.flush()
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - n))
-            tail = f.read().strip()
-        except (OSError, ValueError):
-            return ""
+    def fail(self, reason: str) -> None:
+        """Mark the server ``failed`` for ``reason`` and close it in the background (its tools go; the next reset
+        reconnects). Returns at once: the owner task stops the server within the transport's bounded shutdown."""
+        if self.status in ("ready", "connecting"):
+            self.status = "failed"
+            self.error = reason + self._stderr_tail()
+        self._close.set()
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of a stdio server (``None`` for other transports or before it started)."""
+        return self._stdio.pid if self._stdio is not None else None
+
+    def _stderr_tail(self) -> str:
+        tail = self._stdio.stderr_tail().strip() if self._stdio is not None else ""
         return f"; server stderr: {tail}" if tail else ""
+
+    def _why(self, e: BaseException, default: str) -> str:
+        failure = self._stdio.failure if self._stdio is not None else None
+        return failure if failure else _describe_exc(e, default)
 
     # -- info -----------------------------------------------------------------------------------------------------
     @property
@@ -310,6 +331,8 @@ class ServerConnection:
             "protocol_version": self.protocol_version,
             "status": self.status,
             "error": self.error,
+            "skipped_tools": list(self.skipped_tools),
+            "tools_error": self.tools_error,
         }
 
     @property
@@ -323,7 +346,8 @@ class ServerConnection:
     # -- notifications --------------------------------------------------------------------------------------------
     async def _on_message(self, message: Any) -> None:
         root = getattr(message, "root", message)
-        if self.tap is not None:
+        if self.tap is not None and getattr(root, "method", None) != "notifications/subscriptions/acknowledged":
+            # an ack reaches here only when its listen stream was already restarted: driver state, not server news
             self.tap.notification(root)
         if isinstance(root, mt.ToolListChangedNotification):
             self.events.tools_changed = True
@@ -332,8 +356,9 @@ class ServerConnection:
         elif isinstance(root, mt.ResourceListChangedNotification):
             self.events.resources_changed = True
 
-    async def subscribe(self, uris: Sequence[str]) -> None:
-        """Ask for ``resources/updated`` on these URIs (handshake era: ``resources/subscribe``; modern: listen)."""
+    async def subscribe(self, uris: Sequence[str], *, timeout: float | None = None) -> None:
+        """Ask for ``resources/updated`` on these URIs (handshake era: ``resources/subscribe``; modern: listen).
+        Best effort; each ``resources/subscribe`` waits at most ``timeout`` seconds."""
         uris = tuple(dict.fromkeys(uris))
         if uris == self._subscriptions or self.client is None or self.status != "ready":
             return
@@ -348,20 +373,26 @@ class ServerConnection:
                     # send_request, not the deprecated subscribe_resource: its MCPDeprecationWarning would be
                     # swallowed here as an exception under -W error, silently dropping the subscription.
                     await self.client.session.send_request(
-                        mt.SubscribeRequest(params=mt.SubscribeRequestParams(uri=uri)), mt.EmptyResult
+                        mt.SubscribeRequest(params=mt.SubscribeRequestParams(uri=uri)), mt.EmptyResult,
+                        request_read_timeout_seconds=None if timeout is None or math.isinf(timeout) else timeout,
                     )
 
     def set_hints(self, hints: bool) -> None:
         """Record whether the server piggy-backs changes on results; with ``listen=None`` that closes the stream."""
         if hints != self.hints:
+            before = self._wants_listener()
             self.hints = hints
-            self._restart_listener()
+            if self._wants_listener() != before:
+                self._restart_listener()
+
+    def _wants_listener(self) -> bool:
+        return self.spec.listen if self.spec.listen is not None else not self.hints
 
     def _restart_listener(self) -> None:
         if self._listen_scope is not None:
             self._listen_scope.cancel()
             self._listen_scope = None
-        wanted = self.spec.listen if self.spec.listen is not None else not self.hints
+        wanted = self._wants_listener()
         if not self.modern or self._listen_tg is None or not wanted:
             return
         scope = anyio.CancelScope()
@@ -399,8 +430,9 @@ class ServerConnection:
         return self.client
 
     def _lost(self, e: BaseException) -> ConnectionLost:
-        self.status = "dead"
-        self.error = _describe_exc(e, "connection lost") + self._stderr_tail()
+        if self.status == "ready":
+            self.status = "dead"
+            self.error = self._why(e, "connection lost") + self._stderr_tail()
         self._close.set()
         return ConnectionLost(f"server '{self.alias}' died: {self.error}")
 
@@ -410,16 +442,25 @@ class ServerConnection:
         *,
         method: str | None = None,
         params: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Run one SDK request; connection loss becomes :class:`ConnectionLost` and marks the server dead.
 
         JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged. ``method`` and ``params``
-        describe the request for the tap (e.g. the cassette recorder of ``spec.record``).
+        describe the request for the tap (e.g. the cassette recorder of ``spec.record``). ``timeout`` (seconds)
+        bounds the request: past it, ``MCPError`` -32001 (the session stays usable).
         """
         client = self._check()
-        if self.tap is not None and method is not None:
-            return await self.tap.exchange(method, params, lambda: self._send(client, fn))
-        return await self._send(client, fn)
+        t = None if timeout is None or math.isinf(timeout) else max(0.0, timeout)
+        try:
+            with anyio.fail_after(t):
+                if self.tap is not None and method is not None:
+                    return await self.tap.exchange(method, params, lambda: self._send(client, fn))
+                return await self._send(client, fn)
+        except TimeoutError as e:
+            if t is None:
+                raise
+            raise MCPError(REQUEST_TIMEOUT, f"no answer to {method or 'the request'} within {t:g} s") from e
 
     async def _send(self, client: Client, fn: Callable[[Client], Awaitable[Any]]) -> Any:
         try:
@@ -428,6 +469,8 @@ class ServerConnection:
             if e.code == CONNECTION_CLOSED:
                 raise self._lost(e) from e
             raise
+        except TimeoutError:
+            raise  # a bound of ours (fail_after) ran out: not a lost connection (TimeoutError is an OSError)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as e:
             raise self._lost(e) from e
         except BaseExceptionGroup as e:  # the SDK may raise groups from its task groups
@@ -454,45 +497,58 @@ class ServerConnection:
             params={"name": name, "arguments": dict(arguments), "_meta": dict(meta or {})},
         )
 
-    async def list_tools(self, meta: Mapping[str, Any] | None = None) -> list[mt.Tool]:
-        """All tools (following pagination)."""
+    async def list_tools(
+        self, meta: Mapping[str, Any] | None = None, *, timeout: float | None = None, bound: str | None = None
+    ) -> list[mt.Tool]:
+        """All usable tools (following pagination), checked one by one: a bad tool definition costs only that tool
+        and is listed with its reason in :attr:`skipped_tools` (and ``info()["skipped_tools"]``).
+
+        ``timeout`` bounds the whole listing: past it the server is failed (status ``failed``, "timed out after X s
+        listing tools"), closed in the background, and :class:`ListingTimeout` is raised. An unusable result as a
+        whole raises ``ListingError``. ``bound`` names the bound in that reason (default: ``timeout`` in seconds).
+        """
         tools: list[mt.Tool] = []
 
         async def go(c: Client) -> mt.ListToolsResult:
-            cursor = None
-            while True:
-                params = mt.PaginatedRequestParams(cursor=cursor, _meta=dict(meta) if meta else None)
-                page = await c.session.list_tools(params=params)
-                tools.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor:
-                    return mt.ListToolsResult(tools=tools)  # all pages (as one page in a cassette)
+            good, skipped, result = await list_tools_checked(c, meta, timeout)
+            tools.extend(good)
+            self.skipped_tools = skipped
+            return result  # all good tools of all pages (as one page in a cassette)
 
-        await self.request(go, method="tools/list", params={"_meta": dict(meta or {})})
+        try:
+            await self.request(go, method="tools/list", params={"_meta": dict(meta or {})})
+        except TimeoutError as e:
+            reason = f"timed out after {bound or f'{timeout:g} s'} listing tools"
+            self.fail(reason)
+            raise ListingTimeout(f"server '{self.alias}' {reason}") from e
         return tools
 
-    async def list_resources(self) -> list[mt.Resource]:
-        """Listed resources ([] if the server has no resources capability)."""
+    async def list_resources(self, *, timeout: float | None = None) -> list[mt.Resource]:
+        """Listed resources ([] if the server has no resources capability); ``timeout`` as in :meth:`request`."""
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resources(), method="resources/list")
+        res = await self.request(lambda c: c.list_resources(), method="resources/list", timeout=timeout)
         return list(res.resources)
 
-    async def list_resource_templates(self) -> list[mt.ResourceTemplate]:
+    async def list_resource_templates(self, *, timeout: float | None = None) -> list[mt.ResourceTemplate]:
         """Listed resource templates ([] if none)."""
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resource_templates(), method="resources/templates/list")
+        res = await self.request(lambda c: c.list_resource_templates(), method="resources/templates/list",
+                                 timeout=timeout)
         return list(res.resource_templates)
 
-    async def read_resource(self, uri: str, meta: Mapping[str, Any] | None = None) -> mt.ReadResourceResult:
-        """Read one resource."""
+    async def read_resource(
+        self, uri: str, meta: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> mt.ReadResourceResult:
+        """Read one resource; ``timeout`` as in :meth:`request`."""
         return await self.request(
             lambda c: c.read_resource(uri, meta=dict(meta or {})),
             method="resources/read",
             params={"uri": uri, "_meta": dict(meta or {})},
+            timeout=timeout,
         )
 
 

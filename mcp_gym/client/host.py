@@ -18,8 +18,17 @@ from typing import Any
 import anyio
 import mcp.types as mt
 from mcp import MCPError
+from pydantic import ValidationError
 
-from mcp_gym.client.connection import ConnectionLost, HostCallbacks, ServerConnection, TapFactory
+from mcp_gym.client._tools import show_name
+from mcp_gym.client.connection import (
+    MESSAGE_TOO_LARGE,
+    ConnectionLost,
+    HostCallbacks,
+    ListingTimeout,
+    ServerConnection,
+    TapFactory,
+)
 from mcp_gym.client.specs import ServerSpec
 from mcp_gym.protocol import (
     CHANGES_META_KEY,
@@ -175,6 +184,7 @@ class MCPHost:
         }
         self.catalogue: dict[str, ToolEntry] = {}
         self.all_tools: dict[str, dict[str, mt.Tool]] = {}
+        self.clashes: dict[str, list[dict[str, str]]] = {}  # per alias: tools hidden by a same-named earlier tool
         self.logs: list[dict[str, Any]] = []
         self.sampling_log: list[dict[str, Any]] = []
         self.episode_id: str | None = None
@@ -183,19 +193,28 @@ class MCPHost:
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
-        """Connect to every server concurrently (failures become statuses) and list their tools."""
+        """Connect to every server concurrently and list their tools, each within its ``connect_timeout`` (start,
+        handshake and first listing together); failures become statuses."""
         async with anyio.create_task_group() as tg:
             for conn in self.connections.values():
-                tg.start_soon(conn.start, task_group)
-        await self.refresh_tools()
+                tg.start_soon(self._connect, conn, task_group)
+        self._rebuild()
+
+    async def _connect(self, conn: ServerConnection, task_group: Any) -> None:
+        t0 = anyio.current_time()
+        await conn.start(task_group)
+        if conn.status == "ready":
+            await self._list(conn, conn.spec.connect_timeout - (anyio.current_time() - t0),
+                             bound=f"connect_timeout={conn.spec.connect_timeout:g} s")
 
     async def restart(self, alias: str, task_group: Any) -> None:
-        """Close one server's connection and connect anew (reset by restart)."""
+        """Close one server's connection and connect anew (reset by restart), within its ``connect_timeout``."""
         old = self.connections[alias]
         await old.close()
         new = ServerConnection(alias, old.spec, old.callbacks, old.tap_factory)
         self.connections[alias] = new
-        await new.start(task_group)
+        await self._connect(new, task_group)
+        self._rebuild()
 
     async def close(self) -> None:
         """Close every connection."""
@@ -204,8 +223,14 @@ class MCPHost:
                 tg.start_soon(conn.close)
 
     def server_info(self) -> dict[str, dict[str, Any]]:
-        """Per server: name, version, negotiated protocol version, status, error."""
-        return {alias: conn.info() for alias, conn in self.connections.items()}
+        """Per server: name, version, negotiated protocol version, status, error, and ``skipped_tools`` (each
+        ``{"name", "reason"}``: listed tools that are not offered because their definition is unusable)."""
+        out = {}
+        for alias, conn in self.connections.items():
+            info = conn.info()
+            info["skipped_tools"] = info["skipped_tools"] + self.clashes.get(alias, [])
+            out[alias] = info
+        return out
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -224,32 +249,44 @@ class MCPHost:
         """The agent-facing name of a server's tool."""
         return f"{alias}{self.separator}{tool}" if self.prefix else tool
 
-    async def refresh_tools(self, aliases: Sequence[str] | None = None) -> bool:
-        """Re-list tools (of ``aliases``, default all) and rebuild the catalogue; True if it changed."""
+    async def refresh_tools(self, aliases: Sequence[str] | None = None, *, timeout: float | None = None) -> bool:
+        """Re-list tools (of ``aliases``, default all) and rebuild the catalogue; True if it changed.
+
+        Each server's listing waits at most ``timeout`` seconds; a server that does not answer in time is failed
+        (status ``failed``, "timed out after X s listing tools") and closed in the background.
+        """
         targets = [a for a in (aliases or self.connections) if a in self.connections]
-
-        async def one(alias: str) -> None:
-            conn = self.connections[alias]
-            conn.events.tools_changed = False
-            if conn.status != "ready":
-                self.all_tools.pop(alias, None)
-                return
-            try:
-                tools = await conn.list_tools(self.meta)
-            except (ConnectionLost, MCPError, Exception):  # noqa: BLE001 - a broken server loses its tools
-                self.all_tools.pop(alias, None)
-                return
-            self.all_tools[alias] = {t.name: t for t in tools}
-            conn.set_hints(RESET_TOOL in self.all_tools[alias])  # mcp-gym servers report changes in result _meta
-
         async with anyio.create_task_group() as tg:
             for alias in targets:
-                tg.start_soon(one, alias)
+                tg.start_soon(self._list, self.connections[alias], timeout)
         return self._rebuild()
+
+    async def _list(self, conn: ServerConnection, timeout: float | None, bound: str | None = None) -> None:
+        """List one server's tools into ``all_tools`` (a failed listing drops them, with the reason in its info)."""
+        alias = conn.alias
+        conn.events.tools_changed = False
+        if conn.status != "ready":
+            self.all_tools.pop(alias, None)
+            return
+        try:
+            tools = await conn.list_tools(self.meta, timeout=timeout, bound=bound)
+        except ListingTimeout:
+            self.all_tools.pop(alias, None)  # the connection is failed with the reason
+            return
+        except Exception as e:  # noqa: BLE001 - a broken listing loses the server's tools, and says why
+            self.all_tools.pop(alias, None)
+            caps = conn.capabilities
+            if conn.status == "ready" and caps is not None and caps.tools is not None:
+                conn.tools_error = f"tools/list failed: {_short_error(e)}"
+            return
+        conn.tools_error = None
+        self.all_tools[alias] = {t.name: t for t in tools}
+        conn.set_hints(RESET_TOOL in self.all_tools[alias])  # mcp-gym servers report changes in result _meta
 
     def _rebuild(self) -> bool:
         before = [(e.name, e.tool) for e in self.catalogue.values()]
         cat: dict[str, ToolEntry] = {}
+        self.clashes = {}
         for alias in self.connections:
             if self.connections[alias].status != "ready":
                 continue
@@ -261,6 +298,11 @@ class MCPHost:
                 if _requires_task(tool):
                     continue  # task-augmented execution is not supported: the call could never succeed
                 exposed = self.exposed_name(alias, name)
+                if exposed in cat:  # two servers, one name (prefix_tools=False): the first server keeps it
+                    self.clashes.setdefault(alias, []).append({
+                        "name": show_name(name),
+                        "reason": f"the name is taken by server '{cat[exposed].server}' (use prefix_tools=True)"})
+                    continue
                 cat[exposed] = ToolEntry(exposed, alias, name, tool)
         self.catalogue = cat
         return before != [(e.name, e.tool) for e in cat.values()]
@@ -273,8 +315,9 @@ class MCPHost:
         """The catalogue entry for an agent-facing tool name."""
         return self.catalogue.get(name)
 
-    async def poll_changes(self) -> bool:
-        """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed."""
+    async def poll_changes(self, *, timeout: float | None = None) -> bool:
+        """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing
+        waits at most ``timeout`` seconds (see :meth:`refresh_tools`)."""
         await anyio.sleep(0)  # let notification handlers that are already queued run
         dirty = [a for a, c in self.connections.items() if c.events.tools_changed]
         dead = any(c.status != "ready" and c.alias in self.all_tools for c in self.connections.values())
@@ -284,7 +327,7 @@ class MCPHost:
             for a, c in self.connections.items():
                 if c.status != "ready":
                     self.all_tools.pop(a, None)
-        changed = await self.refresh_tools(dirty) if dirty else False
+        changed = await self.refresh_tools(dirty, timeout=timeout) if dirty else False
         return self._rebuild() or changed or dead
 
     # -- calls ----------------------------------------------------------------------------------------------------
@@ -326,10 +369,17 @@ class MCPHost:
         except MCPError as e:
             if e.code == -32001:
                 out.error = self._error("timeout", exposed, alias, f"no result within {timeout:g} s", code=e.code)
+            elif e.code == MESSAGE_TOO_LARGE:
+                out.error = self._error("too_large", exposed, alias, e.error.message, code=e.code)
             else:
                 out.error = self._error("jsonrpc", exposed, alias, e.error.message, code=e.code)
+        except ValidationError as e:  # the result is not a valid CallToolResult
+            out.error = self._error("invalid_result", exposed, alias,
+                                    f"the server's result is not a valid CallToolResult: {_short_error(e)}")
         except RuntimeError as e:  # e.g. the SDK's structured-output validation against outputSchema
             out.error = self._error("invalid_result", exposed, alias, str(e))
+        except Exception as e:  # noqa: BLE001 - whatever else the SDK raises costs this call only
+            out.error = self._error("client_error", exposed, alias, _short_error(e))
         out.duration = time.perf_counter() - t0
         if out.result is not None and out.result.meta:
             hint = out.result.meta.get(CHANGES_META_KEY)
@@ -394,6 +444,19 @@ class MCPHost:
         """Logging notifications received since the last drain."""
         out, self.logs = self.logs, []
         return out
+
+
+def _short_error(e: BaseException, limit: int = 500) -> str:
+    """One line for an exception: pydantic errors as ``field: message`` (never the whole offending input)."""
+    if isinstance(e, ValidationError):
+        errs = e.errors()
+        parts = [f"{'.'.join(str(x) for x in err.get('loc', ())) or 'result'}: {err.get('msg', 'invalid')}"
+                 for err in errs[:3]]
+        text = "; ".join(parts) + (f" (+{len(errs) - 3} more)" if len(errs) > 3 else "")
+    else:
+        text = f"{type(e).__name__}: {e}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _root_uri(r: str | Path) -> str:

@@ -10,7 +10,7 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = ["Protocol", "Stdio", "Http", "InProcess", "ServerSpec", "parse_server", "normalise_servers"]
@@ -26,7 +26,7 @@ class _SpecBase:
     protocol: Protocol = "auto"
     """``auto`` (probe ``server/discover``, fall back to ``initialize``), ``legacy`` or a pinned modern version."""
     connect_timeout: float = 30.0
-    """Seconds to start (if stdio) and initialise the server."""
+    """Seconds to start (if stdio) and initialise the server and list its tools for the first time."""
     discover_timeout: float = 1.0
     """With ``auto``: how long a server may leave ``server/discover`` unanswered before the handshake fallback."""
     listen: bool | None = None
@@ -49,13 +49,19 @@ class Stdio(_SpecBase):
     """A server started as a subprocess speaking MCP over stdin/stdout: ``Stdio(command, args, env=, cwd=)``.
 
     ``env`` is merged over the SDK's minimal inherited environment (HOME, PATH, ...): pass every variable the server
-    needs. The server's stderr is kept (last 4 kB) and quoted when it fails.
+    needs. The server's stderr is drained through a pipe; its last ``stderr_tail_bytes`` are kept in memory (nothing
+    on disk) and quoted when it fails. A message from the server larger than ``max_message_bytes`` is discarded as it
+    arrives: the request it answers gets a ``too_large`` error and the session stays usable.
     """
 
     command: str
     args: Sequence[str] = ()
     env: Mapping[str, str] | None = None
     cwd: str | os.PathLike[str] | None = None
+    max_message_bytes: int = field(default=32 * 1024 * 1024, kw_only=True)
+    """Largest JSON-RPC message accepted from the server (bytes, one line)."""
+    stderr_tail_bytes: int = field(default=4096, kw_only=True)
+    """How much of the end of the server's stderr is kept for error messages."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))

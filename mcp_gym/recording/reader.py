@@ -69,12 +69,17 @@ def read_tables(path: str | os.PathLike[str], *, include_wal: bool = True) -> tu
                     seen.add(ep[0])
                     if ep[1]:
                         seen_keys.add(ep[1])
-                    wal_eps.append(ep)
-                    wal_steps.extend(rows)
+                    wal_eps.append(_pad(ep, len(EPISODES_SCHEMA)))
+                    wal_steps.extend(_pad(r, len(STEPS_SCHEMA)) for r in rows)
         if wal_eps:
             episodes = pa.concat_tables([episodes, pa.Table.from_batches([rows_to_batch(wal_eps, EPISODES_SCHEMA)])])
             steps = pa.concat_tables([steps, pa.Table.from_batches([rows_to_batch(wal_steps, STEPS_SCHEMA)])])
     return steps.combine_chunks(), episodes.combine_chunks()
+
+
+def _pad(row: tuple[Any, ...], width: int) -> tuple[Any, ...]:
+    """A WAL row of an older minor schema version, with nulls for the columns added since."""
+    return row if len(row) >= width else row + (None,) * (width - len(row))
 
 
 def load(path: str | os.PathLike[str], *, include_wal: bool = True) -> Recording:

@@ -4,8 +4,9 @@
     obs, info = env.reset(options={"episode_key": "counter-0003#0"})
     env.step({"tool": "add", "arguments": {"amount": 2}, "raw_text": "<tool_call>...", "parse_status": "ok"})
 
-Actions may carry ``raw_text`` (the model output the action was parsed from) and ``parse_status``; the wrapper records
-and strips them before the env sees the action. Reset options may carry ``policy``, ``episode_key`` and ``metadata``
+Actions may carry ``raw_text`` (the model output the action was parsed from), ``parse_status``, ``turn`` and
+``assistant_content`` (:data:`~mcp_gym.parsing.ACTION_EXTRA_KEYS`); the wrapper records and strips them before the env
+sees the action. Reset options may carry ``policy``, ``episode_key`` and ``metadata``
 (a JSON-able dict), also stripped. An episode is recorded when it terminates or is truncated; one cut short by
 ``reset``/``close`` is dropped.
 """
@@ -21,7 +22,8 @@ import gymnasium as gym
 
 from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
-from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
+from mcp_gym.protocol import ToolCallError
+from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
 
 __all__ = ["RecordTrajectories", "ACTION_EXTRA_KEYS", "RESET_OPTION_KEYS"]
@@ -40,6 +42,13 @@ _SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool"
                                  "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
                                  "output_schema": None, "annotations": {}}
 """The built-in ``submit`` tool in the form of :func:`mcp_gym.client.host.tool_schema`."""
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
@@ -100,11 +109,11 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step the env (without ``raw_text``/``parse_status``) and record the step."""
-        action, raw_text, parse_status = self._split_action(action)
+        """Step the env (without the action's extra keys) and record the step."""
+        action, extras = self._split_action(action)
         t0 = time.time()
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._record(action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+        self._record(action, obs, reward, terminated, truncated, info, t0, extras)
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
@@ -127,10 +136,10 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
 
     async def astep(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Async :meth:`step` (the wrapped env must have ``astep``)."""
-        action, raw_text, parse_status = self._split_action(action)
+        action, extras = self._split_action(action)
         t0 = time.time()
         obs, reward, terminated, truncated, info = await self.env.astep(action)  # type: ignore[attr-defined]
-        self._record(action, obs, reward, terminated, truncated, info, t0, raw_text, parse_status)
+        self._record(action, obs, reward, terminated, truncated, info, t0, extras)
         return obs, reward, terminated, truncated, info
 
     # -- implementation -------------------------------------------------------------------------------------------
@@ -142,9 +151,11 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         return {k: v for k, v in options.items() if k not in RESET_OPTION_KEYS}, extra
 
     @staticmethod
-    def _split_action(action: Any) -> tuple[Any, str | None, str | None]:
-        clean, extras = split_action(action)
-        return clean, extras.get("raw_text"), extras.get("parse_status")
+    def _split_action(action: Any) -> tuple[Any, Mapping[str, Any]]:
+        try:
+            return split_action(action)
+        except Exception:  # noqa: BLE001 - a mapping that cannot be read: the env says what is wrong with it
+            return action, {}
 
     def _drop_unfinished(self) -> None:
         if self.episode is not None and not self.episode.done:
@@ -207,15 +218,49 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
 
     def _record(
         self, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool, info: dict[str, Any],
-        t0: float, raw_text: str | None, parse_status: str | None,
+        t0: float, extras: Mapping[str, Any],
     ) -> None:
         ep = self.episode
         if ep is None or ep.done:
             return
+        try:
+            self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, extras)
+        except Exception as exc:  # noqa: BLE001 - a step the recorder cannot take apart is still a step
+            gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
+                            f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
+            reason = f"{type(exc).__name__} while recording the step"
+            error = info.get("error") if isinstance(info, dict) else None
+            if not isinstance(error, dict):
+                error = ToolCallError("unrecordable", f"step {ep.length} could not be recorded: {reason}").as_dict()
+            ep.add_step(None, unencodable(reason), is_error=True, error=error,
+                        reward=_float_or_none(reward), terminated=terminated, truncated=truncated, timestamp=t0)
+        if terminated or truncated:
+            get = info.get if isinstance(info, Mapping) else {}.get
+            summary = get("episode") or {}
+            if not isinstance(summary, Mapping):
+                summary = {}
+            ep.finish(
+                total_reward=_float_or_none(summary.get("return")),
+                success=get("success"),
+                termination=summary.get("termination") or ("terminated" if terminated else "truncated"),
+                final_answer=get("final_answer"),
+                catalogue_changes=self._catalogue_changes(),
+            )
+
+    def _add_step(
+        self, ep: EpisodeRecorder, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
+        info: dict[str, Any], t0: float, extras: Mapping[str, Any],
+    ) -> None:
         get = info.get
-        if action.__class__ is dict or isinstance(action, Mapping):
+        if action.__class__ is dict:
             tool = get("tool") or action.get("tool")
             arguments = action.get("arguments")
+        elif isinstance(action, Mapping):
+            try:
+                tool = get("tool") or action.get("tool")
+                arguments = action.get("arguments")
+            except Exception as exc:  # noqa: BLE001 - a mapping whose methods raise
+                tool, arguments = get("tool"), unencodable(f"{type(exc).__name__} while reading the action")
         else:
             tool, arguments = get("tool"), action
         if obs.__class__ is dict or isinstance(obs, Mapping):
@@ -243,19 +288,12 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
             timestamp=t0,
             observation=observation,
             resources=self._last_resources_json,
-            raw_text=raw_text,
-            parse_status=parse_status,
+            raw_text=extras.get("raw_text"),
+            parse_status=extras.get("parse_status"),
+            turn=extras.get("turn"),
+            assistant_content=extras.get("assistant_content"),
             info={k: v for k, v in info.items() if k not in _COLUMN_KEYS},
         )
-        if terminated or truncated:
-            summary = info.get("episode") or {}
-            ep.finish(
-                total_reward=summary.get("return"),
-                success=info.get("success"),
-                termination=summary.get("termination") or ("terminated" if terminated else "truncated"),
-                final_answer=info.get("final_answer"),
-                catalogue_changes=self._catalogue_changes(),
-            )
 
     def _catalogue_changes(self) -> list[dict[str, Any]] | None:
         changes = getattr(self.env.unwrapped, "catalogue_changes", None)

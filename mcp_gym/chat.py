@@ -1,0 +1,201 @@
+"""The one chat view of an episode: what a chat model is shown, turn by turn, everywhere in mcp-gym.
+
+The chat policies (``openai``, ``hf``), the batched text-step API (:mod:`mcp_gym.textenv`), the TRL adapter
+(:mod:`mcp_gym.trl`) and the SFT export (:mod:`mcp_gym.sft`) all build their conversations here, so a model is trained
+on exactly the messages it is shown at inference::
+
+    view = ChatView(obs["task"], obs["resources"])          # [system, user]
+    ids = view.reply("Let me add.", [ToolCall("add", {"amount": 2})])
+    view.tool_result(ids[0], "add", obs["result"], obs["resources"])
+    view.messages      # canonical form: tool-call arguments are JSON objects (what chat templates expect)
+    view.wire()        # OpenAI chat-completions form: arguments as JSON strings
+
+The rules:
+
+* **System prompt**: :data:`DEFAULT_SYSTEM_PROMPT` unless the caller passes another one (``None``: no system message).
+* **User turn**: the task prompt, then every observed resource as a ``[resource <uri>]`` block
+  (:func:`render_resources`) — e.g. Maze's grid.
+* **Assistant turn**: the model's own text as ``content`` (for an OpenAI ``tool_calls`` reply, the message's
+  ``content``; for a text reply, the text without its tool-call markup, which the chat template writes back from
+  ``tool_calls``) and its calls as ``tool_calls`` with deterministic ids ``call_<turn>_<i>`` (:func:`call_id`). A reply
+  without a usable call keeps its whole text as ``content`` and has no ``tool_calls``.
+* **Tool turn**: one ``tool`` message per executed call: the result text, then the resources that changed since the
+  previous message, rendered as in the user turn.
+* **A reply without a usable call** is answered by a ``user`` message: :func:`no_call_feedback` (wording by parse
+  status) plus the resources that changed. It counts as a step (the env records an invalid action).
+* **Final answer**: the model ends an episode by calling the ``submit`` tool, which is always in the tools
+  (:func:`openai_tools`). Plain text is never a final answer; it is a reply without a usable call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
+from mcp_gym.parsing import ParseResult, ToolCall
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "SUBMIT_TOOL",
+    "ChatView",
+    "call_id",
+    "render_resources",
+    "user_content",
+    "result_content",
+    "no_call_feedback",
+    "assistant_content",
+    "openai_tool",
+    "openai_tools",
+    "env_tools",
+    "to_wire",
+]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an agent that completes tasks by calling the provided tools. Call one tool at a time and read its result "
+    "before the next call. When the task is done, call the `submit` tool with your final answer."
+)
+"""The system message of every conversation unless the caller passes another one."""
+
+SUBMIT_TOOL: dict[str, Any] = {"name": "submit", "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA}
+"""The built-in ``submit`` tool in catalogue form (``name``, ``description``, ``input_schema``)."""
+
+_NO_CALL_REASON = {
+    "no_tool_call": "your reply contains no tool call",
+    "invalid_json": "a tool call in your reply is not valid JSON",
+    "invalid_call": "a tool call in your reply is malformed (it needs a \"name\" and \"arguments\" as a JSON object)",
+}
+
+
+def call_id(turn: int, index: int) -> str:
+    """The id of the ``index``-th call of the ``turn``-th assistant reply of an episode (both 0-based)."""
+    return f"call_{turn}_{index}"
+
+
+def render_resources(resources: Mapping[str, str], previous: Mapping[str, str] | None = None) -> str:
+    """Observed resources as ``[resource <uri>]`` text blocks (only those that differ from ``previous`` if given)."""
+    return "\n\n".join(
+        f"[resource {uri}]\n{text}" for uri, text in resources.items()
+        if previous is None or previous.get(uri) != text
+    )
+
+
+def _join(*parts: str) -> str:
+    return "\n\n".join(p for p in parts if p)
+
+
+def user_content(task: str, resources: Mapping[str, str] | None = None) -> str:
+    """The user turn: the task prompt, then every observed resource."""
+    return _join(task or "", render_resources(resources or {}))
+
+
+def result_content(result: str, resources: Mapping[str, str] | None = None,
+                   previous: Mapping[str, str] | None = None) -> str:
+    """A tool message's content: the result text, then the resources that differ from ``previous``."""
+    return _join(result or "", render_resources(resources or {}, previous or {}))
+
+
+def no_call_feedback(parse_status: str | None) -> str:
+    """The user message answering a reply without a usable tool call (worded by its parse status)."""
+    reason = _NO_CALL_REASON.get(parse_status or "", _NO_CALL_REASON["no_tool_call"])
+    return (f"Error: {reason}. Reply with a tool call from the tools you were given; when the task is done, call "
+            "`submit` with your final answer.")
+
+
+def assistant_content(parsed: ParseResult) -> str:
+    """The model's own text of a parsed reply: without tool-call markup when it has calls, else the whole text."""
+    return parsed.content if parsed.calls else parsed.raw_text
+
+
+def openai_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAI function schema of one catalogue entry (``name``, ``description``, ``input_schema``)."""
+    return {"type": "function", "function": {"name": schema["name"], "description": schema.get("description") or "",
+                                             "parameters": schema.get("input_schema") or {"type": "object"}}}
+
+
+def openai_tools(catalogue: Sequence[Mapping[str, Any]], *, submit: bool = True) -> list[dict[str, Any]]:
+    """The ``tools`` of a request: the catalogue's OpenAI schemas, then the built-in ``submit`` unless a tool of the
+    catalogue is already named so (as the env routes it)."""
+    tools = [openai_tool(s) for s in catalogue]
+    if submit and not any(s["name"] == "submit" for s in catalogue):
+        tools.append(openai_tool(SUBMIT_TOOL))
+    return tools
+
+
+def env_tools(env: Any) -> list[dict[str, Any]]:
+    """The ``tools`` an env offers now (``env.tool_catalogue()`` plus ``submit``)."""
+    return openai_tools(env.unwrapped.tool_catalogue() if hasattr(env, "unwrapped") else env.tool_catalogue())
+
+
+def to_wire(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages in the OpenAI chat-completions wire form (tool-call ``arguments`` as JSON strings)."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            m = {**m, "tool_calls": [
+                {**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"],
+                                                                            ensure_ascii=False)}}
+                for c in m["tool_calls"]]}
+        out.append(dict(m))
+    return out
+
+
+class ChatView:
+    """One episode's conversation, built turn by turn (see the module docs for the rules).
+
+    Args:
+        task: The task prompt (``obs["task"]``).
+        resources: The resources observed at reset (``obs["resources"]``).
+        system_prompt: The system message (``None``: none).
+        show_resources: Render observed resources into the user turn and changed ones into the answers.
+    """
+
+    def __init__(self, task: str, resources: Mapping[str, str] | None = None, *,
+                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True) -> None:
+        self.show_resources = show_resources
+        self.resources: dict[str, str] = dict(resources or {})
+        self.messages: list[dict[str, Any]] = []
+        """The conversation in canonical form (arguments as JSON objects)."""
+        self.turn = 0
+        """Assistant replies so far (the next reply's turn number)."""
+        if system_prompt is not None:
+            self.messages.append({"role": "system", "content": system_prompt})
+        self.messages.append({"role": "user", "content": user_content(task, self.resources if show_resources else {})})
+
+    def reply(self, content: str, calls: Sequence[ToolCall]) -> list[str]:
+        """Append an assistant reply (its own text and its calls); returns the calls' ids."""
+        ids = [call_id(self.turn, i) for i in range(len(calls))]
+        message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        if calls:
+            message["tool_calls"] = [
+                {"id": i, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
+                for c, i in zip(calls, ids, strict=True)]
+        self.messages.append(message)
+        self.turn += 1
+        return ids
+
+    def _changed(self, resources: Mapping[str, str] | None) -> Mapping[str, str]:
+        """The resources to render into an answer (those changed), updating the last ones seen."""
+        resources = dict(resources or {})
+        previous, self.resources = self.resources, resources
+        return {u: t for u, t in resources.items() if previous.get(u) != t} if self.show_resources else {}
+
+    def tool_result(self, id: str, name: str, result: str, resources: Mapping[str, str] | None = None
+                    ) -> dict[str, Any]:
+        """Append the tool message answering call ``id``: the result, then the resources that changed."""
+        message = {"role": "tool", "tool_call_id": id, "name": name,
+                   "content": result_content(result, self._changed(resources))}
+        self.messages.append(message)
+        return message
+
+    def no_call(self, parse_status: str | None, resources: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Append the user message answering a reply without a usable call, plus the resources that changed."""
+        message = {"role": "user",
+                   "content": _join(no_call_feedback(parse_status), render_resources(self._changed(resources)))}
+        self.messages.append(message)
+        return message
+
+    def wire(self) -> list[dict[str, Any]]:
+        """The conversation in OpenAI wire form (see :func:`to_wire`)."""
+        return to_wire(self.messages)

@@ -1,0 +1,350 @@
+"""One chat view of an episode: the SFT export reproduces exactly what the chat policy sent the model, on every bundled
+env; TextEnvBatch and the TRL adapter build the same conversation as the policy."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_gym import chat, sft
+from mcp_gym.client.runtime import default_runtime
+from mcp_gym.envs import BUNDLED_ENVS, load_env_tasks, make_env
+from mcp_gym.parsing import ParseResult, parse_tool_calls
+from mcp_gym.policies import ChatPolicy, OpenAIPolicy
+from mcp_gym.recording import RecordTrajectories, load
+from mcp_gym.textenv import TextEnvBatch
+from mcp_gym.vector import EpisodeSpec, VectorMCPEnv
+
+TASKS_PER_ENV = 3
+
+
+# -- a scripted chat-completions endpoint that logs every request ----------------------------------------------------
+class Script:
+    """Plays each task's reference solution over ``POST /v1/chat/completions``, in varied reply shapes.
+
+    The reply depends only on the request (episodes run concurrently): the task is found from the user turn, the
+    position in the solution from the calls already in the conversation. Task ``k`` of an env (``variant = k % 3``):
+    variant 1 opens with a reply without a tool call and then one with broken JSON; replies alternate between OpenAI
+    ``tool_calls`` (with or without text) and Hermes ``<tool_call>`` text (with reasoning); variant 2 sends two calls
+    in one reply while three or more remain. The last call of a solution is ``submit`` (or the step that ends the
+    episode with ``done``).
+    """
+
+    def __init__(self, tasks: Sequence[Any]) -> None:
+        self.tasks = [(t.prompt, t, k % 3) for k, t in enumerate(tasks)]
+        self.log: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (request body, reply message)
+        self.lock = threading.Lock()
+
+    def task_of(self, user: str) -> tuple[Any, int]:
+        found = [(t, v) for p, t, v in self.tasks if user == p or user.startswith(p + "\n\n")]
+        assert len(found) == 1, user[:80]
+        return found[0]
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        msgs = body["messages"]
+        user = next(m for m in msgs if m["role"] == "user")["content"]
+        task, variant = self.task_of(user)
+        turn = sum(m["role"] == "assistant" for m in msgs)
+        done = sum(len(m.get("tool_calls") or ()) for m in msgs if m["role"] == "assistant")
+        left = [{"name": c["tool"], "arguments": c["arguments"]} for c in task.solution][done:]
+        if variant == 1 and turn == 0:
+            message: dict[str, Any] = {"role": "assistant", "content": "Let me think about this task first."}
+        elif variant == 1 and turn == 1:
+            message = {"role": "assistant", "content": '<tool_call>\n{"name": "oops", "arguments": {</tool_call>'}
+        else:
+            calls = left[:2] if variant == 2 and len(left) >= 3 else left[:1]
+            if turn % 2 == 0:
+                message = {"role": "assistant", "content": None if turn % 4 == 0 else f"Step {turn}: calling.",
+                           "tool_calls": [{"id": f"srv-{turn}-{i}", "type": "function", "function": {
+                               "name": c["name"], "arguments": json.dumps(c["arguments"])}}
+                               for i, c in enumerate(calls)]}
+            else:
+                blocks = "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+                message = {"role": "assistant", "content": f"<think>Turn {turn}.</think>\n{blocks}"}
+        with self.lock:
+            self.log.append((copy.deepcopy(body), message))
+        return {"id": f"chatcmpl-{len(self.log)}", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+
+
+@contextmanager
+def serve(script: Script) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            data = json.dumps(script.reply(body)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def collect(name: str, run: Path) -> tuple[list[Any], Script]:
+    tasks = load_env_tasks(name, "train")[:TASKS_PER_ENV]
+    script = Script(tasks)
+    specs = [EpisodeSpec(f"{t.id}#0", t.id, 100 + k) for k, t in enumerate(tasks)]
+    results: list[Any] = []
+
+    async def go(url: str) -> None:
+        policy = OpenAIPolicy("scripted", url, "sk-test", retries=0)
+        try:
+            async with VectorMCPEnv(lambda i: RecordTrajectories(make_env(name, max_steps=30), run), 3) as vec:
+                await vec.run(policy, specs, on_result=results.append)
+        finally:
+            await policy.aclose()
+
+    with serve(script) as url:
+        default_runtime().call(go, url)
+    return results, script
+
+
+# -- comparing a request with an exported example --------------------------------------------------------------------
+def canonical(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A wire message in comparable form: arguments decoded, ids dropped, content None as ""."""
+    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [
+            (c["function"]["name"], c["function"]["arguments"] if isinstance(c["function"]["arguments"], dict)
+             else json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
+    if message["role"] == "tool":
+        out["name"] = message["name"]
+    return out
+
+
+def expected_final(reply: Mapping[str, Any]) -> dict[str, Any]:
+    """The final reply as the chat view keeps it: the model's own text (no call markup) and its calls."""
+    if reply.get("tool_calls"):
+        return canonical(reply)
+    parsed = parse_tool_calls(reply["content"])
+    calls = [{"function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
+    return canonical({"role": "assistant", "content": chat.assistant_content(parsed),
+                      **({"tool_calls": calls} if calls else {})})
+
+
+@pytest.mark.parametrize("name", list(BUNDLED_ENVS))
+def test_export_equals_the_last_request_of_each_episode(name: str, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    results, script = collect(name, run)
+    assert len(results) == TASKS_PER_ENV and all(r.termination in ("submit", "done") for r in results), results
+    ds = sft.build(run, success_only=False, drop_errors=False, dedupe=False)
+    assert len(ds) == TASKS_PER_ENV
+    rec = load(run)
+    shapes = set()
+    for ex in ds:
+        task = next(t for p, t, _ in script.tasks if t.id == ex["task_id"])
+        requests = [(body, reply) for body, reply in script.log
+                    if script.task_of(next(m for m in body["messages"] if m["role"] == "user")["content"])[0] is task]
+        body, reply = max(requests, key=lambda r: len(r[0]["messages"]))  # the episode's last request
+        messages = ex["messages"]
+        # Everything before the final reply is exactly what the policy sent; ids follow the one scheme.
+        assert [canonical(m) for m in messages[:-1]] == [canonical(m) for m in body["messages"]]
+        assert [m.get("tool_call_id") for m in messages[:-1]] == [m.get("tool_call_id") for m in body["messages"]]
+        assert chat.to_wire(messages[:-1]) == body["messages"]  # byte for byte, once arguments are wire strings
+        assert canonical(messages[-1]) == expected_final(reply)
+        assert ex["tools"] == body["tools"]
+        assert [t["function"]["name"] for t in body["tools"]][-1:] == ["submit"] or "submit" in {
+            t["function"]["name"] for t in body["tools"]}
+        # The user turn shows the observed resources (Maze's grid, the counter, ...) when the env has some.
+        initial = json.loads(next(e for e in rec.episodes if e["episode_id"] == ex["episode_id"])
+                             ["initial_observation"])
+        assert messages[1]["content"] == chat.user_content(task.prompt, initial["resources"])
+        shapes |= {m["role"] for m in messages} | {"multi" for m in messages if len(m.get("tool_calls") or ()) > 1}
+        shapes |= {"feedback" for m in messages[2:] if m["role"] == "user"}
+    assert {"system", "user", "assistant", "tool", "feedback"} <= shapes  # every kind of turn was exercised
+    if len(script.tasks[2][1].solution) >= 3:  # variant 2 opens with two calls in one reply
+        assert "multi" in shapes
+    if name == "Maze":
+        assert "[resource maze://state]" in ds[0]["messages"][1]["content"]
+
+
+def test_legacy_runs_without_turns_still_export(tmp_path: Path) -> None:
+    """A run of schema 1.0 (no turn/assistant_content columns) reads with nulls and exports with the old grouping."""
+    import pyarrow.parquet as pq
+
+    from mcp_gym.recording.schema import VERSION_KEY
+
+    results, _ = collect("Counter", tmp_path / "run")
+    new = sft.build(tmp_path / "run", success_only=False, drop_errors=False, dedupe=False)
+    for shard in (tmp_path / "run" / "steps").glob("*.parquet"):
+        table = pq.read_table(shard)
+        old = table.drop_columns(["turn", "assistant_content"]).replace_schema_metadata({VERSION_KEY: b"1.0"})
+        pq.write_table(old, shard)
+    legacy = sft.build(tmp_path / "run", success_only=False, drop_errors=False, dedupe=False)
+    assert load(tmp_path / "run").steps["turn"] == [None] * len(load(tmp_path / "run").steps)
+    assert len(legacy) == len(new)
+    for a, b in zip(sorted(legacy, key=lambda e: e["episode_id"]), sorted(new, key=lambda e: e["episode_id"]),
+                    strict=True):
+        assert [m["role"] for m in a["messages"]][:2] == ["system", "user"]
+        assert a["messages"][1] == b["messages"][1] and a["tools"] == b["tools"]
+
+
+# -- the same conversation through TextEnvBatch, the TRL adapter and a policy -----------------------------------------
+class TextPolicy(ChatPolicy):
+    """A chat policy whose model replies with scripted texts (the chat agent's real code path, without HTTP)."""
+
+    name = "text"
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = list(texts)
+        self.requests: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> ParseResult:
+        self.requests.append((copy.deepcopy(messages), copy.deepcopy(tools)))
+        return parse_tool_calls(self.texts[len(self.requests) - 1])
+
+
+def hermes(*calls: tuple[str, dict[str, Any]], text: str = "") -> str:
+    blocks = "\n".join(f'<tool_call>\n{json.dumps({"name": n, "arguments": a})}\n</tool_call>' for n, a in calls)
+    return f"{text}\n{blocks}" if text else blocks
+
+
+def policy_conversation(name: str, task_id: str, texts: Sequence[str], run: Path) -> TextPolicy:
+    policy = TextPolicy(texts)
+
+    async def go() -> None:
+        async with VectorMCPEnv(lambda i: RecordTrajectories(make_env(name), run), 1) as vec:
+            await vec.run(policy, [EpisodeSpec(f"{task_id}#0", task_id, 5)])
+
+    default_runtime().call(go)
+    return policy
+
+
+MAZE_TEXTS = ["I should look around first.", hermes(("look", {})), hermes(("move", {"direction": "up"})),
+              hermes(("move", {"direction": "left"}), ("move", {"direction": "down"}), text="<think>Two.</think>"),
+              '<tool_call>{"name": "move", "arguments": {"direction": </tool_call>',
+              hermes(("submit", {"answer": "x"}))]
+
+
+@pytest.mark.parametrize(("name", "task_id", "texts"), [
+    ("Maze", "maze-5x5-0000", MAZE_TEXTS),
+    ("Counter", "counter-0000", ["Hmm.", hermes(("add", {"amount": 5})), hermes(("get_count", {})),
+                                 hermes(("add", {"amount": 4}))]),
+])
+def test_textenv_builds_the_policy_conversation(name: str, task_id: str, texts: list[str], tmp_path: Path) -> None:
+    policy = policy_conversation(name, task_id, texts, tmp_path / "run")
+    assert len(policy.requests) == len(texts)  # the episode ended on the last text (submit / done)
+    last_messages, last_tools = policy.requests[-1]
+    with TextEnvBatch(name, n=1) as batch:
+        batch.reset([task_id], seed=5)
+        for k, text in enumerate(texts):  # before each reply: the conversation and tools of the policy's request
+            assert batch.histories[0] == policy.requests[k][0]
+            assert batch.tools_of(0) == policy.requests[k][1]
+            batch.step([text])
+        assert batch.all_done
+        history = batch.histories[0]
+    final = max(k for k, m in enumerate(history) if m["role"] == "assistant")
+    assert history[:final] == last_messages  # system, user (with resources), assistant, tool and feedback turns
+    assert history[final + 1:] == [  # TextEnvBatch also answers the final reply (the episode ended with it)
+        {"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": m["content"]}
+        for c, m in zip(history[final]["tool_calls"], history[final + 1:], strict=True)]
+    assert any(m["role"] == "user" and m["content"].startswith("Error:") for m in history)  # feedback turn
+    # The export of the recorded episode is the same conversation.
+    (ex,) = sft.build(tmp_path / "run", success_only=False, drop_errors=False)
+    assert ex["messages"] == history[:final + 1]
+    assert ex["tools"] == last_tools
+
+
+def test_trl_adapter_renders_like_the_policy(tmp_path: Path) -> None:
+    """The TRL adapter's prompt (dataset row + reset text) and tool returns equal the policy's user and tool turns."""
+    pytest.importorskip("transformers")
+    from mcp_gym.trl import environment_factory, task_dataset
+
+    task_id = "maze-5x5-0000"
+    calls = [("look", {}), ("move", {"direction": "up"}), ("move", {"direction": "down"})]
+    policy = policy_conversation("Maze", task_id, [hermes(c) for c in calls] + [hermes(("submit", {"answer": "-"}))],
+                                 tmp_path / "run")
+    expected = policy.requests[-1][0]
+    row = next(r for r in task_dataset("Maze", "train") if r["task_id"] == task_id)
+    cls = environment_factory("Maze")
+    env = cls()
+    try:
+        observation = env.reset(**row)
+        prompt = [dict(m) for m in row["prompt"]]
+        prompt[-1]["content"] += observation or ""  # what TRL does with reset()'s return value
+        assert prompt == expected[:2]
+        assert "[resource maze://state]" in prompt[-1]["content"]
+        tool_turns = [m["content"] for m in expected if m["role"] == "tool"]
+        returns = [getattr(env, name)(**args) for name, args in calls]
+        assert returns == tool_turns
+    finally:
+        env._close()
+
+
+def test_chat_view_rules() -> None:
+    view = chat.ChatView("Reach 3.", {"counter://state": "count=0"})
+    assert view.messages == [{"role": "system", "content": chat.DEFAULT_SYSTEM_PROMPT},
+                             {"role": "user", "content": "Reach 3.\n\n[resource counter://state]\ncount=0"}]
+    assert view.reply("Thinking.", []) == []
+    view.no_call("invalid_json", {"counter://state": "count=0"})  # nothing changed: no resource block
+    ids = view.reply("", [parse_tool_calls(hermes(("add", {"amount": 3}), ("get_count", {}))).calls[i]
+                          for i in range(2)])
+    assert ids == ["call_1_0", "call_1_1"]
+    view.tool_result(ids[0], "add", "3", {"counter://state": "count=3"})
+    view.tool_result(ids[1], "get_count", "3", {"counter://state": "count=3"})
+    assert [m["content"] for m in view.messages[3:]] == [
+        "Error: a tool call in your reply is not valid JSON. Reply with a tool call from the tools you were given; "
+        "when the task is done, call `submit` with your final answer.",
+        "", "3\n\n[resource counter://state]\ncount=3", "3"]
+    assert view.wire()[4]["tool_calls"][0]["function"]["arguments"] == '{"amount": 3}'
+    assert view.messages[4]["tool_calls"][0]["function"]["arguments"] == {"amount": 3}
+    # submit is always offered, once (a server's own `submit` tool is the one the env routes to).
+    own = {"name": "submit", "description": "Server submit.", "input_schema": {"type": "object"}}
+    assert [t["function"]["name"] for t in chat.openai_tools([])] == ["submit"]
+    assert chat.openai_tools([own]) == [chat.openai_tool(own)]
+    env = make_env("Counter")
+    try:
+        env.reset(options={"task_id": "counter-0000"})
+        assert chat.env_tools(env) == env.openai_tools()
+    finally:
+        env.close()
+
+
+def test_a_killed_run_of_schema_1_0_still_loads(tmp_path: Path) -> None:
+    """Write-ahead-log frames written before the 1.1 columns existed read with nulls in them."""
+    import shutil
+
+    import pyarrow as pa
+
+    from mcp_gym.recording.reader import read_tables
+    from mcp_gym.recording.wal import WalFile
+
+    collect("Counter", tmp_path / "new")
+    steps, episodes = read_tables(tmp_path / "new")
+
+    def rows(table: pa.Table, width: int) -> list[tuple[Any, ...]]:
+        cols = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in table.columns[:width]]
+        return list(zip(*(c.to_pylist() for c in cols), strict=True))
+
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "new", old, ignore=shutil.ignore_patterns("*.parquet"))
+    (old / ".wal").mkdir(exist_ok=True)
+    wal = WalFile(old / ".wal" / "oldwriter-0.wal", fsync=False)
+    old_steps = rows(steps, steps.num_columns - 2)  # schema 1.0: no turn, assistant_content
+    for ep in rows(episodes, episodes.num_columns):
+        wal.append((ep, [s for s in old_steps if s[0] == ep[0]]))
+    wal.close()
+    rec = load(old)
+    assert sorted(rec.episodes["episode_id"]) == sorted(episodes.column("episode_id").to_pylist())
+    assert len(rec.steps) == steps.num_rows and set(rec.steps["turn"]) == {None}
+    assert len(sft.build(old, success_only=False, drop_errors=False)) == TASKS_PER_ENV
