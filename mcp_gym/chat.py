@@ -33,8 +33,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.parsing import ParseResult, ToolCall
+from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",

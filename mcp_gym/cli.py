@@ -10,6 +10,7 @@ multirun work as usual)::
     mcp-gym export-sft 'runs=[runs/collect/SQL-oracle]' out=data/sql-sft
     mcp-gym collect -m policy=random,oracle              # one run per combination
     mcp-gym collect --cfg job                            # show the composed config
+    mcp-gym tasks validate env=custom '+env.servers.x="cmd"' env.tasks=tasks.jsonl  # reference solutions pass?
 
 Servers::
 
@@ -42,7 +43,8 @@ from typing import Any, ClassVar
 
 __all__ = ["main"]
 
-JOBS = {"collect": "collect", "eval": "eval", "export-sft": "export_sft", "demo": "demo"}
+JOBS = {"collect": "collect", "eval": "eval", "export-sft": "export_sft", "demo": "demo",
+        "tasks-validate": "validate_tasks"}
 """Command -> option of the ``job`` config group."""
 INTERRUPTED = 130
 REFUSED = 2
@@ -51,7 +53,9 @@ REFUSED = 2
 
 def _usage() -> str:
     body = (__doc__ or "").split("\n", 2)[2].replace("``", "").replace("::", ":")
-    return f"usage: mcp-gym {{{','.join([*JOBS, 'serve', 'inspect', 'diff-tools', 'view'])}}} [arguments]\n\n{body}"
+    commands = [c for c in JOBS if c != "tasks-validate"]
+    names = [*commands, "tasks validate", "serve", "inspect", "diff-tools", "view"]
+    return f"usage: mcp-gym {{{','.join(names)}}} [arguments]\n\n{body}"
 
 
 # -- Hydra jobs -------------------------------------------------------------------------------------------------------
@@ -119,6 +123,12 @@ def _run_job(cfg: Any) -> None:
             page = write_view([out / f"{stage}-{k}" for stage in ("eval", "collect") for k in policies],
                               out / "report.html", title=f"mcp-gym demo: {cfg.env.name}")
             print(f"look at the episodes: open {page}")
+        elif cfg.command == "tasks-validate":
+            from mcp_gym.jobs.validate import validate_tasks
+
+            checks = validate_tasks(cfg, out)
+            if any(c.status in ("failed", "error") for c in checks):
+                raise SystemExit(1)
         else:
             raise ValueError(f"unknown command {cfg.command!r}")
     except jobs.JobInterrupted as e:
@@ -300,7 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mcp_gym.drift import main as diff_tools
 
             return diff_tools(rest)
-        if command in JOBS:
+        if command == "tasks":
+            if not rest or rest[0] != "validate":
+                print("usage: mcp-gym tasks validate env=... [overrides]", file=sys.stderr)
+                return 2
+            return _hydra("tasks-validate", rest[1:])
+        if command in JOBS and command != "tasks-validate":
             return _hydra(command, rest)
     except SystemExit as e:  # argparse, Hydra and interrupted jobs exit this way
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

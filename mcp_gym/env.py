@@ -18,6 +18,7 @@ import math
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
 import anyio
@@ -29,29 +30,19 @@ from mcp_gym.client.connection import ConnectionLost, ServerConnection
 from mcp_gym.client.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers
-from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, ToolCallError
+from mcp_gym.graders import Grade, Grading
+from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
+from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
+from mcp_gym.workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 
-__all__ = [
-    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "SUMMARY_KEY", "render_content"
-]
+__all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "SUMMARY_KEY", "render_content"]
 
 ResetMode = Literal["auto", "tool", "restart", "none"]
 
-SUBMIT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"answer": {"type": "string", "description": "Your final answer."}},
-    "required": ["answer"],
-    "additionalProperties": False,
-}
-SUMMARY_KEY = "summary"
-"""The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``) on an episode's last step;
-``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""
-_SUCCESS_TOLERANCE = 1e-9
-"""Float slack when comparing a return with ``success_threshold`` (ten rewards of 0.1 sum to 0.9999999999999999)."""
-SUBMIT_DESCRIPTION = "Submit your final answer and end the episode. Call this once, when the task is done."
+_SUCCESS_TOLERANCE = 1e-9  # float slack comparing a return with success_threshold (10 x 0.1 = 0.9999999999999999)
 
 
 class MCPGymError(Exception):
@@ -114,6 +105,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         elicitation: Answers elicitation requests (default: decline).
         strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
         verifier: ``(task, answer, state) -> reward`` grading ``submit``; ``state`` is the servers' ``mcp_gym_state``.
+        grader: A grader spec or :class:`~mcp_gym.graders.Grading` (see :mod:`mcp_gym.graders`) grading every
+            episode's end; a task's own ``grader`` wins. Default (without ``verifier``): normalised exact match for
+            tasks with an ``answer``. The grade is ``info["grade"]``, its ``passed`` ``info["success"]``.
+        judge: Settings of LLM-judge graders (:class:`~mcp_gym.graders.JudgeSettings` fields).
         reward_fn: Per-step reward (default :class:`~mcp_gym.rewards.ConventionReward` with ``error_penalty``).
         error_penalty: Subtracted from the reward of a failed step (bad action, tool error, timeout, ...).
         reset_mode: ``auto`` (the server's hidden reset tool if it has one, else nothing), ``tool``, ``restart``
@@ -161,6 +156,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         elicitation: ElicitationFn | None = None,
         strict: bool = False,
         verifier: Verifier | None = None,
+        grader: Any = None,
+        judge: Mapping[str, Any] | None = None,
         reward_fn: RewardFn | None = None,
         error_penalty: float = 0.0,
         reset_mode: ResetMode = "auto",
@@ -183,6 +180,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._inflight: Counter[str] = Counter()  # servers a reset is waiting on (failed if the reset times out)
         self.strict = strict
         self.verifier = verifier
+        self.grading: Grading | None = grader if isinstance(grader, Grading) else (
+            Grading(grader, judge) if grader is not None or verifier is None else None)
         self.reward_fn: RewardFn = reward_fn or ConventionReward(error_penalty)
         self.error_penalty = error_penalty
         self.reset_mode: ResetMode = reset_mode
@@ -190,12 +189,18 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.success_threshold = success_threshold
         self.env_id = env_id
         self.render_mode = render_mode
-        specs = normalise_servers(servers)
+        self._templates = normalise_servers(servers)
+        self._templated = {a for a, sp in self._templates.items() if mentions_workspace(sp)}
+        self.workspace: Path | None = None
+        """The current episode's workspace (a fresh directory when a server command line names ``{workspace}``)."""
+        self._transcript: list[dict[str, Any]] = []
+        self.grade: Grade | None = None
+        """The last episode's grade (``None`` until graded)."""
         tap = None
-        if any(spec.record is not None for spec in specs.values()):
+        if any(spec.record is not None for spec in self._templates.values()):
             from mcp_gym.cassette import record_tap as tap
         self.host = MCPHost(
-            specs,
+            self._templates,
             tap=tap,
             sampling=sampling,
             elicitation=elicitation,
@@ -245,8 +250,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return
         self._closed = True
         if self._rt.in_loop() or self._rt.closed:
+            drop_workspace(self)
             return
         self._rt.call(self.host.close)
+        drop_workspace(self)
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -265,6 +272,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not self._closed:
             self._closed = True
             await self._rt.acall(self.host.close)
+            drop_workspace(self)
 
     # -- public helpers -------------------------------------------------------------------------------------------
     @property
@@ -298,7 +306,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not self._started:
             self._started = True
             try:
-                await self.host.start(self._rt.task_group)
+                if self._templated:  # servers naming {workspace} start at reset, in the episode's workspace
+                    async with anyio.create_task_group() as tg:
+                        for alias, conn in self.host.connections.items():
+                            if alias not in self._templated:
+                                tg.start_soon(conn.start, self._rt.task_group)
+                    await self.host.refresh_tools()
+                else:
+                    await self.host.start(self._rt.task_group)
                 self._sync_space()
             except BaseException:
                 with anyio.CancelScope(shield=True):  # no server process outlives a failed construction
@@ -336,13 +351,19 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.host.drain_logs()
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         self.host.episode_task, self.host.episode_seed = self.task.id, task_seed  # sent in _meta (cassette replay)
+        self._transcript = []
+        self.grade = None
         reset_errors: list[dict[str, Any]] = []
         done: set[str] = set()
         self._inflight.clear()
         self._resources = {}
         limit = math.inf if self.reset_timeout is None else self.reset_timeout
         with anyio.move_on_after(limit) as scope:
-            await self._reset_servers(task_seed, reset_errors, done)
+            with self._waiting_on(*self._templates):
+                fresh = await prepare_episode_servers(self)
+            if self.workspace is not None:  # the agent, the reference solution and the graders see the real path
+                self.task = fill_task(self.task, self.workspace)
+            await self._reset_servers(task_seed, reset_errors, done, skip=fresh)
             with self._waiting_on(*self.host.connections):
                 await self.host.refresh_tools(timeout=self.call_timeout)
             self._sync_space()
@@ -398,9 +419,17 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         for u in self._obs_uris:
             self._resources.setdefault(u, f"[error reading resource {u}: reset timed out]")
 
-    async def _reset_servers(self, seed: int, errors: list[dict[str, Any]], done: set[str]) -> None:
+    async def _reset_servers(self, seed: int, errors: list[dict[str, Any]], done: set[str],
+                             skip: set[str] | frozenset[str] = frozenset()) -> None:
+        """Reset every server (``skip``: the ones just restarted for this episode's workspace or task env)."""
         assert self.task is not None
         for alias, conn in list(self.host.connections.items()):
+            if alias in skip:
+                if conn.status != "ready":
+                    errors.append(ToolCallError("server_dead", f"server '{alias}' failed to start for this episode: "
+                                                f"{conn.error}", server=alias).as_dict())
+                done.add(alias)
+                continue
             with self._waiting_on(alias):
                 await self._reset_server(alias, conn, seed, errors)
             done.add(alias)
@@ -555,6 +584,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             truncated, termination = True, "max_steps"
         self.episode_return += reward
         self.done = terminated or truncated
+        self._transcript.append({"tool": name if isinstance(name, str) else None, "arguments": arguments,
+                                 "result": text[:2000]})
         obs = self._obs(text)
         info = self._info(
             error=error,
@@ -572,26 +603,17 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         )
         if tools_changed or termination == "servers_dead":
             info["servers"] = self.host.server_info()
-        if truncated:  # cut off before an answer: a failure where a verifier would have graded it, else unknown
-            info["success"] = False if self.verifier is not None else None
-        if terminated and self.verifier is None:  # the reward convention: the server's `done` and the return
+        if truncated:  # cut off before an answer: a failure where something would have graded it, else unknown
+            info["success"] = False if self.graded else None
+        if terminated and not self.graded:  # the reward convention: the server's `done` and the return
             info["success"] = self.episode_return >= self.success_threshold - _SUCCESS_TOLERANCE
-        if terminated and self.verifier is not None and self.task is not None:
-            try:
-                info["success"] = await self._grade(None) >= self.success_threshold
-            except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
-                if self.strict:
-                    raise
-                info["success"] = None
-                info["error"] = info["error"] or ToolCallError(
-                    "verifier_error", f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}").as_dict()
+        await grade_step_end(self, info, terminated)
         return obs, reward, terminated, truncated, info
 
-    async def _grade(self, answer: str | None) -> float:
-        """The verifier's score for the current server state (raises what the verifier raises)."""
-        assert self.verifier is not None and self.task is not None
-        state = await self._state_snapshot()
-        return float(self.verifier(self.task, answer, state))
+    @property
+    def graded(self) -> bool:
+        """Whether the current episode gets a success verdict (a verifier or a grader applies)."""
+        return is_graded(self)
 
     def _submit_problem(self, action: Mapping[str, Any]) -> dict[str, Any] | None:
         """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
@@ -623,24 +645,17 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         answer = dict.get(args, "answer") if isinstance(args, dict) else None
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
-        error = None
-        reward = 0.0
-        if self.verifier is not None and self.task is not None:
-            try:
-                reward = await self._grade(answer)
-            except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
-                error = ToolCallError("verifier_error", f"verifier failed on task '{self.task.id}': "
-                                      f"{type(e).__name__}: {e}", tool="submit").as_dict()
-                if self.strict:
-                    raise
+        reward, error, graded = await grade_submit(self, answer)
         self.episode_return += reward
         self.done = True
         success = reward >= self.success_threshold if self.verifier is not None else None
+        if graded:
+            success = graded.pop("success")
         text = f"Submitted: {answer}" if answer is not None else "Submitted."
         obs = self._obs(text)
         info = self._info(error=error, tool="submit", server=None, server_tool=None, is_error=error is not None,
                           content=[], structured_content=None, duration=0.0, progress=[], termination="submit",
-                          final_answer=answer, success=success, verifier_reward=reward)
+                          final_answer=answer, success=success, verifier_reward=reward, **graded)
         return obs, reward, True, False, info
 
     async def _state_snapshot(self) -> dict[str, Any]:

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
+    "SUBMIT_SCHEMA",
+    "SUBMIT_DESCRIPTION",
+    "SUMMARY_KEY",
     "EPISODE_META_KEY",
     "TASK_META_KEY",
     "SEED_META_KEY",
@@ -137,3 +140,16 @@ def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
     """
     blob = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=json_default)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# -- the built-in final-answer tool and the episode summary ------------------------------------------------------------
+SUBMIT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "Your final answer."}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+SUBMIT_DESCRIPTION = "Submit your final answer and end the episode. Call this once, when the task is done."
+SUMMARY_KEY = "summary"
+"""The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``) on an episode's last step;
+``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""

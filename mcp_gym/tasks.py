@@ -8,12 +8,13 @@ server returns from its hidden ``mcp_gym_state`` tool (``{}`` when the server ha
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "as_task"]
+__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "as_task", "load_task_source"]
 
 
 @dataclass(frozen=True)
@@ -29,15 +30,24 @@ class Task:
         answer: Expected final answer, when the task has one.
         data: Free-form task parameters the server or verifier needs (JSON-able).
         resources: Resource URIs (or URI templates filled from ``data``) the env should observe for this task.
+        grader: How this task is graded (a grader spec, see :mod:`mcp_gym.graders`); ``None``: the env's grader, or
+            normalised exact match on ``answer`` when the task has one.
+        rubric: What an LLM judge grades against (graders of kind ``judge``).
+        fixture: A directory copied into a fresh per-episode workspace (``{workspace}`` in server command lines).
+        env: Environment variables for the stdio servers of this task's episodes (``{workspace}`` substituted).
     """
 
     id: str
     prompt: str
     split: str = "train"
     solution: tuple[Mapping[str, Any], ...] = ()
-    answer: str | None = None
+    answer: Any = None
     data: Mapping[str, Any] = field(default_factory=dict)
     resources: tuple[str, ...] = ()
+    grader: Any = None
+    rubric: str | None = None
+    fixture: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def to_record(self) -> dict[str, Any]:
         """A flat JSON-able record with nested fields as JSON strings (stable Arrow schema for ``datasets``)."""
@@ -45,6 +55,8 @@ class Task:
         d["solution"] = json.dumps([dict(c) for c in self.solution], ensure_ascii=False, sort_keys=True)
         d["data"] = json.dumps(dict(self.data), ensure_ascii=False, sort_keys=True)
         d["resources"] = list(self.resources)
+        d["grader"] = json.dumps(self.grader, ensure_ascii=False, sort_keys=True) if self.grader is not None else None
+        d["env"] = json.dumps(dict(self.env), ensure_ascii=False, sort_keys=True) if self.env else None
         return d
 
     @classmethod
@@ -56,6 +68,12 @@ class Task:
             sol = json.loads(sol)
         if isinstance(data, str):
             data = json.loads(data)
+        grader = rec.get("grader")
+        if isinstance(grader, str) and grader.lstrip().startswith(("{", "[", '"')):
+            grader = json.loads(grader)
+        env = rec.get("env") or {}
+        if isinstance(env, str):
+            env = json.loads(env)
         return cls(
             id=str(rec["id"]),
             prompt=str(rec.get("prompt", "")),
@@ -64,6 +82,10 @@ class Task:
             answer=rec.get("answer"),
             data=dict(data),
             resources=tuple(rec.get("resources") or ()),
+            grader=grader if grader not in ("", None) else None,
+            rubric=rec.get("rubric") or None,
+            fixture=str(rec["fixture"]) if rec.get("fixture") else None,
+            env={str(k): str(v) for k, v in dict(env).items()},
         )
 
 
@@ -110,3 +132,91 @@ def select(tasks: Sequence[Task], split: str | None = None, ids: Iterable[str] |
     """Filter a task list by split and/or ids (keeping order)."""
     wanted = set(ids) if ids is not None else None
     return [t for t in tasks if (split is None or t.split == split) and (wanted is None or t.id in wanted)]
+
+
+_TASK_FIELDS = (
+    "id", "prompt", "split", "solution", "answer", "data", "resources", "grader", "rubric", "fixture", "env",
+)
+
+
+def _records(source: str, split: str | None) -> tuple[list[dict[str, Any]], Path | None]:
+    """The raw records of a task source and the directory relative fixture paths start from."""
+    path = Path(source).expanduser()
+    if path.is_file() and path.suffix in (".jsonl", ".json", ".ndjson"):
+        with path.open(encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()], path.parent
+    if path.is_file() and path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist(), path.parent
+    import datasets
+
+    if path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists()):
+        ds: Any = datasets.load_from_disk(str(path))
+    elif path.exists() or not source.startswith((".", "/", "~")):
+        ds = datasets.load_dataset(str(path) if path.exists() else source)
+    else:
+        raise FileNotFoundError(f"task source {source!r}: no such file, directory or dataset")
+    if isinstance(ds, datasets.DatasetDict):
+        names = list(ds)
+        if split is not None and split in ds:
+            return list(ds[split]), (path if path.is_dir() else None)
+        if len(names) == 1:
+            return list(ds[names[0]]), (path if path.is_dir() else None)
+        raise ValueError(f"task source {source!r} has splits {names}: choose one with split=NAME")
+    return list(ds), (path if path.is_dir() else None)
+
+
+def load_task_source(
+    source: str | Path, split: str | None = None, columns: Mapping[str, str] | None = None
+) -> list[Task]:
+    """Tasks from a JSONL or Parquet file, a saved ``datasets`` dataset (``save_to_disk``) or anything
+    ``datasets.load_dataset`` opens (a local data directory, or a dataset name in the local cache).
+
+    Args:
+        source: The file, directory or dataset name.
+        split: Keep the tasks of this split. Records without a ``split`` belong to every split; for a
+            ``DatasetDict`` the split of that name is read (or its only split).
+        columns: Task field -> column name, e.g. ``{"prompt": "question", "answer": "gold"}``; other fields are read
+            from columns of their own name. Without an ``id`` column tasks are numbered ``task-<row>``.
+
+    Relative ``fixture`` paths are resolved against the file's directory. Raises ``ValueError`` naming the source
+    when no task matches ``split`` or a mapped column is missing.
+    """
+    source = str(source)
+    columns = dict(columns or {})
+    unknown = set(columns) - set(_TASK_FIELDS)
+    if unknown:
+        raise ValueError(f"task_columns: unknown task field(s) {sorted(unknown)}; fields are {list(_TASK_FIELDS)}")
+    rows, base = _records(source, split)
+    tasks: list[Task] = []
+    splits: set[str] = set()
+    for i, row in enumerate(rows):
+        rec: dict[str, Any] = {}
+        for name in _TASK_FIELDS:
+            col = columns.get(name, name)
+            if col in row:
+                rec[name] = row[col]
+            elif name in columns:
+                raise ValueError(f"task source {source!r}: row {i} has no column {col!r} (mapped to {name!r}); "
+                                 f"columns: {sorted(row)}")
+        if rec.get("id") in (None, ""):
+            rec["id"] = f"task-{i}"
+        if not isinstance(rec.get("prompt", ""), str):
+            rec["prompt"] = str(rec["prompt"])
+        if rec.get("split"):
+            splits.add(str(rec["split"]))
+            if split is not None and str(rec["split"]) != split:
+                continue
+        task = Task.from_record(rec)
+        if task.fixture and base is not None and not Path(task.fixture).is_absolute():
+            task = replace(task, fixture=str((base / task.fixture).resolve()))
+        tasks.append(task)
+    if rows and not tasks:
+        raise ValueError(f"task source {source!r}: no task of split {split!r} (splits: {sorted(splits)}); "
+                         "pick one with split=NAME, or split=null for all")
+    counts = Counter(t.id for t in tasks)
+    if len(counts) != len(tasks):
+        dup = sorted(i for i, n in counts.items() if n > 1)[:5]
+        raise ValueError(f"task source {source!r}: duplicate task ids {dup}")
+    return tasks

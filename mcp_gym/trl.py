@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, render_resources, result_content, user_content
-from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, MCPEnv
+from mcp_gym.env import MCPEnv
+from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.textenv import _message_text, reset_options, resolve_env_factory
 
 __all__ = ["environment_factory", "task_dataset", "schema_to_annotation", "ToolMethodSpec", "tool_method"]

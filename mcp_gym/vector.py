@@ -267,7 +267,8 @@ class VectorMCPEnv:
                                  time.perf_counter() - t0, f"{type(e).__name__}: {e}")
         if deadline.cancelled_caught:
             termination = "deadline"
-            success = False if getattr(base, "verifier", None) is not None else None
+            graded = getattr(base, "graded", getattr(base, "verifier", None) is not None)
+            success = False if graded else None
             self._finish_recording(env, termination, success, total)
         return EpisodeResult(spec.key, spec.task_id, base.episode_id, total, success, length, termination,
                              time.perf_counter() - t0)

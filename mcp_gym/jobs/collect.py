@@ -18,7 +18,15 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from mcp_gym.client.runtime import Runtime, default_runtime
-from mcp_gym.jobs.config import build_policy, env_factory, load_job_tasks, plan_episodes, run_metadata, to_dict
+from mcp_gym.jobs.config import (
+    build_policy,
+    env_factory,
+    load_job_tasks,
+    needs_own_sessions,
+    plan_episodes,
+    run_metadata,
+    to_dict,
+)
 from mcp_gym.jobs.results import CollectResult, JobInterrupted
 from mcp_gym.vector import EpisodeResult, VectorMCPEnv
 
@@ -127,7 +135,11 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
             return env
 
         progress = _Progress(len(specs), result.already_done, bool(launcher.progress), f"{cfg.command} {out.name}")
-        vec = VectorMCPEnv(env_fn, num_envs, share_servers=launcher.get("share_servers"),
+        share = launcher.get("share_servers")
+        if share and needs_own_sessions(to_dict(cfg.env), tasks):
+            log.info("episodes need sessions of their own (workspace, task env or a state grader): not sharing")
+            share = None
+        vec = VectorMCPEnv(env_fn, num_envs, share_servers=share,
                            max_connecting=int(launcher.get("max_connecting") or 2))
         t0 = time.perf_counter()
         with anyio.CancelScope() as scope:

@@ -11,12 +11,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mcp_gym.policies import Policy, make_policy
-from mcp_gym.tasks import Task, load_tasks
+from mcp_gym.tasks import Task, load_task_source
 from mcp_gym.vector import EpisodeSpec
 
 __all__ = [
     "to_dict", "load_job_tasks", "env_factory", "run_location", "build_policy", "plan_episodes", "episode_seed",
-    "run_metadata", "job_identity",
+    "run_metadata", "job_identity", "custom_grading", "needs_own_sessions",
 ]
 
 
@@ -31,7 +31,7 @@ def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
     """The tasks of the configured env: a bundled env's task set, or a custom env's JSONL file (one split)."""
     if env_cfg.get("servers"):
         path = env_cfg.get("tasks")
-        return load_tasks(path, split) if path else []
+        return load_task_source(path, split, env_cfg.get("task_columns")) if path else []
     from mcp_gym.envs import load_env_tasks
 
     return load_env_tasks(env_cfg["name"], split)
@@ -50,12 +50,43 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
         servers = normalise_servers(dict(env_cfg["servers"]))
         if connect_timeout is not None:
             servers = {a: dataclasses.replace(s, connect_timeout=float(connect_timeout)) for a, s in servers.items()}
-        return lambda: MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}", **kwargs)
+        grading = custom_grading(env_cfg)
+        kwargs["reset_mode"] = env_cfg.get("reset_mode") or "auto"
+        return lambda: MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}",
+                              grader=grading, **kwargs)
     from mcp_gym.envs import make_env
 
     name, transport, url = env_cfg["name"], env_cfg.get("transport", "stdio"), env_cfg.get("url")
     return lambda: make_env(name, transport=transport, url=url, tasks=list(tasks) or None,
                             connect_timeout=connect_timeout, **kwargs)
+
+
+def custom_grading(env_cfg: Mapping[str, Any]) -> Any:
+    """The :class:`~mcp_gym.graders.Grading` of a custom env: ``env.grader`` (default: exact match on answers) and the
+    judge settings ``env.judge``."""
+    from mcp_gym.graders import Grading
+
+    return Grading(env_cfg.get("grader"), env_cfg.get("judge"))
+
+
+def needs_own_sessions(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> bool:
+    """Whether a custom env's episodes each need sessions of their own: a per-episode workspace or environment, or a
+    grader that reads the world after the episode (third-party servers keep one state per session)."""
+    if not env_cfg.get("servers"):
+        return False
+    if any("{workspace}" in str(s) for s in dict(env_cfg["servers"]).values()):
+        return True
+    if any(t.fixture or t.env for t in tasks):
+        return True
+    grading = custom_grading(env_cfg)
+    seen: set[int] = set()
+    for t in tasks:
+        g = grading.for_task(t)
+        if g is not None and id(g) not in seen:
+            seen.add(id(g))
+            if g.reads_state:
+                return True
+    return False
 
 
 def run_location(cfg: Any, out: str | Path) -> str:
@@ -106,6 +137,12 @@ def run_metadata(cfg: DictConfig, out: Path, tasks: Sequence[Task] | None = None
     """What a run directory's manifest records about the job (the api key left out), its run identity included
     (``tasks``: the job's tasks, loaded if not given)."""
     policy = {k: v for k, v in to_dict(cfg.policy).items() if k != "api_key"}
-    return {"command": cfg.command, "env": to_dict(cfg.env), "policy": policy, "seed": cfg.seed,
+    env = to_dict(cfg.env)
+    meta = {"command": cfg.command, "env": env, "policy": policy, "seed": cfg.seed,
             "split": cfg.get("split"), "samples": cfg.get("samples"), "episodes": cfg.get("episodes"),
             "out": str(out), "identity": job_identity(cfg, tasks)}
+    if env.get("servers"):
+        if isinstance(env.get("judge"), dict):
+            env["judge"] = {k: v for k, v in env["judge"].items() if k != "api_key"}
+        meta["grading"] = custom_grading(env).describe()  # judge model and prompts as used
+    return meta

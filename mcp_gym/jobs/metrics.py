@@ -3,6 +3,10 @@
 * success rate (unknown, ``None``, when no episode has a known success: no verifier and no ``done``), and pass@k
   per task with the unbiased estimator of Chen et al. (2021):
   ``1 - C(n - c, k) / C(n, k)`` for ``n`` samples of which ``c`` succeeded, averaged over tasks with ``n >= k``;
+* pass^k (tau-bench): the chance that all ``k`` samples succeed, unbiased ``C(c, k) / C(n, k)``, averaged likewise;
+* per-grader breakdowns of the graded episodes (:mod:`mcp_gym.graders`: pass rate and mean score of every grader in
+  the grade trees, read from the final step's ``info["grade"]``), grading failures, and the LLM judge's agreement
+  with the exact graders where both graded an episode (rate and Cohen's kappa);
 * mean and standard deviation of the episode return, mean episode length;
 * tool-error rate (failed tool calls, parse failures excluded, per step) and parse-error rate (model outputs whose
   tool call could not be read, per step that carries a parse status);
@@ -12,14 +16,18 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["pass_at_k", "summarize", "per_task"]
+from mcp_gym.graders import Grade
+
+__all__ = ["pass_at_k", "pass_hat_k", "summarize", "per_task", "episode_grades", "grader_breakdown",
+           "judge_agreement"]
 
 PERCENTILES = (50, 90, 99)
 
@@ -34,6 +42,71 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass^k for one task: the chance that all ``k`` of ``k`` samples drawn from the ``n`` succeeded,
+    ``C(c, k) / C(n, k)``. Requires ``1 <= k <= n`` and ``0 <= c <= n``."""
+    if not 1 <= k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass^k needs 1 <= k <= n and 0 <= c <= n (n={n}, c={c}, k={k})")
+    if c < k:
+        return 0.0
+    return float(np.prod((c - np.arange(k)) / (n - np.arange(k))))
+
+
+def episode_grades(steps: pa.Table) -> dict[str, dict[str, Any] | None]:
+    """episode id -> the grade recorded in its final step's ``info`` (``None`` when grading failed), for the episodes
+    whose final step carries one."""
+    cols = steps.select(["episode_id", "terminated", "truncated", "info"]).to_pydict()
+    out: dict[str, dict[str, Any] | None] = {}
+    for eid, term, trunc, info in zip(cols["episode_id"], cols["terminated"], cols["truncated"], cols["info"],
+                                      strict=True):
+        if not (term or trunc) or not info or '"grade"' not in info:
+            continue
+        data = json.loads(info)
+        if "grade" in data:
+            out[str(eid)] = data["grade"]
+    return out
+
+
+def _leaves(grade: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    parts = grade.get("parts") or ()
+    return [leaf for p in parts for leaf in _leaves(p)] if parts else [grade]
+
+
+def grader_breakdown(grades: Iterable[Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
+    """Per grader (by path in the grade tree, e.g. ``all/judge``): graded episodes, passes, pass rate, mean score."""
+    acc: dict[str, list[tuple[bool, float]]] = defaultdict(list)
+    for g in grades:
+        if g is None:
+            continue
+        for path, sub in Grade.from_dict(g).flat().items():
+            acc[path].append((sub.passed, sub.score))
+    return {path: {"episodes": len(v), "passed": sum(p for p, _ in v), "pass_rate": sum(p for p, _ in v) / len(v),
+                   "mean_score": float(np.mean([s for _, s in v]))} for path, v in sorted(acc.items())}
+
+
+def judge_agreement(grades: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """How often the LLM judge's verdict equals an exact grader's (answer matcher, state check or Python verifier) on
+    the same episode, over all (judge, exact grader) pairs; ``None`` when no episode has both."""
+    pairs: list[tuple[bool, bool]] = []
+    for g in grades:
+        if g is None:
+            continue
+        leaves = _leaves(g)
+        judges = [bool(leaf["passed"]) for leaf in leaves if leaf["kind"] == "judge"]
+        exact = [bool(leaf["passed"]) for leaf in leaves if leaf["kind"] != "judge"]
+        pairs += [(j, e) for j in judges for e in exact]
+    if not pairs:
+        return None
+    n = len(pairs)
+    agree = sum(j == e for j, e in pairs) / n
+    pj, pe = sum(j for j, _ in pairs) / n, sum(e for _, e in pairs) / n
+    chance = pj * pe + (1 - pj) * (1 - pe)
+    kappa = (agree - chance) / (1 - chance) if chance < 1 else None
+    return {"pairs": n, "agreement": agree, "kappa": kappa,
+            "judge_pass_exact_fail": sum(j and not e for j, e in pairs),
+            "judge_fail_exact_pass": sum(e and not j for j, e in pairs)}
 
 
 def _episodes(table: pa.Table) -> list[dict[str, Any]]:
@@ -65,6 +138,8 @@ def per_task(episodes: pa.Table, ks: Iterable[int] = (1,)) -> list[dict[str, Any
                                "success_rate": c / n if known else None}
         for k in ks:
             row[f"pass@{k}"] = pass_at_k(n, c, k) if k <= n and known else None
+        for k in ks:
+            row[f"pass^{k}"] = pass_hat_k(n, c, k) if k <= n and known else None
         row["mean_reward"] = float(np.mean([e["total_reward"] or 0.0 for e in eps]))
         row["mean_steps"] = float(np.mean([e["length"] or 0 for e in eps]))
         rows.append(row)
@@ -102,6 +177,8 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
         "success_unknown": sum(e["success"] is None for e in eps),
         **{f"pass@{k}": float(np.mean([t[f"pass@{k}"] for t in tasks])) if known else None
            for k in ks if 1 <= k <= min_samples},
+        **{f"pass^{k}": float(np.mean([t[f"pass^{k}"] for t in tasks])) if known else None
+           for k in ks if 1 <= k <= min_samples},
         "reward_mean": float(rewards.mean()) if eps else None,
         "reward_std": float(rewards.std()) if eps else None,
         "steps_mean": float(lengths.mean()) if eps else None,
@@ -111,4 +188,16 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
         "tool_call_ms": _percentiles(call_ms),
         "episode_s": _percentiles(episode_s),
         "terminations": dict(Counter(str(e["termination"]) for e in eps).most_common()),
+        **_grading(eps, steps),
     }
+
+
+def _grading(eps: list[dict[str, Any]], steps: pa.Table) -> dict[str, Any]:
+    """The grading part of the summary (empty when no episode carries a grade)."""
+    grades = episode_grades(steps)
+    if not grades:
+        return {}
+    ids = {str(e["episode_id"]) for e in eps}
+    mine = [g for eid, g in grades.items() if eid in ids]
+    return {"graded": sum(g is not None for g in mine), "grading_errors": sum(g is None for g in mine),
+            "graders": grader_breakdown(mine), "judge_agreement": judge_agreement(mine)}

@@ -324,7 +324,10 @@ class RayCollector:
             env = self.make_env()
             return RecordTrajectories(env, self._writer, policy=self._policy.name) if self._writer else env
 
-        self._vec = VectorMCPEnv(env_fn, max(1, int(launcher.num_envs)), share_servers=launcher.get("share_servers"),
+        from mcp_gym.jobs.config import needs_own_sessions
+
+        share = None if needs_own_sessions(to_dict(self.cfg.env), self.tasks) else launcher.get("share_servers")
+        self._vec = VectorMCPEnv(env_fn, max(1, int(launcher.num_envs)), share_servers=share,
                                  max_connecting=int(launcher.get("max_connecting") or 2))
 
     async def _run(self, specs: list[EpisodeSpec]) -> list[EpisodeResult]:

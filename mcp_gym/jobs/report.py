@@ -3,7 +3,7 @@
 Files written into the run directory's ``report/`` folder::
 
     report/results.json        # summary metrics, per-task rows, the job config
-    report/per_task.parquet    # one row per task (samples, successes, pass@k, mean reward and steps)
+    report/per_task.parquet    # one row per task (samples, successes, pass@k, pass^k, mean reward and steps)
     report/success_by_task.png # per-task success rate
     report/reward_hist.png     # distribution of episode returns
     report/steps_hist.png      # distribution of episode lengths
@@ -90,6 +90,8 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Eval
     if any(s.get("success_unknown") for s in summaries.values()):  # episodes no verifier or `done` graded
         rows.append(("success unknown", "success_unknown", False))
     rows += [(k, k, True) for k in ks]
+    hats = [f"pass^{k[5:]}" for k in ks]
+    rows += [(h, h, True) for h in hats if any(h in s for s in summaries.values())]
     rows += [("reward (mean)", "reward_mean", False), ("reward (std)", "reward_std", False),
              ("steps (mean)", "steps_mean", False), ("tool-error rate", "tool_error_rate", True),
              ("parse-error rate", "parse_error_rate", True)]
@@ -100,7 +102,27 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Eval
             table.add_row(f"{label} {p}", *(_fmt((s.get(key) or {}).get(p)) for s in summaries.values()))
     table.add_row("endings", *(", ".join(f"{k} {v}" for k, v in (s.get("terminations") or {}).items())
                                for s in summaries.values()))
+    if any("graded" in s for s in summaries.values()):
+        table.add_row("graded episodes", *(_fmt(s.get("graded")) for s in summaries.values()))
+        table.add_row("grading errors", *(_fmt(s.get("grading_errors")) for s in summaries.values()))
+        for path in sorted({p for s in summaries.values() for p in s.get("graders") or {}}):
+            table.add_row(f"grader {path}", *(_grader_cell((s.get("graders") or {}).get(path))
+                                              for s in summaries.values()))
+        table.add_row("judge agreement", *(_agreement_cell(s.get("judge_agreement")) for s in summaries.values()))
     return table
+
+
+def _grader_cell(g: Mapping[str, Any] | None) -> str:
+    if not g:
+        return "-"
+    return f"{g['pass_rate']:.1%} pass, score {g['mean_score']:.3g} (n={g['episodes']})"
+
+
+def _agreement_cell(a: Mapping[str, Any] | None) -> str:
+    if not a:
+        return "-"
+    kappa = "-" if a.get("kappa") is None else f"{a['kappa']:.2f}"
+    return f"{a['agreement']:.1%} (kappa {kappa}, n={a['pairs']})"
 
 
 def print_summary(summaries: Mapping[str, Mapping[str, Any]], title: str = "Evaluation") -> None:

@@ -21,9 +21,8 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from mcp_gym.async_env import AsyncWrapper
-from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
-from mcp_gym.protocol import ToolCallError
+from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
 

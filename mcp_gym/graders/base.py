@@ -1,0 +1,164 @@
+"""The grader interface: :class:`Grade`, :class:`GradeContext`, :class:`Grader`, and answer normalisation."""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp_gym.tasks import Task
+
+__all__ = ["Grade", "GradeContext", "Grader", "GraderError", "normalise_answer"]
+
+
+class GraderError(Exception):
+    """A grader could not grade the episode (its message names the grader and the task)."""
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The outcome of a grader.
+
+    Attributes:
+        score: 0..1.
+        passed: Whether the episode counts as a success.
+        reason: One line saying why.
+        grader: The grader's name (its ``name`` option, else its kind).
+        kind: The grader's kind (``exact``, ``judge``, ``all``, ...).
+        parts: The grades of a combination's members.
+        details: Kind-specific facts (a judge's verdict, score and reasoning; a final call's value, ...).
+    """
+
+    score: float
+    passed: bool
+    reason: str
+    grader: str
+    kind: str
+    parts: tuple[Grade, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (what ``info["grade"]`` holds)."""
+        d: dict[str, Any] = {"grader": self.grader, "kind": self.kind, "score": self.score, "passed": self.passed,
+                             "reason": self.reason}
+        if self.details:
+            d["details"] = dict(self.details)
+        if self.parts:
+            d["parts"] = [p.to_dict() for p in self.parts]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Grade:
+        """Inverse of :meth:`to_dict`."""
+        return cls(float(d["score"]), bool(d["passed"]), str(d.get("reason", "")), str(d["grader"]), str(d["kind"]),
+                   tuple(cls.from_dict(p) for p in d.get("parts") or ()), dict(d.get("details") or {}))
+
+    def flat(self) -> dict[str, Grade]:
+        """Every grade in the tree by path (``"all"``, ``"all/exact"``, ``"all/judge"``, ...; repeated names get
+        ``#2``...)."""
+        out: dict[str, Grade] = {}
+
+        def walk(g: Grade, prefix: str) -> None:
+            path = f"{prefix}/{g.grader}" if prefix else g.grader
+            n, key = 1, path
+            while key in out:
+                n += 1
+                key = f"{path}#{n}"
+            out[key] = g
+            for p in g.parts:
+                walk(p, key)
+
+        walk(self, "")
+        return out
+
+
+@dataclass
+class GradeContext:
+    """What a grader may look at: the task, the submitted answer, the episode's workspace and transcript, and (through
+    the env) the servers' state snapshot and the episode's own sessions."""
+
+    task: Task
+    answer: str | None
+    workspace: Path | None = None
+    transcript: Sequence[Mapping[str, Any]] = ()
+    """The episode's steps: ``{"tool", "arguments", "result"}`` (result text, shortened)."""
+    state_fn: Callable[[], Awaitable[Mapping[str, Any]]] | None = None
+    call_fn: Callable[[str | None, str, Mapping[str, Any]], Awaitable[Any]] | None = None
+    read_fn: Callable[[str | None, str], Awaitable[Any]] | None = None
+    _state: Mapping[str, Any] | None = None
+
+    async def state(self) -> Mapping[str, Any]:
+        """The servers' ``mcp_gym_state`` snapshot (``{}`` when none has the tool); read once."""
+        if self._state is None:
+            self._state = await self.state_fn() if self.state_fn is not None else {}
+        return self._state
+
+    async def call_tool(self, tool: str, arguments: Mapping[str, Any], server: str | None = None) -> Any:
+        """Call a tool on the episode's own session; returns the structured content, else the JSON or text of the
+        result. Raises :class:`GraderError` when the call fails."""
+        if self.call_fn is None:
+            raise GraderError("no MCP session to call tools on")
+        return await self.call_fn(server, tool, arguments)
+
+    async def read_resource(self, uri: str, server: str | None = None) -> Any:
+        """Read a resource on the episode's own session (JSON if its text is JSON, else the text)."""
+        if self.read_fn is None:
+            raise GraderError("no MCP session to read resources from")
+        return await self.read_fn(server, uri)
+
+    def fill(self, value: Any) -> Any:
+        """``value`` with ``{workspace}`` replaced in its strings (recursively)."""
+        if isinstance(value, str):
+            if "{workspace}" in value:
+                if self.workspace is None:
+                    raise GraderError(f"'{value}' names {{workspace}} but task '{self.task.id}' has no workspace "
+                                      "(no server command line mentions {workspace})")
+                return value.replace("{workspace}", str(self.workspace))
+            return value
+        if isinstance(value, Mapping):
+            return {k: self.fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.fill(v) for v in value]
+        return value
+
+
+class Grader:
+    """Base class: ``await grader.grade(ctx) -> Grade``. ``name`` labels it in breakdowns (default: its kind)."""
+
+    kind = "grader"
+    reads_state = False
+    """It reads the world after the episode (files, a database, the servers): episodes must not share sessions."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name or self.kind
+
+    async def grade(self, ctx: GradeContext) -> Grade:
+        """Grade one finished episode."""
+        raise NotImplementedError
+
+    def _grade(self, passed: bool, reason: str, score: float | None = None, **details: Any) -> Grade:
+        s = (1.0 if passed else 0.0) if score is None else max(0.0, min(1.0, float(score)))
+        return Grade(s, bool(passed), reason, self.name, self.kind, (), details)
+
+    def spec(self) -> Any:
+        """A JSON-able description (recorded in the run's config)."""
+        return {"kind": self.kind, "name": self.name}
+
+
+
+_QUOTES = ("\"\"", "''", "``", "“”", "‘’")
+
+
+def normalise_answer(value: Any) -> str:
+    """Unicode NFKC, case-folded, whitespace collapsed, surrounding quotes and a trailing period removed."""
+    s = unicodedata.normalize("NFKC", value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    s = re.sub(r"\s+", " ", s.casefold()).strip()
+    for _ in range(2):
+        if len(s) >= 2 and any(s[0] == a and s[-1] == b for a, b in _QUOTES):
+            s = s[1:-1].strip()
+    return s[:-1].rstrip() if s.endswith(".") and not s.endswith("..") else s
+

@@ -1,0 +1,118 @@
+"""Grading the env's current episode: which grader applies to its task, and the grade written into ``info``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from mcp_gym.client.host import MCPHost
+from mcp_gym.graders.base import Grade, GradeContext, GraderError
+from mcp_gym.graders.session import SessionAccess
+from mcp_gym.graders.spec import Grading
+from mcp_gym.protocol import ToolCallError
+from mcp_gym.tasks import Task, Verifier
+
+__all__ = ["episode_grader", "is_graded", "grade_episode", "grade_step_end", "grade_submit", "verifier_score"]
+
+
+class _GradedEpisode(Protocol):
+    """What grading needs of an env (:class:`~mcp_gym.env.MCPEnv` has it)."""
+
+    grading: Grading | None
+    verifier: Verifier | None
+    task: Task | None
+    workspace: Path | None
+    host: MCPHost
+    call_timeout: float | None
+    strict: bool
+    success_threshold: float
+    done: bool
+    grade: Grade | None
+    _transcript: list[dict[str, Any]]
+
+    async def _state_snapshot(self) -> dict[str, Any]: ...
+
+
+def episode_grader(env: _GradedEpisode) -> Any:
+    """The grader of the env's current task (``None``: the legacy ``verifier`` path, or ungraded; ``True``: a task
+    with a broken grader spec, which :func:`grade_episode` reports)."""
+    if env.grading is None or env.task is None:
+        return None
+    try:
+        return env.grading.for_task(env.task)
+    except GraderError:
+        return True
+
+
+def is_graded(env: _GradedEpisode) -> bool:
+    """Whether the env's current episode gets a success verdict (a verifier or a grader applies)."""
+    return env.verifier is not None if env.grading is None else episode_grader(env) is not None
+
+
+async def grade_episode(env: _GradedEpisode, info: dict[str, Any], answer: str | None) -> float:
+    """Grade the env's finished episode into ``info`` (``grade``, ``success``; ``error`` when grading failed) and
+    ``env.grade``; returns the score (0 on failure)."""
+    assert env.task is not None and env.grading is not None
+    session = SessionAccess(env.host, env.call_timeout)
+    ctx = GradeContext(env.task, answer, env.workspace, list(env._transcript), env._state_snapshot,
+                       session.call, session.read)
+    try:
+        grader = env.grading.for_task(env.task)
+        assert grader is not None
+        grade = await grader.grade(ctx)
+    except Exception as e:  # noqa: BLE001 - grading must not crash the loop; the episode is ungraded
+        if env.strict:
+            raise
+        info["grade"], info["success"] = None, None
+        why = str(e) if isinstance(e, GraderError) else f"{type(e).__name__}: {e}"
+        info["error"] = info.get("error") or ToolCallError(
+            "verifier_error", f"grading failed on task '{env.task.id}': {why}").as_dict()
+        return 0.0
+    env.grade = grade
+    info["grade"], info["success"] = grade.to_dict(), grade.passed
+    return grade.score
+
+
+async def verifier_score(env: _GradedEpisode, answer: str | None) -> float:
+    """The legacy ``verifier``'s score for the current server state (raises what the verifier raises)."""
+    assert env.verifier is not None and env.task is not None
+    state = await env._state_snapshot()
+    return float(env.verifier(env.task, answer, state))
+
+
+async def grade_step_end(env: _GradedEpisode, info: dict[str, Any], terminated: bool) -> None:
+    """Grade a tool step that ended the episode into ``info``: the grader when one applies, else the legacy
+    ``verifier`` on termination (``success``; ``error`` when it failed)."""
+    if env.done and episode_grader(env) is not None:
+        await grade_episode(env, info, None)
+    elif terminated and env.verifier is not None and env.task is not None:
+        try:
+            info["success"] = await verifier_score(env, None) >= env.success_threshold
+        except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
+            if env.strict:
+                raise
+            info["success"] = None
+            info["error"] = info["error"] or ToolCallError(
+                "verifier_error", f"verifier failed on task '{env.task.id}': {type(e).__name__}: {e}").as_dict()
+
+
+async def grade_submit(env: _GradedEpisode, answer: str | None) -> tuple[float, dict[str, Any] | None, dict[str, Any]]:
+    """Grade a ``submit``: ``(reward, error, graded)``, ``graded`` holding the grader's ``grade`` and ``success``
+    (empty on the legacy ``verifier`` path or when nothing grades the episode)."""
+    error = None
+    reward = 0.0
+    graded: dict[str, Any] = {}
+    if episode_grader(env) is not None:
+        env.done = True
+        env._transcript.append({"tool": "submit", "arguments": {"answer": answer}, "result": ""})
+        reward = await grade_episode(env, graded, answer)
+        error = graded.pop("error", None)
+    elif env.verifier is not None and env.task is not None:
+        try:
+            reward = await verifier_score(env, answer)
+        except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
+            error = ToolCallError("verifier_error", f"verifier failed on task '{env.task.id}': "
+                                  f"{type(e).__name__}: {e}", tool="submit").as_dict()
+            if env.strict:
+                raise
+    return reward, error, graded

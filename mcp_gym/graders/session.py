@@ -1,0 +1,70 @@
+"""The episode's own sessions, as graders see them: a final tool call or resource read through the env's host."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mcp_gym.graders.base import GraderError
+
+__all__ = ["SessionAccess"]
+
+
+def _text(blocks: Sequence[Any]) -> str:
+    """The text of content blocks (text blocks and embedded text resources)."""
+    parts = []
+    for b in blocks:
+        if isinstance(getattr(b, "text", None), str):  # text blocks and text resource contents
+            parts.append(b.text)
+        elif getattr(b, "type", None) == "resource" and getattr(b.resource, "text", None) is not None:
+            parts.append(b.resource.text)
+    return "\n".join(parts)
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class SessionAccess:
+    """Calls and reads on an env's connections (``host``: its :class:`~mcp_gym.client.host.MCPHost`), for state graders.
+
+    Results come back as JSON values: a tool's structured content, else its text parsed as JSON, else the text.
+    Failures raise :class:`GraderError` naming the server and the tool or resource."""
+
+    def __init__(self, host: Any, timeout: float | None) -> None:
+        self.host = host
+        self.timeout = timeout
+
+    def _alias(self, server: str | None) -> str:
+        names = list(self.host.connections)
+        if server is not None:
+            if server not in names:
+                raise GraderError(f"no server '{server}' (servers: {', '.join(names)})")
+            return server
+        if len(names) != 1:
+            raise GraderError(f"several servers ({', '.join(names)}): name one with server=")
+        return names[0]
+
+    async def call(self, server: str | None, tool: str, arguments: Mapping[str, Any]) -> Any:
+        """Call ``tool`` on the server (the only one when ``server`` is ``None``)."""
+        alias = self._alias(server)
+        out = await self.host.call_server(alias, tool, dict(arguments), timeout=self.timeout)
+        if out.error is not None:
+            raise GraderError(f"final call {tool} on server '{alias}' failed: {out.error['message']}")
+        text = _text(out.result.content)
+        if out.result.is_error:
+            raise GraderError(f"final call {tool} on server '{alias}' returned an error: {text[:300]}")
+        return out.result.structured_content if out.result.structured_content is not None else _value(text)
+
+    async def read(self, server: str | None, uri: str) -> Any:
+        """Read the resource ``uri``."""
+        alias = self._alias(server)
+        try:
+            res = await self.host.connections[alias].read_resource(uri, self.host.meta)
+        except Exception as e:  # noqa: BLE001 - ConnectionLost, MCPError: reported with the server and uri
+            raise GraderError(f"reading {uri} on server '{alias}' failed: {e}") from None
+        return _value(_text(res.contents))

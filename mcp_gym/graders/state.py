@@ -1,0 +1,190 @@
+"""State checks: files under a directory, an SQLite query, a final MCP tool call or resource read."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError, normalise_answer
+
+__all__ = ["FilesGrader", "SQLiteGrader", "MCPGrader", "subset_match"]
+
+
+def _inside(root: Path, rel: str) -> Path:
+    p = (root / rel).resolve()
+    if p != root and root not in p.parents:
+        raise GraderError(f"files grader: {rel!r} is outside {root}")
+    return p
+
+
+class FilesGrader(Grader):
+    """Files under a directory after the episode: contents, substrings, patterns, absence, glob counts."""
+
+    kind = "files"
+    reads_state = True
+
+    def __init__(self, name: str | None = None, dir: str = "{workspace}", expect: Mapping[str, Any] | None = None,
+                 globs: Mapping[str, Any] | None = None) -> None:
+        super().__init__(name)
+        self.dir, self.expect, self.globs = dir, expect, globs
+
+    async def grade(self, ctx: GradeContext) -> Grade:
+        root = Path(ctx.fill(self.dir)).resolve()
+        expect = self.expect if self.expect is not None else ctx.task.data.get("files")
+        globs = self.globs if self.globs is not None else ctx.task.data.get("globs")
+        if not expect and not globs:
+            raise GraderError(f"task '{ctx.task.id}': the files grader has nothing to check (expect/globs, or the "
+                              "task's data.files/data.globs)")
+        if not root.is_dir():
+            raise GraderError(f"files grader: {root} is not a directory")
+        checks: list[tuple[str, bool]] = []
+        for rel, want in dict(ctx.fill(expect or {})).items():
+            path = _inside(root, rel)
+            if want is None:
+                checks.append((f"{rel} absent", not path.exists()))
+                continue
+            if not path.is_file():
+                checks.append((f"{rel} missing", False))
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if isinstance(want, Mapping) and "contains" in want:
+                subs = want["contains"] if isinstance(want["contains"], list) else [want["contains"]]
+                checks.append((f"{rel} contains {subs!r}", all(str(s) in text for s in subs)))
+            elif isinstance(want, Mapping) and "regex" in want:
+                checks.append((f"{rel} matches /{want['regex']}/", re.search(want["regex"], text) is not None))
+            else:
+                checks.append((f"{rel} == {str(want)[:60]!r}", text == str(want)))
+        for pattern, want in dict(globs or {}).items():
+            n = sum(1 for _ in root.glob(pattern))
+            lo, hi = (want.get("min", 0), want.get("max")) if isinstance(want, Mapping) else (want, want)
+            checks.append((f"{pattern}: {n} files", n >= int(lo) and (hi is None or n <= int(hi))))
+        failed = [c for c, ok in checks if not ok]
+        score = (len(checks) - len(failed)) / len(checks)
+        return self._grade(not failed, "all file checks passed" if not failed else "failed: " + "; ".join(failed),
+                           score, checks={c: ok for c, ok in checks})
+
+
+def _rows(rows: Any) -> list[tuple[Any, ...]]:
+    return [tuple(r) if isinstance(r, (list, tuple)) else (r,) for r in rows]
+
+
+class SQLiteGrader(Grader):
+    """A query on an SQLite database after the episode returns the expected rows."""
+
+    kind = "sqlite"
+    reads_state = True
+
+    def __init__(self, name: str | None = None, db: str | None = None, query: str | None = None,
+                 rows: Sequence[Any] | None = None, ordered: bool = False) -> None:
+        super().__init__(name)
+        if db is None:
+            raise ValueError("an sqlite grader needs db= (a path; {workspace} allowed)")
+        self.db, self.query, self.rows, self.ordered = db, query, rows, ordered
+
+    async def grade(self, ctx: GradeContext) -> Grade:
+        query = self.query or ctx.task.data.get("query")
+        rows = self.rows if self.rows is not None else ctx.task.data.get("rows")
+        if not query or rows is None:
+            raise GraderError(f"task '{ctx.task.id}': the sqlite grader needs a query and rows (options or the task's "
+                              "data.query/data.rows)")
+        path = Path(ctx.fill(self.db))
+        if not path.is_file():
+            raise GraderError(f"sqlite grader: no database at {path}")
+        try:
+            with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0) as con:
+                got = _rows(con.execute(query).fetchall())
+        except sqlite3.Error as e:
+            raise GraderError(f"sqlite grader: {query!r} on {path}: {e}") from None
+        want = _rows(rows)
+        ok = got == want if self.ordered else Counter(got) == Counter(want)
+        return self._grade(ok, f"{len(got)} rows {'as expected' if ok else f'differ from the expected {want!r}'}",
+                           rows=[list(r) for r in got[:50]])
+
+
+def subset_match(expected: Any, actual: Any) -> bool:
+    """True if every key of ``expected`` is in ``actual`` with a matching value, recursively; a list matches when each
+    expected item matches a distinct item of the actual list; scalars compare equal (numbers numerically)."""
+    if isinstance(expected, Mapping):
+        return isinstance(actual, Mapping) and all(k in actual and subset_match(v, actual[k])
+                                                   for k, v in expected.items())
+    if isinstance(expected, list):
+        if not isinstance(actual, list):
+            return False
+        used: set[int] = set()
+        for e in expected:
+            hit = next((i for i, a in enumerate(actual) if i not in used and subset_match(e, a)), None)
+            if hit is None:
+                return False
+            used.add(hit)
+        return True
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return expected is actual
+    return bool(expected == actual)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+class MCPGrader(Grader):
+    """A final tool call or resource read on the episode's own session, compared with what the task expects."""
+
+    kind = "mcp"
+    reads_state = True
+
+    def __init__(self, name: str | None = None, tool: str | None = None, arguments: Mapping[str, Any] | None = None,
+                 resource: str | None = None, server: str | None = None, path: str | None = None,
+                 equals: Any = None, contains: Any = None, subset: Any = None) -> None:
+        super().__init__(name)
+        if (tool is None) == (resource is None):
+            raise ValueError("an mcp grader needs exactly one of tool= and resource=")
+        self.tool, self.arguments, self.resource, self.server = tool, dict(arguments or {}), resource, server
+        self.path = path
+        self.expect = {k: v for k, v in (("equals", equals), ("contains", contains), ("subset", subset))
+                       if v is not None}
+
+    async def grade(self, ctx: GradeContext) -> Grade:
+        expect = self.expect or dict(ctx.task.data.get("expect") or {})
+        expect = {k: v for k, v in ctx.fill(expect).items() if k in ("equals", "contains", "subset")}
+        if not expect:
+            raise GraderError(f"task '{ctx.task.id}': the mcp grader needs equals/contains/subset (options or the "
+                              "task's data.expect)")
+        if self.tool is not None:
+            what = f"{self.tool}({json.dumps(self.arguments)})"
+            value = await ctx.call_tool(self.tool, ctx.fill(self.arguments), self.server)
+        else:
+            what = str(self.resource)
+            value = await ctx.read_resource(ctx.fill(self.resource), self.server)
+        if self.path:
+            from jsonpath_ng.ext import parse as jsonpath
+
+            try:
+                matches = [m.value for m in jsonpath(self.path).find(value)]
+            except Exception as e:  # noqa: BLE001 - a bad path is the grader's configuration error
+                raise GraderError(f"mcp grader: bad path {self.path!r}: {e}") from None
+            many = any(tok in self.path for tok in ("*", "[?", "..", ":", ","))
+            value = matches if many or len(matches) != 1 else matches[0]
+            what += f" {self.path}"
+        failed = []
+        if "equals" in expect and not (expect["equals"] == value or (
+                isinstance(expect["equals"], str) and normalise_answer(expect["equals"]) == normalise_answer(value))):
+            failed.append(f"!= {_text(expect['equals'])[:120]}")
+        if "contains" in expect:
+            subs = expect["contains"] if isinstance(expect["contains"], list) else [expect["contains"]]
+            text = _text(value)
+            failed += [f"lacks {s!r}" for s in subs if str(s) not in text]
+        if "subset" in expect and not subset_match(expect["subset"], value):
+            failed.append(f"does not contain {_text(expect['subset'])[:120]}")
+        reason = f"{what}: " + ("as expected" if not failed else "; ".join(failed))
+        return self._grade(not failed, reason, value=value if len(_text(value)) <= 4000 else _text(value)[:4000])
+
+    def spec(self) -> Any:
+        return {**super().spec(), "tool": self.tool, "arguments": self.arguments, "resource": self.resource,
+                "server": self.server, "path": self.path, **self.expect}
+
+
