@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ __all__ = ["main"]
 JOBS = {"collect": "collect", "eval": "eval", "export-sft": "export_sft", "demo": "demo"}
 """Command -> option of the ``job`` config group."""
 INTERRUPTED = 130
+HIDDEN_NOTE = "(hidden: mcp-gym episode control)"
+"""How ``mcp-gym inspect`` marks the hidden episode-control tools (``mcp_gym_reset``/``mcp_gym_state``)."""
 
 
 def _usage() -> str:
@@ -133,7 +135,11 @@ def _serve(argv: Sequence[str]) -> int:
 
 # -- inspect ----------------------------------------------------------------------------------------------------------
 def _spec(target: str, timeout: float) -> Any:
-    from mcp_gym.client.specs import parse_server
+    from mcp_gym.client.specs import Stdio, parse_server
+
+    if target.endswith(".jsonl") and Path(target).is_file():  # a cassette: inspect its replay server
+        return Stdio.python_module("mcp_gym.cli", "serve", "--replay", str(Path(target).resolve()),
+                                   connect_timeout=timeout)
 
     return parse_server(target, inherit_env=True, connect_timeout=timeout)
 
@@ -142,6 +148,7 @@ async def _describe_server(spec: Any) -> dict[str, Any]:
     """Everything a server lists: its info, tools, resources, resource templates and prompts (JSON-able)."""
     from mcp_gym.client.connection import ServerConnection
     from mcp_gym.client.runtime import default_runtime
+    from mcp_gym.protocol import HIDDEN_TOOLS
 
     conn = ServerConnection("server", spec)
     await conn.start(default_runtime().task_group)
@@ -149,16 +156,32 @@ async def _describe_server(spec: Any) -> dict[str, Any]:
         if conn.status != "ready":
             raise RuntimeError(f"could not connect to {spec.describe()}: {conn.error}")
         caps = conn.capabilities
-        prompts = []
-        if caps is not None and caps.prompts is not None:
-            prompts = (await conn.request(lambda c: c.list_prompts())).prompts
+        unavailable: dict[str, str] = {}
 
-        def dump(items: Sequence[Any]) -> list[dict[str, Any]]:
+        async def listing(key: str, fetch: Callable[[], Awaitable[Sequence[Any]]]) -> list[dict[str, Any]]:
+            # A server may declare a capability yet refuse one of its listings ("method not found" for
+            # resources/templates/list, a replay server without that listing recorded): note it, list the rest.
+            try:
+                items = await fetch()
+            except Exception as e:  # noqa: BLE001 - any refusal of one listing is reported, not raised
+                unavailable[key] = _first_line(str(e) or type(e).__name__, 200)
+                return []
             return [i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in items]
 
-        return {"server": conn.info(), "tools": dump(await conn.list_tools()),
-                "resources": dump(await conn.list_resources()),
-                "resource_templates": dump(await conn.list_resource_templates()), "prompts": dump(prompts)}
+        async def prompts() -> Sequence[Any]:
+            if caps is None or caps.prompts is None:
+                return []
+            return (await conn.request(lambda c: c.list_prompts(), method="prompts/list")).prompts
+
+        d: dict[str, Any] = {"server": conn.info(), "tools": await listing("tools", conn.list_tools),
+                             "resources": await listing("resources", conn.list_resources),
+                             "resource_templates": await listing("resource_templates", conn.list_resource_templates),
+                             "prompts": await listing("prompts", prompts)}
+        for t in d["tools"]:
+            if t.get("name") in HIDDEN_TOOLS:
+                t["hidden"] = True
+        d["unavailable"] = unavailable
+        return d
     finally:
         await conn.close()
 
@@ -186,7 +209,8 @@ def _print_server(d: dict[str, Any]) -> None:
                          for k, v in (schema.get("properties") or {}).items())
         hints = ", ".join(k.removesuffix("Hint") for k, v in (t.get("annotations") or {}).items()
                           if k.endswith("Hint") and v)
-        tools.add_row(t["name"], args, _first_line(t.get("description")), hints)
+        name = t["name"] + (f" {HIDDEN_NOTE}" if t.get("hidden") else "")
+        tools.add_row(name, args, _first_line(t.get("description")), hints)
     console.print(tools)
     for key, title, cols in (("resources", "Resources", ("uri", "name", "mimeType")),
                              ("resource_templates", "Resource templates", ("uriTemplate", "name", "mimeType")),
@@ -203,6 +227,8 @@ def _print_server(d: dict[str, Any]) -> None:
                 cells.append(_first_line(v if isinstance(v, str) else ("" if v is None else str(v))))
             table.add_row(*cells)
         console.print(table)
+    for key, why in (d.get("unavailable") or {}).items():
+        console.print(f"{key.replace('_', ' ')}: not listed by the server ({why})", markup=False)
 
 
 def _inspect(argv: Sequence[str]) -> int:
