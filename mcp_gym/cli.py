@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -80,6 +81,18 @@ def _run_job(cfg: Any) -> None:
     except jobs.JobInterrupted as e:
         print(str(e), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
+    except Exception as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(e, jobs.JobFailed) and not _is_user_error(e):
+            raise
+        print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)  # one line, not Hydra's traceback
+        raise SystemExit(1) from None
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """A missing run or file, an unreachable endpoint: errors whose message says all (no traceback needed)."""
+    import httpx2
+
+    return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError))
 
 
 def _hydra(command: str, overrides: Sequence[str]) -> int:
@@ -257,6 +270,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
+        return 0
+    if args[0] in ("--version", "-V", "version"):
+        from mcp_gym._version import __version__
+
+        print(f"mcp-gym {__version__}")
         return 0
     command, rest = args[0], args[1:]
     try:

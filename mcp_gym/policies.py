@@ -235,7 +235,14 @@ class OpenAIPolicy(ChatPolicy):
                 if response.status_code == 429 or response.status_code >= 500:
                     response.raise_for_status()
                 break
-            except (httpx.TransportError, httpx.HTTPStatusError):
+            except httpx.TransportError as e:
+                if attempt == self.retries:
+                    # name what was tried and how to change it (the transport's message alone names neither)
+                    raise type(e)(f"could not reach the chat-completions endpoint {self.base_url}/chat/completions "
+                                  f"({type(e).__name__}: {e}); is the server up? Set base_url (policy.base_url=... "
+                                  "for mcp-gym jobs, or $OPENAI_BASE_URL)", request=e.request) from e
+                await anyio.sleep(min(30.0, 0.5 * 2**attempt))
+            except httpx.HTTPStatusError:
                 if attempt == self.retries:
                     raise
                 await anyio.sleep(min(30.0, 0.5 * 2**attempt))

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from mcp_gym import InProcess, MCPEnv
 from mcp_gym.cassette import cassette_path
@@ -53,3 +56,41 @@ def test_inspect_replay_marks_hidden_tools(tmp_path: Path, capsys: pytest.Captur
     hidden = {t["name"] for t in listing["tools"] if t.get("hidden")}
     assert hidden == {"mcp_gym_reset", "mcp_gym_state"}
     assert {"add", "get_count"} <= {t["name"] for t in listing["tools"]}
+
+
+# -- CLI user errors ---------------------------------------------------------------------------------------------------
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **env})
+
+
+def test_version() -> None:
+    from mcp_gym._version import __version__
+
+    done = _cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"mcp-gym {__version__}"
+
+
+def test_one_run_as_a_string_and_a_missing_run(tmp_path: Path) -> None:
+    run = tmp_path / "collect"
+    assert main(["collect", "env=counter", "policy=oracle", "episodes=2", f"out={run}"]) == 0
+    sft = tmp_path / "sft"
+    assert main(["export-sft", f"runs={run}", f"out={sft}", "sft.dedupe=false"]) == 0  # a string: one run
+    assert next((sft / "data").glob("train-*.parquet")).stat().st_size > 0
+    missing = tmp_path / "no-such-run"
+    done = _cli("export-sft", f"runs={missing}", f"out={tmp_path / 'sft2'}", HYDRA_FULL_ERROR="0")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"mcp-gym export-sft: no recorded run at '{missing}' (a run directory holds manifest.json, steps/ and "
+        "episodes/)")
+    full = _cli("export-sft", f"runs={missing}", f"out={tmp_path / 'sft2'}", HYDRA_FULL_ERROR="1")
+    assert full.returncode != 0 and "Traceback" in full.stderr and "FileNotFoundError" in full.stderr
+
+
+def test_unreachable_endpoint_names_the_url(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    done = _cli("eval", "env=counter", "policy=openai", "policy.model=m", f"policy.base_url={url}",
+                "policy.retries=0", "samples=1", f"out={tmp_path / 'ev'}", HYDRA_FULL_ERROR="0")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("mcp-gym eval: ") and f"{url}/chat/completions" in last and "policy.base_url" in last

@@ -9,6 +9,7 @@ from mcp_gym.jobs.demo import demo
 from mcp_gym.jobs.evaluate import EvalResult, evaluate, score_run
 from mcp_gym.jobs.export import export_sft
 from mcp_gym.jobs.metrics import pass_at_k, per_task, summarize
+from mcp_gym.jobs.results import JobFailed
 
 __all__ = [
     "collect",
@@ -19,6 +20,7 @@ __all__ = [
     "run_interruptible",
     "CollectResult",
     "EvalResult",
+    "JobFailed",
     "JobInterrupted",
     "pass_at_k",
     "per_task",

@@ -19,7 +19,8 @@ def export_sft(cfg: DictConfig, out: str | Path) -> Any:
     from mcp_gym.sft import export
 
     datasets.disable_progress_bars()  # one summary line instead of a bar per shard
-    runs = [str(r) for r in cfg.runs]
+    # runs=<one path> on the command line is a string, not a list: one run (not one per character)
+    runs = [str(cfg.runs)] if isinstance(cfg.runs, (str, Path)) else [str(r) for r in cfg.runs]
     dataset = export(runs, out, format=cfg.format, overwrite=bool(cfg.overwrite), **to_dict(cfg.sft))
     sizes = {name: len(ds) for name, ds in dataset.items()} if hasattr(dataset, "items") else {"train": len(dataset)}
     print(f"SFT dataset: {out} ({', '.join(f'{k}: {v} examples' for k, v in sizes.items())})")
