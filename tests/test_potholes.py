@@ -141,3 +141,37 @@ def test_random_calls_to_mcp_server_git_mostly_succeed_with_repo_path_fixed(tmp_
     finally:
         env.close()
     assert successes["random"] <= 5 and successes["fixed"] >= 20, successes  # measured: 0 and 31 of 60
+
+
+# -- a run directory is a Hugging Face dataset -----------------------------------------------------------------------
+def test_run_directory_loads_with_datasets(tmp_path: Path) -> None:
+    import datasets
+
+    from mcp_gym.recording import load
+
+    run = tmp_path / "run"
+    assert main(["collect", "env=counter", "env.transport=inprocess", "policy=oracle", "episodes=3",
+                 "launcher.progress=false", f"out={run}"]) == 0
+    assert (run / "README.md").read_text().startswith("---\nconfigs:")
+    rec = load(run)
+    # in-progress files start with "." and must not be read (a torn one would break the whole load)
+    (run / "steps" / ".part-zzz-0.parquet").write_bytes(b"PAR1 torn, no footer")
+    (run / "episodes" / ".part-zzz-0.parquet.tmp").write_bytes(b"PAR1 torn")
+    cache = str(tmp_path / "hf-cache")
+    steps = datasets.load_dataset(str(run), "steps", split="train", cache_dir=cache)
+    episodes = datasets.load_dataset(str(run), "episodes", split="train", cache_dir=cache)
+    assert len(episodes) == len(rec.episodes) == 3 and len(steps) == len(rec.steps) > 3
+    assert sorted(episodes["episode_key"]) == sorted(rec.episodes["episode_key"])
+    assert set(steps["episode_id"]) == set(episodes["episode_id"])
+    # datasets keys its cache by the card (patterns, not files): a run that grew must not load stale
+    from mcp_gym.recording import RecordTrajectories
+
+    task = load_env_tasks("counter")[0]
+    env = RecordTrajectories(MCPEnv(InProcess(make_server()), tasks=[task]), run, policy="oracle")
+    env.reset(seed=5)
+    for call in task.solution:
+        env.step(dict(call))
+    env.close()
+    assert len(load(run).episodes) == 4
+    again = datasets.load_dataset(str(run), "episodes", split="train", cache_dir=cache)
+    assert len(again) == 4
