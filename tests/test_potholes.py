@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from conftest import free_port
 
@@ -175,3 +176,37 @@ def test_run_directory_loads_with_datasets(tmp_path: Path) -> None:
     assert len(load(run).episodes) == 4
     again = datasets.load_dataset(str(run), "episodes", split="train", cache_dir=cache)
     assert len(again) == 4
+
+
+# -- eval plots -------------------------------------------------------------------------------------------------------
+def test_eval_plots_name_env_and_policy_with_integer_step_ticks(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from mcp_gym.jobs.report import figures, plot_label
+    from mcp_gym.recording import load
+
+    ev = tmp_path / "eval"
+    assert main(["eval", "env=counter", "env.transport=inprocess", "policy=oracle", "samples=1",
+                 "launcher.progress=false", f"out={ev}"]) == 0
+    config = json.loads((ev / "report" / "results.json").read_text())["config"]
+    label = plot_label(config)
+    assert label == "Counter · oracle" or ("oracle" in label and "?" not in label)
+    for name in ("success_by_task", "reward_hist", "steps_hist"):  # the written PNGs carry the titles
+        assert label in Image.open(ev / "report" / f"{name}.png").text["Title"]
+    rec = load(ev)
+
+    episodes = pa.Table.from_pylist(list(rec.episodes))
+    figs = figures([{"task_id": "t", "success_rate": 1.0}], episodes, label)
+    try:
+        assert all(label in f.axes[0].get_title() for f in figs.values())
+        for name in ("reward_hist", "steps_hist"):
+            fig = figs[name]
+            fig.canvas.draw()
+            yticks = fig.axes[0].get_yticks()
+            assert all(float(t).is_integer() for t in yticks), (name, yticks)
+        xticks = figs["steps_hist"].axes[0].get_xticks()
+        assert all(float(t).is_integer() for t in xticks), xticks
+    finally:
+        for f in figs.values():
+            plt.close(f)
