@@ -37,7 +37,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -49,6 +49,8 @@ JOBS = {"collect": "collect", "eval": "eval", "export-sft": "export_sft", "demo"
 INTERRUPTED = 130
 REFUSED = 2
 """Exit status of a job that refused to run (e.g. a rerun into a run directory of another config)."""
+HIDDEN_NOTE = "(hidden: mcp-gym episode control)"
+"""How ``mcp-gym inspect`` marks the hidden episode-control tools (``mcp_gym_reset``/``mcp_gym_state``)."""
 
 
 def _usage() -> str:
@@ -142,6 +144,18 @@ def _run_job(cfg: Any) -> None:
             raise
         print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)
         raise SystemExit(REFUSED) from None
+    except Exception as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(e, jobs.JobFailed) and not _is_user_error(e):
+            raise
+        print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)  # one line, not Hydra's traceback
+        raise SystemExit(1) from None
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """A missing run or file, an unreachable endpoint: errors whose message says all (no traceback needed)."""
+    import httpx2
+
+    return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError))
 
 
 def _hydra(command: str, overrides: Sequence[str]) -> int:
@@ -197,7 +211,11 @@ def _serve(argv: Sequence[str]) -> int:
 
 # -- inspect ----------------------------------------------------------------------------------------------------------
 def _spec(target: str, timeout: float) -> Any:
-    from mcp_gym.client.specs import parse_server
+    from mcp_gym.client.specs import Stdio, parse_server
+
+    if target.endswith(".jsonl") and Path(target).is_file():  # a cassette: inspect its replay server
+        return Stdio.python_module("mcp_gym.cli", "serve", "--replay", str(Path(target).resolve()),
+                                   connect_timeout=timeout)
 
     return parse_server(target, inherit_env=True, connect_timeout=timeout)
 
@@ -206,6 +224,7 @@ async def _describe_server(spec: Any) -> dict[str, Any]:
     """Everything a server lists: its info, tools, resources, resource templates and prompts (JSON-able)."""
     from mcp_gym.client.connection import ServerConnection
     from mcp_gym.client.runtime import default_runtime
+    from mcp_gym.protocol import HIDDEN_TOOLS
 
     conn = ServerConnection("server", spec)
     await conn.start(default_runtime().task_group)
@@ -213,16 +232,32 @@ async def _describe_server(spec: Any) -> dict[str, Any]:
         if conn.status != "ready":
             raise RuntimeError(f"could not connect to {spec.describe()}: {conn.error}")
         caps = conn.capabilities
-        prompts = []
-        if caps is not None and caps.prompts is not None:
-            prompts = (await conn.request(lambda c: c.list_prompts())).prompts
+        unavailable: dict[str, str] = {}
 
-        def dump(items: Sequence[Any]) -> list[dict[str, Any]]:
+        async def listing(key: str, fetch: Callable[[], Awaitable[Sequence[Any]]]) -> list[dict[str, Any]]:
+            # A server may declare a capability yet refuse one of its listings ("method not found" for
+            # resources/templates/list, a replay server without that listing recorded): note it, list the rest.
+            try:
+                items = await fetch()
+            except Exception as e:  # noqa: BLE001 - any refusal of one listing is reported, not raised
+                unavailable[key] = _first_line(str(e) or type(e).__name__, 200)
+                return []
             return [i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in items]
 
-        return {"server": conn.info(), "tools": dump(await conn.list_tools()),
-                "resources": dump(await conn.list_resources()),
-                "resource_templates": dump(await conn.list_resource_templates()), "prompts": dump(prompts)}
+        async def prompts() -> Sequence[Any]:
+            if caps is None or caps.prompts is None:
+                return []
+            return (await conn.request(lambda c: c.list_prompts(), method="prompts/list")).prompts
+
+        d: dict[str, Any] = {"server": conn.info(), "tools": await listing("tools", conn.list_tools),
+                             "resources": await listing("resources", conn.list_resources),
+                             "resource_templates": await listing("resource_templates", conn.list_resource_templates),
+                             "prompts": await listing("prompts", prompts)}
+        for t in d["tools"]:
+            if t.get("name") in HIDDEN_TOOLS:
+                t["hidden"] = True
+        d["unavailable"] = unavailable
+        return d
     finally:
         await conn.close()
 
@@ -250,7 +285,8 @@ def _print_server(d: dict[str, Any]) -> None:
                          for k, v in (schema.get("properties") or {}).items())
         hints = ", ".join(k.removesuffix("Hint") for k, v in (t.get("annotations") or {}).items()
                           if k.endswith("Hint") and v)
-        tools.add_row(t["name"], args, _first_line(t.get("description")), hints)
+        name = t["name"] + (f" {HIDDEN_NOTE}" if t.get("hidden") else "")
+        tools.add_row(name, args, _first_line(t.get("description")), hints)
     console.print(tools)
     for key, title, cols in (("resources", "Resources", ("uri", "name", "mimeType")),
                              ("resource_templates", "Resource templates", ("uriTemplate", "name", "mimeType")),
@@ -267,6 +303,8 @@ def _print_server(d: dict[str, Any]) -> None:
                 cells.append(_first_line(v if isinstance(v, str) else ("" if v is None else str(v))))
             table.add_row(*cells)
         console.print(table)
+    for key, why in (d.get("unavailable") or {}).items():
+        console.print(f"{key.replace('_', ' ')}: not listed by the server ({why})", markup=False)
 
 
 def _inspect(argv: Sequence[str]) -> int:
@@ -295,6 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
+        return 0
+    if args[0] in ("--version", "-V", "version"):
+        from mcp_gym._version import __version__
+
+        print(f"mcp-gym {__version__}")
         return 0
     command, rest = args[0], args[1:]
     try:

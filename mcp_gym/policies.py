@@ -68,21 +68,30 @@ class Policy:
 
 # -- random -----------------------------------------------------------------------------------------------------------
 class _RandomAgent(Agent):
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Any, fixed: Mapping[str, Any]) -> None:
         self.space = env.action_space
+        self.fixed = fixed
 
     async def act(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
-        return self.space.sample()
+        return self.space.sample(fixed=self.fixed)
 
 
 class RandomPolicy(Policy):
-    """Uniformly random tool calls: ``env.action_space.sample()``, the space seeded with the episode's seed."""
+    """Random tool calls: ``env.action_space.sample(fixed=fixed)``, the space seeded with the episode's seed.
+
+    Args:
+        fixed: argument name -> value for every tool declaring that argument (e.g. ``{"repo_path": "/abs/repo"}``;
+            in jobs ``+policy.fixed.repo_path=/abs/repo``); see :meth:`mcp_gym.spaces.ToolCallSpace.sample`.
+    """
 
     name = "random"
 
+    def __init__(self, fixed: Mapping[str, Any] | None = None) -> None:
+        self.fixed = {str(k): v for k, v in (fixed or {}).items()}
+
     def agent(self, env: Any, obs: Mapping[str, Any], info: Mapping[str, Any], seed: int) -> Agent:
         env.action_space.seed(seed)
-        return _RandomAgent(env)
+        return _RandomAgent(env, self.fixed)
 
 
 # -- oracle -----------------------------------------------------------------------------------------------------------
@@ -235,7 +244,14 @@ class OpenAIPolicy(ChatPolicy):
                 if response.status_code == 429 or response.status_code >= 500:
                     response.raise_for_status()
                 break
-            except (httpx.TransportError, httpx.HTTPStatusError):
+            except httpx.TransportError as e:
+                if attempt == self.retries:
+                    # name what was tried and how to change it (the transport's message alone names neither)
+                    raise type(e)(f"could not reach the chat-completions endpoint {self.base_url}/chat/completions "
+                                  f"({type(e).__name__}: {e}); is the server up? Set base_url (policy.base_url=... "
+                                  "for mcp-gym jobs, or $OPENAI_BASE_URL)", request=e.request) from e
+                await anyio.sleep(min(30.0, 0.5 * 2**attempt))
+            except httpx.HTTPStatusError:
                 if attempt == self.retries:
                     raise
                 await anyio.sleep(min(30.0, 0.5 * 2**attempt))

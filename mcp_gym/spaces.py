@@ -465,6 +465,9 @@ def _parse_catalogue(tools: Any) -> dict[str, Any]:
 
 _ACTION_KEYS = frozenset(("tool", "arguments"))
 _SAMPLE_ATTEMPTS = 16
+_PREFER_GIVEN = 0.75
+"""How often the sampler takes a schema's ``default``/``examples`` (when present) and a small integer (0..10, when the
+bounds allow) rather than a uniformly random value."""
 
 
 class ToolCallSpace(gymnasium.spaces.Space[dict]):
@@ -483,6 +486,7 @@ class ToolCallSpace(gymnasium.spaces.Space[dict]):
         *,
         seed: int | np.random.Generator | None = None,
         max_argument_bytes: int = 1_000_000,
+        sample_fixed: Mapping[str, Any] | None = None,
     ) -> None:
         """Create the space.
 
@@ -492,6 +496,7 @@ class ToolCallSpace(gymnasium.spaces.Space[dict]):
                 A ``None`` schema means the tool takes no parameters.
             seed: seed (or Generator) for :meth:`sample`.
             max_argument_bytes: largest allowed size of ``json.dumps(arguments)`` in UTF-8 bytes.
+            sample_fixed: initial :attr:`sample_fixed`.
         """
         if isinstance(max_argument_bytes, bool) or int(max_argument_bytes) <= 0:
             raise ValueError(f"max_argument_bytes must be a positive int, got {max_argument_bytes!r}")
@@ -499,6 +504,10 @@ class ToolCallSpace(gymnasium.spaces.Space[dict]):
         self._schemas: dict[str, Any] = {}
         self._validators: dict[str, Any] = {}
         self._names: list[str] = []
+        self.sample_fixed: dict[str, Any] = dict(sample_fixed or {})
+        """Argument name -> value that :meth:`sample` uses for every tool declaring that argument (e.g.
+        ``{"repo_path": "/abs/repo"}``); set it on ``env.action_space`` to make random baselines call real servers
+        sensibly. Not part of equality."""
         super().__init__(shape=None, dtype=None, seed=seed)
         self.update(tools)
 
@@ -634,14 +643,21 @@ class ToolCallSpace(gymnasium.spaces.Space[dict]):
             return np.array([name in allowed for name in self._names], dtype=bool)
         raise TypeError(f"mask must be None, a collection of tool names or an int8/bool array, got {type(mask)}")
 
-    def sample(self, mask: Any | None = None, probability: Any | None = None) -> dict[str, Any]:
+    def sample(self, mask: Any | None = None, probability: Any | None = None, *,
+               fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Return a random valid action ``{"tool": name, "arguments": {...}}`` drawn only from ``self.np_random``.
+
+        Values are plausible rather than absurd: a schema's ``const``/``enum``, else mostly its ``default`` or one of
+        its ``examples``, small numbers and short strings (see :func:`sample_from_schema`).
 
         Args:
             mask: ``None``; a collection of allowed tool names (a single ``str`` is one name); or an int8/bool array
                 aligned with :attr:`tool_names` (1 = allowed).
             probability: optional array of tool probabilities aligned with :attr:`tool_names` (sums to 1); cannot be
                 combined with ``mask``.
+            fixed: argument name -> value used (instead of a random one) by every tool whose schema declares that
+                argument in its ``properties``; merged over :attr:`sample_fixed`. A fixed value the schema rejects
+                makes that tool unsampleable (``ValueError`` if no allowed tool is left).
 
         Raises:
             ValueError: empty catalogue, no tool allowed, bad mask/probability, or no valid arguments could be
@@ -663,17 +679,23 @@ class ToolCallSpace(gymnasium.spaces.Space[dict]):
         if not weights.any():
             raise ValueError("no tool is allowed by the mask/probability")
         rng = self.np_random
+        pinned = {**self.sample_fixed, **dict(fixed or {})}
         failures: list[str] = []
         while weights.any():
             index = int(rng.choice(n, p=weights / weights.sum()))
             name = self._names[index]
             validator = self._validators[name]
-            generator = _Generator(self._schemas[name], rng, 4)
+            schema = self._schemas[name]
+            props = schema.get("properties") if isinstance(schema, Mapping) else None
+            fix = {k: v for k, v in pinned.items() if isinstance(props, Mapping) and k in props}
+            generator = _Generator(schema, rng, 4)
             for _ in range(_SAMPLE_ATTEMPTS):
                 try:
                     arguments = generator.generate(as_object=True)
                 except _Unsatisfiable:
                     continue
+                if isinstance(arguments, dict) and fix:
+                    arguments.update(copy.deepcopy(fix))
                 if isinstance(arguments, dict) and self._check_arguments(name, validator, arguments) is None:
                     return {"tool": name, "arguments": arguments}
             failures.append(name)
@@ -966,6 +988,13 @@ class _Generator:
         schema = self.resolve(schema)
         if "const" in schema:
             return copy.deepcopy(schema["const"])
+        # plausible before random: the schema's own default or examples, most of the time (an invalid one is
+        # caught by the caller's validation and redrawn)
+        if "default" in schema and self.rng.random() < _PREFER_GIVEN:
+            return copy.deepcopy(schema["default"])
+        examples = schema.get("examples")
+        if isinstance(examples, list) and examples and self.rng.random() < _PREFER_GIVEN:
+            return copy.deepcopy(self.choice(examples))
         if "enum" in schema:
             options = list(schema["enum"])
             if "type" in schema:
@@ -1215,8 +1244,11 @@ class _Generator:
         return ilo, ihi
 
     def gen_integer(self, schema: Mapping[str, Any]) -> int:
-        """Generate an integer honouring bounds and multipleOf."""
+        """Generate an integer honouring bounds and multipleOf; mostly a small one (0..10 where the bounds allow)."""
         lo, hi = self._int_range(schema)
+        small_lo, small_hi = max(lo, 0), min(hi, 10)
+        if small_lo <= small_hi and not schema.get("multipleOf") and self.rng.random() < _PREFER_GIVEN:
+            lo, hi = small_lo, small_hi
         m = schema.get("multipleOf")
         if not m or isinstance(m, bool):
             return self.randint(lo, hi)
@@ -1454,7 +1486,9 @@ def sample_from_schema(schema: Mapping[str, Any] | bool, rng: np.random.Generato
     ``uniqueItems``, ``contains``), objects (``properties``, ``required`` -- all required, each optional property with
     probability 0.5 -- ``additionalProperties``, ``patternProperties``), ``enum``/``const``, ``anyOf``/``oneOf`` (one
     branch), ``allOf`` (merged), local ``$ref`` (``$defs``/``definitions``) and the empty / ``true`` schema (a simple
-    value). Strings are short (at most 12 characters unless ``minLength``/``format`` need more).
+    value). Strings are short (at most 12 characters unless ``minLength``/``format`` need more). Plausible values
+    are preferred: a schema's ``default`` or one of its ``examples`` is taken 3 times in 4 when present, and integers
+    are 0..10 3 times in 4 when the bounds allow.
 
     Each candidate is validated (validator class from ``$schema``, default Draft 2020-12) and regenerated up to 16
     times. ``max_depth`` bounds optional nesting: deeper than that only required properties and ``minItems`` elements

@@ -10,6 +10,7 @@ from mcp_gym.jobs.evaluate import EvalResult, evaluate, score_run
 from mcp_gym.jobs.export import export_sft
 from mcp_gym.jobs.identity import JobRefused, RunConfigMismatch
 from mcp_gym.jobs.metrics import pass_at_k, per_task, summarize
+from mcp_gym.jobs.results import JobFailed
 
 __all__ = [
     "collect",
@@ -20,6 +21,7 @@ __all__ = [
     "run_interruptible",
     "CollectResult",
     "EvalResult",
+    "JobFailed",
     "JobInterrupted",
     "JobRefused",
     "RunConfigMismatch",

@@ -27,7 +27,7 @@ from mcp_gym.jobs.config import (
     run_metadata,
     to_dict,
 )
-from mcp_gym.jobs.results import CollectResult, JobInterrupted
+from mcp_gym.jobs.results import CollectResult, JobFailed, JobInterrupted
 from mcp_gym.vector import EpisodeResult, VectorMCPEnv
 
 __all__ = ["collect", "CollectResult", "JobInterrupted", "run_interruptible"]
@@ -164,6 +164,6 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
 
     run_interruptible(job, runtime)
     if len(result.errors) > int(launcher.max_errors):
-        raise RuntimeError(f"stopped after {len(result.errors)} episodes failed to run; first error: "
+        raise JobFailed(f"stopped after {len(result.errors)} episodes failed to run; first error: "
                            f"{result.errors[0].error}")
     return result

@@ -20,7 +20,8 @@ def export_sft(cfg: DictConfig, out: str | Path) -> Any:
     from mcp_gym.sft import NothingToExport, export
 
     datasets.disable_progress_bars()  # one summary line instead of a bar per shard
-    runs = [str(r) for r in cfg.runs]
+    # runs=<one path> on the command line is a string, not a list: one run (not one per character)
+    runs = [str(cfg.runs)] if isinstance(cfg.runs, (str, Path)) else [str(r) for r in cfg.runs]
     try:
         dataset = export(runs, out, format=cfg.format, overwrite=bool(cfg.overwrite), **to_dict(cfg.sft))
     except NothingToExport as e:  # the CLI prints it as one line

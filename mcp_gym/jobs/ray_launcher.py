@@ -45,7 +45,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mcp_gym.jobs.config import load_job_tasks, plan_episodes, run_location, run_metadata, to_dict
-from mcp_gym.jobs.results import CollectResult, JobInterrupted
+from mcp_gym.jobs.results import CollectResult, JobFailed, JobInterrupted
 from mcp_gym.vector import EpisodeResult, EpisodeSpec
 
 __all__ = ["collect_ray", "SharedRun", "RayCollector"]
@@ -531,7 +531,7 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
                     if r.error is not None:
                         log.warning("episode %s failed (not recorded): %s", r.key, r.error)
                 if len(result.errors) > max_errors:
-                    raise RuntimeError(f"stopped after {len(result.errors)} episodes failed to run; first error: "
+                    raise JobFailed(f"stopped after {len(result.errors)} episodes failed to run; first error: "
                                        f"{result.errors[0].error}")
                 idle.append(worker)
             polls = {w.progress.remote(): w for w, _ in running.values()}

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["write_report", "summary_table", "REPORT_DIR"]
+__all__ = ["figures", "plot_label", "write_report", "summary_table", "REPORT_DIR"]
 
 REPORT_DIR = "report"
 
@@ -40,33 +40,63 @@ def write_report(
     )
     pq.write_table(pa.Table.from_pylist(list(tasks)), folder / "per_task.parquet")
     if plots:
-        _plots(folder, tasks, episodes)
+        _plots(folder, tasks, episodes, plot_label(config))
     return folder
 
 
-def _plots(folder: Path, tasks: Sequence[Mapping[str, Any]], episodes: pa.Table) -> None:
+def plot_label(config: Mapping[str, Any]) -> str:
+    """``"<env> · <policy>"`` of a job config (as :func:`mcp_gym.jobs.config.run_metadata` writes it), for titles."""
+    env = config.get("env") or {}
+    policy = config.get("policy") or {}
+    env_name = env.get("name") if isinstance(env, Mapping) else None
+    kind = policy.get("kind") if isinstance(policy, Mapping) else None
+    model = policy.get("model") if isinstance(policy, Mapping) else None
+    policy_name = f"{kind}:{model}" if kind and model else kind
+    return " · ".join(str(x) for x in (env_name or "?", policy_name or "?"))
+
+
+def figures(tasks: Sequence[Mapping[str, Any]], episodes: pa.Table, label: str = "") -> dict[str, Any]:
+    """The report's matplotlib figures by file stem; titles end with ``label`` (env · policy); count axes and the
+    steps axis have integer ticks. Close them with ``matplotlib.pyplot.close``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
+    suffix = f" ({label})" if label else ""
+    out: dict[str, Any] = {}
     ids = [t["task_id"] for t in tasks]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.18 * len(ids) + 2), 3.5))
     ax.bar(range(len(ids)), [np.nan if t["success_rate"] is None else t["success_rate"] for t in tasks],
            color="tab:green")
     ax.set_xticks(range(len(ids)), ids, rotation=90, fontsize=6)
-    ax.set(ylim=(0, 1.05), ylabel="success rate", title="Success rate per task")
+    ax.set(ylim=(0, 1.05), ylabel="success rate", title=f"Success rate per task{suffix}")
     fig.tight_layout()
-    fig.savefig(folder / "success_by_task.png", dpi=120)
-    plt.close(fig)
-    for column, name, label in (("total_reward", "reward_hist", "episode return"),
-                                ("length", "steps_hist", "steps per episode")):
+    out["success_by_task"] = fig
+    for column, name, xlabel, integer in (("total_reward", "reward_hist", "episode return", False),
+                                          ("length", "steps_hist", "steps per episode", True)):
         values = [v for v in episodes.column(column).to_pylist() if v is not None]
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.hist(values, bins=min(30, max(5, len(set(values)))), color="tab:blue")
-        ax.set(xlabel=label, ylabel="episodes", title=f"Distribution of the {label}")
+        if integer and values:  # one bar per step count, centred on it
+            bins: Any = [b - 0.5 for b in range(int(min(values)), int(max(values)) + 2)]
+        else:
+            bins = min(30, max(5, len(set(values))))
+        ax.hist(values, bins=bins, color="tab:blue")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # episode counts
+        if integer:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set(xlabel=xlabel, ylabel="episodes", title=f"Distribution of the {xlabel}{suffix}")
         fig.tight_layout()
-        fig.savefig(folder / f"{name}.png", dpi=120)
+        out[name] = fig
+    return out
+
+
+def _plots(folder: Path, tasks: Sequence[Mapping[str, Any]], episodes: pa.Table, label: str = "") -> None:
+    import matplotlib.pyplot as plt
+
+    for name, fig in figures(tasks, episodes, label).items():
+        fig.savefig(folder / f"{name}.png", dpi=120, metadata={"Title": fig.axes[0].get_title()})
         plt.close(fig)
 
 

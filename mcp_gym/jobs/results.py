@@ -8,11 +8,16 @@ from pathlib import Path
 
 from mcp_gym.vector import EpisodeResult
 
-__all__ = ["CollectResult", "JobInterrupted"]
+__all__ = ["CollectResult", "JobFailed", "JobInterrupted"]
 
 
 class JobInterrupted(Exception):
     """The job was stopped by Ctrl-C after saving its finished episodes; rerun the same command to resume."""
+
+
+class JobFailed(RuntimeError):
+    """More episodes failed to run than ``launcher.max_errors`` allows; the message quotes the first error.
+    The finished episodes are saved: fix the cause and rerun the same command to resume."""
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -41,6 +42,41 @@ __all__ = ["RunDirectory", "WriterLock"]
 
 FORMAT = "mcp-gym-trajectories"
 _RECOVERY_CHUNK = 4096  # step rows per row group when rewriting a WAL segment
+CARD = "README.md"
+"""The run's dataset card: its ``configs:`` let ``datasets.load_dataset(run_dir, "steps")`` (or ``"episodes"``) read
+the published shards (in-progress files start with ``.`` and are skipped by ``datasets``)."""
+_CARD_TEXT = """---
+configs:
+- config_name: {STEPS_DIR}
+  description: {steps_state}
+  data_files:
+  - split: train
+    path: {STEPS_DIR}/*.parquet
+- config_name: {EPISODES_DIR}
+  description: {episodes_state}
+  data_files:
+  - split: train
+    path: {EPISODES_DIR}/*.parquet
+tags:
+- mcp-gym
+- trajectories
+---
+
+# mcp-gym trajectories
+
+Recorded by mcp-gym (see `manifest.json`): one row per tool call in `{STEPS_DIR}/`, one per
+episode in `{EPISODES_DIR}/`. Free-form values (arguments, results, info) are JSON strings.
+
+```python
+import datasets
+steps = datasets.load_dataset("path/to/this/run", "{STEPS_DIR}", split="train")
+episodes = datasets.load_dataset("path/to/this/run", "{EPISODES_DIR}", split="train")
+```
+
+Each config's `description` names the published shards (rewritten at every publish): `datasets` keys its cache by the
+card, so a run that grew is read afresh. `mcp_gym.recording.load(path)` also reads episodes still only in a
+write-ahead log (an interrupted writer).
+"""
 # Column positions in an episode row (see schema._EPISODE_FIELDS).
 _EP_ID, _EP_KEY = 0, 1
 
@@ -105,6 +141,8 @@ class RunDirectory:
             now = _dt.datetime.now(_dt.timezone.utc).isoformat()
             self._write_manifest({"format": FORMAT, "schema_version": SCHEMA_VERSION, "library_version": __version__,
                                   "created_at": now, "planned": None, "metadata": {}})
+        if not (self.path / CARD).exists():  # also added to runs recorded before cards existed
+            self.write_card()
 
     # -- manifest -------------------------------------------------------------------------------------------------
     @property
@@ -116,12 +154,35 @@ class RunDirectory:
             return {}
 
     def _write_manifest(self, data: dict[str, Any]) -> None:
-        tmp = self.path / f".{MANIFEST}.{os.getpid()}.tmp"
+        self._write_atomic(MANIFEST, json.dumps(data, ensure_ascii=False, indent=1))
+
+    def write_card(self) -> None:
+        """(Re)write the dataset card :data:`CARD`; its configs' descriptions name the published shards, because
+        ``datasets`` caches a load by the card's configs (patterns), not by the files they match: without this a run
+        that grew would load stale. Listing and writing hold a lock, so the last card written lists every shard."""
+        lock = os.open(self.path, os.O_RDONLY)  # the directory itself: no lock file is left behind
+        try:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+
+            def state(table: str) -> str:
+                names = [p.name for p in list_shards(self.path, table)]
+                digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+                return f'"{len(names)} published shard(s), digest {digest}"'
+
+            self._write_atomic(CARD, _CARD_TEXT.format(STEPS_DIR=STEPS_DIR, EPISODES_DIR=EPISODES_DIR,
+                                                       steps_state=state(STEPS_DIR),
+                                                       episodes_state=state(EPISODES_DIR)))
+        finally:
+            os.close(lock)
+
+    def _write_atomic(self, name: str, text: str) -> None:
+        tmp = self.path / f".{name}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, indent=1)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.path / MANIFEST)
+        os.replace(tmp, self.path / name)
         fsync_dir(self.path)
 
     @property
@@ -224,6 +285,8 @@ class RunDirectory:
                 recovered += self._recover_writer(wid, compression, compression_level, fsync)
             finally:
                 lock.release(unlink=True)
+        if recovered:
+            self.write_card()
         return recovered
 
     def _recover_writer(self, wid: str, compression: str, level: int | None, fsync: bool) -> int:

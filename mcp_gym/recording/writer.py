@@ -524,6 +524,8 @@ class TrajectoryWriter:
             return
         if self._part is not None:
             self._part.commit()
+            with contextlib.suppress(OSError):  # the card only refreshes datasets' cache key; the shard is published
+                self.run.write_card()
         self._part = None
         if self._wal is not None:
             with contextlib.suppress(OSError):  # its episodes are published: a stale segment is skipped on reading

@@ -8,6 +8,8 @@ handshake at once. What it does wrong is chosen by options:
 ``--log PATH``           append each received request's method (one line each) there.
 ``--list-answers N``     answer only the first N ``tools/list`` requests, then never again (default: all).
 ``--stderr-mb N``        write N MB of lines to stderr before it reads anything.
+``--resources``          declare the resources capability and list one resource, but answer
+                         ``resources/templates/list`` (like every other unknown method) with "method not found".
 
 Tools it serves by name (whatever ``--tools`` lists): ``echo`` (``text`` back), ``bad_result`` (a result that is not a
 valid ``CallToolResult``), ``big`` (a text of ``mb`` megabytes; ``id_last`` puts the response's ``id`` after the
@@ -53,6 +55,7 @@ def main() -> None:
     ap.add_argument("--log", default=None)
     ap.add_argument("--list-answers", type=int, default=-1)
     ap.add_argument("--stderr-mb", type=float, default=0.0)
+    ap.add_argument("--resources", action="store_true")
     a = ap.parse_args()
     if a.pidfile:
         with open(a.pidfile, "w") as f:
@@ -70,9 +73,12 @@ def main() -> None:
             with open(a.log, "a") as f:
                 f.write(method + "\n")
         if method == "initialize":
+            caps: dict = {"tools": {"listChanged": True}, **({"resources": {}} if a.resources else {})}
             send({"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": "2025-11-25", "capabilities": {"tools": {"listChanged": True}},
+                "protocolVersion": "2025-11-25", "capabilities": caps,
                 "serverInfo": {"name": "bad-server", "version": "0.1"}}})
+        elif method == "resources/list" and a.resources:
+            send({"jsonrpc": "2.0", "id": rid, "result": {"resources": [{"uri": "bad://one", "name": "one"}]}})
         elif method == "ping":
             send({"jsonrpc": "2.0", "id": rid, "result": {}})
         elif method == "tools/list":
