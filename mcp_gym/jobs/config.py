@@ -10,13 +10,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mcp_gym.client.specs import REDACTED, redact_url
 from mcp_gym.policies import Policy, make_policy
 from mcp_gym.tasks import Task, load_tasks
 from mcp_gym.vector import EpisodeSpec
 
 __all__ = [
     "to_dict", "load_job_tasks", "env_factory", "run_location", "build_policy", "plan_episodes", "episode_seed",
-    "run_metadata",
+    "run_metadata", "redact_server_entry",
 ]
 
 
@@ -47,7 +48,7 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
         from mcp_gym.client.specs import normalise_servers
         from mcp_gym.env import MCPEnv
 
-        servers = normalise_servers(dict(env_cfg["servers"]))
+        servers = normalise_servers(to_dict(env_cfg["servers"]))
         if connect_timeout is not None:
             servers = {a: dataclasses.replace(s, connect_timeout=float(connect_timeout)) for a, s in servers.items()}
         return lambda: MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}", **kwargs)
@@ -91,7 +92,27 @@ def plan_episodes(
 
 
 def run_metadata(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """What a run directory's manifest records about the job (the api key left out)."""
+    """What a run directory's manifest records about the job (the api key left out, server secrets masked)."""
     policy = {k: v for k, v in to_dict(cfg.policy).items() if k != "api_key"}
-    return {"command": cfg.command, "env": to_dict(cfg.env), "policy": policy, "seed": cfg.seed,
+    env = to_dict(cfg.env)
+    if isinstance(env.get("servers"), Mapping):
+        env["servers"] = {alias: redact_server_entry(v) for alias, v in env["servers"].items()}
+    if isinstance(env.get("url"), str):
+        env["url"] = redact_url(env["url"])
+    return {"command": cfg.command, "env": env, "policy": policy, "seed": cfg.seed,
             "split": cfg.get("split"), "samples": cfg.get("samples"), "out": str(out)}
+
+
+def redact_server_entry(entry: Any) -> Any:
+    """A custom env's server config entry with its secrets masked: header and environment values, URL passwords."""
+    if isinstance(entry, str):
+        return redact_url(entry)
+    if not isinstance(entry, Mapping):
+        return entry
+    out = dict(entry)
+    for key in ("headers", "env"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = {k: REDACTED for k in out[key]}
+    if isinstance(out.get("url"), str):
+        out["url"] = redact_url(out["url"])
+    return out
