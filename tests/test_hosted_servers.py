@@ -23,10 +23,11 @@ TOKEN = "s3cret-token-Xy7"
 SERVER = Path(__file__).parent / "servers" / "hosted.py"
 
 
-def _serve(transport: str, log: Path) -> Iterator[str]:
+def _serve(transport: str, log: Path, *extra: str) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--transport", transport,
-                             "--token", TOKEN, "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--token", TOKEN, "--log", str(log), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, proc=proc)
         yield f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
@@ -143,12 +144,34 @@ def test_server_strings_and_config_entries() -> None:
         normalise_servers({"d": {"headers": {}}})
 
 
-def test_oauth_client_credentials_is_the_sdks_provider() -> None:
+@pytest.mark.parametrize("secret, works", [("cl-secret-Q9", True), ("wrong", False)])
+def test_oauth_client_credentials(tmp_path: Path, secret: str, works: bool) -> None:
+    """The SDK's client-credentials provider discovers the authorization server from the 401, gets a token with the
+    client's secret and sends it; a wrong secret leaves the server failed with the 401 named."""
     from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 
-    auth = oauth_client_credentials("http://h/mcp", "id", "secret", issuer="http://auth.example")
-    assert isinstance(auth, ClientCredentialsOAuthProvider) and isinstance(auth, httpx2.Auth)
-    assert "secret" not in repr(Http("http://h/mcp", auth=auth))
+    log = tmp_path / "requests.log"
+    serving = _serve("http", log, "--client", "gym-client:cl-secret-Q9")
+    url = next(serving)
+    try:
+        issuer = url.removesuffix("/mcp")
+        auth = oauth_client_credentials(url, "gym-client", secret, issuer=issuer)
+        assert isinstance(auth, ClientCredentialsOAuthProvider)
+        spec = Http(url, auth=auth, record=tmp_path / "cassettes", connect_timeout=20)
+        assert secret not in repr(spec)
+        env = MCPEnv({"api": spec})
+        try:
+            if works:
+                assert "5" in _add(env)
+                assert "POST /token" in log.read_text() and f"POST /mcp Bearer {TOKEN}" in log.read_text()
+            else:
+                s = env.reset(seed=0)[1]["servers"]["api"]
+                assert s["status"] == "failed" and "server 'api'" in s["error"] and "401" in s["error"], s
+        finally:
+            env.close()
+    finally:
+        serving.close()
+    assert not [p for p in (tmp_path / "cassettes").rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
 
 
 def test_cassette_does_not_contain_the_token(http_url: str, tmp_path: Path) -> None:

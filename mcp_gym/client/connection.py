@@ -28,7 +28,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp_gym._version import __version__
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE, StdioState, stdio_transport
 from mcp_gym.client._tools import ListingError, list_tools_checked
-from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio
+from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_url
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -161,11 +161,11 @@ class ServerConnection:
         self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
         self.tap_factory = tap
         self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
-        self.http_refusal: str | None = None  # a hosted server's first 4xx/5xx answer ("HTTP 401 Unauthorized")
+        self.http_refusal: str | None = None  # a hosted server's last error answer ("HTTP 401 Unauthorized at URL")
 
-    def _http_refused(self, status: int, reason: str) -> None:
-        if self.http_refusal is None:
-            self.http_refusal = f"HTTP {status} {reason}".strip()
+    def _http_refused(self, status: int | None, reason: str, url: str) -> None:
+        """Note (or, given ``None``, forget after a success) the last HTTP error status met while connecting."""
+        self.http_refusal = None if status is None else f"HTTP {status} {reason}".strip() + f" at {redact_url(url)}"
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -310,7 +310,7 @@ class ServerConnection:
         if self.http_refusal is None:
             return ""
         hint = " (check its headers= / auth= credentials)" if self.http_refusal[5:8] in ("401", "403") else ""
-        return f"server '{self.alias}' answered {self.http_refusal} at {self.spec.describe()}{hint}: "
+        return f"server '{self.alias}' ({self.spec.describe()}): {self.http_refusal}{hint}: "
 
     def _stderr_tail(self) -> str:
         tail = self._stdio.stderr_tail().strip() if self._stdio is not None else ""
@@ -569,14 +569,14 @@ class ServerConnection:
         )
 
 
-def _http_client_factory(on_refusal: Callable[[int, str], None]) -> Callable[..., Any]:
-    """The SDK's HTTP client factory, with a hook reporting the first error status a server answers (the SDK's
-    own errors for it, e.g. on Streamable HTTP, do not say which status it was)."""
+def _http_client_factory(on_refusal: Callable[[int | None, str, str], None]) -> Callable[..., Any]:
+    """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
+    (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was)."""
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     async def hook(response: Any) -> None:
-        if response.status_code >= 400:
-            on_refusal(response.status_code, response.reason_phrase)
+        bad = response.status_code >= 400
+        on_refusal(response.status_code if bad else None, response.reason_phrase, str(response.request.url))
 
     def factory(**kw: Any) -> Any:
         http = create_mcp_http_client(**kw)
@@ -587,7 +587,7 @@ def _http_client_factory(on_refusal: Callable[[int, str], None]) -> Callable[...
 
 
 @contextlib.asynccontextmanager
-async def _streamable_http(spec: Http, on_refusal: Callable[[int, str], None]) -> AsyncIterator[Any]:
+async def _streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str], None]) -> AsyncIterator[Any]:
     """The SDK's Streamable HTTP transport over an HTTP client carrying the spec's headers and auth."""
     from mcp.client.streamable_http import streamable_http_client
 
