@@ -113,6 +113,7 @@ async def test_verifier_is_not_fooled() -> None:
     async with Client(server.mcp, cache=None) as client:
         # question: a wrong answer and an empty one score 0; the right one with noise around it (case, quotes) is fine
         q = tasks["question"]
+        await call(client, "fool-q", "mcp_gym_reset", {"task_id": q.id})
         st = await state_of(client, "fool-q")
         assert env.verify(q, "", st) == 0.0 and env.verify(q, "I don't know", st) == 0.0
         assert env.verify(q, f'  "{q.answer.upper()}". ', st) == 1.0

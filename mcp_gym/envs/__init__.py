@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -64,8 +65,9 @@ def server_spec(name: str, transport: str = "inprocess", url: str | None = None)
         if url is None:
             raise ValueError("transport='http' needs url= (start one with `mcp-gym serve NAME --transport http`)")
         return Http(url)
-    if transport == "stdio":
-        return Stdio.python_module(server_module(server))
+    if transport == "stdio":  # the Code server's isolation setting reaches its subprocess
+        passed = {k: os.environ[k] for k in ("MCP_GYM_CODE_SANDBOX",) if k in os.environ}
+        return Stdio.python_module(server_module(server), env=passed)
     if transport == "inprocess":
         return InProcess(load_server(server))
     raise ValueError(f"unknown transport {transport!r}: use 'inprocess', 'stdio' or 'http'")

@@ -44,6 +44,10 @@ def serve(
 
     exit_cleanly_on_sigterm()  # so atexit clean-up (e.g. temporary workspaces) runs when the server is terminated
     server = load_server(name)
+    try:
+        server.preflight()
+    except Exception as e:  # e.g. the Code server without an OS sandbox: one clear line, exit status 1
+        raise SystemExit(f"{server_module(name)}: {e}") from None
     logging.getLogger("mcp").setLevel(logging.WARNING)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     if transport == "stdio":

@@ -1,13 +1,14 @@
 """Code server: write Python files in a per-episode workspace and run hidden unit tests on them.
 
-See :mod:`mcp_gym.envs.code.tasks` for the tasks and :mod:`mcp_gym.envs.code._sandbox` for how code is run
-(subprocess with CPU/memory/wall-clock/output limits, audit hook blocking network, processes and writes outside its
-directory).
+See :mod:`mcp_gym.envs.code.tasks` for the tasks and :mod:`mcp_gym.envs.code._sandbox` for how code is run: always
+in its own process, inside a bubblewrap sandbox (no network, its own PID namespace, a read-only view of only the Python
+standard library, a private writable tmpfs, killed whole when the run ends) with CPU/memory/wall-clock/output limits.
+Without bubblewrap the server refuses to start unless ``MCP_GYM_CODE_SANDBOX=unsafe``.
 
 The workspace of an episode is kept in memory (at most :data:`MAX_FILES` files of :data:`MAX_FILE_CHARS` characters),
 so memory stays bounded, nothing leaks on disk when an episode is evicted, and the snapshot is self-contained. Each
-``run_tests`` call materialises it in a fresh temporary directory that is deleted afterwards. Paths are relative,
-normalised, and may not leave the workspace.
+``run_tests`` call materialises it in the sandbox's private tmpfs (unsafe mode: a temporary directory), gone
+after the run. Paths are relative, normalised, and may not leave the workspace.
 
 Grading: ``run_tests`` records ``{passed, failed, total, files_hash}`` as the episode's ``last_run``; the snapshot
 reports it with the current ``files_hash``; the verifier pays ``passed / total`` only if the two hashes match (the final
@@ -28,7 +29,7 @@ from typing import Any
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from mcp_gym.envs.code._sandbox import Limits, RunResult, canonical_json, run_function_tests
+from mcp_gym.envs.code._sandbox import Limits, RunResult, canonical_json, detect_isolation, run_function_tests
 from mcp_gym.envs.code.tasks import SOLUTION_FILE, generate_tasks, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 from mcp_gym.tasks import Task
@@ -135,6 +136,7 @@ server: EpisodeServer[CodeEpisode] = EpisodeServer(
     ),
     max_episodes=1024,
     on_reset=lambda ep: {"problem": ep.task.data.get("statement", ep.task.prompt)},
+    preflight=detect_isolation,  # no OS sandbox (bubblewrap) and no MCP_GYM_CODE_SANDBOX=unsafe: refuse to start
 )
 
 
@@ -184,8 +186,8 @@ async def run_tests() -> RunReport:
 
     The tests import the required function from solution.py and compare its return values with the expected ones.
     You see pass/fail counts, errors, wrong return values and anything your code prints, but not the test inputs or
-    expected outputs. Code runs in a sandbox: no network, no subprocesses, 2 s per test, 5 s of CPU time, 10 s and
-    512 MB per run."""
+    expected outputs. Code runs in a sandbox: no network, no access outside its working directory, 2 s per test,
+    5 s of CPU time, 10 s and 512 MB per run."""
     ep = server.state
     files_hash, files = ep.files_hash(), dict(ep.files)
     data = ep.task.data

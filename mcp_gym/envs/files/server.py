@@ -12,10 +12,12 @@ Sandbox rules (checked on every path before anything is touched; a refused call 
 
 * Paths are relative to the workspace root; a leading ``/`` also means the workspace root. An absolute path that
   starts with the workspace's real host path is accepted too.
-* Refused: null bytes; any ``..`` component; absolute paths whose first component is a host top-level entry (such
-  as ``/etc`` or ``/tmp``) that does not exist in the workspace root; any path whose real path (all symlinks
-  resolved) leaves the workspace, so a symlink pointing outside can be neither read nor written through. No tool
-  creates symlinks; file operations act on the resolved real path (and open files with ``O_NOFOLLOW``).
+* Refused: null bytes, text that is not valid Unicode (a lone surrogate such as ``"\\udcff"``), names over 255 and
+  paths over 1,024 UTF-8 bytes (all before anything touches the disk); any ``..`` component; absolute paths whose
+  first component is a host top-level entry (such as ``/etc`` or ``/tmp``) that does not exist in the workspace
+  root; any path whose real path (all symlinks resolved) leaves the workspace, so a symlink pointing outside can be
+  neither read nor written through. No tool creates symlinks; file operations act on the resolved real path (and
+  open files with ``O_NOFOLLOW``).
 * Roots (best effort): if the client declares the ``roots`` capability, every call asks it for ``roots/list`` (a
   ``ListRoots`` resolver, so it works in both protocol eras) and only paths inside the workspace AND inside one of
   the ``file://`` roots are allowed. A client with no ``file://`` roots is not restricted further.
@@ -52,6 +54,9 @@ MAX_ENTRIES = 2_000
 MAX_LISTED = 200
 MAX_MATCHES = 50
 MAX_PATH = 1024
+"""Longest accepted path, in UTF-8 bytes."""
+MAX_NAME_BYTES = 255
+"""Longest file or folder name, in UTF-8 bytes (the limit of Linux file systems)."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -67,8 +72,8 @@ class Workspace:
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.root), ignore_errors=True)
 
     def rel(self, p: Path) -> str:
-        """Workspace-relative display form of a real path (``"/"`` for the root)."""
-        return p.relative_to(self.root).as_posix() if p != self.root else "/"
+        """Workspace-relative display form of a real path (``"/"`` for the root), always valid text."""
+        return _shown(p.relative_to(self.root).as_posix()) if p != self.root else "/"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -137,7 +142,7 @@ def snapshot(ws: Workspace) -> dict[str, Any]:
             p = base / name
             rel = ws.rel(p)
             if p.is_symlink():
-                links[rel] = os.readlink(p)
+                links[rel] = _shown(os.readlink(p))
             elif p.is_dir():
                 dirs.append(rel)
             elif p.is_file():
@@ -182,12 +187,33 @@ def _root_dirs(roots: ListRootsResult | None) -> list[Path]:
     return [Path(os.path.realpath(unquote(u.path))) for u in uris if u.scheme == "file"]
 
 
-def resolve(ws: Workspace, path: str, roots: ListRootsResult | None = None) -> Path:
-    """The real host path of workspace path ``path``, or ToolError if any sandbox rule refuses it (see module doc)."""
+def _check_text(path: str) -> None:
+    """Refuse a path that no file system takes as written: null bytes, text that is not valid Unicode (lone
+    surrogates: Linux would store raw bytes that no later listing can report), names over :data:`MAX_NAME_BYTES`
+    and paths over :data:`MAX_PATH` bytes. Nothing is touched before this check."""
     if "\x00" in path:
         raise ToolError("Refused: the path contains a null byte.")
-    if len(path) > MAX_PATH:
-        raise ToolError("Refused: the path is too long.")
+    try:
+        encoded = path.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ToolError(f"Refused: the path {path!r} is not valid Unicode (character {e.start} is a lone surrogate "
+                        f"{path[e.start]!r}); use plain UTF-8 text.") from None
+    if len(encoded) > MAX_PATH:
+        raise ToolError(f"Refused: the path is {len(encoded)} bytes long (UTF-8); the limit is {MAX_PATH}.")
+    for part in path.replace("\\", "/").split("/"):
+        if len(part.encode("utf-8")) > MAX_NAME_BYTES:
+            raise ToolError(f"Refused: the name {part[:40]!r}... is {len(part.encode('utf-8'))} bytes long (UTF-8); "
+                            f"a file or folder name may have at most {MAX_NAME_BYTES} bytes.")
+
+
+def _shown(name: str) -> str:
+    """A file name as valid text (a name made outside the tools may hold undecodable bytes: shown escaped)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def resolve(ws: Workspace, path: str, roots: ListRootsResult | None = None) -> Path:
+    """The real host path of workspace path ``path``, or ToolError if any sandbox rule refuses it (see module doc)."""
+    _check_text(path)
     raw = path.strip().replace("\\", "/")
     host_root = str(ws.root)
     if raw == host_root or raw.startswith(host_root + "/"):
@@ -315,7 +341,7 @@ async def list_directory(path: str = "/", roots: ClientRoots = None) -> Listing:
     entries = []
     for p in sorted(real.iterdir(), key=lambda p: p.name):
         kind = "symlink" if p.is_symlink() else "directory" if p.is_dir() else "file"
-        entries.append(Entry(name=p.name, type=kind, size=p.lstat().st_size if kind == "file" else None))
+        entries.append(Entry(name=_shown(p.name), type=kind, size=p.lstat().st_size if kind == "file" else None))
     return Listing(path=ws.rel(real), entries=entries[:MAX_LISTED], total=len(entries))
 
 
@@ -354,7 +380,11 @@ async def write_file(path: str, content: str, roots: ClientRoots = None) -> Writ
     """
     ws = server.state
     real = resolve(ws, path, roots)
-    data = content.encode("utf-8")
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ToolError(f"Refused: the content is not valid Unicode (character {e.start} is a lone surrogate); "
+                        "nothing was written.") from None
     if real == ws.root or real.is_dir():
         raise ToolError(f"{path!r} is a directory; give a file path.")
     if len(data) > MAX_FILE_BYTES:

@@ -11,9 +11,19 @@ construction, not by pattern matching:
 * one statement per call: anything after the first complete statement (``SELECT 1; DROP TABLE x``) is refused, and
   the sqlite3 module refuses it again;
 * a progress handler interrupts a query after :data:`QUERY_TIME_LIMIT` seconds (``WITH RECURSIVE`` bombs), at most
-  :data:`MAX_ROWS` rows are fetched, and SQLite's length limits cap string/blob sizes.
+  :data:`MAX_ROWS` rows are fetched.
 
-Queries run on worker threads (one lock per episode), so a slow query never blocks other episodes.
+The time limit holds for any query. The progress handler runs between SQLite's virtual-machine instructions, so the
+work done inside one instruction (one function call) is bounded separately: every string or blob is capped at
+:data:`MAX_VALUE_BYTES` (``SQLITE_LIMIT_LENGTH``), LIKE/GLOB patterns at :data:`MAX_PATTERN_CHARS`, and the built-ins
+whose cost is not bounded by their input and output sizes are wrapped: ``printf``/``format`` refuse a width or
+precision above :data:`MAX_VALUE_BYTES` (SQLite loops over a ``%.*c`` precision even after its result hit the length
+limit: ``printf('%.*c', 2147483647, 'x')`` ran for seconds in one instruction), and ``trim``/``ltrim``/``rtrim``
+refuse more than :data:`MAX_TRIM_CHARS` characters to trim (their cost is length x characters). The quadratic rest
+(``instr``, ``replace``, LIKE) stays within a fraction of the limit at these sizes.
+
+Queries run on worker threads, one at a time per episode (the episode's lock is taken before a thread is), so a slow
+query never blocks other episodes and one episode cannot occupy more than one worker thread.
 
 Run: ``python -m mcp_gym.envs.sql.server`` (stdio) or ``... --transport http --port 8000``.
 """
@@ -26,9 +36,11 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import BaseModel, Field
@@ -44,8 +56,12 @@ MAX_SQL_CHARS = 5000
 """Longest accepted SQL text."""
 MAX_CELL_CHARS = 500
 """Longer text values are cut to this many characters in results."""
-MAX_VALUE_BYTES = 1_000_000
-"""SQLite's limit on the length of any string or blob a query may build."""
+MAX_VALUE_BYTES = 100_000
+"""SQLite's limit on the length of any string or blob a query may build (and on printf widths and precisions)."""
+MAX_PATTERN_CHARS = 250
+"""Longest LIKE or GLOB pattern."""
+MAX_TRIM_CHARS = 100
+"""Most characters ``trim(x, characters)`` and its siblings may remove."""
 
 Cell = int | float | str | None
 
@@ -96,6 +112,8 @@ class ReadOnlyGuard:
     def __init__(self, tables: set[str]) -> None:
         self.tables = {t.lower() for t in tables} | {"sqlite_master", "sqlite_schema"}
         self.denied: str | None = None
+        self.refused: str | None = None
+        """Why a wrapped built-in (printf, trim, ...) refused its arguments during the current query."""
 
     def __call__(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
         """The authorizer callback: SQLITE_OK or SQLITE_DENY."""
@@ -173,6 +191,8 @@ class SqlEpisode:
     guard: ReadOnlyGuard
     tables: dict[str, TableInfo]
     lock: threading.Lock = field(default_factory=threading.Lock)
+    turn: anyio.Lock = field(default_factory=anyio.Lock)
+    """Taken before a worker thread is: one episode runs one query at a time and holds at most one thread."""
     queries: int = 0
 
 
@@ -197,14 +217,96 @@ def _introspect(conn: sqlite3.Connection) -> dict[str, TableInfo]:
     return out
 
 
+def _set_limits(conn: sqlite3.Connection) -> None:
+    if not hasattr(conn, "setlimit"):  # Python 3.10: only the wrapped built-ins and the time limit apply
+        return
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS * 4)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, MAX_PATTERN_CHARS)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+
+
+class FunctionRefused(Exception):
+    """A wrapped built-in refused arguments that would make it run unbounded inside one SQLite instruction."""
+
+
+_builtins = threading.local()
+
+
+def _builtin(name: str, args: Sequence[Any]) -> Any:
+    """Call SQLite's own ``name(*args)`` on this thread's private, empty, equally limited connection."""
+    conn = getattr(_builtins, "conn", None)
+    if conn is None:
+        conn = _builtins.conn = sqlite3.connect(":memory:")
+        _set_limits(conn)
+    call = "CAST(? AS INTEGER)" if name == "CAST_INT" else f"{name}({', '.join('?' * len(args))})"
+    return conn.execute(f"SELECT {call}", tuple(args)).fetchone()[0]
+
+
+_PRINTF_SPEC = re.compile(r"%[-+ #!0,]*(\*|\d+)?(?:\.(\*|\d*))?l{0,2}(.?)", re.S)
+
+
+def _check_printf(args: Sequence[Any]) -> None:
+    """Refuse a printf/format width or precision above MAX_VALUE_BYTES (literal or taken from an argument)."""
+    if not args or not isinstance(args[0], (str, bytes)):
+        return  # NULL or a number: no conversion specifications
+    fmt = args[0].decode("utf-8", "replace") if isinstance(args[0], bytes) else args[0]
+    i = 1
+    for m in _PRINTF_SPEC.finditer(fmt):
+        width, precision, kind = m.groups()
+        if kind == "%" and width is None and precision is None:
+            continue
+        for part in (width, precision):
+            if part == "*":
+                value = args[i] if i < len(args) else 0
+                i += 1
+                n = abs(value if isinstance(value, int) else int(_builtin("CAST_INT", [value])))
+            else:
+                n = int(part) if part else 0
+            if n > MAX_VALUE_BYTES:
+                raise FunctionRefused(f"printf width or precision {n} is over the limit of {MAX_VALUE_BYTES} "
+                                      "(string or blob too big)")
+        i += 1
+
+
+def _check_trim(args: Sequence[Any]) -> None:
+    chars = args[1] if len(args) > 1 else None
+    size = len(chars) if isinstance(chars, (str, bytes)) else len(str(chars)) if chars is not None else 0
+    if size > MAX_TRIM_CHARS:
+        raise FunctionRefused(f"{size} characters to trim is over the limit of {MAX_TRIM_CHARS}")
+
+
+_WRAPPED: dict[str, tuple[Callable[[Sequence[Any]], None], tuple[int, ...]]] = {
+    "printf": (_check_printf, (-1,)),
+    "format": (_check_printf, (-1,)),
+    "trim": (_check_trim, (1, 2)),
+    "ltrim": (_check_trim, (1, 2)),
+    "rtrim": (_check_trim, (1, 2)),
+}
+
+
+def _wrap_builtins(conn: sqlite3.Connection, guard: ReadOnlyGuard) -> None:
+    """Replace the built-ins of :data:`_WRAPPED` on ``conn`` by a check of their arguments + the built-in itself."""
+    for name, (check, arities) in _WRAPPED.items():
+
+        def wrapped(*args: Any, _name: str = name, _check: Callable[[Sequence[Any]], None] = check) -> Any:
+            try:
+                _check(args)
+            except FunctionRefused as e:
+                guard.refused = f"{_name}(): {e}"
+                raise
+            return _builtin(_name, args)
+
+        for arity in arities:
+            conn.create_function(name, arity, wrapped, deterministic=True)
+
+
 def _lock_down(conn: sqlite3.Connection, tables: set[str]) -> ReadOnlyGuard:
-    """Make ``conn`` read-only: query_only, length limits and the authorizer."""
+    """Make ``conn`` read-only and bounded: query_only, length limits, wrapped built-ins and the authorizer."""
     conn.execute("PRAGMA query_only = ON")
-    if hasattr(conn, "setlimit"):  # Python >= 3.11
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS * 4)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    _set_limits(conn)
     guard = ReadOnlyGuard(tables)
+    _wrap_builtins(conn, guard)
     conn.set_authorizer(guard)
     return guard
 
@@ -274,7 +376,7 @@ def execute(ep: SqlEpisode, sql: str) -> QueryResult:
     statement = check_sql(sql)
     with ep.lock:
         ep.queries += 1
-        ep.guard.denied = None
+        ep.guard.denied = ep.guard.refused = None
         deadline = time.monotonic() + QUERY_TIME_LIMIT
         ep.conn.set_progress_handler(lambda: time.monotonic() > deadline, 2000)
         try:
@@ -283,14 +385,20 @@ def execute(ep: SqlEpisode, sql: str) -> QueryResult:
             columns = [d[0] for d in cur.description or ()]
             cur.close()
         except (sqlite3.Error, sqlite3.Warning) as e:
-            raise ToolError(_explain(e, ep.guard.denied, time.monotonic() > deadline)) from None
+            raise ToolError(_explain(e, ep.guard, time.monotonic() > deadline)) from None
         finally:
             ep.conn.set_progress_handler(None, 0)
     return QueryResult(columns=columns, rows=[[_cell(v) for v in r] for r in rows[:MAX_ROWS]],
                        row_count=min(len(rows), MAX_ROWS), truncated=len(rows) > MAX_ROWS)
 
 
-def _explain(err: Exception, denied: str | None, timed_out: bool) -> str:
+def _explain(err: Exception, guard: ReadOnlyGuard, timed_out: bool) -> str:
+    denied = guard.denied
+    if guard.refused is not None:
+        return f"SQL error: {guard.refused}. Build smaller values."
+    if "too big" in str(err):
+        return (f"SQL error: {err} (a string or blob may have at most {MAX_VALUE_BYTES} bytes, a LIKE/GLOB pattern "
+                f"{MAX_PATTERN_CHARS} characters).")
     if denied is not None:
         return (f"Refused: the query tries to {denied}, which is not allowed. The database is read-only: use a single "
                 "SELECT over its tables with built-in functions. Nothing was changed.")
@@ -329,7 +437,8 @@ async def query(sql: str) -> QueryResult:
     database: check the schema first. Example: SELECT city, COUNT(*) FROM customers GROUP BY city ORDER BY 2 DESC
     """
     ep = server.state
-    return await anyio.to_thread.run_sync(execute, ep, sql)
+    async with ep.turn:
+        return await anyio.to_thread.run_sync(execute, ep, sql)
 
 
 @server.tool(read_only=True, idempotent=True)
