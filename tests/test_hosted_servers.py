@@ -209,3 +209,25 @@ def _collect(http_url: str, log: Path, out: Path, monkeypatch: pytest.MonkeyPatc
     assert "${oc.env:MCP_GYM_TEST_TOKEN}" in (out / ".hydra" / "config.yaml").read_text()  # unresolved copy
     assert f"POST /mcp Bearer {TOKEN}" in log.read_text()  # ...while the server did get the token from the env
     assert len(load(out).episodes) == 2
+
+
+def test_inspect_cli_header_and_sse_strings(http_url: str, sse_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", http_url, "--timeout", "20"]) == 1
+    err = capsys.readouterr().err
+    assert "401 Unauthorized" in err and TOKEN not in err
+    assert main(["inspect", http_url, "--header", f"Authorization: Bearer {TOKEN}", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"add"' in out and TOKEN not in out
+    assert main(["inspect", "sse+" + sse_url, "--header", f"Authorization: Bearer {TOKEN}", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"transport": "sse"' in out and '"add"' in out
+    assert main(["inspect", http_url, "--header", TOKEN]) == 1
+    err = capsys.readouterr().err
+    assert "--header needs 'Name: value'" in err and TOKEN not in err
+
+
+def test_copies_share_the_auth_flow() -> None:
+    import copy
+
+    spec = Http("http://h/mcp", auth=BearerAuth(TOKEN))
+    assert copy.deepcopy({"api": spec})["api"].auth is spec.auth

@@ -127,6 +127,9 @@ class _Hosted(_SpecBase):
                 raise TypeError(f"{type(self).__name__}({redact_url(self.url)!r}): auth must be an httpx2.Auth, "
                                 f"got {type(self.auth).__name__}")
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Hosted:
+        return self  # the auth flow holds live state (tokens): copies (e.g. by gymnasium.make) share it
+
     def describe(self) -> str:
         return redact_url(self.url)
 
