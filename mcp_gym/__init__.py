@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "ToolCallFailed": "mcp_gym.env",
     "Stdio": "mcp_gym.client.specs",
     "Http": "mcp_gym.client.specs",
+    "Sse": "mcp_gym.client.specs",
     "InProcess": "mcp_gym.client.specs",
     "Replay": "mcp_gym.cassette",
     "ToolCallSpace": "mcp_gym.spaces",
@@ -45,6 +46,7 @@ __all__ = [
     "ToolCallFailed",
     "Stdio",
     "Http",
+    "Sse",
     "InProcess",
     "Replay",
     "ToolCallSpace",
@@ -68,7 +70,7 @@ if TYPE_CHECKING:
     from mcp_gym import recording, sft
     from mcp_gym.async_env import AsyncWrapper, aclose, areset, astep
     from mcp_gym.cassette import Replay
-    from mcp_gym.client.specs import Http, InProcess, Stdio
+    from mcp_gym.client.specs import Http, InProcess, Sse, Stdio
     from mcp_gym.env import InvalidAction, MCPEnv, MCPGymError, ToolCallFailed
     from mcp_gym.envs import make_env
     from mcp_gym.recording import RecordTrajectories

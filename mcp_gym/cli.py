@@ -17,6 +17,7 @@ Servers::
     mcp-gym serve sql --transport http --port 8000       # a bundled server over stdio or Streamable HTTP
     mcp-gym inspect "npx -y @modelcontextprotocol/server-everything stdio"
     mcp-gym inspect http://127.0.0.1:8000/mcp            # tools, resources and prompts of any MCP server
+    mcp-gym inspect sse+https://host/sse --header "Authorization: Bearer $TOKEN"  # older HTTP+SSE, with a header
     mcp-gym serve --replay runs/x/cassettes/memory.jsonl # a recorded cassette as a server (mcp_gym.cassette)
     mcp-gym diff-tools runs/2026-11 runs/2026-12         # tool-catalogue drift (mcp_gym.drift)
 
@@ -210,14 +211,20 @@ def _serve(argv: Sequence[str]) -> int:
 
 
 # -- inspect ----------------------------------------------------------------------------------------------------------
-def _spec(target: str, timeout: float) -> Any:
+def _spec(target: str, timeout: float, header_lines: Sequence[str] = ()) -> Any:
     from mcp_gym.client.specs import Stdio, parse_server
 
     if target.endswith(".jsonl") and Path(target).is_file():  # a cassette: inspect its replay server
         return Stdio.python_module("mcp_gym.cli", "serve", "--replay", str(Path(target).resolve()),
                                    connect_timeout=timeout)
 
-    return parse_server(target, inherit_env=True, connect_timeout=timeout)
+    headers: dict[str, str] = {}
+    for line in header_lines:
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            raise ValueError("--header needs 'Name: value' (the value is not shown: it may be a secret)")
+        headers[name.strip()] = value.strip()
+    return parse_server(target, inherit_env=True, connect_timeout=timeout, headers=headers or None)
 
 
 async def _describe_server(spec: Any) -> dict[str, Any]:
@@ -311,12 +318,15 @@ def _inspect(argv: Sequence[str]) -> int:
     from mcp_gym.client.runtime import default_runtime
 
     p = argparse.ArgumentParser(prog="mcp-gym inspect", description="List what any MCP server offers.")
-    p.add_argument("server", help='a command line in one argument ("npx -y pkg stdio") or an http(s) URL')
+    p.add_argument("server", help='a command line in one argument ("npx -y pkg stdio"), an http(s):// URL (Streamable '
+                   'HTTP) or sse+http(s):// (the older HTTP+SSE transport)')
+    p.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'",
+                   help="an HTTP header for a URL server (repeatable), e.g. 'Authorization: Bearer $TOKEN'")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to connect")
     a = p.parse_args(argv)
     try:
-        d = default_runtime().call(_describe_server, _spec(a.server, a.timeout))
+        d = default_runtime().call(_describe_server, _spec(a.server, a.timeout, a.header))
     except (RuntimeError, ValueError) as e:
         print(f"mcp-gym inspect: {e}", file=sys.stderr)
         return 1

@@ -28,7 +28,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp_gym._version import __version__
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE, StdioState, stdio_transport
 from mcp_gym.client._tools import ListingError, list_tools_checked
-from mcp_gym.client.specs import Http, ServerSpec, Stdio
+from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_url
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -161,6 +161,11 @@ class ServerConnection:
         self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
         self.tap_factory = tap
         self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
+        self.http_refusal: str | None = None  # a hosted server's last error answer ("HTTP 401 Unauthorized at URL")
+
+    def _http_refused(self, status: int | None, reason: str, url: str) -> None:
+        """Note (or, given ``None``, forget after a success) the last HTTP error status met while connecting."""
+        self.http_refusal = None if status is None else f"HTTP {status} {reason}".strip() + f" at {redact_url(url)}"
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -178,7 +183,13 @@ class ServerConnection:
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd)
             target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
         elif isinstance(spec, Http):
-            target = spec.url
+            target = _streamable_http(spec, self._http_refused)
+        elif isinstance(spec, Sse):
+            from mcp.client.sse import sse_client
+
+            target = sse_client(spec.url, headers=dict(spec.headers or {}) or None, auth=spec.auth,
+                                timeout=spec.connect_timeout, httpx_client_factory=_http_client_factory(
+                                    self._http_refused))
         else:
             target = spec.server
 
@@ -248,7 +259,7 @@ class ServerConnection:
             exc = e
             if not entered:
                 self.status = "failed"
-                self.error = _describe_exc(e, "could not connect") + self._stderr_tail()
+                self.error = self._http_why() + _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
             if self.tap is not None:
                 self.tap.close()
@@ -294,6 +305,12 @@ class ServerConnection:
     def pid(self) -> int | None:
         """Process id of a stdio server (``None`` for other transports or before it started)."""
         return self._stdio.pid if self._stdio is not None else None
+
+    def _http_why(self) -> str:
+        if self.http_refusal is None:
+            return ""
+        hint = " (check its headers= / auth= credentials)" if self.http_refusal[5:8] in ("401", "403") else ""
+        return f"server '{self.alias}' ({self.spec.describe()}): {self.http_refusal}{hint}: "
 
     def _stderr_tail(self) -> str:
         tail = self._stdio.stderr_tail().strip() if self._stdio is not None else ""
@@ -550,6 +567,33 @@ class ServerConnection:
             params={"uri": uri, "_meta": dict(meta or {})},
             timeout=timeout,
         )
+
+
+def _http_client_factory(on_refusal: Callable[[int | None, str, str], None]) -> Callable[..., Any]:
+    """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
+    (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was)."""
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async def hook(response: Any) -> None:
+        bad = response.status_code >= 400
+        on_refusal(response.status_code if bad else None, response.reason_phrase, str(response.request.url))
+
+    def factory(**kw: Any) -> Any:
+        http = create_mcp_http_client(**kw)
+        http.event_hooks = {"request": [], "response": [hook]}
+        return http
+
+    return factory
+
+
+@contextlib.asynccontextmanager
+async def _streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str], None]) -> AsyncIterator[Any]:
+    """The SDK's Streamable HTTP transport over an HTTP client carrying the spec's headers and auth."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = _http_client_factory(on_refusal)(headers=dict(spec.headers or {}) or None, auth=spec.auth)
+    async with http, streamable_http_client(spec.url, http_client=http) as streams:
+        yield streams
 
 
 def _describe_exc(e: BaseException, default: str) -> str:

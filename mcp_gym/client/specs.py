@@ -1,5 +1,11 @@
-"""Server specs: how to reach an MCP server — :class:`Stdio` (a subprocess), :class:`Http` (a Streamable HTTP URL) or
-:class:`InProcess` (an ``MCPServer`` in this process) — and the parsers that turn strings and objects into them.
+"""Server specs: how to reach an MCP server — :class:`Stdio` (a subprocess), :class:`Http` (a Streamable HTTP URL),
+:class:`Sse` (the older HTTP+SSE transport) or :class:`InProcess` (an ``MCPServer`` in this process) — and the parsers
+that turn strings, config mappings and objects into them.
+
+Hosted servers take credentials: ``headers=`` (static, e.g. ``Authorization``) and ``auth=`` (any ``httpx2.Auth``, the
+HTTP client library of the ``mcp`` SDK; :func:`oauth_client_credentials` builds the SDK's OAuth client-credentials
+provider). Secrets never leave a spec: ``repr``, :meth:`Http.describe` and :meth:`Http.redacted` mask header values,
+URL passwords and auth objects, and they are what connections, cassettes and run manifests record.
 
 Plain frozen dataclasses: nothing here connects (that is :class:`mcp_gym.client.connection.ServerConnection`).
 """
@@ -12,8 +18,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["Protocol", "Stdio", "Http", "InProcess", "ServerSpec", "parse_server", "normalise_servers"]
+__all__ = [
+    "Protocol", "Stdio", "Http", "Sse", "InProcess", "ServerSpec", "parse_server", "normalise_servers", "redact_url",
+    "REDACTED", "oauth_client_credentials",
+]
+
+REDACTED = "<redacted>"
+"""What a secret (a header value, a URL password, an auth object) is replaced by wherever a spec is shown or saved."""
 
 Protocol = Literal["auto", "legacy", "2026-07-28"]
 """How to negotiate the protocol era: ``auto`` probes ``server/discover`` (at most ``discover_timeout`` seconds) and
@@ -82,18 +95,104 @@ class Stdio(_SpecBase):
         return " ".join([self.command, *self.args])
 
 
-@dataclass(frozen=True)
-class Http(_SpecBase):
-    """A server reached over Streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``)."""
+def redact_url(url: str) -> str:
+    """``url`` with a password in its userinfo replaced by :data:`REDACTED` (``http://u:<redacted>@host/mcp``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
+
+@dataclass(frozen=True)
+class _Hosted(_SpecBase):
     url: str
+    headers: Mapping[str, str] | None = None
+    """Static HTTP headers sent with every request (e.g. ``{"Authorization": "Bearer ..."}``); values are secrets."""
+    auth: Any = None
+    """An ``httpx2.Auth`` (the ``mcp`` SDK's HTTP client library), e.g. :func:`oauth_client_credentials`."""
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"{type(self).__name__} needs an http(s):// URL, got {redact_url(self.url)!r}")
+        if self.headers is not None:
+            bad = [k for k, v in self.headers.items() if not isinstance(v, str)]
+            if bad:
+                raise ValueError(f"{type(self).__name__}({redact_url(self.url)!r}): header {bad[0]!r} must be a string")
+            object.__setattr__(self, "headers", {str(k): v for k, v in self.headers.items()})
+        if self.auth is not None:
+            import httpx2
+
+            if not isinstance(self.auth, httpx2.Auth):
+                raise TypeError(f"{type(self).__name__}({redact_url(self.url)!r}): auth must be an httpx2.Auth, "
+                                f"got {type(self.auth).__name__}")
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Hosted:
+        return self  # the auth flow holds live state (tokens): copies (e.g. by gymnasium.make) share it
+
+    def describe(self) -> str:
+        return redact_url(self.url)
+
+    def redacted(self) -> dict[str, Any]:
+        """The spec as JSON-able data with every secret masked (what recordings and manifests keep)."""
+        return {"transport": self.transport, "url": redact_url(self.url),
+                "headers": {k: REDACTED for k in self.headers or {}},
+                "auth": type(self.auth).__name__ if self.auth is not None else None}
+
+    def __repr__(self) -> str:
+        d = self.redacted()
+        return f"{type(self).__name__}({d['url']!r}, headers={d['headers']!r}, auth={d['auth']})"
+
+
+@dataclass(frozen=True, repr=False)
+class Http(_Hosted):
+    """A server reached over Streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``), optionally with
+    ``headers=`` (static, e.g. a bearer token) and ``auth=`` (any ``httpx2.Auth``)."""
 
     @property
     def transport(self) -> str:
         return "http"
 
-    def describe(self) -> str:
-        return self.url
+
+@dataclass(frozen=True, repr=False)
+class Sse(_Hosted):
+    """A server reached over the older HTTP+SSE transport (MCP 2024-11-05): ``url`` is its SSE endpoint (e.g.
+    ``http://127.0.0.1:8000/sse``); ``headers=`` and ``auth=`` as for :class:`Http`."""
+
+    @property
+    def transport(self) -> str:
+        return "sse"
+
+
+def oauth_client_credentials(
+    url: str, client_id: str, client_secret: str, *, issuer: str | None = None, scope: str | None = None
+) -> Any:
+    """The SDK's OAuth 2.0 client-credentials provider (``ClientCredentialsOAuthProvider``, an ``httpx2.Auth``) for
+    the server at ``url``, with tokens kept in memory only: pass it as ``Http(url, auth=...)``. ``issuer`` names the
+    authorization server the credentials belong to (the SDK warns when it is left out)."""
+    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
+    return ClientCredentialsOAuthProvider(url, _MemoryTokens(), client_id, client_secret, scope=scope, issuer=issuer)
+
+
+class _MemoryTokens:
+    """The SDK's ``TokenStorage`` protocol, in memory (nothing written to disk)."""
+
+    def __init__(self) -> None:
+        self.tokens: Any = None
+        self.client_info: Any = None
+
+    async def get_tokens(self) -> Any:
+        return self.tokens
+
+    async def set_tokens(self, tokens: Any) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> Any:
+        return self.client_info
+
+    async def set_client_info(self, client_info: Any) -> None:
+        self.client_info = client_info
 
 
 @dataclass(frozen=True)
@@ -116,17 +215,25 @@ class InProcess(_SpecBase):
         return f"in-process {getattr(self.server, 'name', type(self.server).__name__)}"
 
 
-ServerSpec = Stdio | Http | InProcess
+ServerSpec = Stdio | Http | Sse | InProcess
 
 
-def parse_server(target: str, *, inherit_env: bool = False, **options: Any) -> Stdio | Http:
-    """A spec from a string: an ``http(s)://`` URL (Streamable HTTP) or a command line (stdio, split like a shell).
+def parse_server(
+    target: str, *, inherit_env: bool = False, headers: Mapping[str, str] | None = None, **options: Any
+) -> Stdio | Http | Sse:
+    """A spec from a string: an ``http(s)://`` URL (Streamable HTTP), ``sse+http(s)://`` (the older HTTP+SSE
+    transport: ``sse+http://host:8000/sse``) or a command line (stdio, split like a shell).
 
-    ``inherit_env``: give a stdio server this process's whole environment (the CLI does, so ``npx`` servers find their
-    configuration) instead of the SDK's minimal one. ``options`` are spec fields (``connect_timeout``, ...).
+    ``headers``: HTTP headers for a URL (an error for a command line). ``inherit_env``: give a stdio server this
+    process's whole environment (the CLI does, so ``npx`` servers find their configuration) instead of the SDK's
+    minimal one. ``options`` are spec fields (``connect_timeout``, ...).
     """
     if target.startswith(("http://", "https://")):
-        return Http(target, **options)
+        return Http(target, headers=headers, **options)
+    if target.startswith(("sse+http://", "sse+https://")):
+        return Sse(target[len("sse+"):], headers=headers, **options)
+    if headers:
+        raise ValueError(f"headers are for http(s):// or sse+http(s):// servers, not the command line {target!r}")
     parts = shlex.split(target)
     if not parts:
         raise ValueError(f"not a server command line or URL: {target!r}")
@@ -135,14 +242,37 @@ def parse_server(target: str, *, inherit_env: bool = False, **options: Any) -> S
 
 def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, ServerSpec]:
     """``{alias: spec}`` from what :class:`~mcp_gym.env.MCPEnv` accepts: a single spec (alias ``"server"``), or per
-    alias a spec, a command line (stdio), an ``http(s)://`` URL or a server object (in process)."""
-    if isinstance(servers, (Stdio, Http, InProcess)):
+    alias a spec, a command line (stdio), an ``http(s)://`` / ``sse+http(s)://`` URL, a mapping (a config entry:
+    ``{url: ..., headers: {...}}`` or ``{command: ..., args: [...], env: {...}}``, plus spec fields such as
+    ``connect_timeout``) or a server object (in process)."""
+    if isinstance(servers, (Stdio, Http, Sse, InProcess)):
         return {"server": servers}
     out: dict[str, ServerSpec] = {}
     for alias, spec in servers.items():
         if isinstance(spec, str):
             spec = parse_server(spec)
-        elif not isinstance(spec, (Stdio, Http, InProcess)):
+        elif isinstance(spec, Mapping):
+            spec = _from_mapping(str(alias), spec)
+        elif not isinstance(spec, (Stdio, Http, Sse, InProcess)):
             spec = InProcess(spec)
         out[str(alias)] = spec
     return out
+
+
+def _from_mapping(alias: str, entry: Mapping[str, Any]) -> Stdio | Http | Sse:
+    d = {str(k): v for k, v in entry.items()}
+    for k in ("headers", "env"):
+        if d.get(k) is not None:
+            d[k] = {str(h): str(v) for h, v in d[k].items()}
+    try:
+        if "url" in d:
+            return parse_server(str(d.pop("url")), **d)
+        if "command" in d:
+            command = d.pop("command")
+            if "args" in d:
+                return Stdio(str(command), [str(a) for a in d.pop("args") or ()], **d)
+            return parse_server(str(command), **d)
+    except TypeError as e:
+        raise ValueError(f"server '{alias}': {e}") from None
+    raise ValueError(f"server '{alias}': a mapping needs 'url' (http(s):// or sse+http(s)://) or 'command', "
+                     f"got keys {sorted(d)}")

@@ -10,13 +10,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mcp_gym.client.specs import REDACTED, redact_url
 from mcp_gym.policies import Policy, make_policy
 from mcp_gym.tasks import Task, load_task_source
 from mcp_gym.vector import EpisodeSpec
 
 __all__ = [
     "to_dict", "load_job_tasks", "env_factory", "run_location", "build_policy", "plan_episodes", "episode_seed",
-    "run_metadata", "job_identity", "custom_grading", "needs_own_sessions",
+    "run_metadata", "job_identity", "custom_grading", "needs_own_sessions", "redact_server_entry",
 ]
 
 
@@ -47,7 +48,7 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
         from mcp_gym.client.specs import normalise_servers
         from mcp_gym.env import MCPEnv
 
-        servers = normalise_servers(dict(env_cfg["servers"]))
+        servers = normalise_servers(to_dict(env_cfg["servers"]))
         if connect_timeout is not None:
             servers = {a: dataclasses.replace(s, connect_timeout=float(connect_timeout)) for a, s in servers.items()}
         grading = custom_grading(env_cfg)
@@ -121,28 +122,54 @@ def plan_episodes(
     return [EpisodeSpec(key, task_id, episode_seed(seed, key)) for key, task_id in keys]
 
 
+def _redacted_env(env: dict[str, Any]) -> dict[str, Any]:
+    """The env config with server secrets masked (header and environment values, URL passwords)."""
+    if isinstance(env.get("servers"), Mapping):
+        env["servers"] = {alias: redact_server_entry(v) for alias, v in env["servers"].items()}
+    if isinstance(env.get("url"), str):
+        env["url"] = redact_url(env["url"])
+    return env
+
+
 def job_identity(cfg: DictConfig, tasks: Sequence[Task] | None = None) -> dict[str, Any]:
     """The job's run identity (see :mod:`mcp_gym.jobs.identity`): what shapes its episodes, resolved (``tasks``: the
-    job's tasks, loaded if not given)."""
+    job's tasks, loaded if not given). Server secrets are masked: a new token is the same run."""
     from mcp_gym.jobs.identity import run_identity
 
     env = to_dict(cfg.env)
     if tasks is None:
         tasks = load_job_tasks(env, cfg.get("split"))
-    return run_identity(env, to_dict(cfg.policy), seed=cfg.seed, split=cfg.get("split"), samples=cfg.get("samples"),
-                        episodes=cfg.get("episodes"), tasks=tasks)
+    return run_identity(_redacted_env(env), to_dict(cfg.policy), seed=cfg.seed, split=cfg.get("split"),
+                        samples=cfg.get("samples"), episodes=cfg.get("episodes"), tasks=tasks)
 
 
 def run_metadata(cfg: DictConfig, out: Path, tasks: Sequence[Task] | None = None) -> dict[str, Any]:
-    """What a run directory's manifest records about the job (the api key left out), its run identity included
-    (``tasks``: the job's tasks, loaded if not given)."""
+    """What a run directory's manifest records about the job (the api key left out, server secrets masked), its run
+    identity included (``tasks``: the job's tasks, loaded if not given)."""
     policy = {k: v for k, v in to_dict(cfg.policy).items() if k != "api_key"}
     env = to_dict(cfg.env)
+    grading = custom_grading(env).describe() if env.get("servers") else None  # judge model and prompts as used
+    env = _redacted_env(env)
+    if isinstance(env.get("judge"), dict):
+        env["judge"] = {k: v for k, v in env["judge"].items() if k != "api_key"}
     meta = {"command": cfg.command, "env": env, "policy": policy, "seed": cfg.seed,
             "split": cfg.get("split"), "samples": cfg.get("samples"), "episodes": cfg.get("episodes"),
             "out": str(out), "identity": job_identity(cfg, tasks)}
-    if env.get("servers"):
-        if isinstance(env.get("judge"), dict):
-            env["judge"] = {k: v for k, v in env["judge"].items() if k != "api_key"}
-        meta["grading"] = custom_grading(env).describe()  # judge model and prompts as used
+    if grading is not None:
+        meta["grading"] = grading
     return meta
+
+
+def redact_server_entry(entry: Any) -> Any:
+    """A custom env's server config entry with its secrets masked: header and environment values, URL passwords."""
+    if isinstance(entry, str):
+        return redact_url(entry)
+    if not isinstance(entry, Mapping):
+        return entry
+    out = dict(entry)
+    for key in ("headers", "env"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = {k: REDACTED for k in out[key]}
+    if isinstance(out.get("url"), str):
+        out["url"] = redact_url(out["url"])
+    return out
