@@ -6,8 +6,8 @@ Phases, top to bottom:
 1. **collect**: the ``oracle`` policy (the tasks' reference solutions) on Counter's *train* split, recorded to Parquet
    by the ``collect`` job (the same code as ``mcp-gym collect``).
 2. **export**: :func:`mcp_gym.sft.export` turns the run into a chat dataset (the chat view the policies send a model).
-3. **tokenizer**: a byte-level BPE (``tokenizers``) trained on the exported conversations rendered by TRL's Qwen 2.5
-   chat template (the template renders ``tools`` and Hermes ``<tool_call>`` blocks).
+3. **tokenizer**: a byte-level BPE (``tokenizers``) trained on the exported conversations rendered by a compact
+   Qwen-style chat template (tools as signatures, Hermes ``<tool_call>`` blocks, ``{% generation %}`` markers).
 4. **train**: a tiny Qwen2-architecture model, randomly initialised, with TRL's ``SFTTrainer`` and
    ``assistant_only_loss`` (loss on the model's own turns only: its tool calls, never tool output or prompt).
 5. **evaluate**: ``policy=hf`` (the trained model, greedy decoding, the same chat view and parser) and ``policy=random``
@@ -38,7 +38,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import datasets  # noqa: E402
 import torch  # noqa: E402
-import trl  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
@@ -48,7 +47,30 @@ from mcp_gym.cli import main as mcp_gym_cli  # noqa: E402
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>",  # the template's markers, one token each
                   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-TEMPLATE = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
+# A compact Qwen-style chat template: the tools as one-line signatures (the full JSON schemas would make every example
+# ~600 tokens, mostly constant), Hermes <tool_call> blocks the parser reads, and {% generation %} markers around the
+# assistant turns for SFTTrainer's assistant_only_loss. Training and policy=hf render with this same template.
+TEMPLATE = """\
+{%- set ns = namespace(system='') -%}
+{%- if messages and messages[0].role == 'system' %}{% set ns.system = messages[0].content + '\n' %}{% endif -%}
+<|im_start|>system
+{{ ns.system }}Tools:{% for t in tools or [] %} {{ t.function.name }}({{ (t.function.parameters.properties or {}) \
+| list | join(', ') }}){% endfor %}<|im_end|>
+{% for m in messages %}
+{%- if m.role == 'user' %}<|im_start|>user
+{{ m.content }}<|im_end|>
+{% elif m.role == 'assistant' %}<|im_start|>assistant
+{% generation %}{{ m.content or '' }}{% for c in m.tool_calls or [] %}<tool_call>
+{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}
+</tool_call>{% endfor %}<|im_end|>{% endgeneration %}{{ '\\n' }}
+{% elif m.role == 'tool' %}<|im_start|>user
+<tool_response>
+{{ m.content }}
+</tool_response><|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -63,7 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=300, help="SFT optimisation steps")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--learning-rate", type=float, default=3e-3)
-    p.add_argument("--max-length", type=int, default=768, help="tokens per training example")
+    p.add_argument("--max-length", type=int, default=384, help="tokens per training example")
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model reply at evaluation")
     p.add_argument("--random-samples", type=int, default=4, help="random-policy episodes per test task")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -109,7 +131,7 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, max
     """A Qwen2-architecture causal LM with random weights."""
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=max(max_length, 1024), tie_word_embeddings=True,
+                         max_position_embeddings=4096, tie_word_embeddings=True,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=None)
     return Qwen2ForCausalLM(config)
@@ -136,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     # 3. tokenizer: BPE trained on the rendered export -----------------------------------------------------------------
     t = time.perf_counter()
-    template = TEMPLATE.read_text(encoding="utf-8")
+    template = TEMPLATE
     tokenizer = train_tokenizer(ds, template, args.vocab)
     lengths = [len(tokenizer(render(tokenizer, ex, template), add_special_tokens=False)["input_ids"]) for ex in ds]
     times["tokenizer"] = time.perf_counter() - t
@@ -157,7 +179,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer)
     result = trainer.train()
     model_dir = out / "model"
-    tokenizer.chat_template = template  # the inference template (SFTTrainer trained with its generation-marked twin)
     trainer.model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     times["train"] = time.perf_counter() - t
