@@ -28,7 +28,7 @@ def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -
            "PYTHONWARNINGS": "ignore"}
     out = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "scripts" / "examples" / "sft_from_scratch.py"), "--out", str(out),
-           "--steps", "STEPS", "--random-samples", "2", "--json", str(tmp_path / "results.json")]
+           "--steps", "900", "--random-samples", "2", "--json", str(tmp_path / "results.json")]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())

@@ -82,7 +82,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=600, help="BPE vocabulary size")
     p.add_argument("--hidden", type=int, default=128, help="model width")
     p.add_argument("--layers", type=int, default=4, help="transformer layers")
-    p.add_argument("--steps", type=int, default=300, help="SFT optimisation steps")
+    p.add_argument("--steps", type=int, default=1800, help="SFT optimisation steps")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--learning-rate", type=float, default=3e-3)
     p.add_argument("--max-length", type=int, default=384, help="tokens per training example")
