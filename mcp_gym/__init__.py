@@ -4,7 +4,7 @@
     env = MCPEnv(servers={"fs": Stdio("npx", ["-y", "@modelcontextprotocol/server-filesystem", "."])})
 
 Importing the package registers the bundled environments (``gymnasium.make("mcp_gym/SQL-v0")``). The public names
-below are imported on first use, so server processes (``python -m mcp_gym.servers.sql``) start without loading the
+below are imported on first use, so server processes (``python -m mcp_gym.envs.sql.server``) start without loading the
 client, the recorder or pyarrow.
 """
 
@@ -13,16 +13,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mcp_gym._version import __version__ as __version__
 
 _EXPORTS: dict[str, str] = {
     "MCPEnv": "mcp_gym.env",
     "MCPGymError": "mcp_gym.env",
     "InvalidAction": "mcp_gym.env",
     "ToolCallFailed": "mcp_gym.env",
-    "Stdio": "mcp_gym.connection",
-    "Http": "mcp_gym.connection",
-    "InProcess": "mcp_gym.connection",
+    "Stdio": "mcp_gym.client.specs",
+    "Http": "mcp_gym.client.specs",
+    "InProcess": "mcp_gym.client.specs",
     "Replay": "mcp_gym.cassette",
     "ToolCallSpace": "mcp_gym.spaces",
     "Utf8Text": "mcp_gym.spaces",
@@ -59,7 +59,7 @@ __all__ = [
 if TYPE_CHECKING:
     from mcp_gym import recording, sft
     from mcp_gym.cassette import Replay
-    from mcp_gym.connection import Http, InProcess, Stdio
+    from mcp_gym.client.specs import Http, InProcess, Stdio
     from mcp_gym.env import InvalidAction, MCPEnv, MCPGymError, ToolCallFailed
     from mcp_gym.envs import make_env
     from mcp_gym.recording import RecordTrajectories

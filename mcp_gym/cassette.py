@@ -80,15 +80,17 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
-from mcp_gym.connection import ConnectionLost, InProcess, Protocol, ServerSpec
-from mcp_gym.host import SEED_META_KEY, TASK_META_KEY
-from mcp_gym.serverkit import CHANGES_META_KEY, EPISODE_META_KEY
+from mcp_gym._version import __version__
+from mcp_gym.client.connection import ConnectionLost, ServerConnection
+from mcp_gym.client.specs import InProcess, Protocol, ServerSpec, normalise_servers
+from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, SEED_META_KEY, TASK_META_KEY
 
 __all__ = [
     "FORMAT",
     "VERSION",
     "REPLAY_MISS",
     "Recorder",
+    "record_tap",
     "Cassette",
     "Exchange",
     "Replay",
@@ -197,13 +199,17 @@ def with_record(spec: ServerSpec, record: str | os.PathLike[str] | None) -> Serv
 def record_servers(servers: Any, directory: str | os.PathLike[str]) -> dict[str, ServerSpec]:
     """Every server of an env (``MCPEnv``'s ``servers`` argument: specs, command lines, URLs or server objects)
     recording to ``directory/<alias>.jsonl``."""
-    from mcp_gym.env import normalise_servers
-
     return {alias: with_record(spec, directory) for alias, spec in normalise_servers(servers).items()}
 
 
+def record_tap(conn: ServerConnection) -> Recorder | None:
+    """The :data:`~mcp_gym.client.connection.TapFactory` of recording: a :class:`Recorder` for a connection whose
+    spec has ``record=``, else no tap (:class:`~mcp_gym.env.MCPEnv` passes it to its host when a spec records)."""
+    return Recorder.open(conn) if conn.spec.record is not None else None
+
+
 class Recorder:
-    """The tap a :class:`~mcp_gym.connection.ServerConnection` feeds when its spec has ``record=``.
+    """The :class:`~mcp_gym.client.connection.Tap` a connection feeds when its spec has ``record=``.
 
     All methods run on the runtime loop; each event is one ``write`` of one line to the cassette (``O_APPEND``).
     """
@@ -246,8 +252,6 @@ class Recorder:
             caps = _dump(client.server_capabilities)
         with contextlib.suppress(RuntimeError, AttributeError):
             instructions = client.instructions
-        from mcp_gym import __version__
-
         pending, self._pending = self._pending or [], None
         self._write({
             "kind": "header", "format": FORMAT, "version": VERSION, "connection": self.connection,

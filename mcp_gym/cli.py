@@ -1,6 +1,6 @@
 """The ``mcp-gym`` command.
 
-Jobs, configured with Hydra (``conf/`` in the repository, shipped as ``mcp_gym.conf``; overrides and ``-m``
+Jobs, configured with Hydra (the package ``mcp_gym.conf``, folder ``mcp_gym/conf/``; overrides and ``-m``
 multirun work as usual)::
 
     mcp-gym demo                                         # end-to-end: collect, evaluate, export SFT (offline)
@@ -18,6 +18,11 @@ Servers::
     mcp-gym inspect http://127.0.0.1:8000/mcp            # tools, resources and prompts of any MCP server
     mcp-gym serve --replay runs/x/cassettes/memory.jsonl # a recorded cassette as a server (mcp_gym.cassette)
     mcp-gym diff-tools runs/2026-11 runs/2026-12         # tool-catalogue drift (mcp_gym.drift)
+
+Looking at runs::
+
+    mcp-gym view runs/eval/Counter-oracle                # a static HTML report: episodes, steps, plots (offline)
+    mcp-gym view RUN_A RUN_B --out compare.html          # several runs side by side by task (mcp_gym.viewer)
 
 Rerunning an interrupted ``collect``/``eval``/``demo`` resumes it. Exit status 130 after Ctrl-C.
 """
@@ -40,7 +45,7 @@ INTERRUPTED = 130
 
 def _usage() -> str:
     body = (__doc__ or "").split("\n", 2)[2].replace("``", "").replace("::", ":")
-    return f"usage: mcp-gym {{{','.join([*JOBS, 'serve', 'inspect', 'diff-tools'])}}} [arguments]\n\n{body}"
+    return f"usage: mcp-gym {{{','.join([*JOBS, 'serve', 'inspect', 'diff-tools', 'view'])}}} [arguments]\n\n{body}"
 
 
 # -- Hydra jobs -------------------------------------------------------------------------------------------------------
@@ -62,6 +67,12 @@ def _run_job(cfg: Any) -> None:
             jobs.export_sft(cfg, out)
         elif cfg.command == "demo":
             jobs.demo(cfg, out)
+            from mcp_gym.viewer import write_view  # the products layer, above jobs: called from here, not from demo
+
+            policies = list(cfg.demo.policies)
+            page = write_view([out / f"{stage}-{k}" for stage in ("eval", "collect") for k in policies],
+                              out / "report.html", title=f"mcp-gym demo: {cfg.env.name}")
+            print(f"look at the episodes: open {page}")
         else:
             raise ValueError(f"unknown command {cfg.command!r}")
     except jobs.JobInterrupted as e:
@@ -91,7 +102,7 @@ def _hydra(command: str, overrides: Sequence[str]) -> int:
 
 # -- serve ------------------------------------------------------------------------------------------------------------
 def _serve(argv: Sequence[str]) -> int:
-    from mcp_gym.servers import BUNDLED_SERVERS, serve
+    from mcp_gym.envs.serve import BUNDLED_SERVERS, serve
 
     p = argparse.ArgumentParser(prog="mcp-gym serve", description="Run a bundled MCP server, or replay a cassette.")
     p.add_argument("name", nargs="?", help="a bundled server or env: " + ", ".join(BUNDLED_SERVERS) + ", counter")
@@ -122,15 +133,15 @@ def _serve(argv: Sequence[str]) -> int:
 
 # -- inspect ----------------------------------------------------------------------------------------------------------
 def _spec(target: str, timeout: float) -> Any:
-    from mcp_gym.connection import parse_server
+    from mcp_gym.client.specs import parse_server
 
     return parse_server(target, inherit_env=True, connect_timeout=timeout)
 
 
 async def _describe_server(spec: Any) -> dict[str, Any]:
     """Everything a server lists: its info, tools, resources, resource templates and prompts (JSON-able)."""
-    from mcp_gym.connection import ServerConnection
-    from mcp_gym.runtime import default_runtime
+    from mcp_gym.client.connection import ServerConnection
+    from mcp_gym.client.runtime import default_runtime
 
     conn = ServerConnection("server", spec)
     await conn.start(default_runtime().task_group)
@@ -195,7 +206,7 @@ def _print_server(d: dict[str, Any]) -> None:
 
 
 def _inspect(argv: Sequence[str]) -> int:
-    from mcp_gym.runtime import default_runtime
+    from mcp_gym.client.runtime import default_runtime
 
     p = argparse.ArgumentParser(prog="mcp-gym inspect", description="List what any MCP server offers.")
     p.add_argument("server", help='a command line in one argument ("npx -y pkg stdio") or an http(s) URL')
@@ -227,6 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(rest)
         if command == "inspect":
             return _inspect(rest)
+        if command == "view":
+            from mcp_gym.viewer import main as view
+
+            return view(rest)
         if command == "diff-tools":
             from mcp_gym.drift import main as diff_tools
 

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mcp_gym.serverkit import HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
+from mcp_gym.protocol import HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
 __all__ = [
     "Change",
@@ -169,8 +169,9 @@ def _from_cassettes(paths: Sequence[Path], server: str | None) -> Catalogue:
 
 
 def _from_live(target: str, timeout: float) -> Catalogue:
-    from mcp_gym.connection import ServerConnection, parse_server
-    from mcp_gym.runtime import default_runtime
+    from mcp_gym.client.connection import ServerConnection
+    from mcp_gym.client.runtime import default_runtime
+    from mcp_gym.client.specs import parse_server
 
     spec = parse_server(target, inherit_env=True, connect_timeout=timeout)
 

@@ -6,31 +6,36 @@ The action space is the servers' ``tools/list`` (:class:`~mcp_gym.spaces.ToolCal
 Rewards follow the convention of :mod:`mcp_gym.rewards`, and a task verifier grades ``submit``.
 
 One implementation, two faces: ``areset``/``astep`` are coroutines; ``reset``/``step`` are their synchronous face (they
-run the :class:`~mcp_gym.runtime.Runtime` loop that owns the sessions in the caller's thread, or hop onto its loop
-thread once it has one).
+run the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the sessions in the caller's thread, or hop onto its
+loop thread once it has one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, SupportsFloat
 
+import anyio
 import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.connection import ConnectionLost, Http, InProcess, ServerSpec, Stdio, parse_server
-from mcp_gym.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
+from mcp_gym.client.connection import ConnectionLost, ServerConnection
+from mcp_gym.client.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash, tool_schema
+from mcp_gym.client.runtime import Runtime, default_runtime
+from mcp_gym.client.specs import ServerSpec, normalise_servers
+from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, ToolCallError
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
-from mcp_gym.runtime import Runtime, default_runtime
-from mcp_gym.serverkit import RESET_TOOL, STATE_TOOL
-from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
+from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
 
 __all__ = [
-    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content", "normalise_servers"
+    "MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "render_content"
 ]
 
 ResetMode = Literal["auto", "tool", "restart", "none"]
@@ -83,21 +88,6 @@ def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
     return text
 
 
-def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, ServerSpec]:
-    """``{alias: spec}`` from what :class:`MCPEnv` accepts: a single spec (alias ``"server"``), or per alias a spec, a
-    command line (stdio), an ``http(s)://`` URL or a server object (in process)."""
-    if isinstance(servers, (Stdio, Http, InProcess)):
-        return {"server": servers}
-    out: dict[str, ServerSpec] = {}
-    for alias, spec in servers.items():
-        if isinstance(spec, str):
-            spec = parse_server(spec)
-        elif not isinstance(spec, (Stdio, Http, InProcess)):
-            spec = InProcess(spec)
-        out[str(alias)] = spec
-    return out
-
-
 
 
 class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
@@ -110,7 +100,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         max_steps: Truncate after this many steps.
         observe_resources: Resource URIs to observe (templates such as ``notes://{title}`` are filled from the task's
             ``data``), ``"all"`` for every listed resource, or ``None``. The task's own ``resources`` are added.
-        call_timeout: Seconds per tool call (``None``: no limit).
+        call_timeout: Seconds per tool call (``None``: no limit); also bounds each re-listing of tools after
+            ``tools/list_changed`` and each resource read or listing.
+        reset_timeout: Seconds for all of :meth:`reset`'s server work (restarts, reset tools, listings, resource
+            reads; ``None``: no limit). Past it, ``reset`` returns with a ``timeout`` error in ``info["reset_errors"]``
+            and the servers it was still waiting on (or had not reset yet) are failed and restart at the next reset.
         sampling: Answers the servers' sampling requests (default: a clear refusal).
         elicitation: Answers elicitation requests (default: decline).
         strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
@@ -127,6 +121,22 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         success_threshold: A final reward at or above it counts as success.
         env_id: Name recorded with trajectories.
         runtime: The event-loop runtime owning the sessions (default: the process-wide one).
+
+    Example (an in-process server; :class:`Stdio` and :class:`Http` specs work the same)::
+
+    >>> from mcp_gym import InProcess, MCPEnv
+    >>> from mcp_gym.envs.counter.server import make_server
+    >>> env = MCPEnv({"counter": InProcess(make_server())}, ["Move the counter to 3."])
+    >>> obs, info = env.reset(seed=0)
+    >>> env.action_space.tool_names                       # the server's tools, plus the built-in submit
+    ['add', 'get_count', 'submit']
+    >>> obs, reward, terminated, truncated, info = env.step({"tool": "add", "arguments": {"amount": 9}})
+    >>> info["error"]["kind"], info["error"]["argument"]  # refused before any call: add takes -5..5
+    ('invalid_arguments', 'amount')
+    >>> obs, reward, terminated, truncated, info = env.step({"tool": "add", "arguments": {"amount": 3}})
+    >>> reward, terminated                                # the server's reward convention: target reached
+    (1.0, True)
+    >>> env.close()
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -139,6 +149,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         max_steps: int = 20,
         observe_resources: Sequence[str] | Literal["all"] | None = None,
         call_timeout: float | None = 30.0,
+        reset_timeout: float | None = 120.0,
         sampling: SamplingFn | None = None,
         elicitation: ElicitationFn | None = None,
         strict: bool = False,
@@ -161,6 +172,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.max_steps = max_steps
         self.observe_resources = observe_resources
         self.call_timeout = call_timeout
+        self.reset_timeout = reset_timeout
+        self._inflight: Counter[str] = Counter()  # servers a reset is waiting on (failed if the reset times out)
         self.strict = strict
         self.verifier = verifier
         self.reward_fn: RewardFn = reward_fn or ConventionReward(error_penalty)
@@ -170,8 +183,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.success_threshold = success_threshold
         self.env_id = env_id
         self.render_mode = render_mode
+        specs = normalise_servers(servers)
+        tap = None
+        if any(spec.record is not None for spec in specs.values()):
+            from mcp_gym.cassette import record_tap as tap
         self.host = MCPHost(
-            normalise_servers(servers),
+            specs,
+            tap=tap,
             sampling=sampling,
             elicitation=elicitation,
             roots=roots,
@@ -267,8 +285,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     async def _ensure_started(self) -> None:
         if not self._started:
             self._started = True
-            await self.host.start(self._rt.task_group)
-            self._sync_space()
+            try:
+                await self.host.start(self._rt.task_group)
+                self._sync_space()
+            except BaseException:
+                with anyio.CancelScope(shield=True):  # no server process outlives a failed construction
+                    await self.host.close()
+                self._closed = True
+                raise
 
     def _sync_space(self) -> bool:
         tools = {name: e.input_schema for name, e in self.host.catalogue.items()}
@@ -300,11 +324,22 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.host.drain_logs()
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         self.host.episode_task, self.host.episode_seed = self.task.id, task_seed  # sent in _meta (cassette replay)
-        reset_errors = await self._reset_servers(task_seed)
-        await self.host.refresh_tools()
-        self._sync_space()
-        await self._setup_resources()
-        await self.host.poll_changes()  # the burst of list_changed some servers send on connect is not step 1's
+        reset_errors: list[dict[str, Any]] = []
+        done: set[str] = set()
+        self._inflight.clear()
+        self._resources = {}
+        limit = math.inf if self.reset_timeout is None else self.reset_timeout
+        with anyio.move_on_after(limit) as scope:
+            await self._reset_servers(task_seed, reset_errors, done)
+            with self._waiting_on(*self.host.connections):
+                await self.host.refresh_tools(timeout=self.call_timeout)
+            self._sync_space()
+            await self._setup_resources()
+            with self._waiting_on(*self.host.connections):
+                # the burst of list_changed some servers send on connect is not step 1's
+                await self.host.poll_changes(timeout=self.call_timeout)
+        if scope.cancelled_caught:
+            self._reset_timed_out(reset_errors, done)
         self._sync_space()
         obs = {"task": self.task.prompt, "result": "", "resources": dict(self._resources)}
         self._last_text = self.task.prompt
@@ -322,29 +357,62 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         }
         return obs, info
 
-    async def _reset_servers(self, seed: int) -> list[dict[str, Any]]:
-        errors: list[dict[str, Any]] = []
+    @contextlib.contextmanager
+    def _waiting_on(self, *aliases: str) -> Iterator[None]:
+        """Mark servers as awaited by the reset (a reset timeout fails the servers it was waiting on)."""
+        self._inflight.update(aliases)
+        try:
+            yield
+        finally:
+            self._inflight.subtract(aliases)
+
+    def _reset_timed_out(self, errors: list[dict[str, Any]], done: set[str]) -> None:
+        """``reset_timeout`` passed: fail the servers the reset was waiting on or had not reset yet (their state is
+        unknown); they lose their tools for this episode and restart at the next reset."""
+        stuck = {a for a, n in self._inflight.items() if n > 0} | (set(self.host.connections) - done)
+        self._inflight.clear()
+        for alias in self.host.connections:
+            if alias not in stuck:
+                continue
+            conn = self.host.connections[alias]
+            if conn.status not in ("ready", "connecting"):
+                continue  # already failed or dead, with its own reason
+            reason = f"reset timed out after {self.reset_timeout:g} s"
+            conn.fail(reason)
+            message = f"server '{alias}': {reason} (it is failed and restarts at the next reset)"
+            errors.append(ToolCallError("timeout", message, server=alias).as_dict())
+            self.host.all_tools.pop(alias, None)
+        self.host._rebuild()
+        for u in self._obs_uris:
+            self._resources.setdefault(u, f"[error reading resource {u}: reset timed out]")
+
+    async def _reset_servers(self, seed: int, errors: list[dict[str, Any]], done: set[str]) -> None:
         assert self.task is not None
         for alias, conn in list(self.host.connections.items()):
-            mode = self.reset_mode
-            if conn.status != "ready" and mode != "none":
-                await self.host.restart(alias, self._rt.task_group)  # a dead server comes back next episode
-                if mode == "restart":
-                    continue
+            with self._waiting_on(alias):
+                await self._reset_server(alias, conn, seed, errors)
+            done.add(alias)
+
+    async def _reset_server(self, alias: str, conn: ServerConnection, seed: int, errors: list[dict[str, Any]]) -> None:
+        assert self.task is not None
+        mode = self.reset_mode
+        if conn.status != "ready" and mode != "none":
+            await self.host.restart(alias, self._rt.task_group)  # a dead server comes back next episode
             if mode == "restart":
-                await self.host.restart(alias, self._rt.task_group)
-                continue
-            if mode == "none" or self.host.connections[alias].status != "ready":
-                continue
-            if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
-                continue
-            args = {"task_id": self.task.id, "seed": seed}
-            out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
-            if out.error or (out.result is not None and out.result.is_error):
-                err = out.error or {"kind": "tool_error", "server": alias, "tool": RESET_TOOL,
-                                    "message": render_content(out.result.content if out.result else [])}
-                errors.append(err)
-        return errors
+                return
+        if mode == "restart":
+            await self.host.restart(alias, self._rt.task_group)
+            return
+        if mode == "none" or self.host.connections[alias].status != "ready":
+            return
+        if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
+            return
+        args = {"task_id": self.task.id, "seed": seed}
+        out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
+        if out.error or (out.result is not None and out.result.is_error):
+            err = out.error or ToolCallError("tool_error", render_content(out.result.content if out.result else []),
+                                             tool=RESET_TOOL, server=alias).as_dict()
+            errors.append(err)
 
     # -- resources ------------------------------------------------------------------------------------------------
     async def _setup_resources(self) -> None:
@@ -354,10 +422,12 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             for alias, conn in self.host.connections.items():
                 if conn.status == "ready":
                     try:
-                        for r in await conn.list_resources():
+                        with self._waiting_on(alias):
+                            listed = await conn.list_resources(timeout=self.call_timeout)
+                        for r in listed:
                             self._resource_servers[str(r.uri)] = alias
                             wanted.append(str(r.uri))
-                    except (ConnectionLost, MCPError):
+                    except Exception:  # noqa: BLE001 - a broken listing only loses that server's resources
                         pass
         elif self.observe_resources:
             wanted.extend(self.observe_resources)
@@ -371,10 +441,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 continue  # a template this task cannot fill
         self._obs_uris = {u: None for u in uris}
         self._resources = {}
-        for conn in self.host.connections.values():
+        for alias, conn in self.host.connections.items():
             conn.events.updated.clear()
             if conn.status == "ready" and uris:
-                await conn.subscribe(uris)
+                with self._waiting_on(alias):
+                    await conn.subscribe(uris, timeout=self.call_timeout)
         for u in uris:
             self._resources[u] = await self._read_resource(u)
 
@@ -387,9 +458,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 last = f"server '{alias}' is {conn.status}"
                 continue
             try:
-                res = await conn.read_resource(uri, self.host.meta)
+                with self._waiting_on(alias):
+                    res = await conn.read_resource(uri, self.host.meta, timeout=self.call_timeout)
             except (ConnectionLost, MCPError) as e:
                 last = str(e)
+                continue
+            except Exception as e:  # noqa: BLE001 - e.g. a result that is not a valid ReadResourceResult
+                last = f"invalid result from server '{alias}': {type(e).__name__}"
                 continue
             self._resource_servers[uri] = alias
             return render_content(
@@ -412,20 +487,19 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self.task is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         if self.done:
-            err = {"kind": "episode_over", "tool": None, "server": None, "argument": None, "code": None,
-                   "message": "the episode is over: call reset()"}
+            err = ToolCallError("episode_over", "the episode is over: call reset()").as_dict()
             if self.strict:
                 raise InvalidAction(err)
             return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
         self.steps += 1
-        name = action.get("tool") if isinstance(action, Mapping) else None
-        if name == "submit" and "submit" not in self.host.catalogue:
+        problem = self.action_space.validation_error(action)  # never raises, whatever the action holds
+        name = dict.get(action, "tool") if isinstance(action, dict) else None  # dict.get: not a subclass's get
+        if name.__class__ is str and name == "submit" and "submit" not in self.host.catalogue:
             return await self._submit(action)
-        problem = self.action_space.validation_error(action)
         if problem is not None:
             entry = self.host.resolve(problem.tool) if problem.tool else None
-            err = {"kind": problem.kind, "tool": problem.tool, "server": entry.server if entry else None,
-                   "argument": problem.argument, "code": None, "message": problem.message}
+            err = ToolCallError(problem.kind, problem.message, tool=problem.tool,
+                                server=entry.server if entry else None, argument=problem.argument).as_dict()
             if self.strict:
                 raise InvalidAction(err)
             return await self._finish_step(None, name, {}, err)
@@ -445,9 +519,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             structured = result.structured_content
             signal = read_reward(structured, result.meta, text if structured is None else None)
             if result.is_error and error is None:
-                error = {"kind": "tool_error", "tool": out.tool, "server": out.server, "argument": None,
-                         "code": None, "message": f"tool '{out.tool}' on server '{out.server}' returned an error: "
-                         + text[:500]}
+                error = ToolCallError("tool_error", f"tool '{out.tool}' on server '{out.server}' returned an error: "
+                                      + text[:500], tool=out.tool, server=out.server).as_dict()
         else:
             text = "Error: " + (error or {}).get("message", "unknown error")
             structured = None
@@ -456,7 +529,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                           signal, self.steps, self.task)
         reward = float(self.reward_fn(ctx))
         terminated = signal.done
-        tools_changed = await self.host.poll_changes()
+        tools_changed = await self.host.poll_changes(timeout=self.call_timeout)
         if tools_changed:
             self._sync_space()
             self.catalogue_changes.append({"step": self.steps, "tools": self.tool_catalogue(),
@@ -494,9 +567,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 if self.strict:
                     raise
                 info["success"] = None
-                info["error"] = info["error"] or {
-                    "kind": "verifier_error", "tool": None, "server": None, "argument": None, "code": None,
-                    "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
+                info["error"] = info["error"] or ToolCallError(
+                    "verifier_error", f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}").as_dict()
         return obs, reward, terminated, truncated, info
 
     async def _grade(self, answer: str | None) -> float:
@@ -505,9 +577,34 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         state = await self._state_snapshot()
         return float(self.verifier(self.task, answer, state))
 
+    def _submit_problem(self, action: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
+        (or absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
+        args = dict.get(action, "arguments")  # type: ignore[arg-type]  # the action is a dict (maybe a subclass)
+        problem: ActionError | None = None
+        if args is not None and not isinstance(args, dict):
+            problem = ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON "
+                                  f"object) such as {{\"answer\": \"...\"}}, got {type(args).__name__}")
+        elif len(action) > 2 or not all(isinstance(k, str) and k in ("tool", "arguments") for k in action):
+            problem = self.action_space.validation_error(action)
+        elif args is not None:
+            problem = json_error(tool="submit", arguments=args, max_bytes=self.action_space.max_argument_bytes)
+        if problem is None:
+            return None
+        return ToolCallError(problem.kind, problem.message, tool="submit", argument=problem.argument).as_dict()
+
     async def _submit(self, action: Mapping[str, Any]) -> tuple[dict, float, bool, bool, dict]:
-        args = action.get("arguments")
-        answer = args.get("answer") if isinstance(args, Mapping) else None
+        try:
+            problem = self._submit_problem(action)
+        except Exception as exc:  # noqa: BLE001 - e.g. a dict subclass whose methods raise
+            problem = ToolCallError("malformed", f"the action could not be inspected: {type(exc).__name__} while "
+                                    "reading it", tool="submit").as_dict()
+        if problem is not None:
+            if self.strict:
+                raise InvalidAction(problem)
+            return await self._finish_step(None, "submit", {}, problem)
+        args = dict.get(action, "arguments")  # type: ignore[arg-type]
+        answer = dict.get(args, "answer") if isinstance(args, dict) else None
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
         error = None
@@ -516,8 +613,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             try:
                 reward = await self._grade(answer)
             except Exception as e:  # noqa: BLE001 - a broken verifier must not crash the loop
-                error = {"kind": "verifier_error", "tool": "submit", "server": None, "argument": None, "code": None,
-                         "message": f"verifier failed on task '{self.task.id}': {type(e).__name__}: {e}"}
+                error = ToolCallError("verifier_error", f"verifier failed on task '{self.task.id}': "
+                                      f"{type(e).__name__}: {e}", tool="submit").as_dict()
                 if self.strict:
                     raise
         self.episode_return += reward

@@ -20,10 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RewardSignal", "StepContext", "RewardFn", "read_reward", "ConventionReward"]
+from mcp_gym.protocol import DONE_META_KEY, REWARD_META_KEY
 
-REWARD_META_KEY = "mcp-gym/reward"
-DONE_META_KEY = "mcp-gym/done"
+__all__ = ["RewardSignal", "StepContext", "RewardFn", "read_reward", "ConventionReward"]
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,17 @@ Conventions an env server follows (all implemented here):
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
     CallToolResult,
     EmptyResult,
@@ -35,21 +38,11 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
-EPISODE_META_KEY = "mcp-gym/episode"
-"""``_meta`` key carrying the episode id on every request mcp-gym sends."""
-HIDDEN_META_KEY = "mcp-gym/hidden"
-"""Tool ``_meta`` flag: the env never offers this tool to the agent."""
-RESET_TOOL = "mcp_gym_reset"
-"""Name of the hidden reset tool."""
-STATE_TOOL = "mcp_gym_state"
-"""Name of the hidden state-snapshot tool."""
+from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
+
 DEFAULT_EPISODE = "default"
 
 S = TypeVar("S")
-
-CHANGES_META_KEY = "mcp-gym/changes"
-"""Result ``_meta`` key listing what changed during a tool call (``{"tools": true, "resources": [uris]}``), so the env
-sees changes in the same step even when the notification itself arrives later (e.g. on the 2026 listen stream)."""
 
 _current_episode: contextvars.ContextVar[str] = contextvars.ContextVar("mcp_gym_episode", default=DEFAULT_EPISODE)
 _changes: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("mcp_gym_changes", default=None)
@@ -76,8 +69,13 @@ class EpisodeServer(Generic[S]):
         snapshot: ``state -> JSON-able dict`` returned by ``mcp_gym_state`` (for verifiers).
         version: Server version reported to clients.
         instructions: Instructions for the LLM reading this server.
-        max_episodes: Most episodes kept; the least recently used is dropped beyond it (bounded memory).
+        max_episodes: Most episodes kept; the least recently used is dropped beyond it (bounded memory). A request
+            for a dropped episode (or any episode other than ``"default"`` that was never reset) gets a clear
+            error, never a fresh state.
         on_reset: Optional ``(state) -> Any`` whose result is returned by the reset tool (e.g. an intro text).
+        preflight: Optional check run (on a worker thread) whenever the server starts serving: a stdio or HTTP
+            process at start-up, an in-process server at each client connection. Raising refuses to start, with the
+            exception's message (e.g. the Code server without an OS sandbox).
     """
 
     def __init__(
@@ -90,35 +88,67 @@ class EpisodeServer(Generic[S]):
         instructions: str | None = None,
         max_episodes: int = 4096,
         on_reset: Callable[[S], Any] | None = None,
+        preflight: Callable[[], None] | None = None,
     ) -> None:
+        self._preflight = preflight
         self.mcp = MCPServer(
-            name, version=version, instructions=instructions, log_level="WARNING", middleware=[self._middleware]
+            name, version=version, instructions=instructions, log_level="WARNING", middleware=[self._middleware],
+            lifespan=self._lifespan if preflight is not None else None,
         )
         self._new_state = new_state
         self._snapshot = snapshot
         self._on_reset = on_reset
         self._episodes: OrderedDict[str, _Episode[S]] = OrderedDict()
         self._max_episodes = max_episodes
+        self._evicted: OrderedDict[str, None] = OrderedDict()
         self._gated: set[str] = set()
         self._register_hidden_tools()
         self._accept_legacy_subscriptions()
 
+    def preflight(self) -> None:
+        """Run the server's start-up check (see ``preflight=``); raises if the server must not start."""
+        if self._preflight is not None:
+            self._preflight()
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Any) -> AsyncIterator[dict[str, Any]]:
+        await anyio.to_thread.run_sync(self.preflight)
+        yield {}
+
     # -- episodes -----------------------------------------------------------------------------------------------
     def _episode(self) -> _Episode[S]:
+        """The current episode. Only ``"default"`` (plain clients) is created on first use: any other episode must
+        have been started by the reset tool, so a request for one this server does not hold (never reset here, or
+        evicted) is refused with a clear error instead of being served from a fresh, wrong state."""
         key = _current_episode.get()
         ep = self._episodes.get(key)
-        if ep is None:
-            ep = _Episode(self._new_state(None, 0))
-            self._store(key, ep)
-        else:
+        if ep is not None:
             self._episodes.move_to_end(key)
+            return ep
+        if key != DEFAULT_EPISODE:
+            raise ToolError(self._unknown_episode(key))
+        ep = _Episode(self._new_state(None, 0))
+        self._store(key, ep)
         return ep
+
+    def _unknown_episode(self, key: str) -> str:
+        if key in self._evicted:
+            why = (f"it was evicted: this server holds at most {self._max_episodes} episodes (max_episodes) and "
+                   "drops the least recently used beyond that; run fewer episodes at once on it, or raise max_episodes")
+        else:
+            why = "it was never reset here (or was evicted long ago)"
+        return (f"Episode {key!r} is not held by server {self.mcp.name!r}: {why}. Reset the episode "
+                f"({RESET_TOOL}) to start it again; no state of another episode is used.")
 
     def _store(self, key: str, ep: _Episode[S]) -> None:
         self._episodes[key] = ep
         self._episodes.move_to_end(key)
+        self._evicted.pop(key, None)
         while len(self._episodes) > self._max_episodes:
-            self._episodes.popitem(last=False)
+            old, _ = self._episodes.popitem(last=False)
+            self._evicted[old] = None  # remembered (bounded) only to explain the refusal
+            while len(self._evicted) > 4 * self._max_episodes:
+                self._evicted.popitem(last=False)
 
     @property
     def state(self) -> S:
@@ -169,8 +199,11 @@ class EpisodeServer(Generic[S]):
         self._episode().shown.add(name)
 
     def tool_visible(self, name: str) -> bool:
-        """Whether ``name`` is offered in the current episode."""
-        return name not in self._gated or name in self._episode().shown
+        """Whether ``name`` is offered in the current episode (a gated tool is hidden in an unknown episode)."""
+        if name not in self._gated:
+            return True
+        ep = self._episodes.get(_current_episode.get())
+        return ep is not None and name in ep.shown
 
     async def notify_tools_changed(self, ctx: Context) -> None:
         """Send ``notifications/tools/list_changed`` in the negotiated protocol era (and hint it in the result)."""

@@ -39,14 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-import mcp.types as mt
-import orjson
 import pyarrow as pa
-from pydantic import TypeAdapter
 
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, openai_tools
-from mcp_gym.env import render_content
-from mcp_gym.parsing import ToolCall
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, openai_tools
+from mcp_gym.protocol import SERVER_ERROR_KINDS
+from mcp_gym.recording import conversation as recorded
 from mcp_gym.recording.reader import Recording, read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 
@@ -73,10 +70,6 @@ FinalAnswer = Literal["message", "tool_call"]
 Layout = Literal["messages", "prompt_completion"]
 OutputFormat = Literal["parquet", "jsonl", "disk"]
 
-SERVER_ERROR_KINDS = frozenset(
-    {"server_dead", "timeout", "jsonrpc", "invalid_result", "verifier_error", "episode_over"}
-)
-"""``error.kind`` values that are the infrastructure's fault, not the agent's (``drop_errors`` drops their episodes)."""
 
 FIELDS: dict[str, str] = {
     "messages": "The conversation (layout `messages`) exactly as the chat policies send it to the model "
@@ -334,109 +327,11 @@ def _tools(ep: Mapping[str, Any], catalogue: list[dict[str, Any]] | None) -> lis
     return openai_tools(catalogue)
 
 
-_CONTENT_BLOCKS = TypeAdapter(list[mt.ContentBlock])
-
-
-def _tool_content(step: Mapping[str, Any]) -> str:
-    """What the agent was shown for a step (recorded observation, else the rendered content blocks)."""
-    if step["observation"] is not None:
-        return step["observation"]
-    blocks = json.loads(step["content"]) if step["content"] else []
-    if not blocks and step["error"] is not None:
-        return "Error: " + json.loads(step["error"]).get("message", "unknown error")
-    return render_content(_CONTENT_BLOCKS.validate_python(blocks))
-
-
-def _turns(steps: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
-    """The steps grouped by the model reply they came from (recorded ``turn``; in runs recorded before it, by equal
-    consecutive raw text; otherwise one step per reply)."""
-    groups: list[list[Mapping[str, Any]]] = []
-    last: Any = None
-    for s in steps:
-        if s["turn"] is not None:
-            key: Any = ("turn", s["turn"])
-        elif s["raw_text"] is not None and s["tool"]:
-            key = ("raw", s["raw_text"])
-        else:
-            key = ("step", s["step_index"])
-        if groups and key == last:
-            groups[-1].append(s)
-        else:
-            groups.append([s])
-        last = key
-    return groups
-
-
-def _assistant_content(step: Mapping[str, Any], opts: ExportOptions) -> str:
-    """The reply's own text: recorded ``assistant_content``; else (older runs) the raw text of a reply without a call,
-    or ``opts.assistant_text`` of the raw text of a reply with calls."""
-    if step["assistant_content"] is not None:
-        return step["assistant_content"]
-    raw = step["raw_text"]
-    if raw is None:
-        return ""
-    if not step["tool"]:
-        return raw
-    return opts.assistant_text(raw) if opts.assistant_text is not None else ""
-
-
-def _loads(text: str) -> Any:
-    """JSON of a recorded column: orjson, else the standard library (integers beyond 64 bits)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
-class _Resources:
-    """Decodes the steps' ``resources`` JSON, once per distinct value in a row (it rarely changes between steps)."""
-
-    def __init__(self) -> None:
-        self.last: tuple[str | None, dict[str, str]] = (None, {})
-
-    def __call__(self, step: Mapping[str, Any]) -> dict[str, str]:
-        text = step["resources"]
-        if text != self.last[0]:
-            self.last = (text, _loads(text) if text else {})
-        return self.last[1]
-
-
-def _conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts: ExportOptions) -> list[dict]:
-    """The messages of the episode's last model request (the chat view, :class:`mcp_gym.chat.ChatView`), then the
-    final reply."""
-    initial = json.loads(ep["initial_observation"]) if ep["initial_observation"] else {}
-    initial = initial if isinstance(initial, dict) else {}
-    task = initial["task"] if isinstance(initial.get("task"), str) else (ep["task_prompt"] or "")  # as shown
-    view = ChatView(task, initial.get("resources") or {}, system_prompt=opts.system_prompt)
-    _resources = _Resources()
-    groups = _turns(steps)
-    for k, group in enumerate(groups):
-        last = k == len(groups) - 1
-        first = group[0]
-        content = _assistant_content(first, opts)
-        if not first["tool"]:  # a reply without a usable call
-            view.reply(content, [])
-            if not last:
-                view.no_call(first["parse_status"], _resources(first))
-            continue
-        calls = [ToolCall(s["tool"], _loads(s["arguments"])) for s in group]
-        if (last and opts.final_answer == "message" and [c.name for c in calls] == ["submit"]
-                and ep["final_answer"] is not None):
-            view.messages.append({"role": "assistant",
-                                  "content": "\n\n".join(t for t in (content, ep["final_answer"]) if t)})
-            break
-        ids = view.reply(content, calls)
-        if last:  # the final reply: what it produced was never shown to the model
-            break
-        for step, id in zip(group, ids, strict=True):
-            view.tool_result(id, step["tool"], _tool_content(step), _resources(step))
-    return view.messages
-
-
 def _example(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], source: str, opts: ExportOptions,
              tools: list[dict[str, Any]]) -> dict[str, Any]:
     """One example in storage form: messages (and tool parameters) as JSON strings, the ``Json`` feature's storage."""
-    messages = _conversation(ep, steps, opts)
+    messages = recorded.conversation(ep, steps, system_prompt=opts.system_prompt, final_answer=opts.final_answer,
+                                     assistant_text=opts.assistant_text)
     encoded = [dumps(m) for m in messages]
     if opts.layout == "messages":
         conversation: dict[str, Any] = {"messages": encoded}
@@ -476,7 +371,7 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
             if reason is not None:
                 report.dropped[reason] += 1
                 continue
-            groups = _turns(steps)
+            groups = recorded.turns(steps)
             change, catalogue = _catalogue(ep, groups[-1][0]["step_index"] if groups else None)
             key = (ep["tools"], ep["catalogue_changes"] if change >= 0 else None, change)
             if key not in catalogues:
@@ -586,6 +481,22 @@ def export(
 
     Returns:
         The dataset written: a ``Dataset``, or a ``DatasetDict`` with ``train`` and ``test`` when ``test_size`` is set.
+
+    Example (a run recorded with :class:`~mcp_gym.recording.RecordTrajectories`)::
+
+    >>> import tempfile
+    >>> from mcp_gym import RecordTrajectories, make_env, sft
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> env = RecordTrajectories(make_env("Counter"), f"{tmp.name}/run", policy="oracle")
+    >>> _ = env.reset(seed=0)
+    >>> _ = env.step(env.unwrapped.task.solution[0])   # reaches the target: the episode succeeds
+    >>> env.close()
+    >>> ds = sft.export(f"{tmp.name}/run", f"{tmp.name}/sft")
+    >>> [m["role"] for m in ds[0]["messages"]]   # the final reply ends it: its result was never shown to the model
+    ['system', 'user', 'assistant']
+    >>> ds[0]["messages"][2]["tool_calls"][0]["function"]["arguments"]   # an object, never a JSON string
+    {'amount': -5}
+    >>> tmp.cleanup()
     """
     if format not in ("parquet", "jsonl", "disk"):
         raise ValueError(f"format must be 'parquet', 'jsonl' or 'disk', not {format!r}")

@@ -22,7 +22,7 @@ that keep their own token-level history use ``outs[i].messages`` instead.
 
 Each ``step`` parses every text into tool calls with :func:`mcp_gym.parsing.parse_tool_calls` (OpenAI
 ``tool_calls``, Hermes ``<tool_call>{json}</tool_call>``, bare JSON), runs each episode's calls in order and all the
-episodes concurrently on the :class:`~mcp_gym.runtime.Runtime` loop that owns the MCP sessions, and returns one
+episodes concurrently on the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the MCP sessions, and returns one
 :class:`StepOut` per episode. Text with no parseable tool call never raises: the episode gets the chat view's
 feedback as a ``user`` message (and the step counts toward ``max_steps``, so a model that never calls a tool is
 truncated), or, with ``no_tool_call="submit"``, the text is submitted as the final answer (a rule of its own: the
@@ -42,6 +42,7 @@ from typing import Any, Literal
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, call_id, env_tools, render_resources
 from mcp_gym.env import MCPEnv
 from mcp_gym.parsing import ParseResult, parse_message, parse_tool_calls
+from mcp_gym.protocol import ToolCallError
 from mcp_gym.tasks import Task
 
 __all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "render_resources", "reset_options", "resolve_env_factory",
@@ -313,8 +314,7 @@ class TextEnvBatch:
                 r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": parsed.content}}, info)
                 reward += r
             else:
-                error = {"kind": "parse_error", "tool": None, "server": None, "argument": None,
-                         "code": parsed.status, "message": parsed.error or "no tool call found"}
+                error = ToolCallError("parse_error", parsed.error or "no tool call found", code=parsed.status).as_dict()
                 r, obs = await self._apply(i, {"tool": None, "arguments": {}}, info, error)  # counts the step
                 reward += r
                 messages.append(view.no_call(parsed.status, obs["resources"]))

@@ -1,7 +1,7 @@
 """Many episodes at once on one event loop: an async vector env and the episode runner behind collect and eval.
 
 :class:`VectorMCPEnv` holds ``num_envs`` environments (bare :class:`~mcp_gym.env.MCPEnv` or wrapped in
-:class:`~mcp_gym.recording.RecordTrajectories`) on the :class:`~mcp_gym.runtime.Runtime` loop that owns the MCP
+:class:`~mcp_gym.recording.RecordTrajectories`) on the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the MCP
 sessions, so every ``await env.areset/astep`` runs there without a thread hop. Two ways to drive them:
 
 * batched, like a Gymnasium vector env: ``await vec.areset(seed=0)`` and ``await vec.astep(actions)`` step every
@@ -64,7 +64,7 @@ class EpisodeResult:
 class _SharedSession:
     """One env's view of a server connection shared with other envs.
 
-    Everything is delegated to the shared :class:`~mcp_gym.connection.ServerConnection` except the change flags
+    Everything is delegated to the shared :class:`~mcp_gym.client.connection.ServerConnection` except the change flags
     (``events``: each env has its own, fed by its own calls' result hints), starting (the first env starts the
     connection, the others wait for it) and closing (the vector env closes shared connections once, at the end).
     """

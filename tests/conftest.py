@@ -93,7 +93,7 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def http_counter() -> Iterator[str]:
     """URL of the Counter server (with diagnostic tools) over Streamable HTTP on 127.0.0.1."""
-    proc, url = start_http_server("mcp_gym.servers.testing", "--diagnostics")
+    proc, url = start_http_server("mcp_gym.envs.counter.server", "--diagnostics")
     try:
         yield url
     finally:
@@ -105,7 +105,7 @@ def fresh_default_runtime() -> Iterator[None]:
     """Each test module starts with a new default runtime, in driven mode as users get it (a test that uses the env
     from another event loop switches the runtime to threaded mode; without this every later module would run so)."""
     yield
-    from mcp_gym import runtime
+    from mcp_gym.client import runtime
 
     rt = runtime._default
     if rt is not None and not rt.closed:

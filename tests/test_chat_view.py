@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from mcp_gym import chat, sft
+from mcp_gym.client.runtime import default_runtime
 from mcp_gym.envs import BUNDLED_ENVS, load_env_tasks, make_env
 from mcp_gym.parsing import ParseResult, parse_tool_calls
 from mcp_gym.policies import ChatPolicy, OpenAIPolicy
 from mcp_gym.recording import RecordTrajectories, load
-from mcp_gym.runtime import default_runtime
 from mcp_gym.textenv import TextEnvBatch
 from mcp_gym.vector import EpisodeSpec, VectorMCPEnv
 

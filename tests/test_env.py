@@ -14,14 +14,14 @@ from gymnasium.utils.env_checker import check_env
 import mcp_gym
 from mcp_gym import Http, InProcess, InvalidAction, MCPEnv, Stdio, ToolCallFailed
 from mcp_gym.envs import load_env_tasks
-from mcp_gym.envs.counter import verify
-from mcp_gym.servers.testing import make_server
+from mcp_gym.envs.counter.server import make_server
+from mcp_gym.envs.counter.tasks import verify
 
 TASKS = load_env_tasks("Counter")[:5]
 
 
 def stdio_spec() -> Stdio:
-    return Stdio.python_module("mcp_gym.servers.testing", "--diagnostics")
+    return Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")
 
 
 @pytest.fixture(params=["inprocess", "stdio", "http"])
@@ -280,7 +280,7 @@ def test_check_env_and_registration() -> None:
 
 
 def test_parse_server_strings() -> None:
-    from mcp_gym.connection import parse_server
+    from mcp_gym.client.specs import parse_server
 
     assert parse_server("http://127.0.0.1:8000/mcp", connect_timeout=3) == Http("http://127.0.0.1:8000/mcp",
                                                                                   connect_timeout=3)

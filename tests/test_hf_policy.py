@@ -13,10 +13,10 @@ import pytest
 
 from mcp_gym import sft
 from mcp_gym.cli import main
+from mcp_gym.client.runtime import default_runtime
 from mcp_gym.envs import make_env
 from mcp_gym.policies import HFPolicy, make_policy
 from mcp_gym.recording import RecordTrajectories, load
-from mcp_gym.runtime import default_runtime
 from mcp_gym.vector import EpisodeSpec, VectorMCPEnv
 
 pytestmark = pytest.mark.train

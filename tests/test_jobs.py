@@ -153,7 +153,18 @@ def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
         server.terminate()
         server.wait(10)
     monkeypatch.setenv("MCP_GYM_DIAGNOSTICS", "1")  # the server inherits our environment
-    assert main(["inspect", f"{sys.executable} -m mcp_gym.servers.testing"]) == 0
+    assert main(["inspect", f"{sys.executable} -m mcp_gym.envs.counter.server"]) == 0
     shown = capsys.readouterr().out
     assert "Tools (" in shown and "unlock_bonus" in shown and "counter://state" in shown
     assert main(["inspect", "http://127.0.0.1:1/mcp", "--timeout", "3"]) == 1
+
+
+def test_ray_launcher_cleanup_suppresses_errors_but_not_ctrl_c() -> None:
+    """Killing dead Ray actors may raise anything; Ctrl-C during that clean-up must still stop the job."""
+    from mcp_gym.jobs.ray_launcher import _suppress
+
+    with _suppress():
+        raise RuntimeError("actor already dead")
+    for stop in (KeyboardInterrupt, SystemExit):
+        with pytest.raises(stop), _suppress():
+            raise stop()

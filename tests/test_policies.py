@@ -17,10 +17,10 @@ import anyio
 import pytest
 
 from mcp_gym.cli import main
+from mcp_gym.client.runtime import default_runtime
 from mcp_gym.envs import load_env_tasks, make_env
 from mcp_gym.policies import Agent, OraclePolicy, Policy, RandomPolicy
 from mcp_gym.recording import RecordTrajectories, load
-from mcp_gym.runtime import default_runtime
 from mcp_gym.vector import EpisodeResult, EpisodeSpec, VectorMCPEnv
 
 
@@ -191,7 +191,7 @@ def test_episodes_share_one_stdio_server(tmp_path: Path) -> None:
     assert len(results) == 12 and all(r.success for r in results)
     rec = load(tmp_path)
     servers = {json.loads(s)["testing"]["target"] for s in rec.episodes["servers"]}
-    assert len(servers) == 1 and "mcp_gym.servers.testing" in servers.pop()
+    assert len(servers) == 1 and "mcp_gym.envs.counter.server" in servers.pop()
     for step in rec.steps:
         if step["tool"] == "add":
             count = json.loads(step["structured_content"])["count"]

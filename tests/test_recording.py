@@ -28,9 +28,9 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 import mcp_gym
-from mcp_gym.connection import InProcess
+from mcp_gym.client.host import MCPHost
+from mcp_gym.client.specs import InProcess
 from mcp_gym.env import MCPEnv
-from mcp_gym.host import MCPHost
 from mcp_gym.recording import (
     RecordingClient,
     RecordingHost,

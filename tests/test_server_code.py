@@ -5,6 +5,7 @@ output)."""
 from __future__ import annotations
 
 import random
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,10 @@ import pytest
 from mcp import Client
 from test_server_notes import call, episode, serve_http, state_of, stdio_params, tool_hints
 
-from mcp_gym.envs import code as env
-from mcp_gym.servers._common import split_of, submitted_answer
-from mcp_gym.servers._sandbox import Limits
-from mcp_gym.servers.code import LIMITS, server
+from mcp_gym.envs._common import split_of, submitted_answer
+from mcp_gym.envs.code import tasks as env
+from mcp_gym.envs.code._sandbox import Limits, run_function_tests
+from mcp_gym.envs.code.server import LIMITS, server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio
@@ -190,7 +191,8 @@ async def test_file_tools() -> None:
         assert missing.is_error and "No file 'nope.py'" in missing.content[0].text
         uses_helper = "from pkg.util import X\n\ndef sum_above(xs):\n    return sum(x for x in xs if x > -3) + X - 2\n"
         assert (await run_code(client, "f", SUM_ABOVE, uses_helper, reset=False))["passed"] == 10
-        none = await call(client, "n", "run_tests")  # plain default episode, nothing written
+        await call(client, "n", "mcp_gym_reset", {"task_id": SUM_ABOVE.id})
+        none = await call(client, "n", "run_tests")  # nothing written
         assert none.structured_content["passed"] == 0 and "not found" in none.structured_content["output"]
 
 
@@ -226,9 +228,20 @@ async def test_infinite_loops_are_stopped_and_server_stays_responsive() -> None:
             await anyio.sleep(0.5)
             await call(client, "other", "list_files")
             assert not results, "another episode was served only after the runaway runs ended"
-    assert results["stubborn"]["passed"] == 0 and "CPU time limit of 5 s exceeded" in results["stubborn"]["output"]
+    stopped = results["stubborn"]["output"]  # by its CPU limit, or on a loaded machine by the wall-clock one first
+    assert results["stubborn"]["passed"] == 0
+    assert "CPU time limit of 5 s exceeded" in stopped or "wall-clock limit of 10 s exceeded" in stopped, stopped
     assert results["hangs"]["passed"] == 9
     assert "test 1: TimeoutError: test took longer than 2 s" in results["hangs"]["output"]
+
+
+async def test_cpu_limit_stops_a_loop_that_swallows_every_exception() -> None:
+    """The CPU limit itself, with a wall-clock limit no loaded machine reaches first."""
+    stubborn = sum_above("while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n"
+                         "        pass")
+    limits = Limits(cpu_seconds=1, wall_seconds=600.0, test_seconds=600.0)
+    run = await run_function_tests({"solution.py": stubborn}, "solution", "sum_above", [[[1]]], limits)
+    assert run.killed == f"signal {int(signal.SIGXCPU)}" and "CPU time limit of 1 s exceeded" in run.output
 
 
 async def test_memory_bomb_fails_with_memory_error() -> None:

@@ -18,8 +18,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ListRootsResult, Root
 from test_server_notes import call, run_reference, serve_http, state_of, stdio_params, tool_hints
 
-from mcp_gym.envs import files as env
-from mcp_gym.servers.files import new_state, resolve, server
+from mcp_gym.envs.files import tasks as env
+from mcp_gym.envs.files.server import new_state, resolve, server
 
 pytestmark = pytest.mark.anyio
 
@@ -197,6 +197,36 @@ async def test_sandbox_refuses_and_changes_nothing(kind: str, tmp_path: Path) ->
         assert hits["total"] == 0  # the search never follows links out of the workspace
         assert _fingerprint(tmp_path) == before_outside
         assert await state_of(client, ep) == before_ws
+
+
+async def test_undecodable_and_overlong_names_are_refused_before_the_disk() -> None:
+    task = ORGANISE
+    some_file = next(iter(task.data["files"]))
+    attempts = [
+        ("write_file", {"path": "\udcff.txt", "content": "x"}, "not valid Unicode"),
+        ("write_file", {"path": "docs/\ud800/a.txt", "content": "x"}, "not valid Unicode"),
+        ("make_directory", {"path": "\udcff"}, "not valid Unicode"),
+        ("move_file", {"source": some_file, "destination": "\udcff.txt"}, "not valid Unicode"),
+        ("read_file", {"path": "\udcff.txt"}, "not valid Unicode"),
+        ("write_file", {"path": "ok.txt", "content": "bad \udcff"}, "content is not valid Unicode"),
+        ("write_file", {"path": "a" * 256 + ".txt", "content": "x"}, "at most 255 bytes"),
+        ("make_directory", {"path": "é" * 128}, "at most 255 bytes"),  # 256 bytes of UTF-8
+        ("write_file", {"path": "/".join(["d" * 200] * 6), "content": "x"}, "the limit is 1024"),
+    ]
+    async with Client(server.mcp, cache=None) as client:
+        await call(client, "names", "mcp_gym_reset", {"task_id": task.id})
+        before = await state_of(client, "names")
+        for tool, args, message in attempts:
+            res = await call(client, "names", tool, args)
+            assert res.is_error and "Refused" in res.content[0].text and message in res.content[0].text, (tool, args)
+        assert await state_of(client, "names") == before  # nothing was created
+        assert not (await call(client, "names", "list_directory", {"path": "/"})).is_error
+        longest = await call(client, "names", "write_file", {"path": "b" * 255, "content": "fits"})
+        assert not longest.is_error, longest.content
+        await call(client, "names", "delete_file", {"path": "b" * 255})
+        for step in task.solution[:-1]:  # the episode is still solvable
+            assert not (await call(client, "names", step["tool"], step["arguments"])).is_error
+        assert env.verify(task, "done", await state_of(client, "names")) >= env.SUCCESS_THRESHOLD
 
 
 async def test_leading_slash_means_workspace_root() -> None:

@@ -22,9 +22,9 @@ import pytest
 from conftest import start_http_server, stop_process
 from mcp import Client, StdioServerParameters
 
-from mcp_gym.envs import notes as env
-from mcp_gym.servers._common import submitted_answer
-from mcp_gym.servers.notes import server
+from mcp_gym.envs._common import submitted_answer
+from mcp_gym.envs.notes import tasks as env
+from mcp_gym.envs.notes.server import server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio
@@ -64,16 +64,16 @@ async def run_reference(client: Client, envmod: ModuleType, task: Task, ep: str)
 
 
 def stdio_params(name: str) -> StdioServerParameters:
-    """Launch ``python -m mcp_gym.servers.<name>`` over stdio."""
+    """Launch ``python -m mcp_gym.envs.<name>.server`` over stdio."""
     return StdioServerParameters(
-        command=sys.executable, args=["-m", f"mcp_gym.servers.{name}"], env={"PATH": os.environ["PATH"]}
+        command=sys.executable, args=["-m", f"mcp_gym.envs.{name}.server"], env={"PATH": os.environ["PATH"]}
     )
 
 
 @asynccontextmanager
 async def serve_http(name: str) -> AsyncIterator[str]:
-    """Run ``python -m mcp_gym.servers.<name> --transport http`` on a free port; yield its ``/mcp`` URL."""
-    proc, url = start_http_server(f"mcp_gym.servers.{name}")
+    """Run ``python -m mcp_gym.envs.<name>.server --transport http`` on a free port; yield its ``/mcp`` URL."""
+    proc, url = start_http_server(f"mcp_gym.envs.{name}.server")
     try:
         yield url
     finally:
@@ -113,6 +113,7 @@ async def test_verifier_is_not_fooled() -> None:
     async with Client(server.mcp, cache=None) as client:
         # question: a wrong answer and an empty one score 0; the right one with noise around it (case, quotes) is fine
         q = tasks["question"]
+        await call(client, "fool-q", "mcp_gym_reset", {"task_id": q.id})
         st = await state_of(client, "fool-q")
         assert env.verify(q, "", st) == 0.0 and env.verify(q, "I don't know", st) == 0.0
         assert env.verify(q, f'  "{q.answer.upper()}". ', st) == 1.0

@@ -9,6 +9,7 @@ import sqlite3
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,9 +17,9 @@ from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
 from test_server_notes import call, episode, serve_http, state_of, stdio_params, tool_hints
 
-from mcp_gym.envs import sql as env
-from mcp_gym.servers._common import submitted_answer
-from mcp_gym.servers.sql import MAX_ROWS, execute, fingerprint, new_state, server
+from mcp_gym.envs._common import submitted_answer
+from mcp_gym.envs.sql import tasks as env
+from mcp_gym.envs.sql.server import MAX_ROWS, MAX_TRIM_CHARS, MAX_VALUE_BYTES, execute, fingerprint, new_state, server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio
@@ -251,9 +252,11 @@ def test_guard_holds_even_without_the_text_checks() -> None:
 
 async def test_recursive_cte_bomb_times_out_and_server_stays_responsive() -> None:
     bomb = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
-    cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d"
+    # ~7 x 10^11 rows: no machine counts them within the limit (four tables, 8 x 10^7 rows, once finished in 1 s)
+    cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d, orders e, orders f"
     async with Client(server.mcp, cache=None) as client:
-        await call(client, "bomb", "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
+        for ep in ("bomb", "other"):
+            await call(client, ep, "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
         before = await _guarded(client, "bomb")
         for sql in (bomb, cross):
             finished: list[Any] = []
@@ -272,6 +275,91 @@ async def test_recursive_cte_bomb_times_out_and_server_stays_responsive() -> Non
                                               "SELECT x FROM r")
         assert endless.structured_content["truncated"] is True  # only MAX_ROWS rows are ever fetched
         assert await _guarded(client, "bomb") == before
+
+
+FUNCTION_BOMBS = [  # each ran for seconds inside one SQLite instruction, out of reach of the time limit
+    "SELECT printf('%.*c', 2147483647, 'x')",
+    "SELECT length(format('%!.*c', 2147483647, 'x'))",
+    "SELECT printf(CAST('%.*c' AS BLOB), '2147483647 apples', 'x')",
+    "SELECT printf('%2147483647d', 1)",
+    f"SELECT trim('b', printf('%.*c', {MAX_TRIM_CHARS + 1}, 'a'))",
+    f"SELECT length(printf('%.*c', {MAX_VALUE_BYTES // 2 + 1}, 'a') || printf('%.*c', {MAX_VALUE_BYTES // 2}, 'a'))",
+]
+
+
+async def test_function_bombs_fail_fast_and_other_episodes_are_served() -> None:
+    task = env.generate_tasks(0)[0]
+    bomb_errors: list[str] = []
+    async with Client(server.mcp, cache=None) as client:
+        for ep in ("attacker", "victim"):
+            await call(client, ep, "mcp_gym_reset", {"task_id": task.id})
+
+        async def attacker() -> None:
+            for sql in FUNCTION_BOMBS * 3:
+                res = await query(client, "attacker", sql)
+                assert res.is_error, (sql, res.content)
+                bomb_errors.append(res.content[0].text)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(attacker)
+            for _ in range(20):
+                res = await query(client, "victim", "SELECT 1")
+                assert not res.is_error and res.structured_content["rows"] == [[1]], res.content
+    assert len(bomb_errors) == 4 * 3 * len(FUNCTION_BOMBS)
+    assert all("too big" in text or "over the limit" in text for text in bomb_errors), set(bomb_errors)
+
+
+async def test_one_episode_holds_at_most_one_worker_thread() -> None:
+    endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    async with Client(server.mcp, cache=None) as client:
+        for ep in ("greedy", "other"):
+            await call(client, ep, "mcp_gym_reset", {"task_id": env.generate_tasks(0)[0].id})
+        results: list[Any] = []
+
+        async def greedy() -> None:
+            results.append(await query(client, "greedy", endless))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(greedy)
+            await anyio.sleep(0.2)  # the six calls have all reached the server
+            assert limiter.borrowed_tokens <= 1  # queued on the episode's turn, not each parked on a worker thread
+            res = await query(client, "other", "SELECT 1")
+            assert not res.is_error
+    assert len(results) == 6 and all("ran longer than" in r.content[0].text for r in results)
+
+
+async def test_beyond_capacity_no_episode_is_served_a_wrong_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for 3 episodes, 5 live ones: the 2 least recently used are dropped and then refused with a clear
+    error; the others keep querying their own database. Before, every dropped episode silently got a fresh default
+    database and its queries answered from it."""
+    monkeypatch.setattr(server, "_max_episodes", 3)
+    tasks = [t for t in env.generate_tasks(0) if t.id not in {"sql-0000"}][:5]
+    counts = [expected_row_counts(t)["orders"] for t in tasks]
+    assert len(set(counts)) > 1  # the databases differ, so a wrong one would show
+    count = "SELECT COUNT(*) FROM orders"
+    async with Client(server.mcp, cache=None) as client:
+        for i, task in enumerate(tasks):
+            await call(client, f"cap-{i}", "mcp_gym_reset", {"task_id": task.id})
+        assert server.episode_count <= 3
+        for i in range(5):
+            res = await query(client, f"cap-{i}", count)
+            if i < 2:
+                text = res.content[0].text
+                assert res.is_error and "evicted" in text and "max_episodes" in text and "3" in text, text
+            else:
+                assert not res.is_error and res.structured_content["rows"] == [[counts[i]]]
+        state = await call(client, "cap-0", "mcp_gym_state")
+        assert state.is_error and "evicted" in state.content[0].text  # the verifier sees no made-up state either
+        ghost = await query(client, "never-reset", count)
+        assert ghost.is_error and "never reset" in ghost.content[0].text
+        await call(client, "cap-0", "mcp_gym_reset", {"task_id": tasks[0].id})  # a reset starts it again
+        again = await query(client, "cap-0", count)
+        assert not again.is_error and again.structured_content["rows"] == [[counts[0]]]
+        plain = await client.call_tool("list_tables", {})  # a plain client (no episode id): the default episode
+        assert not plain.is_error
 
 
 _TOKENS = ["SELECT", "*", "1", "FROM", "orders", "customers", ";", "DELETE", "DROP", "TABLE", "INSERT", "INTO",

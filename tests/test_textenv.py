@@ -118,7 +118,7 @@ def test_episodes_run_concurrently() -> None:
     import anyio
     from mcp.server.mcpserver import MCPServer
 
-    from mcp_gym.connection import InProcess
+    from mcp_gym.client.specs import InProcess
 
     server = MCPServer("overlap")
     running = {"now": 0, "most": 0}

@@ -28,7 +28,7 @@ import pytest
 from conftest import npm_bin
 
 from mcp_gym import InvalidAction, MCPEnv, Stdio, ToolCallFailed
-from mcp_gym.host import ToolEntry
+from mcp_gym.client.host import ToolEntry
 
 pytestmark = pytest.mark.thirdparty
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,42 +17,15 @@ import anyio
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
+from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.jobs.config import build_policy, env_factory, load_job_tasks, plan_episodes, run_metadata, to_dict
-from mcp_gym.runtime import Runtime, default_runtime
+from mcp_gym.jobs.results import CollectResult, JobInterrupted
 from mcp_gym.vector import EpisodeResult, VectorMCPEnv
 
 __all__ = ["collect", "CollectResult", "JobInterrupted", "run_interruptible"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class JobInterrupted(Exception):
-    """The job was stopped by Ctrl-C after saving its finished episodes; rerun the same command to resume."""
-
-
-@dataclass
-class CollectResult:
-    """What a collection did (counts only: memory stays bounded however many episodes run)."""
-
-    out: Path
-    planned: int
-    already_done: int
-    finished: int = 0
-    """Episodes this run finished (recorded)."""
-    successes: int = 0
-    errors: list[EpisodeResult] = field(default_factory=list)
-    """Episodes that failed to run (not recorded; a rerun retries them)."""
-    seconds: float = 0.0
-    steps: int = 0
-
-    def add(self, r: EpisodeResult) -> None:
-        """Count a finished episode (keeping only failed ones)."""
-        if r.error is None:
-            self.finished += 1
-            self.successes += bool(r.success)
-        else:
-            self.errors.append(r)
 
 
 def run_interruptible(job: Callable[[], Awaitable[T]], runtime: Runtime | None = None) -> T:

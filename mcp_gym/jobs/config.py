@@ -1,4 +1,4 @@
-"""From a job config (the Hydra tree in ``conf/``) to the objects a job runs: tasks, envs, a policy, a plan."""
+"""From a job config (the Hydra tree in ``mcp_gym/conf/``) to the objects a job runs: tasks, envs, a policy, a plan."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
         kwargs["max_steps"] = int(env_cfg["max_steps"])
     connect_timeout = env_cfg.get("connect_timeout")
     if env_cfg.get("servers"):
-        from mcp_gym.env import MCPEnv, normalise_servers
+        from mcp_gym.client.specs import normalise_servers
+        from mcp_gym.env import MCPEnv
 
         servers = normalise_servers(dict(env_cfg["servers"]))
         if connect_timeout is not None:

@@ -23,7 +23,7 @@ __all__ = ["demo", "policy_config"]
 
 
 def policy_config(kind: str) -> DictConfig:
-    """The packaged ``conf/policy/<kind>.yaml``."""
+    """The packaged ``mcp_gym/conf/policy/<kind>.yaml``."""
     text = importlib.resources.files("mcp_gym.conf").joinpath("policy", f"{kind}.yaml").read_text(encoding="utf-8")
     return OmegaConf.create(text)  # type: ignore[return-value]
 

@@ -44,8 +44,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mcp_gym.jobs.collect import CollectResult
 from mcp_gym.jobs.config import load_job_tasks, plan_episodes, run_location, run_metadata, to_dict
+from mcp_gym.jobs.results import CollectResult, JobInterrupted
 from mcp_gym.vector import EpisodeResult, EpisodeSpec
 
 __all__ = ["collect_ray", "SharedRun", "RayCollector"]
@@ -135,7 +135,7 @@ class SharedRun:
             return
         import datetime as dt
 
-        from mcp_gym import __version__
+        from mcp_gym._version import __version__
         from mcp_gym.recording import SCHEMA_VERSION
 
         manifest = {"format": "mcp-gym-trajectories", "schema_version": SCHEMA_VERSION, "library_version": __version__,
@@ -282,7 +282,7 @@ class RayCollector:
         """Run one work item, publish its shards; returns its episodes' results."""
         import asyncio
 
-        from mcp_gym.runtime import default_runtime
+        from mcp_gym.client.runtime import default_runtime
 
         self.finished = []
         results = await default_runtime().acall(self._run, list(specs))
@@ -294,7 +294,7 @@ class RayCollector:
         """Close the envs, the policy and the writer (anything left is published)."""
         import asyncio
 
-        from mcp_gym.runtime import default_runtime
+        from mcp_gym.client.runtime import default_runtime
 
         await default_runtime().acall(self._close)
         if self.recording:
@@ -536,8 +536,6 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
                     bar.refresh(w, steps)
             bar.refresh()
     except KeyboardInterrupt:
-        from mcp_gym.jobs.collect import JobInterrupted
-
         raise JobInterrupted("interrupted; published episodes are saved, rerun the same command to resume") from None
     finally:
         bar.close()
@@ -557,10 +555,11 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
 
 
 class _suppress:
-    """``contextlib.suppress(Exception)`` (Ray raises assorted errors when killing dead actors)."""
+    """``contextlib.suppress(Exception)`` (Ray raises assorted errors when killing dead actors); Ctrl-C and
+    ``SystemExit`` pass through."""
 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc: object) -> bool:
-        return True
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> bool:
+        return exc_type is not None and issubclass(exc_type, Exception)

@@ -1,8 +1,8 @@
 """Recording middleware at the MCP client layer: records an agent that talks to servers without the Gym loop.
 
-:class:`RecordingClient` wraps an SDK ``mcp.Client`` (or a :class:`~mcp_gym.connection.ServerConnection`) and records
-every ``call_tool``; :class:`RecordingHost` wraps an :class:`~mcp_gym.host.MCPHost` and records every ``call``. Both
-write the same files as :class:`~mcp_gym.recording.RecordTrajectories` (``recorder = "client"``)::
+:class:`RecordingClient` wraps an SDK ``mcp.Client`` (or a :class:`~mcp_gym.client.connection.ServerConnection`) and
+records every ``call_tool``; :class:`RecordingHost` wraps an :class:`~mcp_gym.client.host.MCPHost` and records every
+``call``. Both write the same files as :class:`~mcp_gym.recording.RecordTrajectories` (``recorder = "client"``)::
 
     async with RecordingClient(Client(server), "runs/agent", policy="my-agent") as client:
         await client.start_episode(task_id="t1", prompt="Add 3", key="t1#0")
@@ -25,7 +25,8 @@ from typing import Any
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.host import CallOutcome, MCPHost, ToolEntry, tool_schema
+from mcp_gym.client.host import CallOutcome, MCPHost, ToolEntry, tool_schema
+from mcp_gym.protocol import ToolCallError
 from mcp_gym.recording.schema import catalogue_fingerprint
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
 from mcp_gym.rewards import read_reward
@@ -179,7 +180,7 @@ class _Recorder:
 
 
 class RecordingClient(_Recorder):
-    """Records every ``call_tool`` of an SDK ``mcp.Client`` or a :class:`~mcp_gym.connection.ServerConnection`.
+    """Records every ``call_tool`` of an SDK ``mcp.Client`` or a :class:`~mcp_gym.client.connection.ServerConnection`.
 
     Args:
         client: The object whose ``call_tool(name, arguments, ...)`` returns a ``CallToolResult``.
@@ -226,12 +227,10 @@ class RecordingClient(_Recorder):
             return result
         except MCPError as e:
             kind = "timeout" if e.code == _TIMEOUT else "jsonrpc"
-            error = {"kind": kind, "tool": name, "server": self.server, "argument": None, "code": e.code,
-                     "message": e.error.message}
+            error = ToolCallError(kind, e.error.message, tool=name, server=self.server, code=e.code).as_dict()
             raise
         except Exception as e:
-            error = {"kind": "exception", "tool": name, "server": self.server, "argument": None, "code": None,
-                     "message": f"{type(e).__name__}: {e}"}
+            error = ToolCallError("exception", f"{type(e).__name__}: {e}", tool=name, server=self.server).as_dict()
             raise
         finally:
             self._record(episode, name, arguments or {}, self.server, name, result, error, started,
@@ -239,7 +238,7 @@ class RecordingClient(_Recorder):
 
 
 class RecordingHost(_Recorder):
-    """Records every ``call`` of an :class:`~mcp_gym.host.MCPHost` (several servers behind one catalogue).
+    """Records every ``call`` of an :class:`~mcp_gym.client.host.MCPHost` (several servers behind one catalogue).
 
     Catalogue changes the host applies (``poll_changes``/``refresh_tools``) are recorded after the call that
     follows them.

@@ -26,14 +26,11 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, SCHEMA_VERSION, STEPS_DIR, WAL_DIR
 from mcp_gym.recording.shards import PartWriter, fsync_dir, list_shards, part_name, read_shard
 from mcp_gym.recording.wal import Frame, read_frames
-
-if TYPE_CHECKING:
-    from mcp_gym.recording.reader import Recording
 
 try:
     import fcntl
@@ -103,7 +100,7 @@ class RunDirectory:
         for sub in (STEPS_DIR, EPISODES_DIR, WAL_DIR):
             (self.path / sub).mkdir(parents=True, exist_ok=True)
         if not (self.path / MANIFEST).exists():
-            from mcp_gym import __version__
+            from mcp_gym._version import __version__
 
             now = _dt.datetime.now(_dt.timezone.utc).isoformat()
             self._write_manifest({"format": FORMAT, "schema_version": SCHEMA_VERSION, "library_version": __version__,
@@ -178,12 +175,6 @@ class RunDirectory:
     def is_complete(self) -> bool:
         """Every planned key is recorded."""
         return not self.pending()
-
-    def load(self) -> Recording:
-        """The recorded steps and episodes as ``datasets.Dataset`` objects (see :func:`~mcp_gym.recording.load`)."""
-        from mcp_gym.recording.reader import load
-
-        return load(self.path)
 
     # -- writers and recovery -------------------------------------------------------------------------------------
     def lock_path(self, writer_id: str) -> Path:

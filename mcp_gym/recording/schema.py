@@ -17,14 +17,16 @@ Layout of a run directory::
 
 from __future__ import annotations
 
-import hashlib
 import json
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import pyarrow as pa
+
+from mcp_gym.protocol import catalogue_fingerprint, json_default
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -40,6 +42,9 @@ __all__ = [
     "catalogue_fingerprint",
     "Catalogue",
     "dumps",
+    "UNENCODABLE_KEY",
+    "unencodable",
+    "safe_text",
     "check_version",
 ]
 
@@ -117,7 +122,7 @@ _EPISODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
 
 
 def _schema(fields: list[tuple[str, pa.DataType, str]], table: str) -> pa.Schema:
-    from mcp_gym import __version__
+    from mcp_gym._version import __version__
 
     return pa.schema(
         [pa.field(name, typ, nullable=True, metadata={b"description": doc.encode()}) for name, typ, doc in fields],
@@ -131,51 +136,109 @@ EPISODES_SCHEMA: pa.Schema = _schema(_EPISODE_FIELDS, "episodes")
 """One row per finished episode."""
 
 
+UNENCODABLE_KEY = "mcp_gym_unencodable"
+"""A value the recorder could not encode as JSON is stored as ``{"mcp_gym_unencodable": "<reason>"}`` in its place."""
+_MAX_DEPTH = 400  # the fallback encoder's nesting limit (it recurses; deeper subtrees become markers)
+_MAX_INT_BITS = 14_284  # ints below 10**4300 (Python's int <-> str limit) are written as numbers
+
+
+def unencodable(reason: str) -> dict[str, str]:
+    """The marker stored in place of a value that cannot be encoded (see :data:`UNENCODABLE_KEY`)."""
+    return {UNENCODABLE_KEY: reason}
+
+
+def safe_text(value: Any, limit: int = 200) -> str:
+    """A short printable text of any value that never raises (``reprlib``-bounded; ``<Foo object>`` when even
+    that fails): for names and labels that must be strings (e.g. a tool "name" that is a nested list)."""
+    if value.__class__ is str:
+        return value if len(value) <= limit else value[: limit - 1] + "…"
+    try:
+        return _REPR.repr(value)[:limit]
+    except Exception:  # noqa: BLE001 - a hostile __repr__, an int too long to print
+        return f"<{type(value).__name__} object>"
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 100, 100, 100
+
+
 def _fallback(o: Any) -> Any:
-    """JSON for values the json module does not know: numpy scalars/arrays, pydantic models, bytes, sets."""
-    if hasattr(o, "model_dump"):
-        return o.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    if isinstance(o, (bytes, bytearray)):
-        return o.decode("utf-8", errors="replace")
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    return str(o)
+    """JSON for values the json module does not know (:func:`mcp_gym.protocol.json_default`: numpy scalars/arrays,
+    pydantic models, bytes, sets); anything else as its (safe, bounded) text."""
+    try:
+        return json_default(o)
+    except Exception:  # noqa: BLE001 - a hostile __str__/model_dump: record what we can say about it
+        return safe_text(o)
+
+
+def _key(k: Any) -> str:
+    """A dict key as JSON text, as orjson's ``OPT_NON_STR_KEYS`` writes it."""
+    if k.__class__ is str:
+        return k
+    if k is None or isinstance(k, bool):
+        return "null" if k is None else ("true" if k else "false")
+    if isinstance(k, (int, float)) and (not isinstance(k, int) or k.bit_length() <= _MAX_INT_BITS):
+        return json.dumps(k) if k - k == 0 else "null"
+    return safe_text(k)
+
+
+def _plain(obj: Any, depth: int, active: set[int]) -> Any:
+    """``obj`` as plain JSON values for the fallback encoder: NaN and infinities as null, keys as text, unknown
+    values through :func:`_fallback`; a cycle, nesting past the limit or an int too long to print becomes a marker
+    (:func:`unencodable`) in its place."""
+    cls = obj.__class__
+    if cls is str or obj is None or cls is bool:
+        return obj
+    if isinstance(obj, float):
+        return obj if obj - obj == 0.0 else None
+    if isinstance(obj, int):
+        return int(obj) if obj.bit_length() <= _MAX_INT_BITS else unencodable("integer with more than 4300 digits")
+    if isinstance(obj, str):
+        return str(obj)
+    if depth >= _MAX_DEPTH:
+        return unencodable(f"nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(obj, (dict, list, tuple)):
+        if id(obj) in active:
+            return unencodable("circular reference")
+        active.add(id(obj))
+        try:
+            if isinstance(obj, dict):
+                out: Any = {}
+                for k, v in obj.items():
+                    out[_key(k)] = _plain(v, depth + 1, active)
+            else:
+                out = []
+                for v in obj:
+                    out.append(_plain(v, depth + 1, active))
+        finally:
+            active.discard(id(obj))
+        return out
+    return _plain(_fallback(obj), depth + 1, active)
 
 
 def _make_json_dumps() -> Callable[[Any], str]:
-    """The standard-library encoder (the fallback for what orjson refuses: ints beyond 64 bits, lone surrogates)."""
+    """The standard-library encoder (the fallback for what orjson refuses: ints beyond 64 bits, lone surrogates, deep
+    nesting, cycles, keys it does not know), over :func:`_plain`'s copy of the value."""
     slow = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_fallback, allow_nan=False).encode
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - Python without the C accelerator
-        return lambda obj: slow(_finite(obj))
-    # The C encoder built once (JSONEncoder.encode builds one per call). markers=None skips the circular-reference
-    # check: a cyclic value raises RecursionError instead of ValueError.
+        return lambda obj: slow(_plain(obj, 0, set()))
+    # The C encoder built once (JSONEncoder.encode builds one per call). markers=None skips its circular-reference
+    # check: _plain has already replaced cycles.
     encode = make(None, _fallback, json.encoder.c_encode_basestring, None, ":", ",", False, False, True)
     escaped = make(None, _fallback, json.encoder.c_encode_basestring_ascii, None, ":", ",", False, False, True)
 
     def json_dumps(obj: Any) -> str:
-        out = "".join(encode(_finite(obj), 0))
+        plain = _plain(obj, 0, set())
+        out = "".join(encode(plain, 0))
         if not out.isascii():
             try:
                 out.encode()
             except UnicodeEncodeError:  # a lone surrogate: escape it (\\udXXX) instead of failing at write time
-                out = "".join(escaped(_finite(obj), 0))
+                out = "".join(escaped(plain, 0))
         return out
 
     return json_dumps
-
-
-def _finite(obj: Any) -> Any:
-    """``obj`` with NaN and infinities replaced by None (strict JSON, as orjson writes them)."""
-    if isinstance(obj, float):
-        return obj if obj - obj == 0.0 else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 _json_dumps = _make_json_dumps()
@@ -183,21 +246,21 @@ _ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
 def dumps(obj: Any) -> str:
-    """Compact, strict JSON with non-ASCII kept as is: the one serialiser of every JSON column.
+    """Compact, strict JSON with non-ASCII kept as is: the one serialiser of every JSON column. Never raises.
 
     orjson (4-6x the standard library on step-sized values); NaN and infinities are written as ``null``, non-str keys
     as strings, and values JSON does not know (pydantic models, sets, bytes, ...) as :func:`_fallback` makes them.
+    What cannot be encoded at all (a cycle, nesting deeper than 400 levels, an int of more than 4300 digits) is
+    written as the marker ``{"mcp_gym_unencodable": "<reason>"}`` in its place, so a record is never lost to it.
     """
     try:
         return orjson.dumps(obj, default=_fallback, option=_ORJSON_OPTIONS).decode()
-    except (TypeError, ValueError):  # orjson.JSONEncodeError: ints beyond 64 bits, lone surrogates, deep nesting
+    except Exception:  # noqa: BLE001 - orjson.JSONEncodeError: big ints, lone surrogates, deep nesting, cycles, ...
+        pass
+    try:
         return _json_dumps(obj)
-
-
-def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
-    """A 16-hex-digit fingerprint of a list of tool schemas (same recipe as :func:`mcp_gym.host.catalogue_hash`)."""
-    blob = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=_fallback)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    except Exception as exc:  # noqa: BLE001 - e.g. RecursionError on a stack already deep: the whole value
+        return orjson.dumps(unencodable(f"{type(exc).__name__} while encoding")).decode()
 
 
 @dataclass(frozen=True)

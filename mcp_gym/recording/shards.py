@@ -7,6 +7,7 @@ the directories. A process killed before that leaves only hidden files, never a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -133,13 +134,14 @@ class PartWriter:
                 fsync_dir(self.root / table)
 
     def abort(self) -> None:
-        """Close and delete the temp files."""
-        for table, w in list(self._writers.items()):
-            try:
-                w.close()
-            finally:
+        """Close and delete the temp files (never raises: it cleans up after a failed write, e.g. a full disk)."""
+        for table in (STEPS_DIR, EPISODES_DIR):
+            w = self._writers.pop(table, None)
+            if w is not None:
+                with contextlib.suppress(Exception):  # a writer broken by the failure cannot flush its footer
+                    w.close()
+            with contextlib.suppress(OSError):
                 self._tmp(table).unlink(missing_ok=True)
-        self._writers.clear()
 
 
 def list_shards(root: Path, table: str) -> list[Path]:

@@ -125,10 +125,10 @@ class WalFile:
         m[start + _HEADER.size : end] = payload
         m[start : start + _HEADER.size] = _HEADER.pack(len(payload), zlib.crc32(payload))
         self._size = end
+        self.frames += 1  # the frame is in the page cache: safe from kill -9 even if the msync below fails
         if self.fsync:
             page = start - start % mmap.ALLOCATIONGRANULARITY
             m.flush(page, end - page)
-        self.frames += 1
 
     def sync(self) -> None:
         """fsync the segment."""

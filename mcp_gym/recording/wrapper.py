@@ -22,7 +22,8 @@ import gymnasium as gym
 
 from mcp_gym.env import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
-from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
+from mcp_gym.protocol import ToolCallError
+from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
 
 __all__ = ["RecordTrajectories", "ACTION_EXTRA_KEYS", "RESET_OPTION_KEYS"]
@@ -40,7 +41,14 @@ _COLUMN_KEYS = frozenset(
 _SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool": None,
                                  "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
                                  "output_schema": None, "annotations": {}}
-"""The built-in ``submit`` tool in the form of :func:`mcp_gym.host.tool_schema`."""
+"""The built-in ``submit`` tool in the form of :func:`mcp_gym.client.host.tool_schema`."""
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
@@ -52,6 +60,23 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         policy: Name of the acting policy/model (per episode: ``reset(options={"policy": ...})``).
         metadata: JSON-able dict stored with every episode (merged with per-episode ``options["metadata"]``).
         **writer_options: Options of the process's shared :class:`TrajectoryWriter` for ``path`` (first use wins).
+
+    Example (record the reference solution of a bundled task, then read the run back)::
+
+    >>> import tempfile
+    >>> from mcp_gym import RecordTrajectories, make_env, recording
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> env = RecordTrajectories(make_env("Counter"), f"{tmp.name}/run", policy="oracle")
+    >>> obs, info = env.reset(seed=0)
+    >>> for call in env.unwrapped.task.solution:
+    ...     obs, reward, terminated, truncated, info = env.step(call)
+    ...     if terminated:
+    ...         break
+    >>> env.close()
+    >>> episodes = recording.load(f"{tmp.name}/run").episodes
+    >>> episodes.num_rows, episodes[0]["policy"], episodes[0]["success"]
+    (1, 'oracle', True)
+    >>> tmp.cleanup()
     """
 
     def __init__(
@@ -85,7 +110,7 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step the env (without the action's extra keys) and record the step."""
-        action, extras = split_action(action)
+        action, extras = self._split_action(action)
         t0 = time.time()
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._record(action, obs, reward, terminated, truncated, info, t0, extras)
@@ -111,7 +136,7 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
 
     async def astep(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Async :meth:`step` (the wrapped env must have ``astep``)."""
-        action, extras = split_action(action)
+        action, extras = self._split_action(action)
         t0 = time.time()
         obs, reward, terminated, truncated, info = await self.env.astep(action)  # type: ignore[attr-defined]
         self._record(action, obs, reward, terminated, truncated, info, t0, extras)
@@ -124,6 +149,13 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
             return (dict(options) if options is not None else None), {}
         extra = {k: options[k] for k in RESET_OPTION_KEYS if k in options}
         return {k: v for k, v in options.items() if k not in RESET_OPTION_KEYS}, extra
+
+    @staticmethod
+    def _split_action(action: Any) -> tuple[Any, Mapping[str, Any]]:
+        try:
+            return split_action(action)
+        except Exception:  # noqa: BLE001 - a mapping that cannot be read: the env says what is wrong with it
+            return action, {}
 
     def _drop_unfinished(self) -> None:
         if self.episode is not None and not self.episode.done:
@@ -191,10 +223,44 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
         ep = self.episode
         if ep is None or ep.done:
             return
+        try:
+            self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, extras)
+        except Exception as exc:  # noqa: BLE001 - a step the recorder cannot take apart is still a step
+            gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
+                            f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
+            reason = f"{type(exc).__name__} while recording the step"
+            error = info.get("error") if isinstance(info, dict) else None
+            if not isinstance(error, dict):
+                error = ToolCallError("unrecordable", f"step {ep.length} could not be recorded: {reason}").as_dict()
+            ep.add_step(None, unencodable(reason), is_error=True, error=error,
+                        reward=_float_or_none(reward), terminated=terminated, truncated=truncated, timestamp=t0)
+        if terminated or truncated:
+            get = info.get if isinstance(info, Mapping) else {}.get
+            summary = get("episode") or {}
+            if not isinstance(summary, Mapping):
+                summary = {}
+            ep.finish(
+                total_reward=_float_or_none(summary.get("return")),
+                success=get("success"),
+                termination=summary.get("termination") or ("terminated" if terminated else "truncated"),
+                final_answer=get("final_answer"),
+                catalogue_changes=self._catalogue_changes(),
+            )
+
+    def _add_step(
+        self, ep: EpisodeRecorder, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
+        info: dict[str, Any], t0: float, extras: Mapping[str, Any],
+    ) -> None:
         get = info.get
-        if action.__class__ is dict or isinstance(action, Mapping):
+        if action.__class__ is dict:
             tool = get("tool") or action.get("tool")
             arguments = action.get("arguments")
+        elif isinstance(action, Mapping):
+            try:
+                tool = get("tool") or action.get("tool")
+                arguments = action.get("arguments")
+            except Exception as exc:  # noqa: BLE001 - a mapping whose methods raise
+                tool, arguments = get("tool"), unencodable(f"{type(exc).__name__} while reading the action")
         else:
             tool, arguments = get("tool"), action
         if obs.__class__ is dict or isinstance(obs, Mapping):
@@ -228,15 +294,6 @@ class RecordTrajectories(gym.Wrapper[Any, Any, Any, Any]):
             assistant_content=extras.get("assistant_content"),
             info={k: v for k, v in info.items() if k not in _COLUMN_KEYS},
         )
-        if terminated or truncated:
-            summary = info.get("episode") or {}
-            ep.finish(
-                total_reward=summary.get("return"),
-                success=info.get("success"),
-                termination=summary.get("termination") or ("terminated" if terminated else "truncated"),
-                final_answer=info.get("final_answer"),
-                catalogue_changes=self._catalogue_changes(),
-            )
 
     def _catalogue_changes(self) -> list[dict[str, Any]] | None:
         changes = getattr(self.env.unwrapped, "catalogue_changes", None)

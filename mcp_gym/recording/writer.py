@@ -19,25 +19,30 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
+import logging
 import os
 import secrets
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from mcp_gym import __version__
+from mcp_gym._version import __version__
 from mcp_gym.recording.run import RunDirectory, WriterLock
-from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps
+from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, safe_text
 from mcp_gym.recording.shards import PartWriter
-from mcp_gym.recording.wal import WalFile
+from mcp_gym.recording.wal import WalFile, read_frames
 
 __all__ = ["TrajectoryWriter", "EpisodeRecorder", "FsyncPolicy", "new_writer_id", "writer_for"]
 
 FsyncPolicy = Literal["episode", "shard", "never"]
 MiB = 1 << 20
+_log = logging.getLogger("mcp_gym.recording")
+_RETRY_SECONDS = 2.0  # after a failed shard write, episode ends retry it at most this often (publish/close: always)
 
 
 _PID = [os.getpid()]
@@ -56,8 +61,15 @@ def _nbytes(s: str) -> int:
 
 
 def _text(value: Any) -> str | None:
-    """``None`` or a str (rows hold only plain values: the WAL refuses anything else)."""
-    return value if value is None or value.__class__ is str else str(value)
+    """``None`` or a str (rows hold only plain values: the WAL refuses anything else); never raises."""
+    if value is None or value.__class__ is str:
+        return value
+    if isinstance(value, (int, float, str)):
+        try:
+            return str(value)
+        except ValueError:  # an int too long to print
+            pass
+    return safe_text(value)
 
 
 def _micros(t: float) -> int:
@@ -176,9 +188,9 @@ class EpisodeRecorder:
             self.episode_id,
             len(self._rows),
             int((time.time() if timestamp is None else timestamp) * 1_000_000),
-            tool if tool is None or tool.__class__ is str else str(tool),
-            server if server is None or server.__class__ is str else str(server),
-            server_tool if server_tool is None or server_tool.__class__ is str else str(server_tool),
+            tool if tool is None or tool.__class__ is str else _text(tool),
+            server if server is None or server.__class__ is str else _text(server),
+            server_tool if server_tool is None or server_tool.__class__ is str else _text(server_tool),
             dumps(arguments),
             content_json,
             sc_json,
@@ -308,6 +320,12 @@ class TrajectoryWriter:
         self._seq = 0
         self._part: PartWriter | None = None
         self._wal: WalFile | None = None
+        # After a failed write (a full disk, ...): episodes of the current part not in its WAL segment (kept in
+        # memory until published), whether the part must be rewritten from the WAL segment, and when to retry.
+        self._unlogged: list[tuple[tuple[Any, ...], list[tuple[Any, ...]]]] = []
+        self._rebuild = False
+        self._failing = False
+        self._retry_at = 0.0
         self._steps: list[tuple[Any, ...]] = []
         self._episodes: list[tuple[Any, ...]] = []
         self._buffered_bytes = 0
@@ -396,19 +414,96 @@ class TrajectoryWriter:
     def _add_episode(self, episode: tuple[Any, ...], steps: list[tuple[Any, ...]], nbytes: int, finite: bool) -> None:
         with self._mutex:
             self._check_usable()
-            if self._wal is None:
-                self._wal = WalFile(self.run.wal_path(self.writer_id, self._seq), fsync=self.fsync == "episode")
-            self._wal.append((episode, steps), finite=finite)
+            if self._log((episode, steps), finite):
+                if self._unlogged:
+                    self._relog()
+            else:
+                self._unlogged.append((episode, steps))
             self._episodes.append(episode)
             self._steps.extend(steps)
             self._buffered_bytes += nbytes
             self.episodes_written += 1
             self.steps_written += len(steps)
-            if len(self._steps) >= self.row_group_rows or self._buffered_bytes >= self.row_group_bytes:
-                self._write_row_group()
+            if self._rebuild:
+                if time.monotonic() >= self._retry_at:
+                    self._guard(self._write_row_group)
+            elif len(self._steps) >= self.row_group_rows or self._buffered_bytes >= self.row_group_bytes:
+                self._guard(self._write_row_group)
+
+    # -- failures -------------------------------------------------------------------------------------------------
+    def _log(self, frame: tuple[Any, ...], finite: bool | None) -> bool:
+        """Append a finished episode to the WAL segment; ``False`` if it is not in it (the disk is full, ...)."""
+        wal = self._wal
+        before = wal.frames if wal is not None else 0
+        try:
+            if wal is None:
+                wal = self._wal = WalFile(self.run.wal_path(self.writer_id, self._seq), fsync=self.fsync == "episode")
+            wal.append(frame, finite=finite)  # type: ignore[arg-type]
+            return True
+        except Exception as exc:  # noqa: BLE001 - OSError (ENOSPC, EIO, ...): keep the episode in memory instead
+            self._failed(exc)
+            return wal is not None and wal.frames > before  # the frame is in, only its msync failed
+
+    def _relog(self) -> None:
+        """Move episodes kept in memory into the WAL segment, now that it takes frames again."""
+        while self._unlogged and self._log(self._unlogged[0], None):
+            self._unlogged.pop(0)
+
+    def _guard(self, write: Any, *, reraise: bool = False) -> bool:
+        """Run a shard write; on failure (a full disk, ...) warn once, drop the broken part and keep every episode:
+        the part is rewritten from its WAL segment and the episodes kept in memory on the next attempt."""
+        try:
+            write()
+        except Exception as exc:
+            self._failed(exc)
+            if self._part is not None:
+                self._part.abort()
+                self._part = None
+            self._steps, self._episodes, self._buffered_bytes = [], [], 0  # all in the WAL or in _unlogged
+            self._rebuild = True
+            self._retry_at = time.monotonic() + _RETRY_SECONDS
+            if reraise:
+                raise
+            return False
+        if self._failing and not self._rebuild and not self._unlogged:
+            self._failing = False
+            _log.info("recording to %s works again; no episode was lost", self.path)
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        if not self._failing:
+            self._failing = True
+            warnings.warn(f"recording to {self.path} failed ({type(exc).__name__}: {exc}); finished episodes are kept "
+                          "(in the write-ahead log, or in memory) and written once it works again", RuntimeWarning,
+                          stacklevel=5)
+
+    def _rewrite_part(self) -> None:
+        """Write the current part anew from its WAL segment and the episodes kept in memory (after a failure)."""
+        part = PartWriter(self.path, self.writer_id, self._seq, compression=self.compression,
+                          compression_level=self.compression_level, fsync=self.fsync != "never")
+        try:
+            steps: list[tuple[Any, ...]] = []
+            episodes: list[tuple[Any, ...]] = []
+            frames = read_frames(self._wal.path) if self._wal is not None and self._wal.frames else ()
+            for episode, rows in itertools.chain(frames, self._unlogged):
+                episodes.append(episode)
+                steps.extend(rows)
+                if len(steps) >= self.row_group_rows:
+                    part.write(steps, episodes)
+                    steps, episodes = [], []
+            part.write(steps, episodes)
+        except BaseException:
+            part.abort()
+            raise
+        self._part = part
+        self._steps, self._episodes, self._buffered_bytes = [], [], 0
+        self._rebuild = False
 
     # -- shards ---------------------------------------------------------------------------------------------------
     def _write_buffered(self) -> None:
+        if self._rebuild:
+            self._rewrite_part()
+            return
         if not self._steps and not self._episodes:
             return
         if self._part is None:
@@ -429,31 +524,56 @@ class TrajectoryWriter:
             return
         if self._part is not None:
             self._part.commit()
-        if self._wal is not None:
-            self._wal.remove()
         self._part = None
+        if self._wal is not None:
+            with contextlib.suppress(OSError):  # its episodes are published: a stale segment is skipped on reading
+                self._wal.remove()
         self._wal = None
+        self._unlogged = []
         self._seq += 1
 
     def flush(self) -> None:
-        """Write buffered episodes as a row group of the current (still hidden) shard."""
+        """Write buffered episodes as a row group of the current (still hidden) shard.
+
+        Raises what the write raised (e.g. ``OSError`` on a full disk); no episode is lost to it."""
         with self._mutex:
             self._check_usable()
-            self._write_buffered()
+            self._guard(self._write_buffered, reraise=True)
 
     def publish(self) -> None:
-        """Write buffered episodes and publish the current shard now (readers then need no WAL for them)."""
+        """Write buffered episodes and publish the current shard now (readers then need no WAL for them).
+
+        Raises what the write raised (e.g. ``OSError`` on a full disk); no episode is lost to it, and a later
+        :meth:`publish` or :meth:`close` publishes them."""
         with self._mutex:
             self._check_usable()
-            self._publish()
+            if self._unlogged:
+                self._relog()
+            self._guard(self._publish, reraise=True)
 
     def close(self) -> None:
-        """Publish everything and release the run directory (idempotent; a no-op in a forked child)."""
+        """Publish everything and release the run directory (idempotent; a no-op in a forked child).
+
+        Never raises: if publishing fails (a disk still full), a warning says so; the episodes stay in the WAL, where
+        :func:`~mcp_gym.recording.load` reads them and the next writer of the directory publishes them. Only
+        episodes that never reached the WAL either (kept in memory) are then lost, and the warning counts them.
+        """
         with self._mutex:
             if self.closed or os.getpid() != self._pid:
                 return
             try:
-                self._publish()
+                if self._unlogged:
+                    self._relog()
+                if not self._guard(self._publish):
+                    lost = len(self._unlogged)
+                    if self._wal is not None:
+                        with contextlib.suppress(Exception):
+                            self._wal.close()
+                    warnings.warn(
+                        f"closing the trajectory writer for {self.path}: could not publish its last shard; its "
+                        "episodes stay in the write-ahead log (load() reads them, the next writer publishes them)"
+                        + (f"; {lost} episode(s) that could not be written anywhere are lost" if lost else ""),
+                        RuntimeWarning, stacklevel=2)
             finally:
                 self.closed = True
                 self._lock.release(unlink=True)

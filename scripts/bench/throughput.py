@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-COUNTER_SERVER = "mcp_gym.servers.testing"
+COUNTER_SERVER = "mcp_gym.envs.counter.server"
 ACTION = {"tool": "add", "arguments": {"amount": 1}}
 MODES = ("mcp-gym", "per-call", "AsyncVectorEnv")
 
@@ -34,7 +34,7 @@ MODES = ("mcp-gym", "per-call", "AsyncVectorEnv")
 # -- the measurements, each in its own process ------------------------------------------------------------------------
 def counter_env() -> Any:
     """The Counter env over a stdio server subprocess (a long connect timeout: many servers may start at once)."""
-    from mcp_gym.connection import Stdio
+    from mcp_gym.client.specs import Stdio
     from mcp_gym.env import MCPEnv
     from mcp_gym.envs import env_module, load_env_tasks
 
@@ -71,8 +71,8 @@ def tree_rss_mb() -> float:
 def measure_ours(n: int, seconds: float, servers: int) -> dict[str, float]:
     import anyio
 
+    from mcp_gym.client.runtime import default_runtime
     from mcp_gym.policies import Agent, Policy
-    from mcp_gym.runtime import default_runtime
     from mcp_gym.vector import EpisodeSpec, VectorMCPEnv
 
     class AddOne(Agent, Policy):

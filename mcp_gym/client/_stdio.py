@@ -1,0 +1,341 @@
+"""A stdio transport for the SDK ``Client`` with linear reading, a message-size cap and a bounded stderr tail.
+
+The SDK's ``stdio_client`` re-joins its whole line buffer for every chunk it reads, so one 50 MB message costs
+quadratic CPU (~23 s), and it writes the server's stderr to a file of our choosing, which grows without bound. This
+transport feeds the same streams (``SessionMessage`` in, ``SessionMessage`` out) but:
+
+* splits lines linearly: chunks of an unfinished line are kept in a list and joined once, when the newline arrives;
+* caps a message at ``max_message_bytes``: the rest of an oversized line is discarded as it arrives (never held); a
+  response gets a JSON-RPC error instead (:data:`MESSAGE_TOO_LARGE`, the session stays usable), a notification or
+  server request is dropped, and a message whose ``id`` cannot be found in its first 64 kB ends the connection with
+  the reason in :attr:`StdioState.failure` (the connection is then reported dead and restarted at the next reset);
+* reads a line the SDK's strict parser rejects (lone surrogate escapes, invalid UTF-8, nesting deeper than 200) with
+  Python's ``json`` and U+FFFD for what is not Unicode; a response that is still unreadable gets a JSON-RPC error
+  (:data:`INVALID_MESSAGE`) for its request at once, instead of leaving the request to time out;
+* passes a ``*/list_changed`` notification repeated back to back (no other message either way in between) once: a
+  flood of them costs a byte comparison each, not a parse and a dispatch;
+* drains the server's stderr through a pipe into a ring buffer of ``stderr_tail_bytes`` (nothing on disk);
+* stops the server as the SDK does (close stdin, 2 s, SIGTERM to its process group, 2 s, SIGKILL), shielded from
+  cancellation with every wait bounded, so no failure path leaves the process running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp.types as mt
+from mcp.client.stdio import StdioServerParameters, get_default_environment
+from mcp.shared.message import SessionMessage
+
+__all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
+
+logger = logging.getLogger(__name__)
+
+MESSAGE_TOO_LARGE = -32050
+"""JSON-RPC error code a request gets when its response exceeds ``max_message_bytes`` (implementation range)."""
+INVALID_MESSAGE = -32051
+"""JSON-RPC error code a request gets when its response cannot be read as JSON-RPC at all."""
+
+_HEAD_BYTES = 64 * 1024  # of an oversized message, kept to find its id and method
+_READ_BYTES = 1 << 20
+_STOP_GRACE = 2.0  # after stdin closes, before SIGTERM
+_KILL_GRACE = 2.0  # after SIGTERM, before SIGKILL
+_WRITER_FLUSH = 0.5
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\Z)|[{}\[\]:,]|[^\s{}\[\]:,"]+', re.DOTALL)
+
+
+class StdioState:
+    """What the transport knows about its server: pid, the tail of its stderr, and why the connection ended."""
+
+    def __init__(self, stderr_tail_bytes: int = 4096) -> None:
+        self.stderr_tail_bytes = max(0, int(stderr_tail_bytes))
+        self.pid: int | None = None
+        self.failure: str | None = None
+        self.stderr_bytes = 0  # total seen (only the tail is kept)
+        self.dropped_messages = 0  # oversized notifications and server requests
+        self.unreadable_lines = 0  # stdout lines that are not JSON-RPC
+        self._tail = bytearray()
+
+    def feed_stderr(self, data: bytes) -> None:
+        """Keep the last ``stderr_tail_bytes`` of the server's stderr."""
+        self.stderr_bytes += len(data)
+        cap = self.stderr_tail_bytes
+        if len(data) >= cap:
+            self._tail[:] = data[len(data) - cap:] if cap else b""
+            return
+        self._tail += data
+        if len(self._tail) > cap:
+            del self._tail[: len(self._tail) - cap]
+
+    def stderr_tail(self) -> str:
+        """The kept tail of the server's stderr, decoded (undecodable bytes replaced)."""
+        return bytes(self._tail).decode("utf-8", errors="replace")
+
+
+def _top_level(head: bytes) -> dict[str, bytes]:
+    """Scalar values of the top-level keys found in the first bytes of a JSON object (``id``, ``method``)."""
+    out: dict[str, bytes] = {}
+    depth = 0
+    key: bytes | None = None
+    after_colon = False
+    for m in _TOKEN.finditer(head):
+        t = m.group()
+        if t == b"{" or t == b"[":
+            if depth == 1 and after_colon and key is not None:
+                out.setdefault(_key(key), b"")  # a container value: present, not a scalar
+            depth += 1
+            after_colon = False
+        elif t == b"}" or t == b"]":
+            depth -= 1
+        elif depth != 1:
+            continue
+        elif t == b":":
+            after_colon = True
+        elif t == b",":
+            key, after_colon = None, False
+        elif after_colon:
+            if key is not None:
+                out.setdefault(_key(key), t)
+            after_colon = False
+        else:
+            key = t
+    return out
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` with lone surrogates in its strings replaced by U+FFFD (as a lenient UTF-8 decoder would)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
+def _lenient(line: bytes) -> Any:
+    """The message in a line the strict parser rejected, read leniently; ``None`` if it is not JSON-RPC at all."""
+    try:
+        obj = _scrub(json.loads(line.decode("utf-8", errors="replace")))
+        return mt.jsonrpc_message_adapter.validate_python(obj, by_name=False)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _reason(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with suppress(Exception):
+            first = errors()[0]
+            return str(first.get("msg", exc))[:200]
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+
+
+def _key(token: bytes) -> str:
+    try:
+        return str(json.loads(token))
+    except ValueError:
+        return ""
+
+
+@asynccontextmanager
+async def stdio_transport(
+    params: StdioServerParameters, state: StdioState, *, max_message_bytes: int
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Spawn the server (own process group, stderr piped into ``state``) and yield the session's streams."""
+    if sys.platform == "win32":  # pragma: no cover - the SDK's transport (stderr to ours, no cap) on Windows
+        from mcp.client.stdio import stdio_client
+
+        async with stdio_client(params) as streams:
+            yield streams
+        return
+    process = await anyio.open_process(
+        [params.command, *params.args],
+        env=get_default_environment() | (params.env or {}),
+        stderr=subprocess.PIPE,
+        cwd=params.cwd,
+        start_new_session=True,
+    )
+    state.pid = process.pid
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    writer_done = anyio.Event()
+    # Pipe readers run shielded (a server stuck writing must be drained until it dies) and are stopped explicitly.
+    reader_scope = anyio.CancelScope(shield=True)
+    stderr_scope = anyio.CancelScope(shield=True)
+
+    repeat: list[bytes] = [b""]  # the last line delivered, if it was a */list_changed notification
+
+    async def deliver(item: SessionMessage | Exception) -> bool:
+        repeat[0] = b""
+        try:
+            await read_writer.send(item)
+            return True
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False  # the session is gone: keep draining
+
+    async def deliver_line(line: bytes) -> bool:
+        if not line or line.isspace():
+            return True
+        if line == repeat[0]:
+            return True  # the same list_changed again, with nothing in between: it changes nothing (a flood is free)
+        try:
+            message = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError as exc:
+            message = _lenient(line)
+            if message is None:
+                return await deliver_unreadable(line, exc)
+        method = getattr(message, "method", None)
+        ok = await deliver(SessionMessage(message))
+        if isinstance(method, str) and method.endswith("/list_changed") and len(line) < 4096:
+            repeat[0] = line
+        return ok
+
+    async def deliver_unreadable(line: bytes, exc: Exception) -> bool:
+        """A response that is not JSON-RPC fails its request at once; anything else is reported as the SDK does."""
+        state.unreadable_lines += 1
+        if state.unreadable_lines == 1:  # once per server: one that prints logs to stdout would flood the log
+            logger.warning("server %s sent a line that is not a JSON-RPC message (%d bytes; further ones are "
+                           "counted, not logged)", params.command, len(line))
+        keys = _top_level(line[:_HEAD_BYTES])
+        rid: Any = None
+        with suppress(ValueError):
+            rid = json.loads(keys.get("id", b"") or b"null")
+        if "method" in keys or isinstance(rid, bool) or not isinstance(rid, (int, str)):
+            return await deliver(exc)
+        message = f"the server's response is not valid JSON-RPC: {_reason(exc)}"
+        error = mt.ErrorData(code=INVALID_MESSAGE, message=message)
+        return await deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
+
+    async def deliver_oversized(head: bytes, size: int) -> bool | None:
+        """A response gets an error, anything else is dropped; None: its id is unknown, end the connection."""
+        keys = _top_level(head)
+        what = f"a message of {size:,} bytes exceeds max_message_bytes={max_message_bytes:,}"
+        if "method" in keys:
+            state.dropped_messages += 1
+            if state.dropped_messages == 1:
+                method = keys["method"][:80].decode(errors="replace")
+                logger.warning("server %s: dropped %s (%s; further ones are counted, not logged)",
+                               params.command, what, method)
+            return True
+        rid: Any = None
+        with suppress(ValueError):
+            rid = json.loads(keys.get("id", b"") or b"null")
+        if isinstance(rid, bool) or not isinstance(rid, (int, str)):
+            state.failure = f"{what} and its id is not in its first {_HEAD_BYTES // 1024} kB"
+            return None
+        error = mt.ErrorData(code=MESSAGE_TOO_LARGE, message=f"result too large: {what} (the result was discarded)")
+        return await deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
+
+    async def stdout_reader() -> None:
+        assert process.stdout is not None
+        parts: list[bytes] = []  # the unfinished line, joined once when its newline arrives
+        size = 0
+        head: bytes | None = None  # set while an oversized line is being discarded
+        live = True  # False: the session is gone or the connection failed; only drain
+        with reader_scope:
+            async with read_writer:
+                try:
+                    while True:
+                        chunk = await process.stdout.receive(_READ_BYTES)
+                        if not live:
+                            continue
+                        pos = 0
+                        while live and pos < len(chunk):
+                            nl = chunk.find(b"\n", pos)
+                            end = len(chunk) if nl < 0 else nl
+                            n = end - pos
+                            if head is None and size + n > max_message_bytes:
+                                head = (b"".join(parts) + chunk[pos : pos + _HEAD_BYTES])[:_HEAD_BYTES]
+                                parts = []
+                            elif head is None:
+                                parts.append(chunk[pos:end])
+                            size += n
+                            if nl < 0:
+                                break
+                            if head is None:
+                                line = parts[0] if len(parts) == 1 else b"".join(parts)
+                                parts = []
+                                live = await deliver_line(line)
+                            else:
+                                ok = await deliver_oversized(head, size)
+                                head = None
+                                if ok is None:
+                                    await read_writer.aclose()  # the session sees the connection end
+                                live = bool(ok)
+                            size = 0
+                            pos = nl + 1
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    pass
+
+    async def stderr_reader() -> None:
+        assert process.stderr is not None
+        with stderr_scope, suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            while True:
+                state.feed_stderr(await process.stderr.receive(65536))
+
+    async def stdin_writer() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    repeat[0] = b""  # a list_changed after this request (e.g. a tools/list) may be news
+                    await process.stdin.send(data.encode() + b"\n")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_writer.aclose()  # the server stopped reading: end the session instead of hanging a request
+        finally:
+            writer_done.set()
+
+    async def shutdown() -> None:
+        read_stream.close()
+        write_stream.close()
+        with anyio.move_on_after(_WRITER_FLUSH):
+            await writer_done.wait()
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()  # type: ignore[union-attr]
+        if not await _exited(process, _STOP_GRACE):
+            from mcp.os.posix.utilities import terminate_posix_process_tree
+
+            await terminate_posix_process_tree(process, _KILL_GRACE)
+            if not await _exited(process, _KILL_GRACE):
+                logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
+        reader_scope.cancel()
+        stderr_scope.cancel()
+        with anyio.move_on_after(_KILL_GRACE):
+            await process.aclose()
+        for s in (read_stream, write_stream, read_writer, write_reader):
+            s.close()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stdout_reader)
+        tg.start_soon(stderr_reader)
+        tg.start_soon(stdin_writer)
+        try:
+            yield read_stream, write_stream
+        finally:
+            with anyio.CancelScope(shield=True):
+                await shutdown()
+            tg.cancel_scope.cancel()
+
+
+async def _exited(process: anyio.abc.Process, timeout: float) -> bool:
+    """Whether the process exited within ``timeout`` (polls ``returncode``: ``wait()`` also waits for pipe EOF)."""
+    with anyio.move_on_after(timeout):
+        while process.returncode is None:
+            await anyio.sleep(0.01)
+        return True
+    return False

@@ -1,0 +1,332 @@
+"""``tools/list`` fetched raw and checked tool by tool, so one bad tool definition costs only that tool.
+
+The SDK validates a whole ``tools/list`` result at once (pydantic, against the negotiated protocol's schema): one tool
+with an empty name, a missing or non-object ``inputSchema`` or a broken JSON Schema makes the whole listing fail, and
+with it every tool of the server. Here the result is fetched without that validation, the page itself (``tools``
+array, ``nextCursor``, ...) is checked, then each tool on its own: against the same protocol schema, plus what the
+schema does not catch (a name that is empty, longer than :data:`MAX_TOOL_NAME`, not encodable or a duplicate; an
+input or output schema that is not valid JSON Schema or loops on itself). Good tools are handed to the SDK session
+(for its output-schema checks on ``tools/call``) exactly as its own ``list_tools`` would; bad ones come back as
+``{"name", "reason"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import mcp.client.session as _sdk_session
+import mcp.types as mt
+from jsonschema import validators
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import Draft202012Validator
+from pydantic import ValidationError
+
+try:
+    from mcp_types import methods as _methods
+except ImportError:  # pragma: no cover - the SDK layout this was written for is pinned (mcp>=2.3,<3)
+    _methods = None  # type: ignore[assignment]
+
+__all__ = ["MAX_TOOL_NAME", "MAX_PAGES", "ListingError", "list_tools_checked", "schema_problem", "show_name"]
+
+MAX_TOOL_NAME = 128
+"""Longest accepted tool name (the MCP specification's recommended limit, 1 to 128 characters)."""
+MAX_PAGES = 1000
+"""Most ``tools/list`` pages followed (a server whose cursors never end fails the listing instead of looping)."""
+
+
+class ListingError(Exception):
+    """The ``tools/list`` result as a whole is unusable (not a page of tools)."""
+
+
+def show_name(name: Any, limit: int = 60) -> str:
+    """A short printable form of a (possibly hostile) tool name, for error messages."""
+    text = name if isinstance(name, str) else repr(name)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def _pydantic_reason(e: ValidationError, strip: str = "") -> str:
+    parts = []
+    for err in e.errors()[:2]:
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        loc = loc[len(strip):] if loc.startswith(strip) else loc
+        parts.append(f"{loc or 'tool'}: {err.get('msg', 'invalid')}")
+    more = len(e.errors()) - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})  # their values are data, not subschemas
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_MAX_NODES = 20_000
+
+
+def _pointer_get(root: Any, pointer: str) -> Any:
+    node = root
+    for token in pointer.split("/")[1:] if pointer else []:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return node
+
+
+def _ref_loop(schema: Mapping[str, Any]) -> str | None:
+    """A JSON pointer on a cycle of ``$ref`` / ``allOf`` / ``anyOf`` / ... that applies to one instance without ever
+    descending into it (validating anything that reaches it recurses forever), or ``None``. Local refs only."""
+    nodes: dict[str, Any] = {}
+    stack: list[tuple[str, Any]] = [("", schema)]
+    while stack:
+        ptr, node = stack.pop()
+        if isinstance(node, dict):
+            nodes[ptr] = node
+            items = [(k, v) for k, v in node.items() if k not in _DATA_KEYWORDS]
+        elif isinstance(node, list):
+            items = list(enumerate(node))
+        else:
+            continue
+        if len(nodes) > _MAX_NODES:
+            return None  # too large to check here: the validation probe and the step's own guard remain
+        for k, v in items:
+            if isinstance(v, (dict, list)):
+                stack.append((f"{ptr}/{str(k).replace('~', '~0').replace('/', '~1')}", v))
+
+    def edges(ptr: str) -> list[str]:
+        node = nodes[ptr]
+        out = []
+        ref = node.get("$ref")
+        if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+            target = ref[1:]
+            if target in nodes or isinstance(_pointer_get(schema, target), dict):
+                out.append(target)
+        for k in _IN_PLACE_LISTS:
+            if isinstance(node.get(k), list):
+                out.extend(f"{ptr}/{k}/{i}" for i in range(len(node[k])))
+        out.extend(f"{ptr}/{k}" for k in _IN_PLACE_ONE if isinstance(node.get(k), dict))
+        deps = node.get("dependentSchemas")
+        if isinstance(deps, dict):
+            out.extend(f"{ptr}/dependentSchemas/{k.replace('~', '~0').replace('/', '~1')}" for k in deps)
+        return [e for e in out if e in nodes]
+
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in nodes:
+        if start in state:
+            continue
+        path = [(start, iter(edges(start)))]
+        state[start] = 1
+        while path:
+            ptr, it = path[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[ptr] = 2
+                path.pop()
+            elif state.get(nxt) == 1:
+                return "#" + nxt
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append((nxt, iter(edges(nxt))))
+    return None
+
+
+def schema_problem(schema: Any, what: str = "inputSchema") -> str | None:
+    """Why ``schema`` cannot serve as a tool's input (or output) schema, or ``None`` if it can.
+
+    It must be a JSON object whose ``type`` is ``"object"``, valid under its own metaschema (``$schema``, default Draft
+    2020-12), without a cycle of local ``$ref`` / ``allOf`` / ``anyOf`` / ``oneOf`` / ``not`` / ``if`` that never
+    descends into the instance (``{"$ref": "#"}``; a recursive *tree* schema is fine), and validating an empty object
+    against it must terminate.
+    """
+    if not isinstance(schema, Mapping):
+        return f"{what} must be a JSON object, got {type(schema).__name__}"
+    if schema.get("type") != "object":
+        return f"{what} must have \"type\": \"object\", got {show_name(schema.get('type', '(none)'))}"
+    try:
+        cls = validators.validator_for(schema, default=Draft202012Validator)
+        cls.check_schema(schema)
+        validator = cls(schema)
+    except SchemaError as e:
+        return f"{what} is not a valid JSON Schema: {show_name(e.message, 200)}"
+    except Exception as e:  # noqa: BLE001 - an unknown $schema, a hostile mapping, ...
+        return f"{what} is not usable: {type(e).__name__}: {show_name(str(e), 200)}"
+    loop = _ref_loop(schema)
+    if loop is not None:
+        return f"{what} refers to itself without end (a $ref loop through {show_name(loop)})"
+    try:
+        for _ in validator.iter_errors({}):
+            pass
+    except RecursionError:
+        return f"{what} refers to itself without end (a $ref loop)"
+    except Exception as e:  # noqa: BLE001 - e.g. a $ref that does not resolve
+        return f"{what} cannot be evaluated: {type(e).__name__}: {show_name(str(e), 200)}"
+    return None
+
+
+def _name_problem(name: Any, seen: set[str]) -> str | None:
+    if not isinstance(name, str):
+        return f"name must be a string, got {type(name).__name__}"
+    if not name:
+        return "name is empty"
+    if len(name) > MAX_TOOL_NAME:
+        return f"name is {len(name):,} characters long (at most {MAX_TOOL_NAME})"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "name is not valid Unicode (lone surrogate)"
+    if "\ufffd" in name:
+        return "name is not valid Unicode (it has U+FFFD, e.g. from a lone surrogate or invalid UTF-8)"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "name contains control characters"
+    if name in seen:
+        return "duplicate name (an earlier tool of this server has it; the first one is kept)"
+    return None
+
+
+def _surface_check(version: str | None, shell: Mapping[str, Any], tool: Any) -> str | None:
+    """The SDK's own per-protocol check of one tool (as a one-tool page); ``None`` if it passes or cannot run."""
+    if _methods is None or version is None:
+        return None
+    try:
+        _methods.validate_server_result("tools/list", version, {**shell, "tools": [tool]})
+    except ValidationError as e:
+        return _pydantic_reason(e, "tools.0.")
+    except (KeyError, ValueError, TypeError):
+        return None
+    return None
+
+
+def check_page(raw: Any, version: str | None) -> tuple[list[Any], dict[str, Any], str | None]:
+    """Split a raw ``tools/list`` result into its raw tools, the rest of the page, and its next cursor."""
+    if not isinstance(raw, dict):
+        raise ListingError(f"tools/list result is not an object but {type(raw).__name__}")
+    tools = raw.get("tools")
+    if not isinstance(tools, list):
+        raise ListingError("tools/list result has no \"tools\" array")
+    shell = {k: v for k, v in raw.items() if k != "tools"}
+    later = getattr(_sdk_session, "_later_revision_fields", None)
+    if version is not None and later is not None:
+        foreign = later("tools/list", version)
+        shell = {k: v for k, v in shell.items() if k not in foreign}
+    clamp = getattr(_sdk_session, "_clamp_inbound_ttl", None)
+    if clamp is not None:
+        clamp(shell)
+    if _methods is not None and version is not None:
+        try:
+            _methods.validate_server_result("tools/list", version, {**shell, "tools": []})
+        except ValidationError as e:
+            raise ListingError(f"tools/list result is invalid: {_pydantic_reason(e)}") from e
+        except (KeyError, ValueError, TypeError):
+            pass
+    cursor = raw.get("nextCursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise ListingError(f"tools/list nextCursor must be a string, got {type(cursor).__name__}")
+    return tools, shell, cursor or None
+
+
+_CHECKED: dict[tuple[str | None, str], tuple[mt.Tool | None, str | None]] = {}
+_CHECKED_MAX = 4096  # tool definitions remembered (servers re-list at every reset: checking a schema costs ~1 ms)
+
+
+def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: str | None) -> tuple[mt.Tool | None,
+                                                                                                   str | None]:
+    """The tool parsed from a raw definition, or why it is unusable (memoised by its canonical JSON)."""
+    try:
+        key: tuple[str | None, str] | None = (version, json.dumps(raw, sort_keys=True))
+    except (TypeError, ValueError, RecursionError):
+        key = None
+    if key is not None and key in _CHECKED:
+        return _CHECKED[key]
+    tool: mt.Tool | None = None
+    reason = _surface_check(version, shell, raw)
+    if reason is None:
+        try:
+            tool = mt.Tool.model_validate(raw, by_name=False)
+        except ValidationError as e:
+            reason = _pydantic_reason(e)
+    if reason is None and tool is not None:
+        reason = schema_problem(tool.input_schema, "inputSchema")
+        if reason is None and tool.output_schema is not None:
+            reason = schema_problem(tool.output_schema, "outputSchema")
+    out = (tool if reason is None else None, reason)
+    if key is not None:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[key] = out
+    return out
+
+
+def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | None,
+                seen: set[str]) -> tuple[list[mt.Tool], list[dict[str, str]]]:
+    """The usable tools of one page and ``{"name", "reason"}`` for each skipped one (``seen``: earlier names)."""
+    good: list[mt.Tool] = []
+    skipped: list[dict[str, str]] = []
+    for raw in raw_tools:
+        name = raw.get("name") if isinstance(raw, dict) else None
+        reason = "not a JSON object" if not isinstance(raw, dict) else _name_problem(name, seen)
+        tool: mt.Tool | None = None
+        if reason is None:
+            tool, reason = _check_definition(raw, shell, version)
+        if reason is not None or tool is None:
+            skipped.append({"name": show_name(name), "reason": reason or "invalid"})
+            continue
+        seen.add(tool.name)
+        good.append(tool)
+    return good, skipped
+
+
+async def list_tools_checked(
+    client: Any, meta: Mapping[str, Any] | None, timeout: float | None
+) -> tuple[list[mt.Tool], list[dict[str, str]], mt.ListToolsResult]:
+    """Every page of ``tools/list`` within ``timeout`` seconds: (good tools, skipped tools, the result to record).
+
+    Raises ``TimeoutError`` when the listing (all pages) takes longer, :class:`ListingError` when a page is unusable,
+    and what the SDK raises for JSON-RPC errors and lost connections.
+    """
+    session = client.session
+    dispatcher = getattr(session, "_dispatcher", None)
+    stamp = getattr(session, "_stamp", None)
+    absorb = getattr(session, "_absorb_tool_listing", None)
+    version = client.protocol_version
+    good: list[mt.Tool] = []
+    skipped: list[dict[str, str]] = []
+    seen: set[str] = set()
+    t = math.inf if timeout is None else max(0.0, timeout)
+    with anyio.fail_after(t if math.isfinite(t) else None):
+        cursor: str | None = None
+        cursors: set[str] = set()
+        for _ in range(MAX_PAGES):
+            params = mt.PaginatedRequestParams(cursor=cursor, _meta=dict(meta) if meta else None)
+            if dispatcher is None or stamp is None:  # pragma: no cover - SDK internals moved: whole-page validation
+                page = await session.list_tools(params=params)
+                raw = page.model_dump(by_alias=True, mode="json", exclude_none=True)
+            else:
+                data = mt.ListToolsRequest(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
+                opts: dict[str, Any] = {}
+                stamp(data, opts)
+                raw = await dispatcher.send_raw_request("tools/list", data.get("params"), opts)
+            raw_tools, shell, cursor = check_page(raw, version)
+            page_good, page_skipped = check_tools(raw_tools, shell, version, seen)
+            good.extend(page_good)
+            skipped.extend(page_skipped)
+            if cursor is None:
+                break
+            if cursor in cursors:
+                raise ListingError(f"tools/list cursor {show_name(cursor)} repeats (pagination would never end)")
+            cursors.add(cursor)
+        else:
+            raise ListingError(f"tools/list has more than {MAX_PAGES} pages")
+    result = mt.ListToolsResult(tools=list(good))
+    if absorb is not None and dispatcher is not None:
+        absorb(result, complete=True)  # the SDK drops tools with an invalid x-mcp-header here (2026-07-28)
+        kept = {id(x) for x in result.tools}
+        for tool in good:
+            if id(tool) not in kept:
+                skipped.append({"name": show_name(tool.name), "reason": "invalid x-mcp-header annotation"})
+        good = list(result.tools)
+    return good, skipped, result

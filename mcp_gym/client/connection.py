@@ -1,0 +1,563 @@
+"""Connections: one long-lived MCP session per server, owned by one task on the
+:class:`~mcp_gym.client.runtime.Runtime`.
+
+A :class:`ServerConnection` reaches a server described by a spec (:mod:`mcp_gym.client.specs`) through the SDK's
+``Client`` with explicit connect and per-call timeouts, follows change notifications in both protocol eras, and turns
+transport failures into a status (``ready`` / ``failed`` / ``dead`` / ``closed``) instead of exceptions that would
+escape into a training loop. A :class:`Tap` (e.g. the cassette recorder, :mod:`mcp_gym.cassette`) injected by the layer
+above sees every exchange; this module knows nothing of what it does with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from typing import Protocol as _Interface
+
+import anyio
+import mcp.client.session as _sdk_session
+import mcp.types as mt
+from mcp import Client, MCPError, StdioServerParameters
+
+from mcp_gym._version import __version__
+from mcp_gym.client._stdio import MESSAGE_TOO_LARGE, StdioState, stdio_transport
+from mcp_gym.client._tools import ListingError, list_tools_checked
+from mcp_gym.client.specs import Http, ServerSpec, Stdio
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+__all__ = [
+    "ServerConnection",
+    "ConnectionLost",
+    "HostCallbacks",
+    "Tap",
+    "TapFactory",
+    "MESSAGE_TOO_LARGE",
+    "ListingTimeout",
+    "ListingError",
+]
+
+CONNECTION_CLOSED = -32000
+REQUEST_TIMEOUT = -32001
+
+
+class _DiscoverTimeout:
+    """The SDK (mcp 2.3) reads its ``server/discover`` probe timeout from a module global when it sends the probe, and
+    has no per-client setting. Handshakes with the same ``discover_timeout`` run together; one with another value
+    waits until they are done, so each probe waits its own connection's value (across runtimes and threads too)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: float | None = None
+        self._active = 0
+
+    def _enter(self, value: float) -> bool:
+        with self._lock:
+            if self._active and self._value != value:
+                return False
+            self._value = value
+            self._active += 1
+            _sdk_session.DISCOVER_TIMEOUT_SECONDS = value
+            return True
+
+    @contextlib.asynccontextmanager
+    async def use(self, value: float) -> AsyncIterator[None]:
+        while not self._enter(value):
+            await anyio.sleep(0.01)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+
+
+_DISCOVER_TIMEOUT = _DiscoverTimeout()
+
+
+class ConnectionLost(Exception):
+    """The server is not reachable (failed to start, crashed or closed)."""
+
+
+class ListingTimeout(TimeoutError):
+    """``tools/list`` (all pages) took longer than its bound; the connection was failed and is being closed."""
+
+
+@dataclass
+class HostCallbacks:
+    """What the host answers on the server's behalf: SDK-level callbacks built by :mod:`mcp_gym.client.host`."""
+
+    sampling: Callable[..., Awaitable[Any]] | None = None
+    elicitation: Callable[..., Awaitable[Any]] | None = None
+    list_roots: Callable[..., Awaitable[Any]] | None = None
+    logging: Callable[[str, mt.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+
+
+@dataclass
+class _Events:
+    tools_changed: bool = False
+    resources_changed: bool = False
+    updated: set[str] = field(default_factory=set)
+
+
+class Tap(_Interface):
+    """What a connection tells an observer of its traffic (the cassette's ``Recorder`` is one). All on the runtime loop.
+    """
+
+    def connected(self, conn: ServerConnection) -> None:
+        """The session is established (``conn.client`` is entered; server info and capabilities are known)."""
+
+    def notification(self, message: Any) -> None:
+        """A server notification arrived (the SDK's notification model)."""
+
+    async def exchange(self, method: str, params: Mapping[str, Any] | None, send: Callable[[], Awaitable[Any]]) -> Any:
+        """Run one request: ``await send()`` performs it; return (or raise) what it does."""
+
+    def close(self) -> None:
+        """The session is over."""
+
+
+TapFactory = Callable[["ServerConnection"], "Tap | None"]
+"""Makes the tap of a connection when it (re)connects, or ``None`` for no tap (e.g. ``mcp_gym.cassette.record_tap``,
+which taps connections whose spec has ``record=``)."""
+
+
+class ServerConnection:
+    """One MCP session to one server, owned by a single task on the runtime loop.
+
+    All methods must be awaited on the runtime loop (the env and host do this). Failures never raise out of
+    :meth:`start`; calls on a failed or dead connection raise :class:`ConnectionLost`.
+    """
+
+    def __init__(
+        self, alias: str, spec: ServerSpec, callbacks: HostCallbacks | None = None, tap: TapFactory | None = None
+    ) -> None:
+        if spec.record is not None and tap is None:
+            raise ValueError(f"server '{alias}': record= needs a recording tap; connect through MCPEnv or MCPHost(..., "
+                             "tap=mcp_gym.cassette.record_tap)")
+        self.alias = alias
+        self.spec = spec
+        self.callbacks = callbacks or HostCallbacks()
+        self.status: Literal["new", "connecting", "ready", "failed", "dead", "closed"] = "new"
+        self.error: str | None = None
+        self.client: Client | None = None
+        self.events = _Events()
+        self.connect_seconds: float | None = None
+        self._ready = anyio.Event()
+        self._close = anyio.Event()
+        self._done = anyio.Event()
+        self._stdio: StdioState | None = None
+        self.skipped_tools: list[dict[str, str]] = []  # tools of the last listing that were unusable, with reasons
+        self.tools_error: str | None = None  # why the last tools/list failed as a whole (the server has no tools)
+        self._subscriptions: tuple[str, ...] = ()
+        self._listen_scope: anyio.CancelScope | None = None
+        self._listen_tg: Any = None
+        self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
+        self.tap_factory = tap
+        self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    async def start(self, task_group: Any) -> None:
+        """Start the owner task and wait until connected or failed (never raises)."""
+        self.status = "connecting"
+        task_group.start_soon(self._own, name=f"mcp-gym:{self.alias}")
+        await self._ready.wait()
+
+    def _client(self) -> Client:
+        spec = self.spec
+        cb = self.callbacks
+        target: Any
+        if isinstance(spec, Stdio):
+            self._stdio = StdioState(spec.stderr_tail_bytes)
+            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd)
+            target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
+        elif isinstance(spec, Http):
+            target = spec.url
+        else:
+            target = spec.server
+
+        async def logging_cb(params: mt.LoggingMessageNotificationParams) -> None:
+            if cb.logging is not None:
+                await cb.logging(self.alias, params)
+
+        return Client(
+            target,
+            mode=spec.protocol,
+            cache=None,
+            message_handler=self._on_message,
+            sampling_callback=cb.sampling,
+            elicitation_callback=cb.elicitation,
+            list_roots_callback=cb.list_roots,
+            logging_callback=logging_cb,
+            log_level="info" if cb.logging is not None else None,
+            client_info=mt.Implementation(name="mcp-gym", version=__version__),
+        )
+
+    async def _own(self) -> None:
+        # Enter and exit the Client in this one task. The connect deadline lives on a scope that encloses the whole
+        # session (the Client's own scopes must nest inside it) and is lifted once connected.
+        t0 = time.perf_counter()
+        entered = False
+        exc: BaseException | None = None
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
+                if self.tap_factory is not None and self.tap is None:
+                    self.tap = self.tap_factory(self)
+                client = self._client()
+                if self.spec.protocol == "auto":
+                    async with _DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
+                        await client.__aenter__()
+                else:
+                    await client.__aenter__()
+                entered = True
+                scope.deadline = math.inf
+                self.client = client
+                self.connect_seconds = time.perf_counter() - t0
+                if self.status == "connecting":  # not failed meanwhile (fail() also asked to close)
+                    self.status = "ready"
+                if self.tap is not None:
+                    self.tap.connected(self)
+                try:
+                    async with anyio.create_task_group() as tg:
+                        self._listen_tg = tg
+                        self._restart_listener()
+                        await self._set_log_level(client)
+                        self._ready.set()
+                        await self._close.wait()
+                        tg.cancel_scope.cancel()
+                except BaseException as e:  # noqa: BLE001 - a dying transport surfaces here
+                    exc = e
+                finally:
+                    self._listen_tg = None
+                    # No wrapping scope here: the Client's scopes were entered first and must be exited first.
+                    with contextlib.suppress(Exception):
+                        await client.__aexit__(None, None, None)
+                    if exc is not None and self.status == "ready":
+                        self.status = "dead"
+                        self.error = self._why(exc, "connection lost") + self._stderr_tail()
+            if not entered:
+                self.status = "failed"
+                self.error = f"could not connect within {self.spec.connect_timeout:g} s" + self._stderr_tail()
+        except BaseException as e:  # noqa: BLE001 - every failure becomes a status
+            exc = e
+            if not entered:
+                self.status = "failed"
+                self.error = _describe_exc(e, "could not connect") + self._stderr_tail()
+        finally:
+            if self.tap is not None:
+                self.tap.close()
+            if self.status in ("ready", "connecting"):
+                self.status = "closed"
+            self._ready.set()
+            self._done.set()
+        if exc is not None and isinstance(exc, anyio.get_cancelled_exc_class()):
+            raise exc
+
+    async def _set_log_level(self, client: Client) -> None:
+        """Handshake era: ask for ``info`` and above with ``logging/setLevel``, as the per-request opt-in
+        (``log_level``, which only reaches 2026-07-28 servers) does on modern connections. Best effort."""
+        caps = self.capabilities
+        if self.callbacks.logging is None or self.modern or caps is None or caps.logging is None:
+            return
+        with contextlib.suppress(Exception):
+            await client.session.send_request(
+                mt.SetLevelRequest(params=mt.SetLevelRequestParams(level="info")),
+                mt.EmptyResult,
+                request_read_timeout_seconds=min(self.spec.connect_timeout, 5.0),
+            )
+
+    async def close(self) -> None:
+        """Close the session (and stop a stdio subprocess); idempotent."""
+        if self.status == "new":
+            self.status = "closed"
+            return
+        self._close.set()
+        await self._done.wait()
+        if self.status == "ready":
+            self.status = "closed"
+
+    def fail(self, reason: str) -> None:
+        """Mark the server ``failed`` for ``reason`` and close it in the background (its tools go; the next reset
+        reconnects). Returns at once: the owner task stops the server within the transport's bounded shutdown."""
+        if self.status in ("ready", "connecting"):
+            self.status = "failed"
+            self.error = reason + self._stderr_tail()
+        self._close.set()
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of a stdio server (``None`` for other transports or before it started)."""
+        return self._stdio.pid if self._stdio is not None else None
+
+    def _stderr_tail(self) -> str:
+        tail = self._stdio.stderr_tail().strip() if self._stdio is not None else ""
+        return f"; server stderr: {tail}" if tail else ""
+
+    def _why(self, e: BaseException, default: str) -> str:
+        failure = self._stdio.failure if self._stdio is not None else None
+        return failure if failure else _describe_exc(e, default)
+
+    # -- info -----------------------------------------------------------------------------------------------------
+    @property
+    def protocol_version(self) -> str | None:
+        """Negotiated protocol version (``None`` until connected)."""
+        try:
+            return self.client.protocol_version if self.client is not None else None
+        except RuntimeError:
+            return None
+
+    @property
+    def modern(self) -> bool:
+        """True on a 2026-07-28 (discover-era) connection."""
+        return (self.protocol_version or "") >= "2026"
+
+    def info(self) -> dict[str, Any]:
+        """Name, version, negotiated protocol, status and error of this server, for ``info["servers"]``."""
+        si = None
+        with contextlib.suppress(RuntimeError):
+            si = self.client.server_info if self.client is not None else None
+        return {
+            "alias": self.alias,
+            "transport": self.spec.transport,
+            "target": self.spec.describe(),
+            "name": si.name if si else None,
+            "version": si.version if si else None,
+            "protocol_version": self.protocol_version,
+            "status": self.status,
+            "error": self.error,
+            "skipped_tools": list(self.skipped_tools),
+            "tools_error": self.tools_error,
+        }
+
+    @property
+    def capabilities(self) -> mt.ServerCapabilities | None:
+        """Capabilities the server declared."""
+        try:
+            return self.client.server_capabilities if self.client is not None else None
+        except RuntimeError:
+            return None
+
+    # -- notifications --------------------------------------------------------------------------------------------
+    async def _on_message(self, message: Any) -> None:
+        root = getattr(message, "root", message)
+        if self.tap is not None and getattr(root, "method", None) != "notifications/subscriptions/acknowledged":
+            # an ack reaches here only when its listen stream was already restarted: driver state, not server news
+            self.tap.notification(root)
+        if isinstance(root, mt.ToolListChangedNotification):
+            self.events.tools_changed = True
+        elif isinstance(root, mt.ResourceUpdatedNotification):
+            self.events.updated.add(str(root.params.uri))
+        elif isinstance(root, mt.ResourceListChangedNotification):
+            self.events.resources_changed = True
+
+    async def subscribe(self, uris: Sequence[str], *, timeout: float | None = None) -> None:
+        """Ask for ``resources/updated`` on these URIs (handshake era: ``resources/subscribe``; modern: listen).
+        Best effort; each ``resources/subscribe`` waits at most ``timeout`` seconds."""
+        uris = tuple(dict.fromkeys(uris))
+        if uris == self._subscriptions or self.client is None or self.status != "ready":
+            return
+        new = [u for u in uris if u not in self._subscriptions]
+        self._subscriptions = uris
+        caps = self.capabilities
+        if self.modern:
+            self._restart_listener()
+        elif caps is not None and caps.resources is not None and caps.resources.subscribe:
+            for uri in new:
+                with contextlib.suppress(Exception):
+                    # send_request, not the deprecated subscribe_resource: its MCPDeprecationWarning would be
+                    # swallowed here as an exception under -W error, silently dropping the subscription.
+                    await self.client.session.send_request(
+                        mt.SubscribeRequest(params=mt.SubscribeRequestParams(uri=uri)), mt.EmptyResult,
+                        request_read_timeout_seconds=None if timeout is None or math.isinf(timeout) else timeout,
+                    )
+
+    def set_hints(self, hints: bool) -> None:
+        """Record whether the server piggy-backs changes on results; with ``listen=None`` that closes the stream."""
+        if hints != self.hints:
+            before = self._wants_listener()
+            self.hints = hints
+            if self._wants_listener() != before:
+                self._restart_listener()
+
+    def _wants_listener(self) -> bool:
+        return self.spec.listen if self.spec.listen is not None else not self.hints
+
+    def _restart_listener(self) -> None:
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
+            self._listen_scope = None
+        wanted = self._wants_listener()
+        if not self.modern or self._listen_tg is None or not wanted:
+            return
+        scope = anyio.CancelScope()
+        self._listen_scope = scope
+        self._listen_tg.start_soon(self._listen, scope, self._subscriptions)
+
+    async def _listen(self, scope: anyio.CancelScope, uris: tuple[str, ...]) -> None:
+        caps = self.capabilities
+        want_tools = bool(caps and caps.tools and caps.tools.list_changed)
+        want_res = bool(caps and caps.resources)
+        if not (want_tools or (want_res and uris)) or self.client is None:
+            return
+        with scope:
+            try:
+                async with self.client.listen(
+                    tools_list_changed=want_tools,
+                    resources_list_changed=want_res and bool(caps and caps.resources and caps.resources.list_changed),
+                    resource_subscriptions=list(uris) if want_res else [],
+                ) as sub:
+                    async for ev in sub:
+                        kind = type(ev).__name__
+                        if kind == "ToolsListChanged":
+                            self.events.tools_changed = True
+                        elif kind == "ResourceUpdated":
+                            self.events.updated.add(str(ev.uri))
+                        elif kind == "ResourcesListChanged":
+                            self.events.resources_changed = True
+            except Exception:  # noqa: BLE001 - a server without listen support just sends no events
+                return
+
+    # -- requests -------------------------------------------------------------------------------------------------
+    def _check(self) -> Client:
+        if self.status != "ready" or self.client is None:
+            raise ConnectionLost(f"server '{self.alias}' is {self.status}" + (f": {self.error}" if self.error else ""))
+        return self.client
+
+    def _lost(self, e: BaseException) -> ConnectionLost:
+        if self.status == "ready":
+            self.status = "dead"
+            self.error = self._why(e, "connection lost") + self._stderr_tail()
+        self._close.set()
+        return ConnectionLost(f"server '{self.alias}' died: {self.error}")
+
+    async def request(
+        self,
+        fn: Callable[[Client], Awaitable[Any]],
+        *,
+        method: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Run one SDK request; connection loss becomes :class:`ConnectionLost` and marks the server dead.
+
+        JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged. ``method`` and ``params``
+        describe the request for the tap (e.g. the cassette recorder of ``spec.record``). ``timeout`` (seconds)
+        bounds the request: past it, ``MCPError`` -32001 (the session stays usable).
+        """
+        client = self._check()
+        t = None if timeout is None or math.isinf(timeout) else max(0.0, timeout)
+        try:
+            with anyio.fail_after(t):
+                if self.tap is not None and method is not None:
+                    return await self.tap.exchange(method, params, lambda: self._send(client, fn))
+                return await self._send(client, fn)
+        except TimeoutError as e:
+            if t is None:
+                raise
+            raise MCPError(REQUEST_TIMEOUT, f"no answer to {method or 'the request'} within {t:g} s") from e
+
+    async def _send(self, client: Client, fn: Callable[[Client], Awaitable[Any]]) -> Any:
+        try:
+            return await fn(client)
+        except MCPError as e:
+            if e.code == CONNECTION_CLOSED:
+                raise self._lost(e) from e
+            raise
+        except TimeoutError:
+            raise  # a bound of ours (fail_after) ran out: not a lost connection (TimeoutError is an OSError)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as e:
+            raise self._lost(e) from e
+        except BaseExceptionGroup as e:  # the SDK may raise groups from its task groups
+            if e.subgroup(lambda x: isinstance(x, anyio.get_cancelled_exc_class())):
+                raise
+            raise self._lost(e) from e
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+        progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
+    ) -> mt.CallToolResult:
+        """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
+        t = None if timeout is None or math.isinf(timeout) else timeout
+        return await self.request(
+            lambda c: c.call_tool(
+                name, dict(arguments), read_timeout_seconds=t, progress_callback=progress, meta=dict(meta or {})
+            ),
+            method="tools/call",
+            params={"name": name, "arguments": dict(arguments), "_meta": dict(meta or {})},
+        )
+
+    async def list_tools(
+        self, meta: Mapping[str, Any] | None = None, *, timeout: float | None = None, bound: str | None = None
+    ) -> list[mt.Tool]:
+        """All usable tools (following pagination), checked one by one: a bad tool definition costs only that tool
+        and is listed with its reason in :attr:`skipped_tools` (and ``info()["skipped_tools"]``).
+
+        ``timeout`` bounds the whole listing: past it the server is failed (status ``failed``, "timed out after X s
+        listing tools"), closed in the background, and :class:`ListingTimeout` is raised. An unusable result as a
+        whole raises ``ListingError``. ``bound`` names the bound in that reason (default: ``timeout`` in seconds).
+        """
+        tools: list[mt.Tool] = []
+
+        async def go(c: Client) -> mt.ListToolsResult:
+            good, skipped, result = await list_tools_checked(c, meta, timeout)
+            tools.extend(good)
+            self.skipped_tools = skipped
+            return result  # all good tools of all pages (as one page in a cassette)
+
+        try:
+            await self.request(go, method="tools/list", params={"_meta": dict(meta or {})})
+        except TimeoutError as e:
+            reason = f"timed out after {bound or f'{timeout:g} s'} listing tools"
+            self.fail(reason)
+            raise ListingTimeout(f"server '{self.alias}' {reason}") from e
+        return tools
+
+    async def list_resources(self, *, timeout: float | None = None) -> list[mt.Resource]:
+        """Listed resources ([] if the server has no resources capability); ``timeout`` as in :meth:`request`."""
+        caps = self.capabilities
+        if caps is None or caps.resources is None:
+            return []
+        res = await self.request(lambda c: c.list_resources(), method="resources/list", timeout=timeout)
+        return list(res.resources)
+
+    async def list_resource_templates(self, *, timeout: float | None = None) -> list[mt.ResourceTemplate]:
+        """Listed resource templates ([] if none)."""
+        caps = self.capabilities
+        if caps is None or caps.resources is None:
+            return []
+        res = await self.request(lambda c: c.list_resource_templates(), method="resources/templates/list",
+                                 timeout=timeout)
+        return list(res.resource_templates)
+
+    async def read_resource(
+        self, uri: str, meta: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> mt.ReadResourceResult:
+        """Read one resource; ``timeout`` as in :meth:`request`."""
+        return await self.request(
+            lambda c: c.read_resource(uri, meta=dict(meta or {})),
+            method="resources/read",
+            params={"uri": uri, "_meta": dict(meta or {})},
+            timeout=timeout,
+        )
+
+
+def _describe_exc(e: BaseException, default: str) -> str:
+    """A one-line description of (the first leaf of) an exception or exception group."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    if isinstance(e, TimeoutError):
+        return default
+    msg = str(e).strip()
+    return f"{type(e).__name__}: {msg}" if msg else f"{type(e).__name__} ({default})"
+

@@ -1,0 +1,482 @@
+"""The host: several server connections behind one tool catalogue, and the host duties MCP asks of a client.
+
+:class:`MCPHost` connects to every server concurrently, lists their tools (``{server}__{tool}`` names when there is
+more than one server), routes calls back to each server's own tool name, answers sampling / elicitation / roots
+requests through user callables, and collects logging and progress notifications. A server that fails or dies loses
+only its own tools.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as mt
+from mcp import MCPError
+from pydantic import ValidationError
+
+from mcp_gym.client._tools import show_name
+from mcp_gym.client.connection import (
+    MESSAGE_TOO_LARGE,
+    ConnectionLost,
+    HostCallbacks,
+    ListingTimeout,
+    ServerConnection,
+    TapFactory,
+)
+from mcp_gym.client.specs import ServerSpec
+from mcp_gym.protocol import (
+    CHANGES_META_KEY,
+    EPISODE_META_KEY,
+    HIDDEN_META_KEY,
+    RESET_TOOL,
+    SEED_META_KEY,
+    STATE_TOOL,
+    TASK_META_KEY,
+    ToolCallError,
+    catalogue_fingerprint,
+)
+
+__all__ = [
+    "MCPHost",
+    "ToolEntry",
+    "CallOutcome",
+    "SamplingFn",
+    "ElicitationFn",
+    "tool_schema",
+    "catalogue_hash",
+]
+
+SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
+"""``(messages, params) -> str | CreateMessageResult`` (sync or async). ``messages`` are ``{"role", "content"}``
+dicts with the text of each sampling message; ``params`` is the full SDK request (max_tokens, system prompt, ...)."""
+ElicitationFn = Callable[[str, dict[str, Any], mt.ElicitRequestParams], Any]
+"""``(message, requested_schema, params) -> dict | None | ElicitResult`` (sync or async): a dict accepts with that
+content, ``None`` declines."""
+
+
+@dataclass(frozen=True)
+class ToolEntry:
+    """One tool as offered to the agent."""
+
+    name: str
+    server: str
+    server_tool: str
+    tool: mt.Tool
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The tool's JSON Schema for its arguments."""
+        return dict(self.tool.input_schema or {"type": "object"})
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        """The tool's annotations (readOnlyHint, destructiveHint, ...) as a dict (empty if none)."""
+        a = self.tool.annotations
+        return a.model_dump(by_alias=True, exclude_none=True) if a is not None else {}
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema of this tool."""
+        function = {"name": self.name, "description": self.tool.description or "", "parameters": self.input_schema}
+        return {"type": "function", "function": function}
+
+
+def tool_schema(entry: ToolEntry) -> dict[str, Any]:
+    """A JSON-able description of a tool (name, server, description, schemas, annotations) for recording."""
+    t = entry.tool
+    return {
+        "name": entry.name,
+        "server": entry.server,
+        "server_tool": entry.server_tool,
+        "description": t.description or "",
+        "input_schema": entry.input_schema,
+        "output_schema": dict(t.output_schema) if t.output_schema else None,
+        "annotations": entry.annotations,
+    }
+
+
+def catalogue_hash(entries: Sequence[ToolEntry]) -> str:
+    """A stable hash of a tool catalogue (names, descriptions, schemas, annotations): the
+    :func:`~mcp_gym.protocol.catalogue_fingerprint` of its :func:`tool_schema` dicts, as recordings store it."""
+    return catalogue_fingerprint([tool_schema(e) for e in entries])
+
+
+@dataclass
+class CallOutcome:
+    """The outcome of one routed tool call: a result, or an error description (never an exception)."""
+
+    tool: str
+    server: str | None
+    server_tool: str | None
+    result: mt.CallToolResult | None = None
+    error: dict[str, Any] | None = None
+    duration: float = 0.0
+    progress: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _requires_task(tool: mt.Tool) -> bool:
+    execution = getattr(tool, "execution", None)
+    return getattr(execution, "task_support", None) == "required"
+
+
+def _is_destructive(tool: mt.Tool) -> bool:
+    a = tool.annotations
+    if a is None:
+        return True  # MCP default: a tool may be destructive unless it says otherwise
+    if a.read_only_hint:
+        return False
+    return a.destructive_hint is not False
+
+
+class MCPHost:
+    """Connections to several MCP servers behind one catalogue of tools.
+
+    Args:
+        servers: alias -> server spec.
+        sampling: answers ``sampling/createMessage`` (default: a clear refusal).
+        elicitation: answers ``elicitation/create`` (default: decline).
+        roots: root URIs or paths to advertise (default: none, and no roots capability).
+        prefix_tools: expose ``{alias}{separator}{tool}`` names; ``None`` = only with more than one server.
+        separator: between alias and tool name.
+        hidden_tools: tool names never offered to the agent (the env's reset/state tools by default); tools whose
+            ``_meta`` has ``"mcp-gym/hidden": true`` are hidden too.
+        block_destructive: hide and refuse tools that may be destructive (``destructiveHint`` not false and not
+            ``readOnlyHint``; unannotated tools count as destructive, as the MCP spec says).
+        tap: makes each connection's :class:`~mcp_gym.client.connection.Tap` (needed for specs with ``record=``:
+            ``mcp_gym.cassette.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
+    """
+
+    def __init__(
+        self,
+        servers: Mapping[str, ServerSpec],
+        *,
+        sampling: SamplingFn | None = None,
+        elicitation: ElicitationFn | None = None,
+        roots: Sequence[str | Path] | None = None,
+        prefix_tools: bool | None = None,
+        separator: str = "__",
+        hidden_tools: Sequence[str] = (RESET_TOOL, STATE_TOOL),
+        block_destructive: bool = False,
+        tap: TapFactory | None = None,
+    ) -> None:
+        if not servers:
+            raise ValueError("MCPHost needs at least one server")
+        self.sampling = sampling
+        self.elicitation = elicitation
+        self.roots = [_root_uri(r) for r in roots] if roots is not None else None
+        self.prefix = (len(servers) > 1) if prefix_tools is None else prefix_tools
+        self.separator = separator
+        self.hidden = set(hidden_tools)
+        self.block_destructive = block_destructive
+        callbacks = HostCallbacks(
+            sampling=self._on_sampling,
+            elicitation=self._on_elicitation,
+            list_roots=self._on_list_roots if self.roots is not None else None,
+            logging=self._on_log,
+        )
+        self.connections: dict[str, ServerConnection] = {
+            alias: ServerConnection(alias, spec, callbacks, tap) for alias, spec in servers.items()
+        }
+        self.catalogue: dict[str, ToolEntry] = {}
+        self.all_tools: dict[str, dict[str, mt.Tool]] = {}
+        self.clashes: dict[str, list[dict[str, str]]] = {}  # per alias: tools hidden by a same-named earlier tool
+        self.logs: list[dict[str, Any]] = []
+        self.sampling_log: list[dict[str, Any]] = []
+        self.episode_id: str | None = None
+        self.episode_task: str | None = None  # set by the env at reset, with episode_seed
+        self.episode_seed: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    async def start(self, task_group: Any) -> None:
+        """Connect to every server concurrently and list their tools, each within its ``connect_timeout`` (start,
+        handshake and first listing together); failures become statuses."""
+        async with anyio.create_task_group() as tg:
+            for conn in self.connections.values():
+                tg.start_soon(self._connect, conn, task_group)
+        self._rebuild()
+
+    async def _connect(self, conn: ServerConnection, task_group: Any) -> None:
+        t0 = anyio.current_time()
+        await conn.start(task_group)
+        if conn.status == "ready":
+            await self._list(conn, conn.spec.connect_timeout - (anyio.current_time() - t0),
+                             bound=f"connect_timeout={conn.spec.connect_timeout:g} s")
+
+    async def restart(self, alias: str, task_group: Any) -> None:
+        """Close one server's connection and connect anew (reset by restart), within its ``connect_timeout``."""
+        old = self.connections[alias]
+        await old.close()
+        new = ServerConnection(alias, old.spec, old.callbacks, old.tap_factory)
+        self.connections[alias] = new
+        await self._connect(new, task_group)
+        self._rebuild()
+
+    async def close(self) -> None:
+        """Close every connection."""
+        async with anyio.create_task_group() as tg:
+            for conn in self.connections.values():
+                tg.start_soon(conn.close)
+
+    def server_info(self) -> dict[str, dict[str, Any]]:
+        """Per server: name, version, negotiated protocol version, status, error, and ``skipped_tools`` (each
+        ``{"name", "reason"}``: listed tools that are not offered because their definition is unusable)."""
+        out = {}
+        for alias, conn in self.connections.items():
+            info = conn.info()
+            info["skipped_tools"] = info["skipped_tools"] + self.clashes.get(alias, [])
+            out[alias] = info
+        return out
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The ``_meta`` sent with every request: the episode id, and the episode's task id and seed when known."""
+        if not self.episode_id:
+            return {}
+        meta: dict[str, Any] = {EPISODE_META_KEY: self.episode_id}
+        if self.episode_task is not None:
+            meta[TASK_META_KEY] = self.episode_task
+        if self.episode_seed is not None:
+            meta[SEED_META_KEY] = self.episode_seed
+        return meta
+
+    # -- catalogue ------------------------------------------------------------------------------------------------
+    def exposed_name(self, alias: str, tool: str) -> str:
+        """The agent-facing name of a server's tool."""
+        return f"{alias}{self.separator}{tool}" if self.prefix else tool
+
+    async def refresh_tools(self, aliases: Sequence[str] | None = None, *, timeout: float | None = None) -> bool:
+        """Re-list tools (of ``aliases``, default all) and rebuild the catalogue; True if it changed.
+
+        Each server's listing waits at most ``timeout`` seconds; a server that does not answer in time is failed
+        (status ``failed``, "timed out after X s listing tools") and closed in the background.
+        """
+        targets = [a for a in (aliases or self.connections) if a in self.connections]
+        async with anyio.create_task_group() as tg:
+            for alias in targets:
+                tg.start_soon(self._list, self.connections[alias], timeout)
+        return self._rebuild()
+
+    async def _list(self, conn: ServerConnection, timeout: float | None, bound: str | None = None) -> None:
+        """List one server's tools into ``all_tools`` (a failed listing drops them, with the reason in its info)."""
+        alias = conn.alias
+        conn.events.tools_changed = False
+        if conn.status != "ready":
+            self.all_tools.pop(alias, None)
+            return
+        try:
+            tools = await conn.list_tools(self.meta, timeout=timeout, bound=bound)
+        except ListingTimeout:
+            self.all_tools.pop(alias, None)  # the connection is failed with the reason
+            return
+        except Exception as e:  # noqa: BLE001 - a broken listing loses the server's tools, and says why
+            self.all_tools.pop(alias, None)
+            caps = conn.capabilities
+            if conn.status == "ready" and caps is not None and caps.tools is not None:
+                conn.tools_error = f"tools/list failed: {_short_error(e)}"
+            return
+        conn.tools_error = None
+        self.all_tools[alias] = {t.name: t for t in tools}
+        conn.set_hints(RESET_TOOL in self.all_tools[alias])  # mcp-gym servers report changes in result _meta
+
+    def _rebuild(self) -> bool:
+        before = [(e.name, e.tool) for e in self.catalogue.values()]
+        cat: dict[str, ToolEntry] = {}
+        self.clashes = {}
+        for alias in self.connections:
+            if self.connections[alias].status != "ready":
+                continue
+            for name, tool in self.all_tools.get(alias, {}).items():
+                if name in self.hidden or (tool.meta or {}).get(HIDDEN_META_KEY) is True:
+                    continue
+                if self.block_destructive and _is_destructive(tool):
+                    continue
+                if _requires_task(tool):
+                    continue  # task-augmented execution is not supported: the call could never succeed
+                exposed = self.exposed_name(alias, name)
+                if exposed in cat:  # two servers, one name (prefix_tools=False): the first server keeps it
+                    self.clashes.setdefault(alias, []).append({
+                        "name": show_name(name),
+                        "reason": f"the name is taken by server '{cat[exposed].server}' (use prefix_tools=True)"})
+                    continue
+                cat[exposed] = ToolEntry(exposed, alias, name, tool)
+        self.catalogue = cat
+        return before != [(e.name, e.tool) for e in cat.values()]
+
+    def has_tool(self, alias: str, tool: str) -> bool:
+        """Whether the server lists ``tool`` (hidden tools included)."""
+        return tool in self.all_tools.get(alias, {})
+
+    def resolve(self, name: str) -> ToolEntry | None:
+        """The catalogue entry for an agent-facing tool name."""
+        return self.catalogue.get(name)
+
+    async def poll_changes(self, *, timeout: float | None = None) -> bool:
+        """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing
+        waits at most ``timeout`` seconds (see :meth:`refresh_tools`)."""
+        await anyio.sleep(0)  # let notification handlers that are already queued run
+        dirty = [a for a, c in self.connections.items() if c.events.tools_changed]
+        dead = any(c.status != "ready" and c.alias in self.all_tools for c in self.connections.values())
+        if not dirty and not dead:
+            return False
+        if dead:
+            for a, c in self.connections.items():
+                if c.status != "ready":
+                    self.all_tools.pop(a, None)
+        changed = await self.refresh_tools(dirty, timeout=timeout) if dirty else False
+        return self._rebuild() or changed or dead
+
+    # -- calls ----------------------------------------------------------------------------------------------------
+    async def call(
+        self, name: str, arguments: Mapping[str, Any], *, timeout: float | None, meta: Mapping[str, Any] | None = None
+    ) -> CallOutcome:
+        """Call an agent-facing tool; every failure is described in ``outcome.error`` (kind, tool, server, message)."""
+        entry = self.resolve(name)
+        if entry is None:
+            return CallOutcome(name, None, None, error=self._error("unknown_tool", name, None, self._unknown_msg(name)))
+        return await self.call_server(entry.server, entry.server_tool, arguments, timeout=timeout, exposed=name,
+                                      meta=meta)
+
+    async def call_server(
+        self,
+        alias: str,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float | None,
+        exposed: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> CallOutcome:
+        """Call a tool by server alias and the server's own tool name (hidden tools included)."""
+        exposed = exposed or self.exposed_name(alias, tool)
+        out = CallOutcome(exposed, alias, tool)
+        conn = self.connections[alias]
+
+        async def progress(p: float, total: float | None, message: str | None) -> None:
+            out.progress.append({"progress": p, "total": total, "message": message, "t": time.time()})
+
+        t0 = time.perf_counter()
+        try:
+            out.result = await conn.call_tool(
+                tool, arguments, timeout=timeout, meta={**self.meta, **(meta or {})}, progress=progress
+            )
+        except ConnectionLost as e:
+            out.error = self._error("server_dead", exposed, alias, str(e))
+        except MCPError as e:
+            if e.code == -32001:
+                out.error = self._error("timeout", exposed, alias, f"no result within {timeout:g} s", code=e.code)
+            elif e.code == MESSAGE_TOO_LARGE:
+                out.error = self._error("too_large", exposed, alias, e.error.message, code=e.code)
+            else:
+                out.error = self._error("jsonrpc", exposed, alias, e.error.message, code=e.code)
+        except ValidationError as e:  # the result is not a valid CallToolResult
+            out.error = self._error("invalid_result", exposed, alias,
+                                    f"the server's result is not a valid CallToolResult: {_short_error(e)}")
+        except RuntimeError as e:  # e.g. the SDK's structured-output validation against outputSchema
+            out.error = self._error("invalid_result", exposed, alias, str(e))
+        except Exception as e:  # noqa: BLE001 - whatever else the SDK raises costs this call only
+            out.error = self._error("client_error", exposed, alias, _short_error(e))
+        out.duration = time.perf_counter() - t0
+        if out.result is not None and out.result.meta:
+            hint = out.result.meta.get(CHANGES_META_KEY)
+            if isinstance(hint, dict):  # an mcp-gym server says what changed (before its notification may arrive)
+                conn.events.tools_changed |= hint.get("tools") is True
+                conn.events.updated.update(u for u in hint.get("resources") or () if isinstance(u, str))
+        return out
+
+    def _unknown_msg(self, name: str) -> str:
+        avail = ", ".join(sorted(self.catalogue)) or "none"
+        return f"unknown tool '{name}' (available: {avail})"
+
+    def _error(
+        self, kind: str, tool: str | None, server: str | None, message: str, *, code: int | None = None,
+        argument: str | None = None,
+    ) -> dict[str, Any]:
+        where = f"tool '{tool}'" + (f" on server '{server}'" if server else "")
+        message = f"{where}: {message}" if kind != "unknown_tool" else message
+        return ToolCallError(kind, message, tool=tool, server=server, argument=argument, code=code).as_dict()
+
+    # -- host duties ----------------------------------------------------------------------------------------------
+    async def _on_sampling(self, context: Any, params: mt.CreateMessageRequestParams) -> Any:
+        if self.sampling is None:
+            return mt.ErrorData(
+                code=-32600,
+                message="sampling refused by mcp-gym: no sampling callable is configured (pass sampling=... to MCPEnv)",
+            )
+        messages = [{"role": m.role, "content": _content_text(m.content)} for m in params.messages]
+        try:
+            reply = await _maybe_await(self.sampling, messages, params)
+        except Exception as e:  # noqa: BLE001 - a failing callable becomes a JSON-RPC error for the server
+            return mt.ErrorData(code=-32603, message=f"sampling callable failed: {type(e).__name__}: {e}")
+        self.sampling_log.append({"messages": messages, "reply": reply if isinstance(reply, str) else repr(reply)})
+        if isinstance(reply, (mt.CreateMessageResult, mt.ErrorData)):
+            return reply
+        return mt.CreateMessageResult(
+            role="assistant", content=mt.TextContent(type="text", text=str(reply)), model="mcp-gym-sampling"
+        )
+
+    async def _on_elicitation(self, context: Any, params: mt.ElicitRequestParams) -> Any:
+        if self.elicitation is None:
+            return mt.ElicitResult(action="decline")
+        schema = dict(getattr(params, "requested_schema", None) or {})
+        try:
+            reply = await _maybe_await(self.elicitation, params.message, schema, params)
+        except Exception as e:  # noqa: BLE001
+            return mt.ErrorData(code=-32603, message=f"elicitation callable failed: {type(e).__name__}: {e}")
+        if isinstance(reply, (mt.ElicitResult, mt.ErrorData)):
+            return reply
+        if reply is None:
+            return mt.ElicitResult(action="decline")
+        return mt.ElicitResult(action="accept", content=dict(reply))
+
+    async def _on_list_roots(self, context: Any) -> mt.ListRootsResult:
+        return mt.ListRootsResult(roots=[mt.Root(uri=u) for u in self.roots or []])
+
+    async def _on_log(self, alias: str, params: mt.LoggingMessageNotificationParams) -> None:
+        self.logs.append({"server": alias, "level": params.level, "logger": params.logger, "data": params.data})
+        del self.logs[:-1000]
+
+    def drain_logs(self) -> list[dict[str, Any]]:
+        """Logging notifications received since the last drain."""
+        out, self.logs = self.logs, []
+        return out
+
+
+def _short_error(e: BaseException, limit: int = 500) -> str:
+    """One line for an exception: pydantic errors as ``field: message`` (never the whole offending input)."""
+    if isinstance(e, ValidationError):
+        errs = e.errors()
+        parts = [f"{'.'.join(str(x) for x in err.get('loc', ())) or 'result'}: {err.get('msg', 'invalid')}"
+                 for err in errs[:3]]
+        text = "; ".join(parts) + (f" (+{len(errs) - 3} more)" if len(errs) > 3 else "")
+    else:
+        text = f"{type(e).__name__}: {e}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _root_uri(r: str | Path) -> str:
+    s = str(r)
+    return s if "://" in s else Path(s).resolve().as_uri()
+
+
+def _content_text(content: Any) -> str:
+    items = content if isinstance(content, list) else [content]
+    parts = []
+    for c in items:
+        parts.append(getattr(c, "text", None) or f"[{getattr(c, 'type', 'content')}]")
+    return "\n".join(parts)
+
+
+async def _maybe_await(fn: Callable[..., Any], *args: Any) -> Any:
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        return await fn(*args)
+    res = await anyio.to_thread.run_sync(lambda: fn(*args))
+    if isinstance(res, Awaitable):
+        res = await res
+    return res
+

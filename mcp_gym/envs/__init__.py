@@ -1,0 +1,142 @@
+"""Bundled environments: one folder per env, ``mcp_gym/envs/<env>/`` with ``server.py`` and ``tasks.py``.
+
+Each ``tasks.py`` defines ``SERVER`` (the name of the server serving it), ``generate_tasks(seed)``, ``task_by_id``,
+``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD`` and ``OBSERVE_RESOURCES``; optionally
+``STEP_REWARDS = False`` to ignore the servers' per-step convention rewards (the verifier's score at ``submit`` is then
+the only positive reward; failed calls still cost ``error_penalty``). Importing
+``mcp_gym`` registers them all as ``mcp_gym/<Name>-v0``::
+
+    env = gymnasium.make("mcp_gym/Counter-v0")                      # in-process server
+    env = gymnasium.make("mcp_gym/SQL-v0", transport="stdio")       # a server subprocess
+    env = gymnasium.make("mcp_gym/Notes-v0", url="http://127.0.0.1:8000/mcp")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BUNDLED_ENVS: dict[str, str] = {
+    "Counter": "counter",
+    "Notes": "notes",
+    "Files": "files",
+    "SQL": "sql",
+    "Code": "code",
+    "Maze": "maze",
+}
+"""Registered name -> env folder in this package."""
+
+
+@dataclass
+class PenaltyOnlyReward:
+    """Step reward of envs with ``STEP_REWARDS = False``: 0 for every tool step, ``-error_penalty`` for a failed one.
+
+    The servers' convention rewards are ignored (their ``done`` still ends the episode), so they cannot be farmed by
+    repeating a rewarding call; the verifier grades ``submit`` as usual."""
+
+    error_penalty: float = 0.0
+
+    def __call__(self, ctx: Any) -> float:
+        """The reward of one tool step (``ctx`` is a :class:`mcp_gym.rewards.StepContext`)."""
+        return -self.error_penalty if ctx.is_error or ctx.error is not None else 0.0
+
+
+def env_module(name: str) -> ModuleType:
+    """The tasks module of a bundled env (``mcp_gym.envs.<env>.tasks``), by registered name (``"Notes"``) or folder
+    name (``"notes"``)."""
+    mod = BUNDLED_ENVS.get(name, name.lower())
+    if mod not in BUNDLED_ENVS.values():
+        raise ValueError(f"unknown bundled env {name!r}; choose one of {', '.join(BUNDLED_ENVS)}")
+    return importlib.import_module(f"{__name__}.{mod}.tasks")
+
+
+def server_spec(name: str, transport: str = "inprocess", url: str | None = None) -> Any:
+    """The server spec of a bundled env: in-process (default), a ``stdio`` subprocess, or an HTTP ``url``."""
+    from mcp_gym.client.specs import Http, InProcess, Stdio
+    from mcp_gym.envs.serve import load_server, server_module
+
+    server = env_module(name).SERVER
+    if url is not None or transport == "http":
+        if url is None:
+            raise ValueError("transport='http' needs url= (start one with `mcp-gym serve NAME --transport http`)")
+        return Http(url)
+    if transport == "stdio":  # the Code server's isolation setting reaches its subprocess
+        passed = {k: os.environ[k] for k in ("MCP_GYM_CODE_SANDBOX",) if k in os.environ}
+        return Stdio.python_module(server_module(server), env=passed)
+    if transport == "inprocess":
+        return InProcess(load_server(server))
+    raise ValueError(f"unknown transport {transport!r}: use 'inprocess', 'stdio' or 'http'")
+
+
+def load_env_tasks(name: str, split: str | None = None, seed: int = 0) -> list[Any]:
+    """The task set of a bundled env (optionally one split)."""
+    tasks = env_module(name).generate_tasks(seed)
+    return [t for t in tasks if split is None or t.split == split]
+
+
+def export_tasks(name: str, directory: str | Path) -> Path:
+    """Write a bundled env's task set as JSONL (``datasets.load_dataset("json", data_files=...)`` reads it)."""
+    from mcp_gym.tasks import save_tasks
+
+    return save_tasks(load_env_tasks(name), Path(directory) / f"{env_module(name).__name__.split('.')[-2]}.jsonl")
+
+
+def make_env(
+    name: str,
+    transport: str = "inprocess",
+    url: str | None = None,
+    split: str | None = None,
+    record: str | Path | None = None,
+    replay: str | Path | None = None,
+    connect_timeout: float | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Build the :class:`~mcp_gym.env.MCPEnv` of a bundled env (the ``gymnasium.make`` entry point).
+
+    ``record=DIR`` writes a cassette of every exchange with the server into ``DIR``; ``replay=PATH`` answers from a
+    recorded cassette (a ``.jsonl`` file or a run's cassette directory) instead of the real server;
+    ``connect_timeout`` (seconds, default 30) bounds starting and initialising the server, e.g. raise it when many
+    stdio servers start at once on a loaded machine. Other keywords go to :class:`~mcp_gym.env.MCPEnv`."""
+    from mcp_gym.cassette import replay_spec, with_record
+    from mcp_gym.env import MCPEnv
+
+    mod = env_module(name)
+    kw: dict[str, Any] = {
+        "max_steps": mod.MAX_STEPS,
+        "observe_resources": list(mod.OBSERVE_RESOURCES) or None,
+        "verifier": mod.verify,
+        "success_threshold": mod.SUCCESS_THRESHOLD,
+        "env_id": f"mcp_gym/{name}-v0",
+    }
+    if not getattr(mod, "STEP_REWARDS", True):
+        kw["reward_fn"] = PenaltyOnlyReward(float(kwargs.get("error_penalty", 0.0)))
+    kw.update(kwargs)  # an explicit reward_fn= wins
+    tasks = kw.pop("tasks", None) or load_env_tasks(name, split)
+    spec = replay_spec(replay, mod.SERVER) if replay else server_spec(name, transport, url)
+    if record:
+        spec = with_record(spec, record)
+    if connect_timeout is not None:
+        spec = dataclasses.replace(spec, connect_timeout=float(connect_timeout))
+    return MCPEnv({mod.SERVER: spec}, tasks, **kw)
+
+
+def register_all() -> None:
+    """Register every bundled env with Gymnasium as ``mcp_gym/<Name>-v0`` (idempotent)."""
+    import gymnasium as gym
+
+    for name in BUNDLED_ENVS:
+        env_id = f"mcp_gym/{name}-v0"
+        if env_id in gym.registry:
+            continue
+        gym.register(
+            id=env_id,
+            entry_point="mcp_gym.envs:make_env",
+            kwargs={"name": name},
+            nondeterministic=True,
+            disable_env_checker=False,
+        )

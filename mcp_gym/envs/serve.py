@@ -1,0 +1,69 @@
+"""Running the bundled MCP servers (``mcp_gym/envs/<env>/server.py``).
+
+Each ``server.py`` defines ``server``, an :class:`mcp_gym.serverkit.EpisodeServer`, and runs on its own::
+
+    python -m mcp_gym.envs.notes.server                   # stdio
+    python -m mcp_gym.envs.notes.server --transport http --port 8000
+    mcp-gym serve notes --transport http --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+from collections.abc import Sequence
+
+BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "testing")
+"""Names of the bundled servers (the server aliases the envs use; ``testing`` is Counter's server)."""
+
+_FOLDERS = {"testing": "counter"}
+"""Server name -> env folder, where they differ."""
+
+
+def server_module(name: str) -> str:
+    """The module of a bundled server, ``mcp_gym.envs.<env>.server`` (for ``python -m``)."""
+    if name not in BUNDLED_SERVERS:
+        raise ValueError(f"unknown bundled server {name!r}; choose one of {', '.join(BUNDLED_SERVERS)}")
+    return f"mcp_gym.envs.{_FOLDERS.get(name, name)}.server"
+
+
+def load_server(name: str):  # -> EpisodeServer (typed loosely to keep imports light)
+    """Import the bundled server ``name`` (``mcp_gym.envs.<env>.server``) and return its ``server`` object."""
+    return importlib.import_module(server_module(name)).server
+
+
+def serve(
+    name: str, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000, json_response: bool = False
+) -> None:
+    """Run a bundled server over ``stdio`` or Streamable ``http`` (``http://host:port/mcp``) until stopped.
+
+    Over HTTP, responses stream as SSE by default so progress and other notifications reach the client during a
+    call; ``json_response=True`` answers with plain JSON (faster, but no notifications mid-call)."""
+    from mcp_gym.envs._common import exit_cleanly_on_sigterm
+
+    exit_cleanly_on_sigterm()  # so atexit clean-up (e.g. temporary workspaces) runs when the server is terminated
+    server = load_server(name)
+    try:
+        server.preflight()
+    except Exception as e:  # e.g. the Code server without an OS sandbox: one clear line, exit status 1
+        raise SystemExit(f"{server_module(name)}: {e}") from None
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    if transport == "stdio":
+        server.mcp.run()
+    elif transport in ("http", "streamable-http"):
+        server.mcp.run(transport="streamable-http", host=host, port=port, json_response=json_response)
+    else:
+        raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
+
+
+def main(name: str, argv: Sequence[str] | None = None) -> None:
+    """Command-line entry for ``python -m mcp_gym.envs.<env>.server``."""
+    p = argparse.ArgumentParser(prog=f"python -m {server_module(name)}")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--json-response", action="store_true", help="plain JSON responses over HTTP (no SSE)")
+    a = p.parse_args(argv)
+    serve(name, a.transport, a.host, a.port, a.json_response)

@@ -1,0 +1,1 @@
+"""The SQL env: its MCP server (``server.py``) and its task set and verifier (``tasks.py``)."""

@@ -1,0 +1,39 @@
+"""What a collection reports, shared by the local launcher (:mod:`mcp_gym.jobs.collect`) and the Ray launcher
+(:mod:`mcp_gym.jobs.ray_launcher`), so that neither imports the other's module for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mcp_gym.vector import EpisodeResult
+
+__all__ = ["CollectResult", "JobInterrupted"]
+
+
+class JobInterrupted(Exception):
+    """The job was stopped by Ctrl-C after saving its finished episodes; rerun the same command to resume."""
+
+
+@dataclass
+class CollectResult:
+    """What a collection did (counts only: memory stays bounded however many episodes run)."""
+
+    out: Path
+    planned: int
+    already_done: int
+    finished: int = 0
+    """Episodes this run finished (recorded)."""
+    successes: int = 0
+    errors: list[EpisodeResult] = field(default_factory=list)
+    """Episodes that failed to run (not recorded; a rerun retries them)."""
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, r: EpisodeResult) -> None:
+        """Count a finished episode (keeping only failed ones)."""
+        if r.error is None:
+            self.finished += 1
+            self.successes += bool(r.success)
+        else:
+            self.errors.append(r)

@@ -1,0 +1,139 @@
+"""mcp-gym's own wire protocol on top of MCP: its ``_meta`` keys, its hidden tools and its error kinds.
+
+The bottom layer of the package: it imports nothing from ``mcp_gym``, and every side that speaks this protocol (the
+server kit, the client host, the env, rewards, the cassette, drift, SFT export, recording) takes the names from here.
+
+* Request ``_meta``: :data:`EPISODE_META_KEY`, :data:`TASK_META_KEY`, :data:`SEED_META_KEY` on every request the
+  env sends, so one server process can serve many episodes and a replay server can match them.
+* Result ``_meta``: :data:`CHANGES_META_KEY` (what changed during the call), :data:`REWARD_META_KEY` and
+  :data:`DONE_META_KEY` (the reward convention for servers that cannot change their structured content).
+* Tool ``_meta``: :data:`HIDDEN_META_KEY`; hidden tools :data:`RESET_TOOL` and :data:`STATE_TOOL`.
+* Tool catalogues are compared (drift, recordings, the env's ``info["catalogue_hash"]``) by
+  :func:`catalogue_fingerprint`, the one recipe.
+* ``info["error"]`` of a failed step: a :class:`ToolCallError` as a dict; its ``kind`` is one of :data:`ERROR_KINDS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "EPISODE_META_KEY",
+    "TASK_META_KEY",
+    "SEED_META_KEY",
+    "HIDDEN_META_KEY",
+    "CHANGES_META_KEY",
+    "REWARD_META_KEY",
+    "DONE_META_KEY",
+    "RESET_TOOL",
+    "STATE_TOOL",
+    "HIDDEN_TOOLS",
+    "ERROR_KINDS",
+    "ACTION_ERROR_KINDS",
+    "SERVER_ERROR_KINDS",
+    "ToolCallError",
+    "catalogue_fingerprint",
+    "json_default",
+]
+
+# -- _meta keys -------------------------------------------------------------------------------------------------------
+EPISODE_META_KEY: Final = "mcp-gym/episode"
+"""Request ``_meta`` key carrying the episode id on every request mcp-gym sends."""
+TASK_META_KEY: Final = "mcp-gym/task"
+"""Request ``_meta`` key carrying the episode's task id (next to the episode id), e.g. for a replay server to match
+episodes."""
+SEED_META_KEY: Final = "mcp-gym/seed"
+"""Request ``_meta`` key carrying the episode's reset seed."""
+HIDDEN_META_KEY: Final = "mcp-gym/hidden"
+"""Tool ``_meta`` flag: the env never offers this tool to the agent."""
+CHANGES_META_KEY: Final = "mcp-gym/changes"
+"""Result ``_meta`` key listing what changed during a tool call (``{"tools": true, "resources": [uris]}``), so the env
+sees changes in the same step even when the notification itself arrives later (e.g. on the 2026 listen stream)."""
+REWARD_META_KEY: Final = "mcp-gym/reward"
+"""Result ``_meta`` key: the step reward, for servers that cannot put ``reward`` in their structured content."""
+DONE_META_KEY: Final = "mcp-gym/done"
+"""Result ``_meta`` key: ``true`` ends the episode (same convention as ``REWARD_META_KEY``)."""
+
+# -- hidden tools -----------------------------------------------------------------------------------------------------
+RESET_TOOL: Final = "mcp_gym_reset"
+"""Name of the hidden reset tool: ``mcp_gym_reset(task_id, seed)`` makes the initial state of a task reproducibly."""
+STATE_TOOL: Final = "mcp_gym_state"
+"""Name of the hidden state-snapshot tool: ``mcp_gym_state()`` returns the JSON state task verifiers grade."""
+HIDDEN_TOOLS: Final = (RESET_TOOL, STATE_TOOL)
+"""The tools an mcp-gym server adds that the agent never sees."""
+
+# -- error kinds (info["error"]["kind"]) ------------------------------------------------------------------------------
+ACTION_ERROR_KINDS: Final = frozenset({"malformed", "unknown_tool", "invalid_arguments", "too_large"})
+"""Kinds of an action refused before any call (the agent's fault; ``ToolCallSpace.validation_error``). ``too_large`` is
+also the kind of a call whose answer from a stdio server was over its ``max_message_bytes`` (the message is dropped)."""
+SERVER_ERROR_KINDS: Final = frozenset(
+    {"server_dead", "timeout", "jsonrpc", "invalid_result", "client_error", "verifier_error", "episode_over",
+     "unrecordable"}
+)
+"""Kinds that are the infrastructure's fault, not the agent's (SFT export's ``drop_errors`` drops their episodes).
+``unrecordable``: the recorder could not take a step apart (its recorded row holds only unencodable markers)."""
+ERROR_KINDS: Final = ACTION_ERROR_KINDS | SERVER_ERROR_KINDS | {"tool_error", "parse_error", "exception"}
+"""Every ``info["error"]["kind"]``: the above, plus ``tool_error`` (the tool answered ``isError``), ``parse_error``
+(a text env could not parse the model's message into a tool call) and ``exception`` (a recorded client call raised)."""
+
+
+@dataclass(frozen=True)
+class ToolCallError:
+    """Why a step failed: the one shape of ``info["error"]`` (written with :meth:`as_dict`) and of recorded errors.
+
+    Args:
+        kind: one of :data:`ERROR_KINDS` (anything else raises ``ValueError``).
+        message: one line naming the tool, server and argument at fault.
+        tool: the tool the agent named, if any.
+        server: the server alias the call went to, if known.
+        argument: path of the offending argument (``items[2].name``), for invalid arguments.
+        code: the JSON-RPC error code (or a text env's parse status), if any.
+
+    >>> ToolCallError("timeout", "no result in 5 s", tool="add").as_dict()
+    {'kind': 'timeout', 'tool': 'add', 'server': None, 'argument': None, 'code': None, 'message': 'no result in 5 s'}
+    """
+
+    kind: str
+    message: str
+    tool: str | None = None
+    server: str | None = None
+    argument: str | None = None
+    code: Any = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ERROR_KINDS:
+            raise ValueError(f"unknown error kind {self.kind!r}; mcp_gym.protocol.ERROR_KINDS lists the known ones")
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"kind", "tool", "server", "argument", "code", "message"}``, the JSON form in ``info`` and recordings."""
+        return {"kind": self.kind, "tool": self.tool, "server": self.server, "argument": self.argument,
+                "code": self.code, "message": self.message}
+
+
+# -- tool catalogue fingerprint ---------------------------------------------------------------------------------------
+def json_default(o: Any) -> Any:
+    """JSON for values the json module does not know: numpy scalars/arrays, pydantic models, bytes, sets."""
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (bytes, bytearray)):
+        return o.decode("utf-8", errors="replace")
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
+    """A 16-hex-digit fingerprint of a list of tool schemas (``mcp_gym.client.host.tool_schema`` dicts): the one recipe
+    behind the env's ``info["catalogue_hash"]`` and the recorded ``catalogue_hash`` column.
+
+    >>> catalogue_fingerprint([{"name": "add", "input_schema": {"type": "object"}}])
+    '18055b696d8bfd16'
+    """
+    blob = json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=json_default)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,134 @@
+"""A recorded episode back in the chat view: the messages the chat policies sent the model, rebuilt from the rows of
+``steps`` and ``episodes`` (as :func:`mcp_gym.sft.export` writes them into its examples).
+
+The rules of the view are :mod:`mcp_gym.chat`'s; this module only reads the recorded columns (``turn``,
+``assistant_content``, ``raw_text``, ``parse_status``, ``observation``/``content``, ``resources``) and replays them into
+a :class:`~mcp_gym.chat.ChatView`. Runs recorded before schema 1.1 (no ``turn``/``assistant_content``) still convert.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import mcp.types as mt
+import orjson
+from pydantic import TypeAdapter
+
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView
+from mcp_gym.env import render_content
+from mcp_gym.parsing import ToolCall
+
+__all__ = ["conversation", "turns"]
+
+
+_CONTENT_BLOCKS = TypeAdapter(list[mt.ContentBlock])
+
+
+def _tool_content(step: Mapping[str, Any]) -> str:
+    """What the agent was shown for a step (recorded observation, else the rendered content blocks)."""
+    if step["observation"] is not None:
+        return step["observation"]
+    blocks = json.loads(step["content"]) if step["content"] else []
+    if not blocks and step["error"] is not None:
+        return "Error: " + json.loads(step["error"]).get("message", "unknown error")
+    return render_content(_CONTENT_BLOCKS.validate_python(blocks))
+
+
+def turns(steps: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """The steps grouped by the model reply they came from (recorded ``turn``; in runs recorded before it, by equal
+    consecutive raw text; otherwise one step per reply)."""
+    groups: list[list[Mapping[str, Any]]] = []
+    last: Any = None
+    for s in steps:
+        if s["turn"] is not None:
+            key: Any = ("turn", s["turn"])
+        elif s["raw_text"] is not None and s["tool"]:
+            key = ("raw", s["raw_text"])
+        else:
+            key = ("step", s["step_index"])
+        if groups and key == last:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+        last = key
+    return groups
+
+
+def _assistant_content(step: Mapping[str, Any], assistant_text: Callable[[str], str] | None) -> str:
+    """The reply's own text: recorded ``assistant_content``; else (older runs) the raw text of a reply without a call,
+    or ``assistant_text`` of the raw text of a reply with calls (``None``: empty)."""
+    if step["assistant_content"] is not None:
+        return step["assistant_content"]
+    raw = step["raw_text"]
+    if raw is None:
+        return ""
+    if not step["tool"]:
+        return raw
+    return assistant_text(raw) if assistant_text is not None else ""
+
+
+def _loads(text: str) -> Any:
+    """JSON of a recorded column: orjson, else the standard library (integers beyond 64 bits)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+class _Resources:
+    """Decodes the steps' ``resources`` JSON, once per distinct value in a row (it rarely changes between steps)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[str | None, dict[str, str]] = (None, {})
+
+    def __call__(self, step: Mapping[str, Any]) -> dict[str, str]:
+        text = step["resources"]
+        if text != self.last[0]:
+            self.last = (text, _loads(text) if text else {})
+        return self.last[1]
+
+
+def conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
+                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, final_answer: str = "tool_call",
+                 assistant_text: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+    """The messages of the episode's last model request (the chat view, :class:`mcp_gym.chat.ChatView`), then the
+    final reply.
+
+    Args:
+        ep: The episode's row (``initial_observation``, ``task_prompt``, ``final_answer`` are read).
+        steps: Its step rows in ``step_index`` order.
+        system_prompt: The system message (``None``: none).
+        final_answer: ``"tool_call"``: the final reply is the ``submit`` call; ``"message"``: a final reply that is
+            only the ``submit`` call becomes a plain assistant message (its text, then the answer).
+        assistant_text: For runs without ``assistant_content``: the assistant content of a recorded raw text with
+            calls (``None``: empty).
+    """
+    initial = json.loads(ep["initial_observation"]) if ep["initial_observation"] else {}
+    initial = initial if isinstance(initial, dict) else {}
+    task = initial["task"] if isinstance(initial.get("task"), str) else (ep["task_prompt"] or "")  # as shown
+    view = ChatView(task, initial.get("resources") or {}, system_prompt=system_prompt)
+    _resources = _Resources()
+    groups = turns(steps)
+    for k, group in enumerate(groups):
+        last = k == len(groups) - 1
+        first = group[0]
+        content = _assistant_content(first, assistant_text)
+        if not first["tool"]:  # a reply without a usable call
+            view.reply(content, [])
+            if not last:
+                view.no_call(first["parse_status"], _resources(first))
+            continue
+        calls = [ToolCall(s["tool"], _loads(s["arguments"])) for s in group]
+        if (last and final_answer == "message" and [c.name for c in calls] == ["submit"]
+                and ep["final_answer"] is not None):
+            view.messages.append({"role": "assistant",
+                                  "content": "\n\n".join(t for t in (content, ep["final_answer"]) if t)})
+            break
+        ids = view.reply(content, calls)
+        if last:  # the final reply: what it produced was never shown to the model
+            break
+        for step, id in zip(group, ids, strict=True):
+            view.tool_result(id, step["tool"], _tool_content(step), _resources(step))
+    return view.messages

@@ -1,0 +1,139 @@
+"""A misbehaving MCP server for tests: raw newline-delimited JSON-RPC over stdio, no SDK.
+
+It answers ``initialize`` (handshake era, 2025-11-25) and refuses ``server/discover``, so the client falls back to the
+handshake at once. What it does wrong is chosen by options:
+
+``--tools JSON``         the raw ``tools`` array it lists (default: one good ``echo`` tool); may be invalid on purpose.
+``--pidfile PATH``       write its pid there at start.
+``--log PATH``           append each received request's method (one line each) there.
+``--list-answers N``     answer only the first N ``tools/list`` requests, then never again (default: all).
+``--stderr-mb N``        write N MB of lines to stderr before it reads anything.
+
+Tools it serves by name (whatever ``--tools`` lists): ``echo`` (``text`` back), ``bad_result`` (a result that is not a
+valid ``CallToolResult``), ``big`` (a text of ``mb`` megabytes; ``id_last`` puts the response's ``id`` after the
+result), ``change`` (sends ``notifications/tools/list_changed`` first), ``flood`` (``n`` notifications first),
+``big_notice`` (a ``mb``-megabyte log notification first), ``die`` (a line on stderr, then exit 3), ``mcp_gym_reset``
+(never answers), ``stderr`` (``mb`` megabytes to stderr, then a result), ``garbage`` (a response line that is not
+JSON), ``deep`` (structured content nested ``depth`` lists deep), ``surrogate`` (a text with a lone surrogate escape),
+``noise`` (``n`` lines of plain text on stdout first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+ECHO = {"name": "echo", "description": "Echo text.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
+
+
+def send(obj: dict) -> None:
+    sys.stdout.buffer.write(json.dumps(obj).encode() + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def text_result(text: str) -> dict:
+    return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+def spew_stderr(mb: float) -> None:
+    line = ("e" * 1023 + "\n").encode()
+    for _ in range(int(mb * 1024)):
+        sys.stderr.buffer.write(line)
+    sys.stderr.buffer.write(b"stderr spew done\n")
+    sys.stderr.buffer.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tools", default=None)
+    ap.add_argument("--pidfile", default=None)
+    ap.add_argument("--log", default=None)
+    ap.add_argument("--list-answers", type=int, default=-1)
+    ap.add_argument("--stderr-mb", type=float, default=0.0)
+    a = ap.parse_args()
+    if a.pidfile:
+        with open(a.pidfile, "w") as f:
+            f.write(str(os.getpid()))
+    if a.stderr_mb:
+        spew_stderr(a.stderr_mb)
+    tools = json.loads(a.tools) if a.tools is not None else [ECHO]
+    lists = 0
+    for raw in sys.stdin.buffer:
+        msg = json.loads(raw)
+        method, rid = msg.get("method"), msg.get("id")
+        if rid is None or method is None:
+            continue  # a notification or a response
+        if a.log:
+            with open(a.log, "a") as f:
+                f.write(method + "\n")
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": rid, "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": "bad-server", "version": "0.1"}}})
+        elif method == "ping":
+            send({"jsonrpc": "2.0", "id": rid, "result": {}})
+        elif method == "tools/list":
+            lists += 1
+            if a.list_answers < 0 or lists <= a.list_answers:
+                send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
+        elif method == "tools/call":
+            name = msg["params"]["name"]
+            args = msg["params"].get("arguments") or {}
+            if name == "echo":
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result(str(args.get("text", "")))})
+            elif name == "bad_result":
+                send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text"}], "isError": "maybe"}})
+            elif name == "big":
+                text = "x" * int(float(args.get("mb", 1)) * 1_000_000)
+                if args.get("id_last"):
+                    body = json.dumps({"jsonrpc": "2.0", "result": text_result(text)})
+                    sys.stdout.buffer.write(body[:-1].encode() + f', "id": {json.dumps(rid)}}}\n'.encode())
+                    sys.stdout.buffer.flush()
+                else:
+                    send({"jsonrpc": "2.0", "id": rid, "result": text_result(text)})
+            elif name == "big_notice":
+                send({"jsonrpc": "2.0", "method": "notifications/message",
+                      "params": {"level": "info", "data": "n" * int(float(args.get("mb", 1)) * 1_000_000)}})
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("after notice")})
+            elif name == "change":
+                send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("changed")})
+            elif name == "flood":
+                note = (json.dumps({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}) + "\n").encode()
+                sys.stdout.buffer.write(note * int(args.get("n", 1000)))
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("flooded")})
+            elif name == "die":
+                sys.stderr.write("dying on purpose\n")
+                sys.stderr.flush()
+                os._exit(3)
+            elif name == "stderr":
+                spew_stderr(float(args.get("mb", 1)))
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("spewed")})
+            elif name == "garbage":
+                head = b'{"jsonrpc": "2.0", "id": ' + json.dumps(rid).encode()
+                sys.stdout.buffer.write(head + b', "result": nope}\n')
+                sys.stdout.buffer.flush()
+            elif name == "deep":
+                value: object = "bottom"
+                for _ in range(int(args.get("depth", 250))):
+                    value = [value]
+                result = {**text_result("deep"), "structuredContent": {"v": value}}
+                send({"jsonrpc": "2.0", "id": rid, "result": result})
+            elif name == "surrogate":
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("bad \udcff text")})
+            elif name == "noise":
+                sys.stdout.buffer.write(b"a log line on stdout, not JSON-RPC\n" * int(args.get("n", 1000)))
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("noisy")})
+            elif name == "mcp_gym_reset":
+                pass  # never answers
+            else:
+                send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"unknown tool {name}"}})
+        else:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"method not found: {method}"}})
+
+
+if __name__ == "__main__":
+    main()

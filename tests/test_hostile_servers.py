@@ -1,0 +1,372 @@
+"""Misbehaving servers (issue 13, "Servers"): raw JSON-RPC scripts started as real stdio subprocesses.
+
+Each test attacks one class: invalid results, bad tool definitions, unanswered requests (connect, re-listing, reset),
+huge messages and a stderr flood. They observe the mechanism (statuses, reasons, the server's own request log, the
+server's pid) rather than wall-clock times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcp_gym import InProcess, MCPEnv, Stdio
+from mcp_gym.client._stdio import INVALID_MESSAGE, _top_level
+from mcp_gym.client._tools import MAX_TOOL_NAME
+from mcp_gym.client.runtime import default_runtime
+from mcp_gym.envs.counter.server import make_server
+
+SERVER = str(Path(__file__).resolve().parent / "servers" / "bad_server.py")
+ECHO = {"name": "echo", "description": "Echo.", "inputSchema": {"type": "object",
+                                                                 "properties": {"text": {"type": "string"}}}}
+OBJ = {"type": "object"}
+
+
+def tool(name: str) -> dict[str, Any]:
+    return {"name": name, "inputSchema": OBJ}
+
+
+def spec(tmp: Path, tools: list[Any], *extra: str, **kw: Any) -> Stdio:
+    """The raw server with these tools, writing its pid and its request log into ``tmp``."""
+    args = [SERVER, "--tools", json.dumps(tools), "--pidfile", str(tmp / "pid"), "--log", str(tmp / "log"), *extra]
+    return Stdio(sys.executable, args, **kw)
+
+
+def pid_of(tmp: Path) -> int:
+    return int((tmp / "pid").read_text())
+
+
+def requests(tmp: Path) -> list[str]:
+    log = tmp / "log"
+    return log.read_text().split() if log.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def assert_gone(pid: int, bound: float = 30.0) -> None:
+    """The process exits: a failed connection is stopped in the background by the runtime (close stdin, 2 s,
+    SIGTERM, 2 s, SIGKILL); in driven mode the runtime runs only during env calls, so this wait drives it."""
+    deadline = time.monotonic() + bound
+    while alive(pid) and time.monotonic() < deadline:
+        default_runtime().call(anyio.sleep, 0.05)
+    assert not alive(pid), f"server process {pid} is still running"
+
+
+def echo(env: MCPEnv, text: str = "hi") -> dict[str, Any]:
+    _, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": text}})
+    assert info["error"] is None, info["error"]
+    assert info["content"][0]["text"] == text
+    return info
+
+
+# -- results ---------------------------------------------------------------------------------------------------------
+def test_invalid_call_result_is_an_error_observation_every_time(tmp_path: Path) -> None:
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("bad_result")])}, ["t"], call_timeout=10)
+    try:
+        env.reset(seed=0)
+        for _ in range(2):
+            obs, _, terminated, truncated, info = env.step({"tool": "bad_result", "arguments": {}})
+            err = info["error"]
+            assert err["kind"] == "invalid_result" and err["tool"] == "bad_result" and err["server"] == "s"
+            assert "tool 'bad_result' on server 's'" in err["message"] and "CallToolResult" in err["message"]
+            assert obs["result"].startswith("Error: ") and not terminated and not truncated
+        echo(env)  # the session is fine
+    finally:
+        env.close()
+
+
+def test_unreadable_response_fails_its_call_at_once(tmp_path: Path) -> None:
+    # no call_timeout: without the transport's error for the request's id, this call would never return
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("garbage")])}, ["t"], call_timeout=None)
+    try:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step({"tool": "garbage", "arguments": {}})
+        err = info["error"]
+        assert err["kind"] == "jsonrpc" and err["code"] == INVALID_MESSAGE and err["server"] == "s"
+        assert "not valid JSON-RPC" in err["message"]
+        echo(env)
+    finally:
+        env.close()
+
+
+def test_results_the_strict_parser_rejects_are_read_leniently(tmp_path: Path) -> None:
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("deep"), tool("surrogate")])}, ["t"], call_timeout=None)
+    try:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step({"tool": "deep", "arguments": {"depth": 230}})  # deeper than pydantic's 200
+        assert info["error"] is None
+        value, depth = info["structured_content"]["v"], 0
+        while isinstance(value, list):
+            value, depth = value[0], depth + 1
+        assert (value, depth) == ("bottom", 230)
+        _, _, _, _, info = env.step({"tool": "deep", "arguments": {"depth": 600}})  # too deep to read: an error
+        assert info["error"]["code"] == INVALID_MESSAGE and "recursion limit" in info["error"]["message"]
+        echo(env)
+        obs, _, _, _, info = env.step({"tool": "surrogate", "arguments": {}})
+        assert info["error"] is None and obs["result"] == "bad \ufffd text"  # encodable: no lone surrogate
+        obs["result"].encode("utf-8")
+    finally:
+        env.close()
+
+
+def test_notification_flood_then_reset(tmp_path: Path) -> None:
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("flood")])}, ["t"], call_timeout=120)
+    try:
+        env.reset(seed=0)
+        before = requests(tmp_path).count("tools/list")
+        _, _, _, _, info = env.step({"tool": "flood", "arguments": {"n": 100_000}})
+        assert info["error"] is None and info["content"][0]["text"] == "flooded"
+        assert requests(tmp_path).count("tools/list") == before + 1  # 100,000 list_changed: one re-listing
+        _, info = env.reset(seed=1)
+        assert info["error"] is None and info["servers"]["s"]["status"] == "ready"
+        echo(env)
+    finally:
+        env.close()
+
+
+def test_text_lines_on_stdout_are_skipped(tmp_path: Path) -> None:
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("noise")])}, ["t"], call_timeout=120)
+    try:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step({"tool": "noise", "arguments": {"n": 20_000}})
+        assert info["error"] is None and info["content"][0]["text"] == "noisy"
+        stdio = env.host.connections["s"]._stdio
+        assert stdio is not None and stdio.unreadable_lines == 20_000
+        echo(env)
+    finally:
+        env.close()
+
+
+# -- tool definitions ------------------------------------------------------------------------------------------------
+BAD_TOOLS = {
+    "type 5": ({"name": "bad", "inputSchema": {"type": 5}}, "bad", "inputSchema.type"),
+    "$ref loop": ({"name": "bad", "inputSchema": {"type": "object", "$ref": "#"}}, "bad", "$ref loop"),
+    "property $ref loop": ({"name": "bad", "inputSchema": {"type": "object", "properties": {
+        "a": {"allOf": [{"$ref": "#/$defs/x"}]}}, "$defs": {"x": {"anyOf": [{"$ref": "#/properties/a"}]}}}}, "bad",
+        "$ref loop through #/"),
+    "bare $ref": ({"name": "bad", "inputSchema": {"$ref": "#"}}, "bad", "inputSchema.type"),
+    "no inputSchema": ({"name": "bad"}, "bad", "inputSchema: Field required"),
+    "array schema": ({"name": "bad", "inputSchema": {"type": "array"}}, "bad", "inputSchema.type"),
+    "invalid JSON Schema": ({"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"type": 3}}}},
+                            "bad", "not a valid JSON Schema"),
+    "unresolvable $ref": ({"name": "bad", "inputSchema": {"type": "object", "$ref": "#/$defs/none"}}, "bad",
+                          "cannot be evaluated"),
+    "empty name": ({"name": "", "inputSchema": OBJ}, "", "name is empty"),
+    "int name": ({"name": 5, "inputSchema": OBJ}, "5", "name must be a string"),
+    "100k name": ({"name": "y" * 100_000, "inputSchema": OBJ}, "y" * 60 + "… (100,000 characters)",
+                  f"at most {MAX_TOOL_NAME}"),
+    "lone surrogate": ({"name": "\udcff", "inputSchema": OBJ}, "\ufffd", "not valid Unicode"),
+    "duplicate": (ECHO, "echo", "duplicate name"),
+    "not an object": ("echo2", "None", "not a JSON object"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TOOLS))
+def test_a_bad_tool_costs_only_that_tool(tmp_path: Path, case: str) -> None:
+    bad, shown, reason = BAD_TOOLS[case]
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, bad, tool("other")])}, ["t"], call_timeout=10)
+    try:
+        _, info = env.reset(seed=0)
+        srv = info["servers"]["s"]
+        assert srv["status"] == "ready" and srv["tools_error"] is None
+        assert env.action_space.tool_names == ["echo", "other", "submit"]
+        assert len(srv["skipped_tools"]) == 1, srv["skipped_tools"]
+        skipped = srv["skipped_tools"][0]
+        assert skipped["name"] == shown and reason in skipped["reason"], skipped
+        echo(env)
+    finally:
+        env.close()
+
+
+def test_recursive_tree_schema_is_fine(tmp_path: Path) -> None:
+    node = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}
+    schema = {"type": "object", "$defs": {"node": node}, "properties": {"root": {"$ref": "#/$defs/node"},
+                                                                         "self": {"$ref": "#"}}}
+    env = MCPEnv({"s": spec(tmp_path, [{"name": "echo", "inputSchema": schema}])}, ["t"], call_timeout=10)
+    try:
+        _, info = env.reset(seed=0)
+        assert info["servers"]["s"]["skipped_tools"] == [] and "echo" in env.action_space.tool_names
+        _, _, _, _, info = env.step({"tool": "echo", "arguments": {"root": {"kids": [{"kids": []}]}, "self": {}}})
+        assert info["error"] is None
+    finally:
+        env.close()
+
+
+def test_construction_failure_stops_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: MCPEnv) -> bool:
+        raise RuntimeError("catalogue bug")
+
+    monkeypatch.setattr(MCPEnv, "_sync_space", broken)
+    with pytest.raises(RuntimeError, match="catalogue bug"):
+        MCPEnv({"s": spec(tmp_path, [ECHO])}, ["t"])
+    assert "tools/list" in requests(tmp_path)  # it was connected and listed
+    assert_gone(pid_of(tmp_path))
+
+
+# -- unanswered requests ---------------------------------------------------------------------------------------------
+def test_unanswered_first_listing_fails_within_connect_timeout(tmp_path: Path) -> None:
+    env = MCPEnv({"s": spec(tmp_path, [ECHO], "--list-answers", "0", connect_timeout=2.0)}, ["t"], call_timeout=10)
+    try:
+        srv = env.host.server_info()["s"]
+        assert srv["status"] == "failed"
+        assert srv["error"].startswith("timed out after connect_timeout=2 s listing tools"), srv["error"]
+        assert requests(tmp_path)[-1] == "tools/list"  # the server got the request and never answered
+        assert env.action_space.tool_names == ["submit"]
+        assert_gone(pid_of(tmp_path))
+    finally:
+        env.close()
+
+
+def test_relisting_after_list_changed_is_bounded_by_call_timeout(tmp_path: Path) -> None:
+    # answers the first listing (connect) and the second (reset), never the one after list_changed
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("change")], "--list-answers", "2")}, ["t"], call_timeout=1.0)
+    try:
+        _, info = env.reset(seed=0)
+        assert info["servers"]["s"]["status"] == "ready"
+        pid = pid_of(tmp_path)
+        _, _, _, truncated, info = env.step({"tool": "change", "arguments": {}})
+        assert info["error"] is None and info["content"][0]["text"] == "changed"  # the call itself succeeded
+        srv = info["servers"]["s"]
+        assert srv["status"] == "failed" and srv["error"].startswith("timed out after 1 s listing tools"), srv
+        assert requests(tmp_path).count("tools/list") == 3
+        assert info["tools_changed"] and env.action_space.tool_names == ["submit"]
+        assert truncated and info["termination"] == "servers_dead"
+        assert_gone(pid)
+    finally:
+        env.close()
+
+
+def test_reset_is_bounded_by_reset_timeout(tmp_path: Path) -> None:
+    # the server's reset tool never answers and calls have no limit: only reset_timeout ends the wait
+    servers = {"good": InProcess(make_server()), "s": spec(tmp_path, [ECHO, tool("mcp_gym_reset")])}
+    env = MCPEnv(servers, ["t"], call_timeout=None, reset_timeout=1.5)
+    try:
+        _, info = env.reset(seed=0)
+        assert requests(tmp_path)[-1] == "tools/call"  # the reset call reached the server
+        (err,) = info["reset_errors"]
+        assert err["kind"] == "timeout" and err["server"] == "s" and "reset timed out after 1.5 s" in err["message"]
+        assert info["error"] == err
+        srv = info["servers"]["s"]
+        assert srv["status"] == "failed" and srv["error"].startswith("reset timed out after 1.5 s")
+        assert info["servers"]["good"]["status"] == "ready"  # reset before it: untouched
+        names = env.action_space.tool_names
+        assert "good__add" in names and not any(n.startswith("s__") for n in names)  # no tools in an unknown state
+        assert_gone(pid_of(tmp_path))
+    finally:
+        env.close()
+
+
+# -- large messages --------------------------------------------------------------------------------------------------
+def test_20_mb_results_arrive_whole(tmp_path: Path) -> None:
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("big")])}, ["t"], call_timeout=120)
+    try:
+        env.reset(seed=0)
+        for _ in range(2):
+            obs, _, _, _, info = env.step({"tool": "big", "arguments": {"mb": 20}})
+            assert info["error"] is None and len(info["content"][0]["text"]) == 20_000_000
+            assert obs["result"].endswith("[truncated 19980000 characters]")
+    finally:
+        env.close()
+
+
+def test_result_over_max_message_bytes_is_an_error_and_the_session_goes_on(tmp_path: Path) -> None:
+    s = spec(tmp_path, [ECHO, tool("big"), tool("big_notice")], max_message_bytes=1_000_000)
+    env = MCPEnv({"s": s}, ["t"], call_timeout=60)
+    try:
+        env.reset(seed=0)
+        pid = pid_of(tmp_path)
+        for _ in range(2):
+            _, _, _, _, info = env.step({"tool": "big", "arguments": {"mb": 3}})
+            err = info["error"]
+            assert err["kind"] == "too_large" and err["tool"] == "big" and err["server"] == "s"
+            assert "exceeds max_message_bytes=1,000,000" in err["message"], err
+            echo(env)  # the same session, the same process
+        _, _, _, _, info = env.step({"tool": "big_notice", "arguments": {"mb": 3}})  # an oversized notification
+        assert info["error"] is None and info["content"][0]["text"] == "after notice"
+        assert env.host.connections["s"].status == "ready" and env.host.connections["s"].pid == pid
+    finally:
+        env.close()
+
+
+def test_oversized_message_without_a_findable_id_restarts_the_server(tmp_path: Path) -> None:
+    s = spec(tmp_path, [ECHO, tool("big")], max_message_bytes=1_000_000)
+    env = MCPEnv({"s": s}, ["t"], call_timeout=60)
+    try:
+        env.reset(seed=0)
+        pid = pid_of(tmp_path)
+        _, _, _, truncated, info = env.step({"tool": "big", "arguments": {"mb": 3, "id_last": True}})
+        assert info["error"]["kind"] == "server_dead"
+        srv = info["servers"]["s"]
+        assert srv["status"] == "dead" and "exceeds max_message_bytes=1,000,000" in srv["error"], srv
+        assert truncated and info["termination"] == "servers_dead"
+        assert_gone(pid)
+        _, info = env.reset(seed=1)  # a clean restart
+        assert info["servers"]["s"]["status"] == "ready" and pid_of(tmp_path) != pid
+        echo(env)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(("head", "expected"), [
+    (b'{"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "xx', {"id": b"7"}),
+    (b'{"result": {"id": 99, "content": [{"text": "\\"id\\": 3, \\"method\\": 1"}]}, "id": "a\\"b"}',
+     {"id": b'"a\\"b"'}),  # a nested id and ids inside strings are not the message's
+    (b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "nnnn',
+     {"method": b'"notifications/message"'}),
+    (b'{"result": {"content": [{"text": "no id within the head', {}),
+])
+def test_top_level_keys_of_an_oversized_message(head: bytes, expected: dict[str, bytes]) -> None:
+    found = {k: v for k, v in _top_level(head).items() if k in ("id", "method")}
+    assert found == expected
+
+
+# -- stderr ----------------------------------------------------------------------------------------------------------
+def _large_open_files(limit: int) -> list[str]:
+    big = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            st = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+            big.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return big
+
+
+def test_stderr_flood_keeps_a_bounded_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where a temp file would go (the old stderr log did)
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("stderr"), tool("die")], stderr_tail_bytes=4096)}, ["t"],
+                 call_timeout=300)
+    try:
+        env.reset(seed=0)
+        conn = env.host.connections["s"]
+        _, _, _, _, info = env.step({"tool": "stderr", "arguments": {"mb": 200}})
+        assert info["error"] is None
+        assert conn._stdio is not None and conn._stdio.stderr_bytes > 200 * 1024 * 1024  # all of it went through
+        assert len(conn._stdio.stderr_tail().encode()) <= 4096
+        assert _large_open_files(1 << 20) == []  # no (unlinked) temp file holds it
+        assert list(temp.iterdir()) == []
+        _, _, _, _, info = env.step({"tool": "die", "arguments": {}})
+        srv = info["servers"]["s"]
+        assert srv["status"] == "dead" and "server stderr: " in srv["error"], srv
+        tail = srv["error"].split("server stderr: ", 1)[1]
+        assert tail.endswith("dying on purpose") and len(tail.encode()) <= 4096
+    finally:
+        env.close()

@@ -1,0 +1,121 @@
+"""The package's shape: import layers and no circles (import-linter contracts in pyproject.toml), small modules, import
+paths equal to source paths, and one vocabulary of error kinds (mcp_gym.protocol)."""
+
+from __future__ import annotations
+
+import importlib.resources
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from importlinter import api as importlinter_api
+from importlinter import cli as importlinter_cli
+
+from mcp_gym.protocol import ERROR_KINDS
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "mcp_gym"
+
+MAX_LINES = 700
+TOO_BIG_TODAY = {
+    # Slice 2 of issue 16 splits these (spaces/ and cassette/ packages); remove an entry when its file is split. The
+    # test fails on an entry that no longer needs to be here. (jobs/ray_launcher.py, also due for a split into one run
+    # store shared with local jobs, is under the limit.)
+    "spaces.py",
+    "cassette.py",
+}
+
+
+def _lint(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = importlinter_cli.lint_imports(config_filename=str(config), no_cache=True, no_logo=True)
+    return code, capsys.readouterr().out
+
+
+def test_import_contracts_are_kept(capsys: pytest.CaptureFixture[str]) -> None:
+    """The layers (protocol -> client -> env core -> wrappers/faces -> products) hold and no import circle exists."""
+    contracts = importlinter_api.read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
+    assert {c["type"] for c in contracts} == {"layers", "acyclic_siblings"}
+    code, out = _lint(ROOT / "pyproject.toml", capsys)
+    assert code == 0, out
+    assert "2 kept, 0 broken" in out
+
+
+def test_the_circle_check_sees_a_circle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The same contract type breaks on a package with a circle (so the test above can fail)."""
+    pkg = tmp_path / "circled"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circled import b\n")
+    (pkg / "b.py").write_text("def f():\n    from circled import a\n")
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.importlinter]\nroot_package = "circled"\n\n[[tool.importlinter.contracts]]\n'
+                      'name = "acyclic"\ntype = "acyclic_siblings"\nancestors = ["circled"]\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out = _lint(config, capsys)
+    assert code == 1 and "BROKEN" in out and (".b -> .a" in out or ".a -> .b" in out), out
+
+
+def test_no_module_over_700_lines() -> None:
+    sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+             for p in PACKAGE.rglob("*.py")}
+    too_big = {name: n for name, n in sizes.items() if n > MAX_LINES and name not in TOO_BIG_TODAY}
+    assert not too_big, f"modules over {MAX_LINES} lines: {too_big}"
+    stale = {name for name in TOO_BIG_TODAY if sizes.get(name, 0) <= MAX_LINES}
+    assert not stale, f"no longer over {MAX_LINES} lines (drop from TOO_BIG_TODAY): {stale}"
+
+
+@pytest.mark.parametrize("module", ["mcp_gym.envs.sql.server", "mcp_gym.envs.counter.tasks",
+                                    "mcp_gym.envs.code._sandbox", "mcp_gym.client.connection", "mcp_gym.protocol"])
+def test_import_path_is_source_path(module: str) -> None:
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    assert Path(spec.origin) == PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py")
+
+
+def test_every_package_folder_is_a_package_and_configs_ship() -> None:
+    """setuptools finds packages by their ``__init__.py`` (no remapping), and the Hydra configs are package data."""
+    folders = {p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"
+               and any(p.glob("*.py"))}
+    assert not [p for p in folders if not (p / "__init__.py").is_file()]
+    conf = importlib.resources.files("mcp_gym.conf")
+    assert conf.joinpath("config.yaml").is_file() and conf.joinpath("env", "counter.yaml").is_file()
+    assert "package-dir" not in (ROOT / "pyproject.toml").read_text()
+
+
+def test_error_kinds_written_are_the_protocol_ones() -> None:
+    """Every ``info["error"]["kind"]`` the package writes is listed in :data:`mcp_gym.protocol.ERROR_KINDS`."""
+    pattern = re.compile(r'(?:"kind": |ActionError\(|ToolCallError\(|_error\()"([a-z_]+)"')
+    found: dict[str, str] = {}
+    for p in PACKAGE.rglob("*.py"):
+        rel = p.relative_to(PACKAGE).as_posix()
+        if rel.startswith("envs/") or rel == "cassette.py":  # task kinds and cassette event kinds are other things
+            continue
+        for kind in pattern.findall(p.read_text(encoding="utf-8")):
+            found.setdefault(kind, rel)
+    assert len(found) >= 10, found  # the scan sees the writers
+    unknown = {k: v for k, v in found.items() if k not in ERROR_KINDS}
+    assert not unknown, f"error kinds not in mcp_gym.protocol.ERROR_KINDS: {unknown}"
+
+
+def test_protocol_is_the_bottom() -> None:
+    """``mcp_gym.protocol`` imports nothing from mcp_gym (it must load without the package's dependencies)."""
+    source = (PACKAGE / "protocol.py").read_text(encoding="utf-8")
+    assert not re.search(r"^\s*(from|import) mcp_gym", source, re.M)
+    assert sys.modules["mcp_gym.protocol"].__file__ == str(PACKAGE / "protocol.py")
+
+
+def test_tool_call_error_is_the_one_error_shape() -> None:
+    """``info["error"]`` is a ToolCallError's dict: fixed keys, and only the protocol's kinds."""
+    import doctest
+
+    import mcp_gym.protocol as protocol
+
+    assert doctest.testmod(protocol).failed == 0
+    err = protocol.ToolCallError("invalid_arguments", "tool 'add': argument 'amount' is required", tool="add",
+                                 server="c", argument="amount")
+    assert list(err.as_dict()) == ["kind", "tool", "server", "argument", "code", "message"]
+    with pytest.raises(ValueError, match="unknown error kind 'oops'"):
+        protocol.ToolCallError("oops", "x")
