@@ -82,7 +82,7 @@ class _SharedSession:
             if self._conn.status == "new":
                 await self._conn.start(task_group)
 
-    async def subscribe(self, uris: Sequence[str]) -> None:
+    async def subscribe(self, uris: Sequence[str], *, timeout: float | None = None) -> None:
         """Notifications on a shared session cannot be attributed to an episode: rely on result hints."""
 
     async def close(self) -> None:

@@ -44,6 +44,7 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 from mcp_gym import sft  # noqa: E402
 from mcp_gym.cli import main as mcp_gym_cli  # noqa: E402
+from mcp_gym.envs import load_env_tasks  # noqa: E402
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>",  # the template's markers, one token each
                   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -77,7 +78,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line flags (all have defaults, so the script runs as is)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/sft-from-scratch", help="directory for runs, data and the model")
-    p.add_argument("--env", default="counter", help="bundled env config name (conf/env)")
+    p.add_argument("--env", default="counter", help="bundled env config name (mcp_gym/conf/env)")
     p.add_argument("--samples", type=int, default=1, help="oracle episodes per train task")
     p.add_argument("--vocab", type=int, default=600, help="BPE vocabulary size")
     p.add_argument("--hidden", type=int, default=128, help="model width")
@@ -155,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ds = sft.export(out / "oracle", out / "data")
     times["export"] = time.perf_counter() - t
     print(f"export: {len(ds)} distinct successful episodes, tasks {len(set(ds['task_id']))}")
+    leaked = set(ds["task_id"]) & {task.id for task in load_env_tasks(args.env, "test")}
+    if leaked:  # the evaluation would be meaningless
+        raise SystemExit(f"test tasks in the training data: {sorted(leaked)}")
 
     # 3. tokenizer: BPE trained on the rendered export -----------------------------------------------------------------
     t = time.perf_counter()
@@ -170,8 +174,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     t = time.perf_counter()
     model = tiny_model(tokenizer, args.hidden, args.layers, args.max_length)
     params = sum(p.numel() for p in model.parameters())
-    config = SFTConfig(output_dir=str(out / "trainer"), max_steps=args.steps, per_device_train_batch_size=args.batch_size,
-                       learning_rate=args.learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, args.steps // 20),
+    config = SFTConfig(output_dir=str(out / "trainer"), max_steps=args.steps,
+                       per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
+                       lr_scheduler_type="cosine", warmup_steps=max(1, args.steps // 20),
                        weight_decay=0.0, assistant_only_loss=True, max_length=args.max_length, use_cpu=True,
                        bf16=False, report_to=[], logging_steps=max(1, args.steps // 10), save_strategy="no",
                        activation_checkpointing=False, seed=args.seed, dataloader_num_workers=0,
