@@ -70,6 +70,8 @@ def run_identity(
     (whose limit is 10) is the same run. With ``tasks`` (the job's tasks), ``env.task_set`` is their digest.
     """
     env = {k: v for k, v in env.items() if k not in _ENV_OPERATIONAL}
+    if isinstance(env.get("judge"), Mapping):  # the judge's key is a secret, not part of what shapes the episodes
+        env["judge"] = {k: v for k, v in env["judge"].items() if k not in _POLICY_OPERATIONAL}
     if env.get("max_steps") is None and not env.get("servers") and env.get("name"):
         try:
             from mcp_gym.envs import env_module
