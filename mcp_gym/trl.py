@@ -39,6 +39,7 @@ from typing import Any, Literal, Union
 
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, render_resources, result_content, user_content
 from mcp_gym.env import MCPEnv
+from mcp_gym.graders.episode import verifier_score
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.textenv import _message_text, reset_options, resolve_env_factory
 
@@ -345,7 +346,7 @@ class MCPToolEnvironment:
             if self.last_info.get("termination") == "submit" and "verifier_reward" in self.last_info:
                 return float(self.last_info["verifier_reward"])
             try:
-                return float(self.env._rt.call(self.env._grade, self._answer))
+                return float(self.env._rt.call(verifier_score, self.env, self._answer))
             except Exception:  # noqa: BLE001 - a broken verifier scores 0 rather than stopping training
                 return 0.0
         return float(self.episode_return)
