@@ -365,7 +365,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self.task = fill_task(self.task, self.workspace)
             await self._reset_servers(task_seed, reset_errors, done, skip=fresh)
             with self._waiting_on(*self.host.connections):
-                await self.host.refresh_tools(timeout=self.call_timeout)
+                await self.host.refresh_for_episode(timeout=self.call_timeout)
             self._sync_space()
             await self._setup_resources()
             with self._waiting_on(*self.host.connections):

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 from typing import Protocol as _Interface
 
@@ -99,11 +99,28 @@ class HostCallbacks:
     logging: Callable[[str, mt.LoggingMessageNotificationParams], Awaitable[None]] | None = None
 
 
-@dataclass
 class _Events:
-    tools_changed: bool = False
-    resources_changed: bool = False
-    updated: set[str] = field(default_factory=set)
+    """Changes a server reported and the client has not applied yet. ``tool_changes`` counts every report of a tools
+    change (notification or result hint) over the connection's life: a listing that saw the same count is current."""
+
+    __slots__ = ("_tools_changed", "tool_changes", "resources_changed", "updated")
+
+    def __init__(self) -> None:
+        self._tools_changed = False
+        self.tool_changes = 0
+        self.resources_changed = False
+        self.updated: set[str] = set()
+
+    @property
+    def tools_changed(self) -> bool:
+        """A tools change is pending (cleared by the next listing)."""
+        return self._tools_changed
+
+    @tools_changed.setter
+    def tools_changed(self, value: bool) -> None:
+        if value:
+            self.tool_changes += 1
+        self._tools_changed = value
 
 
 class Tap(_Interface):
@@ -158,6 +175,7 @@ class ServerConnection:
         self._subscriptions: tuple[str, ...] = ()
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
+        self._listening = 0  # listen streams (2026-07-28) open and delivering events
         self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
         self.tap_factory = tap
         self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
@@ -402,6 +420,17 @@ class ServerConnection:
             if self._wants_listener() != before:
                 self._restart_listener()
 
+    @property
+    def reports_tool_changes(self) -> bool:
+        """Whether a change of this server's tool list reaches the client: in result hints (an mcp-gym server), or as
+        ``list_changed`` notifications it declared (on a 2026-07-28 connection only while the listen stream runs)."""
+        if self.hints:
+            return True
+        caps = self.capabilities
+        if not (caps and caps.tools and caps.tools.list_changed):
+            return False
+        return not self.modern or self._listening > 0
+
     def _wants_listener(self) -> bool:
         return self.spec.listen if self.spec.listen is not None else not self.hints
 
@@ -429,14 +458,18 @@ class ServerConnection:
                     resources_list_changed=want_res and bool(caps and caps.resources and caps.resources.list_changed),
                     resource_subscriptions=list(uris) if want_res else [],
                 ) as sub:
-                    async for ev in sub:
-                        kind = type(ev).__name__
-                        if kind == "ToolsListChanged":
-                            self.events.tools_changed = True
-                        elif kind == "ResourceUpdated":
-                            self.events.updated.add(str(ev.uri))
-                        elif kind == "ResourcesListChanged":
-                            self.events.resources_changed = True
+                    self._listening += 1
+                    try:
+                        async for ev in sub:
+                            kind = type(ev).__name__
+                            if kind == "ToolsListChanged":
+                                self.events.tools_changed = True
+                            elif kind == "ResourceUpdated":
+                                self.events.updated.add(str(ev.uri))
+                            elif kind == "ResourcesListChanged":
+                                self.events.resources_changed = True
+                    finally:
+                        self._listening -= 1
             except Exception:  # noqa: BLE001 - a server without listen support just sends no events
                 return
 

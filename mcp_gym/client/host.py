@@ -190,6 +190,8 @@ class MCPHost:
         self.episode_id: str | None = None
         self.episode_task: str | None = None  # set by the env at reset, with episode_seed
         self.episode_seed: int | None = None
+        # per alias: the connection and its count of tools changes when its tools were last listed for an episode
+        self._episode_listing: dict[str, tuple[ServerConnection, int]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -260,6 +262,31 @@ class MCPHost:
             for alias in targets:
                 tg.start_soon(self._list, self.connections[alias], timeout)
         return self._rebuild()
+
+    def listing_current(self, alias: str) -> bool:
+        """Whether the tools listed for the last episode still hold for a new one on ``alias``: the same connection,
+        ready, listed without error, no tools change reported since (nor pending), and a server that does report
+        changes (result hints, or declared ``list_changed`` notifications that this connection receives)."""
+        conn = self.connections[alias]
+        mark = self._episode_listing.get(alias)
+        return (mark is not None and mark[0] is conn and mark[1] == conn.events.tool_changes
+                and not conn.events.tools_changed and conn.status == "ready" and conn.tools_error is None
+                and alias in self.all_tools and conn.reports_tool_changes)
+
+    async def refresh_for_episode(self, *, timeout: float | None = None) -> bool:
+        """Re-list the tools of the servers whose listing may not hold for a new episode (see
+        :meth:`listing_current`) and rebuild the catalogue; True if it changed. Servers whose tools cannot have
+        changed are not asked again (a reset without waste)."""
+        for _ in range(3):  # let change reports already received reach their handlers
+            await anyio.sleep(0)
+        stale = [a for a in self.connections if not self.listing_current(a)]
+        if not stale:
+            return False
+        marks = {a: (self.connections[a], self.connections[a].events.tool_changes) for a in stale}
+        changed = await self.refresh_tools(stale, timeout=timeout)
+        for alias, mark in marks.items():
+            self._episode_listing[alias] = mark  # a change reported during the listing leaves it stale
+        return changed
 
     async def _list(self, conn: ServerConnection, timeout: float | None, bound: str | None = None) -> None:
         """List one server's tools into ``all_tools`` (a failed listing drops them, with the reason in its info)."""
