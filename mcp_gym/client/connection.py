@@ -502,6 +502,10 @@ class ServerConnection:
         """
         client = self._check()
         t = None if timeout is None or math.isinf(timeout) else max(0.0, timeout)
+        if t is None:  # no bound of ours: no cancel scope either (tools/call is bounded by the SDK's read timeout)
+            if self.tap is not None and method is not None:
+                return await self.tap.exchange(method, params, lambda: self._send(client, fn))
+            return await self._send(client, fn)
         try:
             with anyio.fail_after(t):
                 if self.tap is not None and method is not None:
@@ -539,12 +543,11 @@ class ServerConnection:
     ) -> mt.CallToolResult:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
+        arguments, meta = dict(arguments), dict(meta or {})
         return await self.request(
-            lambda c: c.call_tool(
-                name, dict(arguments), read_timeout_seconds=t, progress_callback=progress, meta=dict(meta or {})
-            ),
+            lambda c: c.call_tool(name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=meta),
             method="tools/call",
-            params={"name": name, "arguments": dict(arguments), "_meta": dict(meta or {})},
+            params={"name": name, "arguments": dict(arguments), "_meta": dict(meta)} if self.tap is not None else None,
         )
 
     async def list_tools(

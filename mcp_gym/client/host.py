@@ -50,6 +50,7 @@ __all__ = [
     "ElicitationFn",
     "tool_schema",
     "catalogue_hash",
+    "render_content",
 ]
 
 SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
@@ -104,6 +105,29 @@ def catalogue_hash(entries: Sequence[ToolEntry]) -> str:
     """A stable hash of a tool catalogue (names, descriptions, schemas, annotations): the
     :func:`~mcp_gym.protocol.catalogue_fingerprint` of its :func:`tool_schema` dicts, as recordings store it."""
     return catalogue_fingerprint([tool_schema(e) for e in entries])
+
+
+def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
+    """Text of result content blocks; non-text blocks become placeholders such as ``[image: image/png, 1.2 kB]``."""
+    parts: list[str] = []
+    for b in blocks:
+        kind = getattr(b, "type", None)
+        if kind == "text":
+            parts.append(b.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {b.mime_type}, {len(b.data) * 3 // 4} bytes]")
+        elif kind == "resource":
+            r = b.resource
+            text = getattr(r, "text", None)
+            parts.append(text if text is not None else f"[resource: {r.uri} ({r.mime_type or 'binary'})]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {b.uri}" + (f" {b.name}" if b.name else "") + "]")
+        else:
+            parts.append(f"[{kind or type(b).__name__}]")
+    text = "\n".join(parts)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n…[truncated {len(text) - limit} characters]"
+    return text
 
 
 @dataclass
@@ -183,6 +207,7 @@ class MCPHost:
             alias: ServerConnection(alias, spec, callbacks, tap) for alias, spec in servers.items()
         }
         self.catalogue: dict[str, ToolEntry] = {}
+        self._hashed: tuple[dict[str, ToolEntry], str] | None = None  # (catalogue, its catalogue_hash)
         self.all_tools: dict[str, dict[str, mt.Tool]] = {}
         self.clashes: dict[str, list[dict[str, str]]] = {}  # per alias: tools hidden by a same-named earlier tool
         self.logs: list[dict[str, Any]] = []
@@ -333,6 +358,12 @@ class MCPHost:
                 cat[exposed] = ToolEntry(exposed, alias, name, tool)
         self.catalogue = cat
         return before != [(e.name, e.tool) for e in cat.values()]
+
+    def catalogue_hash(self) -> str:
+        """:func:`catalogue_hash` of the current catalogue (computed once per catalogue: every change replaces it)."""
+        if self._hashed is None or self._hashed[0] is not self.catalogue:
+            self._hashed = (self.catalogue, catalogue_hash(list(self.catalogue.values())))
+        return self._hashed[1]
 
     def has_tool(self, alias: str, tool: str) -> bool:
         """Whether the server lists ``tool`` (hidden tools included)."""
