@@ -8,15 +8,17 @@ import math
 import re
 import reprlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from mcp_gym.protocol import ToolCallError
 
 __all__ = ["MAX_ARGUMENT_DEPTH", "ActionError", "json_error", "safe_repr"]
 
 
-@dataclass(frozen=True)
-class ActionError:
-    """Why an action is not in a :class:`ToolCallSpace`.
+class ActionError(ToolCallError):
+    """Why an action is not in a :class:`~mcp_gym.spaces.ToolCallSpace`: a :class:`~mcp_gym.protocol.ToolCallError`
+    (the one error shape; ``server`` is ``None``, the space knows no servers) made as ``ActionError(kind, tool,
+    argument, message)``.
 
     Attributes:
         kind: one of ``"malformed"`` (not ``{"tool": str, "arguments": dict}``), ``"unknown_tool"``,
@@ -24,12 +26,14 @@ class ActionError:
         tool: the tool name, when the action names one (``None`` for malformed actions without a usable name).
         argument: path of the offending argument, like ``items[2].name``, or ``None`` when not specific to one.
         message: one-line human/LLM-readable explanation naming the tool and argument.
+
+    >>> e = ActionError("unknown_tool", "frob", None, "unknown tool 'frob' (available: add)")
+    >>> str(e), e.as_dict()["kind"], isinstance(e, ToolCallError)
+    ("unknown tool 'frob' (available: add)", 'unknown_tool', True)
     """
 
-    kind: str
-    tool: str | None
-    argument: str | None
-    message: str
+    def __init__(self, kind: str, tool: str | None, argument: str | None, message: str) -> None:
+        super().__init__(kind, message, tool=tool, argument=argument)
 
     def __str__(self) -> str:
         """Return :attr:`message`."""
