@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, render_resources, result_content, user_content
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, result_content, user_content
 from mcp_gym.env import MCPEnv
 from mcp_gym.graders.episode import verifier_score
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA

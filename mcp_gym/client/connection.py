@@ -182,8 +182,8 @@ class ServerConnection:
         with anyio.move_on_after(min(SLOW_CONNECT_NOTICE, self.spec.connect_timeout / 2)):
             await self._ready.wait()
         if not self._ready.is_set():  # a server that never answers must not cost connect_timeout in silence
-            log.warning("mcp-gym: waiting for server '%s' (%s) to answer the MCP handshake (up to connect_timeout=%g s)",
-                        self.alias, self.spec.describe(), self.spec.connect_timeout)
+            log.warning("mcp-gym: waiting for server '%s' (%s) to answer the MCP handshake "
+                        "(up to connect_timeout=%g s)", self.alias, self.spec.describe(), self.spec.connect_timeout)
             await self._ready.wait()
 
     def _client(self) -> Client:
