@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,81 @@ def test_gym_make_with_the_module_prefix_needs_no_import(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert "bare id without import: NamespaceNotFound" in done.stdout
     assert "tools: ['describe_table', 'list_tables', 'query', 'submit']" in done.stdout
+
+
+# -- mcp-gym <job> --help ---------------------------------------------------------------------------------------------
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
+
+
+def _leaves(cfg: object, prefix: str = "") -> set[str]:
+    from omegaconf import DictConfig
+
+    assert isinstance(cfg, DictConfig)
+    out: set[str] = set()
+    for key in cfg:
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and len(node) > 0:
+            out |= _leaves(node, f"{prefix}{key}.")
+        else:
+            out.add(f"{prefix}{key}")
+    return out
+
+
+def _help_rows(page: str) -> dict[str, str]:
+    """key -> description of a help page's rows ("  key=default   description", continued on deeper lines)."""
+    rows: dict[str, str] = {}
+    last = None
+    for line in page.splitlines():
+        m = re.match(r"^  (\+?[\w.]+)(?:=\S+)?(?: {2,}(\S.*))?$", line)
+        if m:
+            last = m[1].lstrip("+")
+            rows[last] = m[2] or ""
+        elif last and line.startswith("    "):
+            rows[last] = f"{rows[last]} {line.strip()}".strip()
+        else:
+            last = None
+    return rows
+
+
+@pytest.mark.parametrize(("args", "job"), [
+    (["collect"], "collect"),
+    (["eval", "policy=openai", "env=custom"], "eval"),
+    (["export-sft"], "export_sft"),
+])
+def test_job_help_explains_every_key_of_the_composed_config(args: list[str], job: str) -> None:
+    from hydra import compose, initialize_config_module
+
+    done = _cli(*args, "--help")
+    assert done.returncode == 0, done.stderr
+    page = done.stdout
+    assert page.startswith(f"usage: mcp-gym {args[0]} ")
+    assert "Powered by Hydra" not in page and "== Config ==" not in page  # not Hydra's dump
+    assert all(len(line) <= 120 for line in page.splitlines())
+    shown = _help_rows(page)
+    with initialize_config_module("mcp_gym.conf", version_base="1.3"):
+        cfg = compose("config", overrides=[f"job={job}", *args[1:]])
+    wanted = {k for k in _leaves(cfg) if k not in ("command", "hydra") and not k.endswith(".kind")}
+    if job == "export_sft":  # it reads recorded runs: no env, policy, recorder or launcher
+        wanted = {k for k in wanted if k.split(".")[0] not in ("env", "policy", "recorder", "launcher")}
+    missing = wanted - set(shown)
+    assert not missing, f"keys without help: {sorted(missing)}"
+    undocumented = [k for k in wanted if not shown[k]]
+    assert not undocumented, f"keys without a description: {undocumented}"
+
+
+def test_job_help_follows_the_chosen_options_and_every_conf_key_has_a_description() -> None:
+    from mcp_gym.jobs.help import read_conf
+
+    page = _cli("eval", "policy=openai", "--help").stdout
+    assert "policy=openai: Any OpenAI-compatible" in page
+    assert "policy.base_url=${oc.env:OPENAI_BASE_URL,https://api.openai.com/v1}" in page
+    assert "+policy.system_prompt" in page
+    assert "\npolicy=random:" not in page and "random (Random tool calls" in page  # listed as another option
+    conf = ROOT / "mcp_gym" / "conf"
+    for path in sorted(conf.glob("*/*.yaml")):
+        rel = path.relative_to(conf).as_posix()
+        parsed = read_conf(rel)
+        assert parsed.doc, f"{rel}: no description comment at the top"
+        assert all(k.doc for k in parsed.keys if k.path not in ("kind", "command")), rel
