@@ -199,3 +199,17 @@ def test_job_help_follows_the_chosen_options_and_every_conf_key_has_a_descriptio
         parsed = read_conf(rel)
         assert parsed.doc, f"{rel}: no description comment at the top"
         assert all(k.doc for k in parsed.keys if k.path not in ("kind", "command")), rel
+
+
+# -- matplotlib's notes stay off stdout -------------------------------------------------------------------------------
+def test_a_plotting_eval_keeps_matplotlib_notes_off_stdout(tmp_path: Path) -> None:
+    # an unusable MPLCONFIGDIR makes matplotlib log (WARNING) that it made a temporary cache and rebuilds the font
+    # cache there: Hydra's job logging printed such lines on stdout, between the job's own output
+    env = {**os.environ, "MPLCONFIGDIR": "/dev/null/mpl"}
+    done = subprocess.run([sys.executable, "-m", "mcp_gym.cli", "eval", "env=counter", "policy=oracle", "samples=1",
+                           "launcher.progress=false", f"out={tmp_path / 'run'}"], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run" / "report" / "success_by_task.png").exists()  # it did plot
+    assert "success rate" in done.stdout
+    assert "matplotlib" not in done.stdout.lower(), done.stdout
