@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,16 @@ def test_readme_python_examples_run_in_order(tmp_path: Path) -> None:
     assert "--- all blocks ran" in done.stdout
     assert [int(x) for x in ran] == [b["line"] for b in blocks]
     print(f"{len(blocks)} README blocks ran; not run: {skipped}")
+    # the CLI alternative given right after the SFT example exports the run that example recorded
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## From a run to a TRL training command"):]
+    command = re.search(r"or `(mcp-gym export-sft [^`]+)`", section)
+    assert command is not None
+    args = shlex.split(command[1])[1:]
+    run = re.search(r"runs=\[([^\]]+)\]", command[1])
+    assert run is not None and (cwd / run[1]).is_dir(), f"{command[1]} names a run the README does not create"
+    out = subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args, "out=data/sql-sft-cli"], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(p.name.split("-")[0] for p in (cwd / "data" / "sql-sft-cli" / "data").glob("*.parquet")) == [
+        "test", "train"]
