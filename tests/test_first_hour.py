@@ -213,3 +213,26 @@ def test_a_plotting_eval_keeps_matplotlib_notes_off_stdout(tmp_path: Path) -> No
     assert (tmp_path / "run" / "report" / "success_by_task.png").exists()  # it did plot
     assert "success rate" in done.stdout
     assert "matplotlib" not in done.stdout.lower(), done.stdout
+
+
+def test_sessions_of_one_slow_server_starting_together_are_announced_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import anyio
+
+    from mcp_gym.client.connection import ServerConnection
+
+    mute = Stdio(sys.executable, ["-c", "import time; time.sleep(600)"], connect_timeout=1.5)
+    caplog.set_level(logging.WARNING, logger="mcp_gym.client")
+    conns = [ServerConnection("mute", mute) for _ in range(3)]
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as starting:
+                for c in conns:
+                    starting.start_soon(c.start, tg)
+            for c in conns:
+                await c.close()
+
+    anyio.run(main)
+    assert [c.status for c in conns] == ["failed"] * 3
+    assert sum("waiting for server 'mute'" in r.getMessage() for r in caplog.records) == 1

@@ -39,6 +39,7 @@ log = logging.getLogger("mcp_gym.client")
 SLOW_CONNECT_NOTICE = 2.0
 """Seconds a server may take to connect before a WARNING line on the ``mcp_gym.client`` logger says what is being
 waited for (stderr when logging is not configured)."""
+_ANNOUNCED: set[tuple[str, str]] = set()  # (alias, target) waited on right now: many sessions of one server, one line
 
 __all__ = [
     "ServerConnection",
@@ -182,8 +183,15 @@ class ServerConnection:
         with anyio.move_on_after(min(SLOW_CONNECT_NOTICE, self.spec.connect_timeout / 2)):
             await self._ready.wait()
         if not self._ready.is_set():  # a server that never answers must not cost connect_timeout in silence
-            log.warning("mcp-gym: waiting for server '%s' (%s) to answer the MCP handshake "
-                        "(up to connect_timeout=%g s)", self.alias, self.spec.describe(), self.spec.connect_timeout)
+            key = (self.alias, self.spec.describe())
+            if key not in _ANNOUNCED:
+                _ANNOUNCED.add(key)
+                log.warning("mcp-gym: waiting for server '%s' (%s) to answer the MCP handshake (up to "
+                            "connect_timeout=%g s)", self.alias, self.spec.describe(), self.spec.connect_timeout)
+                try:
+                    await self._ready.wait()
+                finally:
+                    _ANNOUNCED.discard(key)
             await self._ready.wait()
 
     def _client(self) -> Client:
