@@ -23,6 +23,7 @@ TASKS = [{"id": "t1", "prompt": "Create hello.txt containing hi"}]
 
 
 # -- a server that fails at start is reported loudly ------------------------------------------------------------------
+@pytest.mark.thirdparty
 def test_filesystem_server_on_a_missing_folder_is_reported_in_warning_info_and_first_observation(
         tmp_path: Path) -> None:
     missing = tmp_path / "workspace"  # never created: the real npm server refuses to start

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import NPM_DIR, npm_bin
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +71,7 @@ def test_not_run_markers_are_few_and_give_a_reason() -> None:
     assert text.count("<!-- not-run:") == len(skipped)
 
 
+@pytest.mark.thirdparty  # the quickstart's filesystem server (npx) and the cassette example's memory server
 def test_readme_python_examples_run_in_order(tmp_path: Path) -> None:
     blocks, skipped = readme_blocks()
     npm_bin("mcp-server-memory")  # the cassette example starts the npm reference servers by name
