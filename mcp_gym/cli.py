@@ -159,6 +159,17 @@ def _is_user_error(e: BaseException) -> bool:
     return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError))
 
 
+def _job(command: str, args: Sequence[str]) -> int:
+    """A job command: ``--help``/``-h`` prints its keys (mcp_gym.jobs.help), anything else goes to Hydra."""
+    if "--help" in args or "-h" in args:
+        from mcp_gym.jobs.help import job_help
+
+        name = "tasks validate" if command == "tasks-validate" else command
+        print(job_help(name, JOBS[command], [a for a in args if not a.startswith("-")]))
+        return 0
+    return _hydra(command, args)
+
+
 def _hydra(command: str, overrides: Sequence[str]) -> int:
     """Run a job as ``hydra.main`` would (Hydra's flags, overrides, output directory, callbacks, logging and multirun
     all work), on ``overrides`` rather than on ``sys.argv``.
@@ -174,7 +185,8 @@ def _hydra(command: str, overrides: Sequence[str]) -> int:
     args = list(overrides)
     # The job choice goes just before the first override, keeping the overrides one block (argparse needs that).
     first = next((i for i, a in enumerate(args) if not a.startswith("-") and ("=" in a or a[:1] in "~+")), len(args))
-    args.insert(first, f"job={JOBS[command]}")
+    if "--hydra-help" not in args:  # Hydra's own help composes without the job group
+        args.insert(first, f"job={JOBS[command]}")
     parser = get_args_parser()
     parser.prog = f"mcp-gym {command}"
     parsed = parser.parse_args(args)
@@ -383,9 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not rest or rest[0] != "validate":
                 print("usage: mcp-gym tasks validate env=... [overrides]", file=sys.stderr)
                 return 2
-            return _hydra("tasks-validate", rest[1:])
+            return _job("tasks-validate", rest[1:])
         if command in JOBS and command != "tasks-validate":
-            return _hydra(command, rest)
+            return _job(command, rest)
     except SystemExit as e:  # argparse, Hydra and interrupted jobs exit this way
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:

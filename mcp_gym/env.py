@@ -374,7 +374,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if scope.cancelled_caught:
             self._reset_timed_out(reset_errors, done)
         self._sync_space()
-        obs = {"task": self.task.prompt, "result": "", "resources": dict(self._resources)}
+        obs = {"task": self.task.prompt, "result": self.host.report_unavailable(reset_errors),
+               "resources": dict(self._resources)}
         self._last_text = self.task.prompt
         info = {
             "episode_id": self.episode_id,
@@ -438,7 +439,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         assert self.task is not None
         mode = self.reset_mode
         if conn.status != "ready" and mode != "none":
-            await self.host.restart(alias, self._rt.task_group)  # a dead server comes back next episode
+            await self.host.revive(alias, self._rt.task_group)  # a dead server comes back next episode
             if mode == "restart":
                 return
         if mode == "restart":

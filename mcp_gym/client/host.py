@@ -9,7 +9,9 @@ only its own tools.
 from __future__ import annotations
 
 import inspect
+import logging
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +44,15 @@ from mcp_gym.protocol import (
     catalogue_fingerprint,
 )
 
+log = logging.getLogger("mcp_gym.client")
+
+
+class ServerUnavailableWarning(RuntimeWarning):
+    """A server is not available for an episode (it failed to start, died or timed out): its tools are missing."""
+
+
 __all__ = [
+    "ServerUnavailableWarning",
     "MCPHost",
     "ToolEntry",
     "CallOutcome",
@@ -190,6 +200,7 @@ class MCPHost:
         self.episode_id: str | None = None
         self.episode_task: str | None = None  # set by the env at reset, with episode_seed
         self.episode_seed: int | None = None
+        self.start_failures: set[str] = set()  # failed in start(), not yet seen by a reset (see revive())
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -198,6 +209,7 @@ class MCPHost:
         async with anyio.create_task_group() as tg:
             for conn in self.connections.values():
                 tg.start_soon(self._connect, conn, task_group)
+        self.start_failures = {a for a, c in self.connections.items() if c.status != "ready"}
         self._rebuild()
 
     async def _connect(self, conn: ServerConnection, task_group: Any) -> None:
@@ -215,6 +227,33 @@ class MCPHost:
         self.connections[alias] = new
         await self._connect(new, task_group)
         self._rebuild()
+
+    async def revive(self, alias: str, task_group: Any) -> None:
+        """Restart a failed or dead server for a new episode, saying so on the ``mcp_gym.client`` logger. A server
+        whose :meth:`start` just failed is not retried by the reset that follows (that would double the wait, e.g.
+        ``connect_timeout``, for the same answer): the reset reports it, and the next reset restarts it."""
+        if alias in self.start_failures:
+            self.start_failures.discard(alias)
+            return
+        conn = self.connections[alias]
+        log.warning("mcp-gym: restarting server '%s' (%s: %s)", alias, conn.status, conn.error)
+        await self.restart(alias, task_group)
+
+    def report_unavailable(self, errors: list[dict[str, Any]]) -> str:
+        """After a reset: every server that is not ready gets a ``server_dead`` entry in ``errors`` (unless one names
+        it already) and a :class:`ServerUnavailableWarning`; returns the notice for the first observation's
+        ``result`` (one ``Error: ...`` line per server; ``""`` when every server is up)."""
+        lines = []
+        for alias, conn in self.connections.items():
+            if conn.status == "ready":
+                continue
+            message = (f"server '{alias}' is unavailable ({conn.status}: {conn.error}); "
+                       "its tools are not offered this episode")
+            if not any(e.get("server") == alias for e in errors):
+                errors.append(ToolCallError("server_dead", message, server=alias).as_dict())
+            warnings.warn(f"mcp-gym: {message}", ServerUnavailableWarning, stacklevel=2)
+            lines.append(f"Error: {message}")
+        return "\n".join(lines)
 
     async def close(self) -> None:
         """Close every connection."""
