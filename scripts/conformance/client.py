@@ -36,7 +36,40 @@ def server_spec(url: str, scenario: str, context: Mapping[str, Any]) -> Http:
         return Http(url, auth=auth)
     if "client_id" in context and "client_secret" in context:
         return Http(url, auth=oauth_client_credentials(url, context["client_id"], context["client_secret"]))
+    if scenario.startswith("auth/"):
+        return Http(url, auth=authorization_code(url))
     return Http(url)
+
+
+def authorization_code(url: str) -> Any:
+    """The SDK's authorization-code provider (``OAuthClientProvider``: discovery, dynamic client registration, PKCE,
+    scope step-up, a URL client ID where the server takes one) as ``auth=``, with a headless "browser": it opens the
+    authorization URL and reads the code from the redirect, as the suite's authorization server approves every request
+    at once. A real deployment logs in once in a browser and keeps the tokens in a ``TokenStorage``."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import httpx2
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+
+    from mcp_gym.client.specs import _MemoryTokens
+
+    redirect_uri = "http://localhost:3000/callback"
+    metadata_url = "https://conformance-test.local/client-metadata.json"  # the suite's client ID metadata document
+    answers: list[AuthorizationCodeResult] = []
+
+    async def open_browser(authorization_url: str) -> None:
+        async with httpx2.AsyncClient(follow_redirects=False, timeout=10) as http:
+            location = (await http.get(authorization_url)).headers["location"]
+        query = {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
+        answers.append(AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss")))
+
+    async def callback() -> AuthorizationCodeResult:
+        return answers.pop()
+
+    metadata = OAuthClientMetadata(client_name="mcp-gym conformance client", redirect_uris=[redirect_uri],
+                                   grant_types=["authorization_code", "refresh_token"], response_types=["code"])
+    return OAuthClientProvider(url, metadata, _MemoryTokens(), open_browser, callback, client_metadata_url=metadata_url)
 
 
 def run(url: str, scenario: str, context: Mapping[str, Any]) -> list[str]:
