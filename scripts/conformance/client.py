@@ -8,7 +8,7 @@ scenarios, its credentials in ``MCP_CONFORMANCE_CONTEXT`` (JSON)::
 
 Elicitation requests are answered by :func:`~mcp_gym.client.elicitation.accept_defaults` (the env fills in the
 schema's defaults, SEP-1034). Exits 0 when the server was reached and every call succeeded, 1 otherwise (with the
-reason on stderr). ``tests/test_conformance.py`` runs the scenarios mcp-gym supports.
+reason on stderr). ``tests/test_conformance.py`` runs the scenarios mcp-gym passes.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ ARGUMENTS: dict[str, dict[str, Any]] = {"add_numbers": {"a": 2, "b": 3}}
 
 
 def server_spec(url: str, scenario: str, context: Mapping[str, Any]) -> Http:
-    """The spec for a scenario's server: plain Streamable HTTP, or with the SDK's OAuth client-credentials provider
-    (``client_secret_basic`` or ``private_key_jwt``) when the scenario hands out client credentials."""
+    """The spec for a scenario's server: plain Streamable HTTP; with the SDK's OAuth client-credentials provider
+    (``client_secret_basic`` or ``private_key_jwt``) when the scenario hands out client credentials; with the SDK's
+    authorization-code provider (:func:`authorization_code`) for the other auth scenarios."""
     if "client_id" in context and "private_key_pem" in context:
         auth = oauth_client_credentials(url, context["client_id"], private_key=context["private_key_pem"],
                                         signing_algorithm=context.get("signing_algorithm", "RS256"))
