@@ -102,7 +102,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             reads; ``None``: no limit). Past it, ``reset`` returns with a ``timeout`` error in ``info["reset_errors"]``
             and the servers it was still waiting on (or had not reset yet) are failed and restart at the next reset.
         sampling: Answers the servers' sampling requests (default: a clear refusal).
-        elicitation: Answers elicitation requests (default: decline).
+        elicitation: Answers elicitation requests (default: decline; omitted fields get the schema's defaults).
         strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
         verifier: ``(task, answer, state) -> reward`` grading ``submit``; ``state`` is the servers' ``mcp_gym_state``.
         grader: A grader spec or :class:`~mcp_gym.graders.Grading` (see :mod:`mcp_gym.graders`) grading every

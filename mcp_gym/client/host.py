@@ -31,6 +31,7 @@ from mcp_gym.client.connection import (
     ServerConnection,
     TapFactory,
 )
+from mcp_gym.client.elicitation import with_defaults
 from mcp_gym.client.specs import ServerSpec
 from mcp_gym.protocol import (
     CHANGES_META_KEY,
@@ -67,7 +68,8 @@ SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any
 dicts with the text of each sampling message; ``params`` is the full SDK request (max_tokens, system prompt, ...)."""
 ElicitationFn = Callable[[str, dict[str, Any], mt.ElicitRequestParams], Any]
 """``(message, requested_schema, params) -> dict | None | ElicitResult`` (sync or async): a dict accepts with that
-content, ``None`` declines."""
+content, ``None`` declines. Properties an accepting answer omits get the schema's ``default`` (SEP-1034);
+:func:`mcp_gym.client.elicitation.accept_defaults` is a ready handler that accepts with the defaults."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ class MCPHost:
     Args:
         servers: alias -> server spec.
         sampling: answers ``sampling/createMessage`` (default: a clear refusal).
-        elicitation: answers ``elicitation/create`` (default: decline).
+        elicitation: answers ``elicitation/create`` (default: decline); an accepting answer's omitted properties get
+            the requested schema's ``default`` values (SEP-1034).
         roots: root URIs or paths to advertise (default: none, and no roots capability).
         prefix_tools: expose ``{alias}{separator}{tool}`` names; ``None`` = only with more than one server.
         separator: between alias and tool name.
@@ -466,11 +469,15 @@ class MCPHost:
             reply = await _maybe_await(self.elicitation, params.message, schema, params)
         except Exception as e:  # noqa: BLE001
             return mt.ErrorData(code=-32603, message=f"elicitation callable failed: {type(e).__name__}: {e}")
-        if isinstance(reply, (mt.ElicitResult, mt.ErrorData)):
+        if isinstance(reply, mt.ErrorData):
             return reply
         if reply is None:
             return mt.ElicitResult(action="decline")
-        return mt.ElicitResult(action="accept", content=dict(reply))
+        if isinstance(reply, mt.ElicitResult):
+            if reply.action != "accept" or not schema:
+                return reply
+            return reply.model_copy(update={"content": with_defaults(reply.content, schema)})
+        return mt.ElicitResult(action="accept", content=with_defaults(reply, schema))  # SEP-1034 defaults
 
     async def _on_list_roots(self, context: Any) -> mt.ListRootsResult:
         return mt.ListRootsResult(roots=[mt.Root(uri=u) for u in self.roots or []])
