@@ -42,7 +42,7 @@ from mcp_gym.env import SUMMARY_KEY
 from mcp_gym.parsing import split_action
 from mcp_gym.policies import Policy
 
-__all__ = ["VectorMCPEnv", "EpisodeSpec", "EpisodeResult"]
+__all__ = ["VectorMCPEnv", "EpisodeSpec", "EpisodeResult", "make_vector"]
 
 
 @dataclass(frozen=True)
@@ -480,6 +480,24 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
             episode.discard()
         else:
             episode.finish(total_reward=total, success=success, termination=termination)
+
+
+def make_vector(
+    num_envs: int,
+    *,
+    name: str,
+    share_servers: int | None = None,
+    max_connecting: int = 4,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    runtime: Runtime | None = None,
+    **env_kwargs: Any,
+) -> VectorMCPEnv:
+    """The ``vector_entry_point`` of the bundled envs: ``gymnasium.make_vec("mcp_gym/<name>-v0", num_envs, **kw)``
+    returns a :class:`VectorMCPEnv` of ``gymnasium.make("mcp_gym/<name>-v0", **env_kwargs)`` envs (the vector
+    env's own options, ``share_servers`` to ``runtime``, are taken out of ``kw``)."""
+    env_id = f"mcp_gym/{name}-v0"
+    return VectorMCPEnv(lambda i: gym.make(env_id, **env_kwargs), num_envs, share_servers=share_servers,
+                        max_connecting=max_connecting, autoreset_mode=autoreset_mode, runtime=runtime)
 
 
 def _batch_infos(infos: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:

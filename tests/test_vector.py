@@ -209,3 +209,22 @@ def test_bad_batches_are_refused_with_one_clear_line(vec: VectorMCPEnv) -> None:
     with pytest.raises(ValueError, match="one seed per env"):
         vec.reset(seed=[1, 2])
     assert mcp_gym.VectorMCPEnv is VectorMCPEnv
+
+
+def test_make_vec_builds_a_vector_mcp_env_and_time_limits_truncate() -> None:
+    vec = gym.make_vec("mcp_gym/Counter-v0", num_envs=2, max_steps=2, max_episode_steps=2)
+    try:
+        assert isinstance(vec, VectorMCPEnv) and vec.spec.kwargs["vectorization_mode"] == "vector_entry_point"
+        vec.reset(seed=0)
+        get = {"tool": "get_count", "arguments": {}}
+        _, _, terminated, truncated, _ = vec.step([get, get])
+        assert not truncated.any()
+        _, _, terminated, truncated, infos = vec.step([get, get])
+        assert truncated.all() and not terminated.any() and list(infos["termination"]) == ["max_steps"] * 2
+        _, _, _, truncated, infos = vec.step([get, get])  # NEXT_STEP: both reset
+        assert not truncated.any() and infos["_reset_errors"].all()
+    finally:
+        vec.close()
+    sync = gym.make_vec("mcp_gym/Counter-v0", num_envs=2, vectorization_mode="sync")  # Gymnasium's own still works
+    assert isinstance(sync, SyncVectorEnv)
+    sync.close()

@@ -147,6 +147,7 @@ def register_all() -> None:
         gym.register(
             id=env_id,
             entry_point="mcp_gym.envs:make_env",
+            vector_entry_point="mcp_gym.vector:make_vector",  # gymnasium.make_vec: a VectorMCPEnv
             kwargs={"name": name},
             max_episode_steps=EPISODE_LIMITS[name],  # gymnasium.make adds TimeLimit, at the env's own max_steps
             nondeterministic=True,
