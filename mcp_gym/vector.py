@@ -344,7 +344,9 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
                 infos[i] = {**info, **final}
 
         await self._gather(one, range(n))
-        self._done = terminated | truncated
+        # episodes that ended and wait for their reset (SAME_STEP has already reset them)
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        self._done = np.zeros(n, dtype=np.bool_) if same_step else terminated | truncated
         return self._batch_obs(), rewards, terminated, truncated, _batch_infos(infos)
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
