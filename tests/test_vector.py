@@ -228,3 +228,13 @@ def test_make_vec_builds_a_vector_mcp_env_and_time_limits_truncate() -> None:
     sync = gym.make_vec("mcp_gym/Counter-v0", num_envs=2, vectorization_mode="sync")  # Gymnasium's own still works
     assert isinstance(sync, SyncVectorEnv)
     sync.close()
+
+
+def test_gymnasiums_vector_wrappers_apply(vec: VectorMCPEnv) -> None:
+    """Gymnasium's own vector wrappers work on it, e.g. episode statistics (their ``info["episode"]``)."""
+    stats = gym.wrappers.vector.RecordEpisodeStatistics(vec)
+    stats.reset(seed=0)
+    stats.step([add(1), add(1), add(1)])
+    _, _, terminated, _, infos = stats.step([SUBMIT, add(1), add(1)])
+    assert terminated.tolist() == [True, False, False]
+    assert infos["_episode"].tolist() == [True, False, False] and infos["episode"]["l"][0] == 2
