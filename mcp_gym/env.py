@@ -46,7 +46,7 @@ from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, js
 from mcp_gym.tasks import Task, Verifier, as_task
 from mcp_gym.workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 
-__all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "SUMMARY_KEY", "render_content"]
+__all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
 
 ResetMode = Literal["auto", "tool", "restart", "none"]
 
@@ -181,7 +181,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """The last episode's grade (``None`` until graded)."""
         tap = None
         if any(spec.record is not None for spec in self._templates.values()):
-            from mcp_gym.cassette import record_tap as tap
+            from mcp_gym.cassette.recorder import record_tap as tap
         self.host = MCPHost(
             self._templates,
             tap=tap,

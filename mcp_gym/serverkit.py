@@ -40,6 +40,8 @@ from mcp.types import (
 
 from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
+__all__ = ["EpisodeServer", "current_episode", "HandlerResult", "DEFAULT_EPISODE"]
+
 DEFAULT_EPISODE = "default"
 
 S = TypeVar("S")

@@ -27,8 +27,8 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 
 from mcp_gym._version import __version__
-from mcp_gym.client._stdio import MESSAGE_TOO_LARGE, StdioState, stdio_transport
-from mcp_gym.client._tools import ListingError, list_tools_checked
+from mcp_gym.client._stdio import StdioState, stdio_transport
+from mcp_gym.client._tools import list_tools_checked
 from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_url
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -44,12 +44,8 @@ _ANNOUNCED: set[tuple[str, str]] = set()  # (alias, target) waited on right now:
 __all__ = [
     "ServerConnection",
     "ConnectionLost",
-    "HostCallbacks",
     "Tap",
     "TapFactory",
-    "MESSAGE_TOO_LARGE",
-    "ListingTimeout",
-    "ListingError",
 ]
 
 CONNECTION_CLOSED = -32000
@@ -149,8 +145,8 @@ class Tap(_Interface):
 
 
 TapFactory = Callable[["ServerConnection"], "Tap | None"]
-"""Makes the tap of a connection when it (re)connects, or ``None`` for no tap (e.g. ``mcp_gym.cassette.record_tap``,
-which taps connections whose spec has ``record=``)."""
+"""Makes the tap of a connection when it (re)connects, or ``None`` for no tap (e.g.
+``mcp_gym.cassette.recorder.record_tap``, which taps connections whose spec has ``record=``)."""
 
 
 class ServerConnection:
@@ -165,7 +161,7 @@ class ServerConnection:
     ) -> None:
         if spec.record is not None and tap is None:
             raise ValueError(f"server '{alias}': record= needs a recording tap; connect through MCPEnv or MCPHost(..., "
-                             "tap=mcp_gym.cassette.record_tap)")
+                             "tap=mcp_gym.cassette.recorder.record_tap)")
         self.alias = alias
         self.spec = spec
         self.callbacks = callbacks or HostCallbacks()

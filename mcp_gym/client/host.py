@@ -22,9 +22,9 @@ import mcp.types as mt
 from mcp import MCPError
 from pydantic import ValidationError
 
+from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 from mcp_gym.client._tools import show_name
 from mcp_gym.client.connection import (
-    MESSAGE_TOO_LARGE,
     ConnectionLost,
     HostCallbacks,
     ListingTimeout,
@@ -56,10 +56,8 @@ __all__ = [
     "ServerUnavailableWarning",
     "MCPHost",
     "ToolEntry",
-    "CallOutcome",
     "SamplingFn",
     "ElicitationFn",
-    "tool_schema",
     "catalogue_hash",
     "render_content",
 ]
@@ -185,7 +183,7 @@ class MCPHost:
         block_destructive: hide and refuse tools that may be destructive (``destructiveHint`` not false and not
             ``readOnlyHint``; unannotated tools count as destructive, as the MCP spec says).
         tap: makes each connection's :class:`~mcp_gym.client.connection.Tap` (needed for specs with ``record=``:
-            ``mcp_gym.cassette.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
+            ``mcp_gym.cassette.recorder.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
     """
 
     def __init__(
