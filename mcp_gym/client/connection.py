@@ -26,6 +26,7 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 
 from mcp_gym._version import __version__
+from mcp_gym.client._http import session_http_client
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE, StdioState, stdio_transport
 from mcp_gym.client._tools import ListingError, list_tools_checked
 from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_url
@@ -571,15 +572,14 @@ class ServerConnection:
 
 def _http_client_factory(on_refusal: Callable[[int | None, str, str], None]) -> Callable[..., Any]:
     """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
-    (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was)."""
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
+    (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was). All clients share one TLS
+    context (:mod:`mcp_gym.client._http`)."""
     async def hook(response: Any) -> None:
         bad = response.status_code >= 400
         on_refusal(response.status_code if bad else None, response.reason_phrase, str(response.request.url))
 
     def factory(**kw: Any) -> Any:
-        http = create_mcp_http_client(**kw)
+        http = session_http_client(**kw)  # the SDK's client, on one TLS context for all sessions
         http.event_hooks = {"request": [], "response": [hook]}
         return http
 
