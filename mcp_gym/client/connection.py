@@ -159,7 +159,8 @@ class ServerConnection:
         self._subscriptions: tuple[str, ...] = ()
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
-        self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
+        # the server reports changes in result _meta (an mcp-gym server); None until the first listing tells
+        self.hints: bool | None = None
         self.tap_factory = tap
         self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
         self.http_refusal: str | None = None  # a hosted server's last error answer ("HTTP 401 Unauthorized at URL")
@@ -396,7 +397,9 @@ class ServerConnection:
                     )
 
     def set_hints(self, hints: bool) -> None:
-        """Record whether the server piggy-backs changes on results; with ``listen=None`` that closes the stream."""
+        """Record whether the server piggy-backs changes on results (the host calls this after each listing). With
+        ``listen=None`` the change stream opens once the first listing shows the server does not, and closes if it
+        does: a session never opens a stream only to close it at once (a wasted request and connection each)."""
         if hints != self.hints:
             before = self._wants_listener()
             self.hints = hints
@@ -404,7 +407,9 @@ class ServerConnection:
                 self._restart_listener()
 
     def _wants_listener(self) -> bool:
-        return self.spec.listen if self.spec.listen is not None else not self.hints
+        if self.spec.listen is not None:
+            return self.spec.listen
+        return self.hints is False
 
     def _restart_listener(self) -> None:
         if self._listen_scope is not None:
