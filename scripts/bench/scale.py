@@ -12,16 +12,17 @@ fresh client interpreter:
   sessions do: with the SDK's default client (a TLS context each, ~27 ms CPU and ~0.8 MB per session) 10,000 raw
   sessions would need ~8 GB.
 
-Phases: every episode connects and resets (at most ``--connect-concurrency`` at a time), then all N step
-concurrently (``add(1)``, a reset when an episode ends) for ``--seconds``, then all close. Reported: steps/s in the
-window, p50/p99 step latency, client memory per episode (RSS delta over the connect phase; tracemalloc in a separate
+Phases: every episode connects and resets (at most ``--connect-concurrency`` at a time), then all N take ``--steps``
+steps concurrently (``add(1)``; a reset when an episode ends), then all close. Reported: steps/s (all steps / the
+wall time from the first to the last; a fixed window would be shorter than one step at 10,000 on a busy 2-core
+machine), p50/p99 step latency, client memory per episode (RSS delta over the connect phase; tracemalloc in a separate
 run of the connect phase, ``--trace-max``), server RSS (after connecting, after the window, after every session
 closed), errors, client CPU ms per episode for connect + first reset, and mcp-gym / raw-sdk ratios at the same N.
 
 The soft open-file limit is raised to the hard limit (each session holds a connection: ~N descriptors per process).
 
     python scripts/bench/scale.py                       # 128 / 1,000 / 10,000 (~10 minutes on 2 cores)
-    python scripts/bench/scale.py --n 128 1000 --seconds 5
+    python scripts/bench/scale.py --n 128 1000 --steps 5
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def rss_kb(pid: int | str = "self") -> float:
 
 
 # -- the client side, in its own interpreter ---------------------------------------------------------------------------
-def worker(mode: str, n: int, port: int, server_pid: int, seconds: float, connect_concurrency: int,
+def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_concurrency: int,
            trace: bool) -> dict[str, Any]:
     import gc
     import tracemalloc
@@ -75,7 +76,7 @@ def worker(mode: str, n: int, port: int, server_pid: int, seconds: float, connec
     errors: list[str] = []
     latencies: list[float] = []
     finished = [0]
-    state = {"measuring": False, "stop": False, "steps": 0}
+    state = {"steps": 0}
 
     if mode == "mcp-gym":
         from mcp_gym import MCPEnv
@@ -188,13 +189,12 @@ def worker(mode: str, n: int, port: int, server_pid: int, seconds: float, connec
                     ready.set()
                 await ready.wait()
                 k = i
-                while not state["stop"] and not trace:
+                for j in range(0 if trace else steps):
                     t = time.perf_counter()
                     done = await step(obj)
-                    if state["measuring"]:
-                        latencies.append(time.perf_counter() - t)
-                        state["steps"] += 1
-                    if done and not state["stop"]:
+                    latencies.append(time.perf_counter() - t)
+                    state["steps"] += 1
+                    if done and j < steps - 1:
                         k += n
                         await reset(obj, k)
                 await window_over.wait()
@@ -209,7 +209,10 @@ def worker(mode: str, n: int, port: int, server_pid: int, seconds: float, connec
                         ready.set()
             finally:
                 if entered:
-                    await s.__aexit__(None, None, None)
+                    try:
+                        await s.__aexit__(None, None, None)
+                    except Exception as e:  # noqa: BLE001 - counted
+                        errors.append(f"close: {type(e).__name__}: {e}"[:300])
 
         async with anyio.create_task_group() as tg:
             for i in range(n):
@@ -223,16 +226,12 @@ def worker(mode: str, n: int, port: int, server_pid: int, seconds: float, connec
             if trace:
                 out["traced_kb_per_ep"] = tracemalloc.get_traced_memory()[0] / 1024 / n
                 tracemalloc.stop()
-                state["stop"] = True
                 window_over.set()
                 return
-            await anyio.sleep(1.0)  # every episode is stepping
-            state["measuring"] = True
-            s0, w0 = state["steps"], time.perf_counter()
-            await anyio.sleep(seconds)
-            state["measuring"] = False
-            out["steps_per_s"] = (state["steps"] - s0) / (time.perf_counter() - w0)
-            state["stop"] = True
+            w0 = time.perf_counter()
+            while state["steps"] < n * steps and len(errors) < n:
+                await anyio.sleep(0.05)
+            out["steps_per_s"] = state["steps"] / (time.perf_counter() - w0)
             out["server_rss_mb_window"] = rss_kb(server_pid) / 1024
             window_over.set()
         out["finished"] = finished[0]
@@ -281,11 +280,12 @@ def start_server() -> tuple[subprocess.Popen[bytes], int]:
 def run(mode: str, n: int, a: argparse.Namespace, trace: bool) -> dict[str, Any]:
     proc, port = start_server()
     try:
-        cmd = [sys.executable, __file__, "--worker", mode, str(n), str(port), str(proc.pid), "--seconds",
-               str(a.seconds), "--connect-concurrency", str(a.connect_concurrency)] + (["--trace"] if trace else [])
+        cmd = [sys.executable, __file__, "--worker", mode, str(n), str(port), str(proc.pid), "--steps",
+               str(a.steps), "--connect-concurrency", str(a.connect_concurrency)] + (["--trace"] if trace else [])
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
         if r.returncode != 0:
-            return {"mode": mode, "n": n, "failed": r.stderr.strip().splitlines()[-1:] or ["?"]}
+            lines = [x.strip(" |+-") for x in r.stderr.strip().splitlines()]
+            return {"mode": mode, "n": n, "failed": [x for x in lines if "Error" in x][-2:] or lines[-1:] or ["?"]}
         return json.loads(r.stdout.strip().splitlines()[-1])
     except subprocess.TimeoutExpired:
         return {"mode": mode, "n": n, "failed": [f"timed out after {a.timeout:g} s"]}
@@ -302,7 +302,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, nargs="+", default=[128, 1000, 10000], help="concurrent episodes")
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    p.add_argument("--seconds", type=float, default=10.0, help="measurement window")
+    p.add_argument("--steps", type=int, default=3, help="steps per episode, all episodes at once")
     p.add_argument("--connect-concurrency", type=int, default=100, help="sessions connecting at once")
     p.add_argument("--trace-max", type=int, default=10000, help="largest N with a tracemalloc run (0: none)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
@@ -312,7 +312,7 @@ def main() -> None:
     a = p.parse_args()
     if a.worker:
         mode, n, port, pid = a.worker
-        print(json.dumps(worker(mode, int(n), int(port), int(pid), a.seconds, a.connect_concurrency, a.trace)))
+        print(json.dumps(worker(mode, int(n), int(port), int(pid), a.steps, a.connect_concurrency, a.trace)))
         return
     soft, hard = raise_nofile()
     print(f"RLIMIT_NOFILE soft limit raised to {soft} (hard {hard}); {os.cpu_count()} cores", file=sys.stderr)
