@@ -21,7 +21,7 @@ closed), errors, client CPU ms per episode for connect + first reset, and mcp-gy
 
 The soft open-file limit is raised to the hard limit (each session holds a connection: ~N descriptors per process).
 
-    python scripts/bench/scale.py                       # 128 / 1,000 / 10,000 (~10 minutes on 2 cores)
+    python scripts/bench/scale.py                       # 128 / 1,000 / 10,000 (10,000: ~30 min per side, busy 2 cores)
     python scripts/bench/scale.py --n 128 1000 --steps 5
 """
 
