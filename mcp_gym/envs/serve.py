@@ -14,7 +14,7 @@ import importlib
 import logging
 from collections.abc import Sequence
 
-BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "testing")
+BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "lookup", "testing")
 """Names of the bundled servers (the server aliases the envs use; ``testing`` is Counter's server)."""
 
 _FOLDERS = {"testing": "counter"}
