@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "Http": "mcp_gym.client.specs",
     "Sse": "mcp_gym.client.specs",
     "InProcess": "mcp_gym.client.specs",
+    "ServerUnavailableWarning": "mcp_gym.client.host",
     "Replay": "mcp_gym.cassette",
     "ToolCallSpace": "mcp_gym.spaces",
     "Utf8Text": "mcp_gym.spaces",
@@ -48,6 +49,7 @@ __all__ = [
     "Http",
     "Sse",
     "InProcess",
+    "ServerUnavailableWarning",
     "Replay",
     "ToolCallSpace",
     "Utf8Text",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from mcp_gym import recording, sft
     from mcp_gym.async_env import AsyncWrapper, aclose, areset, astep
     from mcp_gym.cassette import Replay
+    from mcp_gym.client.host import ServerUnavailableWarning
     from mcp_gym.client.specs import Http, InProcess, Sse, Stdio
     from mcp_gym.env import InvalidAction, MCPEnv, MCPGymError, ToolCallFailed
     from mcp_gym.envs import make_env

@@ -85,9 +85,10 @@ def _join(*parts: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def user_content(task: str, resources: Mapping[str, str] | None = None) -> str:
-    """The user turn: the task prompt, then every observed resource."""
-    return _join(task or "", render_resources(resources or {}))
+def user_content(task: str, resources: Mapping[str, str] | None = None, notice: str = "") -> str:
+    """The user turn: the task prompt, the reset's notice (the first observation's ``result``: servers that are
+    unavailable this episode; usually empty), then every observed resource."""
+    return _join(task or "", notice or "", render_resources(resources or {}))
 
 
 def result_content(result: str, resources: Mapping[str, str] | None = None,
@@ -149,10 +150,13 @@ class ChatView:
         resources: The resources observed at reset (``obs["resources"]``).
         system_prompt: The system message (``None``: none).
         show_resources: Render observed resources into the user turn and changed ones into the answers.
+        notice: The first observation's ``result`` (why some servers are unavailable; usually empty), shown after
+            the task.
     """
 
     def __init__(self, task: str, resources: Mapping[str, str] | None = None, *,
-                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True) -> None:
+                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True,
+                 notice: str = "") -> None:
         self.show_resources = show_resources
         self.resources: dict[str, str] = dict(resources or {})
         self.messages: list[dict[str, Any]] = []
@@ -161,7 +165,8 @@ class ChatView:
         """Assistant replies so far (the next reply's turn number)."""
         if system_prompt is not None:
             self.messages.append({"role": "system", "content": system_prompt})
-        self.messages.append({"role": "user", "content": user_content(task, self.resources if show_resources else {})})
+        self.messages.append({"role": "user",
+                              "content": user_content(task, self.resources if show_resources else {}, notice)})
 
     def reply(self, content: str, calls: Sequence[ToolCall]) -> list[str]:
         """Append an assistant reply (its own text and its calls); returns the calls' ids."""

@@ -159,22 +159,50 @@ def _is_user_error(e: BaseException) -> bool:
     return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError))
 
 
+def _job(command: str, args: Sequence[str]) -> int:
+    """A job command: ``--help``/``-h`` prints its keys (mcp_gym.jobs.help), anything else goes to Hydra."""
+    if "--help" in args or "-h" in args:
+        from mcp_gym.jobs.help import job_help
+
+        name = "tasks validate" if command == "tasks-validate" else command
+        print(job_help(name, JOBS[command], [a for a in args if not a.startswith("-")]))
+        return 0
+    return _hydra(command, args)
+
+
 def _hydra(command: str, overrides: Sequence[str]) -> int:
-    """Run a job through ``hydra.main`` (so Hydra's flags, overrides and multirun all work)."""
-    import hydra
+    """Run a job as ``hydra.main`` would (Hydra's flags, overrides, output directory, callbacks, logging and multirun
+    all work), on ``overrides`` rather than on ``sys.argv``.
+
+    Hydra has no public entry point for a run from an argument list (the compose API makes configs, not runs: no
+    output directory, ``.hydra/`` files, callbacks, ``--cfg``/``--help`` or multirun), so this calls what the body
+    of ``hydra.main`` calls: its argument parser and ``_run_hydra``. Nothing global is swapped: ``sys.argv`` is left
+    alone (Hydra's singleton is cleared before and after)."""
+    from hydra import version
+    from hydra._internal.utils import _run_hydra, get_args_parser
     from hydra.core.global_hydra import GlobalHydra
 
     args = list(overrides)
     # The job choice goes just before the first override, keeping the overrides one block (argparse needs that).
     first = next((i for i, a in enumerate(args) if not a.startswith("-") and ("=" in a or a[:1] in "~+")), len(args))
-    args.insert(first, f"job={JOBS[command]}")
-    saved = sys.argv
-    sys.argv = [f"mcp-gym {command}", *args]
+    if "--hydra-help" not in args:  # Hydra's own help composes without the job group
+        args.insert(first, f"job={JOBS[command]}")
+    parser = get_args_parser()
+    parser.prog = f"mcp-gym {command}"
+    parsed = parser.parse_args(args)
+    version.setbase("1.3")
+    if parsed.experimental_rerun is not None:  # as hydra.main: the pickled config of an earlier run, as it was
+        from hydra.core.utils import _flush_loggers
+        from hydra.main import _get_rerun_conf
+
+        _run_job(_get_rerun_conf(parsed.experimental_rerun, parsed.overrides))
+        _flush_loggers()
+        return 0
     GlobalHydra.instance().clear()
     try:
-        hydra.main(config_path="pkg://mcp_gym.conf", config_name="config", version_base="1.3")(_run_job)()
+        _run_hydra(args=parsed, args_parser=parser, task_function=_run_job, config_path="pkg://mcp_gym.conf",
+                   config_name="config")
     finally:
-        sys.argv = saved
         GlobalHydra.instance().clear()
     return 0
 
@@ -367,9 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not rest or rest[0] != "validate":
                 print("usage: mcp-gym tasks validate env=... [overrides]", file=sys.stderr)
                 return 2
-            return _hydra("tasks-validate", rest[1:])
+            return _job("tasks-validate", rest[1:])
         if command in JOBS and command != "tasks-validate":
-            return _hydra(command, rest)
+            return _job(command, rest)
     except SystemExit as e:  # argparse, Hydra and interrupted jobs exit this way
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:

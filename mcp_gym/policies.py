@@ -124,7 +124,8 @@ class _ChatAgent(Agent):
         self.policy = policy
         self.env = env
         self.seed = seed
-        self.view = ChatView(str(obs.get("task", "")), obs.get("resources") or {}, system_prompt=policy.system_prompt)
+        self.view = ChatView(str(obs.get("task", "")), obs.get("resources") or {}, system_prompt=policy.system_prompt,
+                             notice=str(obs.get("result") or ""))
         self.pending: deque[tuple[ToolCall, str]] = deque()  # calls of the last reply not yet executed (+ their ids)
         self.reply: ParseResult | None = None  # the last reply, parsed
         self.current: tuple[ToolCall, str] | None = None  # the call just executed, None if the reply had none

@@ -276,7 +276,7 @@ class TextEnvBatch:
         self.dones[i] = False
         self.returns[i] = 0.0
         view = ChatView(obs["task"], obs["resources"], system_prompt=self.system_prompt,
-                        show_resources=self.show_resources)
+                        show_resources=self.show_resources, notice=str(obs.get("result") or ""))
         self._views[i] = view
         self.histories[i] = view.messages
         return [dict(m) for m in view.messages]

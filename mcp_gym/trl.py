@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, render_resources, result_content, user_content
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, result_content, user_content
 from mcp_gym.env import MCPEnv
 from mcp_gym.graders.episode import verifier_score
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
@@ -328,9 +328,9 @@ class MCPToolEnvironment:
         shown = _message_text(row.get("prompt")) if row else ""
         resources = obs["resources"] if self._show_resources else {}
         if obs["task"].strip() and obs["task"].strip() in shown:  # TRL appends the text to the row's user turn
-            text = render_resources(resources)
+            text = user_content("", resources, obs.get("result") or "")  # a reset notice (servers down), resources
             return ("\n\n" + text) if text else None
-        text = user_content(obs["task"], resources)  # the chat view's user turn
+        text = user_content(obs["task"], resources, obs.get("result") or "")  # the chat view's user turn
         if not text:
             return None
         return ("\n\n" + text) if shown.strip() else text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -22,17 +23,30 @@ NPM_SERVERS = {
 }
 
 
+NPM_TOOLS = {"conformance": ("@modelcontextprotocol/conformance", "0.1.16")}
+"""npm tools (executable -> package, version), each installed under its own prefix ``NPM_DIR/<executable>`` so that
+their dependencies never move the servers' (the conformance suite brings its own ``@modelcontextprotocol/sdk``)."""
+
+
 def npm_bin(name: str) -> str:
-    """Path of an npm server's executable, installing the pinned servers into .mcp-gym-cache/npm on first use."""
-    exe = NPM_DIR / "node_modules" / ".bin" / name
-    if not exe.exists():
+    """Path of an npm server's or tool's executable, installing the pinned servers into .mcp-gym-cache/npm (a tool of
+    :data:`NPM_TOOLS` into ``.mcp-gym-cache/npm/<name>``) on first use."""
+    if name in NPM_TOOLS:
+        package, version = NPM_TOOLS[name]
+        prefix, pkgs = NPM_DIR / name, [f"{package}@{version}"]
+        manifest = prefix / "node_modules" / package / "package.json"
+        installed = manifest.exists() and json.loads(manifest.read_text()).get("version") == version
+    else:
+        prefix, pkgs = NPM_DIR, [f"{p}@{v}" for p, v in NPM_SERVERS.items()]
+        installed = True
+    exe = prefix / "node_modules" / ".bin" / name
+    if not exe.exists() or not installed:
         npm = shutil.which("npm")
         if npm is None:
             pytest.fail("npm is needed for the third-party server tests (install Node.js >= 18)")
-        NPM_DIR.mkdir(parents=True, exist_ok=True)
-        pkgs = [f"{p}@{v}" for p, v in NPM_SERVERS.items()]
+        prefix.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(NPM_DIR), *pkgs],
+            [npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(prefix), *pkgs],
             check=True,
             timeout=600,
         )

@@ -93,6 +93,32 @@ def test_multirun(tmp_path: Path) -> None:
         assert len(load(run).episodes) == 3
 
 
+def test_jobs_run_from_the_argument_list_not_sys_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``main(args)`` hands Hydra its own arguments: the job sees them while ``sys.argv`` stays the caller's, and
+    Hydra's flags keep working (``--cfg job``, parse errors name the command)."""
+    import mcp_gym.cli as cli
+
+    seen: list[tuple[list[str], int, str]] = []
+    run_job = cli._run_job
+
+    def spy(cfg: object) -> None:
+        seen.append((list(sys.argv), cfg.episodes, cfg.command))  # type: ignore[attr-defined]
+        run_job(cfg)
+
+    monkeypatch.setattr(cli, "_run_job", spy)
+    monkeypatch.setattr(sys, "argv", ["the-caller", "--its-own-flag"])
+    assert main(["collect", *FAST, "policy=oracle", "episodes=2", f"out={tmp_path / 'run'}"]) == 0
+    assert seen == [(["the-caller", "--its-own-flag"], 2, "collect")]
+    assert len(load(tmp_path / "run").episodes) == 2
+    assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()  # a Hydra run, not just a composed config
+    capsys.readouterr()
+    assert main(["collect", "--cfg", "job", *FAST, "episodes=5"]) == 0
+    assert "episodes: 5" in capsys.readouterr().out and len(seen) == 1
+    assert main(["collect", "--no-such-flag"]) == 2
+    assert "usage: mcp-gym collect" in capsys.readouterr().err
+
+
 def test_bad_override_fails(tmp_path: Path) -> None:
     assert main(["collect", *FAST, "no_such_key=1", f"out={tmp_path}"]) != 0
     assert main(["collect", *FAST, "policy=nope", f"out={tmp_path}"]) != 0

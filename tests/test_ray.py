@@ -20,8 +20,8 @@ import pyarrow.parquet as pq  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 
 from mcp_gym.jobs.evaluate import score_run  # noqa: E402
-from mcp_gym.jobs.ray_launcher import SharedRun, collect_ray  # noqa: E402
-from mcp_gym.recording import RunDirectory, TrajectoryWriter, load, read_tables  # noqa: E402
+from mcp_gym.jobs.ray_launcher import collect_ray  # noqa: E402
+from mcp_gym.recording import RunDirectory, RunStore, TrajectoryWriter, load, read_tables  # noqa: E402
 
 EPISODES = 48
 
@@ -117,7 +117,7 @@ def test_actor_killed_mid_run(cluster: Any, tmp_path: Path, caplog: pytest.LogCa
     assert r3.already_done == EPISODES and r3.finished == 0
 
 
-def test_shared_run_on_an_object_store_like_filesystem(tmp_path: Path) -> None:
+def test_run_store_on_an_object_store_like_filesystem(tmp_path: Path) -> None:
     """The non-local code path (no rename, manifest through pyarrow.fs), on a SubTreeFileSystem over local disk."""
     from pyarrow import fs
 
@@ -125,12 +125,12 @@ def test_shared_run_on_an_object_store_like_filesystem(tmp_path: Path) -> None:
     from mcp_gym.recording import RecordTrajectories
 
     remote = fs.SubTreeFileSystem(str(tmp_path), fs.LocalFileSystem())
-    shared = SharedRun("bucket/run", filesystem=remote)
+    shared = RunStore("bucket/run", filesystem=remote)
     assert not shared.is_local
-    shared.plan(["counter-0000#0", "counter-0001#0"], {"job": "test"})
-    shared.plan(["counter-0000#0", "counter-0001#0"], {"job": "test"})  # same plan: fine
+    shared.plan(["counter-0000#0", "counter-0001#0"], metadata={"job": "test"})
+    shared.plan(["counter-0000#0", "counter-0001#0"], metadata={"job": "test"})  # same plan: fine
     with pytest.raises(ValueError):
-        shared.plan(["other#0"], {})
+        shared.plan(["other#0"], metadata={})
     staging = tmp_path / "staging"
     writer = TrajectoryWriter(staging)
     env = RecordTrajectories(mcp_gym.make_env("Counter"), writer, policy="oracle")

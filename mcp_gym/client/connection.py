@@ -11,6 +11,7 @@ above sees every exchange; this module knows nothing of what it does with them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import sys
 import threading
@@ -32,6 +33,13 @@ from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_url
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
+
+log = logging.getLogger("mcp_gym.client")
+
+SLOW_CONNECT_NOTICE = 2.0
+"""Seconds a server may take to connect before a WARNING line on the ``mcp_gym.client`` logger says what is being
+waited for (stderr when logging is not configured)."""
+_ANNOUNCED: set[tuple[str, str]] = set()  # (alias, target) waited on right now: many sessions of one server, one line
 
 __all__ = [
     "ServerConnection",
@@ -172,7 +180,19 @@ class ServerConnection:
         """Start the owner task and wait until connected or failed (never raises)."""
         self.status = "connecting"
         task_group.start_soon(self._own, name=f"mcp-gym:{self.alias}")
-        await self._ready.wait()
+        with anyio.move_on_after(min(SLOW_CONNECT_NOTICE, self.spec.connect_timeout / 2)):
+            await self._ready.wait()
+        if not self._ready.is_set():  # a server that never answers must not cost connect_timeout in silence
+            key = (self.alias, self.spec.describe())
+            if key not in _ANNOUNCED:
+                _ANNOUNCED.add(key)
+                log.warning("mcp-gym: waiting for server '%s' (%s) to answer the MCP handshake (up to "
+                            "connect_timeout=%g s)", self.alias, self.spec.describe(), self.spec.connect_timeout)
+                try:
+                    await self._ready.wait()
+                finally:
+                    _ANNOUNCED.discard(key)
+            await self._ready.wait()
 
     def _client(self) -> Client:
         spec = self.spec

@@ -9,7 +9,9 @@ only its own tools.
 from __future__ import annotations
 
 import inspect
+import logging
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from mcp_gym.client.connection import (
     ServerConnection,
     TapFactory,
 )
+from mcp_gym.client.elicitation import with_defaults
 from mcp_gym.client.specs import ServerSpec
 from mcp_gym.protocol import (
     CHANGES_META_KEY,
@@ -42,7 +45,15 @@ from mcp_gym.protocol import (
     catalogue_fingerprint,
 )
 
+log = logging.getLogger("mcp_gym.client")
+
+
+class ServerUnavailableWarning(RuntimeWarning):
+    """A server is not available for an episode (it failed to start, died or timed out): its tools are missing."""
+
+
 __all__ = [
+    "ServerUnavailableWarning",
     "MCPHost",
     "ToolEntry",
     "CallOutcome",
@@ -57,7 +68,8 @@ SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any
 dicts with the text of each sampling message; ``params`` is the full SDK request (max_tokens, system prompt, ...)."""
 ElicitationFn = Callable[[str, dict[str, Any], mt.ElicitRequestParams], Any]
 """``(message, requested_schema, params) -> dict | None | ElicitResult`` (sync or async): a dict accepts with that
-content, ``None`` declines."""
+content, ``None`` declines. Properties an accepting answer omits get the schema's ``default`` (SEP-1034);
+:func:`mcp_gym.client.elicitation.accept_defaults` is a ready handler that accepts with the defaults."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +151,8 @@ class MCPHost:
     Args:
         servers: alias -> server spec.
         sampling: answers ``sampling/createMessage`` (default: a clear refusal).
-        elicitation: answers ``elicitation/create`` (default: decline).
+        elicitation: answers ``elicitation/create`` (default: decline); an accepting answer's omitted properties get
+            the requested schema's ``default`` values (SEP-1034).
         roots: root URIs or paths to advertise (default: none, and no roots capability).
         prefix_tools: expose ``{alias}{separator}{tool}`` names; ``None`` = only with more than one server.
         separator: between alias and tool name.
@@ -190,6 +203,7 @@ class MCPHost:
         self.episode_id: str | None = None
         self.episode_task: str | None = None  # set by the env at reset, with episode_seed
         self.episode_seed: int | None = None
+        self.start_failures: set[str] = set()  # failed in start(), not yet seen by a reset (see revive())
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     async def start(self, task_group: Any) -> None:
@@ -198,6 +212,7 @@ class MCPHost:
         async with anyio.create_task_group() as tg:
             for conn in self.connections.values():
                 tg.start_soon(self._connect, conn, task_group)
+        self.start_failures = {a for a, c in self.connections.items() if c.status != "ready"}
         self._rebuild()
 
     async def _connect(self, conn: ServerConnection, task_group: Any) -> None:
@@ -215,6 +230,33 @@ class MCPHost:
         self.connections[alias] = new
         await self._connect(new, task_group)
         self._rebuild()
+
+    async def revive(self, alias: str, task_group: Any) -> None:
+        """Restart a failed or dead server for a new episode, saying so on the ``mcp_gym.client`` logger. A server
+        whose :meth:`start` just failed is not retried by the reset that follows (that would double the wait, e.g.
+        ``connect_timeout``, for the same answer): the reset reports it, and the next reset restarts it."""
+        if alias in self.start_failures:
+            self.start_failures.discard(alias)
+            return
+        conn = self.connections[alias]
+        log.warning("mcp-gym: restarting server '%s' (%s: %s)", alias, conn.status, conn.error)
+        await self.restart(alias, task_group)
+
+    def report_unavailable(self, errors: list[dict[str, Any]]) -> str:
+        """After a reset: every server that is not ready gets a ``server_dead`` entry in ``errors`` (unless one names
+        it already) and a :class:`ServerUnavailableWarning`; returns the notice for the first observation's
+        ``result`` (one ``Error: ...`` line per server; ``""`` when every server is up)."""
+        lines = []
+        for alias, conn in self.connections.items():
+            if conn.status == "ready":
+                continue
+            message = (f"server '{alias}' is unavailable ({conn.status}: {conn.error}); "
+                       "its tools are not offered this episode")
+            if not any(e.get("server") == alias for e in errors):
+                errors.append(ToolCallError("server_dead", message, server=alias).as_dict())
+            warnings.warn(f"mcp-gym: {message}", ServerUnavailableWarning, stacklevel=2)
+            lines.append(f"Error: {message}")
+        return "\n".join(lines)
 
     async def close(self) -> None:
         """Close every connection."""
@@ -427,11 +469,15 @@ class MCPHost:
             reply = await _maybe_await(self.elicitation, params.message, schema, params)
         except Exception as e:  # noqa: BLE001
             return mt.ErrorData(code=-32603, message=f"elicitation callable failed: {type(e).__name__}: {e}")
-        if isinstance(reply, (mt.ElicitResult, mt.ErrorData)):
+        if isinstance(reply, mt.ErrorData):
             return reply
         if reply is None:
             return mt.ElicitResult(action="decline")
-        return mt.ElicitResult(action="accept", content=dict(reply))
+        if isinstance(reply, mt.ElicitResult):
+            if reply.action != "accept" or not schema:
+                return reply
+            return reply.model_copy(update={"content": with_defaults(reply.content, schema)})
+        return mt.ElicitResult(action="accept", content=with_defaults(reply, schema))  # SEP-1034 defaults
 
     async def _on_list_roots(self, context: Any) -> mt.ListRootsResult:
         return mt.ListRootsResult(roots=[mt.Root(uri=u) for u in self.roots or []])

@@ -165,14 +165,35 @@ class Sse(_Hosted):
 
 
 def oauth_client_credentials(
-    url: str, client_id: str, client_secret: str, *, issuer: str | None = None, scope: str | None = None
+    url: str,
+    client_id: str,
+    client_secret: str | None = None,
+    *,
+    private_key: str | None = None,
+    signing_algorithm: str = "RS256",
+    issuer: str | None = None,
+    scope: str | None = None,
 ) -> Any:
-    """The SDK's OAuth 2.0 client-credentials provider (``ClientCredentialsOAuthProvider``, an ``httpx2.Auth``) for
-    the server at ``url``, with tokens kept in memory only: pass it as ``Http(url, auth=...)``. ``issuer`` names the
-    authorization server the credentials belong to (the SDK warns when it is left out)."""
-    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+    """The SDK's OAuth 2.0 client-credentials provider (an ``httpx2.Auth``) for the server at ``url``, with tokens
+    kept in memory only: pass it as ``Http(url, auth=...)``.
 
-    return ClientCredentialsOAuthProvider(url, _MemoryTokens(), client_id, client_secret, scope=scope, issuer=issuer)
+    The client authenticates at the token endpoint with either ``client_secret`` (``client_secret_basic``:
+    ``ClientCredentialsOAuthProvider``) or ``private_key``, a PEM private key that signs a JWT assertion
+    (``private_key_jwt``, RFC 7523, with ``signing_algorithm`` such as ``RS256`` or ``ES256``:
+    ``PrivateKeyJWTOAuthProvider``). ``issuer`` names the authorization server the credentials belong to (the SDK
+    warns when it is left out)."""
+    if (client_secret is None) == (private_key is None):
+        raise ValueError(f"oauth_client_credentials({redact_url(url)!r}, {client_id!r}): give exactly one of "
+                         "client_secret= and private_key=")
+    from mcp.client.auth.extensions import client_credentials as cc
+
+    if client_secret is not None:
+        return cc.ClientCredentialsOAuthProvider(url, _MemoryTokens(), client_id, client_secret, scope=scope,
+                                                 issuer=issuer)
+    signer = cc.SignedJWTParameters(issuer=client_id, subject=client_id, signing_key=private_key or "",
+                                    signing_algorithm=signing_algorithm)
+    return cc.PrivateKeyJWTOAuthProvider(url, _MemoryTokens(), client_id, signer.create_assertion_provider(),
+                                         scope=scope, issuer=issuer)
 
 
 class _MemoryTokens:

@@ -105,15 +105,13 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     recording = bool(cfg.recorder.enabled)
     pending = specs
     if recording:
-        from mcp_gym.jobs.identity import check_rerun
-        from mcp_gym.recording import RunDirectory
+        from mcp_gym.jobs.identity import plan_run
+        from mcp_gym.recording import RunStore
 
-        run = RunDirectory(out)
-        keys, metadata = [s.key for s in specs], run_metadata(cfg, out, tasks)
-        if check_rerun(str(out), run.manifest, keys, metadata["identity"]):  # refuses another config's directory
-            run.plan(keys, metadata=metadata, replace=True)
-        todo = set(run.pending())
-        pending = [s for s in specs if s.key in todo]
+        store = RunStore(out)
+        plan_run(store, [s.key for s in specs], run_metadata(cfg, out, tasks))  # refuses another config's directory
+        done = store.done_keys()
+        pending = [s for s in specs if s.key not in done]
     result = CollectResult(out, len(specs), len(specs) - len(pending))
     if not pending:
         log.info("%s: all %d planned episodes are recorded", out, len(specs))

@@ -17,9 +17,8 @@ from omegaconf import DictConfig
 from mcp_gym.jobs.collect import CollectResult, collect
 from mcp_gym.jobs.config import run_location, run_metadata
 from mcp_gym.jobs.metrics import per_task, summarize
-from mcp_gym.jobs.ray_launcher import SharedRun
 from mcp_gym.jobs.report import print_summary, write_report
-from mcp_gym.recording import read_tables
+from mcp_gym.recording import RunStore, read_tables
 
 __all__ = ["evaluate", "EvalResult", "score_run"]
 
@@ -53,7 +52,7 @@ def evaluate(cfg: DictConfig, out: str | Path, *, show: bool = True) -> EvalResu
     out = Path(out)
     collection = collect(cfg, out)
     ks = [int(k) for k in cfg.get("pass_k") or [1] if int(k) <= int(cfg.samples)]
-    run = SharedRun(run_location(cfg, out))  # `out`, or the launcher's storage (any pyarrow.fs location)
+    run = RunStore(run_location(cfg, out))  # `out`, or the launcher's storage (any pyarrow.fs location)
     keys = run.manifest().get("planned")
     summary, tasks, episodes = score_run(run.read_tables(), keys, ks)
     missing = len(keys or []) - summary["episodes"]

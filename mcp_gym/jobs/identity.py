@@ -18,10 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp_gym.recording.store import RunStore
 
 __all__ = [
     "JobRefused", "RunConfigMismatch", "run_identity", "task_set_digest", "identity_diff", "check_rerun", "GROWABLE",
+    "plan_run",
 ]
 
 GROWABLE = ("samples", "episodes")
@@ -128,3 +132,12 @@ def check_rerun(
     what = "; ".join(grown) if grown else "the planned episodes differ (the env's task set changed?)"
     raise RunConfigMismatch(f"{location} holds episodes of another plan ({what}); only growing episodes/samples "
                             f"extends a run: {fix}")
+
+
+def plan_run(store: RunStore, keys: Sequence[str], metadata: dict[str, Any]) -> None:
+    """Plan a job's episodes in its run store (local and Ray jobs alike): a new run, a resumed one, or a grown plan;
+    raises :class:`RunConfigMismatch` when the store holds another config's run (see :func:`check_rerun`; the run
+    identity is ``metadata["identity"]``)."""
+    keys = list(keys)
+    if check_rerun(store.location, store.manifest(), keys, metadata.get("identity") or {}):
+        store.plan(keys, metadata=metadata, replace=True)

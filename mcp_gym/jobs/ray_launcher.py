@@ -5,8 +5,9 @@
 (:class:`~mcp_gym.vector.VectorMCPEnv`, ``launcher.num_envs`` episodes at once, episodes recorded by
 :class:`~mcp_gym.recording.RecordTrajectories`) and works through *work items*: chunks of planned episode keys. An
 item's episodes are recorded into the actor's local staging directory; when the item is done its Parquet shards are
-published to the shared location -- the run directory itself, or ``launcher.storage``, any ``pyarrow.fs`` URI
-(``s3://bucket/runs/sql``, ``gs://...``, ``file:///mnt/shared/...``) -- steps shard first, episodes shard last.
+published to the shared location (a :class:`~mcp_gym.recording.RunStore`) -- the run directory itself, or
+``launcher.storage``, any ``pyarrow.fs`` URI (``s3://bucket/runs/sql``, ``gs://...``, ``file:///mnt/shared/...``) --
+steps shard first, episodes shard last.
 
 Guarantees, the same as a local job:
 
@@ -28,7 +29,6 @@ job's single event loop is usually as fast (``scripts/bench/ray_scaling.py`` mea
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -38,213 +38,20 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from mcp_gym.jobs.config import load_job_tasks, plan_episodes, run_location, run_metadata, to_dict
+from mcp_gym.jobs.identity import plan_run
 from mcp_gym.jobs.results import CollectResult, JobFailed, JobInterrupted
+from mcp_gym.recording.store import RunStore
 from mcp_gym.vector import EpisodeResult, EpisodeSpec
 
-__all__ = ["collect_ray", "SharedRun", "RayCollector"]
+__all__ = ["collect_ray", "RayCollector"]
 
 log = logging.getLogger(__name__)
-
-EPISODES_DIR = "episodes"
-STEPS_DIR = "steps"
-MANIFEST = "manifest.json"
-UPLOAD_PREFIX = ".upload-"
-
-
-# -- the shared location -----------------------------------------------------------------------------------------------
-def _filesystem(location: str | os.PathLike[str]) -> tuple[Any, str]:
-    """``(pyarrow filesystem, path)`` of a local path or a URI (``s3://``, ``gs://``, ``file://``, ...)."""
-    from pyarrow import fs
-
-    text = str(location)
-    if "://" in text:
-        return fs.FileSystem.from_uri(text)
-    return fs.LocalFileSystem(), str(Path(text).resolve())
-
-
-@dataclass
-class SharedRun:
-    """A run directory on any ``pyarrow.fs`` filesystem: the manifest, the published shards, uploads, clean-up.
-
-    The layout is the one :mod:`mcp_gym.recording` writes, so a local :class:`SharedRun` is a regular run directory.
-
-    Args:
-        location: A local path or a ``pyarrow.fs`` URI (``s3://bucket/prefix``, ``gs://...``, ``file:///...``).
-        filesystem: A ``pyarrow.fs.FileSystem`` to use instead of the one the URI names (``location`` is then a
-            path in it).
-    """
-
-    location: str
-    filesystem: Any = field(default=None, repr=False)
-    fs: Any = field(init=False, repr=False)
-    root: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        if self.filesystem is not None:
-            self.fs, self.root = self.filesystem, str(self.location)
-        else:
-            self.fs, self.root = _filesystem(self.location)
-
-    @property
-    def is_local(self) -> bool:
-        """The shared location is this machine's filesystem (then :class:`~mcp_gym.recording.RunDirectory` works)."""
-        from pyarrow import fs
-
-        return isinstance(self.fs, fs.LocalFileSystem)
-
-    def _path(self, *parts: str) -> str:
-        return "/".join([self.root.rstrip("/"), *parts])
-
-    def _files(self, table: str) -> list[str]:
-        from pyarrow import fs
-
-        infos = self.fs.get_file_info(fs.FileSelector(self._path(table), allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == fs.FileType.File)
-
-    def shards(self, table: str) -> list[str]:
-        """Names of the published shards of ``steps`` or ``episodes``."""
-        return [n for n in self._files(table) if n.endswith(".parquet") and not n.startswith((".", "_"))]
-
-    # -- manifest -------------------------------------------------------------------------------------------------
-    def manifest(self) -> dict[str, Any]:
-        """The manifest (``{}`` if there is none yet)."""
-        try:
-            with self.fs.open_input_stream(self._path(MANIFEST)) as f:
-                return json.loads(f.read().decode("utf-8"))
-        except FileNotFoundError:
-            return {}
-
-    def plan(self, keys: Sequence[str], metadata: dict[str, Any]) -> None:
-        """Record the planned keys, or extend the plan when ``keys`` grew it (raises
-        :class:`~mcp_gym.jobs.identity.RunConfigMismatch` when the run holds episodes of another config or plan; the
-        run identity is ``metadata["identity"]``, see :mod:`mcp_gym.jobs.identity`)."""
-        from mcp_gym.jobs.identity import check_rerun
-
-        manifest = self.manifest()
-        if not check_rerun(self.location, manifest, list(keys), metadata.get("identity") or {}):
-            return
-        if self.is_local:
-            from mcp_gym.recording import RunDirectory
-
-            RunDirectory(self.root).plan(keys, metadata=metadata, replace=True)
-            return
-        if manifest.get("planned") is not None:  # extend
-            manifest = {**manifest, "planned": list(keys), "metadata": metadata}
-            with self.fs.open_output_stream(self._path(MANIFEST)) as f:
-                f.write(json.dumps(manifest, ensure_ascii=False, indent=1).encode("utf-8"))
-            return
-        import datetime as dt
-
-        from mcp_gym._version import __version__
-        from mcp_gym.recording import SCHEMA_VERSION
-
-        manifest = {"format": "mcp-gym-trajectories", "schema_version": SCHEMA_VERSION, "library_version": __version__,
-                    "created_at": dt.datetime.now(dt.timezone.utc).isoformat(), "planned": list(keys),
-                    "metadata": metadata}
-        self.fs.create_dir(self.root, recursive=True)
-        with self.fs.open_output_stream(self._path(MANIFEST)) as f:
-            f.write(json.dumps(manifest, ensure_ascii=False, indent=1).encode("utf-8"))
-
-    # -- progress -------------------------------------------------------------------------------------------------
-    def done_keys(self) -> set[str]:
-        """Keys of the episodes in published episodes shards (plus, locally, a killed local job's WAL)."""
-        if self.is_local:
-            from mcp_gym.recording import RunDirectory
-
-            run = RunDirectory(self.root)
-            run.recover()  # publish what a killed local writer left in its write-ahead log
-            return run.done_keys()
-        import pyarrow.parquet as pq
-
-        done: set[str] = set()
-        for name in self.shards(EPISODES_DIR):
-            t = pq.read_table(self._path(EPISODES_DIR, name), columns=["episode_key"], filesystem=self.fs)
-            done.update(k for k in t.column(0).to_pylist() if k)
-        return done
-
-    def read_tables(self) -> tuple[Any, Any]:
-        """``(steps, episodes)`` Arrow tables of the published episodes (locally also those in a killed writer's
-        write-ahead log), in the current schema."""
-        import pyarrow as pa
-
-        from mcp_gym.recording import EPISODES_SCHEMA, STEPS_SCHEMA, read_tables
-        from mcp_gym.recording.shards import read_shard
-
-        if self.is_local:
-            return read_tables(self.root)
-        episodes = [read_shard(self._path(EPISODES_DIR, n), EPISODES_DIR, filesystem=self.fs)
-                    for n in self.shards(EPISODES_DIR)]
-        ep = pa.concat_tables(episodes) if episodes else EPISODES_SCHEMA.empty_table()
-        # Only the steps of published parts: a steps shard whose episodes shard is missing is an unfinished upload.
-        names = set(self.shards(EPISODES_DIR))
-        steps = [read_shard(self._path(STEPS_DIR, n), STEPS_DIR, filesystem=self.fs)
-                 for n in self.shards(STEPS_DIR) if n in names]
-        st = pa.concat_tables(steps) if steps else STEPS_SCHEMA.empty_table()
-        return st.combine_chunks(), ep.combine_chunks()
-
-    # -- publishing -----------------------------------------------------------------------------------------------
-    def upload(self, staging: Path) -> list[str]:
-        """Publish the finished shards of a local staging run directory, then delete them locally.
-
-        Each part goes up as its steps shard, then its episodes shard (the commit record); every file is written
-        under a hidden name and renamed where renames are atomic (local and HDFS-like filesystems), or written in
-        one object PUT (object stores). Returns the names of the published parts.
-        """
-        from pyarrow import fs
-
-        parts = sorted(p.name for p in (staging / EPISODES_DIR).glob("part-*.parquet"))
-        atomic_rename = self.is_local or isinstance(self.fs, fs.HadoopFileSystem)
-        for table in (STEPS_DIR, EPISODES_DIR):
-            self.fs.create_dir(self._path(table), recursive=True)
-        for name in parts:
-            for table in (STEPS_DIR, EPISODES_DIR):
-                src = staging / table / name
-                if not src.exists():
-                    continue
-                final = self._path(table, name)
-                target = self._path(table, UPLOAD_PREFIX + name) if atomic_rename else final
-                with open(src, "rb") as fin, self.fs.open_output_stream(target) as fout:
-                    shutil.copyfileobj(fin, fout, 8 << 20)
-                if atomic_rename:
-                    if self.is_local:
-                        _fsync_file(target)
-                    self.fs.move(target, final)
-        for name in parts:
-            for table in (STEPS_DIR, EPISODES_DIR):
-                (staging / table / name).unlink(missing_ok=True)
-        return parts
-
-    def sweep(self) -> int:
-        """Delete unfinished uploads and steps shards without their episodes shard; returns how many files.
-
-        Call it only while no actor of this run is publishing (the driver does, before and after the job).
-        """
-        removed = 0
-        episodes = set(self.shards(EPISODES_DIR))
-        for table in (STEPS_DIR, EPISODES_DIR):
-            for name in self._files(table):
-                orphan = table == STEPS_DIR and name.endswith(".parquet") and not name.startswith(".") \
-                    and name not in episodes
-                if name.startswith(UPLOAD_PREFIX) or orphan:
-                    self.fs.delete_file(self._path(table, name))
-                    removed += 1
-        return removed
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 # -- the actor ---------------------------------------------------------------------------------------------------------
 class RayCollector:
@@ -265,7 +72,7 @@ class RayCollector:
         from mcp_gym.jobs.config import env_factory
 
         self.cfg = OmegaConf.create(cfg)
-        self.shared = SharedRun(shared)
+        self.shared = RunStore(shared)
         self.staging = Path(staging)
         self.tasks = load_job_tasks(to_dict(self.cfg.env), self.cfg.get("split"))
         self.make_env = env_factory(to_dict(self.cfg.env), self.tasks)
@@ -429,13 +236,14 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
     launcher = cfg.launcher
     out = Path(out)
     location = run_location(cfg, out)
-    shared = SharedRun(location)
+    shared = RunStore(location)
     tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
     specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
     recording = bool(cfg.recorder.enabled)
     pending = specs
     if recording:
-        shared.plan([s.key for s in specs], run_metadata(cfg, out, tasks) | {"launcher": "ray", "storage": location})
+        metadata = run_metadata(cfg, out, tasks) | {"launcher": "ray", "storage": location}
+        plan_run(shared, [s.key for s in specs], metadata)
         if removed := shared.sweep():
             log.info("%s: removed %d unfinished upload(s) of an earlier job", location, removed)
         done = shared.done_keys()

@@ -2,7 +2,8 @@
 
 Two entry points write the same files: the Gymnasium wrapper :class:`RecordTrajectories` and the MCP client
 middlewares :class:`RecordingClient` / :class:`RecordingHost`. :func:`load` reads a run directory back as
-``datasets.Dataset`` objects; :class:`RunDirectory` plans episode keys and resumes killed collections.
+``datasets.Dataset`` objects; :class:`RunDirectory` plans episode keys and resumes killed collections;
+:class:`RunStore` is the same run directory for jobs, on this machine or any ``pyarrow.fs`` location.
 See :mod:`mcp_gym.recording.schema` for the columns and the directory layout.
 """
 
@@ -10,6 +11,7 @@ from mcp_gym.recording.client import RecordingClient, RecordingHost
 from mcp_gym.recording.reader import Recording, load, read_tables
 from mcp_gym.recording.run import RunDirectory
 from mcp_gym.recording.schema import EPISODES_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA, catalogue_fingerprint
+from mcp_gym.recording.store import RunStore
 from mcp_gym.recording.wrapper import RecordTrajectories
 from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter
 
@@ -20,6 +22,7 @@ __all__ = [
     "TrajectoryWriter",
     "EpisodeRecorder",
     "RunDirectory",
+    "RunStore",
     "Recording",
     "load",
     "read_tables",

@@ -108,7 +108,8 @@ def conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
     initial = json.loads(ep["initial_observation"]) if ep["initial_observation"] else {}
     initial = initial if isinstance(initial, dict) else {}
     task = initial["task"] if isinstance(initial.get("task"), str) else (ep["task_prompt"] or "")  # as shown
-    view = ChatView(task, initial.get("resources") or {}, system_prompt=system_prompt)
+    notice = initial["result"] if isinstance(initial.get("result"), str) else ""  # servers down at reset, as shown
+    view = ChatView(task, initial.get("resources") or {}, system_prompt=system_prompt, notice=notice)
     _resources = _Resources()
     groups = turns(steps)
     for k, group in enumerate(groups):

@@ -77,6 +77,34 @@ Each config's `description` names the published shards (rewritten at every publi
 card, so a run that grew is read afresh. `mcp_gym.recording.load(path)` also reads episodes still only in a
 write-ahead log (an interrupted writer).
 """
+
+
+def new_manifest() -> dict[str, Any]:
+    """The manifest of a new run: format, schema and library versions, creation time, no plan yet."""
+    from mcp_gym._version import __version__
+
+    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "library_version": __version__,
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(), "planned": None, "metadata": {}}
+
+
+def planned_manifest(manifest: dict[str, Any], keys: list[str], metadata: dict[str, Any] | None, *, replace: bool,
+                     where: object) -> dict[str, Any] | None:
+    """``manifest`` with the plan ``keys`` (and ``metadata``), or ``None`` when it already holds that plan; the
+    rules of :meth:`RunDirectory.plan` (raises ``ValueError`` on duplicate keys, or on another plan unless
+    ``replace``), shared by every run store."""
+    if len(set(keys)) != len(keys):
+        raise ValueError("planned episode keys must be unique")
+    if manifest.get("planned") is not None and not replace:
+        if manifest["planned"] != keys:
+            raise ValueError(f"{where} was planned with other episode keys; use a new directory or "
+                             "plan(..., replace=True)")
+        return None
+    manifest = {**manifest, "planned": keys}
+    if metadata is not None:
+        manifest["metadata"] = metadata
+    return manifest
+
+
 # Column positions in an episode row (see schema._EPISODE_FIELDS).
 _EP_ID, _EP_KEY = 0, 1
 
@@ -136,11 +164,7 @@ class RunDirectory:
         for sub in (STEPS_DIR, EPISODES_DIR, WAL_DIR):
             (self.path / sub).mkdir(parents=True, exist_ok=True)
         if not (self.path / MANIFEST).exists():
-            from mcp_gym._version import __version__
-
-            now = _dt.datetime.now(_dt.timezone.utc).isoformat()
-            self._write_manifest({"format": FORMAT, "schema_version": SCHEMA_VERSION, "library_version": __version__,
-                                  "created_at": now, "planned": None, "metadata": {}})
+            self._write_manifest(new_manifest())
         if not (self.path / CARD).exists():  # also added to runs recorded before cards existed
             self.write_card()
 
@@ -197,18 +221,9 @@ class RunDirectory:
         (unless ``replace``).
         """
         keys = [str(k) for k in keys]
-        if len(set(keys)) != len(keys):
-            raise ValueError("planned episode keys must be unique")
-        manifest = self.manifest
-        if manifest.get("planned") is not None and not replace:
-            if manifest["planned"] != keys:
-                raise ValueError(f"{self.path} was planned with other episode keys; use a new directory or "
-                                 "plan(..., replace=True)")
-            return keys
-        manifest["planned"] = keys
-        if metadata is not None:
-            manifest["metadata"] = metadata
-        self._write_manifest(manifest)
+        manifest = planned_manifest(self.manifest, keys, metadata, replace=replace, where=self.path)
+        if manifest is not None:
+            self._write_manifest(manifest)
         return keys
 
     # -- progress -------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from typing import Any
 from mcp_gym.jobs.report import REPORT_DIR
 from mcp_gym.recording.reader import read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
+from mcp_gym.recording.store import RunStore
 
 __all__ = ["RunView", "load_run", "render_html", "write_view", "main", "VIEW_FILE"]
 
@@ -263,9 +264,7 @@ def load_run(
     """
     location, root, config = _locate(os.fspath(path))
     if root is None or location != str(root):
-        from mcp_gym.jobs.ray_launcher import SharedRun
-
-        shared = SharedRun(location)
+        shared = RunStore(location)
         manifest = shared.manifest()
         if not manifest and not shared.shards(EPISODES_DIR):
             raise FileNotFoundError(f"no run at {location!r}: no {MANIFEST} and no episodes shards there")
