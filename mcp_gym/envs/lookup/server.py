@@ -19,6 +19,8 @@ from pydantic import Field
 from mcp_gym.envs.lookup.tasks import ACCOUNTS_PER_TASK, NAMES, new_code, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
+__all__ = ["server"]
+
 
 @dataclass
 class Directory:

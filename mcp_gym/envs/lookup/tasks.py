@@ -18,6 +18,8 @@ from typing import Any
 from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
 from mcp_gym.tasks import Task
 
+__all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "generate_tasks", "verify"]
+
 SERVER = "lookup"
 MAX_STEPS = 6
 SUCCESS_THRESHOLD = 1.0
