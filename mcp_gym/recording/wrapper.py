@@ -24,7 +24,7 @@ from mcp_gym.async_env import AsyncWrapper
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
-from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
+from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
 
 __all__ = ["RecordTrajectories", "ACTION_EXTRA_KEYS", "RESET_OPTION_KEYS"]
 
@@ -95,7 +95,7 @@ class RecordTrajectories(AsyncWrapper):
         self.writer, self._owns_writer = writer_for(path, **writer_options)
         self.policy = policy
         self.metadata = dict(metadata or {})
-        self.episode: EpisodeRecorder | None = None
+        self.episode: EpisodeWriter | None = None
         self._last_resources: Any = None
         self._last_resources_json: str | None = None
         self._catalogue: tuple[str | None, Catalogue] | None = None
@@ -259,7 +259,7 @@ class RecordTrajectories(AsyncWrapper):
             )
 
     def _add_step(
-        self, ep: EpisodeRecorder, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
+        self, ep: EpisodeWriter, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
         info: dict[str, Any], t0: float, extras: Mapping[str, Any],
     ) -> None:
         get = info.get
