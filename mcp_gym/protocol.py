@@ -132,8 +132,8 @@ def json_default(o: Any) -> Any:
 
 
 def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
-    """A 16-hex-digit fingerprint of a list of tool schemas (``mcp_gym.client.host.tool_schema`` dicts): the one recipe
-    behind the env's ``info["catalogue_hash"]`` and the recorded ``catalogue_hash`` column.
+    """A 16-hex-digit fingerprint of a list of tool schemas (``mcp_gym.client.host.ToolEntry.to_record`` dicts): the
+    one recipe behind the env's ``info["catalogue_hash"]`` and the recorded ``catalogue_hash`` column.
 
     >>> catalogue_fingerprint([{"name": "add", "input_schema": {"type": "object"}}])
     '18055b696d8bfd16'

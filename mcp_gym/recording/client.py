@@ -25,7 +25,7 @@ from typing import Any
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.client.host import CallOutcome, MCPHost, ToolEntry, tool_schema
+from mcp_gym.client.host import CallOutcome, MCPHost, ToolEntry
 from mcp_gym.protocol import ToolCallError
 from mcp_gym.recording.schema import catalogue_fingerprint
 from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
@@ -207,7 +207,7 @@ class RecordingClient(_RecordingMiddleware):
     async def _catalogue(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         listed = await self._target.list_tools()
         tools = listed.tools if hasattr(listed, "tools") else listed
-        schemas = [tool_schema(ToolEntry(t.name, self.server, t.name, t)) for t in tools]
+        schemas = [ToolEntry(t.name, self.server, t.name, t).to_record() for t in tools]
         info = getattr(self._target, "info", None)
         if callable(info):  # a ServerConnection
             return schemas, {self.server: info()}
@@ -260,7 +260,7 @@ class RecordingHost(_RecordingMiddleware):
     async def _catalogue(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         host: MCPHost = self._target
         self._seen = host.catalogue
-        return [tool_schema(e) for e in host.catalogue.values()], host.server_info()
+        return [e.to_record() for e in host.catalogue.values()], host.server_info()
 
     async def call(self, name: str, arguments: Mapping[str, Any], **kwargs: Any) -> CallOutcome:
         """``MCPHost.call`` (same arguments), recorded."""

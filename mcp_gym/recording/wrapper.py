@@ -41,7 +41,7 @@ _COLUMN_KEYS = frozenset(
 _SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool": None,
                                  "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
                                  "output_schema": None, "annotations": {}}
-"""The built-in ``submit`` tool in the form of :func:`mcp_gym.client.host.tool_schema`."""
+"""The built-in ``submit`` tool in the form of :meth:`mcp_gym.client.host.ToolEntry.to_record`."""
 
 
 def _float_or_none(value: Any) -> float | None:
