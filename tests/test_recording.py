@@ -523,6 +523,44 @@ def test_wal_of_an_older_minor_version_loads_and_recovers_with_nulls(tmp_path: P
     assert rec.episodes[0]["episode_key"] == "old#0" and rec.steps[0]["turn"] is None
 
 
+def test_add_step_fills_every_column_by_name(tmp_path: Path) -> None:
+    """The writer builds a step row positionally (it runs per step): every add_step argument lands in the column of
+    its name, as StepRecord reads it back, in the WAL and in the Parquet shard."""
+    args: dict[str, Any] = {
+        "server": "srv", "server_tool": "stool", "content": [{"type": "text", "text": "c"}],
+        "structured_content": {"s": 1}, "is_error": True, "error": {"kind": "k", "code": -32602}, "reward": 0.25,
+        "terminated": False, "truncated": True, "duration": 0.5, "timestamp": 2.0, "observation": "obs",
+        "resources": {"u": "r"}, "raw_text": "raw", "parse_status": "ok", "info": {"i": 1}, "turn": 3,
+        "assistant_content": "said",
+    }
+    with TrajectoryWriter(tmp_path, fsync="never") as w:
+        e = w.start_episode(episode_id="ep", key="k")
+        e.add_step("tool", {"a": 1}, **args)
+        (row,) = e._rows
+        e.finish()
+    step = StepRecord.from_row(row)
+    expected = {
+        "episode_id": "ep", "step_index": 0, "timestamp": 2_000_000, "tool": "tool", "server": "srv",
+        "server_tool": "stool", "arguments": '{"a":1}', "content": '[{"type":"text","text":"c"}]',
+        "structured_content": '{"s":1}', "is_error": True, "error": '{"kind":"k","code":-32602}',
+        "error_code": -32602, "reward": 0.25, "terminated": False, "truncated": True, "duration": 0.5,
+        "observation": "obs", "resources": '{"u":"r"}', "raw_text": "raw", "parse_status": "ok",
+        "result_truncated": False, "result_bytes": len('[{"type":"text","text":"c"}]') + len('{"s":1}'),
+        "info": '{"i":1}', "turn": 3, "assistant_content": "said",
+    }
+    assert dataclasses.asdict(step) == expected and set(expected) == set(StepRecord.COLUMNS)
+    shard = load(tmp_path).steps[0]
+    assert {k: shard[k] for k in expected if k != "timestamp"} == {k: expected[k] for k in expected if k != "timestamp"}
+    for flag in ("is_error", "terminated", "truncated"):  # the flags one at a time: a swap of two shows
+        with TrajectoryWriter(tmp_path / flag, fsync="never", max_result_bytes=1) as w:
+            e = w.start_episode()
+            e.add_step("t", {}, content=[{"type": "text", "text": "long"}], **{flag: True})
+            step = StepRecord.from_row(e._rows[0])
+            e.discard()
+        assert [step.is_error, step.terminated, step.truncated, step.result_truncated] == [
+            flag == "is_error", flag == "terminated", flag == "truncated", True]
+
+
 def test_records_define_the_schemas(tmp_path: Path) -> None:
     """The Arrow schemas are generated from the record classes (name, type, nullability, description), in field
     order, and a row the writer made reads back by name."""
@@ -532,6 +570,7 @@ def test_records_define_the_schemas(tmp_path: Path) -> None:
             arrow = schema.field(f.name)
             assert arrow.type == f.metadata["arrow"] and arrow.nullable
             assert arrow.metadata[b"description"].decode() == f.metadata["doc"]
+    assert StepRecord.ROW({n: n for n in reversed(StepRecord.COLUMNS)}) == StepRecord.COLUMNS  # by name
     with pytest.raises(KeyError, match="turn"):
         StepRecord.ROW({n: None for n in StepRecord.COLUMNS if n != "turn"})
     with TrajectoryWriter(tmp_path, fsync="never") as w:

@@ -92,9 +92,11 @@ class _Record:
     SCHEMA: ClassVar[pa.Schema]
     """The table's Arrow schema (all columns nullable; schema version and table name in its metadata)."""
 
+    _GET: ClassVar[Callable[[Any], tuple[Any, ...]]]
+
     def row(self) -> tuple[Any, ...]:
         """This record as a row tuple (the WAL and Parquet writer's form)."""
-        return tuple(getattr(self, name) for name in self.COLUMNS)
+        return self._GET(self)
 
     @classmethod
     def pad(cls, row: Sequence[Any]) -> tuple[Any, ...]:
@@ -123,6 +125,7 @@ def _table(name: str) -> Callable[[type[_R]], type[_R]]:
         cls.TABLE = name
         cls.COLUMNS = tuple(f.name for f in cols)
         cls.ROW = operator.itemgetter(*cls.COLUMNS)
+        cls._GET = operator.attrgetter(*cls.COLUMNS)
         cls.SCHEMA = pa.schema(
             [pa.field(f.name, f.metadata["arrow"], nullable=f.metadata["nullable"],
                       metadata={b"description": f.metadata["doc"].encode()}) for f in cols],

@@ -1,10 +1,10 @@
 """TrajectoryWriter: buffered, crash-safe Parquet recording of episodes.
 
 Per step, an :class:`EpisodeWriter` serialises the free-form fields to JSON once and appends a row tuple to the
-episode, built by column name (the columns are :class:`~mcp_gym.recording.schema.StepRecord`'s; the episode's row is
-an :class:`~mcp_gym.recording.schema.EpisodeRecord`). When the episode finishes, the writer appends it to the
-write-ahead log (one frame, flushed: it survives ``kill -9``), then to in-memory column buffers, written as a zstd row
-group every ``row_group_rows`` steps into a hidden shard, which is published atomically once it reaches
+episode (in the column order of :class:`~mcp_gym.recording.schema.StepRecord`; the episode's row is an
+:class:`~mcp_gym.recording.schema.EpisodeRecord` filled in by name). When the episode finishes, the writer appends it
+to the write-ahead log (one frame, flushed: it survives ``kill -9``), then to in-memory column buffers, written as a
+zstd row group every ``row_group_rows`` steps into a hidden shard, which is published atomically once it reaches
 ``shard_bytes`` (and on :meth:`TrajectoryWriter.close`). Publishing a shard deletes its WAL segment. Episodes cut
 short (never finished) are not recorded.
 
@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from mcp_gym._version import __version__
 from mcp_gym.recording.run import RunDirectory, WriterLock
-from mcp_gym.recording.schema import Catalogue, EpisodeRecord, StepRecord, catalogue_fingerprint, dumps, safe_text
+from mcp_gym.recording.schema import Catalogue, EpisodeRecord, catalogue_fingerprint, dumps, safe_text
 from mcp_gym.recording.shards import PartWriter
 from mcp_gym.recording.wal import WalFile, read_frames
 
@@ -44,7 +44,6 @@ __all__ = ["TrajectoryWriter", "EpisodeWriter", "FsyncPolicy", "new_writer_id", 
 FsyncPolicy = Literal["episode", "shard", "never"]
 MiB = 1 << 20
 _log = logging.getLogger("mcp_gym.recording")
-_STEP_ROW = StepRecord.ROW  # a step's row tuple from its columns by name
 _RETRY_SECONDS = 2.0  # after a failed shard write, episode ends retry it at most this often (publish/close: always)
 
 
@@ -187,33 +186,36 @@ class EpisodeWriter:
         if duration is not None:
             duration = float(duration)
             self._floats += duration
-        self._rows.append(_STEP_ROW({
-            "episode_id": self.episode_id,
-            "step_index": len(self._rows),
-            "timestamp": int((time.time() if timestamp is None else timestamp) * 1_000_000),
-            "tool": tool if tool is None or tool.__class__ is str else _text(tool),
-            "server": server if server is None or server.__class__ is str else _text(server),
-            "server_tool": server_tool if server_tool is None or server_tool.__class__ is str else _text(server_tool),
-            "arguments": dumps(arguments),
-            "content": content_json,
-            "structured_content": sc_json,
-            "is_error": bool(is_error),
-            "error": dumps(error) if error is not None else None,
-            "error_code": _error_code(error) if error is not None else None,
-            "reward": reward,
-            "terminated": bool(terminated),
-            "truncated": bool(truncated),
-            "duration": duration,
-            "observation": observation,
-            "resources": resources if resources is None or isinstance(resources, str) else dumps(resources),
-            "raw_text": _text(raw_text),
-            "parse_status": _text(parse_status),
-            "result_truncated": cut,
-            "result_bytes": size,
-            "info": dumps(info) if info is not None else None,
-            "turn": int(turn) if turn is not None else None,
-            "assistant_content": _text(assistant_content),
-        }))
+        # The row in StepRecord.COLUMNS order, written out positionally: this runs per step, and building it by name
+        # (StepRecord.ROW over a dict) made the writer ~20% slower (scripts/bench/recorder.py). The order is checked
+        # by tests/test_recording.py::test_add_step_fills_every_column_by_name.
+        self._rows.append((
+            self.episode_id,
+            len(self._rows),
+            int((time.time() if timestamp is None else timestamp) * 1_000_000),
+            tool if tool is None or tool.__class__ is str else _text(tool),
+            server if server is None or server.__class__ is str else _text(server),
+            server_tool if server_tool is None or server_tool.__class__ is str else _text(server_tool),
+            dumps(arguments),
+            content_json,
+            sc_json,
+            bool(is_error),
+            dumps(error) if error is not None else None,
+            _error_code(error) if error is not None else None,
+            reward,
+            bool(terminated),
+            bool(truncated),
+            duration,
+            observation,
+            resources if resources is None or isinstance(resources, str) else dumps(resources),
+            _text(raw_text),
+            _text(parse_status),
+            cut,
+            size,
+            dumps(info) if info is not None else None,
+            int(turn) if turn is not None else None,
+            _text(assistant_content),
+        ))
 
     def catalogue_changed(self, tools: Sequence[Mapping[str, Any]], step_index: int | None = None) -> None:
         """Record that the tool catalogue changed after step ``step_index`` (default: the last recorded step)."""

@@ -37,7 +37,6 @@ from mcp_gym.recording import (
     STEPS_SCHEMA,
     EpisodeRecord,
     RecordTrajectories,
-    StepRecord,
     TrajectoryWriter,
 )
 from mcp_gym.recording.schema import dumps
@@ -67,16 +66,12 @@ def make_records(episodes: int, steps: int) -> list[list[Record]]:
 
 def _tuned_row(eid: str, i: int, r: Record) -> tuple[Any, ...]:
     sc = r["structured_content"]
-    return StepRecord.ROW({
-        "episode_id": eid, "step_index": i, "timestamp": int(r["timestamp"] * 1e6), "tool": r["tool"],
-        "server": r["server"], "server_tool": r["server_tool"], "arguments": dumps(r["arguments"]),
-        "content": dumps(r["content"]), "structured_content": dumps(sc) if sc is not None else None,
-        "is_error": r["is_error"], "error": dumps(r["error"]) if r["error"] else None, "error_code": None,
-        "reward": r["reward"], "terminated": r["terminated"], "truncated": r["truncated"], "duration": r["duration"],
-        "observation": r["observation"], "resources": r["resources"], "raw_text": None, "parse_status": None,
-        "result_truncated": False, "result_bytes": 0, "info": dumps(r["info"]), "turn": None,
-        "assistant_content": None,
-    })
+    return (  # StepRecord.COLUMNS order, positional as the writer builds it
+        eid, i, int(r["timestamp"] * 1e6), r["tool"], r["server"], r["server_tool"], dumps(r["arguments"]),
+        dumps(r["content"]), dumps(sc) if sc is not None else None, r["is_error"],
+        dumps(r["error"]) if r["error"] else None, None, r["reward"], r["terminated"], r["truncated"],
+        r["duration"], r["observation"], r["resources"], None, None, False, 0, dumps(r["info"]), None, None,
+    )
 
 
 def _natural_row(eid: str, i: int, r: Record) -> dict[str, Any]:
