@@ -78,8 +78,8 @@ class _Record:
 
     A row on disk (a WAL frame) and in the writer's buffers is a plain tuple of the record's fields in declaration
     order: :meth:`row` makes one, :meth:`from_row` reads one back (rows of an older minor version, which lack the
-    columns added since, get nulls for them). The writer builds rows by column name with :attr:`ROW` (an
-    ``operator.itemgetter`` of the column names), so the column order lives only in the class.
+    columns added since, get nulls for them); :attr:`ROW` makes one from a mapping by column name. The column order
+    lives only in the class (the writer's per-step tuple, positional for speed, is tested against it).
     """
 
     __slots__ = ()
