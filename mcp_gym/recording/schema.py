@@ -227,7 +227,7 @@ EPISODES_SCHEMA: pa.Schema = EpisodeRecord.SCHEMA
 
 
 UNENCODABLE_KEY = "mcp_gym_unencodable"
-"""A value the recorder could not encode as JSON is stored as ``{"mcp_gym_unencodable": "<reason>"}`` in its place."""
+"""A value the writer could not encode as JSON is stored as ``{"mcp_gym_unencodable": "<reason>"}`` in its place."""
 _MAX_DEPTH = 400  # the fallback encoder's nesting limit (it recurses; deeper subtrees become markers)
 _MAX_INT_BITS = 14_284  # ints below 10**4300 (Python's int <-> str limit) are written as numbers
 

@@ -236,7 +236,7 @@ class RecordTrajectories(AsyncWrapper):
             return
         try:
             self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, extras)
-        except Exception as exc:  # noqa: BLE001 - a step the recorder cannot take apart is still a step
+        except Exception as exc:  # noqa: BLE001 - a step RecordTrajectories cannot take apart is still a step
             gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
                             f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
             reason = f"{type(exc).__name__} while recording the step"
