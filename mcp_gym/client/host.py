@@ -43,6 +43,7 @@ from mcp_gym.protocol import (
     TASK_META_KEY,
     ToolCallError,
     catalogue_fingerprint,
+    openai_function,
 )
 
 log = logging.getLogger("mcp_gym.client")
@@ -93,8 +94,8 @@ class ToolEntry:
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI function-calling schema of this tool (for chat-completions ``tools=``)."""
-        function = {"name": self.name, "description": self.tool.description or "", "parameters": self.input_schema}
-        return {"type": "function", "function": function}
+        return openai_function({"name": self.name, "description": self.tool.description,
+                                "input_schema": self.input_schema})
 
     def to_record(self) -> dict[str, Any]:
         """The JSON-able form recordings store (``name``, ``server``, ``server_tool``, ``description``,

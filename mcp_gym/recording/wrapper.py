@@ -22,7 +22,7 @@ import gymnasium as gym
 
 from mcp_gym.async_env import AsyncWrapper
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
-from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError
+from mcp_gym.protocol import SUBMIT_RECORD, SUMMARY_KEY, ToolCallError
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
 from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
 
@@ -38,10 +38,6 @@ _COLUMN_KEYS = frozenset(
 )
 
 
-_SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool": None,
-                                 "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
-                                 "output_schema": None, "annotations": {}}
-"""The built-in ``submit`` tool in the form of :meth:`mcp_gym.client.host.ToolEntry.to_record`."""
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -222,7 +218,7 @@ class RecordTrajectories(AsyncWrapper):
             return None
         tools = list_tools()
         if "submit" in getattr(base.action_space, "tool_names", ()) and not any(t["name"] == "submit" for t in tools):
-            tools.append(_SUBMIT_ENTRY)
+            tools.append(SUBMIT_RECORD)
         catalogue = Catalogue.of(tools)
         self._catalogue = (env_hash, catalogue) if env_hash is not None else None
         return catalogue
@@ -314,6 +310,6 @@ class RecordTrajectories(AsyncWrapper):
         for c in changes:
             tools = list(c["tools"])
             if not any(t["name"] == "submit" for t in tools):
-                tools.append(_SUBMIT_ENTRY)
+                tools.append(SUBMIT_RECORD)
             out.append({"step_index": int(c["step"]) - 1, "hash": catalogue_fingerprint(tools), "tools": tools})
         return out
