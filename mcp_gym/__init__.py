@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "read_reward": "mcp_gym.rewards",
     "RecordTrajectories": "mcp_gym.recording",
     "make_env": "mcp_gym.envs",
+    "VectorMCPEnv": "mcp_gym.vector",
     "AsyncWrapper": "mcp_gym.async_env",
     "areset": "mcp_gym.async_env",
     "astep": "mcp_gym.async_env",
@@ -60,6 +61,7 @@ __all__ = [
     "read_reward",
     "RecordTrajectories",
     "make_env",
+    "VectorMCPEnv",
     "AsyncWrapper",
     "areset",
     "astep",
@@ -80,6 +82,7 @@ if TYPE_CHECKING:
     from mcp_gym.rewards import ConventionReward, StepContext, read_reward
     from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
     from mcp_gym.tasks import Task
+    from mcp_gym.vector import VectorMCPEnv
 
 
 def __getattr__(name: str) -> Any:

@@ -225,7 +225,7 @@ def _serve(argv: Sequence[str]) -> int:
     if a.transport == "http":
         print(f"serving {a.name or a.replay} on http://{a.host}:{a.port}/mcp", file=sys.stderr, flush=True)
     if a.replay is not None:
-        from mcp_gym.cassette import serve_replay
+        from mcp_gym.cassette.serve import serve_replay
 
         serve_replay(a.replay, a.transport, a.host, a.port, strict=a.strict, json_response=a.json_response)
         return 0

@@ -43,8 +43,6 @@ __all__ = [
     "diff_catalogues",
     "load_catalogue",
     "format_diff",
-    "print_diff",
-    "register_cli",
     "main",
 ]
 

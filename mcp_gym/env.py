@@ -27,7 +27,14 @@ import mcp.types as mt
 from mcp import MCPError
 
 from mcp_gym.client.connection import ConnectionLost, ServerConnection
-from mcp_gym.client.host import CallOutcome, ElicitationFn, MCPHost, SamplingFn, ToolEntry, catalogue_hash
+from mcp_gym.client.host import (
+    CallOutcome,
+    ElicitationFn,
+    MCPHost,
+    SamplingFn,
+    ToolEntry,
+    render_content,
+)
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers
 from mcp_gym.graders import Grade, Grading
@@ -38,7 +45,7 @@ from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, js
 from mcp_gym.tasks import Task, Verifier, as_task
 from mcp_gym.workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 
-__all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed", "SUBMIT_SCHEMA", "SUMMARY_KEY", "render_content"]
+__all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
 
 ResetMode = Literal["auto", "tool", "restart", "none"]
 
@@ -59,31 +66,6 @@ class InvalidAction(MCPGymError):
 
 class ToolCallFailed(MCPGymError):
     """The call reached no result: JSON-RPC error, timeout, dead server (strict mode)."""
-
-
-def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
-    """Text of result content blocks; non-text blocks become placeholders such as ``[image: image/png, 1.2 kB]``."""
-    parts: list[str] = []
-    for b in blocks:
-        kind = getattr(b, "type", None)
-        if kind == "text":
-            parts.append(b.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {b.mime_type}, {len(b.data) * 3 // 4} bytes]")
-        elif kind == "resource":
-            r = b.resource
-            text = getattr(r, "text", None)
-            parts.append(text if text is not None else f"[resource: {r.uri} ({r.mime_type or 'binary'})]")
-        elif kind == "resource_link":
-            parts.append(f"[resource link: {b.uri}" + (f" {b.name}" if b.name else "") + "]")
-        else:
-            parts.append(f"[{kind or type(b).__name__}]")
-    text = "\n".join(parts)
-    if limit is not None and len(text) > limit:
-        text = text[:limit] + f"\n…[truncated {len(text) - limit} characters]"
-    return text
-
-
 
 
 class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
@@ -198,7 +180,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """The last episode's grade (``None`` until graded)."""
         tap = None
         if any(spec.record is not None for spec in self._templates.values()):
-            from mcp_gym.cassette import record_tap as tap
+            from mcp_gym.cassette.recorder import record_tap as tap
         self.host = MCPHost(
             self._templates,
             tap=tap,
@@ -209,6 +191,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             block_destructive=block_destructive,
         )
         self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=max_argument_bytes)
+        self._space_of: dict[str, ToolEntry] | None = None  # the host catalogue the action space was built from
         self.observation_space = gym.spaces.Dict(
             {"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()}
         )
@@ -322,6 +305,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 raise
 
     def _sync_space(self) -> bool:
+        if self._space_of is self.host.catalogue:  # the host rebuilds (replaces) its catalogue on every change
+            return False
+        self._space_of = self.host.catalogue
         tools = {name: e.input_schema for name, e in self.host.catalogue.items()}
         tools["submit"] = SUBMIT_SCHEMA
         return self.action_space.update(tools)
@@ -365,7 +351,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self.task = fill_task(self.task, self.workspace)
             await self._reset_servers(task_seed, reset_errors, done, skip=fresh)
             with self._waiting_on(*self.host.connections):
-                await self.host.refresh_tools(timeout=self.call_timeout)
+                await self.host.refresh_for_episode(timeout=self.call_timeout)
             self._sync_space()
             await self._setup_resources()
             with self._waiting_on(*self.host.connections):
@@ -383,7 +369,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "seed": task_seed,
             "servers": self.host.server_info(),
             "tools": list(self.action_space.tool_names),
-            "catalogue_hash": catalogue_hash(self.tools),
+            "catalogue_hash": self.host.catalogue_hash(),
             "tools_changed": False,
             "error": reset_errors[0] if reset_errors else None,
             "reset_errors": reset_errors,
@@ -575,7 +561,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if tools_changed:
             self._sync_space()
             self.catalogue_changes.append({"step": self.steps, "tools": self.tool_catalogue(),
-                                           "hash": catalogue_hash(self.tools)})
+                                           "hash": self.host.catalogue_hash()})
         await self._refresh_resources()
         truncated = False
         termination = "done" if terminated else None

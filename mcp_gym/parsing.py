@@ -36,8 +36,6 @@ __all__ = [
     "parse_tool_calls",
     "parse_message",
     "format_tool_calls",
-    "split_action",
-    "ACTION_EXTRA_KEYS",
 ]
 
 ParseStatus = Literal["ok", "no_tool_call", "invalid_json", "invalid_call"]

@@ -42,7 +42,6 @@ __all__ = [
     "ChatPolicy",
     "HFPolicy",
     "make_policy",
-    "DEFAULT_SYSTEM_PROMPT",
 ]
 
 class Agent:

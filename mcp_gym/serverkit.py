@@ -40,6 +40,8 @@ from mcp.types import (
 
 from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
+__all__ = ["EpisodeServer", "current_episode", "HandlerResult", "DEFAULT_EPISODE"]
+
 DEFAULT_EPISODE = "default"
 
 S = TypeVar("S")
@@ -232,6 +234,9 @@ class EpisodeServer(Generic[S]):
             """Reset this episode to the initial state of a task (used by the mcp-gym environment, not by agents)."""
             state = self.reset_episode(task_id, seed)
             extra = self._on_reset(state) if self._on_reset else None
+            changes = _changes.get()
+            if changes is not None and self._gated and self._episode().shown:
+                changes["tools"] = True  # on_reset showed gated tools: a fresh episode's listing no longer holds
             return {"episode": _current_episode.get(), "task_id": task_id, "seed": seed, "info": extra}
 
         async def mcp_gym_state() -> dict[str, Any]:

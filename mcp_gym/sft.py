@@ -54,8 +54,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
-    "SERVER_ERROR_KINDS",
-    "FIELDS",
     "ExportOptions",
     "NothingToExport",
     "build",
@@ -63,7 +61,6 @@ __all__ = [
     "features",
     "actions",
     "replay",
-    "strip_tool_calls",
 ]
 
 log = logging.getLogger(__name__)

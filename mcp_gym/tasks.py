@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "as_task", "load_task_source"]
+__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source"]
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, call_id, env_tools, render_resources
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, call_id, env_tools
 from mcp_gym.env import MCPEnv
 from mcp_gym.parsing import ParseResult, parse_message, parse_tool_calls
 from mcp_gym.protocol import ToolCallError
 from mcp_gym.tasks import Task
 
-__all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "render_resources", "reset_options", "resolve_env_factory",
-           "DEFAULT_SYSTEM_PROMPT"]
+__all__ = ["TextEnvBatch", "StepOut", "parse_model_output"]
 
 NoToolCall = Literal["error", "submit"]
 

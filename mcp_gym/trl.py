@@ -43,7 +43,7 @@ from mcp_gym.graders.episode import verifier_score
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.textenv import _message_text, reset_options, resolve_env_factory
 
-__all__ = ["environment_factory", "task_dataset", "schema_to_annotation", "ToolMethodSpec", "tool_method"]
+__all__ = ["environment_factory", "task_dataset"]
 
 RewardMode = Literal["return", "verifier"]
 RESERVED_NAMES = frozenset({"reset", "get_reward"})

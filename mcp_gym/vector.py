@@ -1,11 +1,13 @@
-"""Many episodes at once on one event loop: an async vector env and the episode runner behind collect and eval.
+"""Many episodes at once on one event loop: a Gymnasium vector env of MCP envs and the episode runner behind jobs.
 
-:class:`VectorMCPEnv` holds ``num_envs`` environments (bare :class:`~mcp_gym.env.MCPEnv` or wrapped in
-:class:`~mcp_gym.recording.RecordTrajectories`) on the :class:`~mcp_gym.client.runtime.Runtime` loop that owns the MCP
-sessions, so every ``await env.areset/astep`` runs there without a thread hop. Two ways to drive them:
+:class:`VectorMCPEnv` holds ``num_envs`` environments (bare :class:`~mcp_gym.env.MCPEnv`, wrapped in
+:class:`~mcp_gym.recording.RecordTrajectories` or in Gymnasium wrappers) on the
+:class:`~mcp_gym.client.runtime.Runtime` loop that owns the MCP sessions, so every ``await env.areset/astep`` runs
+there without a thread hop. Two ways to drive them:
 
-* batched, like a Gymnasium vector env: ``await vec.areset(seed=0)`` and ``await vec.astep(actions)`` step every
-  env concurrently and return lists (no autoreset);
+* batched, as a ``gymnasium.vector.VectorEnv``: ``reset(seed=0)`` and ``step(actions)`` (or, on the runtime loop,
+  ``await vec.areset(...)``/``await vec.astep(...)``) step every env concurrently and return Gymnasium's batches,
+  with autoreset (``metadata["autoreset_mode"]``);
 * free-running, for collection and evaluation: :meth:`VectorMCPEnv.run` gives each env the next planned episode as
   soon as its last one ends, so a slow episode never holds up the others, and a per-episode deadline truncates one
   that is stuck (``termination="deadline"``).
@@ -24,18 +26,23 @@ Memory stays bounded: the runner keeps no trajectories (the recorder streams the
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from mcp_gym.async_env import areset, astep
+from mcp_gym.async_env import aclose, areset, astep
+from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.env import SUMMARY_KEY
 from mcp_gym.parsing import split_action
 from mcp_gym.policies import Policy
 
-__all__ = ["VectorMCPEnv", "EpisodeSpec", "EpisodeResult"]
+__all__ = ["VectorMCPEnv", "EpisodeSpec", "EpisodeResult", "make_vector"]
 
 
 @dataclass(frozen=True)
@@ -91,10 +98,22 @@ class _SharedSession:
         """Shared connections are closed by their :class:`VectorMCPEnv`."""
 
 
-class VectorMCPEnv:
-    """``num_envs`` MCP environments driven concurrently on the runtime's event loop.
+class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
+    """``num_envs`` MCP environments stepped concurrently on the runtime's event loop: a Gymnasium vector env.
 
-    Create, use and close it on the runtime loop (``env._rt``), e.g. inside ``runtime.call(coroutine_fn)``::
+    The batched interface is Gymnasium's (``gymnasium.vector.VectorEnv``): ``reset(seed=, options=)`` and
+    ``step(actions)`` return batched observations (a dict of per-env tuples, as ``gymnasium.vector.utils.batch_space``
+    batches text spaces), float64 rewards, bool ``terminated``/``truncated`` arrays and infos (``info[key]`` an array
+    over envs with its ``info["_" + key]`` mask); ``actions`` is a sequence of per-env tool calls. Episodes that end
+    are reset automatically as ``metadata["autoreset_mode"]`` says (Gymnasium's default ``NEXT_STEP``). One async
+    implementation (``areset``/``astep``/``aclose``, awaited on the runtime loop) with a thin sync face::
+
+        vec = VectorMCPEnv(lambda i: gymnasium.make("mcp_gym/Counter-v0"), 4)
+        obs, infos = vec.reset(seed=0)
+        obs, rewards, terminated, truncated, infos = vec.step([{"tool": "add", "arguments": {"amount": 1}}] * 4)
+        vec.close()
+
+    Jobs drive it free-running instead, on the runtime loop (``runtime.call(coroutine_fn)``)::
 
         async def main():
             async with VectorMCPEnv(lambda i: make_env("SQL", "stdio"), 16, share_servers=2) as vec:
@@ -103,11 +122,18 @@ class VectorMCPEnv:
     Args:
         env_fn: ``slot -> env``: an :class:`~mcp_gym.env.MCPEnv`, possibly wrapped in
             :class:`~mcp_gym.recording.RecordTrajectories` or Gymnasium wrappers (driven through
-            :mod:`mcp_gym.async_env`; a recorder must be the outermost layer).
-            Called on the runtime loop, so MCPEnvs connect lazily, at most ``max_connecting`` at a time.
-        num_envs: How many episodes run at once.
+            :mod:`mcp_gym.async_env`; a recorder must be the outermost layer). Always called on the runtime loop,
+            where MCPEnvs connect lazily: made from sync code, the vector env then connects them all, at most
+            ``max_connecting`` at a time, so its action spaces are known; made on the loop (jobs), each connects at
+            its first reset.
+        num_envs: How many envs (episodes at once).
         share_servers: Sessions per server shared by the envs (``None``: every env has its own connections).
         max_connecting: Most envs connecting at once (server start-ups compete for CPU; a stdio server takes ~1-2 s).
+        autoreset_mode: What :meth:`step` does after an env's episode ended (``gymnasium.vector.AutoresetMode``):
+            ``NEXT_STEP`` resets it at its next step (ignoring that action), ``SAME_STEP`` resets it in the step that
+            ended it (the last observation and info in ``infos["final_obs"]``/``["final_info"]``), ``DISABLED``
+            leaves it to ``reset(options={"reset_mask": mask})``. :meth:`run` manages its own episodes.
+        runtime: The runtime whose loop owns the envs' sessions (default: the process-wide one); every env must use it.
     """
 
     def __init__(
@@ -117,18 +143,83 @@ class VectorMCPEnv:
         *,
         share_servers: int | None = None,
         max_connecting: int = 4,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        runtime: Runtime | None = None,
     ) -> None:
         if num_envs < 1:
             raise ValueError("num_envs must be >= 1")
         self.num_envs = num_envs
-        self.envs: list[Any] = [env_fn(i) for i in range(num_envs)]
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self._rt = runtime or default_runtime()
+        on_loop = self._rt.in_loop()
+        if on_loop:
+            self.envs: list[Any] = [env_fn(i) for i in range(num_envs)]
+        else:  # made on the loop, MCPEnvs connect below, concurrently (not in env_fn, one by one)
+            self.envs = self._rt.call(self._make_envs, env_fn)
+        for i, env in enumerate(self.envs):
+            if getattr(env.unwrapped, "runtime", self._rt) is not self._rt:
+                self._close_envs_now()
+                raise ValueError(f"VectorMCPEnv: env {i} runs on another runtime than the vector env's; "
+                                 "make every env with the same runtime= (or pass it as runtime=)")
         self._shared: list[Any] = []
         if share_servers:
             self._share(max(1, min(share_servers, num_envs)))
         self._connecting = anyio.Semaphore(max(1, max_connecting))
         self._started = [False] * num_envs
+        if not on_loop:  # the sync face knows every env's tools (its action space) from the start, as Gymnasium's
+            try:
+                self._rt.call(self._connect_all)
+            except BaseException:
+                self._rt.call(self.aclose)
+                raise
         self.steps = 0
         """Env steps taken so far (all envs)."""
+        self.metadata = {**getattr(self.envs[0], "metadata", {}), "autoreset_mode": self.autoreset_mode}
+        self.render_mode = getattr(self.envs[0], "render_mode", None)
+        self.spec = getattr(self.envs[0], "spec", None)
+        self.single_observation_space = self.envs[0].observation_space
+        for i, env in enumerate(self.envs):
+            if env.observation_space != self.single_observation_space:
+                self._close_envs_now()
+                raise ValueError(f"VectorMCPEnv: env {i}'s observation space {env.observation_space} differs from "
+                                 f"env 0's {self.single_observation_space}")
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self._done = np.zeros(num_envs, dtype=np.bool_)  # episodes that ended (autoreset pending)
+        self._obs: list[Any] = [None] * num_envs  # each env's last observation
+
+    async def _make_envs(self, env_fn: Callable[[int], Any]) -> list[Any]:
+        return [env_fn(i) for i in range(self.num_envs)]
+
+    async def _connect_all(self) -> None:
+        """Connect every env's servers, ``max_connecting`` envs at a time (MCPEnvs made on the loop connect lazily)."""
+
+        async def one(i: int) -> None:
+            start = getattr(self.envs[i].unwrapped, "_ensure_started", None)
+            if start is not None:
+                async with self._connecting:
+                    await start()
+
+        await self._gather(one, range(self.num_envs))
+
+    def _close_envs_now(self) -> None:
+        """Close the envs made so far (a constructor that refuses leaves no server process behind)."""
+        if not self._rt.in_loop():
+            self._rt.call(self._close_envs)
+
+    async def _close_envs(self) -> None:
+        for env in self.envs:
+            await aclose(env)
+
+    # -- spaces ---------------------------------------------------------------------------------------------------
+    @property
+    def single_action_space(self) -> Any:  # type: ignore[override]
+        """Env 0's action space (a :class:`~mcp_gym.spaces.ToolCallSpace`; it follows that env's tool catalogue)."""
+        return self.envs[0].action_space
+
+    @property
+    def action_space(self) -> gym.spaces.Tuple:  # type: ignore[override]
+        """The batched action space: a ``Tuple`` of every env's own (live) :class:`~mcp_gym.spaces.ToolCallSpace`."""
+        return gym.spaces.Tuple([env.action_space for env in self.envs])
 
     # -- set-up ---------------------------------------------------------------------------------------------------
     def _share(self, groups: int) -> None:
@@ -137,8 +228,9 @@ class VectorMCPEnv:
         for i, env in enumerate(self.envs):
             host = env.unwrapped.host
             if any(conn.status != "new" for conn in host.connections.values()):
-                raise RuntimeError("share_servers needs envs that have not connected yet: create the VectorMCPEnv "
-                                   "on the runtime loop (MCPEnvs made there connect on their first reset)")
+                self._close_envs_now()
+                raise RuntimeError("share_servers needs envs that have not connected yet: make them in env_fn "
+                                   "(VectorMCPEnv calls it on the runtime loop, where MCPEnvs connect on first reset)")
             if i < groups:
                 leaders.append({alias: (conn, anyio.Lock()) for alias, conn in host.connections.items()})
                 self._shared.extend(conn for conn, _ in leaders[-1].values())
@@ -153,6 +245,9 @@ class VectorMCPEnv:
 
     async def aclose(self) -> None:
         """Close every env (publishing recorded episodes), then the shared connections."""
+        if self.closed:
+            return
+        self.closed = True
         with anyio.CancelScope(shield=True):
             for env in self.envs:
                 await env.unwrapped.aclose()
@@ -160,7 +255,115 @@ class VectorMCPEnv:
             for conn in self._shared:
                 await conn.close()
 
-    # -- batched interface ----------------------------------------------------------------------------------------
+    def close_extras(self, **kwargs: Any) -> None:
+        """Sync face of :meth:`aclose` (``close()`` calls it; from async code on the runtime loop, await ``aclose``)."""
+        if self._rt.in_loop():
+            raise RuntimeError("VectorMCPEnv.close() was called on the runtime's own event loop; await aclose()")
+        if not self._rt.closed:
+            self._rt.call(self.aclose)
+
+    # -- batched interface: sync face -----------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Reset every env concurrently; see :meth:`areset`."""
+        return self._rt.call(lambda: self.areset(seed=seed, options=options))
+
+    def step(
+        self, actions: Sequence[Any]
+    ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env concurrently; see :meth:`astep`."""
+        return self._rt.call(self.astep, actions)
+
+    def render(self) -> tuple[Any, ...]:
+        """Every env's ``render()`` (``render_mode="ansi"``: the last observation as text)."""
+        return tuple(env.render() for env in self.envs)
+
+    # -- batched interface: the implementation --------------------------------------------------------------------
+    async def areset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Reset the envs concurrently; returns the batched ``(observations, infos)``.
+
+        Args:
+            seed: ``None``, an int (env ``i`` gets ``seed + i``) or one seed per env.
+            options: Passed to every env's reset (e.g. ``{"task_id": ...}``); ``options["reset_mask"]``, a bool array
+                over the envs, resets only those (the others' entries in the result are their last observations and
+                no info).
+        """
+        seeds = self._seeds(seed)
+        options = dict(options) if options is not None else None
+        mask = np.ones(self.num_envs, dtype=np.bool_)
+        if options is not None and "reset_mask" in options:
+            mask = np.asarray(options.pop("reset_mask"))
+            if mask.dtype != np.bool_ or mask.shape != (self.num_envs,) or not mask.any():
+                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({self.num_envs},) with at "
+                                 f"least one True, got {mask!r}")
+            if not all(self._started):
+                raise ValueError("options['reset_mask'] needs every env reset once first: call reset() without it")
+        todo = [i for i in range(self.num_envs) if mask[i]]
+        outs = await self._gather(lambda i: self._reset_one(i, seeds[i], options), todo)
+        infos: list[dict[str, Any] | None] = [None] * self.num_envs
+        for i, (obs, info) in zip(todo, outs, strict=True):
+            self._obs[i], infos[i] = obs, info
+            self._done[i] = False
+        return self._batch_obs(), _batch_infos(infos)
+
+    async def astep(
+        self, actions: Sequence[Any]
+    ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step the envs concurrently, env ``i`` with ``actions[i]``; returns the batched
+        ``(observations, rewards, terminated, truncated, infos)``.
+
+        An env whose episode ended is reset as ``metadata["autoreset_mode"]`` says. Actions may carry
+        ``raw_text``/``parse_status`` (stripped here for envs that are not recorded)."""
+        actions = list(actions)
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions (one per env), got {len(actions)}")
+        if self.autoreset_mode is AutoresetMode.DISABLED and self._done.any():
+            ended = np.flatnonzero(self._done).tolist()
+            raise RuntimeError(f"VectorMCPEnv (autoreset DISABLED): the episodes of envs {ended} ended; reset them "
+                               "first with reset(options={'reset_mask': terminated | truncated})")
+        for i in range(self.num_envs):
+            if not self._started[i]:
+                raise RuntimeError("VectorMCPEnv.step before reset: call reset() first")
+        n = self.num_envs
+        rewards = np.zeros(n, dtype=np.float64)
+        terminated = np.zeros(n, dtype=np.bool_)
+        truncated = np.zeros(n, dtype=np.bool_)
+        infos: list[dict[str, Any]] = [{}] * n
+
+        async def one(i: int) -> None:
+            if self.autoreset_mode is AutoresetMode.NEXT_STEP and self._done[i]:
+                self._obs[i], infos[i] = await self._reset_one(i, None, None)  # this step's action is ignored
+                return
+            self._obs[i], rewards[i], terminated[i], truncated[i], infos[i] = await self._step_one(i, actions[i])
+            if self.autoreset_mode is AutoresetMode.SAME_STEP and (terminated[i] or truncated[i]):
+                final = {"final_obs": self._obs[i], "final_info": infos[i]}
+                self._obs[i], info = await self._reset_one(i, None, None)
+                infos[i] = {**info, **final}
+
+        await self._gather(one, range(n))
+        # episodes that ended and wait for their reset (SAME_STEP has already reset them)
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        self._done = np.zeros(n, dtype=np.bool_) if same_step else terminated | truncated
+        return self._batch_obs(), rewards, terminated, truncated, _batch_infos(infos)
+
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, (int, np.integer)):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"expected one seed per env ({self.num_envs}), got {len(seeds)}")
+        return seeds
+
+    def _batch_obs(self) -> dict[str, Any]:
+        return concatenate(self.single_observation_space, self._obs,
+                           create_empty_array(self.single_observation_space, self.num_envs))
+
+    # -- one env ---------------------------------------------------------------------------------------------------
     async def _reset_one(self, i: int, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, Any]:
         if self._started[i]:
             return await areset(self.envs[i], seed=seed, options=options)
@@ -169,40 +372,36 @@ class VectorMCPEnv:
         self._started[i] = True
         return out
 
-    async def _gather(self, fn: Callable[[int], Awaitable[Any]]) -> list[Any]:
-        out: list[Any] = [None] * self.num_envs
-
-        async def one(i: int) -> None:
-            out[i] = await fn(i)
-
-        async with anyio.create_task_group() as tg:
-            for i in range(self.num_envs):
-                tg.start_soon(one, i)
-        return out
-
-    async def areset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[list[Any], list[dict[str, Any]]]:
-        """Reset every env concurrently (env ``i`` with ``seed + i``); returns ``(observations, infos)``."""
-        outs = await self._gather(lambda i: self._reset_one(i, None if seed is None else seed + i, options))
-        return [o for o, _ in outs], [info for _, info in outs]
-
-    async def astep(self, actions: Sequence[Any]) -> tuple[list[Any], list[float], list[bool], list[bool], list[dict]]:
-        """Step every env concurrently with its action; returns lists ``(obs, rewards, terminated, truncated, infos)``.
-
-        Actions may carry ``raw_text``/``parse_status`` (stripped here for envs that are not recorded)."""
-        if len(actions) != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
-        outs = await self._gather(lambda i: self._step_one(i, actions[i]))
-        return tuple(list(x) for x in zip(*outs, strict=True))  # type: ignore[return-value]
-
     async def _step_one(self, i: int, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         env = self.envs[i]
         if not getattr(env, "accepts_text_actions", False):  # no recorder on top to strip the text-action keys
             action, _ = split_action(action)
         obs, reward, terminated, truncated, info = await astep(env, action)
         self.steps += 1
-        return obs, float(reward), terminated, truncated, info
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    async def _gather(self, fn: Callable[[int], Awaitable[Any]], slots: Iterable[int]) -> list[Any]:
+        """``[await fn(i) for i in slots]``, run concurrently. An env that raises (``strict=True``, a wrapper) does
+        not cancel the others' calls mid-way: all finish, then the first error is raised, naming its env."""
+        slots = list(slots)
+        out: list[Any] = [None] * len(slots)
+        errors: list[tuple[int, Exception]] = []
+
+        async def one(k: int) -> None:
+            try:
+                out[k] = await fn(slots[k])
+            except Exception as e:  # noqa: BLE001 - re-raised below, once every env's call is over
+                errors.append((slots[k], e))
+
+        async with anyio.create_task_group() as tg:
+            for k in range(len(slots)):
+                tg.start_soon(one, k)
+        if errors:
+            i, error = min(errors, key=lambda x: x[0])
+            if hasattr(error, "add_note"):  # Python >= 3.11
+                error.add_note(f"(in env {i} of the VectorMCPEnv)")
+            raise error
+        return out
 
     # -- free-running episodes ------------------------------------------------------------------------------------
     async def run(
@@ -283,3 +482,51 @@ class VectorMCPEnv:
             episode.discard()
         else:
             episode.finish(total_reward=total, success=success, termination=termination)
+
+
+def make_vector(
+    num_envs: int,
+    *,
+    name: str,
+    share_servers: int | None = None,
+    max_connecting: int = 4,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    runtime: Runtime | None = None,
+    **env_kwargs: Any,
+) -> VectorMCPEnv:
+    """The ``vector_entry_point`` of the bundled envs: ``gymnasium.make_vec("mcp_gym/<name>-v0", num_envs, **kw)``
+    returns a :class:`VectorMCPEnv` of ``gymnasium.make("mcp_gym/<name>-v0", **env_kwargs)`` envs (the vector
+    env's own options, ``share_servers`` to ``runtime``, are taken out of ``kw``)."""
+    env_id = f"mcp_gym/{name}-v0"
+    return VectorMCPEnv(lambda i: gym.make(env_id, **env_kwargs), num_envs, share_servers=share_servers,
+                        max_connecting=max_connecting, autoreset_mode=autoreset_mode, runtime=runtime)
+
+
+def _batch_infos(infos: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """Per-env infos as one Gymnasium vector info: ``info[key]`` an array over envs and ``info["_" + key]`` the mask
+    of envs that have it (``None``: an env that was not reset).
+
+    Values of one scalar type across envs (bool, int, float) make a typed array, as Gymnasium's vector envs do; any
+    other value (a dict such as ``error``, which is ``None`` or a dict; strings; lists; mixed types such as a
+    ``success`` of ``True``/``None``) stays each env's own object in an object array, never recursed into or cast, so
+    ``info["error"][i]`` is env ``i``'s error whatever the others hold.
+    """
+    n = len(infos)
+    out: dict[str, Any] = {}
+    keys = dict.fromkeys(k for info in infos if info is not None for k in info)
+    for key in keys:
+        mask = np.array([info is not None and key in info for info in infos], dtype=np.bool_)
+        values = [info[key] for info in infos if info is not None and key in info]
+        kinds = {type(v) for v in values}
+        if kinds <= {bool, np.bool_}:
+            array = np.zeros(n, dtype=np.bool_)
+        elif kinds <= {int, np.int64} and not kinds & {bool}:
+            array = np.zeros(n, dtype=np.int64)
+        elif kinds <= {int, float, np.float64, np.int64} and not kinds & {bool}:
+            array = np.zeros(n, dtype=np.float64)
+        else:
+            array = np.full(n, None, dtype=object)
+        for i in np.flatnonzero(mask):
+            array[i] = infos[i][key]  # type: ignore[index]
+        out[key], out[f"_{key}"] = array, mask
+    return out

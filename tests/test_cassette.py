@@ -23,18 +23,10 @@ import pytest
 from conftest import free_port, npm_bin, wait_for_port
 
 from mcp_gym import Http, InProcess, MCPEnv, Stdio, ToolCallFailed
-from mcp_gym.cassette import (
-    FORMAT,
-    REPLAY_MISS,
-    Cassette,
-    Replay,
-    cassette_dir,
-    cassette_path,
-    record_servers,
-    replay_servers,
-    replay_spec,
-    with_record,
-)
+from mcp_gym.cassette import Cassette, Replay, cassette_dir, cassette_path, record_servers, replay_servers
+from mcp_gym.cassette.format import FORMAT, REPLAY_MISS
+from mcp_gym.cassette.recorder import with_record
+from mcp_gym.cassette.spec import replay_spec
 from mcp_gym.envs import env_module, load_env_tasks
 from mcp_gym.envs.counter.server import make_server
 from mcp_gym.recording import RecordTrajectories, read_tables

@@ -202,11 +202,11 @@ def test_batched_interface() -> None:
     async def go() -> None:
         async with VectorMCPEnv(lambda i: make_env("Counter"), 3) as vec:
             obs, infos = await vec.areset(seed=0)
-            assert len(obs) == 3 and len({i["episode_id"] for i in infos}) == 3
+            assert len(obs["task"]) == 3 and len(set(infos["episode_id"])) == 3
             actions = [{"tool": "add", "arguments": {"amount": 1}, "raw_text": "add 1", "parse_status": "ok"}] * 3
             obs, rewards, terminated, truncated, infos = await vec.astep(actions)
-            assert [i["error"] for i in infos] == [None] * 3
-            assert all(o["resources"]["counter://state"].startswith("count=1 ") for o in obs)
+            assert list(infos["error"]) == [None] * 3
+            assert all(r["counter://state"].startswith("count=1 ") for r in obs["resources"])
 
     default_runtime().call(go)
 

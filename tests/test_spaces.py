@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator, validators
 
-from mcp_gym.spaces import ActionError, ToolCallSpace, Utf8Text, sample_from_schema
-from mcp_gym.spaces._sampler import _Generator
+from mcp_gym.spaces import ActionError, ToolCallSpace, Utf8Text
+from mcp_gym.spaces._sampler import _Generator, sample_from_schema
 from mcp_gym.spaces.errors import _json_size_bound
 
 # ---------------------------------------------------------------------------------------------------------------------

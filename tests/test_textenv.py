@@ -8,8 +8,8 @@ import json
 import pytest
 
 import mcp_gym
-from mcp_gym.chat import no_call_feedback
-from mcp_gym.textenv import StepOut, TextEnvBatch, parse_model_output, render_resources, reset_options
+from mcp_gym.chat import no_call_feedback, render_resources
+from mcp_gym.textenv import StepOut, TextEnvBatch, parse_model_output, reset_options
 
 
 def hermes(name: str, **arguments: object) -> str:

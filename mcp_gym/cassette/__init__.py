@@ -56,42 +56,20 @@ Layout: ``format`` (constants, canonical params, cassette paths), ``recorder`` (
 
 from __future__ import annotations
 
-from mcp_gym.cassette.format import (
-    CASSETTES_DIR,
-    FORMAT,
-    REPLAY_MISS,
-    VERSION,
-    canonical_json,
-    canonical_params,
-    cassette_dir,
-    cassette_path,
-)
-from mcp_gym.cassette.reader import Cassette, EpisodeTape, Exchange
-from mcp_gym.cassette.recorder import Recorder, record_servers, record_tap, with_record
+from mcp_gym.cassette.format import cassette_dir, cassette_path
+from mcp_gym.cassette.reader import Cassette
+from mcp_gym.cassette.recorder import record_servers
 from mcp_gym.cassette.replay import ReplayServer
-from mcp_gym.cassette.serve import main, serve_replay
-from mcp_gym.cassette.spec import Replay, replay_servers, replay_spec
+from mcp_gym.cassette.serve import main
+from mcp_gym.cassette.spec import Replay, replay_servers
 
 __all__ = [
-    "FORMAT",
-    "VERSION",
-    "REPLAY_MISS",
-    "Recorder",
-    "record_tap",
     "Cassette",
-    "Exchange",
     "Replay",
     "ReplayServer",
-    "serve_replay",
     "cassette_path",
     "cassette_dir",
-    "with_record",
     "record_servers",
-    "replay_spec",
     "replay_servers",
-    "canonical_params",
-    "canonical_json",
     "main",
-    "CASSETTES_DIR",
-    "EpisodeTape",
 ]

@@ -198,7 +198,7 @@ async def stdio_transport(
             message = _lenient(line)
             if message is None:
                 return await deliver_unreadable(line, exc)
-        method = getattr(message, "method", None)
+        method = message.__dict__.get("method")  # a response has no such field (pydantic's getattr miss is slow)
         ok = await deliver(SessionMessage(message))
         if isinstance(method, str) and method.endswith("/list_changed") and len(line) < 4096:
             repeat[0] = line

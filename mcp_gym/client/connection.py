@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 from typing import Protocol as _Interface
 
@@ -27,8 +27,8 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 
 from mcp_gym._version import __version__
-from mcp_gym.client._stdio import MESSAGE_TOO_LARGE, StdioState, stdio_transport
-from mcp_gym.client._tools import ListingError, list_tools_checked
+from mcp_gym.client._stdio import StdioState, stdio_transport
+from mcp_gym.client._tools import list_tools_checked
 from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_url
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -44,12 +44,8 @@ _ANNOUNCED: set[tuple[str, str]] = set()  # (alias, target) waited on right now:
 __all__ = [
     "ServerConnection",
     "ConnectionLost",
-    "HostCallbacks",
     "Tap",
     "TapFactory",
-    "MESSAGE_TOO_LARGE",
-    "ListingTimeout",
-    "ListingError",
 ]
 
 CONNECTION_CLOSED = -32000
@@ -107,11 +103,28 @@ class HostCallbacks:
     logging: Callable[[str, mt.LoggingMessageNotificationParams], Awaitable[None]] | None = None
 
 
-@dataclass
 class _Events:
-    tools_changed: bool = False
-    resources_changed: bool = False
-    updated: set[str] = field(default_factory=set)
+    """Changes a server reported and the client has not applied yet. ``tool_changes`` counts every report of a tools
+    change (notification or result hint) over the connection's life: a listing that saw the same count is current."""
+
+    __slots__ = ("_tools_changed", "tool_changes", "resources_changed", "updated")
+
+    def __init__(self) -> None:
+        self._tools_changed = False
+        self.tool_changes = 0
+        self.resources_changed = False
+        self.updated: set[str] = set()
+
+    @property
+    def tools_changed(self) -> bool:
+        """A tools change is pending (cleared by the next listing)."""
+        return self._tools_changed
+
+    @tools_changed.setter
+    def tools_changed(self, value: bool) -> None:
+        if value:
+            self.tool_changes += 1
+        self._tools_changed = value
 
 
 class Tap(_Interface):
@@ -132,8 +145,8 @@ class Tap(_Interface):
 
 
 TapFactory = Callable[["ServerConnection"], "Tap | None"]
-"""Makes the tap of a connection when it (re)connects, or ``None`` for no tap (e.g. ``mcp_gym.cassette.record_tap``,
-which taps connections whose spec has ``record=``)."""
+"""Makes the tap of a connection when it (re)connects, or ``None`` for no tap (e.g.
+``mcp_gym.cassette.recorder.record_tap``, which taps connections whose spec has ``record=``)."""
 
 
 class ServerConnection:
@@ -148,7 +161,7 @@ class ServerConnection:
     ) -> None:
         if spec.record is not None and tap is None:
             raise ValueError(f"server '{alias}': record= needs a recording tap; connect through MCPEnv or MCPHost(..., "
-                             "tap=mcp_gym.cassette.record_tap)")
+                             "tap=mcp_gym.cassette.recorder.record_tap)")
         self.alias = alias
         self.spec = spec
         self.callbacks = callbacks or HostCallbacks()
@@ -166,6 +179,7 @@ class ServerConnection:
         self._subscriptions: tuple[str, ...] = ()
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
+        self._listening = 0  # listen streams (2026-07-28) open and delivering events
         self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
         self.tap_factory = tap
         self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
@@ -422,6 +436,17 @@ class ServerConnection:
             if self._wants_listener() != before:
                 self._restart_listener()
 
+    @property
+    def reports_tool_changes(self) -> bool:
+        """Whether a change of this server's tool list reaches the client: in result hints (an mcp-gym server), or as
+        ``list_changed`` notifications it declared (on a 2026-07-28 connection only while the listen stream runs)."""
+        if self.hints:
+            return True
+        caps = self.capabilities
+        if not (caps and caps.tools and caps.tools.list_changed):
+            return False
+        return not self.modern or self._listening > 0
+
     def _wants_listener(self) -> bool:
         return self.spec.listen if self.spec.listen is not None else not self.hints
 
@@ -449,14 +474,18 @@ class ServerConnection:
                     resources_list_changed=want_res and bool(caps and caps.resources and caps.resources.list_changed),
                     resource_subscriptions=list(uris) if want_res else [],
                 ) as sub:
-                    async for ev in sub:
-                        kind = type(ev).__name__
-                        if kind == "ToolsListChanged":
-                            self.events.tools_changed = True
-                        elif kind == "ResourceUpdated":
-                            self.events.updated.add(str(ev.uri))
-                        elif kind == "ResourcesListChanged":
-                            self.events.resources_changed = True
+                    self._listening += 1
+                    try:
+                        async for ev in sub:
+                            kind = type(ev).__name__
+                            if kind == "ToolsListChanged":
+                                self.events.tools_changed = True
+                            elif kind == "ResourceUpdated":
+                                self.events.updated.add(str(ev.uri))
+                            elif kind == "ResourcesListChanged":
+                                self.events.resources_changed = True
+                    finally:
+                        self._listening -= 1
             except Exception:  # noqa: BLE001 - a server without listen support just sends no events
                 return
 
@@ -489,6 +518,10 @@ class ServerConnection:
         """
         client = self._check()
         t = None if timeout is None or math.isinf(timeout) else max(0.0, timeout)
+        if t is None:  # no bound of ours: no cancel scope either (tools/call is bounded by the SDK's read timeout)
+            if self.tap is not None and method is not None:
+                return await self.tap.exchange(method, params, lambda: self._send(client, fn))
+            return await self._send(client, fn)
         try:
             with anyio.fail_after(t):
                 if self.tap is not None and method is not None:
@@ -526,12 +559,11 @@ class ServerConnection:
     ) -> mt.CallToolResult:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
+        arguments, meta = dict(arguments), dict(meta or {})
         return await self.request(
-            lambda c: c.call_tool(
-                name, dict(arguments), read_timeout_seconds=t, progress_callback=progress, meta=dict(meta or {})
-            ),
+            lambda c: c.call_tool(name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=meta),
             method="tools/call",
-            params={"name": name, "arguments": dict(arguments), "_meta": dict(meta or {})},
+            params={"name": name, "arguments": dict(arguments), "_meta": dict(meta)} if self.tap is not None else None,
         )
 
     async def list_tools(

@@ -22,9 +22,9 @@ import mcp.types as mt
 from mcp import MCPError
 from pydantic import ValidationError
 
+from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 from mcp_gym.client._tools import show_name
 from mcp_gym.client.connection import (
-    MESSAGE_TOO_LARGE,
     ConnectionLost,
     HostCallbacks,
     ListingTimeout,
@@ -57,10 +57,10 @@ __all__ = [
     "ServerUnavailableWarning",
     "MCPHost",
     "ToolEntry",
-    "CallOutcome",
     "SamplingFn",
     "ElicitationFn",
     "catalogue_hash",
+    "render_content",
 ]
 
 SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
@@ -119,6 +119,29 @@ def catalogue_hash(entries: Sequence[ToolEntry]) -> str:
     return catalogue_fingerprint([e.to_record() for e in entries])
 
 
+def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
+    """Text of result content blocks; non-text blocks become placeholders such as ``[image: image/png, 1.2 kB]``."""
+    parts: list[str] = []
+    for b in blocks:
+        kind = getattr(b, "type", None)
+        if kind == "text":
+            parts.append(b.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {b.mime_type}, {len(b.data) * 3 // 4} bytes]")
+        elif kind == "resource":
+            r = b.resource
+            text = getattr(r, "text", None)
+            parts.append(text if text is not None else f"[resource: {r.uri} ({r.mime_type or 'binary'})]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {b.uri}" + (f" {b.name}" if b.name else "") + "]")
+        else:
+            parts.append(f"[{kind or type(b).__name__}]")
+    text = "\n".join(parts)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + f"\n…[truncated {len(text) - limit} characters]"
+    return text
+
+
 @dataclass
 class CallOutcome:
     """The outcome of one routed tool call: a result, or an error description (never an exception)."""
@@ -162,7 +185,7 @@ class MCPHost:
         block_destructive: hide and refuse tools that may be destructive (``destructiveHint`` not false and not
             ``readOnlyHint``; unannotated tools count as destructive, as the MCP spec says).
         tap: makes each connection's :class:`~mcp_gym.client.connection.Tap` (needed for specs with ``record=``:
-            ``mcp_gym.cassette.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
+            ``mcp_gym.cassette.recorder.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
     """
 
     def __init__(
@@ -197,6 +220,7 @@ class MCPHost:
             alias: ServerConnection(alias, spec, callbacks, tap) for alias, spec in servers.items()
         }
         self.catalogue: dict[str, ToolEntry] = {}
+        self._hashed: tuple[dict[str, ToolEntry], str] | None = None  # (catalogue, its catalogue_hash)
         self.all_tools: dict[str, dict[str, mt.Tool]] = {}
         self.clashes: dict[str, list[dict[str, str]]] = {}  # per alias: tools hidden by a same-named earlier tool
         self.logs: list[dict[str, Any]] = []
@@ -204,6 +228,8 @@ class MCPHost:
         self.episode_id: str | None = None
         self.episode_task: str | None = None  # set by the env at reset, with episode_seed
         self.episode_seed: int | None = None
+        # per alias: the connection and its count of tools changes when its tools were last listed for an episode
+        self._episode_listing: dict[str, tuple[ServerConnection, int]] = {}
         self.start_failures: set[str] = set()  # failed in start(), not yet seen by a reset (see revive())
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
@@ -304,6 +330,31 @@ class MCPHost:
                 tg.start_soon(self._list, self.connections[alias], timeout)
         return self._rebuild()
 
+    def listing_current(self, alias: str) -> bool:
+        """Whether the tools listed for the last episode still hold for a new one on ``alias``: the same connection,
+        ready, listed without error, no tools change reported since (nor pending), and a server that does report
+        changes (result hints, or declared ``list_changed`` notifications that this connection receives)."""
+        conn = self.connections[alias]
+        mark = self._episode_listing.get(alias)
+        return (mark is not None and mark[0] is conn and mark[1] == conn.events.tool_changes
+                and not conn.events.tools_changed and conn.status == "ready" and conn.tools_error is None
+                and alias in self.all_tools and conn.reports_tool_changes)
+
+    async def refresh_for_episode(self, *, timeout: float | None = None) -> bool:
+        """Re-list the tools of the servers whose listing may not hold for a new episode (see
+        :meth:`listing_current`) and rebuild the catalogue; True if it changed. Servers whose tools cannot have
+        changed are not asked again (a reset without waste)."""
+        for _ in range(3):  # let change reports already received reach their handlers
+            await anyio.sleep(0)
+        stale = [a for a in self.connections if not self.listing_current(a)]
+        if not stale:
+            return False
+        marks = {a: (self.connections[a], self.connections[a].events.tool_changes) for a in stale}
+        changed = await self.refresh_tools(stale, timeout=timeout)
+        for alias, mark in marks.items():
+            self._episode_listing[alias] = mark  # a change reported during the listing leaves it stale
+        return changed
+
     async def _list(self, conn: ServerConnection, timeout: float | None, bound: str | None = None) -> None:
         """List one server's tools into ``all_tools`` (a failed listing drops them, with the reason in its info)."""
         alias = conn.alias
@@ -349,6 +400,12 @@ class MCPHost:
                 cat[exposed] = ToolEntry(exposed, alias, name, tool)
         self.catalogue = cat
         return before != [(e.name, e.tool) for e in cat.values()]
+
+    def catalogue_hash(self) -> str:
+        """:func:`catalogue_hash` of the current catalogue (computed once per catalogue: every change replaces it)."""
+        if self._hashed is None or self._hashed[0] is not self.catalogue:
+            self._hashed = (self.catalogue, catalogue_hash(list(self.catalogue.values())))
+        return self._hashed[1]
 
     def has_tool(self, alias: str, tool: str) -> bool:
         """Whether the server lists ``tool`` (hidden tools included)."""

@@ -18,6 +18,7 @@ each connection's owner task lives. The loop runs in one of two modes:
 
 from __future__ import annotations
 
+import _signal  # signal's functions without its enum conversions (~10 µs per sync call)
 import asyncio
 import atexit
 import concurrent.futures
@@ -38,6 +39,7 @@ __all__ = ["Runtime", "default_runtime"]
 
 _POLL = 0.002
 """Seconds between checks of a thread waiting for its call while another thread drives the loop."""
+_SIGINT = int(signal.SIGINT)
 
 
 def _foreign_loop_running() -> bool:
@@ -191,7 +193,7 @@ class Runtime:
         coro = _call(fn, args)
         task = self.loop.create_task(coro if timeout is None else asyncio.wait_for(coro, timeout))
         if threading.current_thread() is not threading.main_thread() or \
-                signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+                _signal.getsignal(_SIGINT) is not signal.default_int_handler:
             return self._run(task)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
@@ -204,7 +206,7 @@ class Runtime:
             task.cancel()
             self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
 
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        previous = _signal.signal(_SIGINT, on_sigint)
         try:
             return self._run(task)
         except asyncio.CancelledError:
@@ -212,7 +214,7 @@ class Runtime:
                 raise KeyboardInterrupt from None
             raise
         finally:
-            signal.signal(signal.SIGINT, previous)
+            _signal.signal(_SIGINT, previous)
 
     def _wait(self, fut: concurrent.futures.Future[T], timeout: float | None) -> T:
         """Wait for a call scheduled on the loop, driving the loop whenever no other thread does."""

@@ -21,8 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
-    "Protocol", "Stdio", "Http", "Sse", "InProcess", "ServerSpec", "parse_server", "normalise_servers", "redact_url",
-    "REDACTED", "oauth_client_credentials",
+    "Protocol", "Stdio", "Http", "Sse", "InProcess", "ServerSpec", "oauth_client_credentials",
 ]
 
 REDACTED = "<redacted>"

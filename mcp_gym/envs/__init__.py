@@ -21,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+__all__ = ["BUNDLED_ENVS", "make_env", "load_env_tasks", "export_tasks", "server_spec", "env_module"]
+
 BUNDLED_ENVS: dict[str, str] = {
     "Counter": "counter",
     "Notes": "notes",
@@ -105,7 +107,8 @@ def make_env(
     recorded cassette (a ``.jsonl`` file or a run's cassette directory) instead of the real server;
     ``connect_timeout`` (seconds, default 30) bounds starting and initialising the server, e.g. raise it when many
     stdio servers start at once on a loaded machine. Other keywords go to :class:`~mcp_gym.env.MCPEnv`."""
-    from mcp_gym.cassette import replay_spec, with_record
+    from mcp_gym.cassette.recorder import with_record
+    from mcp_gym.cassette.spec import replay_spec
     from mcp_gym.env import MCPEnv
 
     mod = env_module(name)
@@ -144,6 +147,7 @@ def register_all() -> None:
         gym.register(
             id=env_id,
             entry_point="mcp_gym.envs:make_env",
+            vector_entry_point="mcp_gym.vector:make_vector",  # gymnasium.make_vec: a VectorMCPEnv
             kwargs={"name": name},
             max_episode_steps=EPISODE_LIMITS[name],  # gymnasium.make adds TimeLimit, at the env's own max_steps
             nondeterministic=True,

@@ -14,6 +14,8 @@ import importlib
 import logging
 from collections.abc import Sequence
 
+__all__ = ["serve", "main", "load_server"]
+
 BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "testing")
 """Names of the bundled servers (the server aliases the envs use; ``testing`` is Counter's server)."""
 

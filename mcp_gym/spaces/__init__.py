@@ -17,12 +17,10 @@ Layout: :mod:`.text` (the text spaces), :mod:`.errors` (:class:`ActionError`, :f
 
 from __future__ import annotations
 
-from mcp_gym.spaces._sampler import sample_from_schema
-from mcp_gym.spaces.errors import MAX_ARGUMENT_DEPTH, ActionError, json_error, safe_repr
+from mcp_gym.spaces.errors import MAX_ARGUMENT_DEPTH, ActionError, json_error
 from mcp_gym.spaces.text import TextMapping, Utf8Text
 from mcp_gym.spaces.tool_call import ToolCallSpace
 
 __all__ = [
-    "ActionError", "MAX_ARGUMENT_DEPTH", "TextMapping", "ToolCallSpace", "Utf8Text", "json_error", "safe_repr",
-    "sample_from_schema",
+    "ActionError", "MAX_ARGUMENT_DEPTH", "TextMapping", "ToolCallSpace", "Utf8Text", "json_error",
 ]

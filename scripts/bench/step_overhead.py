@@ -4,8 +4,9 @@ For the same bundled server (``echo`` tool) over stdio and in-process, each roun
 ``Client.call_tool`` calls (awaited inside the client's own event loop: the SDK floor) and N ``env.step`` calls
 (sync face: argument validation, observation building, and running the runtime loop: in the caller's thread by
 default, or with a hop onto a loop thread in threaded mode, both measured), interleaved so machine noise hits all
-alike. Reports medians and the median of per-round ratios, then where the time goes
-(thread hop, validation, async step without the hop), then reset-by-tool vs reset-by-restart.
+alike. Reports medians and the median of per-round ratios, and this process's CPU time per call (steadier than wall
+time on a busy machine; over stdio it is the client's own cost), then where the time goes (thread hop, validation,
+async step without the hop), then reset-by-tool vs reset-by-restart (reset_overhead.py compares reset with the raw SDK).
 
     python scripts/bench/step_overhead.py --rounds 7 --calls 200
 """
@@ -68,19 +69,25 @@ def compare(label: str, raw: RawClient, envs: dict[str, MCPEnv], rounds: int, ca
         timed_steps(env, 20)  # warm up
     raw.timed(20)
     raw_med: list[float] = []
-    env_med: dict[str, list[float]] = {name: [] for name in envs}
+    env_med: dict[str | None, list[float]] = {name: [] for name in envs}
+    cpu: dict[str | None, list[float]] = {name: [] for name in [None, *envs]}  # this process's CPU per call
     sides: list[tuple[str | None, Callable[[], list[float]]]] = [(None, lambda: raw.timed(calls))]
     sides += [(name, lambda env=env: timed_steps(env, calls)) for name, env in envs.items()]
     for k in range(rounds):  # the order rotates every round, so drift does not favour one side
         for name, run in sides[k % len(sides):] + sides[: k % len(sides)]:
+            c0 = time.process_time()
             (raw_med if name is None else env_med[name]).append(statistics.median(run()))
+            cpu[name].append((time.process_time() - c0) / calls)
     raw_us = statistics.median(raw_med) * 1e6
-    print(f"{label:<11} raw SDK call_tool {raw_us:6.0f} µs")
+    raw_cpu = statistics.median(cpu[None]) * 1e6
+    print(f"{label:<11} raw SDK call_tool {raw_us:6.0f} µs   (client CPU {raw_cpu:5.0f} µs/call)")
     for name, meds in env_med.items():
         ratios = [e / r for e, r in zip(meds, raw_med, strict=True)]
         rounds_txt = ", ".join(f"{x:.2f}" for x in ratios)
+        cpu_ratios = [e / r for e, r in zip(cpu[name], cpu[None], strict=True)]
         print(f"  env.step, {name:<26} {statistics.median(meds) * 1e6:6.0f} µs   ratio {statistics.median(ratios):.3f}"
-              f"  (per-round: {rounds_txt})")
+              f"  (per-round: {rounds_txt})   client CPU {statistics.median(cpu[name]) * 1e6:5.0f} µs/call, ratio "
+              f"{statistics.median(cpu_ratios):.3f}")
 
 
 def breakdown(env: MCPEnv, calls: int) -> None:

@@ -34,6 +34,8 @@ from mcp_gym.envs.code.tasks import SOLUTION_FILE, generate_tasks, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 from mcp_gym.tasks import Task
 
+__all__ = ["server"]
+
 MAX_FILES = 16
 """Most files in a workspace."""
 MAX_FILE_CHARS = 64_000

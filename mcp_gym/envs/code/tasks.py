@@ -28,6 +28,11 @@ from typing import Any
 from mcp_gym.envs._common import call, split_of, submit, task_rng
 from mcp_gym.tasks import Task
 
+__all__ = [
+    "SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "OBSERVE_RESOURCES", "STEP_REWARDS",
+    "generate_tasks", "task_by_id", "verify",
+]
+
 SERVER = "code"
 MAX_STEPS = 16
 SUCCESS_THRESHOLD = 1.0

@@ -28,6 +28,8 @@ from pydantic import BaseModel, Field
 
 from mcp_gym.serverkit import EpisodeServer
 
+__all__ = ["server", "make_server"]
+
 STATE_URI = "counter://state"
 # A 1x1 transparent PNG.
 PIXEL = base64.b64decode(

@@ -14,6 +14,8 @@ import numpy as np
 
 from mcp_gym.tasks import Task
 
+__all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "OBSERVE_RESOURCES", "generate_tasks", "task_by_id", "verify"]
+
 SERVER = "testing"
 MAX_STEPS = 10
 SUCCESS_THRESHOLD = 1.0

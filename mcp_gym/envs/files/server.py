@@ -48,6 +48,8 @@ from pydantic import BaseModel, Field
 from mcp_gym.envs.files.tasks import task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
+__all__ = ["server"]
+
 MAX_FILE_BYTES = 64_000
 MAX_TOTAL_BYTES = 2_000_000
 MAX_ENTRIES = 2_000

@@ -22,6 +22,8 @@ from typing import Any
 from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
 from mcp_gym.tasks import Task
 
+__all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "OBSERVE_RESOURCES", "generate_tasks", "verify"]
+
 SERVER = "files"
 MAX_STEPS = 30
 SUCCESS_THRESHOLD = 1.0

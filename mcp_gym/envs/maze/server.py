@@ -21,6 +21,8 @@ from pydantic import BaseModel, Field
 from mcp_gym.envs.maze.tasks import Layout, Pos, generate_layout, step, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
+__all__ = ["server"]
+
 STATE_URI = "maze://state"
 STEP_COST = -0.01
 GOAL_REWARD = 1.0

@@ -17,6 +17,8 @@ from typing import Any
 from mcp_gym.envs._common import call, split_of, submit, task_lookup, task_rng
 from mcp_gym.tasks import Task
 
+__all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "OBSERVE_RESOURCES", "generate_tasks", "verify"]
+
 SERVER = "maze"
 MAX_STEPS = 60
 SUCCESS_THRESHOLD = 1.0

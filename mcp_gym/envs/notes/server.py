@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field
 from mcp_gym.envs.notes.tasks import note_matches, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
+__all__ = ["server"]
+
 MAX_NOTES = 200
 MAX_TITLE = 120
 MAX_CONTENT = 5000

@@ -48,6 +48,8 @@ from pydantic import BaseModel, Field
 from mcp_gym.envs.sql.tasks import build_database, default_db, task_by_id
 from mcp_gym.serverkit import EpisodeServer
 
+__all__ = ["server"]
+
 QUERY_TIME_LIMIT = 1.0
 """Seconds a query may run before it is interrupted."""
 MAX_ROWS = 100
