@@ -149,7 +149,7 @@ def test_eval_with_done_and_no_verifier(tmp_path: Path) -> None:
 
 
 # -- Gymnasium's standard wrappers on every bundled env ----------------------------------------------------------------
-BUNDLED = ["Counter", "Notes", "Files", "SQL", "Code", "Maze"]
+BUNDLED = ["Counter", "Notes", "Files", "SQL", "Code", "Maze", "Lookup"]
 
 
 @pytest.mark.parametrize("name", BUNDLED)

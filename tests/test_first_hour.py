@@ -68,9 +68,11 @@ def test_a_stdio_command_that_exits_is_reported_with_its_stderr() -> None:
 
 # -- a server that never answers is announced, and not retried at once ------------------------------------------------
 def test_a_server_that_never_answers_is_announced_and_not_retried_by_the_first_reset(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     mute = Stdio(sys.executable, ["-c", "import time; time.sleep(600)"], connect_timeout=1.5)
     caplog.set_level(logging.WARNING, logger="mcp_gym.client")
+    # An in-process CLI job earlier in the session may have left Hydra's logging config (stderr, no propagation).
+    monkeypatch.setattr(logging.getLogger("mcp_gym.client"), "propagate", True)
     env = MCPEnv({"mute": mute}, TASKS)
     try:
         waits = [r.getMessage() for r in caplog.records if "waiting for server" in r.getMessage()]
@@ -217,13 +219,15 @@ def test_a_plotting_eval_keeps_matplotlib_notes_off_stdout(tmp_path: Path) -> No
 
 
 def test_sessions_of_one_slow_server_starting_together_are_announced_once(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     import anyio
 
     from mcp_gym.client.connection import ServerConnection
 
     mute = Stdio(sys.executable, ["-c", "import time; time.sleep(600)"], connect_timeout=1.5)
     caplog.set_level(logging.WARNING, logger="mcp_gym.client")
+    # An in-process CLI job earlier in the session may have left Hydra's logging config (stderr, no propagation).
+    monkeypatch.setattr(logging.getLogger("mcp_gym.client"), "propagate", True)
     conns = [ServerConnection("mute", mute) for _ in range(3)]
 
     async def main() -> None:

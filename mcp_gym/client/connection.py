@@ -27,6 +27,7 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 
 from mcp_gym._version import __version__
+from mcp_gym.client._http import session_http_client
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked
 from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_url
@@ -180,7 +181,8 @@ class ServerConnection:
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
         self._listening = 0  # listen streams (2026-07-28) open and delivering events
-        self.hints = False  # the server reports changes in result _meta (an mcp-gym server)
+        # the server reports changes in result _meta (an mcp-gym server); None until the first listing tells
+        self.hints: bool | None = None
         self.tap_factory = tap
         self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
         self.http_refusal: str | None = None  # a hosted server's last error answer ("HTTP 401 Unauthorized at URL")
@@ -429,7 +431,9 @@ class ServerConnection:
                     )
 
     def set_hints(self, hints: bool) -> None:
-        """Record whether the server piggy-backs changes on results; with ``listen=None`` that closes the stream."""
+        """Record whether the server piggy-backs changes on results (the host calls this after each listing). With
+        ``listen=None`` the change stream opens once the first listing shows the server does not, and closes if it
+        does: a session never opens a stream only to close it at once (a wasted request and connection each)."""
         if hints != self.hints:
             before = self._wants_listener()
             self.hints = hints
@@ -448,7 +452,9 @@ class ServerConnection:
         return not self.modern or self._listening > 0
 
     def _wants_listener(self) -> bool:
-        return self.spec.listen if self.spec.listen is not None else not self.hints
+        if self.spec.listen is not None:
+            return self.spec.listen
+        return self.hints is False
 
     def _restart_listener(self) -> None:
         if self._listen_scope is not None:
@@ -623,15 +629,14 @@ class ServerConnection:
 
 def _http_client_factory(on_refusal: Callable[[int | None, str, str], None]) -> Callable[..., Any]:
     """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
-    (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was)."""
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
+    (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was). All clients share one TLS
+    context (:mod:`mcp_gym.client._http`)."""
     async def hook(response: Any) -> None:
         bad = response.status_code >= 400
         on_refusal(response.status_code if bad else None, response.reason_phrase, str(response.request.url))
 
     def factory(**kw: Any) -> Any:
-        http = create_mcp_http_client(**kw)
+        http = session_http_client(**kw)  # the SDK's client, on one TLS context for all sessions
         http.event_hooks = {"request": [], "response": [hook]}
         return http
 

@@ -30,9 +30,11 @@ BUNDLED_ENVS: dict[str, str] = {
     "SQL": "sql",
     "Code": "code",
     "Maze": "maze",
+    "Lookup": "lookup",
 }
 """Registered name -> env folder in this package."""
-EPISODE_LIMITS: dict[str, int] = {"Counter": 10, "Notes": 30, "Files": 30, "SQL": 20, "Code": 16, "Maze": 60}
+EPISODE_LIMITS: dict[str, int] = {"Counter": 10, "Notes": 30, "Files": 30, "SQL": 20, "Code": 16, "Maze": 60,
+                                 "Lookup": 6}
 """Registered name -> its ``tasks.py``'s ``MAX_STEPS`` (the registered ``max_episode_steps``; kept here so that
 importing ``mcp_gym`` does not import every env module; a test checks they agree)."""
 

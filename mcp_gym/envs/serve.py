@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 __all__ = ["serve", "main", "load_server"]
 
-BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "testing")
+BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "lookup", "testing")
 """Names of the bundled servers (the server aliases the envs use; ``testing`` is Counter's server)."""
 
 _FOLDERS = {"testing": "counter"}

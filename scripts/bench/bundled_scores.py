@@ -26,6 +26,7 @@ REWARDS: dict[str, str] = {
     "SQL": "verifier at `submit`: exact answer, 0/1",
     "Code": "verifier at `submit`: passed/total of the last `run_tests` on unchanged code (step rewards off)",
     "Maze": "-0.01 per move, +1 and `done` at the goal",
+    "Lookup": "verifier at `submit`: the asked account's code, 0/1",
 }
 """How each env rewards (written by hand from the env modules)."""
 

@@ -3,7 +3,7 @@ on the unseen test tasks of a bundled env (CleanRL-style: one readable file, CPU
 
 Phases, top to bottom:
 
-1. **collect**: the ``oracle`` policy (the tasks' reference solutions) on Counter's *train* split, recorded to Parquet
+1. **collect**: the ``oracle`` policy (the tasks' reference solutions) on the env's *train* split, recorded to Parquet
    by the ``collect`` job (the same code as ``mcp-gym collect``).
 2. **export**: :func:`mcp_gym.sft.export` turns the run into a chat dataset (the chat view the policies send a model).
 3. **tokenizer**: a byte-level BPE (``tokenizers``) trained on the exported conversations rendered by a compact
@@ -11,13 +11,17 @@ Phases, top to bottom:
 4. **train**: a tiny Qwen2-architecture model, randomly initialised, with TRL's ``SFTTrainer`` and
    ``assistant_only_loss`` (loss on the model's own turns only: its tool calls, never tool output or prompt).
 5. **evaluate**: ``policy=hf`` (the trained model, greedy decoding, the same chat view and parser) and ``policy=random``
-   on Counter's *test* split with the ``eval`` job; a table of success rates and wall time per phase.
+   on the env's *test* split with the ``eval`` job; a table of success rates and wall time per phase.
 
-Why Counter: the model has to read the target from the task text and the count from the ``counter://state`` resource
-and the ``add`` results, then emit ``add(min(5, left))`` calls until the server reports ``done``: a short, exact
-signal a ~1M-parameter model can learn in minutes on a CPU. Counter has 24 distinct targets (-12..12 without 0), so
-the 24 test tasks are unseen task instances whose targets also occur in the train split: this shows that the exported
-data teaches the behaviour the env rewards, not that a tiny model generalises to new targets.
+``--env counter`` (default): the model has to read the target from the task text and the count from the
+``counter://state`` resource and the ``add`` results, then emit ``add(min(5, left))`` calls until the server reports
+``done``. Counter has 24 distinct targets (-12..12 without 0), so the 24 test tasks are unseen task instances whose
+targets also occur in the train split: this shows that the exported data teaches the behaviour the env rewards, not
+that a tiny model generalises to new targets; random success is ~6 %.
+
+``--env lookup``: copy the account name from the task text into ``lookup``, then the ``colour-animal`` code from its
+result into ``submit`` (800 distinct train tasks, 200 test tasks with unseen account/code pairs, random success 0).
+Success needs a copy mechanism the model has not learnt yet at the budgets tried (see the README).
 
     python scripts/examples/sft_from_scratch.py                          # full budget (see the flags' defaults)
     python scripts/examples/sft_from_scratch.py --steps 120 --random-samples 2 --out /tmp/sft-scratch

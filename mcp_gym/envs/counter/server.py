@@ -87,6 +87,7 @@ def make_server(diagnostics: bool = False) -> EpisodeServer[Counter]:
         snapshot=lambda s: {"count": s.count, "target": s.target, "reached": s.reached},
         version="1.0.0",
         instructions="Move the counter to the target number with add(amount). get_count() tells where it is.",
+        max_episodes=16_384,  # a few hundred bytes each: room for 10,000 concurrent episodes (scripts/bench/scale.py)
     )
 
     @srv.tool(title="Add to the counter")

@@ -1,0 +1,1 @@
+"""The Lookup env: its MCP server (``server.py``) and its task set and verifier (``tasks.py``)."""
