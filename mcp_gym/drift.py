@@ -108,7 +108,7 @@ class Diff:
 
 # -- loading ------------------------------------------------------------------------------------------------------
 def _normalise(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """MCP tool dicts (camelCase) and recorded ``tool_schema`` dicts (snake_case) to one form."""
+    """MCP tool dicts (camelCase) and recorded ``ToolEntry.to_record`` dicts (snake_case) to one form."""
     return {
         "description": tool.get("description") or "",
         "inputSchema": dict(tool.get("inputSchema") or tool.get("input_schema") or {"type": "object"}),

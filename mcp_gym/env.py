@@ -34,7 +34,6 @@ from mcp_gym.client.host import (
     SamplingFn,
     ToolEntry,
     render_content,
-    tool_schema,
 )
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers
@@ -273,11 +272,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """The current tools, plus ``submit``, as OpenAI function schemas (for chat-completions ``tools=``)."""
         submit = {"type": "function", "function": {"name": "submit", "description": SUBMIT_DESCRIPTION,
                                                    "parameters": SUBMIT_SCHEMA}}
-        return [e.openai_schema() for e in self.tools] + [submit]
+        return [e.to_openai() for e in self.tools] + [submit]
 
     def tool_catalogue(self) -> list[dict[str, Any]]:
         """JSON-able schemas of the current tools (for recording)."""
-        return [tool_schema(e) for e in self.tools]
+        return [e.to_record() for e in self.tools]
 
     def render(self) -> str | None:
         """``ansi``: the last observation as text."""

@@ -24,6 +24,8 @@ from typing import Any, Final
 __all__ = [
     "SUBMIT_SCHEMA",
     "SUBMIT_DESCRIPTION",
+    "SUBMIT_RECORD",
+    "openai_function",
     "SUMMARY_KEY",
     "EPISODE_META_KEY",
     "TASK_META_KEY",
@@ -132,8 +134,8 @@ def json_default(o: Any) -> Any:
 
 
 def catalogue_fingerprint(tools: Sequence[Mapping[str, Any]]) -> str:
-    """A 16-hex-digit fingerprint of a list of tool schemas (``mcp_gym.client.host.tool_schema`` dicts): the one recipe
-    behind the env's ``info["catalogue_hash"]`` and the recorded ``catalogue_hash`` column.
+    """A 16-hex-digit fingerprint of a list of tool schemas (``mcp_gym.client.host.ToolEntry.to_record`` dicts): the
+    one recipe behind the env's ``info["catalogue_hash"]`` and the recorded ``catalogue_hash`` column.
 
     >>> catalogue_fingerprint([{"name": "add", "input_schema": {"type": "object"}}])
     '18055b696d8bfd16'
@@ -150,6 +152,21 @@ SUBMIT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 SUBMIT_DESCRIPTION = "Submit your final answer and end the episode. Call this once, when the task is done."
+SUBMIT_RECORD: dict[str, Any] = {"name": "submit", "server": None, "server_tool": None,
+                                 "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
+                                 "output_schema": None, "annotations": {}}
+"""The built-in ``submit`` tool in the recorded form of a tool (``mcp_gym.client.host.ToolEntry.to_record``)."""
+
+
+def openai_function(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAI function-calling schema (chat-completions ``tools=``) of a tool in its recorded form (``name``,
+    ``description``, ``input_schema``): the one converter to that shape.
+
+    >>> openai_function(SUBMIT_RECORD)["function"]["name"]
+    'submit'
+    """
+    return {"type": "function", "function": {"name": record["name"], "description": record.get("description") or "",
+                                             "parameters": record.get("input_schema") or {"type": "object"}}}
 SUMMARY_KEY = "summary"
 """The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``) on an episode's last step;
 ``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""

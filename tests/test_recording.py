@@ -7,6 +7,7 @@ killed with SIGKILL). No wall-clock thresholds: scripts/bench/recorder.py measur
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import shutil
@@ -40,7 +41,14 @@ from mcp_gym.recording import (
     catalogue_fingerprint,
     load,
 )
-from mcp_gym.recording.schema import SCHEMA_VERSION, VERSION_KEY
+from mcp_gym.recording.schema import (
+    EPISODES_SCHEMA,
+    SCHEMA_VERSION,
+    STEPS_SCHEMA,
+    VERSION_KEY,
+    EpisodeRecord,
+    StepRecord,
+)
 from mcp_gym.recording.wal import WalFile, read_frames
 from mcp_gym.serverkit import EpisodeServer
 from mcp_gym.tasks import Task
@@ -489,6 +497,93 @@ def test_other_major_version_refused_older_minor_read_with_nulls(tmp_path: Path)
     pq.write_table(table.replace_schema_metadata({VERSION_KEY: b"2.0"}), shard)
     with pytest.raises(ValueError, match="schema version 2.0"):
         load(tmp_path)
+
+
+def test_wal_of_an_older_minor_version_loads_and_recovers_with_nulls(tmp_path: Path) -> None:
+    """A dead 1.0 writer's WAL (step rows without the 1.1 columns ``turn``, ``assistant_content``) reads and
+    recovers by column name, the missing columns as nulls."""
+    run = tmp_path / "run"
+    RunDirectory(run)
+    episode = EpisodeRecord(episode_id="e0", episode_key="old#0", task_id="t", total_reward=1.5, length=1,
+                            recorder="env", started_at=0, ended_at=1).row()
+    step = StepRecord(episode_id="e0", step_index=0, timestamp=0, tool="add", arguments='{"n":1}', is_error=False,
+                      reward=1.5).row()
+    old_width = StepRecord.COLUMNS.index("turn")  # 1.0 ended before 'turn'
+    wal = WalFile(run / ".wal" / "20000101T000000-1-dead00-00000.wal", fsync=False)
+    wal.append((episode, [step[:old_width]]))
+    wal.close()
+    rec = load(run)
+    (row,) = rec.steps
+    assert row["tool"] == "add" and row["reward"] == 1.5 and row["turn"] is None and row["assistant_content"] is None
+    assert RunDirectory(run).done_keys() == {"old#0"}
+    with TrajectoryWriter(run, fsync="never") as w:
+        assert w.recovered == 1
+    assert not list((run / ".wal").glob("*.wal"))
+    rec = load(run)
+    assert rec.episodes[0]["episode_key"] == "old#0" and rec.steps[0]["turn"] is None
+
+
+def test_add_step_fills_every_column_by_name(tmp_path: Path) -> None:
+    """The writer builds a step row positionally (it runs per step): every add_step argument lands in the column of
+    its name, as StepRecord reads it back, in the WAL and in the Parquet shard."""
+    args: dict[str, Any] = {
+        "server": "srv", "server_tool": "stool", "content": [{"type": "text", "text": "c"}],
+        "structured_content": {"s": 1}, "is_error": True, "error": {"kind": "k", "code": -32602}, "reward": 0.25,
+        "terminated": False, "truncated": True, "duration": 0.5, "timestamp": 2.0, "observation": "obs",
+        "resources": {"u": "r"}, "raw_text": "raw", "parse_status": "ok", "info": {"i": 1}, "turn": 3,
+        "assistant_content": "said",
+    }
+    with TrajectoryWriter(tmp_path, fsync="never") as w:
+        e = w.start_episode(episode_id="ep", key="k")
+        e.add_step("tool", {"a": 1}, **args)
+        (row,) = e._rows
+        e.finish()
+    step = StepRecord.from_row(row)
+    expected = {
+        "episode_id": "ep", "step_index": 0, "timestamp": 2_000_000, "tool": "tool", "server": "srv",
+        "server_tool": "stool", "arguments": '{"a":1}', "content": '[{"type":"text","text":"c"}]',
+        "structured_content": '{"s":1}', "is_error": True, "error": '{"kind":"k","code":-32602}',
+        "error_code": -32602, "reward": 0.25, "terminated": False, "truncated": True, "duration": 0.5,
+        "observation": "obs", "resources": '{"u":"r"}', "raw_text": "raw", "parse_status": "ok",
+        "result_truncated": False, "result_bytes": len('[{"type":"text","text":"c"}]') + len('{"s":1}'),
+        "info": '{"i":1}', "turn": 3, "assistant_content": "said",
+    }
+    assert dataclasses.asdict(step) == expected and set(expected) == set(StepRecord.COLUMNS)
+    shard = load(tmp_path).steps[0]
+    assert {k: shard[k] for k in expected if k != "timestamp"} == {k: expected[k] for k in expected if k != "timestamp"}
+    for flag in ("is_error", "terminated", "truncated"):  # the flags one at a time: a swap of two shows
+        with TrajectoryWriter(tmp_path / flag, fsync="never", max_result_bytes=1) as w:
+            e = w.start_episode()
+            e.add_step("t", {}, content=[{"type": "text", "text": "long"}], **{flag: True})
+            step = StepRecord.from_row(e._rows[0])
+            e.discard()
+        assert [step.is_error, step.terminated, step.truncated, step.result_truncated] == [
+            flag == "is_error", flag == "terminated", flag == "truncated", True]
+
+
+def test_records_define_the_schemas(tmp_path: Path) -> None:
+    """The Arrow schemas are generated from the record classes (name, type, nullability, description), in field
+    order, and a row the writer made reads back by name."""
+    for record, schema in ((StepRecord, STEPS_SCHEMA), (EpisodeRecord, EPISODES_SCHEMA)):
+        assert tuple(schema.names) == record.COLUMNS == tuple(f.name for f in dataclasses.fields(record))
+        for f in dataclasses.fields(record):
+            arrow = schema.field(f.name)
+            assert arrow.type == f.metadata["arrow"] and arrow.nullable
+            assert arrow.metadata[b"description"].decode() == f.metadata["doc"]
+    assert StepRecord.ROW({n: n for n in reversed(StepRecord.COLUMNS)}) == StepRecord.COLUMNS  # by name
+    with pytest.raises(KeyError, match="turn"):
+        StepRecord.ROW({n: None for n in StepRecord.COLUMNS if n != "turn"})
+    with TrajectoryWriter(tmp_path, fsync="never") as w:
+        e = w.start_episode(key="k", task_id="t")
+        e.add_step("add", {"n": 1}, server="s", reward=0.5, turn=2, assistant_content="ok")
+        steps = list(e._rows)
+        e.finish(termination="done")
+        episode = e.record
+    (step,) = (StepRecord.from_row(r) for r in steps)
+    assert (step.tool, step.server, step.arguments, step.reward, step.turn, step.assistant_content) == (
+        "add", "s", '{"n":1}', 0.5, 2, "ok")
+    assert (episode.episode_key, episode.task_id, episode.length, episode.termination) == ("k", "t", 1, "done")
+    assert load(tmp_path).episodes[0]["termination"] == "done"
 
 
 # -- other entry points -----------------------------------------------------------------------------------------------

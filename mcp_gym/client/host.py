@@ -43,6 +43,7 @@ from mcp_gym.protocol import (
     TASK_META_KEY,
     ToolCallError,
     catalogue_fingerprint,
+    openai_function,
 )
 
 log = logging.getLogger("mcp_gym.client")
@@ -91,30 +92,31 @@ class ToolEntry:
         a = self.tool.annotations
         return a.model_dump(by_alias=True, exclude_none=True) if a is not None else {}
 
-    def openai_schema(self) -> dict[str, Any]:
-        """The OpenAI function-calling schema of this tool."""
-        function = {"name": self.name, "description": self.tool.description or "", "parameters": self.input_schema}
-        return {"type": "function", "function": function}
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema of this tool (for chat-completions ``tools=``)."""
+        return openai_function({"name": self.name, "description": self.tool.description,
+                                "input_schema": self.input_schema})
 
-
-def tool_schema(entry: ToolEntry) -> dict[str, Any]:
-    """A JSON-able description of a tool (name, server, description, schemas, annotations) for recording."""
-    t = entry.tool
-    return {
-        "name": entry.name,
-        "server": entry.server,
-        "server_tool": entry.server_tool,
-        "description": t.description or "",
-        "input_schema": entry.input_schema,
-        "output_schema": dict(t.output_schema) if t.output_schema else None,
-        "annotations": entry.annotations,
-    }
+    def to_record(self) -> dict[str, Any]:
+        """The JSON-able form recordings store (``name``, ``server``, ``server_tool``, ``description``,
+        ``input_schema``, ``output_schema``, ``annotations``), which :func:`catalogue_hash` fingerprints."""
+        t = self.tool
+        return {
+            "name": self.name,
+            "server": self.server,
+            "server_tool": self.server_tool,
+            "description": t.description or "",
+            "input_schema": self.input_schema,
+            "output_schema": dict(t.output_schema) if t.output_schema else None,
+            "annotations": self.annotations,
+        }
 
 
 def catalogue_hash(entries: Sequence[ToolEntry]) -> str:
     """A stable hash of a tool catalogue (names, descriptions, schemas, annotations): the
-    :func:`~mcp_gym.protocol.catalogue_fingerprint` of its :func:`tool_schema` dicts, as recordings store it."""
-    return catalogue_fingerprint([tool_schema(e) for e in entries])
+    :func:`~mcp_gym.protocol.catalogue_fingerprint` of its :meth:`ToolEntry.to_record` dicts, as recordings store
+    it."""
+    return catalogue_fingerprint([e.to_record() for e in entries])
 
 
 def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:

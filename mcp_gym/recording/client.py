@@ -25,10 +25,10 @@ from typing import Any
 import mcp.types as mt
 from mcp import MCPError
 
-from mcp_gym.client.host import CallOutcome, MCPHost, ToolEntry, tool_schema
+from mcp_gym.client.host import CallOutcome, MCPHost, ToolEntry
 from mcp_gym.protocol import ToolCallError
 from mcp_gym.recording.schema import catalogue_fingerprint
-from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
+from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
 from mcp_gym.rewards import read_reward
 
 __all__ = ["RecordingClient", "RecordingHost"]
@@ -36,7 +36,7 @@ __all__ = ["RecordingClient", "RecordingHost"]
 _TIMEOUT = -32001
 
 
-class _Recorder:
+class _RecordingMiddleware:
     """Episode bookkeeping shared by the client and host middlewares."""
 
     def __init__(
@@ -54,7 +54,7 @@ class _Recorder:
         self.env_id = env_id
         self.policy = policy
         self.metadata = dict(metadata or {})
-        self.episode: EpisodeRecorder | None = None
+        self.episode: EpisodeWriter | None = None
         self._tool_hash: str | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -117,7 +117,7 @@ class _Recorder:
         self.episode.catalogue_changed(tools)
         return True
 
-    async def _episode(self) -> EpisodeRecorder:
+    async def _episode(self) -> EpisodeWriter:
         if self.episode is None or self.episode.done:
             await self.start_episode()
         assert self.episode is not None
@@ -125,7 +125,7 @@ class _Recorder:
 
     def _record(
         self,
-        episode: EpisodeRecorder,
+        episode: EpisodeWriter,
         tool: str,
         arguments: Any,
         server: str | None,
@@ -179,7 +179,7 @@ class _Recorder:
                 await leave(*exc)
 
 
-class RecordingClient(_Recorder):
+class RecordingClient(_RecordingMiddleware):
     """Records every ``call_tool`` of an SDK ``mcp.Client`` or a :class:`~mcp_gym.client.connection.ServerConnection`.
 
     Args:
@@ -207,7 +207,7 @@ class RecordingClient(_Recorder):
     async def _catalogue(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         listed = await self._target.list_tools()
         tools = listed.tools if hasattr(listed, "tools") else listed
-        schemas = [tool_schema(ToolEntry(t.name, self.server, t.name, t)) for t in tools]
+        schemas = [ToolEntry(t.name, self.server, t.name, t).to_record() for t in tools]
         info = getattr(self._target, "info", None)
         if callable(info):  # a ServerConnection
             return schemas, {self.server: info()}
@@ -237,7 +237,7 @@ class RecordingClient(_Recorder):
                          time.perf_counter() - t0)
 
 
-class RecordingHost(_Recorder):
+class RecordingHost(_RecordingMiddleware):
     """Records every ``call`` of an :class:`~mcp_gym.client.host.MCPHost` (several servers behind one catalogue).
 
     Catalogue changes the host applies (``poll_changes``/``refresh_tools``) are recorded after the call that
@@ -260,7 +260,7 @@ class RecordingHost(_Recorder):
     async def _catalogue(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         host: MCPHost = self._target
         self._seen = host.catalogue
-        return [tool_schema(e) for e in host.catalogue.values()], host.server_info()
+        return [e.to_record() for e in host.catalogue.values()], host.server_info()
 
     async def call(self, name: str, arguments: Mapping[str, Any], **kwargs: Any) -> CallOutcome:
         """``MCPHost.call`` (same arguments), recorded."""

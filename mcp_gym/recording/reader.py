@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mcp_gym.recording.run import RunDirectory
-from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA
+from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA, EpisodeRecord, StepRecord
 from mcp_gym.recording.shards import list_shards, read_shard, rows_to_batch
 from mcp_gym.recording.wal import read_frames
 
@@ -63,23 +63,19 @@ def read_tables(path: str | os.PathLike[str], *, include_wal: bool = True) -> tu
         wal_steps: list[tuple[Any, ...]] = []
         for _, segments in sorted(RunDirectory(root, create=False).wal_segments().items()):
             for _, seg in segments:
-                for ep, rows in read_frames(seg):
-                    if ep[0] in seen or (ep[1] and ep[1] in seen_keys):
+                for row, rows in read_frames(seg):
+                    ep = EpisodeRecord.from_row(row)
+                    if ep.episode_id in seen or (ep.episode_key and ep.episode_key in seen_keys):
                         continue
-                    seen.add(ep[0])
-                    if ep[1]:
-                        seen_keys.add(ep[1])
-                    wal_eps.append(_pad(ep, len(EPISODES_SCHEMA)))
-                    wal_steps.extend(_pad(r, len(STEPS_SCHEMA)) for r in rows)
+                    seen.add(ep.episode_id)
+                    if ep.episode_key:
+                        seen_keys.add(ep.episode_key)
+                    wal_eps.append(ep.row())
+                    wal_steps.extend(StepRecord.pad(r) for r in rows)
         if wal_eps:
             episodes = pa.concat_tables([episodes, pa.Table.from_batches([rows_to_batch(wal_eps, EPISODES_SCHEMA)])])
             steps = pa.concat_tables([steps, pa.Table.from_batches([rows_to_batch(wal_steps, STEPS_SCHEMA)])])
     return steps.combine_chunks(), episodes.combine_chunks()
-
-
-def _pad(row: tuple[Any, ...], width: int) -> tuple[Any, ...]:
-    """A WAL row of an older minor schema version, with nulls for the columns added since."""
-    return row if len(row) >= width else row + (None,) * (width - len(row))
 
 
 def load(path: str | os.PathLike[str], *, include_wal: bool = True) -> Recording:

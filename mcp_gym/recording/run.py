@@ -29,7 +29,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, SCHEMA_VERSION, STEPS_DIR, WAL_DIR
+from mcp_gym.recording.schema import (
+    EPISODES_DIR,
+    MANIFEST,
+    SCHEMA_VERSION,
+    STEPS_DIR,
+    WAL_DIR,
+    EpisodeRecord,
+    StepRecord,
+)
 from mcp_gym.recording.shards import PartWriter, fsync_dir, list_shards, part_name, read_shard
 from mcp_gym.recording.wal import Frame, read_frames
 
@@ -103,10 +111,6 @@ def planned_manifest(manifest: dict[str, Any], keys: list[str], metadata: dict[s
     if metadata is not None:
         manifest["metadata"] = metadata
     return manifest
-
-
-# Column positions in an episode row (see schema._EPISODE_FIELDS).
-_EP_ID, _EP_KEY = 0, 1
 
 
 class WriterLock:
@@ -237,7 +241,7 @@ class RunDirectory:
         done: set[str] = set()
         for shard in list_shards(self.path, EPISODES_DIR):
             done.update(k for k in read_shard(shard, EPISODES_DIR, ["episode_key"]).column(0).to_pylist() if k)
-        done.update(ep[_EP_KEY] for ep, _ in self._wal_frames() if ep[_EP_KEY])
+        done.update(key for ep, _ in self._wal_frames() if (key := EpisodeRecord.from_row(ep).episode_key))
         return done
 
     def pending(self, planned: Iterable[str] | None = None) -> list[str]:
@@ -325,8 +329,9 @@ class RunDirectory:
             episodes: list[tuple[Any, ...]] = []
             ids: list[str] = []
             keys: list[str] = []
-            for episode, rows in read_frames(wal):
-                eid, key = episode[_EP_ID], episode[_EP_KEY]
+            for row, rows in read_frames(wal):
+                episode = EpisodeRecord.from_row(row)
+                eid, key = episode.episode_id, episode.episode_key
                 if eid in seen_ids or (key and key in seen_keys):
                     continue
                 seen_ids.add(eid)
@@ -334,8 +339,8 @@ class RunDirectory:
                 if key:
                     seen_keys.add(key)
                     keys.append(key)
-                episodes.append(episode)
-                steps.extend(rows)
+                episodes.append(episode.row())  # rows of an older minor version: nulls for the newer columns
+                steps.extend(StepRecord.pad(r) for r in rows)
                 if len(steps) >= _RECOVERY_CHUNK:
                     part.write(steps, episodes)
                     steps, episodes = [], []

@@ -18,10 +18,11 @@ Layout of a run directory::
 from __future__ import annotations
 
 import json
+import operator
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
 
 import orjson
 import pyarrow as pa
@@ -32,6 +33,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "STEPS_SCHEMA",
     "EPISODES_SCHEMA",
+    "StepRecord",
+    "EpisodeRecord",
+    "column",
     "VERSION_KEY",
     "TABLE_KEY",
     "LIBRARY_KEY",
@@ -63,81 +67,167 @@ MANIFEST = "manifest.json"
 
 _TS = pa.timestamp("us", tz="UTC")
 
-_STEP_FIELDS: list[tuple[str, pa.DataType, str]] = [
-    ("episode_id", pa.string(), "Episode this call belongs to (joins episodes.episode_id)."),
-    ("step_index", pa.int32(), "0-based position of the call in its episode."),
-    ("timestamp", _TS, "When the call started (UTC)."),
-    ("tool", pa.string(), "Tool name as the agent saw and called it (e.g. 'fs__read_file', or 'submit')."),
-    ("server", pa.string(), "Alias of the server that served the call (null for submit and unroutable calls)."),
-    ("server_tool", pa.string(), "The server's own name of the tool."),
-    ("arguments", pa.string(), "JSON: the arguments the agent sent."),
-    ("content", pa.string(), "JSON list of MCP content blocks of the result (text, image/audio as base64, ...)."),
-    ("structured_content", pa.string(), "JSON: the result's structuredContent (null if none)."),
-    ("is_error", pa.bool_(), "The call failed: isError result, JSON-RPC error, invalid action, ..."),
-    ("error", pa.string(), "JSON {kind, tool, server, argument, code, message} when the call failed."),
-    ("error_code", pa.int32(), "JSON-RPC error code, when the server answered with one."),
-    ("reward", pa.float64(), "Reward of this step (null when the recorder had none)."),
-    ("terminated", pa.bool_(), "Gymnasium terminated flag."),
-    ("truncated", pa.bool_(), "Gymnasium truncated flag."),
-    ("duration", pa.float64(), "Seconds the tool call took."),
-    ("observation", pa.string(), "The result text the agent was shown (null outside the Gym loop)."),
-    ("resources", pa.string(), "JSON {uri: text} of observed resources after the step (null if none)."),
-    ("raw_text", pa.string(), "Model output the action was parsed from (null if not given)."),
-    ("parse_status", pa.string(), "Outcome of parsing raw_text into the action, e.g. 'ok' (null if not given)."),
-    ("result_truncated", pa.bool_(), "content/structured_content were cut to the recording size limit."),
-    ("result_bytes", pa.int64(), "Size in bytes of the result JSON before any truncation."),
-    ("info", pa.string(), "JSON: the remaining step info (logs, progress, tools_changed, termination, ...)."),
+def column(arrow: pa.DataType, doc: str, *, nullable: bool = True) -> Any:
+    """One column of a record class: its Arrow type, nullability and description (stored as the Arrow field's
+    ``description`` metadata). Every column defaults to ``None``."""
+    return field(default=None, metadata={"arrow": arrow, "doc": doc, "nullable": nullable})
+
+
+class _Record:
+    """Base of the record classes: a row of a table as a typed object, and the table's Arrow schema generated from it.
+
+    A row on disk (a WAL frame) and in the writer's buffers is a plain tuple of the record's fields in declaration
+    order: :meth:`row` makes one, :meth:`from_row` reads one back (rows of an older minor version, which lack the
+    columns added since, get nulls for them); :attr:`ROW` makes one from a mapping by column name. The column order
+    lives only in the class (the writer's per-step tuple, positional for speed, is tested against it).
+    """
+
+    __slots__ = ()
+    TABLE: ClassVar[str]
+    COLUMNS: ClassVar[tuple[str, ...]]
+    """Column names in order."""
+    ROW: ClassVar[Callable[[Mapping[str, Any]], tuple[Any, ...]]]
+    """``ROW({column: value, ...})``: the row tuple of a mapping holding every column (``KeyError`` names a missing
+    one)."""
+    SCHEMA: ClassVar[pa.Schema]
+    """The table's Arrow schema (all columns nullable; schema version and table name in its metadata)."""
+
+    _GET: ClassVar[Callable[[Any], tuple[Any, ...]]]
+
+    def row(self) -> tuple[Any, ...]:
+        """This record as a row tuple (the WAL and Parquet writer's form)."""
+        return self._GET(self)
+
+    @classmethod
+    def pad(cls, row: Sequence[Any]) -> tuple[Any, ...]:
+        """A row tuple of any minor version in the current column order: columns added since are null (and columns
+        of a newer minor version dropped, as when reading its Parquet shards)."""
+        width = len(cls.COLUMNS)
+        row = tuple(row)
+        return row if len(row) == width else (row + (None,) * (width - len(row)))[:width]
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Any:
+        """The record of a row tuple (see :meth:`pad`)."""
+        return cls(*cls.pad(row))
+
+
+_R = TypeVar("_R", bound=_Record)
+
+
+def _table(name: str) -> Callable[[type[_R]], type[_R]]:
+    """Class decorator (outside ``@dataclass``): the table's column names, row builder and Arrow schema."""
+
+    def make(cls: type[_R]) -> type[_R]:
+        from mcp_gym._version import __version__
+
+        cols = fields(cls)  # type: ignore[arg-type]
+        cls.TABLE = name
+        cls.COLUMNS = tuple(f.name for f in cols)
+        cls.ROW = operator.itemgetter(*cls.COLUMNS)
+        cls._GET = operator.attrgetter(*cls.COLUMNS)
+        cls.SCHEMA = pa.schema(
+            [pa.field(f.name, f.metadata["arrow"], nullable=f.metadata["nullable"],
+                      metadata={b"description": f.metadata["doc"].encode()}) for f in cols],
+            metadata={VERSION_KEY: SCHEMA_VERSION.encode(), TABLE_KEY: name.encode(),
+                      LIBRARY_KEY: __version__.encode()},
+        )
+        return cls
+
+    return make
+
+
+@_table("steps")
+@dataclass(slots=True)
+class StepRecord(_Record):
+    """One row of the ``steps`` table: one tool call (or ``submit``). Timestamps are microseconds since the epoch
+    (UTC), JSON columns are JSON text (see :func:`dumps`). The fields' order is the column order."""
+
+    episode_id: str | None = column(pa.string(), "Episode this call belongs to (joins episodes.episode_id).")
+    step_index: int | None = column(pa.int32(), "0-based position of the call in its episode.")
+    timestamp: int | None = column(_TS, "When the call started (UTC).")
+    tool: str | None = column(pa.string(), "Tool name as the agent saw and called it (e.g. 'fs__read_file', or "
+                              "'submit').")
+    server: str | None = column(pa.string(), "Alias of the server that served the call (null for submit and "
+                                "unroutable calls).")
+    server_tool: str | None = column(pa.string(), "The server's own name of the tool.")
+    arguments: str | None = column(pa.string(), "JSON: the arguments the agent sent.")
+    content: str | None = column(pa.string(), "JSON list of MCP content blocks of the result (text, image/audio as "
+                                 "base64, ...).")
+    structured_content: str | None = column(pa.string(), "JSON: the result's structuredContent (null if none).")
+    is_error: bool | None = column(pa.bool_(), "The call failed: isError result, JSON-RPC error, invalid action, ...")
+    error: str | None = column(pa.string(), "JSON {kind, tool, server, argument, code, message} when the call "
+                               "failed.")
+    error_code: int | None = column(pa.int32(), "JSON-RPC error code, when the server answered with one.")
+    reward: float | None = column(pa.float64(), "Reward of this step (null when the recorder had none).")
+    terminated: bool | None = column(pa.bool_(), "Gymnasium terminated flag.")
+    truncated: bool | None = column(pa.bool_(), "Gymnasium truncated flag.")
+    duration: float | None = column(pa.float64(), "Seconds the tool call took.")
+    observation: str | None = column(pa.string(), "The result text the agent was shown (null outside the Gym loop).")
+    resources: str | None = column(pa.string(), "JSON {uri: text} of observed resources after the step (null if "
+                                   "none).")
+    raw_text: str | None = column(pa.string(), "Model output the action was parsed from (null if not given).")
+    parse_status: str | None = column(pa.string(), "Outcome of parsing raw_text into the action, e.g. 'ok' (null if "
+                                      "not given).")
+    result_truncated: bool | None = column(pa.bool_(), "content/structured_content were cut to the recording size "
+                                           "limit.")
+    result_bytes: int | None = column(pa.int64(), "Size in bytes of the result JSON before any truncation.")
+    info: str | None = column(pa.string(), "JSON: the remaining step info (logs, progress, tools_changed, "
+                              "termination, ...).")
     # 1.1
-    ("turn", pa.int32(), "0-based index of the model reply the action came from (steps of one reply share it; null "
-     "if not from a model)."),
-    ("assistant_content", pa.string(), "The reply's own text as the chat view shows it back: content without "
-     "tool-call markup, or the whole text of a reply without a call (null if not from a model)."),
-]
-
-_EPISODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
-    ("episode_id", pa.string(), "Unique id of the episode."),
-    ("episode_key", pa.string(), "Collector-provided stable key (e.g. 'task-7#2'); resume skips recorded keys."),
-    ("env_id", pa.string(), "Environment id (e.g. 'mcp_gym/Counter-v0')."),
-    ("task_id", pa.string(), "Task id."),
-    ("task_prompt", pa.string(), "The task prompt the agent received."),
-    ("task", pa.string(), "JSON: the full task record (solution, answer, data, resources)."),
-    ("seed", pa.int64(), "Seed of the episode's reset."),
-    ("policy", pa.string(), "Name of the policy/model that acted."),
-    ("total_reward", pa.float64(), "Sum of step rewards (the episode return)."),
-    ("success", pa.bool_(), "Verifier verdict (null without a verifier)."),
-    ("length", pa.int32(), "Number of steps."),
-    ("termination", pa.string(), "Why it ended: submit, done, max_steps, servers_dead, ..."),
-    ("final_answer", pa.string(), "The submitted answer (null if none)."),
-    ("tools", pa.string(), "JSON list of the tool schemas the agent saw at the start (incl. submit)."),
-    ("catalogue_hash", pa.string(), "Fingerprint of `tools` (catalogue_fingerprint): compare across runs for drift."),
-    ("catalogue_changes", pa.string(), "JSON list of {step_index, hash, tools} for every change during the episode."),
-    ("servers", pa.string(), "JSON {alias: {name, version, protocol_version, transport, target, status}}."),
-    ("initial_observation", pa.string(), "JSON: the observation returned by reset (task, resources)."),
-    ("started_at", _TS, "When the episode started (UTC)."),
-    ("ended_at", _TS, "When the episode finished (UTC)."),
-    ("recorder", pa.string(), "Entry point that recorded it: 'env' (Gym wrapper) or 'client' (MCP middleware)."),
-    ("library_version", pa.string(), "mcp-gym version of the recorder."),
-    ("metadata", pa.string(), "JSON: free-form metadata given by the collector."),
-]
+    turn: int | None = column(pa.int32(), "0-based index of the model reply the action came from (steps of one reply "
+                              "share it; null if not from a model).")
+    assistant_content: str | None = column(pa.string(), "The reply's own text as the chat view shows it back: "
+                                           "content without tool-call markup, or the whole text of a reply without a "
+                                           "call (null if not from a model).")
 
 
-def _schema(fields: list[tuple[str, pa.DataType, str]], table: str) -> pa.Schema:
-    from mcp_gym._version import __version__
+@_table("episodes")
+@dataclass(slots=True)
+class EpisodeRecord(_Record):
+    """One row of the ``episodes`` table: one finished episode. Timestamps are microseconds since the epoch (UTC),
+    JSON columns are JSON text (see :func:`dumps`). The fields' order is the column order."""
 
-    return pa.schema(
-        [pa.field(name, typ, nullable=True, metadata={b"description": doc.encode()}) for name, typ, doc in fields],
-        metadata={VERSION_KEY: SCHEMA_VERSION.encode(), TABLE_KEY: table.encode(), LIBRARY_KEY: __version__.encode()},
-    )
+    episode_id: str | None = column(pa.string(), "Unique id of the episode.")
+    episode_key: str | None = column(pa.string(), "Collector-provided stable key (e.g. 'task-7#2'); resume skips "
+                                     "recorded keys.")
+    env_id: str | None = column(pa.string(), "Environment id (e.g. 'mcp_gym/Counter-v0').")
+    task_id: str | None = column(pa.string(), "Task id.")
+    task_prompt: str | None = column(pa.string(), "The task prompt the agent received.")
+    task: str | None = column(pa.string(), "JSON: the full task record (solution, answer, data, resources).")
+    seed: int | None = column(pa.int64(), "Seed of the episode's reset.")
+    policy: str | None = column(pa.string(), "Name of the policy/model that acted.")
+    total_reward: float | None = column(pa.float64(), "Sum of step rewards (the episode return).")
+    success: bool | None = column(pa.bool_(), "Verifier verdict (null without a verifier).")
+    length: int | None = column(pa.int32(), "Number of steps.")
+    termination: str | None = column(pa.string(), "Why it ended: submit, done, max_steps, servers_dead, ...")
+    final_answer: str | None = column(pa.string(), "The submitted answer (null if none).")
+    tools: str | None = column(pa.string(), "JSON list of the tool schemas the agent saw at the start (incl. "
+                               "submit).")
+    catalogue_hash: str | None = column(pa.string(), "Fingerprint of `tools` (catalogue_fingerprint): compare across "
+                                        "runs for drift.")
+    catalogue_changes: str | None = column(pa.string(), "JSON list of {step_index, hash, tools} for every change "
+                                           "during the episode.")
+    servers: str | None = column(pa.string(), "JSON {alias: {name, version, protocol_version, transport, target, "
+                                 "status}}.")
+    initial_observation: str | None = column(pa.string(), "JSON: the observation returned by reset (task, "
+                                             "resources).")
+    started_at: int | None = column(_TS, "When the episode started (UTC).")
+    ended_at: int | None = column(_TS, "When the episode finished (UTC).")
+    recorder: str | None = column(pa.string(), "Entry point that recorded it: 'env' (Gym wrapper) or 'client' (MCP "
+                                  "middleware).")
+    library_version: str | None = column(pa.string(), "mcp-gym version of the recorder.")
+    metadata: str | None = column(pa.string(), "JSON: free-form metadata given by the collector.")
 
 
-STEPS_SCHEMA: pa.Schema = _schema(_STEP_FIELDS, "steps")
-"""One row per tool call (or ``submit``)."""
-EPISODES_SCHEMA: pa.Schema = _schema(_EPISODE_FIELDS, "episodes")
-"""One row per finished episode."""
+STEPS_SCHEMA: pa.Schema = StepRecord.SCHEMA
+"""One row per tool call (or ``submit``): the columns of :class:`StepRecord`."""
+EPISODES_SCHEMA: pa.Schema = EpisodeRecord.SCHEMA
+"""One row per finished episode: the columns of :class:`EpisodeRecord`."""
 
 
 UNENCODABLE_KEY = "mcp_gym_unencodable"
-"""A value the recorder could not encode as JSON is stored as ``{"mcp_gym_unencodable": "<reason>"}`` in its place."""
+"""A value the writer could not encode as JSON is stored as ``{"mcp_gym_unencodable": "<reason>"}`` in its place."""
 _MAX_DEPTH = 400  # the fallback encoder's nesting limit (it recurses; deeper subtrees become markers)
 _MAX_INT_BITS = 14_284  # ints below 10**4300 (Python's int <-> str limit) are written as numbers
 

@@ -1,11 +1,11 @@
 """Write-ahead log: finished episodes appended as length-prefixed, CRC-checked frames.
 
 One frame holds one finished episode: ``(episode_row, step_rows)`` where rows are tuples of plain values (str, int,
-float, bool, None) in the column order of :data:`~mcp_gym.recording.schema.EPISODES_SCHEMA` /
-:data:`~mcp_gym.recording.schema.STEPS_SCHEMA`. A frame's payload is the pair as JSON (orjson: its code is warm, the
-recorder has just used it for the JSON columns); a frame JSON cannot carry exactly (NaN or infinite floats, lone
-surrogates) is pickled instead and read back by an unpickler that refuses every global. Either way a WAL can only
-ever yield plain data, never run code.
+float, bool, None) in the column order of :class:`~mcp_gym.recording.schema.EpisodeRecord` /
+:class:`~mcp_gym.recording.schema.StepRecord` (their ``from_row`` reads them by name, also rows of an older minor
+version). A frame's payload is the pair as JSON (orjson: its code is warm, the writer has just used it for the JSON
+columns); a frame JSON cannot carry exactly (NaN or infinite floats, lone surrogates) is pickled instead and read back
+by an unpickler that refuses every global. Either way a WAL can only ever yield plain data, never run code.
 
 A segment is a file mapped into memory (``MAP_SHARED``), preallocated and pre-faulted in chunks of
 :data:`CHUNK_BYTES`: appending a frame is a ``memcpy`` into the page cache, with no system call. The page cache belongs

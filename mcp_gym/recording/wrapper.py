@@ -22,9 +22,9 @@ import gymnasium as gym
 
 from mcp_gym.async_env import AsyncWrapper
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
-from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError
+from mcp_gym.protocol import SUBMIT_RECORD, SUMMARY_KEY, ToolCallError
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
-from mcp_gym.recording.writer import EpisodeRecorder, TrajectoryWriter, writer_for
+from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
 
 __all__ = ["RecordTrajectories", "ACTION_EXTRA_KEYS", "RESET_OPTION_KEYS"]
 
@@ -38,10 +38,6 @@ _COLUMN_KEYS = frozenset(
 )
 
 
-_SUBMIT_ENTRY: dict[str, Any] = {"name": "submit", "server": None, "server_tool": None,
-                                 "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA,
-                                 "output_schema": None, "annotations": {}}
-"""The built-in ``submit`` tool in the form of :func:`mcp_gym.client.host.tool_schema`."""
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -95,7 +91,7 @@ class RecordTrajectories(AsyncWrapper):
         self.writer, self._owns_writer = writer_for(path, **writer_options)
         self.policy = policy
         self.metadata = dict(metadata or {})
-        self.episode: EpisodeRecorder | None = None
+        self.episode: EpisodeWriter | None = None
         self._last_resources: Any = None
         self._last_resources_json: str | None = None
         self._catalogue: tuple[str | None, Catalogue] | None = None
@@ -222,7 +218,7 @@ class RecordTrajectories(AsyncWrapper):
             return None
         tools = list_tools()
         if "submit" in getattr(base.action_space, "tool_names", ()) and not any(t["name"] == "submit" for t in tools):
-            tools.append(_SUBMIT_ENTRY)
+            tools.append(SUBMIT_RECORD)
         catalogue = Catalogue.of(tools)
         self._catalogue = (env_hash, catalogue) if env_hash is not None else None
         return catalogue
@@ -236,7 +232,7 @@ class RecordTrajectories(AsyncWrapper):
             return
         try:
             self._add_step(ep, action, obs, reward, terminated, truncated, info, t0, extras)
-        except Exception as exc:  # noqa: BLE001 - a step the recorder cannot take apart is still a step
+        except Exception as exc:  # noqa: BLE001 - a step RecordTrajectories cannot take apart is still a step
             gym.logger.warn(f"RecordTrajectories: step {ep.length} of episode {ep.episode_id} could not be recorded "
                             f"as given ({type(exc).__name__}); it is recorded with an unencodable marker")
             reason = f"{type(exc).__name__} while recording the step"
@@ -259,7 +255,7 @@ class RecordTrajectories(AsyncWrapper):
             )
 
     def _add_step(
-        self, ep: EpisodeRecorder, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
+        self, ep: EpisodeWriter, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
         info: dict[str, Any], t0: float, extras: Mapping[str, Any],
     ) -> None:
         get = info.get
@@ -314,6 +310,6 @@ class RecordTrajectories(AsyncWrapper):
         for c in changes:
             tools = list(c["tools"])
             if not any(t["name"] == "submit" for t in tools):
-                tools.append(_SUBMIT_ENTRY)
+                tools.append(SUBMIT_RECORD)
             out.append({"step_index": int(c["step"]) - 1, "hash": catalogue_fingerprint(tools), "tools": tools})
         return out

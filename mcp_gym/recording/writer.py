@@ -1,10 +1,12 @@
 """TrajectoryWriter: buffered, crash-safe Parquet recording of episodes.
 
-Per step, an :class:`EpisodeRecorder` serialises the free-form fields to JSON once and appends a row tuple to the
-episode. When the episode finishes, the writer appends it to the write-ahead log (one frame, flushed: it survives
-``kill -9``), then to in-memory column buffers, written as a zstd row group every ``row_group_rows`` steps into a
-hidden shard, which is published atomically once it reaches ``shard_bytes`` (and on :meth:`TrajectoryWriter.close`).
-Publishing a shard deletes its WAL segment. Episodes cut short (never finished) are not recorded.
+Per step, an :class:`EpisodeWriter` serialises the free-form fields to JSON once and appends a row tuple to the
+episode (in the column order of :class:`~mcp_gym.recording.schema.StepRecord`; the episode's row is an
+:class:`~mcp_gym.recording.schema.EpisodeRecord` filled in by name). When the episode finishes, the writer appends it
+to the write-ahead log (one frame, flushed: it survives ``kill -9``), then to in-memory column buffers, written as a
+zstd row group every ``row_group_rows`` steps into a hidden shard, which is published atomically once it reaches
+``shard_bytes`` (and on :meth:`TrajectoryWriter.close`). Publishing a shard deletes its WAL segment. Episodes cut
+short (never finished) are not recorded.
 
 Use one writer per process and run directory (:meth:`TrajectoryWriter.shared` hands out the process's writer);
 several processes may write to the same run directory, each with its own writer.
@@ -33,11 +35,11 @@ from typing import Any, Literal
 
 from mcp_gym._version import __version__
 from mcp_gym.recording.run import RunDirectory, WriterLock
-from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, safe_text
+from mcp_gym.recording.schema import Catalogue, EpisodeRecord, catalogue_fingerprint, dumps, safe_text
 from mcp_gym.recording.shards import PartWriter
 from mcp_gym.recording.wal import WalFile, read_frames
 
-__all__ = ["TrajectoryWriter", "EpisodeRecorder", "FsyncPolicy", "new_writer_id", "writer_for"]
+__all__ = ["TrajectoryWriter", "EpisodeWriter", "FsyncPolicy", "new_writer_id", "writer_for"]
 
 FsyncPolicy = Literal["episode", "shard", "never"]
 MiB = 1 << 20
@@ -107,21 +109,21 @@ def truncate_result(content: Sequence[Any], structured: Any, limit: int) -> tupl
     return dumps(blocks), sc_json
 
 
-class EpisodeRecorder:
+class EpisodeWriter:
     """One episode being recorded: call :meth:`add_step` per tool call, then :meth:`finish` (or :meth:`discard`).
 
     Made by :meth:`TrajectoryWriter.start_episode`. Not thread-safe: one episode belongs to one actor.
     """
 
-    __slots__ = ("writer", "episode_id", "key", "max_result_bytes", "_head", "_rows", "_reward", "_bytes", "_changes",
+    __slots__ = ("writer", "episode_id", "key", "max_result_bytes", "record", "_rows", "_reward", "_bytes", "_changes",
                  "_floats", "done")
 
-    def __init__(self, writer: TrajectoryWriter, episode_id: str, key: str | None, head: tuple[Any, ...]) -> None:
+    def __init__(self, writer: TrajectoryWriter, record: EpisodeRecord) -> None:
         self.writer = writer
         self.max_result_bytes = writer.max_result_bytes
-        self.episode_id = episode_id
-        self.key = key
-        self._head = head
+        self.record = record  # the episode's row: its head now, the rest filled in by finish()
+        self.episode_id: str = record.episode_id  # type: ignore[assignment]
+        self.key = record.episode_key
         self._rows: list[tuple[Any, ...]] = []
         self._reward = 0.0
         self._bytes = 0
@@ -184,6 +186,9 @@ class EpisodeRecorder:
         if duration is not None:
             duration = float(duration)
             self._floats += duration
+        # The row in StepRecord.COLUMNS order, written out positionally: this runs per step, and building it by name
+        # (StepRecord.ROW over a dict) made the writer ~20% slower (scripts/bench/recorder.py). The order is checked
+        # by tests/test_recording.py::test_add_step_fills_every_column_by_name.
         self._rows.append((
             self.episode_id,
             len(self._rows),
@@ -233,18 +238,16 @@ class EpisodeRecorder:
             return
         self.done = True
         changes = list(catalogue_changes) if catalogue_changes is not None else self._changes
-        (episode_id, key, env_id, task_id, prompt, task, seed, policy, tools, tool_hash, servers, initial, started,
-         recorder, version, metadata) = self._head
-        row = (
-            episode_id, key, env_id, task_id, prompt, task, seed, policy,
-            float(total_reward) if total_reward is not None else self._reward,
-            None if success is None else bool(success),
-            len(self._rows), _text(termination), _text(final_answer), tools, tool_hash,
-            dumps(changes) if changes else None,
-            servers, initial, started, _micros(time.time()), recorder, version, metadata,
-        )
-        check = row[8] + self._reward + self._floats  # NaN/inf anywhere -> not finite (then the WAL pickles)
-        self.writer._add_episode(row, self._rows, self._bytes, check - check == 0.0)
+        record = self.record
+        record.total_reward = float(total_reward) if total_reward is not None else self._reward
+        record.success = None if success is None else bool(success)
+        record.length = len(self._rows)
+        record.termination = _text(termination)
+        record.final_answer = _text(final_answer)
+        record.catalogue_changes = dumps(changes) if changes else None
+        record.ended_at = _micros(time.time())
+        check = record.total_reward + self._reward + self._floats  # NaN/inf anywhere -> not finite: the WAL pickles
+        self.writer._add_episode(record.row(), self._rows, self._bytes, check - check == 0.0)
 
     def discard(self) -> None:
         """Drop the episode without recording it."""
@@ -378,32 +381,32 @@ class TrajectoryWriter:
         initial_observation: Any = None,
         recorder: str = "env",
         metadata: Mapping[str, Any] | None = None,
-    ) -> EpisodeRecorder:
+    ) -> EpisodeWriter:
         """Begin recording an episode; ``key`` is its resume key, ``tools`` the JSON tool schemas the agent sees (or
         a :class:`Catalogue` of them), ``task`` the task record (a dict, or its JSON string)."""
         self._check_usable()
         episode_id = _text(episode_id) or secrets.token_hex(16)
         key = _text(key)
         catalogue = tools if isinstance(tools, Catalogue) or tools is None else Catalogue.of(tools)
-        head = (
-            episode_id,
-            key,
-            _text(env_id),
-            _text(task_id),
-            _text(task_prompt),
-            task if task is None or isinstance(task, str) else dumps(task),
-            int(seed) if seed is not None and -(2**63) <= int(seed) < 2**63 else None,
-            _text(policy),
-            catalogue.json if catalogue is not None else None,
-            catalogue.hash if catalogue is not None else None,
-            dumps(servers) if servers is not None else None,
-            dumps(initial_observation) if initial_observation is not None else None,
-            _micros(time.time()),
-            recorder,
-            __version__,
-            dumps(metadata) if metadata else None,
+        record = EpisodeRecord(
+            episode_id=episode_id,
+            episode_key=key,
+            env_id=_text(env_id),
+            task_id=_text(task_id),
+            task_prompt=_text(task_prompt),
+            task=task if task is None or isinstance(task, str) else dumps(task),
+            seed=int(seed) if seed is not None and -(2**63) <= int(seed) < 2**63 else None,
+            policy=_text(policy),
+            tools=catalogue.json if catalogue is not None else None,
+            catalogue_hash=catalogue.hash if catalogue is not None else None,
+            servers=dumps(servers) if servers is not None else None,
+            initial_observation=dumps(initial_observation) if initial_observation is not None else None,
+            started_at=_micros(time.time()),
+            recorder=recorder,
+            library_version=__version__,
+            metadata=dumps(metadata) if metadata else None,
         )
-        return EpisodeRecorder(self, episode_id, key, head)
+        return EpisodeWriter(self, record)
 
     def _check_usable(self) -> None:
         if self.closed:

@@ -32,7 +32,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import mcp_gym
-from mcp_gym.recording import EPISODES_SCHEMA, STEPS_SCHEMA, RecordTrajectories, TrajectoryWriter
+from mcp_gym.recording import (
+    EPISODES_SCHEMA,
+    STEPS_SCHEMA,
+    EpisodeRecord,
+    RecordTrajectories,
+    TrajectoryWriter,
+)
 from mcp_gym.recording.schema import dumps
 
 Record = dict[str, Any]
@@ -60,11 +66,11 @@ def make_records(episodes: int, steps: int) -> list[list[Record]]:
 
 def _tuned_row(eid: str, i: int, r: Record) -> tuple[Any, ...]:
     sc = r["structured_content"]
-    return (
+    return (  # StepRecord.COLUMNS order, positional as the writer builds it
         eid, i, int(r["timestamp"] * 1e6), r["tool"], r["server"], r["server_tool"], dumps(r["arguments"]),
         dumps(r["content"]), dumps(sc) if sc is not None else None, r["is_error"],
         dumps(r["error"]) if r["error"] else None, None, r["reward"], r["terminated"], r["truncated"],
-        r["duration"], r["observation"], r["resources"], None, None, False, 0, dumps(r["info"]),
+        r["duration"], r["observation"], r["resources"], None, None, False, 0, dumps(r["info"]), None, None,
     )
 
 
@@ -112,9 +118,10 @@ def write_plain(path: Path, records: list[list[Record]], row_group_rows: int, tu
         eid = f"episode-{e}"
         steps.extend(make_row(eid, i, r) for i, r in enumerate(ep))
         now = int(time.time() * 1e6)
-        row = (eid, str(e), "bench", "t", "prompt", None, e, "bench", 0.0, None, len(ep), "done", None, None, None,
-               None, None, None, now, now, "env", "0", None)
-        episodes.append(row if tuned else dict(zip(EPISODES_SCHEMA.names, row, strict=True)))
+        record = EpisodeRecord(episode_id=eid, episode_key=str(e), env_id="bench", task_id="t", task_prompt="prompt",
+                               seed=e, policy="bench", total_reward=0.0, length=len(ep), termination="done",
+                               started_at=now, ended_at=now, recorder="env", library_version="0")
+        episodes.append(record.row() if tuned else dict(zip(EPISODES_SCHEMA.names, record.row(), strict=True)))
         if len(steps) >= row_group_rows:
             write()
             steps, episodes = [], []
@@ -125,7 +132,7 @@ def write_plain(path: Path, records: list[list[Record]], row_group_rows: int, tu
 
 
 def record_episodes(w: TrajectoryWriter, records: list[list[Record]], offset: int = 0) -> None:
-    """The records through a TrajectoryWriter, one EpisodeRecorder per episode (WAL frame per finished episode)."""
+    """The records through a TrajectoryWriter, one EpisodeWriter per episode (WAL frame per finished episode)."""
     for e, ep in enumerate(records, offset):
         rec = w.start_episode(key=str(e), env_id="bench", task_id="t", task_prompt="prompt", seed=e, policy="bench")
         for r in ep:
