@@ -475,7 +475,7 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
     @staticmethod
     def _finish_recording(env: Any, termination: str | None, success: bool | None = None, total: float = 0.0) -> None:
         """Record the episode being recorded as cut off (``termination``), or drop it (``None``)."""
-        episode = getattr(env, "episode", None)  # RecordTrajectories' EpisodeRecorder
+        episode = getattr(env, "episode", None)  # RecordTrajectories' EpisodeWriter
         if episode is None or episode.done or getattr(episode, "episode_id", None) != env.unwrapped.episode_id:
             return
         if termination is None:
