@@ -439,7 +439,8 @@ def test_git_jsonrpc_errors_and_strict_mode(make_env, repo):
     # A stale catalogue (a tool the server no longer has) is how a JSON-RPC error reaches a step.
     def add_ghost(e: MCPEnv) -> None:
         ghost = mt.Tool(name="git_ghost", input_schema={"type": "object", "properties": {}})
-        e.unwrapped.host.catalogue["git_ghost"] = ToolEntry("git_ghost", "git", "git_ghost", ghost)
+        host = e.unwrapped.host  # the host replaces its catalogue on every change (the env watches identity)
+        host.catalogue = {**host.catalogue, "git_ghost": ToolEntry("git_ghost", "git", "git_ghost", ghost)}
         e.unwrapped._sync_space()
 
     add_ghost(env)
