@@ -1,28 +1,54 @@
-"""HTTP clients for Streamable HTTP / SSE sessions that share one TLS context per process.
+"""HTTP clients for Streamable HTTP / SSE sessions: one TLS context per process, a bound on the requests in flight
+to one server, and HTTP timeouts that fail one request instead of the whole session.
 
 The SDK gives each session its own ``httpx2.AsyncClient``, and each builds its own TLS context (loading the CA
 bundle): about 27 ms of CPU and 0.8 MB of memory per session on a 2-core machine, which was most of what a session
 cost at 1,000+ concurrent episodes (``scripts/bench/scale.py``). Here every session still gets its own client and
 connection pool (its own headers, auth, hooks, cookies and proxies from the environment, exactly as before) built on
-one shared ``ssl.SSLContext``: about 0.1 ms and 3 kB per session.
+one shared ``ssl.SSLContext``: about 0.1 ms and 3 kB per session. One pool for all sessions was measured and
+rejected: httpcore's pool scans all its connections (probing each idle socket) whenever a request starts or ends, so at
+10,000 sessions every request pays for the other 9,999.
 
-One pool for all sessions was measured and rejected: httpcore's pool scans all its connections (probing each idle
-socket) whenever a request starts or ends, so at 10,000 sessions every request pays for the other 9,999.
+Two things a busy server needs (both found at 10,000 concurrent sessions against one server):
+
+* **At most** ``max_in_flight`` **requests to one server wait for its answer at once** (all sessions of this process on
+  one event loop, per origin). A server closes idle keep-alive connections (uvicorn: after 5 s), so when thousands of
+  sessions step together each opens a new TCP connection; past the server's listen backlog (uvicorn: 2048) the kernel
+  drops the connection attempts (``ListenOverflows`` in ``/proc/net/netstat``) and the clients see connect timeouts or
+  resets. A JSON-RPC request holds its slot until the server's response headers arrive (a streamed answer's body then
+  flows without one); responses, stream GETs and DELETEs take none. Waiting for a slot is bounded by the read timeout.
+* **An HTTP timeout fails that request, not the session.** In the SDK (mcp 2.3) any exception from a request's POST
+  escapes into the transport's task group and closes the session, so every later call reads "Connection closed" and a
+  busy server looked dead. Here a connect, write, read or slot timeout before the response headers becomes that
+  request's JSON-RPC error ``-32001`` (request timeout; ``data`` says which HTTP timeout) and the session stays open.
+  A refused or reset connection still ends the session: that server is gone.
 """
 
 from __future__ import annotations
 
+import json
 import ssl
 import threading
 from typing import Any
 
+import anyio
 import httpx2
+from anyio.lowlevel import RunVar
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
-__all__ = ["session_http_client", "shared_ssl_context"]
+__all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "MAX_IN_FLIGHT"]
 
 _ctx: ssl.SSLContext | None = None
 _lock = threading.Lock()
+
+MAX_IN_FLIGHT = 256
+"""Default bound on the requests to one server (origin) that wait for its answer at once, per event loop: below the
+listen backlog of common servers (uvicorn 2048, Node 511) and far above what one server process answers at once."""
+
+HTTP_TIMEOUT_DATA_KEY = "http_timeout"
+"""Key in the ``data`` of a ``-32001`` error made here (an HTTP timeout, not the caller's own bound): which one."""
+
+_SLOTS: RunVar[dict[tuple[str, int], anyio.Semaphore]] = RunVar("mcp_gym_http_slots")
 
 
 def shared_ssl_context() -> ssl.SSLContext:
@@ -35,14 +61,114 @@ def shared_ssl_context() -> ssl.SSLContext:
         return _ctx
 
 
+def _slots(origin: str, limit: int) -> anyio.Semaphore:
+    """The semaphore of ``origin`` with ``limit`` slots on the running event loop (shared by its sessions)."""
+    table = _SLOTS.get(None)
+    if table is None:
+        table = {}
+        _SLOTS.set(table)
+    sem = table.get((origin, limit))
+    if sem is None:
+        sem = table[(origin, limit)] = anyio.Semaphore(limit, fast_acquire=True)
+    return sem
+
+
+def _is_request(request: httpx2.Request) -> bool:
+    """A POST that carries a JSON-RPC request or notification (cheap: no parsing)."""
+    if request.method != "POST":
+        return False
+    try:
+        return b'"method"' in request.content
+    except httpx2.RequestNotRead:
+        return False
+
+
+def _request_id(request: httpx2.Request) -> Any:
+    """The JSON-RPC id of a POSTed request (``None`` for a notification, a response or anything else)."""
+    if request.method != "POST":
+        return None
+    try:
+        body = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead, UnicodeDecodeError):
+        return None
+    if isinstance(body, dict) and "method" in body and isinstance(body.get("id"), (str, int)):
+        return body["id"]
+    return None
+
+
+def _timeout_answer(request: httpx2.Request, which: str, seconds: float | None) -> httpx2.Response | None:
+    """A JSON-RPC ``-32001`` error answering ``request`` (what the SDK makes of a server's error body), or ``None``
+    when it is not a JSON-RPC request (the exception then goes on as before)."""
+    rid = _request_id(request)
+    if rid is None:
+        return None
+    origin = f"{request.url.scheme}://{request.url.netloc.decode('ascii', 'replace')}"
+    within = f" within {seconds:g} s" if seconds is not None else ""
+    message = (f"no answer from {origin}{within} ({which}): the server is busy or unreachable; the session stays "
+               "open")
+    body = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32001, "message": message,
+                                                   "data": {HTTP_TIMEOUT_DATA_KEY: which}}}
+    return httpx2.Response(504, headers={"content-type": "application/json"}, content=json.dumps(body).encode(),
+                           request=request)
+
+
+_WHICH = {httpx2.ConnectTimeout: "connect", httpx2.ReadTimeout: "read", httpx2.WriteTimeout: "write",
+          httpx2.PoolTimeout: "pool"}
+
+
+class _SessionClient(httpx2.AsyncClient):
+    """``httpx2.AsyncClient`` whose requests take a slot of their server's ``max_in_flight`` until the response
+    headers arrive, and whose timeouts before the headers answer the JSON-RPC request with ``-32001``."""
+
+    def __init__(self, *args: Any, max_in_flight: int | None = None, answer_timeouts: bool = True, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.max_in_flight = max_in_flight
+        self.answer_timeouts = answer_timeouts
+
+    async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:  # type: ignore[override]
+        timeouts = request.extensions.get("timeout") or {}
+        sem = None
+        # Only requests take a slot: a response to the server's own request (sampling, elicitation) must never wait
+        # behind requests whose answers wait for it.
+        if self.max_in_flight is not None and _is_request(request):
+            url = request.url
+            sem = _slots(f"{url.scheme}://{url.host}:{url.port}", self.max_in_flight)
+            wait = timeouts.get("read")
+            try:
+                with anyio.fail_after(wait):
+                    await sem.acquire()
+            except TimeoutError:
+                answer = _timeout_answer(request, f"waiting for one of {self.max_in_flight} request slots", wait) \
+                    if self.answer_timeouts else None
+                if answer is None:
+                    raise httpx2.PoolTimeout(f"no request slot within {wait:g} s", request=request) from None
+                return answer
+        try:
+            return await super().send(request, **kw)
+        except httpx2.TimeoutException as e:
+            if not self.answer_timeouts:
+                raise
+            which = next((w for cls, w in _WHICH.items() if isinstance(e, cls)), "timeout")
+            answer = _timeout_answer(request, f"{which} timeout", timeouts.get(which))
+            if answer is None:
+                raise
+            return answer
+        finally:
+            if sem is not None:
+                sem.release()
+
+
 def session_http_client(
     headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None,
-    **kw: Any,
+    *, max_in_flight: int | None = MAX_IN_FLIGHT, answer_timeouts: bool = True, **kw: Any,
 ) -> httpx2.AsyncClient:
     """What the SDK's ``create_mcp_http_client`` makes (its timeouts: 30 s, 300 s to read a stream), on the shared
-    TLS context. Extra keywords go to ``httpx2.AsyncClient``."""
-    return httpx2.AsyncClient(
-        headers=headers, auth=auth, verify=shared_ssl_context(),
+    TLS context, with ``max_in_flight`` requests per server at most (``None``: no bound) and, with
+    ``answer_timeouts`` (Streamable HTTP), timeouts that fail one request (module docstring). Extra keywords go to
+    ``httpx2.AsyncClient``."""
+    return _SessionClient(
+        headers=headers, auth=auth, verify=shared_ssl_context(), max_in_flight=max_in_flight,
+        answer_timeouts=answer_timeouts,
         timeout=timeout if timeout is not None else
         httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
         **kw,

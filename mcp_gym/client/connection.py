@@ -224,8 +224,8 @@ class ServerConnection:
             from mcp.client.sse import sse_client
 
             target = sse_client(spec.url, headers=dict(spec.headers or {}) or None, auth=spec.auth,
-                                timeout=spec.connect_timeout, httpx_client_factory=_http_client_factory(
-                                    self._http_refused))
+                                timeout=spec.http_timeout, sse_read_timeout=spec.read_timeout,
+                                httpx_client_factory=_http_client_factory(self._http_refused, spec.max_in_flight))
         else:
             target = spec.server
 
@@ -627,16 +627,20 @@ class ServerConnection:
         )
 
 
-def _http_client_factory(on_refusal: Callable[[int | None, str, str], None]) -> Callable[..., Any]:
+def _http_client_factory(
+    on_refusal: Callable[[int | None, str, str], None], max_in_flight: int | None, answer_timeouts: bool = False
+) -> Callable[..., Any]:
     """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
     (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was). All clients share one TLS
-    context (:mod:`mcp_gym.client._http`)."""
+    context and, per server, ``max_in_flight`` request slots; ``answer_timeouts`` (Streamable HTTP only: the old SSE
+    transport's POSTs carry no answer) turns an HTTP timeout into that request's error (:mod:`mcp_gym.client._http`).
+    """
     async def hook(response: Any) -> None:
         bad = response.status_code >= 400
         on_refusal(response.status_code if bad else None, response.reason_phrase, str(response.request.url))
 
     def factory(**kw: Any) -> Any:
-        http = session_http_client(**kw)  # the SDK's client, on one TLS context for all sessions
+        http = session_http_client(**kw, max_in_flight=max_in_flight, answer_timeouts=answer_timeouts)
         http.event_hooks = {"request": [], "response": [hook]}
         return http
 
@@ -646,9 +650,12 @@ def _http_client_factory(on_refusal: Callable[[int | None, str, str], None]) -> 
 @contextlib.asynccontextmanager
 async def _streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str], None]) -> AsyncIterator[Any]:
     """The SDK's Streamable HTTP transport over an HTTP client carrying the spec's headers and auth."""
+    import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    http = _http_client_factory(on_refusal)(headers=dict(spec.headers or {}) or None, auth=spec.auth)
+    http = _http_client_factory(on_refusal, spec.max_in_flight, answer_timeouts=True)(
+        headers=dict(spec.headers or {}) or None, auth=spec.auth,
+        timeout=httpx2.Timeout(spec.http_timeout, read=spec.read_timeout))
     async with http, streamable_http_client(spec.url, http_client=http) as streams:
         yield streams
 

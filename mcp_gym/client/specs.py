@@ -110,10 +110,30 @@ class _Hosted(_SpecBase):
     """Static HTTP headers sent with every request (e.g. ``{"Authorization": "Bearer ..."}``); values are secrets."""
     auth: Any = None
     """An ``httpx2.Auth`` (the ``mcp`` SDK's HTTP client library), e.g. :func:`oauth_client_credentials`."""
+    http_timeout: float = 30.0
+    """Seconds to open a connection to the server or to send it a request. Past it (or past ``read_timeout``) that
+    request fails as a timeout (JSON-RPC ``-32001``; an env step's error kind ``timeout``) and the session stays open:
+    a busy server is not a dead one. A refused or reset connection still ends the session (``server_dead``)."""
+    read_timeout: float = 300.0
+    """Longest silence, in seconds, while waiting for an answer: for its first bytes, between the bytes of a streamed
+    answer (the SDK's servers send a keep-alive every 15 s), and for a slot under ``max_in_flight``."""
+    max_in_flight: int | None = 256
+    """At most this many requests to this server (its scheme, host and port) wait for its answer at once, over all
+    sessions of this process on one event loop (the rest queue in the client, in order). Thousands of sessions that
+    each opened a connection at once would overflow the server's listen backlog (connections dropped by the kernel).
+    A request holds its slot until the answer's headers arrive. ``None``: no bound."""
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"{type(self).__name__} needs an http(s):// URL, got {redact_url(self.url)!r}")
+        for name in ("http_timeout", "read_timeout"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{type(self).__name__}({redact_url(self.url)!r}): {name} must be a positive number "
+                                 f"of seconds, got {v!r}")
+        if self.max_in_flight is not None and (not isinstance(self.max_in_flight, int) or self.max_in_flight < 1):
+            raise ValueError(f"{type(self).__name__}({redact_url(self.url)!r}): max_in_flight must be a positive "
+                             f"integer or None, got {self.max_in_flight!r}")
         if self.headers is not None:
             bad = [k for k, v in self.headers.items() if not isinstance(v, str)]
             if bad:
