@@ -39,7 +39,7 @@ from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
-from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError
+from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError, openai_tools
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
@@ -269,10 +269,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return list(self.host.catalogue.values())
 
     def openai_tools(self) -> list[dict[str, Any]]:
-        """The current tools, plus ``submit``, as OpenAI function schemas (for chat-completions ``tools=``)."""
-        submit = {"type": "function", "function": {"name": "submit", "description": SUBMIT_DESCRIPTION,
-                                                   "parameters": SUBMIT_SCHEMA}}
-        return [e.to_openai() for e in self.tools] + [submit]
+        """The current tools, plus ``submit``, as OpenAI function schemas (for chat-completions ``tools=``; the
+        policies send the same, :func:`mcp_gym.protocol.openai_tools`)."""
+        return openai_tools(self.tool_catalogue())
 
     def tool_catalogue(self) -> list[dict[str, Any]]:
         """JSON-able schemas of the current tools (for recording)."""
