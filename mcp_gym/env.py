@@ -26,6 +26,7 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
+from mcp_gym._workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 from mcp_gym.client.connection import ConnectionLost, ServerConnection
 from mcp_gym.client.host import (
     CallOutcome,
@@ -43,7 +44,6 @@ from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_SCHEMA, SUMMARY_KEY,
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
-from mcp_gym.workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 
 __all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
 
