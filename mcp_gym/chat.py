@@ -41,12 +41,9 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "ChatView",
     "call_id",
-    "render_resources",
     "user_content",
     "result_content",
-    "no_call_feedback",
     "assistant_content",
-    "openai_tools",
     "env_tools",
     "to_wire",
 ]

@@ -310,9 +310,9 @@ def test_chat_view_rules() -> None:
     assert view.messages[4]["tool_calls"][0]["function"]["arguments"] == {"amount": 3}
     # submit is always offered, once (a server's own `submit` tool is the one the env routes to).
     own = {"name": "submit", "description": "Server submit.", "input_schema": {"type": "object"}}
-    assert chat.openai_tools([]) == [{"type": "function", "function": {
+    assert protocol.openai_tools([]) == [{"type": "function", "function": {
         "name": "submit", "description": protocol.SUBMIT_DESCRIPTION, "parameters": protocol.SUBMIT_SCHEMA}}]
-    assert chat.openai_tools([own]) == [protocol.openai_function(own)]
+    assert protocol.openai_tools([own]) == [protocol.openai_function(own)]
     env = make_env("Counter")
     try:
         env.reset(options={"task_id": "counter-0000"})
