@@ -639,8 +639,9 @@ def replay(example: Mapping[str, Any], env: gym.Env[Any, Any] | None = None) -> 
     if env is None:
         import gymnasium
 
-        import mcp_gym  # noqa: F401 - registers the bundled envs
+        from mcp_gym.envs import register_all
 
+        register_all()  # idempotent (importing mcp_gym did it already, unless the registry was cleared)
         env = gymnasium.make(example["env_id"])
     try:
         env.reset(seed=example.get("seed"), options={"task_id": example["task_id"]})
