@@ -112,3 +112,28 @@ def test_tool_call_error_is_the_one_error_shape() -> None:
     assert list(err.as_dict()) == ["kind", "tool", "server", "argument", "code", "message"]
     with pytest.raises(ValueError, match="unknown error kind 'oops'"):
         protocol.ToolCallError("oops", "x")
+
+
+def test_the_readme_layout_names_every_folder_and_module() -> None:
+    """The README's layout section (Development) names every folder and module of the package, so it cannot fall
+    behind the folders: package folders as ``name/``, modules by their name (``specs``, ``_stdio``), the bundled envs'
+    folders and files as ``counter/`` and ``server.py``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("Layout: the folders"):text.index("- `mcp_gym/conf/`")]
+    named = set(re.findall(r"`([^`]+)`", section))
+    named |= {Path(n).name + ("/" if n.endswith("/") else "") for n in named} | {Path(n).stem for n in named}
+    missing = []
+    for path in PACKAGE.rglob("*"):
+        rel = path.relative_to(PACKAGE)
+        if "__pycache__" in rel.parts or rel.parts[0] == "conf" or path.name in ("__init__.py", "__main__.py"):
+            continue
+        if path.is_dir() and any(path.glob("*.py")):
+            want = f"{path.name}/"
+        elif path.suffix == ".py":
+            want = path.name if rel.parts[0] == "envs" else path.stem
+        else:
+            continue
+        if want not in named:
+            missing.append(rel.as_posix())
+    assert not missing, f"the README's layout section does not name: {sorted(missing)}"
+
