@@ -137,3 +137,33 @@ def test_the_readme_layout_names_every_folder_and_module() -> None:
             missing.append(rel.as_posix())
     assert not missing, f"the README's layout section does not name: {sorted(missing)}"
 
+
+def test_every_direct_import_is_declared() -> None:
+    """Every third-party module the package imports (at the top or inside a function) belongs to a distribution that
+    ``pyproject.toml`` declares, in the core dependencies or an extra, each with a lower bound."""
+    import ast
+    import importlib.metadata
+
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared: dict[str, str] = {}
+    for dep in [*project["dependencies"], *(d for extra in project["optional-dependencies"].values() for d in extra)]:
+        name = re.match(r"[A-Za-z0-9_.-]+", dep)[0]  # type: ignore[index]
+        declared[name.lower().replace("_", "-")] = dep
+    assert all(">=" in d or "==" in d for d in declared.values()), declared
+    imported: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"mcp_gym", "__future__"}
+    assert {"mcp", "gymnasium", "pyarrow"} <= third_party  # the scan sees the imports
+    dists = importlib.metadata.packages_distributions()
+    undeclared = {}
+    for module in sorted(third_party):
+        names = {d.lower().replace("_", "-") for d in dists.get(module, [module])}
+        if not names & set(declared):
+            undeclared[module] = sorted(names)
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
