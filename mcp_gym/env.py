@@ -308,7 +308,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return False
         self._space_of = self.host.catalogue
         tools = {name: e.input_schema for name, e in self.host.catalogue.items()}
-        tools["submit"] = SUBMIT_SCHEMA
+        tools.setdefault("submit", SUBMIT_SCHEMA)  # a server's own submit is the one offered and called
         return self.action_space.update(tools)
 
     def _pick_task(self, options: Mapping[str, Any] | None) -> Task:

@@ -331,8 +331,8 @@ def test_a_server_submit_tool_is_offered_once_by_env_and_policy() -> None:
     server = MCPServer("own-submit")
 
     @server.tool(description="The server's own submit.")
-    def submit(answer: str) -> str:
-        return answer
+    def submit(answer: str, confidence: float) -> str:
+        return f"{answer} at {confidence}"
 
     env = MCPEnv({"s": InProcess(server)}, ["t"])
     try:
@@ -341,6 +341,9 @@ def test_a_server_submit_tool_is_offered_once_by_env_and_policy() -> None:
         assert [t["function"]["name"] for t in tools] == ["submit"]
         assert tools[0]["function"]["description"] == "The server's own submit."
         assert tools == chat.env_tools(env)
+        assert tools[0]["function"]["parameters"] == env.action_space.schemas["submit"]  # validated as offered
+        obs, *_, info = env.step({"tool": "submit", "arguments": {"answer": "x", "confidence": 0.5}})
+        assert info["error"] is None and obs["result"] == "x at 0.5" and info["server"] == "s"
     finally:
         env.close()
 
