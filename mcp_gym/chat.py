@@ -24,7 +24,8 @@ The rules:
 * **A reply without a usable call** is answered by a ``user`` message: :func:`no_call_feedback` (wording by parse
   status) plus the resources that changed. It counts as a step (the env records an invalid action).
 * **Final answer**: the model ends an episode by calling the ``submit`` tool, which is always in the tools
-  (:func:`openai_tools`). Plain text is never a final answer; it is a reply without a usable call.
+  (:func:`openai_tools`, from :mod:`mcp_gym.protocol`). Plain text is never a final answer; it is a reply without a
+  usable call.
 """
 
 from __future__ import annotations
@@ -34,20 +35,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mcp_gym.parsing import ParseResult, ToolCall
-from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
+from mcp_gym.protocol import openai_tools
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
-    "SUBMIT_TOOL",
     "ChatView",
     "call_id",
-    "render_resources",
     "user_content",
     "result_content",
-    "no_call_feedback",
     "assistant_content",
-    "openai_tool",
-    "openai_tools",
     "env_tools",
     "to_wire",
 ]
@@ -57,9 +53,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "before the next call. When the task is done, call the `submit` tool with your final answer."
 )
 """The system message of every conversation unless the caller passes another one."""
-
-SUBMIT_TOOL: dict[str, Any] = {"name": "submit", "description": SUBMIT_DESCRIPTION, "input_schema": SUBMIT_SCHEMA}
-"""The built-in ``submit`` tool in catalogue form (``name``, ``description``, ``input_schema``)."""
 
 _NO_CALL_REASON = {
     "no_tool_call": "your reply contains no tool call",
@@ -107,21 +100,6 @@ def no_call_feedback(parse_status: str | None) -> str:
 def assistant_content(parsed: ParseResult) -> str:
     """The model's own text of a parsed reply: without tool-call markup when it has calls, else the whole text."""
     return parsed.content if parsed.calls else parsed.raw_text
-
-
-def openai_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The OpenAI function schema of one catalogue entry (``name``, ``description``, ``input_schema``)."""
-    return {"type": "function", "function": {"name": schema["name"], "description": schema.get("description") or "",
-                                             "parameters": schema.get("input_schema") or {"type": "object"}}}
-
-
-def openai_tools(catalogue: Sequence[Mapping[str, Any]], *, submit: bool = True) -> list[dict[str, Any]]:
-    """The ``tools`` of a request: the catalogue's OpenAI schemas, then the built-in ``submit`` unless a tool of the
-    catalogue is already named so (as the env routes it)."""
-    tools = [openai_tool(s) for s in catalogue]
-    if submit and not any(s["name"] == "submit" for s in catalogue):
-        tools.append(openai_tool(SUBMIT_TOOL))
-    return tools
 
 
 def env_tools(env: Any) -> list[dict[str, Any]]:

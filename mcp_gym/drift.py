@@ -34,6 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import mcp.types as mt
+
+from mcp_gym.client.host import ToolEntry
 from mcp_gym.protocol import HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
 __all__ = [
@@ -48,7 +51,8 @@ __all__ = [
 
 FailOn = Literal["breaking", "any", "never"]
 Catalogue = dict[str, dict[str, Any]]
-"""tool name -> ``{"description", "inputSchema", "outputSchema", "annotations"}``."""
+"""tool name -> ``{"description", "input_schema", "output_schema", "annotations"}`` (a tool's recorded form,
+:meth:`mcp_gym.client.host.ToolEntry.to_record`, without its routing fields)."""
 
 _HIDDEN = frozenset({RESET_TOOL, STATE_TOOL})
 _COSMETIC = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
@@ -107,26 +111,26 @@ class Diff:
 
 
 # -- loading ------------------------------------------------------------------------------------------------------
-def _normalise(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """MCP tool dicts (camelCase) and recorded ``ToolEntry.to_record`` dicts (snake_case) to one form."""
-    return {
-        "description": tool.get("description") or "",
-        "inputSchema": dict(tool.get("inputSchema") or tool.get("input_schema") or {"type": "object"}),
-        "outputSchema": tool.get("outputSchema") or tool.get("output_schema") or None,
-        "annotations": dict(tool.get("annotations") or {}),
-    }
+_ROUTING = frozenset({"name", "server", "server_tool"})
 
 
-def _hidden(tool: Mapping[str, Any]) -> bool:
-    meta = tool.get("_meta") or tool.get("meta") or {}
-    return tool.get("name") in _HIDDEN or (isinstance(meta, Mapping) and meta.get(HIDDEN_META_KEY) is True)
+def _normalise(tool: mt.Tool | Mapping[str, Any], name: str) -> dict[str, Any]:
+    """What is compared of a tool, from any of its forms (SDK ``Tool``, MCP camelCase dict, recorded snake_case dict):
+    its recorded form (``ToolEntry.to_record``) without the routing fields."""
+    record = ToolEntry.of(tool, name=name).to_record()
+    return {k: v for k, v in record.items() if k not in _ROUTING}
 
 
-def _from_tools(tools: Iterable[Mapping[str, Any]], prefix: str = "") -> Catalogue:
+def _from_tools(tools: Iterable[mt.Tool | Mapping[str, Any]], prefix: str = "") -> Catalogue:
     out: Catalogue = {}
     for t in tools:
-        if t.get("name") and not _hidden(t):
-            out.setdefault(prefix + str(t["name"]), _normalise(t))
+        if isinstance(t, Mapping) and not t.get("name"):
+            continue
+        entry = ToolEntry.of(t)
+        meta = entry.tool.meta or {}
+        if entry.name in _HIDDEN or meta.get(HIDDEN_META_KEY) is True:
+            continue
+        out.setdefault(prefix + entry.name, _normalise(entry.tool, prefix + entry.name))
     return out
 
 
@@ -147,7 +151,7 @@ def _from_run(path: Path, server: str | None) -> Catalogue:
                         continue  # the env's built-in submit, or another server
                     name = t.get("server_tool") if server is not None else t.get("name")
                     if name and name not in _HIDDEN:
-                        out.setdefault(str(name), _normalise(t))
+                        out.setdefault(str(name), _normalise(t, str(name)))
     return out
 
 
@@ -183,15 +187,14 @@ def _from_live(target: str, timeout: float) -> Catalogue:
         finally:
             await conn.close()
 
-    tools = default_runtime().call(go)
-    return _from_tools(t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools)
+    return _from_tools(default_runtime().call(go))
 
 
 def load_catalogue(source: Any, *, server: str | None = None, timeout: float = 30.0) -> tuple[str, Catalogue]:
     """``(label, catalogue)`` of a source: a run directory, a cassette file or directory, a URL, a command line,
     or a list of tool dicts (MCP or recorded form). ``server`` picks one server's tools of a multi-server source."""
     if isinstance(source, Mapping):
-        return "catalogue", {str(k): _normalise(v) for k, v in source.items()}
+        return "catalogue", {str(k): _normalise(v, str(k)) for k, v in source.items()}
     if isinstance(source, (list, tuple)):
         return "tools", _from_tools(source)
     text = os.fspath(source)
@@ -344,15 +347,15 @@ class _Walker:
 
 def diff_catalogues(a: Catalogue, b: Catalogue, *, a_label: str = "a", b_label: str = "b") -> Diff:
     """The :class:`Diff` between two catalogues (``tool name -> tool``, MCP or recorded form)."""
-    a = {name: _normalise(t) for name, t in a.items()}
-    b = {name: _normalise(t) for name, t in b.items()}
+    a = {name: _normalise(t, name) for name, t in a.items()}
+    b = {name: _normalise(t, name) for name, t in b.items()}
     changes: list[Change] = []
     removed = [n for n in a if n not in b]
     added = [n for n in b if n not in a]
     renamed: list[tuple[str, str]] = []
     for old in list(removed):
-        shape = _strip_titles(a[old]["inputSchema"])
-        same = [new for new in added if _strip_titles(b[new]["inputSchema"]) == shape]
+        shape = _strip_titles(a[old]["input_schema"])
+        same = [new for new in added if _strip_titles(b[new]["input_schema"]) == shape]
         if same:
             new = max(same, key=lambda n: difflib.SequenceMatcher(None, old, n).ratio())
             renamed.append((old, new))
@@ -367,8 +370,8 @@ def diff_catalogues(a: Catalogue, b: Catalogue, *, a_label: str = "a", b_label: 
         ta, tb = a[name], b[name]
         if ta["description"] != tb["description"]:
             changes.append(Change("description", name, "$.description", "description changed", False))
-        _Walker(name, "schema", False, changes).walk(ta["inputSchema"], tb["inputSchema"], "$.inputSchema")
-        oa, ob = ta.get("outputSchema"), tb.get("outputSchema")
+        _Walker(name, "schema", False, changes).walk(ta["input_schema"], tb["input_schema"], "$.inputSchema")
+        oa, ob = ta["output_schema"], tb["output_schema"]
         if oa != ob:
             if oa is None or ob is None:
                 what = "output schema added" if oa is None else "output schema removed"

@@ -26,6 +26,7 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
+from mcp_gym._workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 from mcp_gym.client.connection import ConnectionLost, ServerConnection
 from mcp_gym.client.host import (
     CallOutcome,
@@ -39,11 +40,10 @@ from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
-from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_DESCRIPTION, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError
+from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError, openai_tools
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
-from mcp_gym.workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 
 __all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
 
@@ -269,10 +269,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return list(self.host.catalogue.values())
 
     def openai_tools(self) -> list[dict[str, Any]]:
-        """The current tools, plus ``submit``, as OpenAI function schemas (for chat-completions ``tools=``)."""
-        submit = {"type": "function", "function": {"name": "submit", "description": SUBMIT_DESCRIPTION,
-                                                   "parameters": SUBMIT_SCHEMA}}
-        return [e.to_openai() for e in self.tools] + [submit]
+        """The current tools, plus ``submit``, as OpenAI function schemas (for chat-completions ``tools=``; the
+        policies send the same, :func:`mcp_gym.protocol.openai_tools`)."""
+        return openai_tools(self.tool_catalogue())
 
     def tool_catalogue(self) -> list[dict[str, Any]]:
         """JSON-able schemas of the current tools (for recording)."""
@@ -309,7 +308,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return False
         self._space_of = self.host.catalogue
         tools = {name: e.input_schema for name, e in self.host.catalogue.items()}
-        tools["submit"] = SUBMIT_SCHEMA
+        tools.setdefault("submit", SUBMIT_SCHEMA)  # a server's own submit is the one offered and called
         return self.action_space.update(tools)
 
     def _pick_task(self, options: Mapping[str, Any] | None) -> Task:

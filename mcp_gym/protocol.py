@@ -26,6 +26,7 @@ __all__ = [
     "SUBMIT_DESCRIPTION",
     "SUBMIT_RECORD",
     "openai_function",
+    "openai_tools",
     "SUMMARY_KEY",
     "EPISODE_META_KEY",
     "TASK_META_KEY",
@@ -167,6 +168,22 @@ def openai_function(record: Mapping[str, Any]) -> dict[str, Any]:
     """
     return {"type": "function", "function": {"name": record["name"], "description": record.get("description") or "",
                                              "parameters": record.get("input_schema") or {"type": "object"}}}
+
+
+def openai_tools(records: Sequence[Mapping[str, Any]], *, submit: bool = True) -> list[dict[str, Any]]:
+    """The ``tools`` of a chat-completions request: each tool's :func:`openai_function`, then the built-in ``submit``
+    (:data:`SUBMIT_RECORD`) unless a tool of the catalogue is already named so (the env then routes ``submit`` to
+    that tool). What the env offers (``MCPEnv.openai_tools``), the policies send and the SFT export writes.
+
+    >>> [t["function"]["name"] for t in openai_tools([{"name": "add", "input_schema": {"type": "object"}}])]
+    ['add', 'submit']
+    """
+    tools = [openai_function(r) for r in records]
+    if submit and not any(r["name"] == "submit" for r in records):
+        tools.append(openai_function(SUBMIT_RECORD))
+    return tools
+
+
 SUMMARY_KEY = "summary"
 """The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``) on an episode's last step;
 ``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import pyarrow as pa
 
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, openai_tools
-from mcp_gym.protocol import SERVER_ERROR_KINDS
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
+from mcp_gym.protocol import SERVER_ERROR_KINDS, openai_tools
 from mcp_gym.recording import conversation as recorded
 from mcp_gym.recording.reader import Recording, read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
@@ -331,7 +331,7 @@ def _catalogue(ep: Mapping[str, Any], before: int | None) -> tuple[int, list[dic
 
 def _tools(ep: Mapping[str, Any], catalogue: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The ``tools`` of the episode's last model request: its catalogue then, with ``submit`` (as the policies send
-    them: :func:`mcp_gym.chat.openai_tools`)."""
+    them: :func:`mcp_gym.protocol.openai_tools`)."""
     if catalogue is None:
         catalogue = json.loads(ep["tools"]) if ep["tools"] else []
     return openai_tools(catalogue)
@@ -639,8 +639,9 @@ def replay(example: Mapping[str, Any], env: gym.Env[Any, Any] | None = None) -> 
     if env is None:
         import gymnasium
 
-        import mcp_gym  # noqa: F401 - registers the bundled envs
+        from mcp_gym.envs import register_all
 
+        register_all()  # idempotent (importing mcp_gym did it already, unless the registry was cleared)
         env = gymnasium.make(example["env_id"])
     try:
         env.reset(seed=example.get("seed"), options={"task_id": example["task_id"]})

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mcp_gym import chat, sft
+from mcp_gym import chat, protocol, sft
 from mcp_gym.client.runtime import default_runtime
 from mcp_gym.envs import BUNDLED_ENVS, load_env_tasks, make_env
 from mcp_gym.parsing import ParseResult, parse_tool_calls
@@ -310,12 +310,40 @@ def test_chat_view_rules() -> None:
     assert view.messages[4]["tool_calls"][0]["function"]["arguments"] == {"amount": 3}
     # submit is always offered, once (a server's own `submit` tool is the one the env routes to).
     own = {"name": "submit", "description": "Server submit.", "input_schema": {"type": "object"}}
-    assert [t["function"]["name"] for t in chat.openai_tools([])] == ["submit"]
-    assert chat.openai_tools([own]) == [chat.openai_tool(own)]
+    assert protocol.openai_tools([]) == [{"type": "function", "function": {
+        "name": "submit", "description": protocol.SUBMIT_DESCRIPTION, "parameters": protocol.SUBMIT_SCHEMA}}]
+    assert protocol.openai_tools([own]) == [protocol.openai_function(own)]
     env = make_env("Counter")
     try:
         env.reset(options={"task_id": "counter-0000"})
         assert chat.env_tools(env) == env.openai_tools()
+    finally:
+        env.close()
+
+
+def test_a_server_submit_tool_is_offered_once_by_env_and_policy() -> None:
+    """A server's own ``submit`` replaces the built-in one in what the env offers, as in what the policies send (the
+    env routes ``submit`` to that tool)."""
+    from mcp.server.mcpserver import MCPServer
+
+    from mcp_gym import InProcess, MCPEnv
+
+    server = MCPServer("own-submit")
+
+    @server.tool(description="The server's own submit.")
+    def submit(answer: str, confidence: float) -> str:
+        return f"{answer} at {confidence}"
+
+    env = MCPEnv({"s": InProcess(server)}, ["t"])
+    try:
+        env.reset()
+        tools = env.openai_tools()
+        assert [t["function"]["name"] for t in tools] == ["submit"]
+        assert tools[0]["function"]["description"] == "The server's own submit."
+        assert tools == chat.env_tools(env)
+        assert tools[0]["function"]["parameters"] == env.action_space.schemas["submit"]  # validated as offered
+        obs, *_, info = env.step({"tool": "submit", "arguments": {"answer": "x", "confidence": 0.5}})
+        assert info["error"] is None and obs["result"] == "x at 0.5" and info["server"] == "s"
     finally:
         env.close()
 

@@ -189,3 +189,24 @@ def test_cli_hook_and_errors(counter_run: Path, capsys: pytest.CaptureFixture[st
     assert "no changes" in capsys.readouterr().out
     assert main([str(counter_run), str(counter_run / "missing.jsonl")]) == 2
     assert "no such run directory or cassette" in capsys.readouterr().err
+
+
+def test_every_form_of_a_tool_loads_as_its_recorded_form() -> None:
+    """An MCP tool dict (camelCase), a recorded ``ToolEntry.to_record`` dict and an SDK ``Tool`` are one tool to drift
+    (all go through ``ToolEntry``); hidden tools are left out; a dict that is no tool definition is refused by name."""
+    import mcp.types as mt
+
+    from mcp_gym.client.host import ToolEntry
+
+    mcp_dict = tool("search", {"q": {"type": "string"}}, ["q"], "Search.", output={"type": "object"},
+                    readOnlyHint=True)
+    record = ToolEntry.of(mcp_dict, server="s").to_record()
+    assert record["input_schema"] == mcp_dict["inputSchema"] and record["server"] == "s"
+    hidden = {**tool("peek", {}), "_meta": {"mcp-gym/hidden": True}}
+    as_mcp = load_catalogue([mcp_dict, hidden])[1]
+    assert list(as_mcp) == ["search"]
+    assert as_mcp == load_catalogue([record])[1] == load_catalogue([mt.Tool.model_validate(mcp_dict)])[1]
+    assert as_mcp["search"]["annotations"] == {"readOnlyHint": True}
+    assert diff_catalogues({"search": record}, {"search": mcp_dict}).changes == []
+    with pytest.raises(ValueError, match="tool 'broken': not a tool definition"):
+        load_catalogue([{"name": "broken", "inputSchema": "not a schema"}])

@@ -27,7 +27,10 @@ from conftest import ROOT, npm_bin
 
 from mcp_gym import MCPEnv, Stdio
 from mcp_gym.cli import main
-from mcp_gym.graders import Grade, GradeContext, GraderError, Grading, make_grader, normalise_answer, subset_match
+from mcp_gym.graders import Grade, Grading
+from mcp_gym.graders.base import GradeContext, GraderError, normalise_answer
+from mcp_gym.graders.spec import make_grader
+from mcp_gym.graders.state import subset_match
 from mcp_gym.jobs.metrics import judge_agreement, pass_at_k, pass_hat_k
 from mcp_gym.recording import load
 from mcp_gym.tasks import Task, load_task_source

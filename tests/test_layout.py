@@ -112,3 +112,58 @@ def test_tool_call_error_is_the_one_error_shape() -> None:
     assert list(err.as_dict()) == ["kind", "tool", "server", "argument", "code", "message"]
     with pytest.raises(ValueError, match="unknown error kind 'oops'"):
         protocol.ToolCallError("oops", "x")
+
+
+def test_the_readme_layout_names_every_folder_and_module() -> None:
+    """The README's layout section (Development) names every folder and module of the package, so it cannot fall
+    behind the folders: package folders as ``name/``, modules by their name (``specs``, ``_stdio``), the bundled envs'
+    folders and files as ``counter/`` and ``server.py``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("Layout: the folders"):text.index("- `mcp_gym/conf/`")]
+    named = set(re.findall(r"`([^`]+)`", section))
+    named |= {Path(n).name + ("/" if n.endswith("/") else "") for n in named} | {Path(n).stem for n in named}
+    missing = []
+    for path in PACKAGE.rglob("*"):
+        rel = path.relative_to(PACKAGE)
+        if "__pycache__" in rel.parts or rel.parts[0] == "conf" or path.name in ("__init__.py", "__main__.py"):
+            continue
+        if path.is_dir() and any(path.glob("*.py")):
+            want = f"{path.name}/"
+        elif path.suffix == ".py":
+            want = path.name if rel.parts[0] == "envs" else path.stem
+        else:
+            continue
+        if want not in named:
+            missing.append(rel.as_posix())
+    assert not missing, f"the README's layout section does not name: {sorted(missing)}"
+
+
+def test_every_direct_import_is_declared() -> None:
+    """Every third-party module the package imports (at the top or inside a function) belongs to a distribution that
+    ``pyproject.toml`` declares, in the core dependencies or an extra, each with a lower bound."""
+    import ast
+    import importlib.metadata
+
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared: dict[str, str] = {}
+    for dep in [*project["dependencies"], *(d for extra in project["optional-dependencies"].values() for d in extra)]:
+        name = re.match(r"[A-Za-z0-9_.-]+", dep)[0]  # type: ignore[index]
+        declared[name.lower().replace("_", "-")] = dep
+    assert all(">=" in d or "==" in d for d in declared.values()), declared
+    imported: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - {"mcp_gym", "__future__"}
+    assert {"mcp", "gymnasium", "pyarrow"} <= third_party  # the scan sees the imports
+    dists = importlib.metadata.packages_distributions()
+    undeclared = {}
+    for module in sorted(third_party):
+        names = {d.lower().replace("_", "-") for d in dists.get(module, [module])}
+        if not names & set(declared):
+            undeclared[module] = sorted(names)
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import pkgutil
 import re
 from pathlib import Path
+
+import pytest
 
 import mcp_gym
 
@@ -54,3 +58,47 @@ def test_the_package_exports_what_the_readme_teaches() -> None:
     not_python = {"schema_version"}  # ``mcp_gym.schema_version``: a key of the Parquet files' metadata
     taught = {n for n in used if n not in modules | not_python}
     assert taught <= set(mcp_gym.__all__), f"README uses names mcp_gym does not export: {taught - set(mcp_gym.__all__)}"
+
+
+def _signature(value: object) -> str:
+    try:
+        return str(inspect.signature(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # not callable, or a builtin-derived class (exceptions)
+        return ""
+
+
+CURATED = ("chat", "viewer", "graders", "jobs", "recording")
+
+
+def _outside_uses(package: str) -> set[str]:
+    """Names imported (``from mcp_gym.<package>... import name``) or read as attributes (``jobs.collect``) by the
+    library's modules outside ``package`` and by ``scripts/``, plus every word of the Hydra configs."""
+    root = Path(mcp_gym.__file__).parent
+    own = root / package if (root / package).is_dir() else root / f"{package}.py"
+    files = [p for p in [*root.rglob("*.py"), *README.parent.joinpath("scripts").rglob("*.py")]
+             if own not in (p, *p.parents)]
+    used: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(f"mcp_gym.{package}"):
+                used |= {a.name for a in node.names}
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == package:
+                used.add(node.attr)
+    for conf in root.joinpath("conf").rglob("*.yaml"):
+        used |= set(re.findall(r"\w+", conf.read_text(encoding="utf-8")))
+    return used
+
+
+@pytest.mark.parametrize("package", CURATED)
+def test_exports_are_what_users_or_other_packages_need(package: str) -> None:
+    """A name in the ``__all__`` of these packages (and their modules) is taught by the README or the configs, imported
+    across a package boundary, or a type in the signature of such a name; internal helpers stay out of ``__all__``."""
+    readme = set(re.findall(r"\w+", README.read_text(encoding="utf-8")))
+    needed = readme | _outside_uses(package)
+    top = importlib.import_module(f"mcp_gym.{package}")
+    modules = [top] + [importlib.import_module(m.name) for m in
+                       pkgutil.walk_packages(getattr(top, "__path__", []), f"mcp_gym.{package}.")]
+    exported = {(m.__name__, n): getattr(m, n) for m in modules for n in getattr(m, "__all__", [])}
+    signatures = " ".join(_signature(v) for (_, n), v in exported.items() if n in needed)
+    extra = {f"{m}.{n}" for (m, n) in exported if n not in needed and not re.search(rf"\b{n}\b", signatures)}
+    assert not extra, f"exported but neither taught nor imported by another package: {sorted(extra)}"

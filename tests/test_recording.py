@@ -32,13 +32,13 @@ import mcp_gym
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import InProcess
 from mcp_gym.env import MCPEnv
+from mcp_gym.protocol import catalogue_fingerprint
 from mcp_gym.recording import (
     RecordingClient,
     RecordingHost,
     RecordTrajectories,
     RunDirectory,
     TrajectoryWriter,
-    catalogue_fingerprint,
     load,
 )
 from mcp_gym.recording.schema import (

@@ -82,6 +82,26 @@ class ToolEntry:
     server_tool: str
     tool: mt.Tool
 
+    @classmethod
+    def of(cls, tool: mt.Tool | Mapping[str, Any], *, server: str = "", name: str | None = None) -> ToolEntry:
+        """The entry of a tool from any of its forms: an SDK ``Tool``, an MCP tool dict (camelCase, as ``tools/list``
+        answers and cassettes hold it) or a recorded :meth:`to_record` dict (snake_case). ``name``: the name it is
+        offered under (default: its own; also fills a dict without one). Raises ``ValueError`` naming the tool when
+        the dict is not a tool definition.
+
+        >>> ToolEntry.of({"name": "add", "inputSchema": {"type": "object"}}).to_record()["input_schema"]
+        {'type': 'object'}
+        """
+        if not isinstance(tool, mt.Tool):
+            data = {"name": name, **tool} if name is not None else dict(tool)
+            try:
+                tool = mt.Tool.model_validate(data)
+            except ValidationError as e:
+                what = show_name(data.get("name", "(no name)"))
+                raise ValueError(f"tool {what!r}: not a tool definition: {e.errors()[0].get('msg', e)} "
+                                 f"(at {'.'.join(str(x) for x in e.errors()[0].get('loc', ())) or 'top'})") from e
+        return cls(name or tool.name, server, tool.name, tool)
+
     @property
     def input_schema(self) -> dict[str, Any]:
         """The tool's JSON Schema for its arguments."""

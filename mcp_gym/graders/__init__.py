@@ -48,21 +48,14 @@ maximum), ``weighted`` (``of`` items carry ``weight``; score the weighted mean, 
 
 ``{workspace}`` in a grader's string options is the episode's workspace (see ``fixture`` in
 :class:`~mcp_gym.tasks.Task`). A grader that cannot grade (a broken verifier, an unreachable judge, a failed final
-call) raises :class:`GraderError`: the env then records ``success=None`` and the error, never a silent failure.
+call) raises :class:`~mcp_gym.graders.base.GraderError`: the env then records ``success=None`` and the error, never a
+silent failure.
 """
 
 from __future__ import annotations
 
-from mcp_gym.graders.answers import ExactGrader, NumericGrader, OneOfGrader, PythonGrader, RegexGrader, SetGrader
-from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError, normalise_answer
-from mcp_gym.graders.judge import DEFAULT_JUDGE_PROMPT, DEFAULT_JUDGE_SYSTEM, JudgeGrader, JudgeSettings
-from mcp_gym.graders.session import SessionAccess
-from mcp_gym.graders.spec import GRADER_KINDS, CombinedGrader, Grading, make_grader
-from mcp_gym.graders.state import FilesGrader, MCPGrader, SQLiteGrader, subset_match
+from mcp_gym.graders.base import Grade
+from mcp_gym.graders.judge import DEFAULT_JUDGE_PROMPT, DEFAULT_JUDGE_SYSTEM, JudgeSettings
+from mcp_gym.graders.spec import Grading
 
-__all__ = [
-    "Grade", "GradeContext", "Grader", "GraderError", "Grading", "JudgeSettings", "make_grader", "normalise_answer",
-    "DEFAULT_JUDGE_PROMPT", "DEFAULT_JUDGE_SYSTEM", "GRADER_KINDS", "SessionAccess", "subset_match",
-    "ExactGrader", "NumericGrader", "RegexGrader", "OneOfGrader", "SetGrader", "PythonGrader", "FilesGrader",
-    "SQLiteGrader", "MCPGrader", "JudgeGrader", "CombinedGrader",
-]
+__all__ = ["Grade", "Grading", "JudgeSettings", "DEFAULT_JUDGE_SYSTEM", "DEFAULT_JUDGE_PROMPT"]

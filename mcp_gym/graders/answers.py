@@ -12,7 +12,7 @@ from typing import Any
 
 from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError, normalise_answer
 
-__all__ = ["ExactGrader", "NumericGrader", "RegexGrader", "OneOfGrader", "SetGrader", "PythonGrader"]
+__all__: list[str] = []  # internal to mcp_gym.graders: used by its sibling modules only
 
 
 class ExactGrader(Grader):

@@ -12,7 +12,7 @@ from typing import Any
 
 from mcp_gym.tasks import Task
 
-__all__ = ["Grade", "GradeContext", "Grader", "GraderError", "normalise_answer"]
+__all__ = ["Grade"]
 
 
 class GraderError(Exception):

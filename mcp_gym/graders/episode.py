@@ -12,7 +12,7 @@ from mcp_gym.graders.spec import Grading
 from mcp_gym.protocol import ToolCallError
 from mcp_gym.tasks import Task, Verifier
 
-__all__ = ["episode_grader", "is_graded", "grade_episode", "grade_step_end", "grade_submit", "verifier_score"]
+__all__ = ["is_graded", "grade_step_end", "grade_submit", "verifier_score"]
 
 
 class _GradedEpisode(Protocol):

@@ -11,7 +11,7 @@ from typing import Any
 
 from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError
 
-__all__ = ["JudgeGrader", "JudgeSettings", "DEFAULT_JUDGE_PROMPT", "DEFAULT_JUDGE_SYSTEM"]
+__all__ = ["JudgeSettings", "DEFAULT_JUDGE_SYSTEM", "DEFAULT_JUDGE_PROMPT"]
 
 
 DEFAULT_JUDGE_SYSTEM = (

@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp_gym.graders.base import GraderError
 
-__all__ = ["SessionAccess"]
+__all__: list[str] = []  # internal to mcp_gym.graders: used by its sibling modules only
 
 
 def _text(blocks: Sequence[Any]) -> str:

@@ -12,7 +12,7 @@ from mcp_gym.graders.judge import JudgeGrader, JudgeSettings
 from mcp_gym.graders.state import FilesGrader, MCPGrader, SQLiteGrader
 from mcp_gym.tasks import Task
 
-__all__ = ["CombinedGrader", "GRADER_KINDS", "make_grader", "Grading"]
+__all__ = ["Grading"]
 
 
 class CombinedGrader(Grader):

@@ -4,12 +4,11 @@ Each takes a job config (the Hydra tree in ``mcp_gym/conf/``, the package ``mcp_
 directory; see :mod:`mcp_gym.cli` for the command line.
 """
 
-from mcp_gym.jobs.collect import CollectResult, JobInterrupted, collect, run_interruptible
+from mcp_gym.jobs.collect import CollectResult, JobInterrupted, collect
 from mcp_gym.jobs.demo import demo
-from mcp_gym.jobs.evaluate import EvalResult, evaluate, score_run
+from mcp_gym.jobs.evaluate import EvalResult, evaluate
 from mcp_gym.jobs.export import export_sft
-from mcp_gym.jobs.identity import JobRefused, RunConfigMismatch
-from mcp_gym.jobs.metrics import pass_at_k, per_task, summarize
+from mcp_gym.jobs.identity import JobRefused
 from mcp_gym.jobs.results import JobFailed
 
 __all__ = [
@@ -17,15 +16,9 @@ __all__ = [
     "evaluate",
     "export_sft",
     "demo",
-    "score_run",
-    "run_interruptible",
     "CollectResult",
     "EvalResult",
     "JobFailed",
     "JobInterrupted",
     "JobRefused",
-    "RunConfigMismatch",
-    "pass_at_k",
-    "per_task",
-    "summarize",
 ]

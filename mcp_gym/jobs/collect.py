@@ -30,7 +30,7 @@ from mcp_gym.jobs.config import (
 from mcp_gym.jobs.results import CollectResult, JobFailed, JobInterrupted
 from mcp_gym.vector import EpisodeResult, VectorMCPEnv
 
-__all__ = ["collect", "CollectResult", "JobInterrupted", "run_interruptible"]
+__all__ = ["collect"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -15,10 +15,7 @@ from mcp_gym.policies import Policy, make_policy
 from mcp_gym.tasks import Task, load_task_source
 from mcp_gym.vector import EpisodeSpec
 
-__all__ = [
-    "to_dict", "load_job_tasks", "env_factory", "run_location", "build_policy", "plan_episodes", "episode_seed",
-    "run_metadata", "job_identity", "custom_grading", "needs_own_sessions", "redact_server_entry",
-]
+__all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules only
 
 
 def to_dict(node: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from mcp_gym.jobs.evaluate import evaluate
 from mcp_gym.jobs.export import export_sft
 from mcp_gym.jobs.report import print_summary
 
-__all__ = ["demo", "policy_config"]
+__all__ = ["demo"]
 
 
 def policy_config(kind: str) -> DictConfig:

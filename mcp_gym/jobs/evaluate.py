@@ -20,7 +20,7 @@ from mcp_gym.jobs.metrics import per_task, summarize
 from mcp_gym.jobs.report import print_summary, write_report
 from mcp_gym.recording import RunStore, read_tables
 
-__all__ = ["evaluate", "EvalResult", "score_run"]
+__all__ = ["evaluate", "EvalResult"]
 
 
 @dataclass

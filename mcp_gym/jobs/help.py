@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 
-__all__ = ["ConfKey", "ConfFile", "read_conf", "job_help", "JOB_GROUPS"]
+__all__ = ["job_help"]
 
 JOB_GROUPS: dict[str, tuple[str, ...]] = {
     "collect": ("env", "policy", "recorder", "launcher"),

@@ -23,10 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mcp_gym.recording.store import RunStore
 
-__all__ = [
-    "JobRefused", "RunConfigMismatch", "run_identity", "task_set_digest", "identity_diff", "check_rerun", "GROWABLE",
-    "plan_run",
-]
+__all__ = ["JobRefused"]
 
 GROWABLE = ("samples", "episodes")
 """Identity keys a rerun may grow (the plan is extended)."""

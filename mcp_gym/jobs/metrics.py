@@ -26,8 +26,7 @@ import pyarrow as pa
 
 from mcp_gym.graders import Grade
 
-__all__ = ["pass_at_k", "pass_hat_k", "summarize", "per_task", "episode_grades", "grader_breakdown",
-           "judge_agreement"]
+__all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules only
 
 PERCENTILES = (50, 90, 99)
 

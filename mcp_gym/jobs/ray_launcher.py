@@ -49,7 +49,7 @@ from mcp_gym.jobs.results import CollectResult, JobFailed, JobInterrupted
 from mcp_gym.recording.store import RunStore
 from mcp_gym.vector import EpisodeResult, EpisodeSpec
 
-__all__ = ["collect_ray", "RayCollector"]
+__all__ = ["RayCollector"]
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["figures", "plot_label", "write_report", "summary_table", "REPORT_DIR"]
+__all__ = ["REPORT_DIR"]
 
 REPORT_DIR = "report"
 

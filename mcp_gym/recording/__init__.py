@@ -14,11 +14,9 @@ from mcp_gym.recording.reader import Recording, load, read_tables
 from mcp_gym.recording.run import RunDirectory
 from mcp_gym.recording.schema import (
     EPISODES_SCHEMA,
-    SCHEMA_VERSION,
     STEPS_SCHEMA,
     EpisodeRecord,
     StepRecord,
-    catalogue_fingerprint,
 )
 from mcp_gym.recording.store import RunStore
 from mcp_gym.recording.wrapper import RecordTrajectories
@@ -35,10 +33,8 @@ __all__ = [
     "Recording",
     "load",
     "read_tables",
-    "SCHEMA_VERSION",
     "StepRecord",
     "EpisodeRecord",
     "STEPS_SCHEMA",
     "EPISODES_SCHEMA",
-    "catalogue_fingerprint",
 ]

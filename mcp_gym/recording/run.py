@@ -46,7 +46,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunDirectory", "WriterLock"]
+__all__ = ["RunDirectory"]
 
 FORMAT = "mcp-gym-trajectories"
 _RECOVERY_CHUNK = 4096  # step rows per row group when rewriting a WAL segment

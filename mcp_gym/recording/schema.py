@@ -30,26 +30,14 @@ import pyarrow as pa
 from mcp_gym.protocol import catalogue_fingerprint, json_default
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "STEPS_SCHEMA",
-    "EPISODES_SCHEMA",
     "StepRecord",
     "EpisodeRecord",
-    "column",
-    "VERSION_KEY",
-    "TABLE_KEY",
-    "LIBRARY_KEY",
+    "STEPS_SCHEMA",
+    "EPISODES_SCHEMA",
     "STEPS_DIR",
     "EPISODES_DIR",
-    "WAL_DIR",
     "MANIFEST",
-    "catalogue_fingerprint",
-    "Catalogue",
     "dumps",
-    "UNENCODABLE_KEY",
-    "unencodable",
-    "safe_text",
-    "check_version",
 ]
 
 SCHEMA_VERSION = "1.1"

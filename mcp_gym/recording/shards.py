@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA, check_version
 
-__all__ = ["PartWriter", "part_name", "rows_to_batch", "list_shards", "read_shard", "fsync_dir"]
+__all__: list[str] = []  # internal to mcp_gym.recording: used by its sibling modules only
 
 TABLES: dict[str, pa.Schema] = {STEPS_DIR: STEPS_SCHEMA, EPISODES_DIR: EPISODES_SCHEMA}
 

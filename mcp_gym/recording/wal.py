@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["WalFile", "read_frames", "Frame", "CHUNK_BYTES"]
+__all__: list[str] = []  # internal to mcp_gym.recording: used by its sibling modules only
 
 _HEADER = struct.Struct("<II")  # payload length, crc32 of payload
 Frame = tuple[tuple[Any, ...], list[tuple[Any, ...]]]

@@ -21,12 +21,12 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from mcp_gym.async_env import AsyncWrapper
-from mcp_gym.parsing import ACTION_EXTRA_KEYS, split_action
+from mcp_gym.parsing import split_action
 from mcp_gym.protocol import SUBMIT_RECORD, SUMMARY_KEY, ToolCallError
 from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
 from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
 
-__all__ = ["RecordTrajectories", "ACTION_EXTRA_KEYS", "RESET_OPTION_KEYS"]
+__all__ = ["RecordTrajectories"]
 
 """Optional action keys the wrapper records and strips."""
 RESET_OPTION_KEYS = ("policy", "episode_key", "metadata")

@@ -39,7 +39,7 @@ from mcp_gym.recording.schema import Catalogue, EpisodeRecord, catalogue_fingerp
 from mcp_gym.recording.shards import PartWriter
 from mcp_gym.recording.wal import WalFile, read_frames
 
-__all__ = ["TrajectoryWriter", "EpisodeWriter", "FsyncPolicy", "new_writer_id", "writer_for"]
+__all__ = ["TrajectoryWriter", "EpisodeWriter", "FsyncPolicy"]
 
 FsyncPolicy = Literal["episode", "shard", "never"]
 MiB = 1 << 20

@@ -39,6 +39,19 @@ class ToolCallSpace(gymnasium.spaces.Space[dict]):
     they validate against the tool's input schema. :meth:`validate` / :meth:`validation_error` explain rejections.
 
     Equality compares tool names (in order), schemas and ``max_argument_bytes``, as required by vector envs.
+
+    >>> space = ToolCallSpace({"add": {"type": "object", "required": ["amount"],
+    ...                                "properties": {"amount": {"type": "integer", "minimum": -5, "maximum": 5}}}},
+    ...                       seed=0)
+    >>> {"tool": "add", "arguments": {"amount": 2}} in space
+    True
+    >>> err = space.validation_error({"tool": "add", "arguments": {"amount": 9}})   # why an action is refused
+    >>> err.kind, err.argument
+    ('invalid_arguments', 'amount')
+    >>> space.validate({"tool": "frob"})
+    "unknown tool 'frob' (available: add)"
+    >>> space.sample() in space                          # samples satisfy the schema
+    True
     """
 
     def __init__(

@@ -40,7 +40,7 @@ from mcp_gym.recording.reader import read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 from mcp_gym.recording.store import RunStore
 
-__all__ = ["RunView", "load_run", "render_html", "write_view", "main", "VIEW_FILE"]
+__all__ = ["write_view", "main"]
 
 VIEW_FILE = "report.html"
 """Name of the page ``mcp-gym view RUN`` writes into a single run's directory."""
