@@ -165,6 +165,31 @@ def test_hf_policy_from_a_directory_and_the_cli(tokenizer: Any, tmp_path: Path) 
     assert set(load(out).episodes["policy"]) == {"hf:tiny-qwen"}
 
 
+def test_a_model_retrained_into_the_same_path_is_another_run(tokenizer: Any, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The path of a local model names no version: an eval rerun after retraining into the same directory must not
+    report the old model's episodes as the new one's (it refuses, naming the model's files); unchanged, it resumes."""
+    model_dir = tmp_path / "tiny-qwen"
+    tiny_model(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "eval"
+    args = ["eval", "env=counter", "env.transport=inprocess", "env.max_steps=2", "policy=hf",
+            f"policy.model={model_dir}", "policy.max_new_tokens=4", "samples=1", "episodes=2", f"out={out}",
+            "launcher.num_envs=1", "launcher.progress=false", "plots=false"]
+    assert main(args) == 0
+    before = (out / "report" / "results.json").read_text()
+    assert main(args) == 0  # the same model: the same run, resumed
+    capsys.readouterr()
+    with torch.no_grad():  # "retrain": other weights, saved to the same path
+        model = tiny_model(tokenizer)
+        model.model.embed_tokens.weight.mul_(-1.0)
+    model.save_pretrained(model_dir)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "policy.model_files:" in err and "out=" in err, err
+    assert (out / "report" / "results.json").read_text() == before
+
+
 def test_a_template_without_tools_is_refused(tokenizer: Any) -> None:
     plain = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     policy = HFPolicy(tiny_model(tokenizer), tokenizer, chat_template=plain, max_new_tokens=2)

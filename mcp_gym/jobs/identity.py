@@ -2,9 +2,9 @@
 
 A job records in its run directory's manifest (``metadata["identity"]``) the resolved config of everything that shapes
 its episodes: the env and its options, a digest of its task set, the policy and its options (model, base URL,
-temperature, ...), ``seed``, ``split``, ``samples``, ``episodes`` and the episode limit. Settings that only change
-how fast or where episodes run (``launcher.*``, ``recorder.*``, ``out``, ``env.transport``, timeouts, the API key)
-are left out.
+temperature, ...; for a local ``policy=hf`` model also a digest of its files), ``seed``, ``split``, ``samples``,
+``episodes`` and the episode limit. Settings that only change how fast or where episodes run (``launcher.*``,
+``recorder.*``, ``out``, ``env.transport``, timeouts, the API key) are left out.
 
 A rerun into the same directory (:func:`check_rerun`):
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,6 +62,27 @@ def task_set_digest(tasks: Sequence[Any]) -> str | None:
     return h.hexdigest()
 
 
+def model_digest(model: Any) -> str | None:
+    """A digest of a local model (a directory saved with ``save_pretrained``, or one file): each file's name, size and
+    three sampled 64 kB blocks of its content, so a model retrained into the same path is another run (``None`` when
+    ``model`` is not a local path). Sampling keeps this cheap for multi-GB weights; retrained weights differ there."""
+    if not isinstance(model, str) or not model:
+        return None
+    path = Path(model).expanduser()
+    if not path.exists():
+        return None
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    h = hashlib.blake2b(digest_size=8)
+    for f in files:
+        size = f.stat().st_size
+        h.update(f"{f.relative_to(path) if path.is_dir() else f.name}\0{size}\0".encode())
+        with f.open("rb") as fh:
+            for offset in sorted({0, max(0, size // 2 - 32768), max(0, size - 65536)}):
+                fh.seek(offset)
+                h.update(fh.read(65536))
+    return h.hexdigest()
+
+
 def run_identity(
     env: Mapping[str, Any], policy: Mapping[str, Any], *, seed: Any, split: Any, samples: Any = None,
     episodes: Any = None, tasks: Sequence[Any] | None = None,
@@ -81,6 +103,8 @@ def run_identity(
         except (ValueError, ImportError):
             pass
     policy = {k: v for k, v in policy.items() if k not in _POLICY_OPERATIONAL}
+    if policy.get("kind") == "hf":  # a local model's path names no version: retrained weights are another run
+        policy["model_files"] = model_digest(policy.get("model"))
     out: dict[str, Any] = {}
     _flatten("env", env, out)
     if tasks is not None:
