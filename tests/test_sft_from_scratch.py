@@ -1,7 +1,10 @@
 """scripts/examples/sft_from_scratch.py with a reduced budget: a tiny model trained from random initialisation on the
 exported oracle episodes of Counter's train split beats the random policy on the test split (needs the [train] extra).
 
-The run is seeded and greedy, so its success rate is reproducible; the assertion leaves a wide margin over random."""
+The script's default env, Lookup, needs a copy mechanism that appears after a loss plateau whose length varies with the
+seed and the CPU's floating-point rounding (README: "A model trained from scratch beats random"); Counter is learnt
+steadily from the first steps, so a short run on it is a stable CI check of the same pipeline (collect -> export ->
+tokenizer -> SFTTrainer -> policy=hf eval). The run is seeded and greedy; the assertion leaves a wide margin."""
 
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -
            "PYTHONWARNINGS": "ignore"}
     out = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "scripts" / "examples" / "sft_from_scratch.py"), "--out", str(out),
-           "--steps", "900", "--random-samples", "2", "--json", str(tmp_path / "results.json")]
+           "--env", "counter", "--batch-size", "8", "--steps", "900", "--random-samples", "2",
+           "--json", str(tmp_path / "results.json")]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
