@@ -62,7 +62,8 @@ def rss_kb(pid: int | str = "self") -> float:
 
 # -- the client side, in its own interpreter ---------------------------------------------------------------------------
 def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_concurrency: int,
-           trace: bool) -> dict[str, Any]:
+           trace: bool, max_in_flight: int | None = None) -> dict[str, Any]:
+    import collections
     import gc
     import tracemalloc
 
@@ -77,6 +78,22 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
     latencies: list[float] = []
     finished = [0]
     state = {"steps": 0}
+    http_errors: collections.Counter[str] = collections.Counter()
+
+    # Count what the HTTP layer raises (both sides' sessions use httpx2.AsyncClient.send): the kinds of failure behind
+    # a session that died, which the SDK reports only as "Connection closed".
+    import httpx2
+
+    _send = httpx2.AsyncClient.send
+
+    async def counted_send(self: Any, request: Any, **kw: Any) -> Any:
+        try:
+            return await _send(self, request, **kw)
+        except Exception as e:
+            http_errors[f"{type(e).__name__}: {str(e)[:60]}"] += 1
+            raise
+
+    httpx2.AsyncClient.send = counted_send  # type: ignore[method-assign]
 
     if mode == "mcp-gym":
         from mcp_gym import MCPEnv
@@ -86,8 +103,9 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
         tasks = generate_tasks()
 
         async def open_episode(i: int) -> Any:
-            env = MCPEnv({"testing": Http(url, connect_timeout=600.0)}, tasks, max_steps=10,
-                         observe_resources=[STATE_URI], call_timeout=600.0, reset_timeout=600.0)
+            spec = Http(url, connect_timeout=600.0, max_in_flight=max_in_flight)
+            env = MCPEnv({"testing": spec}, tasks, max_steps=10, observe_resources=[STATE_URI], call_timeout=600.0,
+                         reset_timeout=600.0)
             _, info = await env.areset(seed=i)
             if info["error"] is not None:
                 errors.append(f"reset: {info['error']}")
@@ -237,6 +255,7 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
         out["finished"] = finished[0]
         out["errors"] = len(errors)
         out["error_sample"] = errors[:3]
+        out["http_errors"] = dict(http_errors.most_common(6))
         if latencies:
             qs = statistics.quantiles(latencies, n=100)
             out["p50_ms"], out["p99_ms"] = statistics.median(latencies) * 1000, qs[98] * 1000
@@ -281,7 +300,8 @@ def run(mode: str, n: int, a: argparse.Namespace, trace: bool) -> dict[str, Any]
     proc, port = start_server()
     try:
         cmd = [sys.executable, __file__, "--worker", mode, str(n), str(port), str(proc.pid), "--steps",
-               str(a.steps), "--connect-concurrency", str(a.connect_concurrency)] + (["--trace"] if trace else [])
+               str(a.steps), "--connect-concurrency", str(a.connect_concurrency)] + (["--trace"] if trace else []) \
+            + (["--max-in-flight", str(a.max_in_flight)] if a.max_in_flight else [])
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
         if r.returncode != 0:
             lines = [x.strip(" |+-") for x in r.stderr.strip().splitlines()]
@@ -306,27 +326,33 @@ def main() -> None:
     p.add_argument("--connect-concurrency", type=int, default=100, help="sessions connecting at once")
     p.add_argument("--trace-max", type=int, default=10000, help="largest N with a tracemalloc run (0: none)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    p.add_argument("--max-in-flight", type=int, default=None,
+                   help="mcp-gym side: Http(max_in_flight=...), requests waiting on the server at once (default: none)")
+    p.add_argument("--rounds", type=int, default=1, help="runs per N and side, the sides alternating")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     p.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         mode, n, port, pid = a.worker
-        print(json.dumps(worker(mode, int(n), int(port), int(pid), a.steps, a.connect_concurrency, a.trace)))
+        print(json.dumps(worker(mode, int(n), int(port), int(pid), a.steps, a.connect_concurrency, a.trace,
+                                a.max_in_flight)))
         return
     soft, hard = raise_nofile()
     print(f"RLIMIT_NOFILE soft limit raised to {soft} (hard {hard}); {os.cpu_count()} cores", file=sys.stderr)
     results: list[dict[str, Any]] = []
     for n in a.n:
-        for mode in a.modes:
-            print(f"{mode}: {n} concurrent episodes...", file=sys.stderr, flush=True)
-            r = run(mode, n, a, trace=False)
-            if n <= a.trace_max and "failed" not in r:
-                print(f"{mode}: {n} episodes, tracemalloc run...", file=sys.stderr, flush=True)
-                r["traced_kb_per_ep"] = run(mode, n, a, trace=True).get("traced_kb_per_ep")
-            print(json.dumps(r), file=sys.stderr, flush=True)
-            results.append(r)
-    by = {(r["mode"], r["n"]): r for r in results}
+        for k in range(a.rounds):
+            for mode in a.modes if k % 2 == 0 else a.modes[::-1]:  # ABBA: neither side always runs first
+                print(f"{mode}: {n} concurrent episodes (round {k + 1})...", file=sys.stderr, flush=True)
+                r = run(mode, n, a, trace=False)
+                r["round"] = k
+                if k == 0 and n <= a.trace_max and "failed" not in r:
+                    print(f"{mode}: {n} episodes, tracemalloc run...", file=sys.stderr, flush=True)
+                    r["traced_kb_per_ep"] = run(mode, n, a, trace=True).get("traced_kb_per_ep")
+                print(json.dumps(r), file=sys.stderr, flush=True)
+                results.append(r)
+    by = {(r["mode"], r["n"], r["round"]): r for r in results}
     cols = ["N", "side", "steps/s", "p50 ms", "p99 ms", "kB/ep RSS", "kB/ep traced", "server MB open/win/closed",
             "errors", "finished", "connect CPU ms/ep", "steps/s vs raw", "CPU vs raw"]
     print(" | ".join(cols))
@@ -335,7 +361,7 @@ def main() -> None:
         if "failed" in r:
             print(f"{r['n']} | {r['mode']} | failed: {r['failed']}")
             continue
-        raw = by.get(("raw-sdk", r["n"]), {})
+        raw = by.get(("raw-sdk", r["n"], r["round"]), {})
         ratio = (r["steps_per_s"] / raw["steps_per_s"]) if r["mode"] != "raw-sdk" and raw.get("steps_per_s") else None
         cpu = (r["connect_cpu_ms_per_ep"] / raw["connect_cpu_ms_per_ep"]) if r["mode"] != "raw-sdk" and \
             raw.get("connect_cpu_ms_per_ep") else None
@@ -347,6 +373,16 @@ def main() -> None:
             str(r.get("errors")), f"{r.get('finished')}/{r['n']}", fmt(r.get("connect_cpu_ms_per_ep"), ".1f"),
             fmt(ratio, ".2f") + ("x" if ratio else ""), fmt(cpu, ".2f") + ("x" if cpu else ""),
         ]))
+    for n in a.n:
+        pairs = [(by.get(("mcp-gym", n, k), {}).get("steps_per_s"), by.get(("raw-sdk", n, k), {}).get("steps_per_s"))
+                 for k in range(a.rounds)]
+        ratios = [m / r for m, r in pairs if m and r]
+        if len(ratios) > 1:
+            print(f"N={n}: mcp-gym / raw SDK steps/s per round {', '.join(f'{x:.2f}' for x in ratios)}; "
+                  f"median {statistics.median(ratios):.2f}x")
+    for r in results:
+        if r.get("http_errors"):
+            print(f"N={r['n']} {r['mode']} round {r['round'] + 1}: HTTP exceptions {r['http_errors']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
