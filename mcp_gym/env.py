@@ -325,7 +325,6 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict, dict]:
-        await self._ensure_started()
         self.task = self._pick_task(options)
         self.episode_id = uuid.uuid4().hex
         self.host.episode_id = self.episode_id
@@ -336,6 +335,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.host.drain_logs()
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         self.host.episode_task, self.host.episode_seed = self.task.id, task_seed  # sent in _meta (cassette replay)
+        await self._ensure_started()  # connecting in the first reset lists tools for this episode (not twice)
         self._transcript = []
         self.grade = None
         reset_errors: list[dict[str, Any]] = []

@@ -152,3 +152,57 @@ def test_episode_server_reset_skips_listing_and_drops_unlocked_tools() -> None:
         assert seen["tools/list"] == listed + 2
     finally:
         env.close()
+
+
+def _first_reset_in_loop(spec: Any, seed: int = 0) -> tuple[MCPEnv, dict[str, Any]]:
+    """Construct the env inside the runtime loop (it connects in its first ``areset``) and reset once."""
+    from mcp_gym.client.runtime import default_runtime
+
+    async def go() -> tuple[MCPEnv, dict[str, Any]]:
+        env = MCPEnv({"s": spec}, ["t"])
+        _, info = await env.areset(seed=seed)
+        return env, info
+
+    return default_runtime().call(go)
+
+
+def test_connecting_in_the_first_reset_lists_tools_once_for_that_episode() -> None:
+    server = make_server(diagnostics=True)
+    seen = counting(server.mcp)
+    episodes: list[Any] = []
+
+    async def note(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "tools/list":
+            episodes.append((ctx.meta or {}).get("mcp-gym/episode"))
+        return await call_next(ctx)
+
+    server.mcp._lowlevel_server.middleware.append(note)
+    env, info = _first_reset_in_loop(InProcess(server))
+    try:
+        assert seen["tools/list"] == 1 and seen["tools/call"] == 1  # one listing (at connect), one reset-tool call
+        assert episodes == [info["episode_id"]]  # the listing was made for this very episode
+        assert "add" in info["tools"]
+    finally:
+        env.close()
+
+
+def test_a_change_reported_by_the_first_reset_is_listed_by_it() -> None:
+    server = dynamic_server(reset_adds_tool=True)  # its reset tool adds a tool (list_changed)
+    seen = counting(server)
+    env, info = _first_reset_in_loop(InProcess(server, protocol="legacy"))
+    try:
+        assert seen["tools/list"] == 2 and "extra_0" in info["tools"]
+    finally:
+        env.close()
+
+
+def test_a_listing_made_outside_an_episode_is_not_trusted_by_the_first_reset() -> None:
+    server = make_server(diagnostics=True)
+    seen = counting(server.mcp)
+    env = MCPEnv({"s": InProcess(server)}, ["t"])  # sync construction connects (and lists) before any episode
+    try:
+        assert seen["tools/list"] == 1
+        env.reset(seed=0)  # that listing saw the server's default episode, which meta-less clients share
+        assert seen["tools/list"] == 2
+    finally:
+        env.close()

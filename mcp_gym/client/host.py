@@ -267,8 +267,11 @@ class MCPHost:
         t0 = anyio.current_time()
         await conn.start(task_group)
         if conn.status == "ready":
+            mark = conn.events.tool_changes
             await self._list(conn, conn.spec.connect_timeout - (anyio.current_time() - t0),
                              bound=f"connect_timeout={conn.spec.connect_timeout:g} s")
+            if self.episode_id is not None:  # listed for this episode: its reset need not list again (unless a
+                self._episode_listing[conn.alias] = (conn, mark)  # change is reported: see listing_current)
 
     async def restart(self, alias: str, task_group: Any) -> None:
         """Close one server's connection and connect anew (reset by restart), within its ``connect_timeout``."""
