@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import anyio.to_thread
+from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -43,6 +44,11 @@ from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY
 __all__ = ["EpisodeServer", "current_episode", "HandlerResult", "DEFAULT_EPISODE"]
 
 DEFAULT_EPISODE = "default"
+
+DISCOVER_TTL_MS = 60_000
+"""How long a client may reuse this server's ``server/discover`` answer (its ``ttlMs``, private to the authorization
+context): the answer (versions, capabilities, instructions, name) is fixed for the server's life, so the sessions a
+client opens within this time need no handshake request of their own (:mod:`mcp_gym.client._discovery`)."""
 
 S = TypeVar("S")
 
@@ -96,6 +102,7 @@ class EpisodeServer(Generic[S]):
         self.mcp = MCPServer(
             name, version=version, instructions=instructions, log_level="WARNING", middleware=[self._middleware],
             lifespan=self._lifespan if preflight is not None else None,
+            cache_hints={"server/discover": CacheHint(ttl_ms=DISCOVER_TTL_MS, scope="private")},
         )
         self._new_state = new_state
         self._snapshot = snapshot

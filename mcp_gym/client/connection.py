@@ -27,6 +27,7 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 
 from mcp_gym._version import __version__
+from mcp_gym.client import _discovery
 from mcp_gym.client._http import session_http_client
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked
@@ -186,6 +187,7 @@ class ServerConnection:
         self.tap_factory = tap
         self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
         self.http_refusal: str | None = None  # a hosted server's last error answer ("HTTP 401 Unauthorized at URL")
+        self._unconfirmed = False  # adopted a cached server/discover answer (_discovery); no listing succeeded yet
 
     def _http_refused(self, status: int | None, reason: str, url: str) -> None:
         """Note (or, given ``None``, forget after a success) the last HTTP error status met while connecting."""
@@ -210,10 +212,12 @@ class ServerConnection:
                     _ANNOUNCED.discard(key)
             await self._ready.wait()
 
-    def _client(self) -> Client:
+    def _client(self, prior: tuple[mt.DiscoverResult, str] | None = None) -> Client:
         spec = self.spec
         cb = self.callbacks
         target: Any
+        mode: str = spec.protocol if prior is None else prior[1]  # a fresh answer of the server's: no server/discover
+        self._unconfirmed = prior is not None
         if isinstance(spec, Stdio):
             self._stdio = StdioState(spec.stderr_tail_bytes)
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd)
@@ -235,7 +239,8 @@ class ServerConnection:
 
         return Client(
             target,
-            mode=spec.protocol,
+            mode=mode,
+            prior_discover=prior[0] if prior is not None else None,
             cache=None,
             message_handler=self._on_message,
             sampling_callback=cb.sampling,
@@ -256,12 +261,20 @@ class ServerConnection:
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
                 if self.tap_factory is not None and self.tap is None:
                     self.tap = self.tap_factory(self)
-                client = self._client()
-                if self.spec.protocol == "auto":
-                    async with _DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
+                http = self.spec if isinstance(self.spec, Http) and self.spec.protocol == "auto" else None
+                prior, lead = await _discovery.fresh_or_lead(http) if http is not None else (None, False)
+                client = self._client(prior)
+                try:
+                    if self.spec.protocol == "auto" and prior is None:
+                        async with _DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
+                            await client.__aenter__()
+                        if http is not None:
+                            _discovery.remember(http, client.session.discover_result, client.protocol_version)
+                    else:
                         await client.__aenter__()
-                else:
-                    await client.__aenter__()
+                finally:
+                    if lead:
+                        _discovery.release(http)  # type: ignore[arg-type]
                 entered = True
                 scope.deadline = math.inf
                 self.client = client
@@ -596,7 +609,22 @@ class ServerConnection:
             reason = f"timed out after {bound or f'{timeout:g} s'} listing tools"
             self.fail(reason)
             raise ListingTimeout(f"server '{self.alias}' {reason}") from e
+        except Exception as e:
+            self._adoption_failed(e)
+            raise
+        self._unconfirmed = False
         return tools
+
+    def _adoption_failed(self, e: BaseException) -> None:
+        """The first listing after adopting a cached ``server/discover`` answer failed (another server behind the URL?):
+        drop the answer, and fail the connection (unless an HTTP timeout) so the next reset reconnects and asks."""
+        if not self._unconfirmed or not isinstance(self.spec, Http):
+            return
+        self._unconfirmed = False
+        _discovery.forget(self.spec)
+        if self.status == "ready" and not (isinstance(e, MCPError) and e.code == REQUEST_TIMEOUT):
+            self.fail(f"its first request failed after reusing its cached server/discover answer "
+                      f"({_describe_exc(e, 'failed')}); it reconnects and asks again at the next reset")
 
     async def list_resources(self, *, timeout: float | None = None) -> list[mt.Resource]:
         """Listed resources ([] if the server has no resources capability); ``timeout`` as in :meth:`request`."""

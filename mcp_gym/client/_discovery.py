@@ -1,0 +1,109 @@
+"""A server's ``server/discover`` answer reused by the next sessions to the same server while the server says it is
+fresh (its ``ttlMs``, SEP-2549 caching hints of protocol 2026-07-28).
+
+``server/discover`` is the 2026-era handshake: the server's versions, capabilities, instructions and identity, the same
+for every session of one server. A session that opens within the ``ttlMs`` the server put on that answer adopts it
+(the SDK's ``Client(mode=version, prior_discover=...)``: no request) instead of asking again; a server that declares
+no ``ttlMs`` (the SDK's default is ``0``: stale at once) is asked by every session, as before. The answer is reused
+only in the authorization context that fetched it (the same URL, headers and ``auth`` object), whether the server
+marks it ``private`` or ``public``. Streamable HTTP only: each stdio session is its own server process.
+
+Sessions that connect together do not all ask: while one session's handshake is under way, the others to the same
+server and context wait for its answer (bounded by their ``connect_timeout``), unless that server is known to declare
+no ``ttlMs``.
+
+A session whose first request fails after adopting an answer drops that answer (:func:`forget`): the next session to
+that server asks again (e.g. the server was replaced by another behind the same URL).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp.types as mt
+from anyio.lowlevel import RunVar
+
+from mcp_gym.client.specs import Http
+
+__all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget"]
+
+_MAX = 256  # authorization contexts remembered (a process talks to few servers)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    result: mt.DiscoverResult
+    version: str
+    expires: float  # time.monotonic()
+    auth: Any  # the spec's auth object itself (compared by identity)
+
+
+_Key = tuple[str, tuple[tuple[str, str], ...], int]
+_CACHE: dict[_Key, _Entry] = {}
+_UNCACHEABLE: dict[_Key, None] = {}  # contexts whose server declared no ttlMs: their sessions never wait on another
+_LEADERS: RunVar[dict[_Key, anyio.Event]] = RunVar("mcp_gym_discover_leaders")  # handshakes under way, per loop
+
+
+def _key(spec: Http) -> tuple[str, tuple[tuple[str, str], ...], int]:
+    headers = tuple(sorted((k.lower(), v) for k, v in (spec.headers or {}).items()))
+    return spec.url, headers, id(spec.auth)
+
+
+def fresh(spec: Http) -> tuple[mt.DiscoverResult, str] | None:
+    """The discover answer (and its negotiated version) a new session to ``spec`` may adopt, or ``None``."""
+    key = _key(spec)
+    entry = _CACHE.get(key)
+    if entry is None:
+        return None
+    if entry.auth is not spec.auth or time.monotonic() >= entry.expires:
+        _CACHE.pop(key, None)
+        return None
+    return entry.result, entry.version
+
+
+async def fresh_or_lead(spec: Http) -> tuple[tuple[mt.DiscoverResult, str] | None, bool]:
+    """``(answer, False)`` to adopt, or ``(None, lead)``: ask the server yourself; with ``lead`` the other sessions
+    to this server wait for your answer, so call :func:`release` once the handshake is over (whatever its outcome)."""
+    key = _key(spec)
+    leaders = _LEADERS.get(None)
+    if leaders is None:
+        leaders = {}
+        _LEADERS.set(leaders)
+    while True:
+        known = fresh(spec)
+        if known is not None or key in _UNCACHEABLE:
+            return known, False
+        pending = leaders.get(key)
+        if pending is None:
+            leaders[key] = anyio.Event()
+            return None, True
+        await pending.wait()  # then adopt its answer, or lead if it failed
+
+
+def release(spec: Http) -> None:
+    """The leading session's handshake is over: wake the sessions waiting for its answer."""
+    leaders = _LEADERS.get(None)
+    event = leaders.pop(_key(spec), None) if leaders is not None else None
+    if event is not None:
+        event.set()
+
+
+def remember(spec: Http, result: mt.DiscoverResult | None, version: str | None) -> None:
+    """Keep a discover answer a session just fetched, for as long as its ``ttlMs`` allows (nothing if ``0``)."""
+    if result is None or version is None or not result.ttl_ms or result.ttl_ms <= 0:
+        if len(_UNCACHEABLE) >= _MAX:
+            _UNCACHEABLE.pop(next(iter(_UNCACHEABLE)))
+        _UNCACHEABLE[_key(spec)] = None
+        return
+    _UNCACHEABLE.pop(_key(spec), None)
+    if len(_CACHE) >= _MAX:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[_key(spec)] = _Entry(result, version, time.monotonic() + result.ttl_ms / 1000, spec.auth)
+
+
+def forget(spec: Http) -> None:
+    """Drop the answer kept for ``spec``'s server and authorization context (the next session asks again)."""
+    _CACHE.pop(_key(spec), None)

@@ -1,0 +1,178 @@
+"""Sessions to one Streamable HTTP server share its ``server/discover`` answer while the server says it is fresh
+(``ttlMs``): a server that declares none is asked by every session, other credentials ask again, an expired answer is
+asked again, and a session whose first request fails after adopting an answer drops it and reconnects.
+
+Real ``MCPServer``s served by uvicorn on 127.0.0.1 in a thread of this process; a server middleware counts the requests
+each one receives (nothing on the client side is faked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+import uvicorn
+from mcp.server.caching import CacheHint
+from mcp.server.mcpserver import MCPServer
+
+from mcp_gym import MCPEnv
+from mcp_gym.client.host import ServerUnavailableWarning
+from mcp_gym.client.runtime import default_runtime
+from mcp_gym.client.specs import Http
+from mcp_gym.envs.counter.server import make_server
+
+
+@dataclass
+class Served:
+    url: str
+    seen: Counter[str] = field(default_factory=Counter)
+    broken: bool = False  # answer every POST with 404 (another server behind the URL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve(mcp: MCPServer) -> Iterator[Served]:
+    port = _free_port()
+    state = Served(f"http://127.0.0.1:{port}/mcp")
+
+    async def count(ctx: Any, call_next: Any) -> Any:
+        state.seen[ctx.method] += 1
+        return await call_next(ctx)
+
+    mcp._lowlevel_server.middleware.append(count)
+    inner = mcp.streamable_http_app(host="127.0.0.1")
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and state.broken:
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"not here"})
+            return
+        await inner(scope, receive, send)
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield state
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def plain_server(ttl_ms: int | None = None) -> MCPServer:
+    mcp = MCPServer("plain", log_level="WARNING",
+                    cache_hints={"server/discover": CacheHint(ttl_ms=ttl_ms)} if ttl_ms is not None else None)
+
+    @mcp.tool()
+    async def ping() -> str:
+        """Answer at once."""
+        return "pong"
+
+    return mcp
+
+
+def reset_and_ping(spec: Http, tool: str = "ping", args: dict[str, Any] | None = None) -> MCPEnv:
+    env = MCPEnv({"s": spec}, ["t"])
+    _, info = env.reset(seed=0)
+    assert info["error"] is None, info["error"]
+    _, _, _, _, info = env.step({"tool": tool, "arguments": args or {}})
+    assert info["error"] is None, info["error"]
+    return env
+
+
+def test_sessions_adopt_the_discover_answer_of_an_mcp_gym_server() -> None:
+    with serve(make_server().mcp) as srv:  # an EpisodeServer declares ttlMs for server/discover
+        first = reset_and_ping(Http(srv.url), "add", {"amount": 1})
+        assert srv.seen["server/discover"] == 1
+        envs = [reset_and_ping(Http(srv.url), "add", {"amount": 1}) for _ in range(3)]
+        assert srv.seen["server/discover"] == 1  # the next sessions asked nothing: the same answer, adopted
+        for env in envs:
+            conn = env.host.connections["s"]
+            assert conn.protocol_version == first.host.connections["s"].protocol_version == "2026-07-28"
+            assert conn.capabilities == first.host.connections["s"].capabilities
+            assert conn.info()["name"] == "mcp-gym-counter"
+        for env in [first, *envs]:
+            env.close()
+
+
+def test_sessions_that_connect_together_wait_for_one_handshake() -> None:
+    with serve(make_server().mcp) as srv:
+        async def main() -> None:
+            envs = [MCPEnv({"s": Http(srv.url)}, ["t"]) for _ in range(20)]
+            infos: list[dict[str, Any]] = []
+
+            async def one(env: MCPEnv) -> None:
+                infos.append((await env.areset(seed=0))[1])
+
+            async with anyio.create_task_group() as tg:
+                for env in envs:
+                    tg.start_soon(one, env)
+            assert [i["error"] for i in infos] == [None] * 20
+            for env in envs:
+                await env.aclose()
+
+        default_runtime().call(main)
+        assert srv.seen["server/discover"] == 1 and srv.seen["tools/list"] == 20
+
+
+def test_a_server_without_ttl_is_asked_by_every_session() -> None:
+    with serve(plain_server()) as srv:  # the SDK's default ttlMs is 0: stale at once
+        envs = [reset_and_ping(Http(srv.url)) for _ in range(3)]
+        assert srv.seen["server/discover"] == 3
+        for env in envs:
+            env.close()
+
+
+def test_other_credentials_ask_again() -> None:
+    with serve(plain_server(ttl_ms=600_000)) as srv:
+        a = [reset_and_ping(Http(srv.url, headers={"Authorization": "Bearer a"})) for _ in range(2)]
+        b = [reset_and_ping(Http(srv.url, headers={"Authorization": "Bearer b"})) for _ in range(2)]
+        assert srv.seen["server/discover"] == 2  # one per authorization context
+        for env in a + b:
+            env.close()
+
+
+def test_an_expired_answer_is_asked_again() -> None:
+    with serve(plain_server(ttl_ms=50)) as srv:
+        first = reset_and_ping(Http(srv.url))
+        time.sleep(0.2)  # past the 50 ms the server allowed
+        second = reset_and_ping(Http(srv.url))
+        assert srv.seen["server/discover"] == 2
+        first.close()
+        second.close()
+
+
+def test_a_failed_first_request_drops_the_answer_and_reconnects() -> None:
+    with serve(plain_server(ttl_ms=600_000)) as srv:
+        first = reset_and_ping(Http(srv.url))
+        srv.broken = True  # something else answers at the URL now
+        env = MCPEnv({"s": Http(srv.url)}, ["t"])
+        with pytest.warns(ServerUnavailableWarning, match="cached server/discover"):
+            _, info = env.reset(seed=0)
+        conn = env.host.connections["s"]
+        assert conn.status == "failed" and "cached server/discover" in (conn.error or ""), conn.error
+        assert info["error"]["kind"] == "server_dead" and "ping" not in info["tools"]
+        srv.broken = False
+        _, info = env.reset(seed=1)  # reconnects and asks the server again
+        assert info["error"] is None and "ping" in info["tools"]
+        assert srv.seen["server/discover"] == 2
+        for e in (first, env):
+            e.close()
