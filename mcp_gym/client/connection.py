@@ -263,8 +263,8 @@ class ServerConnection:
                     self.tap = self.tap_factory(self)
                 http = self.spec if isinstance(self.spec, Http) and self.spec.protocol == "auto" else None
                 prior, lead = await _discovery.fresh_or_lead(http) if http is not None else (None, False)
-                client = self._client(prior)
                 try:
+                    client = self._client(prior)
                     if self.spec.protocol == "auto" and prior is None:
                         async with _DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
                             await client.__aenter__()
