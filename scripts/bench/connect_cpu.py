@@ -10,6 +10,9 @@ close. Measured: client CPU (``time.process_time``) from the first connect to th
 * ``raw-sdk``: N SDK ``Client`` sessions making the equivalent requests by hand: the handshake, ``tools/list``, the
   hidden ``mcp_gym_reset`` tool and ``resources/read`` (an ``httpx2.AsyncClient`` on one shared TLS context each, as
   ``scale.py``'s raw side).
+* floors (``--modes``): ``raw-sdk-adopt``, the raw SDK adopting one ``server/discover`` answer fetched before the
+  measured phase (``Client(mode=version, prior_discover=...)``, as mcp-gym's sessions do while the server's ``ttlMs``
+  lasts: 3 requests); ``httpx``, those 3 requests as plain ``httpx2`` POSTs and ``json`` (no SDK).
 
 The sides alternate (ABBA) over ``--rounds``; each round prints both sides and their ratio, then the medians.
 ``--requests`` counts the HTTP requests per episode by JSON-RPC method (and GETs / DELETEs); ``--profile K`` prints
@@ -33,7 +36,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from scale import raise_nofile, start_server  # noqa: E402 - the same server start as scale.py
 
-MODES = ("mcp-gym", "raw-sdk")
+MODES = ("mcp-gym", "raw-sdk", "raw-sdk-adopt", "httpx")
 STATE_URI = "counter://state"
 
 
@@ -93,13 +96,19 @@ def worker(mode: str, n: int, port: int, concurrency: int, count: bool, profile:
         from mcp_gym.client._http import shared_ssl_context
         from mcp_gym.protocol import EPISODE_META_KEY, RESET_TOOL
 
+        prior: list[Any] = []  # raw-sdk-adopt: one discover answer, fetched before the measured phase
+
         class Raw:
             def __init__(self, i: int) -> None:
                 self.i = i
                 self.http = httpx2.AsyncClient(verify=shared_ssl_context(), timeout=httpx2.Timeout(30.0, read=300.0))
-                self.client = Client(streamable_http_client(url, http_client=self.http), cache=None)
+                kw: dict[str, Any] = {"mode": prior[1], "prior_discover": prior[0]} if prior else {}
+                self.client = Client(streamable_http_client(url, http_client=self.http), cache=None, **kw)
 
             async def run(self, opened: anyio.Event, release: anyio.Event) -> None:
+                if mode == "httpx":
+                    await self.plain(opened, release)
+                    return
                 async with self.http, self.client:
                     await self.client.list_tools()
                     meta = {EPISODE_META_KEY: f"raw-{self.i}"}
@@ -111,7 +120,32 @@ def worker(mode: str, n: int, port: int, concurrency: int, count: bool, profile:
                     opened.set()
                     await release.wait()
 
+            async def plain(self, opened: anyio.Event, release: anyio.Event) -> None:
+                """The same three JSON-RPC requests as plain httpx2 POSTs (no SDK): the HTTP client's own floor."""
+                meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+                        "io.modelcontextprotocol/clientCapabilities": {}, EPISODE_META_KEY: f"raw-{self.i}"}
+                calls = [("tools/list", {}, None),
+                         ("tools/call", {"name": RESET_TOOL, "arguments": {"task_id": f"counter-{self.i % 120:04d}",
+                                                                           "seed": self.i}}, RESET_TOOL),
+                         ("resources/read", {"uri": STATE_URI}, STATE_URI)]
+                async with self.http:
+                    for k, (method, params, name) in enumerate(calls):
+                        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+                                   "mcp-protocol-version": "2026-07-28", "mcp-method": method}
+                        if name is not None:
+                            headers["mcp-name"] = name
+                        body = {"jsonrpc": "2.0", "id": k, "method": method, "params": {**params, "_meta": meta}}
+                        r = await self.http.post(url, content=json.dumps(body).encode(), headers=headers)
+                        if "result" not in json.loads(r.content):
+                            errors.append(f"{method}: {r.text[:100]}")
+                    opened.set()
+                    await release.wait()
+
     async def main() -> dict[str, Any]:
+        if mode == "raw-sdk-adopt":
+            async with httpx2.AsyncClient() as h, Client(streamable_http_client(url, http_client=h), cache=None) as c:
+                prior.extend([c.session.discover_result, c.protocol_version])
         gc.collect()
         sem = anyio.Semaphore(concurrency)
         release = anyio.Event()
@@ -159,6 +193,8 @@ def worker(mode: str, n: int, port: int, concurrency: int, count: bool, profile:
                 gc_gen[f"gen{info['generation']}_ms"] += round(dt * 1000)
 
         gc.callbacks.append(gc_cb)
+        if os.environ.get("CONNECT_CPU_GC_OFF"):  # --gc-off: what the sessions cost without the cyclic collector
+            gc.disable()
         cpu0, t0 = time.process_time(), time.perf_counter()
         if prof is not None:
             prof.enable()
@@ -205,7 +241,10 @@ def main() -> None:
     p.add_argument("--connect-concurrency", type=int, default=100, help="sessions connecting at once")
     p.add_argument("--requests", action="store_true", help="count HTTP requests per episode by JSON-RPC method")
     p.add_argument("--profile", type=int, default=0, metavar="K", help="cProfile top K of one extra round per side")
-    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES[:2]),
+                   help="sides (default: mcp-gym raw-sdk); floors: raw-sdk-adopt (the raw SDK adopting one discover "
+                        "answer, as mcp-gym does: 3 requests), httpx (the 3 requests as plain httpx2 POSTs, no SDK)")
+    p.add_argument("--gc-off", action="store_true", help="diagnostic: the cyclic GC off in the measured phase")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per round")
     p.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -214,6 +253,8 @@ def main() -> None:
         print(json.dumps(worker(mode, int(n), int(port), a.connect_concurrency, a.requests, a.profile)))
         return
     raise_nofile()
+    if a.gc_off:
+        os.environ["CONNECT_CPU_GC_OFF"] = "1"
     proc, port = start_server()
     results: dict[str, list[float]] = {m: [] for m in a.modes}
     try:
@@ -230,7 +271,7 @@ def main() -> None:
                 print(f"round {k + 1} {mode:8}: {r['cpu_ms_per_ep']:6.2f} ms CPU/episode, wall {r['wall_s']:.1f} s, "
                       f"(GC {r['gc_ms_per_ep']:.2f} ms in {r['gc_runs']} runs), errors {r['errors']}"
                       f"{' ' + str(r['error_sample']) if r['errors'] else ''}{extra}", flush=True)
-            if len(row) == 2:
+            if "mcp-gym" in row and "raw-sdk" in row:
                 print(f"round {k + 1} mcp-gym / raw SDK: "
                       f"{row['mcp-gym']['cpu_ms_per_ep'] / row['raw-sdk']['cpu_ms_per_ep']:.2f}x", flush=True)
         if a.profile:
@@ -243,7 +284,7 @@ def main() -> None:
     med = {m: statistics.median(v) for m, v in results.items() if v}
     print(f"\nN={a.n}, {a.rounds} rounds, load {os.getloadavg()[0]:.2f}: " + ", ".join(
         f"{m} median {v:.2f} ms CPU/episode" for m, v in med.items())
-        + (f"; mcp-gym / raw SDK {med['mcp-gym'] / med['raw-sdk']:.2f}x" if len(med) == 2 else ""))
+        + (f"; mcp-gym / raw SDK {med['mcp-gym'] / med['raw-sdk']:.2f}x" if {"mcp-gym", "raw-sdk"} <= set(med) else ""))
 
 
 if __name__ == "__main__":
