@@ -176,3 +176,22 @@ def test_a_failed_first_request_drops_the_answer_and_reconnects() -> None:
         assert srv.seen["server/discover"] == 2
         for e in (first, env):
             e.close()
+
+
+def test_two_servers_never_share_an_answer() -> None:
+    one, two = plain_server(ttl_ms=600_000), plain_server(ttl_ms=600_000)
+    two._lowlevel_server.name = "other"  # what each server says it is, in its discover answer
+
+    @two.tool()
+    async def only_here() -> str:
+        """A tool the first server does not have."""
+        return "here"
+
+    with serve(one) as a, serve(two) as b:
+        envs = [reset_and_ping(Http(url)) for url in (a.url, b.url, a.url, b.url)]
+        assert a.seen["server/discover"] == 1 and b.seen["server/discover"] == 1
+        names = [env.host.connections["s"].info()["name"] for env in envs]
+        assert names == ["plain", "other", "plain", "other"]
+        assert ["only_here" in env.action_space.tool_names for env in envs] == [False, True, False, True]
+        for env in envs:
+            env.close()
