@@ -45,8 +45,8 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(mcp: MCPServer) -> Iterator[Served]:
-    port = _free_port()
+def serve(mcp: MCPServer, port: int | None = None) -> Iterator[Served]:
+    port = port or _free_port()
     state = Served(f"http://127.0.0.1:{port}/mcp")
 
     async def count(ctx: Any, call_next: Any) -> Any:
@@ -77,8 +77,8 @@ def serve(mcp: MCPServer) -> Iterator[Served]:
         thread.join(30)
 
 
-def plain_server(ttl_ms: int | None = None) -> MCPServer:
-    mcp = MCPServer("plain", log_level="WARNING",
+def plain_server(ttl_ms: int | None = None, name: str = "plain") -> MCPServer:
+    mcp = MCPServer(name, log_level="WARNING",
                     cache_hints={"server/discover": CacheHint(ttl_ms=ttl_ms)} if ttl_ms is not None else None)
 
     @mcp.tool()
@@ -165,17 +165,43 @@ def test_a_failed_first_request_drops_the_answer_and_reconnects() -> None:
         first = reset_and_ping(Http(srv.url))
         srv.broken = True  # something else answers at the URL now
         env = MCPEnv({"s": Http(srv.url)}, ["t"])
-        with pytest.warns(ServerUnavailableWarning, match="cached server/discover"):
-            _, info = env.reset(seed=0)
+        with pytest.warns(ServerUnavailableWarning, match="404 Not Found"):
+            _, info = env.reset(seed=0)  # the adopted answer failed; connecting again (asking) fails too
         conn = env.host.connections["s"]
-        assert conn.status == "failed" and "cached server/discover" in (conn.error or ""), conn.error
+        assert conn.status == "failed" and "404" in (conn.error or ""), conn.error
         assert info["error"]["kind"] == "server_dead" and "ping" not in info["tools"]
         srv.broken = False
-        _, info = env.reset(seed=1)  # reconnects and asks the server again
+        _, info = env.reset(seed=1)  # the next reset connects and asks the server again
         assert info["error"] is None and "ping" in info["tools"]
         assert srv.seen["server/discover"] == 2
         for e in (first, env):
             e.close()
+
+
+def test_another_server_on_the_same_port_is_asked_again() -> None:
+    """A server stopped and another started on its port within the first one's ttlMs: the adopted answer names the
+    first server, the second's listing says who it is, and the env connects again at once (no error, right name)."""
+    with serve(plain_server(ttl_ms=600_000, name="first")) as one:
+        reset_and_ping(Http(one.url)).close()
+        port = int(one.url.rsplit(":", 1)[1].split("/")[0])
+    two = plain_server(ttl_ms=600_000, name="second")
+
+    @two.tool()
+    async def only_here() -> str:
+        """Only on the second server."""
+        return "here"
+
+    with serve(two, port=port) as srv:
+        env = reset_and_ping(Http(srv.url), "only_here")
+        conn = env.host.connections["s"]
+        assert conn.status == "ready" and conn.info()["name"] == "second"
+        assert srv.seen["server/discover"] == 1
+        listed = srv.seen["tools/list"]
+        again = reset_and_ping(Http(srv.url), "only_here")  # the second server's answer is the one kept now
+        assert srv.seen["server/discover"] == 1 and srv.seen["tools/list"] > listed
+        assert again.host.connections["s"].info()["name"] == "second"
+        env.close()
+        again.close()
 
 
 def test_two_servers_never_share_an_answer() -> None:

@@ -28,7 +28,10 @@ from anyio.lowlevel import RunVar
 
 from mcp_gym.client.specs import Http
 
-__all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget"]
+__all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget", "mismatch"]
+
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
 
 _MAX = 256  # authorization contexts remembered (a process talks to few servers)
 
@@ -64,9 +67,16 @@ def fresh(spec: Http) -> tuple[mt.DiscoverResult, str] | None:
     return entry.result, entry.version
 
 
-async def fresh_or_lead(spec: Http) -> tuple[tuple[mt.DiscoverResult, str] | None, bool]:
+def _eligible(spec: Any) -> bool:
+    return isinstance(spec, Http) and spec.protocol == "auto"
+
+
+async def fresh_or_lead(spec: Any) -> tuple[tuple[mt.DiscoverResult, str] | None, bool]:
     """``(answer, False)`` to adopt, or ``(None, lead)``: ask the server yourself; with ``lead`` the other sessions
-    to this server wait for your answer, so call :func:`release` once the handshake is over (whatever its outcome)."""
+    to this server wait for your answer, so call :func:`release` once the handshake is over (whatever its outcome).
+    Any spec but a Streamable HTTP one with ``protocol="auto"``: ``(None, False)``."""
+    if not _eligible(spec):
+        return None, False
     key = _key(spec)
     leaders = _LEADERS.get(None)
     if leaders is None:
@@ -83,16 +93,20 @@ async def fresh_or_lead(spec: Http) -> tuple[tuple[mt.DiscoverResult, str] | Non
         await pending.wait()  # then adopt its answer, or lead if it failed
 
 
-def release(spec: Http) -> None:
-    """The leading session's handshake is over: wake the sessions waiting for its answer."""
+def release(spec: Any, lead: bool = True) -> None:
+    """The leading session's handshake is over: wake the sessions waiting for its answer (nothing unless ``lead``)."""
+    if not lead or not _eligible(spec):
+        return
     leaders = _LEADERS.get(None)
     event = leaders.pop(_key(spec), None) if leaders is not None else None
     if event is not None:
         event.set()
 
 
-def remember(spec: Http, result: mt.DiscoverResult | None, version: str | None) -> None:
+def remember(spec: Any, result: mt.DiscoverResult | None, version: str | None) -> None:
     """Keep a discover answer a session just fetched, for as long as its ``ttlMs`` allows (nothing if ``0``)."""
+    if not _eligible(spec):
+        return
     if result is None or version is None or not result.ttl_ms or result.ttl_ms <= 0:
         if len(_UNCACHEABLE) >= _MAX:
             _UNCACHEABLE.pop(next(iter(_UNCACHEABLE)))
@@ -102,6 +116,17 @@ def remember(spec: Http, result: mt.DiscoverResult | None, version: str | None) 
     if len(_CACHE) >= _MAX:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[_key(spec)] = _Entry(result, version, time.monotonic() + result.ttl_ms / 1000, spec.auth)
+
+
+def mismatch(adopted: mt.DiscoverResult | None, page_metas: list[Any]) -> str | None:
+    """Why the server that answered a session's first listing is not the one whose answer it adopted (the 2026-era
+    identity stamp in the listing's ``_meta`` differs, e.g. another server now listens on that port), or ``None``
+    (the same, or no stamp to tell)."""
+    said = page_metas[0].get(SERVER_INFO_KEY) if page_metas and isinstance(page_metas[0], dict) else None
+    known = (adopted.meta or {}).get(SERVER_INFO_KEY) if adopted is not None else None
+    if said is None or said == known:
+        return None
+    return f"the server now says it is {said}, not {known}"
 
 
 def forget(spec: Http) -> None:

@@ -281,9 +281,10 @@ def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | N
 
 
 async def list_tools_checked(
-    client: Any, meta: Mapping[str, Any] | None, timeout: float | None
+    client: Any, meta: Mapping[str, Any] | None, timeout: float | None, page_metas: list[Any] | None = None
 ) -> tuple[list[mt.Tool], list[dict[str, str]], mt.ListToolsResult]:
     """Every page of ``tools/list`` within ``timeout`` seconds: (good tools, skipped tools, the result to record).
+    ``page_metas`` receives each page's ``_meta`` (e.g. the server's identity stamp of the 2026 era).
 
     Raises ``TimeoutError`` when the listing (all pages) takes longer, :class:`ListingError` when a page is unusable,
     and what the SDK raises for JSON-RPC errors and lost connections.
@@ -311,6 +312,8 @@ async def list_tools_checked(
                 stamp(data, opts)
                 raw = await dispatcher.send_raw_request("tools/list", data.get("params"), opts)
             raw_tools, shell, cursor = check_page(raw, version)
+            if page_metas is not None:
+                page_metas.append(raw.get("_meta"))
             page_good, page_skipped = check_tools(raw_tools, shell, version, seen)
             good.extend(page_good)
             skipped.extend(page_skipped)

@@ -187,7 +187,7 @@ class ServerConnection:
         self.tap_factory = tap
         self.tap: Tap | None = None  # made by tap_factory on connecting (e.g. a cassette Recorder)
         self.http_refusal: str | None = None  # a hosted server's last error answer ("HTTP 401 Unauthorized at URL")
-        self._unconfirmed = False  # adopted a cached server/discover answer (_discovery); no listing succeeded yet
+        self._unconfirmed = self.stale_discover = False  # reused a cached server/discover answer: unlisted / failed
 
     def _http_refused(self, status: int | None, reason: str, url: str) -> None:
         """Note (or, given ``None``, forget after a success) the last HTTP error status met while connecting."""
@@ -261,20 +261,17 @@ class ServerConnection:
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
                 if self.tap_factory is not None and self.tap is None:
                     self.tap = self.tap_factory(self)
-                http = self.spec if isinstance(self.spec, Http) and self.spec.protocol == "auto" else None
-                prior, lead = await _discovery.fresh_or_lead(http) if http is not None else (None, False)
+                prior, lead = await _discovery.fresh_or_lead(self.spec)
                 try:
                     client = self._client(prior)
                     if self.spec.protocol == "auto" and prior is None:
                         async with _DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
                             await client.__aenter__()
-                        if http is not None:
-                            _discovery.remember(http, client.session.discover_result, client.protocol_version)
+                        _discovery.remember(self.spec, client.session.discover_result, client.protocol_version)
                     else:
                         await client.__aenter__()
                 finally:
-                    if lead:
-                        _discovery.release(http)  # type: ignore[arg-type]
+                    _discovery.release(self.spec, lead)
                 entered = True
                 scope.deadline = math.inf
                 self.client = client
@@ -596,9 +593,10 @@ class ServerConnection:
         whole raises ``ListingError``. ``bound`` names the bound in that reason (default: ``timeout`` in seconds).
         """
         tools: list[mt.Tool] = []
+        metas: list[Any] = []
 
         async def go(c: Client) -> mt.ListToolsResult:
-            good, skipped, result = await list_tools_checked(c, meta, timeout)
+            good, skipped, result = await list_tools_checked(c, meta, timeout, metas)
             tools.extend(good)
             self.skipped_tools = skipped
             return result  # all good tools of all pages (as one page in a cassette)
@@ -612,19 +610,22 @@ class ServerConnection:
         except Exception as e:
             self._adoption_failed(e)
             raise
+        if self._unconfirmed and self.client is not None:
+            why = _discovery.mismatch(self.client.session.discover_result, metas)
+            if why is not None:
+                self._adoption_failed(ValueError(why))
+                raise ConnectionLost(f"server '{self.alias}' {self.error}")
         self._unconfirmed = False
         return tools
 
     def _adoption_failed(self, e: BaseException) -> None:
-        """The first listing after adopting a cached ``server/discover`` answer failed (another server behind the URL?):
-        drop the answer, and fail the connection (unless an HTTP timeout) so the next reset reconnects and asks."""
-        if not self._unconfirmed or not isinstance(self.spec, Http):
-            return
-        self._unconfirmed = False
-        _discovery.forget(self.spec)
-        if self.status == "ready" and not (isinstance(e, MCPError) and e.code == REQUEST_TIMEOUT):
-            self.fail(f"its first request failed after reusing its cached server/discover answer "
-                      f"({_describe_exc(e, 'failed')}); it reconnects and asks again at the next reset")
+        """A first listing on a reused server/discover answer failed: drop it, fail the connection (host reconnects)."""
+        if self._unconfirmed and isinstance(self.spec, Http):
+            self._unconfirmed = False
+            _discovery.forget(self.spec)
+            if self.status == "ready" and getattr(e, "code", None) != REQUEST_TIMEOUT:
+                self.stale_discover = True
+                self.fail(f"its reused server/discover answer did not hold ({_describe_exc(e, 'failed')})")
 
     async def list_resources(self, *, timeout: float | None = None) -> list[mt.Resource]:
         """Listed resources ([] if the server has no resources capability); ``timeout`` as in :meth:`request`."""

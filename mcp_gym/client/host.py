@@ -270,6 +270,12 @@ class MCPHost:
             mark = conn.events.tool_changes
             await self._list(conn, conn.spec.connect_timeout - (anyio.current_time() - t0),
                              bound=f"connect_timeout={conn.spec.connect_timeout:g} s")
+            if conn.stale_discover:  # its reused server/discover answer did not hold: connect again (this one asks)
+                await conn.close()
+                self.connections[conn.alias] = new = ServerConnection(conn.alias, conn.spec, conn.callbacks,
+                                                                      conn.tap_factory)
+                await self._connect(new, task_group)
+                return
             if self.episode_id is not None:  # listed for this episode: its reset need not list again (unless a
                 self._episode_listing[conn.alias] = (conn, mark)  # change is reported: see listing_current)
 
