@@ -12,8 +12,9 @@ Sessions that connect together do not all ask: while one session's handshake is 
 server and context wait for its answer (bounded by their ``connect_timeout``), unless that server is known to declare
 no ``ttlMs``.
 
-A session whose first request fails after adopting an answer drops that answer (:func:`forget`): the next session to
-that server asks again (e.g. the server was replaced by another behind the same URL).
+A session that adopted an answer checks it on its first listing: when the listing fails, or the server's identity
+stamp on it (``_meta`` ``serverInfo``, 2026 era) is not the adopted one's (:func:`mismatch`: e.g. another server now
+listens on that port), the answer is dropped (:func:`forget`) and the host connects again at once, asking the server.
 """
 
 from __future__ import annotations
