@@ -77,11 +77,13 @@ ACTION_ERROR_KINDS: Final = frozenset({"malformed", "unknown_tool", "invalid_arg
 """Kinds of an action refused before any call (the agent's fault; ``ToolCallSpace.validation_error``). ``too_large`` is
 also the kind of a call whose answer from a stdio server was over its ``max_message_bytes`` (the message is dropped)."""
 SERVER_ERROR_KINDS: Final = frozenset(
-    {"server_dead", "timeout", "jsonrpc", "invalid_result", "client_error", "verifier_error", "episode_over",
-     "unrecordable"}
+    {"server_dead", "timeout", "connection_lost", "jsonrpc", "invalid_result", "client_error", "verifier_error",
+     "episode_over", "unrecordable"}
 )
 """Kinds that are the infrastructure's fault, not the agent's (SFT export's ``drop_errors`` drops their episodes).
-``unrecordable``: the recorder could not take a step apart (its recorded row holds only unencodable markers)."""
+``connection_lost``: an HTTP connection broke after the call was sent (the call may or may not have run; the session
+stays open). ``unrecordable``: the recorder could not take a step apart (its recorded row holds only unencodable
+markers)."""
 ERROR_KINDS: Final = ACTION_ERROR_KINDS | SERVER_ERROR_KINDS | {"tool_error", "parse_error", "exception"}
 """Every ``info["error"]["kind"]``: the above, plus ``tool_error`` (the tool answered ``isError``), ``parse_error``
 (a text env could not parse the model's message into a tool call) and ``exception`` (a recorded client call raised)."""

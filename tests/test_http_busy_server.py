@@ -1,5 +1,7 @@
 """A busy Streamable HTTP server is not a dead one: an HTTP timeout fails that request (kind ``timeout``) and the
 session stays open, and the sessions of one process keep at most ``max_in_flight`` requests waiting on one server.
+A connection that breaks under a request (reset or closed, as when a server's keep-alive timer fires just as the
+request arrives) fails that request (kind ``connection_lost``), and the session stays open too.
 
 The server is a real ``MCPServer`` served by uvicorn on 127.0.0.1 in a thread of this process, so the test can stall
 its event loop (what a CPU-saturated server looks like from outside: nothing accepted, read or answered) and count the
@@ -9,7 +11,9 @@ HTTP requests it holds at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,6 +68,11 @@ def served() -> Iterator[Served]:
     async def ping() -> str:
         """Answer at once."""
         return "pong"
+
+    @srv.tool()
+    async def echo(text: str) -> str:
+        """Echo the text."""
+        return text
 
     @srv.tool()
     async def hold() -> str:
@@ -183,3 +192,161 @@ def test_sessions_keep_at_most_max_in_flight_requests_on_one_server(served: Serv
 def test_http_limits_are_checked(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         Http("http://127.0.0.1:9/mcp", **bad)
+
+
+class BreakingProxy:
+    """A TCP proxy in front of the server that breaks the client's connection when a request carrying ``marker``
+    arrives: with ``how="reset"`` it closes with an RST (SO_LINGER 0: what a server closing a connection with unread
+    data sends), with ``how="close"`` it closes it cleanly (FIN) without an answer. With ``forward`` the request
+    reaches the server first (the server runs the call; its answer is not passed on). Counts the connections it
+    accepted."""
+
+    def __init__(self, upstream_port: int, marker: bytes, how: str, forward: bool) -> None:
+        self.upstream_port, self.marker, self.how, self.forward = upstream_port, marker, how, forward
+        self.accepted = 0
+        self.broken = 0
+        self.sockets: list[socket.socket] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/mcp"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self.sockets += [client, upstream]
+            muted = threading.Event()  # this connection's answers are no longer passed on
+            threading.Thread(target=self._pipe, args=(client, upstream, True, muted), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False, muted), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, from_client: bool, muted: threading.Event) -> None:
+        try:
+            while data := src.recv(65536):
+                if from_client and self.marker in data:
+                    self.broken += 1
+                    if self.forward:
+                        muted.set()
+                        dst.sendall(data)
+                        threading.Event().wait(0.5)  # the server runs the call
+                    if self.how == "reset":
+                        src.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    break
+                if not muted.is_set():
+                    dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):  # shutdown, not only close: the other pipe's thread is blocked reading one of them
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self) -> None:
+        """Stop listening and end every proxied connection (``shutdown`` wakes the pipes blocked reading it)."""
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (close alone would not)
+        self.listener.close()
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+@pytest.mark.parametrize(("how", "forward"), [("reset", False), ("close", False), ("reset", True)])
+def test_a_connection_broken_under_a_call_fails_that_call_and_the_session_survives(
+        served: Served, how: str, forward: bool) -> None:
+    """The connection carrying a call is reset or closed before the answer: the step reports ``connection_lost``
+    (saying the call may or may not have run), the session stays ready and the next step succeeds on a new
+    connection. It used to read ``server_dead: Connection closed``: the SDK ended the session on the HTTP error."""
+    port = int(served.url.rsplit(":", 1)[1].split("/")[0])
+    proxy = BreakingProxy(port, b"break-me", how, forward)
+    env = MCPEnv({"busy": Http(proxy.url)}, ["Echo."], call_timeout=60.0)
+    try:
+        env.reset(seed=0)
+        conn = env.host.connections["busy"]
+        _, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "break-me"}})
+        assert proxy.broken == 1
+        assert info["error"] is not None and info["error"]["kind"] == "connection_lost", info["error"]
+        assert "may or may not have run" in info["error"]["message"] and "'echo'" in info["error"]["message"]
+        assert conn.status == "ready" and env.host.connections["busy"] is conn
+        accepted = proxy.accepted
+        _, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "hello"}})
+        assert info["error"] is None, info["error"]
+        assert info["structured_content"] == {"result": "hello"}
+        assert proxy.accepted > accepted  # a new connection carried it
+        assert env.host.connections["busy"] is conn and conn.status == "ready"
+    finally:
+        env.close()
+        proxy.close()
+
+
+def test_an_idle_connection_is_not_reused_past_the_keepalive_expiry(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers close idle connections after a few seconds (uvicorn, Node: 5 s) and a request sent on one as the server
+    closes it is lost, so the client drops its idle connections first (``KEEPALIVE_EXPIRY``, here shortened): a
+    call after a longer pause opens a new connection, one right after the last reuses it."""
+    from mcp_gym.client import _http
+
+    monkeypatch.setattr(_http, "KEEPALIVE_EXPIRY", 0.3)
+    port = int(served.url.rsplit(":", 1)[1].split("/")[0])
+    proxy = BreakingProxy(port, b"never-sent", "close", False)
+    env = MCPEnv({"busy": Http(proxy.url)}, ["Ping."], call_timeout=60.0)
+    try:
+        env.reset(seed=0)
+        env.step({"tool": "ping", "arguments": {}})
+        accepted = proxy.accepted
+        _, _, _, _, info = env.step({"tool": "ping", "arguments": {}})
+        assert info["error"] is None and proxy.accepted == accepted  # kept alive
+        threading.Event().wait(1.0)
+        _, _, _, _, info = env.step({"tool": "ping", "arguments": {}})
+        assert info["error"] is None and proxy.accepted > accepted  # expired: a new connection
+    finally:
+        env.close()
+        proxy.close()
+
+
+def test_a_session_that_dies_leaves_the_other_sessions_alone(served: Served) -> None:
+    """Session A's server goes away (its connection is reset and nothing listens any more: the SDK ends A's session by
+    cancelling its task group) while session B's call is in flight on the same loop: B's call and B's next step
+    succeed, A reports ``server_dead``, and a new session C connects. A's death used to leave its owner task with the
+    SDK's cancellation, which cancelled the runtime's task group: every other session was cancelled, and the next
+    env waited for a connection task that never ran."""
+    port = int(served.url.rsplit(":", 1)[1].split("/")[0])
+    proxy = BreakingProxy(port, b"break-me", "reset", False)
+    out: dict[str, Any] = {}
+
+    async def main() -> None:
+        a = MCPEnv({"busy": Http(proxy.url)}, ["A."], call_timeout=60.0)
+        b = MCPEnv({"busy": Http(served.url)}, ["B."], call_timeout=60.0)
+        c = None
+        try:
+            with anyio.fail_after(120):  # the old code waited forever for C
+                await a.areset(seed=0)
+                await b.areset(seed=0)
+
+                async def call_b() -> None:
+                    out["b1"] = (await b.astep({"tool": "hold", "arguments": {}}))[4]
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call_b)
+                    proxy.close()  # A's connection is reset and its server no longer listens
+                    out["a"] = (await a.astep({"tool": "echo", "arguments": {"text": "x"}}))[4]
+                await a.aclose()
+                await anyio.sleep(0.5)  # A's connection task has ended
+                out["b2"] = (await b.astep({"tool": "echo", "arguments": {"text": "still here"}}))[4]
+                c = MCPEnv({"busy": Http(served.url)}, ["C."], call_timeout=60.0)
+                await c.areset(seed=0)
+                out["c"] = (await c.astep({"tool": "ping", "arguments": {}}))[4]
+        finally:
+            for env in (a, b, c):
+                if env is not None:
+                    await env.aclose()
+
+    default_runtime().call(main)
+    assert out["a"]["error"] is not None and out["a"]["error"]["kind"] == "server_dead", out["a"]["error"]
+    assert out["b1"]["error"] is None and out["b1"]["structured_content"] == {"result": "held"}, out["b1"]
+    assert out["b2"]["error"] is None and out["b2"]["structured_content"] == {"result": "still here"}, out["b2"]
+    assert out["c"]["error"] is None and out["c"]["structured_content"] == {"result": "pong"}, out["c"]

@@ -21,7 +21,15 @@ Two things a busy server needs (both found at 10,000 concurrent sessions against
   escapes into the transport's task group and closes the session, so every later call reads "Connection closed" and a
   busy server looked dead. Here a connect, write, read or slot timeout before the response headers becomes that
   request's JSON-RPC error ``-32001`` (request timeout; ``data`` says which HTTP timeout) and the session stays open.
-  A refused or reset connection still ends the session: that server is gone.
+* **A connection that breaks under a request fails that request, not the session.** A server closes an idle
+  keep-alive connection after a few seconds (uvicorn, Node: 5 s); a request sent on it just as the server's timer fires
+  meets a reset (``ReadError``) or an empty answer (``RemoteProtocolError``). Under load such races are common: at
+  1,000 concurrent sessions on 2 cores, 18-45 requests per run met one, and each killed its whole session (the SDK
+  behaves as with timeouts). Here a broken, reset or closed connection after the request was sent becomes that
+  request's JSON-RPC error ``-32003`` (``data``: which HTTP error) saying the call may or may not have run; the
+  session stays open and its next request opens a new connection. A refused connection (nothing listens) still ends
+  the session: that server is gone. Idle connections are dropped by the client after ``KEEPALIVE_EXPIRY`` seconds,
+  well before the usual 5 s of servers, which makes such races rare.
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ import httpx2
 from anyio.lowlevel import RunVar
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
-__all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "MAX_IN_FLIGHT"]
+__all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
+           "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "MAX_IN_FLIGHT"]
 
 _ctx: ssl.SSLContext | None = None
 _lock = threading.Lock()
@@ -47,6 +56,18 @@ listen backlog of common servers (uvicorn 2048, Node 511) and far above what one
 
 HTTP_TIMEOUT_DATA_KEY = "http_timeout"
 """Key in the ``data`` of a ``-32001`` error made here (an HTTP timeout, not the caller's own bound): which one."""
+
+CONNECTION_LOST = -32003
+"""JSON-RPC code of the error made here when the connection broke after a request was sent and before its answer
+(implementation-defined server-error range; the SDK's own codes are -32000 to -32002)."""
+
+HTTP_CONNECTION_DATA_KEY = "http_connection"
+"""Key in the ``data`` of a :data:`CONNECTION_LOST` error: the HTTP error (``ReadError``, ``RemoteProtocolError``,
+``WriteError``) and its message."""
+
+KEEPALIVE_EXPIRY = 2.0
+"""Seconds an idle connection is kept for the next request (httpx: 5 s, as long as uvicorn and Node keep it: a
+request sent at second 5 races the server's close)."""
 
 _SLOTS: RunVar[dict[tuple[str, int], anyio.Semaphore]] = RunVar("mcp_gym_http_slots")
 
@@ -96,20 +117,37 @@ def _request_id(request: httpx2.Request) -> Any:
     return None
 
 
-def _timeout_answer(request: httpx2.Request, which: str, seconds: float | None) -> httpx2.Response | None:
-    """A JSON-RPC ``-32001`` error answering ``request`` (what the SDK makes of a server's error body), or ``None``
-    when it is not a JSON-RPC request (the exception then goes on as before)."""
+def _origin(request: httpx2.Request) -> str:
+    return f"{request.url.scheme}://{request.url.netloc.decode('ascii', 'replace')}"
+
+
+def _error_answer(request: httpx2.Request, status: int, code: int, message: str,
+                  data: dict[str, Any]) -> httpx2.Response | None:
+    """A JSON-RPC error answering ``request`` (what the SDK makes of a server's error body), or ``None`` when it is
+    not a JSON-RPC request (the exception then goes on as before)."""
     rid = _request_id(request)
     if rid is None:
         return None
-    origin = f"{request.url.scheme}://{request.url.netloc.decode('ascii', 'replace')}"
-    within = f" within {seconds:g} s" if seconds is not None else ""
-    message = (f"no answer from {origin}{within} ({which}): the server is busy or unreachable; the session stays "
-               "open")
-    body = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32001, "message": message,
-                                                   "data": {HTTP_TIMEOUT_DATA_KEY: which}}}
-    return httpx2.Response(504, headers={"content-type": "application/json"}, content=json.dumps(body).encode(),
+    body = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": data}}
+    return httpx2.Response(status, headers={"content-type": "application/json"}, content=json.dumps(body).encode(),
                            request=request)
+
+
+def _timeout_answer(request: httpx2.Request, which: str, seconds: float | None) -> httpx2.Response | None:
+    """A JSON-RPC ``-32001`` error answering ``request``, or ``None`` when it is not a JSON-RPC request."""
+    within = f" within {seconds:g} s" if seconds is not None else ""
+    message = (f"no answer from {_origin(request)}{within} ({which}): the server is busy or unreachable; the session "
+               "stays open")
+    return _error_answer(request, 504, -32001, message, {HTTP_TIMEOUT_DATA_KEY: which})
+
+
+def _connection_answer(request: httpx2.Request, error: httpx2.TransportError) -> httpx2.Response | None:
+    """A JSON-RPC :data:`CONNECTION_LOST` error answering ``request``, or ``None`` when it is not a JSON-RPC
+    request."""
+    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    message = (f"the connection to {_origin(request)} broke before the answer ({what}); the request may or may not "
+               "have run on the server; the session stays open")
+    return _error_answer(request, 502, CONNECTION_LOST, message, {HTTP_CONNECTION_DATA_KEY: what})
 
 
 _WHICH = {httpx2.ConnectTimeout: "connect", httpx2.ReadTimeout: "read", httpx2.WriteTimeout: "write",
@@ -120,10 +158,10 @@ class _SessionClient(httpx2.AsyncClient):
     """``httpx2.AsyncClient`` whose requests take a slot of their server's ``max_in_flight`` until the response
     headers arrive, and whose timeouts before the headers answer the JSON-RPC request with ``-32001``."""
 
-    def __init__(self, *args: Any, max_in_flight: int | None = None, answer_timeouts: bool = True, **kw: Any) -> None:
+    def __init__(self, *args: Any, max_in_flight: int | None = None, answer_errors: bool = True, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.max_in_flight = max_in_flight
-        self.answer_timeouts = answer_timeouts
+        self.answer_errors = answer_errors
 
     async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:  # type: ignore[override]
         timeouts = request.extensions.get("timeout") or {}
@@ -139,17 +177,24 @@ class _SessionClient(httpx2.AsyncClient):
                     await sem.acquire()
             except TimeoutError:
                 answer = _timeout_answer(request, f"waiting for one of {self.max_in_flight} request slots", wait) \
-                    if self.answer_timeouts else None
+                    if self.answer_errors else None
                 if answer is None:
                     raise httpx2.PoolTimeout(f"no request slot within {wait:g} s", request=request) from None
                 return answer
         try:
             return await super().send(request, **kw)
         except httpx2.TimeoutException as e:
-            if not self.answer_timeouts:
+            if not self.answer_errors:
                 raise
             which = next((w for cls, w in _WHICH.items() if isinstance(e, cls)), "timeout")
             answer = _timeout_answer(request, f"{which} timeout", timeouts.get(which))
+            if answer is None:
+                raise
+            return answer
+        except (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError) as e:
+            # The connection was open and broke under this request (a ConnectError, raised before anything was
+            # sent, still ends the session: nothing listens there).
+            answer = _connection_answer(request, e) if self.answer_errors else None
             if answer is None:
                 raise
             return answer
@@ -160,15 +205,16 @@ class _SessionClient(httpx2.AsyncClient):
 
 def session_http_client(
     headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None,
-    *, max_in_flight: int | None = MAX_IN_FLIGHT, answer_timeouts: bool = True, **kw: Any,
+    *, max_in_flight: int | None = MAX_IN_FLIGHT, answer_errors: bool = True, **kw: Any,
 ) -> httpx2.AsyncClient:
     """What the SDK's ``create_mcp_http_client`` makes (its timeouts: 30 s, 300 s to read a stream), on the shared
-    TLS context, with ``max_in_flight`` requests per server at most (``None``: no bound) and, with
-    ``answer_timeouts`` (Streamable HTTP), timeouts that fail one request (module docstring). Extra keywords go to
+    TLS context, with ``max_in_flight`` requests per server at most (``None``: no bound), idle connections kept
+    :data:`KEEPALIVE_EXPIRY` seconds and, with ``answer_errors`` (Streamable HTTP), HTTP timeouts and connections
+    broken under a request that fail only that request (module docstring). Extra keywords go to
     ``httpx2.AsyncClient``."""
     return _SessionClient(
         headers=headers, auth=auth, verify=shared_ssl_context(), max_in_flight=max_in_flight,
-        answer_timeouts=answer_timeouts,
+        answer_errors=answer_errors, limits=kw.pop("limits", None) or httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
         timeout=timeout if timeout is not None else
         httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
         **kw,

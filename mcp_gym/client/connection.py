@@ -197,7 +197,14 @@ class ServerConnection:
     async def start(self, task_group: Any) -> None:
         """Start the owner task and wait until connected or failed (never raises)."""
         self.status = "connecting"
-        task_group.start_soon(self._own, name=f"mcp-gym:{self.alias}")
+        try:
+            task_group.start_soon(self._own, name=f"mcp-gym:{self.alias}")
+        except Exception as e:  # noqa: BLE001 - e.g. a runtime that is not running: say so, never wait for it
+            self.status = "failed"
+            self.error = f"could not start its connection task: {e}"
+            self._ready.set()
+            self._done.set()
+            return
         with anyio.move_on_after(min(SLOW_CONNECT_NOTICE, self.spec.connect_timeout / 2)):
             await self._ready.wait()
         if not self._ready.is_set():  # a server that never answers must not cost connect_timeout in silence
@@ -313,7 +320,11 @@ class ServerConnection:
                 self.status = "closed"
             self._ready.set()
             self._done.set()
-        if exc is not None and isinstance(exc, anyio.get_cancelled_exc_class()):
+        # A cancellation is passed on only when it comes from outside (the runtime is stopping: an enclosing scope is
+        # cancelled). One from the SDK's own scopes (its transport died and cancelled the session's task group) ends
+        # this session only: passed on, it would cancel the runtime's task group and so every other session.
+        if exc is not None and isinstance(exc, anyio.get_cancelled_exc_class()) and \
+                anyio.current_effective_deadline() == -math.inf:
             raise exc
 
     async def _set_log_level(self, client: Client) -> None:
@@ -657,19 +668,20 @@ class ServerConnection:
 
 
 def _http_client_factory(
-    on_refusal: Callable[[int | None, str, str], None], max_in_flight: int | None, answer_timeouts: bool = False
+    on_refusal: Callable[[int | None, str, str], None], max_in_flight: int | None, answer_errors: bool = False
 ) -> Callable[..., Any]:
     """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
     (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was). All clients share one TLS
-    context and, per server, ``max_in_flight`` request slots; ``answer_timeouts`` (Streamable HTTP only: the old SSE
-    transport's POSTs carry no answer) turns an HTTP timeout into that request's error (:mod:`mcp_gym.client._http`).
+    context and, per server, ``max_in_flight`` request slots; ``answer_errors`` (Streamable HTTP only: the old SSE
+    transport's POSTs carry no answer) turns an HTTP timeout or a connection broken under a request into that
+    request's error (:mod:`mcp_gym.client._http`).
     """
     async def hook(response: Any) -> None:
         bad = response.status_code >= 400
         on_refusal(response.status_code if bad else None, response.reason_phrase, str(response.request.url))
 
     def factory(**kw: Any) -> Any:
-        http = session_http_client(**kw, max_in_flight=max_in_flight, answer_timeouts=answer_timeouts)
+        http = session_http_client(**kw, max_in_flight=max_in_flight, answer_errors=answer_errors)
         http.event_hooks = {"request": [], "response": [hook]}
         return http
 
@@ -682,7 +694,7 @@ async def _streamable_http(spec: Http, on_refusal: Callable[[int | None, str, st
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    http = _http_client_factory(on_refusal, spec.max_in_flight, answer_timeouts=True)(
+    http = _http_client_factory(on_refusal, spec.max_in_flight, answer_errors=True)(
         headers=dict(spec.headers or {}) or None, auth=spec.auth,
         timeout=httpx2.Timeout(spec.http_timeout, read=spec.read_timeout))
     async with http, streamable_http_client(spec.url, http_client=http) as streams:

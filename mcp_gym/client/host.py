@@ -22,7 +22,7 @@ import mcp.types as mt
 from mcp import MCPError
 from pydantic import ValidationError
 
-from mcp_gym.client._http import HTTP_TIMEOUT_DATA_KEY
+from mcp_gym.client._http import CONNECTION_LOST, HTTP_CONNECTION_DATA_KEY, HTTP_TIMEOUT_DATA_KEY
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 from mcp_gym.client._tools import show_name
 from mcp_gym.client.connection import (
@@ -501,6 +501,9 @@ class MCPHost:
                 http = isinstance(e.error.data, dict) and HTTP_TIMEOUT_DATA_KEY in e.error.data
                 out.error = self._error("timeout", exposed, alias, e.error.message if http or timeout is None
                                         else f"no result within {timeout:g} s", code=e.code)
+            elif e.code == CONNECTION_LOST and isinstance(e.error.data, dict) and \
+                    HTTP_CONNECTION_DATA_KEY in e.error.data:
+                out.error = self._error("connection_lost", exposed, alias, e.error.message, code=e.code)
             elif e.code == MESSAGE_TOO_LARGE:
                 out.error = self._error("too_large", exposed, alias, e.error.message, code=e.code)
             else:

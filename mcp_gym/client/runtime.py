@@ -92,6 +92,7 @@ class Runtime:
                 await self._stop.wait()
                 tg.cancel_scope.cancel()
         finally:
+            self._tg = None  # new sessions fail at once ("not running") instead of waiting on a task group that ended
             self._ready.set()
 
     async def _started(self) -> None:
