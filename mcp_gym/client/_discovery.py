@@ -19,17 +19,21 @@ listens on that port), the answer is dropped (:func:`forget`) and the host conne
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import mcp.client.session as _sdk_session
 import mcp.types as mt
 from anyio.lowlevel import RunVar
 
 from mcp_gym.client.specs import Http
 
-__all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget", "mismatch"]
+__all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget", "mismatch", "DISCOVER_TIMEOUT"]
 
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 
@@ -133,3 +137,37 @@ def mismatch(adopted: mt.DiscoverResult | None, page_metas: list[Any]) -> str | 
 def forget(spec: Http) -> None:
     """Drop the answer kept for ``spec``'s server and authorization context (the next session asks again)."""
     _CACHE.pop(_key(spec), None)
+
+
+class _DiscoverTimeout:
+    """The SDK (mcp 2.3) reads its ``server/discover`` probe timeout from a module global when it sends the probe, and
+    has no per-client setting. Handshakes with the same ``discover_timeout`` run together; one with another value
+    waits until they are done, so each probe waits its own connection's value (across runtimes and threads too)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: float | None = None
+        self._active = 0
+
+    def _enter(self, value: float) -> bool:
+        with self._lock:
+            if self._active and self._value != value:
+                return False
+            self._value = value
+            self._active += 1
+            _sdk_session.DISCOVER_TIMEOUT_SECONDS = value
+            return True
+
+    @contextlib.asynccontextmanager
+    async def use(self, value: float) -> AsyncIterator[None]:
+        while not self._enter(value):
+            await anyio.sleep(0.01)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+
+
+DISCOVER_TIMEOUT = _DiscoverTimeout()
+"""Sets the SDK's ``server/discover`` probe timeout for each handshake in turn (see :class:`_DiscoverTimeout`)."""

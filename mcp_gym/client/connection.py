@@ -14,7 +14,6 @@ import contextlib
 import logging
 import math
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from typing import Any, Literal
 from typing import Protocol as _Interface
 
 import anyio
-import mcp.client.session as _sdk_session
 import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 
@@ -52,39 +50,6 @@ __all__ = [
 
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
-
-
-class _DiscoverTimeout:
-    """The SDK (mcp 2.3) reads its ``server/discover`` probe timeout from a module global when it sends the probe, and
-    has no per-client setting. Handshakes with the same ``discover_timeout`` run together; one with another value
-    waits until they are done, so each probe waits its own connection's value (across runtimes and threads too)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._value: float | None = None
-        self._active = 0
-
-    def _enter(self, value: float) -> bool:
-        with self._lock:
-            if self._active and self._value != value:
-                return False
-            self._value = value
-            self._active += 1
-            _sdk_session.DISCOVER_TIMEOUT_SECONDS = value
-            return True
-
-    @contextlib.asynccontextmanager
-    async def use(self, value: float) -> AsyncIterator[None]:
-        while not self._enter(value):
-            await anyio.sleep(0.01)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._active -= 1
-
-
-_DISCOVER_TIMEOUT = _DiscoverTimeout()
 
 
 class ConnectionLost(Exception):
@@ -272,7 +237,7 @@ class ServerConnection:
                 try:
                     client = self._client(prior)
                     if self.spec.protocol == "auto" and prior is None:
-                        async with _DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
+                        async with _discovery.DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
                             await client.__aenter__()
                         _discovery.remember(self.spec, client.session.discover_result, client.protocol_version)
                     else:
