@@ -206,12 +206,15 @@ class BreakingProxy:
         self.accepted = 0
         self.broken = 0
         self.sockets: list[socket.socket] = []
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepting = threading.Event()  # cleared: connections wait in the listen backlog (1), then are dropped
+        self.accepting.set()
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=1)
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/mcp"
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
         while True:
+            self.accepting.wait()
             try:
                 client, _ = self.listener.accept()
             except OSError:
@@ -350,3 +353,38 @@ def test_a_session_that_dies_leaves_the_other_sessions_alone(served: Served) -> 
     assert out["b1"]["error"] is None and out["b1"]["structured_content"] == {"result": "held"}, out["b1"]
     assert out["b2"]["error"] is None and out["b2"]["structured_content"] == {"result": "still here"}, out["b2"]
     assert out["c"]["error"] is None and out["c"]["structured_content"] == {"result": "pong"}, out["c"]
+
+
+def test_a_connect_timeout_is_tried_again_within_the_read_timeout(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server stops accepting connections and its listen backlog is full (what thousands of sessions reconnecting
+    at once do to it): a new connection attempt times out after ``http_timeout`` (1 s here). Nothing was sent, so the
+    request tries again while its ``read_timeout`` lasts, and the step succeeds once the server accepts again (2.5 s
+    later). It used to fail at the first connect timeout (kind ``timeout``; at 10,000 sessions, 269 steps per run)."""
+    from mcp_gym.client import _http
+
+    monkeypatch.setattr(_http, "KEEPALIVE_EXPIRY", 0.2)  # the step below needs a new connection
+    port = int(served.url.rsplit(":", 1)[1].split("/")[0])
+    proxy = BreakingProxy(port, b"never-sent", "close", False)
+    env = MCPEnv({"busy": Http(proxy.url, http_timeout=1.0, read_timeout=60.0)}, ["Ping."], call_timeout=120.0)
+    fillers: list[socket.socket] = []
+    try:
+        env.reset(seed=0)
+        proxy.accepting.clear()
+        threading.Event().wait(0.5)  # the session's idle connections expire; the proxy is parked before accept()
+        accepted = proxy.accepted
+        for _ in range(3):  # fill the listen backlog: further connection attempts are dropped by the kernel
+            fillers.append(socket.create_connection(("127.0.0.1", int(proxy.url.split(":")[2].split("/")[0]))))
+        timer = threading.Timer(2.5, proxy.accepting.set)
+        timer.start()
+        _, _, _, _, info = env.step({"tool": "ping", "arguments": {}})
+        timer.join()
+        assert info["error"] is None, info["error"]
+        assert info["structured_content"] == {"result": "pong"}
+        assert proxy.accepted > accepted + len(fillers)  # it came over a connection accepted after the pause
+    finally:
+        env.close()
+        for f in fillers:
+            f.close()
+        proxy.accepting.set()
+        proxy.close()

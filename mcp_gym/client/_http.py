@@ -21,6 +21,8 @@ Two things a busy server needs (both found at 10,000 concurrent sessions against
   escapes into the transport's task group and closes the session, so every later call reads "Connection closed" and a
   busy server looked dead. Here a connect, write, read or slot timeout before the response headers becomes that
   request's JSON-RPC error ``-32001`` (request timeout; ``data`` says which HTTP timeout) and the session stays open.
+* **A connect timeout is tried again** (nothing was sent), for as long as the read timeout, so a server past its listen
+  backlog (thousands of sessions reconnecting at once) is waited for, not reported busy after one attempt.
 * **A connection that breaks under a request fails that request, not the session.** A server closes an idle
   keep-alive connection after a few seconds (uvicorn, Node: 5 s); a request sent on it just as the server's timer fires
   meets a reset (``ReadError``) or an empty answer (``RemoteProtocolError``). Under load such races are common: at
@@ -182,7 +184,7 @@ class _SessionClient(httpx2.AsyncClient):
                     raise httpx2.PoolTimeout(f"no request slot within {wait:g} s", request=request) from None
                 return answer
         try:
-            return await super().send(request, **kw)
+            return await self._send(request, timeouts, **kw)
         except httpx2.TimeoutException as e:
             if not self.answer_errors:
                 raise
@@ -201,6 +203,20 @@ class _SessionClient(httpx2.AsyncClient):
         finally:
             if sem is not None:
                 sem.release()
+
+
+    async def _send(self, request: httpx2.Request, timeouts: dict[str, Any], **kw: Any) -> httpx2.Response:
+        """Send; a connect timeout is retried while the read timeout lasts. Nothing was sent then (the server did not
+        accept the connection in time: past its listen backlog the kernel drops connection attempts), so trying again
+        is safe, and thousands of sessions reconnecting at once get through as the server catches up."""
+        read = timeouts.get("read")
+        deadline = None if read is None or not self.answer_errors else anyio.current_time() + read
+        while True:
+            try:
+                return await super().send(request, **kw)
+            except httpx2.ConnectTimeout:
+                if deadline is None or anyio.current_time() >= deadline:
+                    raise
 
 
 def session_http_client(
