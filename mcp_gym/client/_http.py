@@ -26,7 +26,7 @@ Two things a busy server needs (both found at 10,000 concurrent sessions against
 * **A connection that breaks under a request fails that request, not the session.** A server closes an idle
   keep-alive connection after a few seconds (uvicorn, Node: 5 s); a request sent on it just as the server's timer fires
   meets a reset (``ReadError``) or an empty answer (``RemoteProtocolError``). Under load such races are common: at
-  1,000 concurrent sessions on 2 cores, 18-45 requests per run met one, and each killed its whole session (the SDK
+  1,000 concurrent sessions on 2 cores, 14-45 requests per run met one, and each killed its whole session (the SDK
   behaves as with timeouts). Here a broken, reset or closed connection after the request was sent becomes that
   request's JSON-RPC error ``-32003`` (``data``: which HTTP error) saying the call may or may not have run; the
   session stays open and its next request opens a new connection. A refused connection (nothing listens) still ends
@@ -158,7 +158,9 @@ _WHICH = {httpx2.ConnectTimeout: "connect", httpx2.ReadTimeout: "read", httpx2.W
 
 class _SessionClient(httpx2.AsyncClient):
     """``httpx2.AsyncClient`` whose requests take a slot of their server's ``max_in_flight`` until the response
-    headers arrive, and whose timeouts before the headers answer the JSON-RPC request with ``-32001``."""
+    headers arrive and, with ``answer_errors``, retry a connect timeout while the read timeout lasts, answer the
+    JSON-RPC request with ``-32001`` on another timeout before the headers and with :data:`CONNECTION_LOST` when the
+    connection breaks under it (module docstring)."""
 
     def __init__(self, *args: Any, max_in_flight: int | None = None, answer_errors: bool = True, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -203,7 +205,6 @@ class _SessionClient(httpx2.AsyncClient):
         finally:
             if sem is not None:
                 sem.release()
-
 
     async def _send(self, request: httpx2.Request, timeouts: dict[str, Any], **kw: Any) -> httpx2.Response:
         """Send; a connect timeout is retried while the read timeout lasts. Nothing was sent then (the server did not
