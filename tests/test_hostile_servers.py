@@ -7,17 +7,20 @@ server's pid) rather than wall-clock times.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import stat
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from jsonschema import Draft202012Validator
 
 from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.client._stdio import INVALID_MESSAGE, _top_level
@@ -205,6 +208,75 @@ def test_recursive_tree_schema_is_fine(tmp_path: Path) -> None:
         assert info["error"] is None
     finally:
         env.close()
+
+
+def test_a_schema_cannot_make_the_client_fetch_urls(tmp_path: Path) -> None:
+    # jsonschema's default registry fetches any URL a $ref names (no timeout): a server could make the client open
+    # internal addresses (SSRF) or hang it. A listening socket here counts every request that reaches it.
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            hits.append(self.path)
+            body = b'{"type": "object"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/schema.json"
+    far = {"name": "far", "inputSchema": {"type": "object", "$ref": url}}
+    near = {"name": "near", "inputSchema": {"type": "object", "properties": {"x": {"$ref": url}}, "required": ["x"]}}
+    out = {"name": "out", "inputSchema": OBJ, "outputSchema": {"type": "object", "$ref": url + "?out"}}
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, far, near, out])}, ["t"], call_timeout=10)
+    try:
+        _, info = env.reset(seed=0)
+        skipped = {t["name"]: t["reason"] for t in info["servers"]["s"]["skipped_tools"]}
+        assert set(skipped) == {"far", "out"}, skipped
+        assert "cannot be evaluated" in skipped["far"] and "Unresolvable" in skipped["far"]
+        assert skipped["out"].startswith("outputSchema cannot be evaluated")
+        _, _, _, _, info = env.step({"tool": "near", "arguments": {"x": 1}})
+        assert info["error"]["kind"] == "invalid_arguments" and "could not validate" in info["error"]["message"]
+        with pytest.raises(ValueError, match="could not"):
+            env.action_space.sample(mask="near")
+        echo(env)
+        assert hits == []
+    finally:
+        env.close()
+        server.shutdown()
+
+
+def test_output_schemas_are_compiled_once_and_still_enforced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the SDK compiles (metaschema-checks, ~5 ms) each tool's outputSchema once per session; mcp-gym hands every
+    # session the validator it compiled once per definition, and results are still checked against it
+    out = {"type": "object", "properties": {"v": {"type": "array"}}, "required": ["v"], "title": tmp_path.name}
+    compiled: list[Any] = []
+    check = Draft202012Validator.check_schema.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: Any, schema: Any, *args: Any, **kw: Any) -> None:
+        compiled.append(schema)
+        check(cls, schema, *args, **kw)
+
+    monkeypatch.setattr(Draft202012Validator, "check_schema", classmethod(counting))
+    deep = {"name": "deep", "inputSchema": OBJ, "outputSchema": out}
+    for i in range(2):
+        env = MCPEnv({"s": spec(tmp_path, [ECHO, deep])}, ["t"], call_timeout=10)
+        try:
+            env.reset(seed=i)
+            _, _, _, _, info = env.step({"tool": "deep", "arguments": {"depth": 1}})
+            assert info["error"] is None and info["structured_content"] == {"v": ["bottom"]}
+            _, _, _, _, info = env.step({"tool": "deep", "arguments": {"depth": 0}})  # {"v": "bottom"}
+            assert info["error"]["kind"] == "invalid_result", info["error"]
+            assert "Invalid structured content" in info["error"]["message"] and "'bottom' is not of type" in \
+                info["error"]["message"]
+        finally:
+            env.close()
+    assert sum(schema == out for schema in compiled) == 1
 
 
 def test_construction_failure_stops_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,7 @@ from jsonschema import validators
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import Draft202012Validator
 from pydantic import ValidationError
+from referencing import Registry
 
 try:
     from mcp_types import methods as _methods
@@ -141,31 +142,37 @@ def schema_problem(schema: Any, what: str = "inputSchema") -> str | None:
     It must be a JSON object whose ``type`` is ``"object"``, valid under its own metaschema (``$schema``, default Draft
     2020-12), without a cycle of local ``$ref`` / ``allOf`` / ``anyOf`` / ``oneOf`` / ``not`` / ``if`` that never
     descends into the instance (``{"$ref": "#"}``; a recursive *tree* schema is fine), and validating an empty object
-    against it must terminate.
+    against it must terminate. A ``$ref`` resolves only inside the schema (and the bundled metaschemas): nothing is
+    fetched, so a tool definition cannot make the client open URLs.
     """
+    return _compile_checked(schema, what)[1]
+
+
+def _compile_checked(schema: Any, what: str) -> tuple[Any, str | None]:
+    """(the schema's validator, ``None``) if the schema is usable (see :func:`schema_problem`), else (None, why)."""
     if not isinstance(schema, Mapping):
-        return f"{what} must be a JSON object, got {type(schema).__name__}"
+        return None, f"{what} must be a JSON object, got {type(schema).__name__}"
     if schema.get("type") != "object":
-        return f"{what} must have \"type\": \"object\", got {show_name(schema.get('type', '(none)'))}"
+        return None, f"{what} must have \"type\": \"object\", got {show_name(schema.get('type', '(none)'))}"
     try:
         cls = validators.validator_for(schema, default=Draft202012Validator)
         cls.check_schema(schema)
-        validator = cls(schema)
+        validator = cls(schema, registry=Registry())  # as the SDK does: no remote $ref retrieval
     except SchemaError as e:
-        return f"{what} is not a valid JSON Schema: {show_name(e.message, 200)}"
+        return None, f"{what} is not a valid JSON Schema: {show_name(e.message, 200)}"
     except Exception as e:  # noqa: BLE001 - an unknown $schema, a hostile mapping, ...
-        return f"{what} is not usable: {type(e).__name__}: {show_name(str(e), 200)}"
+        return None, f"{what} is not usable: {type(e).__name__}: {show_name(str(e), 200)}"
     loop = _ref_loop(schema)
     if loop is not None:
-        return f"{what} refers to itself without end (a $ref loop through {show_name(loop)})"
+        return None, f"{what} refers to itself without end (a $ref loop through {show_name(loop)})"
     try:
         for _ in validator.iter_errors({}):
             pass
     except RecursionError:
-        return f"{what} refers to itself without end (a $ref loop)"
+        return None, f"{what} refers to itself without end (a $ref loop)"
     except Exception as e:  # noqa: BLE001 - e.g. a $ref that does not resolve
-        return f"{what} cannot be evaluated: {type(e).__name__}: {show_name(str(e), 200)}"
-    return None
+        return None, f"{what} cannot be evaluated: {type(e).__name__}: {show_name(str(e), 200)}"
+    return validator, None
 
 
 def _name_problem(name: Any, seen: set[str]) -> str | None:
@@ -229,13 +236,14 @@ def check_page(raw: Any, version: str | None) -> tuple[list[Any], dict[str, Any]
     return tools, shell, cursor or None
 
 
-_CHECKED: dict[tuple[str | None, str], tuple[mt.Tool | None, str | None]] = {}
+_Checked = tuple[mt.Tool | None, str | None, Any]  # (tool or None, why not, the outputSchema's validator or None)
+_CHECKED: dict[tuple[str | None, str], _Checked] = {}
 _CHECKED_MAX = 4096  # tool definitions remembered (servers re-list at every reset: checking a schema costs ~1 ms)
 
 
-def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: str | None) -> tuple[mt.Tool | None,
-                                                                                                   str | None]:
-    """The tool parsed from a raw definition, or why it is unusable (memoised by its canonical JSON)."""
+def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: str | None) -> _Checked:
+    """The tool parsed from a raw definition, or why it is unusable (memoised by its canonical JSON), and the
+    compiled validator of its ``outputSchema`` (shared by every session that lists this definition)."""
     try:
         key: tuple[str | None, str] | None = (version, json.dumps(raw, sort_keys=True))
     except (TypeError, ValueError, RecursionError):
@@ -243,6 +251,7 @@ def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: st
     if key is not None and key in _CHECKED:
         return _CHECKED[key]
     tool: mt.Tool | None = None
+    output_validator: Any = None
     reason = _surface_check(version, shell, raw)
     if reason is None:
         try:
@@ -252,8 +261,8 @@ def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: st
     if reason is None and tool is not None:
         reason = schema_problem(tool.input_schema, "inputSchema")
         if reason is None and tool.output_schema is not None:
-            reason = schema_problem(tool.output_schema, "outputSchema")
-    out = (tool if reason is None else None, reason)
+            output_validator, reason = _compile_checked(tool.output_schema, "outputSchema")
+    out = (tool if reason is None else None, reason, output_validator if reason is None else None)
     if key is not None:
         if len(_CHECKED) >= _CHECKED_MAX:
             _CHECKED.pop(next(iter(_CHECKED)))
@@ -261,22 +270,26 @@ def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: st
     return out
 
 
-def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | None,
-                seen: set[str]) -> tuple[list[mt.Tool], list[dict[str, str]]]:
-    """The usable tools of one page and ``{"name", "reason"}`` for each skipped one (``seen``: earlier names)."""
+def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | None, seen: set[str],
+                output_validators: dict[str, Any] | None = None) -> tuple[list[mt.Tool], list[dict[str, str]]]:
+    """The usable tools of one page and ``{"name", "reason"}`` for each skipped one (``seen``: earlier names).
+    ``output_validators`` receives each usable tool's compiled ``outputSchema`` validator by name."""
     good: list[mt.Tool] = []
     skipped: list[dict[str, str]] = []
     for raw in raw_tools:
         name = raw.get("name") if isinstance(raw, dict) else None
         reason = "not a JSON object" if not isinstance(raw, dict) else _name_problem(name, seen)
         tool: mt.Tool | None = None
+        validator: Any = None
         if reason is None:
-            tool, reason = _check_definition(raw, shell, version)
+            tool, reason, validator = _check_definition(raw, shell, version)
         if reason is not None or tool is None:
             skipped.append({"name": show_name(name), "reason": reason or "invalid"})
             continue
         seen.add(tool.name)
         good.append(tool)
+        if validator is not None and output_validators is not None:
+            output_validators[tool.name] = validator
     return good, skipped
 
 
@@ -297,6 +310,7 @@ async def list_tools_checked(
     good: list[mt.Tool] = []
     skipped: list[dict[str, str]] = []
     seen: set[str] = set()
+    output_validators: dict[str, Any] = {}
     t = math.inf if timeout is None else max(0.0, timeout)
     with anyio.fail_after(t if math.isfinite(t) else None):
         cursor: str | None = None
@@ -314,7 +328,7 @@ async def list_tools_checked(
             raw_tools, shell, cursor = check_page(raw, version)
             if page_metas is not None:
                 page_metas.append(raw.get("_meta"))
-            page_good, page_skipped = check_tools(raw_tools, shell, version, seen)
+            page_good, page_skipped = check_tools(raw_tools, shell, version, seen, output_validators)
             good.extend(page_good)
             skipped.extend(page_skipped)
             if cursor is None:
@@ -332,4 +346,25 @@ async def list_tools_checked(
             if id(tool) not in kept:
                 skipped.append({"name": show_name(tool.name), "reason": "invalid x-mcp-header annotation"})
         good = list(result.tools)
+        _share_output_validators(session, good, output_validators)
     return good, skipped, result
+
+
+def _share_output_validators(session: Any, tools: list[mt.Tool], compiled: Mapping[str, Any]) -> None:
+    """Hand the SDK session the output-schema validators compiled here, so it does not compile its own.
+
+    The SDK checks each ``tools/call`` result against the tool's ``outputSchema`` with a validator it compiles per
+    session on the tool's first call (the metaschema check alone is ~5 ms of CPU, per session and tool: at 1,000
+    sessions that is seconds). The same definitions were checked here once per content; their validators (built as
+    the SDK builds them: class from ``$schema``, an empty ``referencing`` registry) are seeded into the session's
+    cache, which the SDK evicts by itself when a later listing changes a tool's schema. Nothing is seeded where the
+    SDK's cache is not the dict this was written for.
+    """
+    cache = getattr(session, "_tool_output_validators", None)
+    schemas = getattr(session, "_tool_output_schemas", None)
+    if not isinstance(cache, dict) or not isinstance(schemas, dict):  # pragma: no cover - SDK internals moved
+        return
+    for tool in tools:
+        validator = compiled.get(tool.name)
+        if validator is not None and tool.name not in cache and schemas.get(tool.name) is tool.output_schema:
+            cache[tool.name] = validator

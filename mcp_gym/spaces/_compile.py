@@ -9,6 +9,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError
+from referencing import Registry
 
 from mcp_gym.spaces.errors import _shorten
 
@@ -23,8 +24,10 @@ def _compile(schema: Any, name: str | None = None) -> Any:
     """Build the jsonschema validator for ``schema``: class from ``$schema``, default Draft 2020-12.
 
     ``check_schema`` costs milliseconds, so results are memoised by the schema's canonical JSON (spaces are rebuilt
-    when vector envs copy or unpickle them). An invalid schema triggers a warning and falls back to a validator that
-    only requires an object, so one broken tool does not make the whole server unusable.
+    when vector envs copy or unpickle them). A ``$ref`` resolves only inside the schema and the bundled metaschemas:
+    nothing is fetched (jsonschema's default registry would open any URL a server's schema names). An invalid schema
+    triggers a warning and falls back to a validator that only requires an object, so one broken tool does not make
+    the whole server unusable.
     """
     try:
         key: str | None = json.dumps(schema, sort_keys=True)
@@ -35,7 +38,7 @@ def _compile(schema: Any, name: str | None = None) -> Any:
         cls = validators.validator_for(schema, default=Draft202012Validator)
         try:
             cls.check_schema(schema)
-            cached = (cls(schema), None)
+            cached = (cls(schema, registry=Registry()), None)
         except SchemaError as exc:
             cached = (Draft202012Validator(_OBJECT_SCHEMA), _shorten(exc.message, 200))
         if key is not None:

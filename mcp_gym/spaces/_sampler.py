@@ -521,7 +521,10 @@ def sample_from_schema(schema: Mapping[str, Any] | bool, rng: np.random.Generato
         except _Unsatisfiable as exc:
             last = str(exc)
             continue
-        error = best_match(validator.iter_errors(value))
+        try:
+            error = best_match(validator.iter_errors(value))
+        except Exception as exc:  # noqa: BLE001 - an unresolvable $ref, a bad regex: the schema itself is broken
+            raise ValueError(f"could not validate a generated value: {_shorten(str(exc), 200)}") from exc
         if error is None:
             return value
         last = error.message
