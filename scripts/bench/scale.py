@@ -17,7 +17,10 @@ steps concurrently (``add(1)``; a reset when an episode ends), then all close. R
 wall time from the first to the last; a fixed window would be shorter than one step at 10,000 on a busy 2-core
 machine), p50/p99 step latency, client memory per episode (RSS delta over the connect phase; tracemalloc in a separate
 run of the connect phase, ``--trace-max``), server RSS (after connecting, after the window, after every session
-closed), errors, client CPU ms per episode for connect + first reset, and mcp-gym / raw-sdk ratios at the same N.
+closed), errors, client CPU ms per episode for connect + first reset, client CPU ms per step in the step phase (the
+client's share of the limit: the server has the other core) and how much of it the cyclic garbage collector took,
+and mcp-gym / raw-sdk ratios at the same N.
+``--profile PREFIX`` writes a cProfile of each side's step phase (``python -m pstats``) for finding the difference.
 
 The soft open-file limit is raised to the hard limit (each session holds a connection: ~N descriptors per process).
 
@@ -62,8 +65,10 @@ def rss_kb(pid: int | str = "self") -> float:
 
 # -- the client side, in its own interpreter ---------------------------------------------------------------------------
 def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_concurrency: int,
-           trace: bool, max_in_flight: int | None = None) -> dict[str, Any]:
+           trace: bool, max_in_flight: int | None = None, profile: str | None = None,
+           gc_threshold: int | None = None) -> dict[str, Any]:
     import collections
+    import cProfile
     import gc
     import tracemalloc
 
@@ -72,6 +77,8 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
     from mcp_gym.client.runtime import default_runtime
 
     raise_nofile()
+    if gc_threshold:  # both sides: the young-generation threshold of the cyclic GC (Python's default: 700)
+        gc.set_threshold(gc_threshold, *gc.get_threshold()[1:])
     url = f"http://127.0.0.1:{port}/mcp"
     out: dict[str, Any] = {"mode": mode, "n": n}
     errors: list[str] = []
@@ -188,6 +195,7 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
         window_over = anyio.Event()
         opened = [0]
         sem = anyio.Semaphore(connect_concurrency)
+        objects0 = len(gc.get_objects())
         rss0, cpu0, t0 = rss_kb(), time.process_time(), time.perf_counter()
 
         async def episode(i: int) -> None:
@@ -240,16 +248,40 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
             out["connect_cpu_ms_per_ep"] = (time.process_time() - cpu0) * 1000 / n
             gc.collect()
             out["client_rss_kb_per_ep"] = (rss_kb() - rss0) / n
+            out["gc_objects_per_ep"] = (len(gc.get_objects()) - objects0) / n  # what a full collection walks
             out["server_rss_mb_open"] = rss_kb(server_pid) / 1024
             if trace:
                 out["traced_kb_per_ep"] = tracemalloc.get_traced_memory()[0] / 1024 / n
                 tracemalloc.stop()
                 window_over.set()
                 return
-            w0 = time.perf_counter()
+            gc_time = [0.0, 0.0, 0, 0, 0.0]  # s in the cyclic GC (step phase), start, full / all collections, s full
+
+            def gc_timer(phase: str, info: dict[str, Any]) -> None:
+                if phase == "start":
+                    gc_time[1] = time.perf_counter()
+                else:
+                    gc_time[0] += time.perf_counter() - gc_time[1]
+                    gc_time[2] += info.get("generation") == 2
+                    gc_time[4] += (time.perf_counter() - gc_time[1]) * (info.get("generation") == 2)
+                    gc_time[3] += 1
+
+            gc.callbacks.append(gc_timer)
+            w0, cpu_w0 = time.perf_counter(), time.process_time()
+            prof = cProfile.Profile() if profile else None
+            if prof is not None:
+                prof.enable()
             while state["steps"] < n * steps and len(errors) < n:
                 await anyio.sleep(0.05)
             out["steps_per_s"] = state["steps"] / (time.perf_counter() - w0)
+            out["step_cpu_ms"] = (time.process_time() - cpu_w0) * 1000 / max(1, state["steps"])
+            gc.callbacks.remove(gc_timer)
+            out["step_gc_ms"] = gc_time[0] * 1000 / max(1, state["steps"])
+            out["full_gcs"], out["gcs_per_step"] = gc_time[2], gc_time[3] / max(1, state["steps"])
+            out["full_gc_ms"] = gc_time[4] * 1000 / max(1, gc_time[2])
+            if prof is not None and profile:
+                prof.disable()
+                prof.dump_stats(f"{profile}.{mode}.{n}.prof")
             out["server_rss_mb_window"] = rss_kb(server_pid) / 1024
             window_over.set()
         out["finished"] = finished[0]
@@ -302,6 +334,8 @@ def run(mode: str, n: int, a: argparse.Namespace, trace: bool) -> dict[str, Any]
         cmd = [sys.executable, __file__, "--worker", mode, str(n), str(port), str(proc.pid), "--steps",
                str(a.steps), "--connect-concurrency", str(a.connect_concurrency)] + (["--trace"] if trace else []) \
             + (["--max-in-flight", str(a.max_in_flight)] if a.max_in_flight else [])
+        cmd += ["--profile", a.profile] if a.profile else []
+        cmd += ["--gc-threshold", str(a.gc_threshold)] if a.gc_threshold else []
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
         if r.returncode != 0:
             lines = [x.strip(" |+-") for x in r.stderr.strip().splitlines()]
@@ -330,13 +364,16 @@ def main() -> None:
                    help="mcp-gym side: Http(max_in_flight=...), requests waiting on the server at once (default: none)")
     p.add_argument("--rounds", type=int, default=1, help="runs per N and side, the sides alternating")
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--gc-threshold", type=int, default=None,
+                   help="both sides: gc.set_threshold(N) in the client (Python's default 700; see the README)")
+    p.add_argument("--profile", help="cProfile the step phase into PREFIX.<side>.<N>.prof (slows both sides)")
     p.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     p.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         mode, n, port, pid = a.worker
         print(json.dumps(worker(mode, int(n), int(port), int(pid), a.steps, a.connect_concurrency, a.trace,
-                                a.max_in_flight)))
+                                a.max_in_flight, a.profile, a.gc_threshold)))
         return
     soft, hard = raise_nofile()
     print(f"RLIMIT_NOFILE soft limit raised to {soft} (hard {hard}); {os.cpu_count()} cores", file=sys.stderr)
@@ -354,7 +391,7 @@ def main() -> None:
                 results.append(r)
     by = {(r["mode"], r["n"], r["round"]): r for r in results}
     cols = ["N", "side", "steps/s", "p50 ms", "p99 ms", "kB/ep RSS", "kB/ep traced", "server MB open/win/closed",
-            "errors", "finished", "connect CPU ms/ep", "steps/s vs raw", "CPU vs raw"]
+            "errors", "finished", "connect CPU ms/ep", "step CPU ms (GC)", "steps/s vs raw", "CPU vs raw"]
     print(" | ".join(cols))
     print(" | ".join("---" for _ in cols))
     for r in results:
@@ -371,7 +408,9 @@ def main() -> None:
             f"{fmt(r.get('server_rss_mb_open'))}/{fmt(r.get('server_rss_mb_window'))}/"
             f"{fmt(r.get('server_rss_mb_closed'))}",
             str(r.get("errors")), f"{r.get('finished')}/{r['n']}", fmt(r.get("connect_cpu_ms_per_ep"), ".1f"),
-            fmt(ratio, ".2f") + ("x" if ratio else ""), fmt(cpu, ".2f") + ("x" if cpu else ""),
+            f"{fmt(r.get('step_cpu_ms'), '.2f')} ({fmt(r.get('step_gc_ms'), '.2f')})",
+            fmt(ratio, ".2f") + ("x" if ratio else ""),
+            fmt(cpu, ".2f") + ("x" if cpu else ""),
         ]))
     for n in a.n:
         pairs = [(by.get(("mcp-gym", n, k), {}).get("steps_per_s"), by.get(("raw-sdk", n, k), {}).get("steps_per_s"))
