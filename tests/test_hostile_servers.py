@@ -22,7 +22,7 @@ import anyio
 import pytest
 from jsonschema import Draft202012Validator
 
-from mcp_gym import InProcess, MCPEnv, Stdio
+from mcp_gym import InProcess, MCPEnv, Stdio, _schema
 from mcp_gym.client._stdio import INVALID_MESSAGE, _top_level
 from mcp_gym.client._tools import MAX_TOOL_NAME
 from mcp_gym.client.runtime import default_runtime
@@ -256,13 +256,13 @@ def test_output_schemas_are_compiled_once_and_still_enforced(tmp_path: Path, mon
     # session the validator it compiled once per definition, and results are still checked against it
     out = {"type": "object", "properties": {"v": {"type": "array"}}, "required": ["v"], "title": tmp_path.name}
     compiled: list[Any] = []
-    check = Draft202012Validator.check_schema.__func__  # type: ignore[attr-defined]
+    for cls in (Draft202012Validator, _schema.validator_class({})):  # the SDK's class, mcp-gym's bounded one
 
-    def counting(cls: Any, schema: Any, *args: Any, **kw: Any) -> None:
-        compiled.append(schema)
-        check(cls, schema, *args, **kw)
+        def counting(cls: Any, schema: Any, *args: Any, _check: Any = cls.check_schema.__func__, **kw: Any) -> None:
+            compiled.append(schema)
+            _check(cls, schema, *args, **kw)
 
-    monkeypatch.setattr(Draft202012Validator, "check_schema", classmethod(counting))
+        monkeypatch.setattr(cls, "check_schema", classmethod(counting))
     deep = {"name": "deep", "inputSchema": OBJ, "outputSchema": out}
     for i in range(2):
         env = MCPEnv({"s": spec(tmp_path, [ECHO, deep])}, ["t"], call_timeout=10)

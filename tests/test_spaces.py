@@ -745,3 +745,26 @@ json_values = st.recursive(
 def test_size_bound_is_an_upper_bound(value: Any) -> None:
     """The cheap size bound used to skip json.dumps never underestimates the real UTF-8 size."""
     assert _json_size_bound(value) >= len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+# -- hostile patterns --------------------------------------------------------------------------------------------------
+BACKTRACKING = "^(a|aa)+$"  # re.search needs ~fib(n) steps to refuse n "a" and a "!"; Python cannot interrupt it
+
+
+@pytest.mark.parametrize("schema, arguments, argument", [
+    ({"type": "object", "properties": {"x": {"type": "string", "pattern": BACKTRACKING}}}, {"x": "a" * 40 + "!"}, "x"),
+    ({"type": "object", "patternProperties": {BACKTRACKING: {"type": "integer"}}}, {"a" * 40 + "!": 1}, None),
+])
+def test_a_backtracking_pattern_refuses_the_action_instead_of_hanging(schema: dict, arguments: dict,
+                                                                       argument: str | None) -> None:
+    space = ToolCallSpace({"t": schema})
+    err = space.validation_error({"tool": "t", "arguments": arguments})
+    assert err is not None and err.kind == "invalid_arguments" and err.tool == "t"
+    assert "took longer than" in err.message and BACKTRACKING in err.message, err.message
+    if argument is not None:
+        assert err.argument == argument
+    ok = {"x": "aaaa"} if argument else {"aaaa": 1}
+    assert space.validation_error({"tool": "t", "arguments": ok}) is None  # a value that matches still does
+    bad = {"x": "b"} if argument else {}
+    if argument:
+        assert "does not match" in space.validate({"tool": "t", "arguments": bad})

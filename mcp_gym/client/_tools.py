@@ -20,11 +20,10 @@ from typing import Any
 import anyio
 import mcp.client.session as _sdk_session
 import mcp.types as mt
-from jsonschema import validators
 from jsonschema.exceptions import SchemaError
-from jsonschema.validators import Draft202012Validator
 from pydantic import ValidationError
-from referencing import Registry
+
+from mcp_gym import _schema
 
 try:
     from mcp_types import methods as _methods
@@ -155,9 +154,9 @@ def _compile_checked(schema: Any, what: str) -> tuple[Any, str | None]:
     if schema.get("type") != "object":
         return None, f"{what} must have \"type\": \"object\", got {show_name(schema.get('type', '(none)'))}"
     try:
-        cls = validators.validator_for(schema, default=Draft202012Validator)
+        cls = _schema.validator_class(schema)  # bounded pattern matching (an outputSchema's serves the SDK too)
         cls.check_schema(schema)
-        validator = cls(schema, registry=Registry())  # as the SDK does: no remote $ref retrieval
+        validator = _schema.validator(cls, schema)  # as the SDK does: no remote $ref retrieval
     except SchemaError as e:
         return None, f"{what} is not a valid JSON Schema: {show_name(e.message, 200)}"
     except Exception as e:  # noqa: BLE001 - an unknown $schema, a hostile mapping, ...

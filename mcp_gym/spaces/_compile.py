@@ -7,10 +7,10 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator, validators
+from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from referencing import Registry
 
+from mcp_gym import _schema
 from mcp_gym.spaces.errors import _shorten
 
 _OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -25,7 +25,8 @@ def _compile(schema: Any, name: str | None = None) -> Any:
 
     ``check_schema`` costs milliseconds, so results are memoised by the schema's canonical JSON (spaces are rebuilt
     when vector envs copy or unpickle them). A ``$ref`` resolves only inside the schema and the bundled metaschemas:
-    nothing is fetched (jsonschema's default registry would open any URL a server's schema names). An invalid schema
+    nothing is fetched (jsonschema's default registry would open any URL a server's schema names); ``pattern`` matches
+    are bounded in time (:mod:`mcp_gym._schema`). An invalid schema
     triggers a warning and falls back to a validator that only requires an object, so one broken tool does not make
     the whole server unusable.
     """
@@ -35,10 +36,10 @@ def _compile(schema: Any, name: str | None = None) -> Any:
         key = None
     cached = _COMPILED.get(key) if key is not None else None
     if cached is None:
-        cls = validators.validator_for(schema, default=Draft202012Validator)
+        cls = _schema.validator_class(schema)
         try:
             cls.check_schema(schema)
-            cached = (cls(schema, registry=Registry()), None)
+            cached = (_schema.validator(cls, schema), None)
         except SchemaError as exc:
             cached = (Draft202012Validator(_OBJECT_SCHEMA), _shorten(exc.message, 200))
         if key is not None:
