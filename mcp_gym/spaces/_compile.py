@@ -26,9 +26,8 @@ def _compile(schema: Any, name: str | None = None) -> Any:
     ``check_schema`` costs milliseconds, so results are memoised by the schema's canonical JSON (spaces are rebuilt
     when vector envs copy or unpickle them). A ``$ref`` resolves only inside the schema and the bundled metaschemas:
     nothing is fetched (jsonschema's default registry would open any URL a server's schema names); ``pattern`` matches
-    are bounded in time (:mod:`mcp_gym._schema`). An invalid schema
-    triggers a warning and falls back to a validator that only requires an object, so one broken tool does not make
-    the whole server unusable.
+    are bounded in time (:mod:`mcp_gym._schema`). An invalid schema triggers a warning and falls back to a validator
+    that only requires an object, so one broken tool does not make the whole server unusable.
     """
     try:
         key: str | None = json.dumps(schema, sort_keys=True)

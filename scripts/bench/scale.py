@@ -255,16 +255,18 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
                 tracemalloc.stop()
                 window_over.set()
                 return
-            gc_time = [0.0, 0.0, 0, 0, 0.0]  # s in the cyclic GC (step phase), start, full / all collections, s full
+            gcs = {"s": 0.0, "full_s": 0.0, "n": 0, "full_n": 0, "t0": 0.0}  # the cyclic GC in the step phase
 
             def gc_timer(phase: str, info: dict[str, Any]) -> None:
                 if phase == "start":
-                    gc_time[1] = time.perf_counter()
-                else:
-                    gc_time[0] += time.perf_counter() - gc_time[1]
-                    gc_time[2] += info.get("generation") == 2
-                    gc_time[4] += (time.perf_counter() - gc_time[1]) * (info.get("generation") == 2)
-                    gc_time[3] += 1
+                    gcs["t0"] = time.perf_counter()
+                    return
+                took, full = time.perf_counter() - gcs["t0"], info.get("generation") == 2
+                gcs["s"] += took
+                gcs["n"] += 1
+                if full:
+                    gcs["full_s"] += took
+                    gcs["full_n"] += 1
 
             gc.callbacks.append(gc_timer)
             w0, cpu_w0 = time.perf_counter(), time.process_time()
@@ -274,12 +276,12 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
             while state["steps"] < n * steps and len(errors) < n:
                 await anyio.sleep(0.05)
             out["steps_per_s"] = state["steps"] / (time.perf_counter() - w0)
-            out["step_cpu_ms"] = (time.process_time() - cpu_w0) * 1000 / max(1, state["steps"])
+            steps_done = max(1, state["steps"])
+            out["step_cpu_ms"] = (time.process_time() - cpu_w0) * 1000 / steps_done
             gc.callbacks.remove(gc_timer)
-            out["step_gc_ms"] = gc_time[0] * 1000 / max(1, state["steps"])
-            out["full_gcs"], out["gcs_per_step"] = gc_time[2], gc_time[3] / max(1, state["steps"])
-            out["full_gc_ms"] = gc_time[4] * 1000 / max(1, gc_time[2])
-            if prof is not None and profile:
+            out["step_gc_ms"], out["gcs_per_step"] = gcs["s"] * 1000 / steps_done, gcs["n"] / steps_done
+            out["full_gcs"], out["full_gc_ms"] = gcs["full_n"], gcs["full_s"] * 1000 / max(1, gcs["full_n"])
+            if prof is not None:
                 prof.disable()
                 prof.dump_stats(f"{profile}.{mode}.{n}.prof")
             out["server_rss_mb_window"] = rss_kb(server_pid) / 1024
