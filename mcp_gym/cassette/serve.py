@@ -38,10 +38,9 @@ def serve_replay(
 
         anyio.run(run)
     elif transport in ("http", "streamable-http"):
-        import uvicorn
+        from mcp_gym.serverkit import serve_http
 
-        app = server.streamable_http_app(json_response=json_response, host=host)
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        serve_http(server.streamable_http_app(json_response=json_response, host=host), host, port)
     else:
         raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
 

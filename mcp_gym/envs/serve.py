@@ -41,7 +41,8 @@ def serve(
     """Run a bundled server over ``stdio`` or Streamable ``http`` (``http://host:port/mcp``) until stopped.
 
     Over HTTP, responses stream as SSE by default so progress and other notifications reach the client during a
-    call; ``json_response=True`` answers with plain JSON (faster, but no notifications mid-call)."""
+    call; ``json_response=True`` answers with plain JSON (faster, but no notifications mid-call). Idle connections are
+    kept 30 s and clients told so (:func:`mcp_gym.serverkit.serve_http`)."""
     from mcp_gym.envs._common import exit_cleanly_on_sigterm
 
     exit_cleanly_on_sigterm()  # so atexit clean-up (e.g. temporary workspaces) runs when the server is terminated
@@ -55,7 +56,10 @@ def serve(
     if transport == "stdio":
         server.mcp.run()
     elif transport in ("http", "streamable-http"):
-        server.mcp.run(transport="streamable-http", host=host, port=port, json_response=json_response)
+        from mcp_gym.serverkit import serve_http
+
+        serve_http(server.mcp.streamable_http_app(json_response=json_response, host=host), host, port,
+                   log_level=server.mcp.settings.log_level.lower())
     else:
         raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
 

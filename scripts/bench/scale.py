@@ -9,8 +9,10 @@ fresh client interpreter:
 * ``raw-sdk``: N SDK ``Client`` sessions making the same calls by hand (``tools/list`` once, then per reset the
   hidden ``mcp_gym_reset`` tool and ``resources/read``; per step ``tools/call add`` and ``resources/read``, with the
   episode id in ``_meta``). Each raw client gets an ``httpx2.AsyncClient`` on one shared TLS context, as mcp-gym's
-  sessions do: with the SDK's default client (a TLS context each, ~27 ms CPU and ~0.8 MB per session) 10,000 raw
-  sessions would need ~8 GB.
+  sessions do (with the SDK's default client, a TLS context each, ~27 ms CPU and ~0.8 MB per session, 10,000 raw
+  sessions would need ~8 GB), and keeps idle connections as mcp-gym's do against this server (half the 30 s the
+  server says in its ``Keep-Alive`` header; httpx's own 5 s equals uvicorn's, and a request sent as the server closes
+  an idle connection meets a ReadError, which ends a raw SDK session and with it the run).
 
 Phases: every episode connects and resets (at most ``--connect-concurrency`` at a time), then all N take ``--steps``
 steps concurrently (``add(1)``; a reset when an episode ends), then all close. Reported: steps/s (all steps / the
@@ -139,13 +141,15 @@ def worker(mode: str, n: int, port: int, server_pid: int, steps: int, connect_co
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        from mcp_gym.client._http import shared_ssl_context
+        from mcp_gym.client._http import keepalive_for, shared_ssl_context
         from mcp_gym.protocol import EPISODE_META_KEY, RESET_TOOL
+        from mcp_gym.serverkit import SERVER_KEEPALIVE
 
         class Raw:
             def __init__(self, i: int) -> None:
                 self.i = i
-                self.http = httpx2.AsyncClient(verify=shared_ssl_context(), timeout=httpx2.Timeout(30.0, read=300.0))
+                self.http = httpx2.AsyncClient(verify=shared_ssl_context(), timeout=httpx2.Timeout(30.0, read=300.0),
+                                               limits=httpx2.Limits(keepalive_expiry=keepalive_for(f"timeout={SERVER_KEEPALIVE}")))
                 self.client = Client(streamable_http_client(url, http_client=self.http), cache=None)
                 self.steps = 0
                 self.meta = {EPISODE_META_KEY: f"raw-{i}-0"}
