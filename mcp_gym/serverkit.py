@@ -330,18 +330,6 @@ def serve_http(app: Any, host: str, port: int, *, log_level: str = "warning",
     :data:`SERVER_KEEPALIVE` is for)."""
     import uvicorn
 
-    hint = [(b"keep-alive", f"timeout={keep_alive}".encode())]
-
-    async def advertised(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await app(scope, receive, send)
-
-        async def sending(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *hint]}
-            await send(message)
-
-        await app(scope, receive, sending)
-
-    config = uvicorn.Config(advertised, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive,
+                            headers=[("Keep-Alive", f"timeout={keep_alive}")])
     anyio.run(uvicorn.Server(config).serve)
