@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import glob
 import importlib.util
 import json
 import logging
@@ -79,6 +80,9 @@ MAX_CONCURRENT_RUNS = 2 * (os.cpu_count() or 1)
 SANDBOX_ENV = "MCP_GYM_CODE_SANDBOX"
 """Environment variable choosing the isolation: ``auto`` (default: bubblewrap, else refuse), ``bwrap`` (the same,
 stated) or ``unsafe`` (no OS isolation, only the in-process audit hook: trusted code only)."""
+SANDBOX_UID_ENV = "MCP_GYM_CODE_SANDBOX_UID"
+"""Environment variable: the unprivileged host uid (and gid) agent code runs as when the server runs as root (default
+65534, ``nobody``); never 0."""
 WORKDIR = "/workspace"
 """The run's working directory inside the bubblewrap sandbox."""
 KILL_WAIT_SECONDS = 10.0
@@ -103,6 +107,11 @@ class Limits:
     """Characters of output kept for the report (head and tail)."""
     workspace_bytes: int = 16 * 2**20
     """Size of the run's private writable tmpfs (its working directory and ``$TMPDIR``) under bubblewrap."""
+    shm_bytes: int = 4 * 2**20
+    """Size of the run's ``/dev/shm`` tmpfs under bubblewrap (the rest of ``/dev`` is read-only)."""
+    processes: int = 0
+    """``RLIMIT_NPROC`` of the run: under bubblewrap the count is of the processes of the sandbox uid in the run's own
+    user namespace, i.e. of this run (its init included), so the default 0 allows no new process or thread at all."""
 
 
 @dataclass
@@ -258,10 +267,14 @@ class SandboxUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Isolation:
     """How agent code is isolated: ``mechanism`` is ``"bwrap"`` (the OS sandbox) or ``"unsafe"`` (opted in: a plain
-    subprocess with rlimits and the audit hook only); ``bwrap`` is the bubblewrap executable used."""
+    subprocess with rlimits and the audit hook only); ``bwrap`` is the bubblewrap executable used. When the server
+    runs as root, ``host_uid`` is the unprivileged host uid agent code runs as and ``setpriv`` the util-linux tool that
+    drops to it (``None`` otherwise: agent code runs as the server's own, non-root, uid)."""
 
     mechanism: str
     bwrap: str | None = None
+    host_uid: int | None = None
+    setpriv: str | None = None
 
 
 def _python() -> str:
@@ -273,14 +286,24 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def _prefixes() -> list[str]:
+    """The Python installation(s) the runner needs: its standard library, extension modules and shared library."""
+    return sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)})
+
+
 @functools.cache
 def _hidden_dirs() -> tuple[str, ...]:
     """Directories that must not be readable inside the sandbox although a parent is mounted: every site-packages
-    (third-party code, and mcp_gym itself when installed) and the mcp_gym package (its ``envs/<env>/tasks.py`` task
-    generators and hidden tests). Only the outermost of nested ones (bubblewrap cannot mount in a read-only tmpfs)."""
+    and dist-packages (third-party code, and mcp_gym itself when installed: those of this environment and of every
+    Python under ``/usr``, ``/usr/local`` and the base installation) and the mcp_gym package (its
+    ``envs/<env>/tasks.py`` task generators and hidden tests). Only the outermost of nested ones (bubblewrap cannot
+    mount in a read-only tmpfs)."""
     dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
     dirs |= {sysconfig.get_path(k) for k in ("purelib", "platlib")}
     dirs |= {p for p in sys.path if "-packages" in p}
+    for root in {"/usr", "/usr/local", *_prefixes()}:
+        for pattern in ("lib*/python*/*-packages", "local/lib*/python*/*-packages"):
+            dirs |= set(glob.glob(os.path.join(root, pattern)))
     with contextlib.suppress(ImportError, ValueError):
         spec = importlib.util.find_spec("mcp_gym")
         dirs |= set(spec.submodule_search_locations or ()) if spec else set()
@@ -288,11 +311,8 @@ def _hidden_dirs() -> tuple[str, ...]:
     return tuple(d for d in found if not _under(d, [o for o in found if o != d]))
 
 
-def bwrap_args(bwrap: str, limits: Limits) -> list[str]:
-    """The bubblewrap command line (up to and excluding ``--``) of one run; see the module docstring."""
-    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox", "--clearenv",
-            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "TMPDIR", WORKDIR, "--setenv", "HOME", WORKDIR]
+def _system_dirs(args: list[str]) -> list[str]:
+    """Add ``/usr``, ``/bin``, ``/lib*`` (read-only, symlinks kept) to ``args``; return the directories bound."""
     bound: list[str] = []
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
@@ -300,37 +320,127 @@ def bwrap_args(bwrap: str, limits: Limits) -> list[str]:
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
             bound.append(top)
+    return bound
+
+
+def _bind_python(args: list[str], bound: list[str], parents: bool = False) -> None:
+    """Add the Python installation and interpreter (read-only) to ``args`` unless already under ``bound``; with
+    ``parents``, create their parent directories world-traversable first (bubblewrap run as root makes them 0700)."""
+    for path in [*_prefixes(), _python()]:
+        if _under(path, bound) or not os.path.exists(path):
+            continue
+        if parents:
+            missing = []
+            parent = os.path.dirname(path)
+            while parent != "/" and not _under(parent, bound):
+                missing.insert(0, parent)
+                parent = os.path.dirname(parent)
+            for d in missing:
+                args += ["--perms", "0755", "--dir", d]
+        args += ["--ro-bind", path, path]
+        bound.append(path)
+
+
+def bwrap_args(bwrap: str, limits: Limits) -> list[str]:
+    """The bubblewrap command line (up to and excluding ``--``) of one run; see the module docstring."""
+    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox", "--clearenv",
+            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "TMPDIR", WORKDIR, "--setenv", "HOME", WORKDIR]
+    bound = _system_dirs(args)
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    for prefix in sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)}):
-        if not _under(prefix, bound) and os.path.isdir(prefix):
-            args += ["--ro-bind", prefix, prefix]
-            bound.append(prefix)
-    exe = _python()
-    if not _under(exe, bound):
-        args += ["--ro-bind", exe, exe]
+    _bind_python(args, bound)
     for hidden in _hidden_dirs():
         if _under(hidden, bound):
             args += ["--tmpfs", hidden, "--remount-ro", hidden]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.workspace_bytes), "--tmpfs", WORKDIR,
-             "--chdir", WORKDIR, "--remount-ro", "/"]
+    # /proc/sys read-only (bwrap's own cover skips it: the directory itself is not writable, its files may be);
+    # /dev read-only but for a size-capped /dev/shm
+    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev",
+             "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+             "--size", str(limits.workspace_bytes), "--tmpfs", WORKDIR, "--chdir", WORKDIR, "--remount-ro", "/"]
     return args
 
 
-def _probe(bwrap: str) -> str | None:
-    """Run ``print('ok')`` through the real sandbox command; ``None`` if it works, else why not (one line)."""
-    cmd = [*bwrap_args(bwrap, Limits()), "--", _python(), "-I", "-S", "-c", "print('ok')"]
+def _drop_root_args(isolation: Isolation) -> list[str]:
+    """As root: the outer command that runs the sandbox's own ``bwrap`` as :attr:`Isolation.host_uid`. A first
+    bubblewrap (as root: mounts need no user namespace) builds a minimal root holding only what the second needs
+    (``/usr``, ``/lib*``, the Python installation under world-traversable parents, ``/proc``, ``/dev``), then
+    ``setpriv`` drops to the unprivileged uid with no groups and no capabilities. Run as root, bubblewrap would map
+    the sandbox uid to host uid 0, which keeps root's permission checks that do not need capabilities (sysctls)."""
+    assert isolation.bwrap is not None and isolation.setpriv is not None and isolation.host_uid is not None
+    uid = str(isolation.host_uid)
+    args = [isolation.bwrap, "--die-with-parent"]
+    bound = _system_dirs(args)
+    args += ["--perms", "0755", "--dir", "/etc", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    _bind_python(args, bound, parents=True)
+    for tool in (isolation.bwrap, isolation.setpriv):
+        if not _under(tool, bound):
+            args += ["--perms", "0755", "--dir", os.path.dirname(tool), "--ro-bind", tool, tool]
+    args += ["--bind", "/proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/", "--",
+             isolation.setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--inh-caps=-all",
+             "--bounding-set=-all", "--"]
+    return args
+
+
+def sandbox_command(isolation: Isolation, limits: Limits) -> list[str]:
+    """The whole command line (up to and excluding ``--``) that starts one bubblewrap sandbox: :func:`bwrap_args`,
+    run as :attr:`Isolation.host_uid` when the server runs as root."""
+    assert isolation.bwrap is not None
+    outer = _drop_root_args(isolation) if isolation.host_uid is not None else []
+    return [*outer, *bwrap_args(isolation.bwrap, limits)]
+
+
+_PROBE = r"""
+import errno, os, resource
+problems = []
+try:  # opened, never written; EACCES: refused by the permission check itself, so the host uid is not 0
+    os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY))
+    problems.append("/proc/sys is writable")
+except OSError as e:
+    if e.errno != errno.EACCES:
+        problems.append("agent code would run as host uid 0 (a sysctl's permission check passed)")
+try:
+    os.close(os.open("/dev/mcp-gym-probe", os.O_WRONLY | os.O_CREAT))
+    problems.append("/dev is writable")
+except OSError:
+    pass
+resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+try:
+    if os.fork() == 0:
+        os._exit(0)
+    problems.append("RLIMIT_NPROC does not hold (a process could be started)")
+except OSError:
+    pass
+print("; ".join(problems) or "ok")
+"""
+
+
+def _probe(isolation: Isolation) -> str | None:
+    """Run a check of the sandbox's own guarantees (a non-root host uid, read-only ``/proc/sys`` and ``/dev``, no new
+    processes) through the real sandbox command; ``None`` if it holds, else why not (one line)."""
+    cmd = [*sandbox_command(isolation, Limits()), "--", _python(), "-I", "-S", "-c", _PROBE]
     try:
         done = subprocess.run(cmd, capture_output=True, timeout=60, stdin=subprocess.DEVNULL, cwd="/", env={})
     except (OSError, subprocess.TimeoutExpired) as e:
-        return f"{bwrap} failed to run ({e})"
-    if done.returncode == 0 and done.stdout.strip() == b"ok":
+        return f"{isolation.bwrap} failed to run ({e})"
+    said = done.stdout.decode("utf-8", "replace").strip()
+    if done.returncode == 0 and said == "ok":
         return None
+    if done.returncode == 0 and said:
+        return f"the sandbox is not safe here ({said})"
     why = (done.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-    return f"{bwrap} cannot create a sandbox here ({why})"
+    return f"{isolation.bwrap} cannot create a sandbox here ({why})"
+
+
+def _sandbox_uid() -> int:
+    """The host uid agent code runs as when the server runs as root (``$MCP_GYM_CODE_SANDBOX_UID``, default 65534)."""
+    text = os.environ.get(SANDBOX_UID_ENV, "").strip() or "65534"
+    if not text.isdigit() or int(text) == 0 or int(text) >= 2**32 - 1:
+        raise SandboxUnavailable(f"{SANDBOX_UID_ENV}={text!r} is not an unprivileged uid (a number other than 0).")
+    return int(text)
 
 
 @functools.cache
-def _detect(mode: str, path: str) -> Isolation:
+def _detect(mode: str, path: str, euid: int, uid_setting: str) -> Isolation:
     if mode == "unsafe":
         _log.warning("%s=unsafe: agent code runs WITHOUT an OS sandbox (only an audit hook); trusted code only",
                      SANDBOX_ENV)
@@ -338,19 +448,30 @@ def _detect(mode: str, path: str) -> Isolation:
     if mode not in ("auto", "bwrap"):
         raise SandboxUnavailable(f"{SANDBOX_ENV}={mode!r} is not one of 'auto', 'bwrap', 'unsafe'.")
     bwrap = shutil.which("bwrap", path=path)
-    problem = "bubblewrap (bwrap) is not installed" if bwrap is None else _probe(bwrap)
+    if bwrap is None:
+        problem: str | None = "bubblewrap (bwrap) is not installed"
+    elif euid != 0:
+        isolation = Isolation("bwrap", os.path.realpath(bwrap))
+        problem = _probe(isolation)
+    elif (setpriv := shutil.which("setpriv", path=path)) is None:
+        problem = "the server runs as root and setpriv (util-linux) is not installed to drop to an unprivileged uid"
+    else:
+        isolation = Isolation("bwrap", os.path.realpath(bwrap), _sandbox_uid(), os.path.realpath(setpriv))
+        problem = _probe(isolation)
     if problem is not None:
         raise SandboxUnavailable(
             f"Code server refuses to run agent code without an OS sandbox: {problem}. Install bubblewrap "
             f"(apt-get install bubblewrap; unprivileged user namespaces must be allowed), or set {SANDBOX_ENV}=unsafe "
             "to run it with only an in-process audit hook (trusted code only).")
-    return Isolation("bwrap", bwrap)
+    return isolation
 
 
 def detect_isolation() -> Isolation:
-    """The isolation agent code gets here, chosen by ``$MCP_GYM_CODE_SANDBOX`` (see :data:`SANDBOX_ENV`); cached per
-    setting and ``$PATH``. Raises :class:`SandboxUnavailable` (one line) when there is none and no opt-in."""
-    return _detect(os.environ.get(SANDBOX_ENV, "auto").strip().lower() or "auto", os.environ.get("PATH", os.defpath))
+    """The isolation agent code gets here, chosen by ``$MCP_GYM_CODE_SANDBOX`` (see :data:`SANDBOX_ENV`) and, as root,
+    ``$MCP_GYM_CODE_SANDBOX_UID``; cached per setting, ``$PATH`` and effective uid. Raises :class:`SandboxUnavailable`
+    (one line) when there is none and no opt-in."""
+    return _detect(os.environ.get(SANDBOX_ENV, "auto").strip().lower() or "auto", os.environ.get("PATH", os.defpath),
+                   os.geteuid(), os.environ.get(SANDBOX_UID_ENV, ""))
 
 
 _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Semaphore] = weakref.WeakKeyDictionary()
@@ -472,7 +593,7 @@ async def _start(isolation: Isolation, limits: Limits, cwd: str) -> _Run:
         return _Run(proc, None)
     read_end, write_end = os.pipe()
     try:
-        cmd = [*bwrap_args(isolation.bwrap, limits), "--info-fd", str(write_end), "--", *runner]
+        cmd = [*sandbox_command(isolation, limits), "--info-fd", str(write_end), "--", *runner]
         proc = await anyio.open_process(cmd, cwd="/", env={}, start_new_session=True, pass_fds=(write_end,))
     except BaseException:
         os.close(read_end)
@@ -505,7 +626,8 @@ async def run_function_tests(
             "RLIMIT_FSIZE": limits.file_bytes,
             "RLIMIT_NOFILE": limits.open_files,
             "RLIMIT_CORE": 0,
-            "RLIMIT_NPROC": 0,
+            "RLIMIT_NPROC": limits.processes,
+            "RLIMIT_MSGQUEUE": 0,
         },
     }
     try:
