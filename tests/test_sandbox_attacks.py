@@ -7,7 +7,10 @@ test asserts what is observable outside: files on the host, a listener on 127.0.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +22,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import gymnasium
 import pytest
 from mcp import Client
@@ -27,7 +31,7 @@ from test_server_notes import call, stdio_params
 import mcp_gym
 import mcp_gym.envs.code.server as code_server
 from mcp_gym.envs.code import tasks as env
-from mcp_gym.envs.code._sandbox import SANDBOX_ENV, Limits, bwrap_args, detect_isolation
+from mcp_gym.envs.code._sandbox import SANDBOX_ENV, Limits, bwrap_args, detect_isolation, run_function_tests
 from mcp_gym.envs.code.server import server
 
 pytestmark = pytest.mark.anyio
@@ -199,7 +203,8 @@ def test_package_is_hidden_where_its_parent_is_mounted(monkeypatch: pytest.Monke
 
 # -- processes ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("ending", ["normal", "killed"])
-async def test_detached_processes_do_not_outlive_the_run(transport: str, ending: str) -> None:
+async def test_detached_processes_do_not_outlive_the_run(ending: str) -> None:
+    """With processes allowed (the server allows none, see below), detached ones still die with the run."""
     marker = f"mcp-gym-detached-{uuid.uuid4().hex}"
     program = f"""
 import subprocess
@@ -220,18 +225,180 @@ print("FORKED", flush=True)
 """
     if ending == "killed":  # the sandbox is killed for its output while the detached processes run
         program += "while True:\n    print('x' * 10000)\n"
+    limits = Limits(processes=16)
     try:
-        async with code_client(transport) as client:
-            report = await attack(client, f"detach-{ending}", program)
-            assert "SPAWNED" in report["output"] and "FORKED" in report["output"], report["output"]
-            if ending == "killed":
-                assert "bytes of output" in report["output"] and report["passed"] == 0
-            else:
-                assert report["passed"] == 10
-            assert host_processes_with(marker) == []  # gone when run_tests returned
+        run = await run_function_tests({"solution.py": DISABLE_HOOK + program + SOLUTION}, "solution", "sum_above",
+                                       [[[1, -5]]], limits)
+        assert "SPAWNED" in run.output and "FORKED" in run.output, run.output
+        if ending == "killed":
+            assert run.killed == "output" and run.values == {}
+        else:
+            assert run.killed is None and run.values == {0: "1"}, run
+        assert host_processes_with(marker) == []  # gone when the run returned
     finally:
         for pid in host_processes_with(marker):  # only if the sandbox failed: never leave them behind
             os.kill(pid, signal.SIGKILL)
+
+
+async def test_no_new_processes_or_threads(transport: str) -> None:
+    """No fork, clone, exec'd child or thread, however started (RLIMIT_NPROC holds: the host uid is not root)."""
+    program = """
+import ctypes, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+
+def c_call(fn, *args):
+    pid = fn(*args)
+    if pid == 0:
+        libc._exit(0)
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return pid
+
+def forks(n):
+    for _ in range(n):
+        if os.fork() == 0:
+            os._exit(0)
+    return n
+
+attempt("fork", lambda: forks(1))
+attempt("fork_many", lambda: forks(50))
+attempt("subprocess", lambda: subprocess.run(["/usr/bin/true"]).returncode)
+attempt("posix_spawn", lambda: os.posix_spawn("/usr/bin/true", ["true"], {}))
+attempt("thread", lambda: threading.Thread(target=lambda: None).start())
+attempt("ctypes_fork", lambda: c_call(libc.fork))
+attempt("ctypes_clone", lambda: c_call(libc.syscall, 56 if os.uname().machine == "x86_64" else 220, 17, 0, 0, 0, 0))
+"""
+    async with code_client(transport) as client:
+        report = await attack(client, "procs", program)
+    names = ("fork", "fork_many", "subprocess", "posix_spawn", "thread", "ctypes_fork", "ctypes_clone")
+    assert outcomes(report["output"]) == dict.fromkeys(names, "DENIED"), report["output"]
+    assert report["passed"] == 10
+
+
+async def test_memory_of_the_whole_run_is_bounded(transport: str) -> None:
+    """The run is one process (no children to multiply it), whose allocations fail at the memory limit."""
+    program = """
+import signal
+signal.setitimer(signal.ITIMER_REAL, 0)  # no per-test timer: only the memory limit (and the wall clock) stops it
+
+def hog():
+    held = []
+    try:
+        while True:
+            held.append(bytearray(16 * 2**20))
+    except MemoryError:
+        return len(held) * 16
+
+def children():
+    for _ in range(4):
+        if os.fork() == 0:
+            hold = bytearray(200 * 2**20)
+            os._exit(0)
+    return 4
+
+print("ALLOCATED", hog())
+attempt("children", children)
+"""
+    async with code_client(transport) as client:
+        report = await attack(client, "memory", program)
+    allocated = [int(line.split()[1]) for line in report["output"].splitlines() if line.startswith("ALLOCATED ")]
+    assert allocated and 0 < allocated[0] * 2**20 <= Limits().memory_bytes, report["output"]
+    assert outcomes(report["output"]) == {"children": "DENIED"}, report["output"]
+    assert report["passed"] == 10
+
+
+async def test_dev_and_shm_are_read_only_or_capped(transport: str) -> None:
+    """``/dev`` is read-only, ``/dev/shm`` and the workspace are tmpfs of a fixed size (memory they could hold)."""
+    program = """
+def fill(folder, most=64):
+    written = 0
+    try:
+        for i in range(most):  # 1 MB files (RLIMIT_FSIZE caps one file, not their sum)
+            with open(os.path.join(folder, "fill-%d" % i), "wb") as f:
+                f.write(b"x" * 2**20)
+            written += 1
+    except OSError as e:
+        print("FILLED", folder, written, e.errno)
+        return
+    print("FILLED", folder, written, 0)
+
+attempt("dev", lambda: open("/dev/new-file", "wb").write(b"x"))
+attempt("shm_small", lambda: open("/dev/shm/small", "wb").write(b"x"))
+fill("/dev/shm")
+fill(".")
+"""
+    async with code_client(transport) as client:
+        report = await attack(client, "dev", program)
+    assert outcomes(report["output"]) == {"dev": "DENIED", "shm_small": "DONE"}, report["output"]
+    filled = {parts[1]: int(parts[2]) for parts in map(str.split, report["output"].splitlines())
+              if parts[:1] == ["FILLED"]}
+    assert filled.keys() == {"/dev/shm", "."}, report["output"]
+    assert filled["/dev/shm"] * 2**20 <= Limits().shm_bytes and filled["."] * 2**20 <= Limits().workspace_bytes
+
+
+# -- the host kernel -----------------------------------------------------------------------------------------------
+async def test_sysctls_are_read_only_and_agent_code_is_not_host_root(transport: str) -> None:
+    """Sysctls are checked against the HOST uid, not capabilities: as host root, sandboxed code could set
+    ``kernel.core_pattern`` to a pipe and have the kernel run a command as root. The write is refused, and the
+    sandboxed process, seen from the host, is not uid 0 (even when the server runs as root)."""
+    comm = f"mcpgym{uuid.uuid4().hex[:9]}"  # its name in the host's /proc while it waits for SIGUSR1
+    program = f"""
+import ctypes, signal
+signal.setitimer(signal.ITIMER_REAL, 0)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+ctypes.CDLL(None).prctl(15, {comm.encode()!r}, 0, 0, 0)  # PR_SET_NAME
+attempt("hostname", lambda: open("/proc/sys/kernel/hostname", "w").write("pwned"))  # harmless: its own UTS ns
+attempt("core_pattern", lambda: os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)))  # never written
+attempt("drop_caches", lambda: os.close(os.open("/proc/sys/vm/drop_caches", os.O_WRONLY)))
+sys.stdout.flush()
+print("WOKEN", signal.sigtimedwait([signal.SIGUSR1], 8) is not None)
+"""
+    original = Path("/proc/sys/kernel/core_pattern").read_text()
+    uids: list[str] = []
+
+    async def watch() -> None:
+        while True:
+            for entry in os.listdir("/proc"):
+                with contextlib.suppress(OSError):
+                    if entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == comm:
+                        status = Path(f"/proc/{entry}/status").read_text()
+                        uids.extend(line for line in status.splitlines() if line.startswith(("Uid:", "Gid:")))
+                        os.kill(int(entry), signal.SIGUSR1)
+                        return
+            await anyio.sleep(0.02)
+
+    async with code_client(transport) as client, anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        report = await attack(client, "sysctl", program)
+        tg.cancel_scope.cancel()
+    assert Path("/proc/sys/kernel/core_pattern").read_text() == original
+    assert outcomes(report["output"]) == dict.fromkeys(("hostname", "core_pattern", "drop_caches"), "DENIED"), \
+        report["output"]
+    assert "WOKEN True" in report["output"] and len(uids) == 2, (uids, report["output"])
+    host_ids = {int(v) for line in uids for v in line.split()[1:]}  # real, effective, saved, fs uid and gid
+    assert 0 not in host_ids and (os.geteuid() != 0 or host_ids == {65534}), uids
+
+
+async def test_only_the_standard_library_is_visible(transport: str) -> None:
+    """Every site-packages and dist-packages on the host (this venv's, the base interpreter's, the system Pythons')
+    is empty inside; the standard library is there."""
+    folders = {os.path.realpath(p) for p in glob.glob("/usr/lib*/python*/*-packages")
+               + glob.glob("/usr/local/lib*/python*/*-packages")
+               + glob.glob(os.path.join(sys.base_prefix, "lib*/python*/*-packages"))
+               + [p for p in sys.path if p.endswith("-packages")]}
+    folders = {p for p in folders if os.path.isdir(p) and os.listdir(p)}
+    assert Path(sys.base_prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}",
+                "site-packages").resolve() in {Path(p) for p in folders}
+    program = "def listing(path):\n    try:\n        return os.listdir(path)\n    except OSError:\n"
+    program += "        return []\n\n"
+    for i, folder in enumerate(sorted(folders)):
+        program += f"attempt('packages{i}', lambda: listing({folder!r}) or 1 / 0)\n"
+    program += "attempt('stdlib', lambda: 'json' in os.listdir(os.path.dirname(os.__file__)) or 1 / 0)\n"
+    async with code_client(transport) as client:
+        report = await attack(client, "packages", program)
+    expected = {f"packages{i}": "DENIED" for i in range(len(folders))} | {"stdlib": "DONE"}
+    assert outcomes(report["output"]) == expected, (sorted(folders), report["output"])
+    assert report["passed"] == 10
 
 
 async def test_signals_cannot_reach_the_server(transport: str) -> None:
@@ -285,10 +452,22 @@ def test_server_refuses_to_start_without_an_os_sandbox(tmp_path: Path) -> None:
     failing = tmp_path / "bwrap"  # a bubblewrap that cannot create namespaces (as with user namespaces disabled)
     failing.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     failing.chmod(0o755)
+    (tmp_path / "setpriv").symlink_to(shutil.which("setpriv") or "/usr/bin/setpriv")
+    cases = [(str(tmp_path / "empty"), "bubblewrap (bwrap) is not installed"),
+             (str(tmp_path), "No permissions to create new namespace")]
+    if os.geteuid() == 0:  # as root: no way to drop to an unprivileged uid, or one that does not drop
+        (tmp_path / "no-setpriv").mkdir()
+        (tmp_path / "no-setpriv" / "bwrap").symlink_to(shutil.which("bwrap") or "/usr/bin/bwrap")
+        (tmp_path / "fake").mkdir()
+        (tmp_path / "fake" / "bwrap").symlink_to(shutil.which("bwrap") or "/usr/bin/bwrap")
+        fake = tmp_path / "fake" / "setpriv"  # skips its options and runs the command as root
+        fake.write_text('#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n')
+        fake.chmod(0o755)
+        cases += [(str(tmp_path / "no-setpriv"), "the server runs as root and setpriv (util-linux) is not installed"),
+                  (str(tmp_path / "fake"), "the sandbox is not safe here (agent code would run as host uid 0")]
     cmd = [sys.executable, "-m", "mcp_gym.envs.code.server"]
     base = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    for path, reason in [(str(tmp_path / "empty"), "bubblewrap (bwrap) is not installed"),
-                         (str(tmp_path), "No permissions to create new namespace")]:
+    for path, reason in cases:
         done = subprocess.run(cmd, env={**base, "PATH": path}, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, timeout=120)
         lines = done.stderr.strip().splitlines()

@@ -323,10 +323,10 @@ def _system_dirs(args: list[str]) -> list[str]:
     return bound
 
 
-def _bind_python(args: list[str], bound: list[str], parents: bool = False) -> None:
-    """Add the Python installation and interpreter (read-only) to ``args`` unless already under ``bound``; with
-    ``parents``, create their parent directories world-traversable first (bubblewrap run as root makes them 0700)."""
-    for path in [*_prefixes(), _python()]:
+def _bind_readonly(args: list[str], bound: list[str], paths: Sequence[str], parents: bool = False) -> None:
+    """Add ``paths`` (read-only) to ``args`` unless already under ``bound``; with ``parents``, create their parent
+    directories world-traversable first (bubblewrap run as root makes them 0700)."""
+    for path in paths:
         if _under(path, bound) or not os.path.exists(path):
             continue
         if parents:
@@ -348,7 +348,7 @@ def bwrap_args(bwrap: str, limits: Limits) -> list[str]:
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "TMPDIR", WORKDIR, "--setenv", "HOME", WORKDIR]
     bound = _system_dirs(args)
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    _bind_python(args, bound)
+    _bind_readonly(args, bound, [*_prefixes(), _python()])
     for hidden in _hidden_dirs():
         if _under(hidden, bound):
             args += ["--tmpfs", hidden, "--remount-ro", hidden]
@@ -371,11 +371,9 @@ def _drop_root_args(isolation: Isolation) -> list[str]:
     args = [isolation.bwrap, "--die-with-parent"]
     bound = _system_dirs(args)
     args += ["--perms", "0755", "--dir", "/etc", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    _bind_python(args, bound, parents=True)
-    for tool in (isolation.bwrap, isolation.setpriv):
-        if not _under(tool, bound):
-            args += ["--perms", "0755", "--dir", os.path.dirname(tool), "--ro-bind", tool, tool]
-    args += ["--bind", "/proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/", "--",
+    args += ["--bind", "/proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    _bind_readonly(args, bound, [*_prefixes(), _python(), isolation.bwrap, isolation.setpriv], parents=True)
+    args += ["--chdir", "/", "--",
              isolation.setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--inh-caps=-all",
              "--bounding-set=-all", "--"]
     return args
