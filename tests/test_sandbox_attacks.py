@@ -276,7 +276,8 @@ attempt("ctypes_clone", lambda: c_call(libc.syscall, 56 if os.uname().machine ==
 
 
 async def test_memory_of_the_whole_run_is_bounded(transport: str) -> None:
-    """The run is one process (no children to multiply it), whose allocations fail at the memory limit."""
+    """The run is one process (no children to multiply it), whose allocations fail at the memory limit, and it
+    cannot hold memory outside its address space (System V shared memory or message queues, memfd)."""
     program = """
 import signal
 signal.setitimer(signal.ITIMER_REAL, 0)  # no per-test timer: only the memory limit (and the wall clock) stops it
@@ -296,14 +297,37 @@ def children():
             os._exit(0)
     return 4
 
+def sysv_shm():  # attached, filled and detached: no longer in the address space, still in memory
+    for _ in range(12):
+        sid = libc.shmget(0, 64 * 2**20, 0o1600)  # IPC_CREAT | 0600
+        if sid < 0:
+            raise OSError(ctypes.get_errno(), "shmget")
+        addr = libc.shmat(sid, None, 0)
+        ctypes.memset(addr, 1, 64 * 2**20)
+        libc.shmdt(ctypes.c_void_p(addr))
+    return 12 * 64
+
+def c_check(result):
+    if result < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return result
+
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
 print("ALLOCATED", hog())
 attempt("children", children)
+attempt("sysv_shm", sysv_shm)
+attempt("msgget", lambda: c_check(libc.msgget(0, 0o1600)))
+attempt("memfd", lambda: os.memfd_create("hold"))
+attempt("ctypes_memfd", lambda: c_check(libc.memfd_create(b"hold", 0)))
 """
     async with code_client(transport) as client:
         report = await attack(client, "memory", program)
     allocated = [int(line.split()[1]) for line in report["output"].splitlines() if line.startswith("ALLOCATED ")]
     assert allocated and 0 < allocated[0] * 2**20 <= Limits().memory_bytes, report["output"]
-    assert outcomes(report["output"]) == {"children": "DENIED"}, report["output"]
+    refused = ("children", "sysv_shm", "msgget", "memfd", "ctypes_memfd")
+    assert outcomes(report["output"]) == dict.fromkeys(refused, "DENIED"), report["output"]
     assert report["passed"] == 10
 
 
@@ -445,6 +469,43 @@ udp.sendto(b"x", ("127.0.0.1", {udp_port}))  # accepted by the sandbox's own loo
     finally:
         listener.close()
         datagrams.close()
+
+
+# -- a server that is not root ----------------------------------------------------------------------------------
+NON_ROOT_SERVER = """
+import anyio, os
+from mcp_gym.envs.code._sandbox import detect_isolation, run_function_tests
+assert os.geteuid() == 65534 and detect_isolation().host_uid is None  # no uid to drop to: its own is not root
+code = PROGRAM + "\\n\\ndef f(x):\\n    return x + 1\\n"
+print(anyio.run(run_function_tests, {"s.py": code}, "s", "f", [[1]]).output)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a user, every other test here already runs the non-root server")
+def test_a_non_root_server_sandboxes_too() -> None:
+    """The same sandbox when the server runs as an ordinary user (here 65534, from root, with the interpreter's
+    home made traversable for it): it starts, runs code, and the attacks fail the same way."""
+    if any(not os.stat(p).st_mode & 0o001 for p in [*REPO.parents, REPO] if not str(p).startswith("/root")):
+        pytest.skip(f"{REPO} is not reachable for another uid")
+    program = DISABLE_HOOK + """
+import ctypes
+attempt("core_pattern", lambda: os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)))
+attempt("fork", lambda: os.fork() or 1)
+attempt("memfd", lambda: os.memfd_create("hold"))
+attempt("dev", lambda: open("/dev/new-file", "wb").write(b"x"))
+"""
+    script = NON_ROOT_SERVER.replace("PROGRAM", repr(program))
+    prefix = os.path.realpath(sys.base_prefix)
+    home = ["--tmpfs", "/root"] if prefix.startswith("/root/") else []  # 0700: the interpreter is bound back
+    for parent in [str(p) for p in reversed(Path(prefix).parents) if str(p).startswith("/root/")]:
+        home += ["--perms", "0755", "--dir", parent]
+    cmd = ["bwrap", "--dev-bind", "/", "/", *home, "--ro-bind", prefix, prefix, "--", "setpriv", "--reuid", "65534",
+           "--regid", "65534", "--clear-groups", "--", sys.executable, "-c", script]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd="/",
+                          env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "HOOK-DISABLED" in done.stdout, done.stdout
+    assert outcomes(done.stdout) == dict.fromkeys(("core_pattern", "fork", "memfd", "dev"), "DENIED"), done.stdout
 
 
 # -- no sandbox, no start ----------------------------------------------------------------------------------------

@@ -10,27 +10,37 @@ only reports what the function returned: the expected outputs never reach the ch
 process by :func:`detect_isolation`:
 
 * its own user, PID, network, mount, IPC, UTS and cgroup namespaces; no capabilities, ``no_new_privs``, no nested
-  user namespaces, uid 65534 inside. No network (only its own loopback: the host's ``127.0.0.1`` is unreachable);
+  user namespaces, uid 65534 inside — and an unprivileged uid on the host too, also when the server runs as root
+  (see :mod:`._bwrap`: as host root, code without capabilities still passes the sysctl permission checks and is
+  exempt from ``RLIMIT_NPROC``). No network (only its own loopback: the host's ``127.0.0.1`` is unreachable);
   it sees only its own processes, so it can neither signal the server or trainer (``os.getppid()`` is the namespace's
   init) nor anything else on the host;
-* a new, read-only root with only ``/usr``, ``/lib*``, the Python installation (with every ``site-packages`` and the
-  ``mcp_gym`` package hidden under empty read-only mounts) and ``/etc/ld.so.cache``; no ``/etc``, ``/home``,
-  ``/root``, ``/tmp`` or repository. The task generators, hidden tests, credentials and other episodes' files are not
-  in its file system. The only writable place is its working directory, a private tmpfs of
-  :attr:`Limits.workspace_bytes` (also ``$TMPDIR``) that vanishes with the run;
+* a new, read-only root with only ``/usr``, ``/lib*``, the Python installation (with every ``site-packages`` and
+  ``dist-packages`` — this environment's, the base interpreter's, the system Pythons' — and the ``mcp_gym`` package
+  hidden under empty read-only mounts) and ``/etc/ld.so.cache``; no ``/etc``, ``/home``, ``/root``, ``/tmp`` or
+  repository; ``/proc/sys`` and ``/dev`` read-only. The task generators, hidden tests, credentials and other
+  episodes' files are not in its file system. The only writable places are its working directory, a private tmpfs of
+  :attr:`Limits.workspace_bytes` (also ``$TMPDIR``), and ``/dev/shm``, one of :attr:`Limits.shm_bytes`; both vanish
+  with the run;
 * it cannot outlive the run: when the run ends (normally, or killed for a limit) the namespace's init is killed, which
   makes the kernel kill every process inside, detached or not, before :func:`run_function_tests` returns; and
   ``--die-with-parent`` kills it if the server process dies.
 
-Where bubblewrap is missing or cannot create namespaces (e.g. unprivileged user namespaces disabled), the Code server
-refuses to start with one line saying so, unless ``MCP_GYM_CODE_SANDBOX=unsafe`` opts in to running agent code with
-only the in-process layers below (for trusted code; never for RL on untrusted policies).
+Where bubblewrap is missing or cannot create namespaces (e.g. unprivileged user namespaces disabled), or the probe
+finds one of the guarantees above not holding, the Code server refuses to start with one line saying why, unless
+``MCP_GYM_CODE_SANDBOX=unsafe`` opts in to running agent code with only the in-process layers below (for trusted
+code; never for RL on untrusted policies).
 
 Limits (see :class:`Limits`):
 
 * ``RLIMIT_CPU`` (CPU seconds; SIGXCPU/SIGKILL), ``RLIMIT_AS`` (address space: allocations fail with MemoryError),
-  ``RLIMIT_FSIZE`` (largest file written), ``RLIMIT_NOFILE``, ``RLIMIT_CORE = 0`` and ``RLIMIT_NPROC = 0`` (no new
-  processes or threads — not enforced for root, hence the audit hook below);
+  ``RLIMIT_FSIZE`` (largest file written), ``RLIMIT_NOFILE``, ``RLIMIT_CORE = 0``, ``RLIMIT_MSGQUEUE = 0`` and
+  ``RLIMIT_NPROC = 0`` (:attr:`Limits.processes`: no new process or thread; it holds because the host uid is not
+  root, and it counts per run because each run has its own user namespace). One process per run makes the limits
+  whole-run limits: memory is at most ``RLIMIT_AS`` plus the two tmpfs sizes plus kernel buffers of at most
+  ``RLIMIT_NOFILE`` descriptors (the seccomp filter refuses System V shared memory and message queues and
+  ``memfd_create``, which would hold memory outside the address space). No cgroup is used (none is writable without
+  systemd's delegation, and not on cgroup v1 hosts);
 * a per-test ``SIGALRM`` timer and a wall-clock limit after which the whole sandbox is killed;
 * output (stdout + stderr + result channel) is read incrementally and capped; past :attr:`Limits.output_bytes` the
   sandbox is killed;
@@ -54,18 +64,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import glob
-import importlib.util
 import json
 import logging
 import os
-import shutil
 import signal
-import site
-import subprocess
-import sys
-import sysconfig
 import tempfile
 import weakref
 from collections.abc import Mapping, Sequence
@@ -75,43 +77,31 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
+from mcp_gym.envs.code._bwrap import (
+    SANDBOX_ENV,
+    SANDBOX_UID_ENV,
+    WORKDIR,
+    Isolation,
+    Limits,
+    SandboxUnavailable,
+    _python,
+    bwrap_args,
+    detect_isolation,
+    sandbox_command,
+    seccomp_pipe,
+)
+
+__all__ = ["SANDBOX_ENV", "SANDBOX_UID_ENV", "WORKDIR", "Isolation", "Limits", "RunResult", "SandboxUnavailable",
+           "bwrap_args", "canonical_json", "detect_isolation", "limits_info", "run_function_tests", "sandbox_command"]
+
 MAX_CONCURRENT_RUNS = 2 * (os.cpu_count() or 1)
 """Sandboxed runs executing at once, per server process and event loop."""
-SANDBOX_ENV = "MCP_GYM_CODE_SANDBOX"
-"""Environment variable choosing the isolation: ``auto`` (default: bubblewrap, else refuse), ``bwrap`` (the same,
-stated) or ``unsafe`` (no OS isolation, only the in-process audit hook: trusted code only)."""
-SANDBOX_UID_ENV = "MCP_GYM_CODE_SANDBOX_UID"
-"""Environment variable: the unprivileged host uid (and gid) agent code runs as when the server runs as root (default
-65534, ``nobody``); never 0."""
-WORKDIR = "/workspace"
-"""The run's working directory inside the bubblewrap sandbox."""
+DEFAULT_LIMITS = Limits()
+"""The limits of a run unless told otherwise."""
 KILL_WAIT_SECONDS = 10.0
 """Bound on waiting for a killed sandbox to be gone (the kernel tears a PID namespace down in milliseconds)."""
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one sandboxed run."""
-
-    cpu_seconds: int = 5
-    memory_bytes: int = 512 * 2**20
-    wall_seconds: float = 10.0
-    test_seconds: float = 2.0
-    file_bytes: int = 4 * 2**20
-    open_files: int = 64
-    output_bytes: int = 2 * 2**20
-    """Total bytes the child may print before it is killed."""
-    keep_output_chars: int = 4000
-    """Characters of output kept for the report (head and tail)."""
-    workspace_bytes: int = 16 * 2**20
-    """Size of the run's private writable tmpfs (its working directory and ``$TMPDIR``) under bubblewrap."""
-    shm_bytes: int = 4 * 2**20
-    """Size of the run's ``/dev/shm`` tmpfs under bubblewrap (the rest of ``/dev`` is read-only)."""
-    processes: int = 0
-    """``RLIMIT_NPROC`` of the run: under bubblewrap the count is of the processes of the sandbox uid in the run's own
-    user namespace, i.e. of this run (its init included), so the default 0 allows no new process or thread at all."""
 
 
 @dataclass
@@ -260,218 +250,6 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-class SandboxUnavailable(RuntimeError):
-    """No OS sandbox is available and the user did not opt in to the unsafe mode (the message is one line)."""
-
-
-@dataclass(frozen=True)
-class Isolation:
-    """How agent code is isolated: ``mechanism`` is ``"bwrap"`` (the OS sandbox) or ``"unsafe"`` (opted in: a plain
-    subprocess with rlimits and the audit hook only); ``bwrap`` is the bubblewrap executable used. When the server
-    runs as root, ``host_uid`` is the unprivileged host uid agent code runs as and ``setpriv`` the util-linux tool that
-    drops to it (``None`` otherwise: agent code runs as the server's own, non-root, uid)."""
-
-    mechanism: str
-    bwrap: str | None = None
-    host_uid: int | None = None
-    setpriv: str | None = None
-
-
-def _python() -> str:
-    """The interpreter the runner uses: the real file behind ``sys.executable`` (a venv's link leads outside it)."""
-    return os.path.realpath(sys.executable)
-
-
-def _under(path: str, roots: Sequence[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
-def _prefixes() -> list[str]:
-    """The Python installation(s) the runner needs: its standard library, extension modules and shared library."""
-    return sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)})
-
-
-@functools.cache
-def _hidden_dirs() -> tuple[str, ...]:
-    """Directories that must not be readable inside the sandbox although a parent is mounted: every site-packages
-    and dist-packages (third-party code, and mcp_gym itself when installed: those of this environment and of every
-    Python under ``/usr``, ``/usr/local`` and the base installation) and the mcp_gym package (its
-    ``envs/<env>/tasks.py`` task generators and hidden tests). Only the outermost of nested ones (bubblewrap cannot
-    mount in a read-only tmpfs)."""
-    dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
-    dirs |= {sysconfig.get_path(k) for k in ("purelib", "platlib")}
-    dirs |= {p for p in sys.path if "-packages" in p}
-    for root in {"/usr", "/usr/local", *_prefixes()}:
-        for pattern in ("lib*/python*/*-packages", "local/lib*/python*/*-packages"):
-            dirs |= set(glob.glob(os.path.join(root, pattern)))
-    with contextlib.suppress(ImportError, ValueError):
-        spec = importlib.util.find_spec("mcp_gym")
-        dirs |= set(spec.submodule_search_locations or ()) if spec else set()
-    found = sorted({os.path.realpath(d) for d in dirs if d and os.path.isdir(d)})
-    return tuple(d for d in found if not _under(d, [o for o in found if o != d]))
-
-
-def _system_dirs(args: list[str]) -> list[str]:
-    """Add ``/usr``, ``/bin``, ``/lib*`` (read-only, symlinks kept) to ``args``; return the directories bound."""
-    bound: list[str] = []
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        if os.path.islink(top):
-            args += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            args += ["--ro-bind", top, top]
-            bound.append(top)
-    return bound
-
-
-def _bind_readonly(args: list[str], bound: list[str], paths: Sequence[str], parents: bool = False) -> None:
-    """Add ``paths`` (read-only) to ``args`` unless already under ``bound``; with ``parents``, create their parent
-    directories world-traversable first (bubblewrap run as root makes them 0700)."""
-    for path in paths:
-        if _under(path, bound) or not os.path.exists(path):
-            continue
-        if parents:
-            missing = []
-            parent = os.path.dirname(path)
-            while parent != "/" and not _under(parent, bound):
-                missing.insert(0, parent)
-                parent = os.path.dirname(parent)
-            for d in missing:
-                args += ["--perms", "0755", "--dir", d]
-        args += ["--ro-bind", path, path]
-        bound.append(path)
-
-
-def bwrap_args(bwrap: str, limits: Limits) -> list[str]:
-    """The bubblewrap command line (up to and excluding ``--``) of one run; see the module docstring."""
-    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox", "--clearenv",
-            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "TMPDIR", WORKDIR, "--setenv", "HOME", WORKDIR]
-    bound = _system_dirs(args)
-    args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    _bind_readonly(args, bound, [*_prefixes(), _python()])
-    for hidden in _hidden_dirs():
-        if _under(hidden, bound):
-            args += ["--tmpfs", hidden, "--remount-ro", hidden]
-    # /proc/sys read-only (bwrap's own cover skips it: the directory itself is not writable, its files may be);
-    # /dev read-only but for a size-capped /dev/shm
-    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev",
-             "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-             "--size", str(limits.workspace_bytes), "--tmpfs", WORKDIR, "--chdir", WORKDIR, "--remount-ro", "/"]
-    return args
-
-
-def _drop_root_args(isolation: Isolation) -> list[str]:
-    """As root: the outer command that runs the sandbox's own ``bwrap`` as :attr:`Isolation.host_uid`. A first
-    bubblewrap (as root: mounts need no user namespace) builds a minimal root holding only what the second needs
-    (``/usr``, ``/lib*``, the Python installation under world-traversable parents, ``/proc``, ``/dev``), then
-    ``setpriv`` drops to the unprivileged uid with no groups and no capabilities. Run as root, bubblewrap would map
-    the sandbox uid to host uid 0, which keeps root's permission checks that do not need capabilities (sysctls)."""
-    assert isolation.bwrap is not None and isolation.setpriv is not None and isolation.host_uid is not None
-    uid = str(isolation.host_uid)
-    args = [isolation.bwrap, "--die-with-parent"]
-    bound = _system_dirs(args)
-    args += ["--perms", "0755", "--dir", "/etc", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    args += ["--bind", "/proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    _bind_readonly(args, bound, [*_prefixes(), _python(), isolation.bwrap, isolation.setpriv], parents=True)
-    args += ["--chdir", "/", "--",
-             isolation.setpriv, "--reuid", uid, "--regid", uid, "--clear-groups", "--inh-caps=-all",
-             "--bounding-set=-all", "--"]
-    return args
-
-
-def sandbox_command(isolation: Isolation, limits: Limits) -> list[str]:
-    """The whole command line (up to and excluding ``--``) that starts one bubblewrap sandbox: :func:`bwrap_args`,
-    run as :attr:`Isolation.host_uid` when the server runs as root."""
-    assert isolation.bwrap is not None
-    outer = _drop_root_args(isolation) if isolation.host_uid is not None else []
-    return [*outer, *bwrap_args(isolation.bwrap, limits)]
-
-
-_PROBE = r"""
-import errno, os, resource
-problems = []
-try:  # opened, never written; EACCES: refused by the permission check itself, so the host uid is not 0
-    os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY))
-    problems.append("/proc/sys is writable")
-except OSError as e:
-    if e.errno != errno.EACCES:
-        problems.append("agent code would run as host uid 0 (a sysctl's permission check passed)")
-try:
-    os.close(os.open("/dev/mcp-gym-probe", os.O_WRONLY | os.O_CREAT))
-    problems.append("/dev is writable")
-except OSError:
-    pass
-resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-try:
-    if os.fork() == 0:
-        os._exit(0)
-    problems.append("RLIMIT_NPROC does not hold (a process could be started)")
-except OSError:
-    pass
-print("; ".join(problems) or "ok")
-"""
-
-
-def _probe(isolation: Isolation) -> str | None:
-    """Run a check of the sandbox's own guarantees (a non-root host uid, read-only ``/proc/sys`` and ``/dev``, no new
-    processes) through the real sandbox command; ``None`` if it holds, else why not (one line)."""
-    cmd = [*sandbox_command(isolation, Limits()), "--", _python(), "-I", "-S", "-c", _PROBE]
-    try:
-        done = subprocess.run(cmd, capture_output=True, timeout=60, stdin=subprocess.DEVNULL, cwd="/", env={})
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"{isolation.bwrap} failed to run ({e})"
-    said = done.stdout.decode("utf-8", "replace").strip()
-    if done.returncode == 0 and said == "ok":
-        return None
-    if done.returncode == 0 and said:
-        return f"the sandbox is not safe here ({said})"
-    why = (done.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-    return f"{isolation.bwrap} cannot create a sandbox here ({why})"
-
-
-def _sandbox_uid() -> int:
-    """The host uid agent code runs as when the server runs as root (``$MCP_GYM_CODE_SANDBOX_UID``, default 65534)."""
-    text = os.environ.get(SANDBOX_UID_ENV, "").strip() or "65534"
-    if not text.isdigit() or int(text) == 0 or int(text) >= 2**32 - 1:
-        raise SandboxUnavailable(f"{SANDBOX_UID_ENV}={text!r} is not an unprivileged uid (a number other than 0).")
-    return int(text)
-
-
-@functools.cache
-def _detect(mode: str, path: str, euid: int, uid_setting: str) -> Isolation:
-    if mode == "unsafe":
-        _log.warning("%s=unsafe: agent code runs WITHOUT an OS sandbox (only an audit hook); trusted code only",
-                     SANDBOX_ENV)
-        return Isolation("unsafe")
-    if mode not in ("auto", "bwrap"):
-        raise SandboxUnavailable(f"{SANDBOX_ENV}={mode!r} is not one of 'auto', 'bwrap', 'unsafe'.")
-    bwrap = shutil.which("bwrap", path=path)
-    if bwrap is None:
-        problem: str | None = "bubblewrap (bwrap) is not installed"
-    elif euid != 0:
-        isolation = Isolation("bwrap", os.path.realpath(bwrap))
-        problem = _probe(isolation)
-    elif (setpriv := shutil.which("setpriv", path=path)) is None:
-        problem = "the server runs as root and setpriv (util-linux) is not installed to drop to an unprivileged uid"
-    else:
-        isolation = Isolation("bwrap", os.path.realpath(bwrap), _sandbox_uid(), os.path.realpath(setpriv))
-        problem = _probe(isolation)
-    if problem is not None:
-        raise SandboxUnavailable(
-            f"Code server refuses to run agent code without an OS sandbox: {problem}. Install bubblewrap "
-            f"(apt-get install bubblewrap; unprivileged user namespaces must be allowed), or set {SANDBOX_ENV}=unsafe "
-            "to run it with only an in-process audit hook (trusted code only).")
-    return isolation
-
-
-def detect_isolation() -> Isolation:
-    """The isolation agent code gets here, chosen by ``$MCP_GYM_CODE_SANDBOX`` (see :data:`SANDBOX_ENV`) and, as root,
-    ``$MCP_GYM_CODE_SANDBOX_UID``; cached per setting, ``$PATH`` and effective uid. Raises :class:`SandboxUnavailable`
-    (one line) when there is none and no opt-in."""
-    return _detect(os.environ.get(SANDBOX_ENV, "auto").strip().lower() or "auto", os.environ.get("PATH", os.defpath),
-                   os.geteuid(), os.environ.get(SANDBOX_UID_ENV, ""))
-
-
 _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Semaphore] = weakref.WeakKeyDictionary()
 
 
@@ -590,14 +368,18 @@ async def _start(isolation: Isolation, limits: Limits, cwd: str) -> _Run:
                                         start_new_session=True)
         return _Run(proc, None)
     read_end, write_end = os.pipe()
+    seccomp = seccomp_pipe()
     try:
-        cmd = [*sandbox_command(isolation, limits), "--info-fd", str(write_end), "--", *runner]
-        proc = await anyio.open_process(cmd, cwd="/", env={}, start_new_session=True, pass_fds=(write_end,))
+        cmd = [*sandbox_command(isolation, limits, seccomp), "--info-fd", str(write_end), "--", *runner]
+        fds = (write_end,) if seccomp is None else (write_end, seccomp)
+        proc = await anyio.open_process(cmd, cwd="/", env={}, start_new_session=True, pass_fds=fds)
     except BaseException:
         os.close(read_end)
         raise
     finally:
         os.close(write_end)
+        if seccomp is not None:
+            os.close(seccomp)
     return _Run(proc, read_end)
 
 
@@ -606,7 +388,7 @@ async def run_function_tests(
     module: str,
     entry: str,
     inputs: Sequence[Sequence[Any]],
-    limits: Limits = Limits(),
+    limits: Limits = DEFAULT_LIMITS,
 ) -> RunResult:
     """Call ``module.entry(*args)`` for every ``args`` in ``inputs`` inside the sandbox; see the module docstring.
 
@@ -715,6 +497,6 @@ def _kill_note(killed: str | None, limits: Limits) -> str:
     return "\n[sandbox] " + notes.get(killed, f"run ended by {killed}")
 
 
-def limits_info(limits: Limits = Limits()) -> dict[str, Any]:
+def limits_info(limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """The limits as a JSON-able dict (for documentation and tool descriptions)."""
     return asdict(limits)

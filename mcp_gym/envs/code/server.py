@@ -1,9 +1,10 @@
 """Code server: write Python files in a per-episode workspace and run hidden unit tests on them.
 
 See :mod:`mcp_gym.envs.code.tasks` for the tasks and :mod:`mcp_gym.envs.code._sandbox` for how code is run: always
-in its own process, inside a bubblewrap sandbox (no network, its own PID namespace, a read-only view of only the Python
-standard library, a private writable tmpfs, killed whole when the run ends) with CPU/memory/wall-clock/output limits.
-Without bubblewrap the server refuses to start unless ``MCP_GYM_CODE_SANDBOX=unsafe``.
+in its own process, inside a bubblewrap sandbox (an unprivileged host uid even when the server runs as root, no network,
+its own PID namespace, no new processes, a read-only view of only the Python standard library, small private writable
+tmpfs, killed whole when the run ends) with CPU/memory/wall-clock/output limits. Without a sandbox that passes its
+probe the server refuses to start unless ``MCP_GYM_CODE_SANDBOX=unsafe``.
 
 The workspace of an episode is kept in memory (at most :data:`MAX_FILES` files of :data:`MAX_FILE_CHARS` characters),
 so memory stays bounded, nothing leaks on disk when an episode is evicted, and the snapshot is self-contained. Each
