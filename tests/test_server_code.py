@@ -245,10 +245,14 @@ async def test_cpu_limit_stops_a_loop_that_swallows_every_exception() -> None:
 
 
 async def test_memory_bomb_fails_with_memory_error() -> None:
-    code = sum_above("", prelude="hog = []\nwhile True:\n    hog.append(bytearray(10**8))  # 100 MB at a time")
+    """Stopped by the memory limit, not by a clock: the bomb turns its per-test timer off first."""
+    bomb = "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0)\nhog = []\nwhile True:\n"
+    code = sum_above("", prelude=bomb + "    hog.append(bytearray(10**8))  # 100 MB at a time")
     async with Client(server.mcp, cache=None) as client:
         report = await run_code(client, "mem", SUM_ABOVE, code)
-        assert report["passed"] == 0 and "No test could run" in report["output"] and "MemoryError" in report["output"]
+        out = report["output"]
+        assert report["passed"] == 0 and "No test could run" in out, out
+        assert "MemoryError" in out or "run killed (CPU or memory limit)" in out, out
         assert (await run_code(client, "mem", SUM_ABOVE, reference(SUM_ABOVE)))["passed"] == 10
 
 
