@@ -31,7 +31,15 @@ from test_server_notes import call, stdio_params
 import mcp_gym
 import mcp_gym.envs.code.server as code_server
 from mcp_gym.envs.code import tasks as env
-from mcp_gym.envs.code._sandbox import SANDBOX_ENV, Limits, bwrap_args, detect_isolation, run_function_tests
+from mcp_gym.envs.code._sandbox import (
+    SANDBOX_ENV,
+    SANDBOX_UID_ENV,
+    Limits,
+    SandboxUnavailable,
+    bwrap_args,
+    detect_isolation,
+    run_function_tests,
+)
 from mcp_gym.envs.code.server import server
 
 pytestmark = pytest.mark.anyio
@@ -538,6 +546,17 @@ def test_server_refuses_to_start_without_an_os_sandbox(tmp_path: Path) -> None:
     opted_in = subprocess.run(cmd, env={**base, "PATH": str(tmp_path / "empty"), SANDBOX_ENV: "unsafe"},
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     assert opted_in.returncode == 0 and "WITHOUT an OS sandbox" in opted_in.stderr  # served until stdin closed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the setting is read only when the server runs as root")
+@pytest.mark.parametrize(("setting", "accepted"), [("0", False), ("root", False), ("-1", False), ("1234", True)])
+def test_the_sandbox_uid_setting(monkeypatch: pytest.MonkeyPatch, setting: str, accepted: bool) -> None:
+    monkeypatch.setenv(SANDBOX_UID_ENV, setting)
+    if accepted:
+        assert detect_isolation().host_uid == int(setting)
+    else:
+        with pytest.raises(SandboxUnavailable, match=f"{SANDBOX_UID_ENV}='{setting}' is not an unprivileged uid"):
+            detect_isolation()
 
 
 async def test_in_process_server_refuses_without_an_os_sandbox(monkeypatch: pytest.MonkeyPatch,

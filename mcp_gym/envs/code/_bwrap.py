@@ -295,23 +295,27 @@ def _detect(mode: str, path: str, euid: int, uid_setting: str) -> Isolation:
         return Isolation("unsafe")
     if mode not in ("auto", "bwrap"):
         raise SandboxUnavailable(f"{SANDBOX_ENV}={mode!r} is not one of 'auto', 'bwrap', 'unsafe'.")
-    bwrap = shutil.which("bwrap", path=path)
-    if bwrap is None:
-        problem: str | None = "bubblewrap (bwrap) is not installed"
-    elif euid != 0:
-        isolation = Isolation("bwrap", os.path.realpath(bwrap))
-        problem = _probe(isolation)
-    elif (setpriv := shutil.which("setpriv", path=path)) is None:
-        problem = "the server runs as root and setpriv (util-linux) is not installed to drop to an unprivileged uid"
-    else:
-        isolation = Isolation("bwrap", os.path.realpath(bwrap), _sandbox_uid(), os.path.realpath(setpriv))
-        problem = _probe(isolation)
-    if problem is not None:
+    found = _bwrap_isolation(path, euid)
+    if isinstance(found, str):
         raise SandboxUnavailable(
-            f"Code server refuses to run agent code without an OS sandbox: {problem}. Install bubblewrap "
+            f"Code server refuses to run agent code without an OS sandbox: {found}. Install bubblewrap "
             f"(apt-get install bubblewrap; unprivileged user namespaces must be allowed), or set {SANDBOX_ENV}=unsafe "
             "to run it with only an in-process audit hook (trusted code only).")
-    return isolation
+    return found
+
+
+def _bwrap_isolation(path: str, euid: int) -> Isolation | str:
+    """The bubblewrap isolation for this ``$PATH`` and effective uid, checked by the probe, or why there is none."""
+    bwrap = shutil.which("bwrap", path=path)
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    isolation = Isolation("bwrap", os.path.realpath(bwrap))
+    if euid == 0:
+        setpriv = shutil.which("setpriv", path=path)
+        if setpriv is None:
+            return "the server runs as root and setpriv (util-linux) is not installed to drop to an unprivileged uid"
+        isolation = Isolation("bwrap", isolation.bwrap, _sandbox_uid(), os.path.realpath(setpriv))
+    return _probe(isolation) or isolation
 
 
 def detect_isolation() -> Isolation:
