@@ -39,7 +39,7 @@ SANDBOX_UID_ENV = "MCP_GYM_CODE_SANDBOX_UID"
 WORKDIR = "/workspace"
 """The run's working directory inside the bubblewrap sandbox."""
 
-_log = logging.getLogger("mcp_gym.envs.code._sandbox")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ try:  # opened, never written; EACCES: refused by the permission check itself, s
     os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY))
     problems.append("/proc/sys is writable")
 except OSError as e:
-    if e.errno != errno.EACCES:
+    if e.errno not in (errno.EACCES, errno.ENOENT):
         problems.append("agent code would run as host uid 0 (a sysctl's permission check passed)")
 try:
     os.close(os.open("/dev/mcp-gym-probe", os.O_WRONLY | os.O_CREAT))
