@@ -50,6 +50,7 @@ __all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
 ResetMode = Literal["auto", "tool", "restart", "none"]
 
 _SUCCESS_TOLERANCE = 1e-9  # float slack comparing a return with success_threshold (10 x 0.1 = 0.9999999999999999)
+_NO_TASK = Task(id="no-task", prompt="")  # the task of an env without tasks (its servers reset to their default)
 
 
 class MCPGymError(Exception):
@@ -321,7 +322,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                     return t
             raise ValueError(f"unknown task_id {opts['task_id']!r} ({len(self.tasks)} tasks)")
         if not self.tasks:
-            return Task(id="no-task", prompt="")
+            return _NO_TASK
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict, dict]:
@@ -434,7 +435,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return
         if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
             return
-        args = {"task_id": self.task.id, "seed": seed}
+        args = {"task_id": None if self.task is _NO_TASK else self.task.id, "seed": seed}  # no task: the default
         out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
         if out.error or (out.result is not None and out.result.is_error):
             err = out.error or ToolCallError("tool_error", render_content(out.result.content if out.result else []),
