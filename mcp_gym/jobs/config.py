@@ -26,10 +26,12 @@ def to_dict(node: Any) -> dict[str, Any]:
 
 
 def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
-    """The tasks of the configured env: a bundled env's task set, or a custom env's JSONL file (one split)."""
+    """The tasks of the configured env: a bundled env's task set, or a custom env's task source (one split), whose
+    ``env`` keys that load code are refused unless ``env.task_env_allow`` lists them."""
     if env_cfg.get("servers"):
         path = env_cfg.get("tasks")
-        return load_task_source(path, split, env_cfg.get("task_columns")) if path else []
+        allow = env_cfg.get("task_env_allow") or ()
+        return load_task_source(path, split, env_cfg.get("task_columns"), allow_env=allow) if path else []
     from mcp_gym.envs import load_env_tasks
 
     return load_env_tasks(env_cfg["name"], split)
