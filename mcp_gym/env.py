@@ -37,7 +37,7 @@ from mcp_gym.client.host import (
     render_content,
 )
 from mcp_gym.client.runtime import Runtime, default_runtime
-from mcp_gym.client.specs import ServerSpec, normalise_servers
+from mcp_gym.client.specs import ServerSpec, normalise_servers, redact_text
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError, openai_tools
@@ -544,6 +544,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         is_error = bool(result.is_error) if result is not None else error is not None
         if result is not None:
             text = render_content(result.content, self.max_observation_chars)
+            if result.is_error:
+                text = redact_text(text)  # an error text quoting a URL (with its token) is not sent to the model
             structured = result.structured_content
             signal = read_reward(structured, result.meta, text if structured is None else None)
             if result.is_error and error is None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mcp_gym.client.specs import REDACTED, redact_url
+from mcp_gym.client.specs import REDACTED, redact_text, redact_url
 from mcp_gym.policies import Policy, make_policy
 from mcp_gym.tasks import Task, load_task_source
 from mcp_gym.vector import EpisodeSpec
@@ -122,7 +122,7 @@ def plan_episodes(
 
 
 def _redacted_env(env: dict[str, Any]) -> dict[str, Any]:
-    """The env config with server secrets masked (header and environment values, URL passwords)."""
+    """The env config with server secrets masked (header and environment values, URLs' user info and query values)."""
     if isinstance(env.get("servers"), Mapping):
         env["servers"] = {alias: redact_server_entry(v) for alias, v in env["servers"].items()}
     if isinstance(env.get("url"), str):
@@ -160,9 +160,10 @@ def run_metadata(cfg: DictConfig, out: Path, tasks: Sequence[Task] | None = None
 
 
 def redact_server_entry(entry: Any) -> Any:
-    """A custom env's server config entry with its secrets masked: header and environment values, URL passwords."""
+    """A custom env's server config entry with its secrets masked: header and environment values, URLs' user info and
+    query values (also inside a command line)."""
     if isinstance(entry, str):
-        return redact_url(entry)
+        return redact_text(entry)
     if not isinstance(entry, Mapping):
         return entry
     out = dict(entry)
@@ -171,4 +172,8 @@ def redact_server_entry(entry: Any) -> Any:
             out[key] = {k: REDACTED for k in out[key]}
     if isinstance(out.get("url"), str):
         out["url"] = redact_url(out["url"])
+    if isinstance(out.get("command"), str):
+        out["command"] = redact_text(out["command"])
+    if isinstance(out.get("args"), list):
+        out["args"] = [redact_text(a) if isinstance(a, str) else a for a in out["args"]]
     return out
