@@ -26,7 +26,7 @@ SECRETS = (QUERY_SECRET, USER_SECRET, base64.b64encode(f"{USER_SECRET}:".encode(
 
 @pytest.fixture(scope="module")
 def counter_url() -> Iterator[str]:
-    """The bundled Counter over Streamable HTTP (``http://127.0.0.1:PORT/mcp``)."""
+    """The bundled Counter (no diagnostic tools: the random policy must not stop it) over Streamable HTTP."""
     proc, url = start_http_server("mcp_gym.envs.counter.server")
     try:
         yield url
@@ -59,8 +59,9 @@ def test_redact_url_masks_user_info_query_and_fragment() -> None:
 
 
 def test_a_job_never_writes_a_url_secret(counter_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The URL comes from ``${oc.env:...}``; the run directory, its viewer page and the cassette never hold it."""
+    """The URLs come from ``${oc.env:...}``; the run directory, its viewer page and the cassette never hold them."""
     monkeypatch.setenv("MCP_GYM_TEST_URL", _with_secrets(counter_url))
+    monkeypatch.setenv("JUDGE_BASE_URL", _with_secrets("http://judge.example/mcp"))  # the judge's endpoint: recorded
     cassettes = tmp_path / "cassettes"
     for command, extra in (("collect", ["episodes=2"]), ("eval", ["samples=1", "plots=false"])):
         out = tmp_path / command

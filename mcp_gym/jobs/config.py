@@ -156,7 +156,18 @@ def run_metadata(cfg: DictConfig, out: Path, tasks: Sequence[Task] | None = None
             "out": str(out), "identity": job_identity(cfg, tasks)}
     if grading is not None:
         meta["grading"] = grading
-    return meta
+    return _redact_urls(meta)
+
+
+def _redact_urls(value: Any) -> Any:
+    """``value`` with every URL in its strings redacted (a policy's or judge's ``base_url`` may carry a key)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: _redact_urls(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_urls(v) for v in value]
+    return value
 
 
 def redact_server_entry(entry: Any) -> Any:
