@@ -99,3 +99,14 @@ def test_a_failing_servers_secret_url_is_not_sent_to_the_agent(counter_url: str)
         assert _leaks(json.dumps(obs)) == [] and _leaks(json.dumps(info, default=str)) == []
     finally:
         env.close()
+
+
+def test_inspect_and_diff_tools_do_not_print_a_url_secret(counter_url: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    secret_url = _with_secrets(counter_url)
+    assert main(["inspect", secret_url, "--json"]) == 0
+    assert main(["inspect", secret_url]) == 0
+    assert main(["diff-tools", secret_url, counter_url, "--json"]) == 0
+    shown = capsys.readouterr()
+    assert '"add"' in shown.out and "api_key=<redacted>" in shown.out  # the server was reached, and named
+    assert _leaks(shown.out + shown.err) == []
