@@ -107,6 +107,7 @@ def _run_job(cfg: Any) -> None:
 
     from mcp_gym import jobs
     from mcp_gym.jobs.identity import JobRefused
+    from mcp_gym.tasks import TaskDataError
 
     out = Path(HydraConfig.get().runtime.output_dir)
     try:
@@ -137,7 +138,7 @@ def _run_job(cfg: Any) -> None:
     except jobs.JobInterrupted as e:
         print(str(e), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
-    except JobRefused as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
+    except (JobRefused, TaskDataError) as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
         # .hydra/ keeps describing the directory's own episodes (the class Hydra instantiated: under
         # `python -m mcp_gym.cli` this module is __main__, not mcp_gym.cli)
         importlib.import_module("mcp_gym.cli").KeepHydraFiles.restore()

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import mcp.types as mt
 
 from mcp_gym.client.host import ToolEntry
-from mcp_gym.protocol import HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
+from mcp_gym.protocol import HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL, redact_text
 
 __all__ = [
     "Change",
@@ -182,7 +182,7 @@ def _from_live(target: str, timeout: float) -> Catalogue:
         await conn.start(default_runtime().task_group)
         try:
             if conn.status != "ready":
-                raise ConnectionError(f"could not connect to {target}: {conn.error}")
+                raise ConnectionError(f"could not connect to {spec.describe()}: {conn.error}")
             return await conn.list_tools()
         finally:
             await conn.close()
@@ -211,10 +211,10 @@ def load_catalogue(source: Any, *, server: str | None = None, timeout: float = 3
             raise ValueError(f"{path}: neither a run directory nor a directory of cassettes")
         return text, _from_cassettes(cassettes, server)
     if text.startswith(("http://", "https://")):
-        return text, _from_live(text, timeout)
+        return redact_text(text), _from_live(text, timeout)
     if path.suffix == ".jsonl" or (os.sep in text and not path.is_file() and " " not in text.strip()):
         raise FileNotFoundError(f"{text}: no such run directory or cassette")
-    return text, _from_live(text, timeout)  # a command line
+    return redact_text(text), _from_live(text, timeout)  # a command line (it may name a URL)
 
 
 # -- diffing ------------------------------------------------------------------------------------------------------

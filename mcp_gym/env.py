@@ -37,7 +37,7 @@ from mcp_gym.client.host import (
     render_content,
 )
 from mcp_gym.client.runtime import Runtime, default_runtime
-from mcp_gym.client.specs import ServerSpec, normalise_servers
+from mcp_gym.client.specs import ServerSpec, normalise_servers, redact_text
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError, openai_tools
@@ -50,6 +50,7 @@ __all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
 ResetMode = Literal["auto", "tool", "restart", "none"]
 
 _SUCCESS_TOLERANCE = 1e-9  # float slack comparing a return with success_threshold (10 x 0.1 = 0.9999999999999999)
+_NO_TASK = Task(id="no-task", prompt="")  # the task of an env without tasks (its servers reset to their default)
 
 
 class MCPGymError(Exception):
@@ -321,7 +322,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                     return t
             raise ValueError(f"unknown task_id {opts['task_id']!r} ({len(self.tasks)} tasks)")
         if not self.tasks:
-            return Task(id="no-task", prompt="")
+            return _NO_TASK
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict, dict]:
@@ -434,7 +435,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return
         if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
             return
-        args = {"task_id": self.task.id, "seed": seed}
+        args = {"task_id": None if self.task is _NO_TASK else self.task.id, "seed": seed}  # no task: the default
         out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
         if out.error or (out.result is not None and out.result.is_error):
             err = out.error or ToolCallError("tool_error", render_content(out.result.content if out.result else []),
@@ -543,6 +544,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         is_error = bool(result.is_error) if result is not None else error is not None
         if result is not None:
             text = render_content(result.content, self.max_observation_chars)
+            if result.is_error:
+                text = redact_text(text)  # an error text quoting a URL (with its token) is not sent to the model
             structured = result.structured_content
             signal = read_reward(structured, result.meta, text if structured is None else None)
             if result.is_error and error is None:

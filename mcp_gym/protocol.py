@@ -11,17 +11,25 @@ server kit, the client host, the env, rewards, the cassette, drift, SFT export, 
 * Tool catalogues are compared (drift, recordings, the env's ``info["catalogue_hash"]``) by
   :func:`catalogue_fingerprint`, the one recipe.
 * ``info["error"]`` of a failed step: a :class:`ToolCallError` as a dict; its ``kind`` is one of :data:`ERROR_KINDS`.
+* Secrets: :func:`redact_url` is the one function every URL passes through before it is written or shown (specs,
+  ``info["servers"]``, manifests, cassettes, reports, logs, error texts sent to an agent); :func:`redact_text` applies
+  it to every URL inside a text.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
+    "REDACTED",
+    "redact_url",
+    "redact_text",
     "SUBMIT_SCHEMA",
     "SUBMIT_DESCRIPTION",
     "SUBMIT_RECORD",
@@ -89,13 +97,57 @@ ERROR_KINDS: Final = ACTION_ERROR_KINDS | SERVER_ERROR_KINDS | {"tool_error", "p
 (a text env could not parse the model's message into a tool call) and ``exception`` (a recorded client call raised)."""
 
 
+# -- secrets out of what is written or shown -------------------------------------------------------------------
+REDACTED = "<redacted>"
+"""What a secret (a header value, a URL's user info or query value, an auth object) is replaced by wherever it would
+be shown or saved."""
+
+
+def redact_url(url: str) -> str:
+    """``url`` with every place a secret hides masked by :data:`REDACTED`: the whole user info
+    (``https://<redacted>@host/mcp``: a token is often the user name), every query value (``?api_key=<redacted>``) and
+    the fragment's. Scheme, host, port, path and parameter names stay, so the server is still recognisable. The one
+    function for every URL mcp-gym writes or shows (specs, manifests, recordings, reports, errors sent to an agent)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not parsable as a URL (e.g. a bad port): nothing of it is shown
+        return REDACTED
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
+    return urlunsplit(parts._replace(netloc=netloc, query=_redact_params(parts.query),
+                                     fragment=_redact_params(parts.fragment)))
+
+
+def _redact_params(params: str) -> str:
+    """``a=1&b=2`` as ``a=<redacted>&b=<redacted>``; a bare word (``?TOKEN``) is masked whole."""
+    if not params:
+        return params
+    out = []
+    for item in params.split("&"):
+        name, eq, _ = item.partition("=")
+        out.append(f"{name}={REDACTED}" if eq else (REDACTED if item else item))
+    return "&".join(out)
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s<>\"'`]+")
+
+
+def redact_text(text: str) -> str:
+    """``text`` (an error message, a command line) with every URL in it passed through :func:`redact_url`."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
 @dataclass(frozen=True)
 class ToolCallError:
     """Why a step failed: the one shape of ``info["error"]`` (written with :meth:`as_dict`) and of recorded errors.
 
     Args:
         kind: one of :data:`ERROR_KINDS` (anything else raises ``ValueError``).
-        message: one line naming the tool, server and argument at fault.
+        message: one line naming the tool, server and argument at fault (URLs in it are redacted: user info and
+            query values, see :func:`redact_url`).
         tool: the tool the agent named, if any.
         server: the server alias the call went to, if known.
         argument: path of the offending argument (``items[2].name``), for invalid arguments.
@@ -115,6 +167,7 @@ class ToolCallError:
     def __post_init__(self) -> None:
         if self.kind not in ERROR_KINDS:
             raise ValueError(f"unknown error kind {self.kind!r}; mcp_gym.protocol.ERROR_KINDS lists the known ones")
+        object.__setattr__(self, "message", redact_text(self.message))  # it reaches agents, logs and recordings
 
     def as_dict(self) -> dict[str, Any]:
         """``{"kind", "tool", "server", "argument", "code", "message"}``, the JSON form in ``info`` and recordings."""

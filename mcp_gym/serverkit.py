@@ -246,7 +246,12 @@ class EpisodeServer(Generic[S]):
 
         async def mcp_gym_reset(task_id: str | None = None, seed: int = 0) -> dict[str, Any]:
             """Reset this episode to the initial state of a task (used by the mcp-gym environment, not by agents)."""
-            state = self.reset_episode(task_id, seed)
+            try:
+                state = self.reset_episode(task_id, seed)
+            except ToolError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the SDK would hide the reason (an unknown task id, bad data)
+                raise ToolError(f"{self.mcp.name} cannot reset to task {task_id!r}: {_reason(e)}") from e
             extra = self._on_reset(state) if self._on_reset else None
             changes = _changes.get()
             if changes is not None and self._gated and self._episode().shown:
@@ -312,6 +317,13 @@ class EpisodeServer(Generic[S]):
         data = dict(data)
         data["tools"] = [t for t in data.get("tools", []) if self.tool_visible(t["name"])]
         return data
+
+
+def _reason(e: BaseException) -> str:
+    """An exception's own text (a ``KeyError``'s message without its repr quotes), else its type name."""
+    if isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str):
+        return e.args[0]
+    return str(e) or type(e).__name__
 
 
 def _with_meta(result: HandlerResult, meta: dict[str, Any]) -> HandlerResult:

@@ -7,14 +7,16 @@ server returns from its hidden ``mcp_gym_state`` tool (``{}`` when the server ha
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source"]
+__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "TaskDataError"]
 
 
 @dataclass(frozen=True)
@@ -116,15 +118,19 @@ def save_tasks(tasks: Iterable[Task], path: str | Path) -> Path:
     return path
 
 
-def load_tasks(path: str | Path, split: str | None = None) -> list[Task]:
-    """Read a JSONL task file written by :func:`save_tasks`, optionally one split."""
+def load_tasks(path: str | Path, split: str | None = None, *, allow_env: Iterable[str] = ()) -> list[Task]:
+    """Read a JSONL task file written by :func:`save_tasks`, optionally one split.
+
+    A task file is data: its ``fixture`` and ``env`` are checked as :func:`load_task_source` does (``allow_env``)."""
+    path = Path(path)
     out: list[Task] = []
-    with Path(path).open(encoding="utf-8") as f:
+    checker = _TaskDataCheck(str(path), path.parent, allow_env)
+    with path.open(encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 t = Task.from_record(json.loads(line))
                 if split is None or t.split == split:
-                    out.append(t)
+                    out.append(checker(t))
     return out
 
 
@@ -168,7 +174,8 @@ def _records(source: str, split: str | None) -> tuple[list[dict[str, Any]], Path
 
 
 def load_task_source(
-    source: str | Path, split: str | None = None, columns: Mapping[str, str] | None = None
+    source: str | Path, split: str | None = None, columns: Mapping[str, str] | None = None, *,
+    allow_env: Iterable[str] = (),
 ) -> list[Task]:
     """Tasks from a JSONL or Parquet file, a saved ``datasets`` dataset (``save_to_disk``) or anything
     ``datasets.load_dataset`` opens (a local data directory, or a dataset name in the local cache).
@@ -180,8 +187,12 @@ def load_task_source(
         columns: Task field -> column name, e.g. ``{"prompt": "question", "answer": "gold"}``; other fields are read
             from columns of their own name. Without an ``id`` column tasks are numbered ``task-<row>``.
 
-    Relative ``fixture`` paths are resolved against the file's directory. Raises ``ValueError`` naming the source
-    when no task matches ``split`` or a mapped column is missing.
+    A task source is data, never code or host paths: a ``fixture`` is a directory inside the source's own folder
+    (not absolute, no ``..`` or symlink out of it, no symlink inside it pointing out of it), and an ``env`` key that
+    changes how a program loads code (:data:`CODE_LOADING_ENV`) is refused unless ``allow_env`` (names or patterns,
+    from the caller's own config, never from the task source) allows it; both raise :class:`TaskDataError` naming
+    the task, the source and the key or fixture. Raises ``ValueError`` naming the source when no task matches
+    ``split`` or a mapped column is missing.
     """
     source = str(source)
     columns = dict(columns or {})
@@ -189,6 +200,7 @@ def load_task_source(
     if unknown:
         raise ValueError(f"task_columns: unknown task field(s) {sorted(unknown)}; fields are {list(_TASK_FIELDS)}")
     rows, base = _records(source, split)
+    checker = _TaskDataCheck(source, base, allow_env)
     tasks: list[Task] = []
     splits: set[str] = set()
     for i, row in enumerate(rows):
@@ -208,10 +220,7 @@ def load_task_source(
             splits.add(str(rec["split"]))
             if split is not None and str(rec["split"]) != split:
                 continue
-        task = Task.from_record(rec)
-        if task.fixture and base is not None and not Path(task.fixture).is_absolute():
-            task = replace(task, fixture=str((base / task.fixture).resolve()))
-        tasks.append(task)
+        tasks.append(checker(Task.from_record(rec)))
     if rows and not tasks:
         raise ValueError(f"task source {source!r}: no task of split {split!r} (splits: {sorted(splits)}); "
                          "pick one with split=NAME, or split=null for all")
@@ -220,3 +229,78 @@ def load_task_source(
         dup = sorted(i for i, n in counts.items() if n > 1)[:5]
         raise ValueError(f"task source {source!r}: duplicate task ids {dup}")
     return tasks
+
+
+# -- task files are data ----------------------------------------------------------------------------------------------
+CODE_LOADING_ENV: tuple[str, ...] = (
+    # the dynamic loader and libc's own loadable modules
+    "LD_*", "DYLD_*", "GCONV_PATH", "LOCPATH", "NLSPATH", "GLIBC_TUNABLES",
+    # which program runs; shells' start-up code; programs that tools start by name
+    "PATH", "SHELL", "ENV", "BASH_ENV", "BASH_FUNC_*", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "ZDOTDIR",
+    "IFS", "EDITOR", "VISUAL", "PAGER", "*_PAGER", "BROWSER", "*_ASKPASS", "*_EXECUTABLE_PATH",
+    # where programs read their configuration (start-up hooks, user site-packages, .npmrc, .gitconfig) from
+    "HOME", "XDG_*", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
+    # interpreters, runtimes and the package managers that fetch servers (npx, uvx, pip)
+    "PYTHON*", "VIRTUAL_ENV", "CONDA_*", "UV_*", "PIP_*", "NODE_*", "NPM_CONFIG_*", "YARN_*", "PNPM_*", "COREPACK_*",
+    "BUN_*", "DENO_*", "ELECTRON_*", "PLAYWRIGHT_*", "PUPPETEER_*", "PERL*", "RUBY*", "GEM_*", "BUNDLE_*",
+    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "JAVA_HOME", "CLASSPATH", "LUA_*", "TCLLIBPATH", "R_*",
+    "PHPRC", "PHP_INI_SCAN_DIR", "DOTNET_*", "CORECLR_*", "COMPLUS_*", "GOFLAGS", "GOPROXY", "GOTOOLCHAIN", "GOROOT",
+    "GOPATH", "GOENV", "CARGO_*", "RUSTUP_*", "RUSTC*", "RUSTFLAGS",
+    # tools servers run (git hooks and helpers, OpenSSL engines, compilers of native modules)
+    "GIT_*", "OPENSSL_*", "CC", "CXX", "CPP", "LD", "AR", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "MAKEFLAGS",
+    "MFLAGS",
+)
+"""Environment variable names (``fnmatch`` patterns, matched case-insensitively) a task file may not set: each changes
+which program runs or what code a program loads (``NODE_OPTIONS=--require x.js``, ``PYTHONPATH``, ``LD_PRELOAD``,
+``HOME`` with a fixture holding start-up files, ...). Every other name (a server's own settings) is allowed."""
+
+
+class TaskDataError(ValueError):
+    """A task source asks for something a task file may not: a ``fixture`` outside its folder or an ``env`` key that
+    changes how a program loads code."""
+
+
+class _TaskDataCheck:
+    """Checks the tasks of one source and resolves their fixtures against its folder (``base``)."""
+
+    def __init__(self, source: str, base: Path | None, allow_env: Iterable[str]) -> None:
+        if isinstance(allow_env, str):
+            allow_env = [allow_env]
+        self.source = source
+        self.base = base.resolve() if base is not None else None
+        self.allow = [str(a).upper() for a in allow_env]
+        self._fixtures: dict[str, str] = {}
+
+    def __call__(self, task: Task) -> Task:
+        for key in task.env:
+            denied = next((p for p in CODE_LOADING_ENV if fnmatch.fnmatchcase(key.upper(), p)), None)
+            if denied is not None and not any(fnmatch.fnmatchcase(key.upper(), a) for a in self.allow):
+                raise TaskDataError(
+                    f"task {task.id!r} of {self.source}: env key {key!r} changes how a program loads code "
+                    f"(matches {denied!r}); a task file may not set it (allow it in the job config, e.g. "
+                    f"'env.task_env_allow=[{key}]', only for a task file you trust)")
+        if task.fixture:
+            task = replace(task, fixture=self.fixture(task))
+        return task
+
+    def fixture(self, task: Task) -> str:
+        """The task's fixture resolved inside the source's folder, or :class:`TaskDataError`."""
+        raw = str(task.fixture)
+        if raw in self._fixtures:
+            return self._fixtures[raw]
+        where = f"task {task.id!r} of {self.source}: fixture {raw!r}"
+        if self.base is None:
+            raise TaskDataError(f"{where}: a dataset loaded by name has no folder to hold fixtures")
+        if Path(raw).is_absolute() or ".." in Path(raw).parts:
+            raise TaskDataError(f"{where} must be a relative path inside the task file's folder {self.base}")
+        path = (self.base / raw).resolve()
+        if not path.is_relative_to(self.base):
+            raise TaskDataError(f"{where} leads out of the task file's folder {self.base} (through a symlink)")
+        if path.is_dir():
+            for dirpath, dirnames, filenames in os.walk(path):
+                for name in (*dirnames, *filenames):
+                    entry = Path(dirpath, name)
+                    if entry.is_symlink() and not entry.resolve().is_relative_to(path):
+                        raise TaskDataError(f"{where}: symlink {entry.relative_to(path)} points out of the fixture")
+        self._fixtures[raw] = str(path)
+        return str(path)

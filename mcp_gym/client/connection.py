@@ -29,7 +29,7 @@ from mcp_gym.client import _discovery
 from mcp_gym.client._http import session_http_client
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked
-from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_url
+from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_text, redact_url
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -133,7 +133,7 @@ class ServerConnection:
         self.spec = spec
         self.callbacks = callbacks or HostCallbacks()
         self.status: Literal["new", "connecting", "ready", "failed", "dead", "closed"] = "new"
-        self.error: str | None = None
+        self._error: str | None = None
         self.client: Client | None = None
         self.events = _Events()
         self.connect_seconds: float | None = None
@@ -355,6 +355,15 @@ class ServerConnection:
     def modern(self) -> bool:
         """True on a 2026-07-28 (discover-era) connection."""
         return (self.protocol_version or "") >= "2026"
+
+    @property
+    def error(self) -> str | None:
+        """Why the server is not ready (``None`` when it is); URLs in it are redacted (it reaches agents and runs)."""
+        return self._error
+
+    @error.setter
+    def error(self, why: str | None) -> None:
+        self._error = redact_text(why) if why else why
 
     def info(self) -> dict[str, Any]:
         """Name, version, negotiated protocol, status and error of this server, for ``info["servers"]``."""

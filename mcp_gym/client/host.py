@@ -33,7 +33,7 @@ from mcp_gym.client.connection import (
     TapFactory,
 )
 from mcp_gym.client.elicitation import with_defaults
-from mcp_gym.client.specs import ServerSpec
+from mcp_gym.client.specs import ServerSpec, redact_text
 from mcp_gym.protocol import (
     CHANGES_META_KEY,
     EPISODE_META_KEY,
@@ -401,7 +401,7 @@ class MCPHost:
             self.all_tools.pop(alias, None)
             caps = conn.capabilities
             if conn.status == "ready" and caps is not None and caps.tools is not None:
-                conn.tools_error = f"tools/list failed: {_short_error(e)}"
+                conn.tools_error = redact_text(f"tools/list failed: {_short_error(e)}")
             return
         conn.tools_error = None
         self.all_tools[alias] = {t.name: t for t in tools}

@@ -5,7 +5,8 @@ that turn strings, config mappings and objects into them.
 Hosted servers take credentials: ``headers=`` (static, e.g. ``Authorization``) and ``auth=`` (any ``httpx2.Auth``, the
 HTTP client library of the ``mcp`` SDK; :func:`oauth_client_credentials` builds the SDK's OAuth client-credentials
 provider). Secrets never leave a spec: ``repr``, :meth:`Http.describe` and :meth:`Http.redacted` mask header values,
-URL passwords and auth objects, and they are what connections, cassettes and run manifests record.
+URLs' user info and query values (:func:`mcp_gym.protocol.redact_url`) and auth objects, and they are what
+connections, cassettes and run manifests record.
 
 Plain frozen dataclasses: nothing here connects (that is :class:`mcp_gym.client.connection.ServerConnection`).
 """
@@ -18,14 +19,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+
+from mcp_gym.protocol import REDACTED, redact_text, redact_url
 
 __all__ = [
     "Protocol", "Stdio", "Http", "Sse", "InProcess", "ServerSpec", "oauth_client_credentials",
 ]
 
-REDACTED = "<redacted>"
-"""What a secret (a header value, a URL password, an auth object) is replaced by wherever a spec is shown or saved."""
 
 Protocol = Literal["auto", "legacy", "2026-07-28"]
 """How to negotiate the protocol era: ``auto`` probes ``server/discover`` (at most ``discover_timeout`` seconds) and
@@ -56,7 +56,7 @@ class _SpecBase:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Stdio(_SpecBase):
     """A server started as a subprocess speaking MCP over stdin/stdout: ``Stdio(command, args, env=, cwd=)``.
 
@@ -91,16 +91,12 @@ class Stdio(_SpecBase):
         return "stdio"
 
     def describe(self) -> str:
-        return " ".join([self.command, *self.args])
+        return redact_text(" ".join([self.command, *self.args]))
 
-
-def redact_url(url: str) -> str:
-    """``url`` with a password in its userinfo replaced by :data:`REDACTED` (``http://u:<redacted>@host/mcp``)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:{REDACTED}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    def __repr__(self) -> str:
+        env = {k: REDACTED for k in self.env} if self.env is not None else None
+        return (f"Stdio({self.command!r}, {[redact_text(a) for a in self.args]!r}, env={env!r}, "
+                f"cwd={self.cwd!r})")
 
 
 @dataclass(frozen=True)

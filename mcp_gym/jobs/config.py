@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mcp_gym.client.specs import REDACTED, redact_url
+from mcp_gym.client.specs import REDACTED, redact_text, redact_url
 from mcp_gym.policies import Policy, make_policy
 from mcp_gym.tasks import Task, load_task_source
 from mcp_gym.vector import EpisodeSpec
@@ -26,10 +26,12 @@ def to_dict(node: Any) -> dict[str, Any]:
 
 
 def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
-    """The tasks of the configured env: a bundled env's task set, or a custom env's JSONL file (one split)."""
+    """The tasks of the configured env: a bundled env's task set, or a custom env's task source (one split), whose
+    ``env`` keys that load code are refused unless ``env.task_env_allow`` lists them."""
     if env_cfg.get("servers"):
         path = env_cfg.get("tasks")
-        return load_task_source(path, split, env_cfg.get("task_columns")) if path else []
+        allow = env_cfg.get("task_env_allow") or ()
+        return load_task_source(path, split, env_cfg.get("task_columns"), allow_env=allow) if path else []
     from mcp_gym.envs import load_env_tasks
 
     return load_env_tasks(env_cfg["name"], split)
@@ -120,7 +122,7 @@ def plan_episodes(
 
 
 def _redacted_env(env: dict[str, Any]) -> dict[str, Any]:
-    """The env config with server secrets masked (header and environment values, URL passwords)."""
+    """The env config with server secrets masked (header and environment values, URLs' user info and query values)."""
     if isinstance(env.get("servers"), Mapping):
         env["servers"] = {alias: redact_server_entry(v) for alias, v in env["servers"].items()}
     if isinstance(env.get("url"), str):
@@ -154,13 +156,25 @@ def run_metadata(cfg: DictConfig, out: Path, tasks: Sequence[Task] | None = None
             "out": str(out), "identity": job_identity(cfg, tasks)}
     if grading is not None:
         meta["grading"] = grading
-    return meta
+    return _redact_urls(meta)
+
+
+def _redact_urls(value: Any) -> Any:
+    """``value`` with every URL in its strings redacted (a policy's or judge's ``base_url`` may carry a key)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: _redact_urls(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_urls(v) for v in value]
+    return value
 
 
 def redact_server_entry(entry: Any) -> Any:
-    """A custom env's server config entry with its secrets masked: header and environment values, URL passwords."""
+    """A custom env's server config entry with its secrets masked: header and environment values, URLs' user info and
+    query values (also inside a command line)."""
     if isinstance(entry, str):
-        return redact_url(entry)
+        return redact_text(entry)
     if not isinstance(entry, Mapping):
         return entry
     out = dict(entry)
@@ -169,4 +183,8 @@ def redact_server_entry(entry: Any) -> Any:
             out[key] = {k: REDACTED for k in out[key]}
     if isinstance(out.get("url"), str):
         out["url"] = redact_url(out["url"])
+    if isinstance(out.get("command"), str):
+        out["command"] = redact_text(out["command"])
+    if isinstance(out.get("args"), list):
+        out["args"] = [redact_text(a) if isinstance(a, str) else a for a in out["args"]]
     return out

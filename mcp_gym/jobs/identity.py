@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcp_gym.protocol import redact_text
+
 if TYPE_CHECKING:
     from mcp_gym.recording.store import RunStore
 
@@ -28,8 +30,8 @@ __all__ = ["JobRefused"]
 
 GROWABLE = ("samples", "episodes")
 """Identity keys a rerun may grow (the plan is extended)."""
-_ENV_OPERATIONAL = frozenset({"transport", "url", "connect_timeout", "call_timeout"})
-"""Env options that change how episodes run, not what they are."""
+_ENV_OPERATIONAL = frozenset({"transport", "url", "connect_timeout", "call_timeout", "task_env_allow"})
+"""Env options that change how episodes run, not what they are (the tasks' own ``env`` is in ``env.task_set``)."""
 _POLICY_OPERATIONAL = frozenset({"api_key", "timeout", "retries", "max_concurrency"})
 """Policy options that change how requests are made, not what the policy does."""
 
@@ -111,7 +113,7 @@ def run_identity(
         out["env.task_set"] = task_set_digest(tasks)
     _flatten("policy", policy, out)
     out.update(seed=seed, split=split, samples=samples, episodes=episodes)
-    return out
+    return {k: redact_text(v) if isinstance(v, str) else v for k, v in out.items()}  # a URL's token is not identity
 
 
 def identity_diff(old: Mapping[str, Any], new: Mapping[str, Any], *, skip: Sequence[str] = ()) -> list[str]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcp_gym.client.specs import REDACTED, redact_text
 from mcp_gym.jobs.report import REPORT_DIR
 from mcp_gym.recording.reader import read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
@@ -92,13 +93,14 @@ def _hydra_config(root: Path) -> dict[str, Any] | None:
 
 
 def _redact(value: Any) -> Any:
-    """``value`` with the values of keys that may hold secrets (api_key, token, headers, ...) replaced."""
+    """``value`` with the values of keys that may hold secrets (api_key, token, headers, ...) replaced, and URLs' user
+    info and query values masked wherever they appear."""
     if isinstance(value, dict):
-        return {k: "<redacted>" if any(w in str(k).lower() for w in _SECRET_WORDS) and v not in (None, "", {}, [])
+        return {k: REDACTED if any(w in str(k).lower() for w in _SECRET_WORDS) and v not in (None, "", {}, [])
                 else _redact(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_redact(v) for v in value]
-    return value
+    return redact_text(value) if isinstance(value, str) else value
 
 
 def _locate(path: str) -> tuple[str, Path | None, dict[str, Any] | None]:

@@ -1,0 +1,97 @@
+"""Task files are data, never code or host paths (issue 26, item 3): a task's ``env`` may not set a variable that
+changes how a program loads code unless the job's own config allows it, and a ``fixture`` stays inside the task file's
+folder. The attack is real: a fixture holding ``sitecustomize.py`` and ``PYTHONPATH={workspace}`` made a real stdio
+server run it during ``mcp-gym eval`` and ``tasks validate``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_gym.cli import main
+from mcp_gym.tasks import TaskDataError, load_task_source, load_tasks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(path: Path, *tasks: dict) -> Path:
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8")
+    return path
+
+
+def _hostile_task_file(tmp_path: Path, marker: Path) -> Path:
+    """A task file whose fixture is a ``sitecustomize.py`` and whose env puts the workspace on ``PYTHONPATH``."""
+    folder = tmp_path / "downloaded"
+    (folder / "fx").mkdir(parents=True)
+    (folder / "fx" / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    task = {"id": "innocent-1", "prompt": "Count the rows", "answer": "0", "fixture": "fx",
+            "env": {"PYTHONPATH": "{workspace}"},
+            "solution": [{"tool": "execute", "arguments": {"sql": "SELECT 1"}}]}
+    return _write(folder / "tasks.jsonl", task)
+
+
+def _job(command: list[str], tasks: Path, out: Path, *extra: str) -> int:
+    server = f'+env.servers.db="{sys.executable} {ROOT / "tests" / "_sqlite_server.py"} {{workspace}}/db.sqlite"'
+    return main([*command, "env=custom", server, f"env.tasks={tasks}", f"out={out}", "launcher.progress=false",
+                 "env.max_steps=2", *extra])
+
+
+def test_a_task_file_cannot_make_a_server_load_its_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    marker = tmp_path / "host-code-ran"
+    tasks = _hostile_task_file(tmp_path, marker)
+    for command in (["eval", "policy=oracle", "samples=1", "plots=false"], ["tasks", "validate"]):
+        assert _job(command, tasks, tmp_path / command[0]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert "'innocent-1'" in err[0] and str(tasks) in err[0] and "'PYTHONPATH'" in err[0], err[0]
+        assert not marker.exists()  # no server ever started with the task's variable
+
+    # the job's own config (not the task file) can allow it, for a task file its user trusts
+    code = _job(["eval", "policy=oracle", "samples=1", "plots=false"], tasks, tmp_path / "trusted",
+                "env.task_env_allow=[PYTHONPATH]")
+    assert code == 0 and marker.read_text() == "ran"  # proves the attack was real
+
+
+@pytest.mark.parametrize("key", ["NODE_OPTIONS", "LD_PRELOAD", "PYTHONSTARTUP", "npm_config_registry", "BASH_ENV",
+                                 "BASH_FUNC_ls%%", "HOME", "PATH", "JAVA_TOOL_OPTIONS", "PERL5OPT", "GIT_SSH_COMMAND"])
+def test_code_loading_env_keys_are_refused(tmp_path: Path, key: str) -> None:
+    path = _write(tmp_path / "t.jsonl", {"id": "a", "prompt": "p"}, {"id": "b", "prompt": "p", "env": {key: "x"}})
+    for load in (load_task_source, load_tasks):
+        with pytest.raises(TaskDataError) as e:
+            load(path)
+        assert "'b'" in str(e.value) and str(path) in str(e.value) and repr(key) in str(e.value)
+        assert "\n" not in str(e.value)
+
+
+def test_a_servers_own_settings_pass_and_the_caller_can_allow_more(tmp_path: Path) -> None:
+    env = {"MEMORY_FILE_PATH": "{workspace}/m.json", "NODE_OPTIONS": "--max-old-space-size=64"}
+    path = _write(tmp_path / "t.jsonl", {"id": "a", "prompt": "p", "env": env})
+    with pytest.raises(TaskDataError, match="NODE_OPTIONS"):
+        load_task_source(path)
+    assert load_task_source(path, allow_env=["NODE_*"])[0].env["MEMORY_FILE_PATH"] == "{workspace}/m.json"
+    assert load_tasks(path, allow_env=["node_options"])[0].env["NODE_OPTIONS"] == "--max-old-space-size=64"
+
+
+def test_fixtures_stay_inside_the_task_files_folder(tmp_path: Path) -> None:
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("host data")
+    folder = tmp_path / "tasks"
+    (folder / "fx" / "sub").mkdir(parents=True)
+    (folder / "escape").symlink_to(outside, target_is_directory=True)
+    (folder / "leaky").mkdir()
+    (folder / "leaky" / "s.txt").symlink_to(outside / "secret.txt")
+    (folder / "fx" / "sub" / "inner").symlink_to(folder / "fx" / "sub")  # a link inside the fixture is fine
+
+    ok = load_task_source(_write(folder / "ok.jsonl", {"id": "ok", "prompt": "p", "fixture": "fx"}))
+    assert ok[0].fixture == str((folder / "fx").resolve())
+    for fixture, why in ((str(outside), "relative path"), ("../host", "relative path"), ("fx/../../host", "relative"),
+                         ("escape", "out of the task file's folder"), ("leaky", "points out of the fixture")):
+        path = _write(folder / "bad.jsonl", {"id": "t-1", "prompt": "p", "fixture": fixture})
+        for load in (load_task_source, load_tasks):
+            with pytest.raises(TaskDataError, match=why) as e:
+                load(path)
+            assert "'t-1'" in str(e.value) and str(path) in str(e.value), str(e.value)
