@@ -299,6 +299,9 @@ class _BoundedEvents(httpx2.AsyncByteStream):
             await _close(self.response)
 
     async def aclose(self) -> None:
+        reading = self.client._reading.get(self.rid)
+        if reading is not None and reading.scope is None:  # not between chunks of the read: it is over
+            del self.client._reading[self.rid]
         await _close(self.response)
 
 
@@ -415,6 +418,8 @@ class _SessionClient(httpx2.AsyncClient):
         size = 0
         try:
             with anyio.CancelScope() as reading.scope:
+                if reading.aborted:
+                    reading.scope.cancel()
                 async for chunk in response.aiter_bytes():
                     size += len(chunk)
                     if size > limit:
