@@ -10,6 +10,12 @@ are not safe here:
   (``^(a|aa)+$`` against 40 ``a`` and a ``!``), and Python cannot interrupt it. Here both keywords match with the
   ``regex`` module and a :data:`PATTERN_TIMEOUT`: a match that takes longer fails validation with an error that names
   the pattern, so the action is refused instead of hanging the training loop.
+
+:func:`bounded_search` is that bounded matcher, and the one every regex of mcp-gym that comes from outside goes
+through: schema patterns here, and the ``regex`` grader and the ``files`` grader's ``{"regex": ...}`` checks
+(:mod:`mcp_gym.graders`), whose patterns come from task files and whose subjects are the agent's answer or files it
+wrote. ``^(\\d+,?)+$`` against 24 digits and a ``!`` took 6 s with :mod:`re` (doubling per character, holding the GIL
+for every other episode); here it gives up after :data:`PATTERN_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -24,32 +30,46 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.validators import Draft202012Validator
 from referencing import Registry
 
-__all__ = ["PATTERN_TIMEOUT", "validator", "validator_class"]
+__all__ = ["PATTERN_TIMEOUT", "bounded_search", "validator", "validator_class"]
 
 PATTERN_TIMEOUT = 0.1
-"""Seconds one ``pattern`` / ``patternProperties`` match may take before the value is refused."""
+"""Seconds one match of :func:`bounded_search` may take (a schema's ``pattern`` / ``patternProperties``, a regex
+grader's pattern) before it is given up: the value is refused, the grade failed."""
 
 _MAX_SHOWN = 80
 
 
 @functools.lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> Any:
-    return regex.compile(pattern)
+def _compiled(pattern: str, ignore_case: bool = False) -> Any:
+    return regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
 
 
 def _shown(value: str) -> str:
     return repr(value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN] + "…")
 
 
-def _search(pattern: str, value: str) -> tuple[bool, str | None]:
-    """(matched, why it could not be decided)."""
+def bounded_search(pattern: str, value: str, *, ignore_case: bool = False) -> tuple[bool, str | None]:
+    """Whether ``pattern`` is found in ``value`` (like :func:`re.search`, with the ``regex`` module), given at most
+    :data:`PATTERN_TIMEOUT` seconds: ``(matched, None)``, or ``(False, why)`` when the match took longer (``why``
+    names the pattern, the start of the value and the bound). Raises ``ValueError`` naming the pattern when it does
+    not compile."""
     try:
-        return _compiled(pattern).search(value, timeout=PATTERN_TIMEOUT) is not None, None
+        rx = _compiled(pattern, ignore_case)
+    except (regex.error, TypeError, ValueError) as e:
+        raise ValueError(f"pattern {pattern!r} cannot be used: {e}") from None
+    try:
+        return rx.search(value, timeout=PATTERN_TIMEOUT) is not None, None
     except TimeoutError:
         return False, (f"matching {_shown(value)} against pattern {pattern!r} took longer than {PATTERN_TIMEOUT:g} s "
                        "(the pattern backtracks without end on this value)")
-    except (regex.error, TypeError, ValueError) as e:
-        return False, f"pattern {pattern!r} cannot be used: {e}"
+
+
+def _search(pattern: str, value: str) -> tuple[bool, str | None]:
+    """(matched, why it could not be decided)."""
+    try:
+        return bounded_search(pattern, value)
+    except (ValueError, TypeError) as e:
+        return False, str(e)
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:

@@ -38,6 +38,16 @@ What a busy server needs (found at 1,000 and 10,000 concurrent sessions against 
   default). Under load a session's next request often comes seconds after its last; with 1,000 concurrent sessions
   against one bundled server, keeping the connection instead of opening a new one per step made steps 1.3x as fast
   (``scripts/bench/scale.py``). Sessions given their own ``limits=`` keep them.
+* **An answer's body is bounded in size and by the caller's wait** (``max_message_bytes``, as for stdio). The SDK
+  reads a JSON answer whole (``aread``) and parses it in one piece: a server answering with 1,000 MB made a step with
+  ``call_timeout=5`` take 19.6 s and the process grow 1.4 GB, and a streamed (SSE) answer over the SDK's 1 MiB per
+  event ended the whole session. Here a JSON answer (or a redirect's body) is read as it arrives, at most
+  ``max_message_bytes`` (decoded) bytes of it, a ``Content-Length`` above it refused before reading; an SSE answer is
+  passed on one whole event at a time, each at most ``max_message_bytes``. Past the bound the connection is closed
+  and that request gets the JSON-RPC error :data:`~mcp_gym.client._stdio.MESSAGE_TOO_LARGE` (a ``too_large`` step
+  error); the session stays open. When the caller stops waiting (``call_timeout``: the SDK then sends
+  ``notifications/cancelled``, or on a 2026-07-28 connection aborts the POST itself) the body still being read is
+  dropped and its connection closed, so a slow endless body costs neither time nor memory after the step has failed.
 """
 
 from __future__ import annotations
@@ -52,6 +62,8 @@ import anyio
 import httpx2
 from anyio.lowlevel import RunVar
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 
 __all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
            "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for"]
@@ -184,6 +196,115 @@ def _connection_answer(request: httpx2.Request, error: httpx2.TransportError) ->
     return _error_answer(request, 502, CONNECTION_LOST, message, {HTTP_CONNECTION_DATA_KEY: what})
 
 
+def _cancelled_id(request: httpx2.Request) -> Any:
+    """The request id a POSTed ``notifications/cancelled`` names (``None`` for anything else; cheap when it is
+    not one)."""
+    try:
+        if b"notifications/cancelled" not in request.content:
+            return None
+        body = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead, UnicodeDecodeError):
+        return None
+    params = body.get("params") if isinstance(body, dict) else None
+    rid = params.get("requestId") if isinstance(params, dict) else None
+    return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+
+
+def _too_large(limit: int, what: str) -> str:
+    """The message of a :data:`MESSAGE_TOO_LARGE` error."""
+    return (f"result too large: {what} exceeds max_message_bytes={limit:,} (the rest was not read and the connection "
+            "closed; the session stays open)")
+
+
+def _without_encoding(headers: httpx2.Headers) -> httpx2.Headers:
+    """``headers`` for a body that is already decoded (no ``Content-Encoding`` / ``Content-Length``)."""
+    out = httpx2.Headers(headers)
+    for name in ("content-encoding", "content-length"):
+        if name in out:
+            del out[name]
+    return out
+
+
+async def _close(response: httpx2.Response) -> None:
+    """Close a response whose body is not wholly read (its connection is dropped), even under cancellation."""
+    with anyio.CancelScope(shield=True):
+        await response.aclose()
+
+
+class _Reading:
+    """The body of one request's answer while it is read; :meth:`abort` (the caller stopped waiting) stops it."""
+
+    __slots__ = ("aborted", "scope")
+
+    def __init__(self) -> None:
+        self.aborted = False
+        self.scope: anyio.CancelScope | None = None
+
+    def abort(self) -> None:
+        self.aborted = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n")  # a blank line ends an SSE event
+
+
+class _BoundedEvents(httpx2.AsyncByteStream):
+    """The decoded body of an SSE answer to request ``rid``, passed on whole events at a time: an event over
+    ``limit`` bytes is dropped with the rest of the stream and replaced by a :data:`MESSAGE_TOO_LARGE` error event
+    for ``rid``; an aborted read ends with a ``-32001`` error event (no one waits for it: the SDK drops it)."""
+
+    def __init__(self, client: _SessionClient, response: httpx2.Response, rid: Any, limit: int) -> None:
+        self.client, self.response, self.rid, self.limit = client, response, rid, limit
+
+    def _error_event(self, code: int, message: str, data: dict[str, Any]) -> bytes:
+        body = {"jsonrpc": "2.0", "id": self.rid, "error": {"code": code, "message": message, "data": data}}
+        return b"event: message\ndata: " + json.dumps(body).encode() + b"\n\n"
+
+    @staticmethod
+    def _event_end(pending: bytearray, start: int) -> int:
+        """The end of the last complete event in ``pending`` (0: none), looking from ``start``."""
+        return max((i + len(m) for m in _EVENT_ENDS if (i := pending.rfind(m, start)) >= 0), default=0)
+
+    async def __aiter__(self) -> Any:
+        reading = self.client._reading.setdefault(self.rid, _Reading())
+        chunks = self.response.aiter_bytes().__aiter__()
+        pending = bytearray()
+        try:
+            while not reading.aborted:
+                with anyio.CancelScope() as reading.scope:  # per chunk: a scope never spans a yield
+                    chunk = await chunks.__anext__()
+                reading.scope = None
+                if reading.aborted:
+                    break
+                start = max(0, len(pending) - 3)
+                pending += chunk
+                end = self._event_end(pending, start)
+                if end:
+                    yield bytes(pending[:end])
+                    del pending[:end]
+                if len(pending) > self.limit:
+                    what = _too_large(self.limit, "an event of the streamed answer")
+                    yield self._error_event(MESSAGE_TOO_LARGE, what, {"max_message_bytes": self.limit})
+                    return
+            if reading.aborted:
+                yield self._error_event(-32001, "the caller stopped waiting; the answer was dropped",
+                                        {HTTP_TIMEOUT_DATA_KEY: "abandoned"})
+        except StopAsyncIteration:
+            if pending:
+                yield bytes(pending)
+        finally:
+            if self.client._reading.get(self.rid) is reading:
+                del self.client._reading[self.rid]
+            await _close(self.response)
+
+    async def aclose(self) -> None:
+        reading = self.client._reading.get(self.rid)
+        if reading is not None and reading.scope is None:  # not between chunks of the read: it is over
+            del self.client._reading[self.rid]
+        await _close(self.response)
+
+
 _WHICH = {httpx2.ConnectTimeout: "connect", httpx2.ReadTimeout: "read", httpx2.WriteTimeout: "write",
           httpx2.PoolTimeout: "pool"}
 
@@ -195,12 +316,15 @@ class _SessionClient(httpx2.AsyncClient):
     connection breaks under it (module docstring)."""
 
     def __init__(self, *args: Any, max_in_flight: int | None = None, answer_errors: bool = True,
-                 follow_keepalive: bool = True, **kw: Any) -> None:
+                 follow_keepalive: bool = True, max_message_bytes: int | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.max_in_flight = max_in_flight
         self.answer_errors = answer_errors
         self.follow_keepalive = follow_keepalive
+        self.max_message_bytes = max_message_bytes
         self._keepalive_header: str | None = None
+        self._reading: dict[Any, _Reading] = {}
+        """Answers whose body is being read, by request id (a session's ids are unique)."""
 
     def _follow_keepalive(self, response: httpx2.Response) -> None:
         """Take the idle expiry a response's ``Keep-Alive`` header asks for (:func:`keepalive_for`): for this
@@ -221,6 +345,10 @@ class _SessionClient(httpx2.AsyncClient):
                     c._keepalive_expiry = seconds
 
     async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:  # type: ignore[override]
+        if self._reading and request.method == "POST":
+            rid = _cancelled_id(request)
+            if rid is not None and rid in self._reading:
+                self._reading[rid].abort()  # the caller stopped waiting: drop the body still being read
         timeouts = request.extensions.get("timeout") or {}
         sem = None
         # Only requests take a slot: a response to the server's own request (sampling, elicitation) must never wait
@@ -239,9 +367,15 @@ class _SessionClient(httpx2.AsyncClient):
                     raise httpx2.PoolTimeout(f"no request slot within {wait:g} s", request=request) from None
                 return answer
         try:
-            response = await self._send(request, timeouts, **kw)
+            try:
+                response = await self._send(request, timeouts, **kw)
+            finally:
+                if sem is not None:
+                    sem.release()  # at the answer's headers (or a failure): its body flows without a slot
             if self.follow_keepalive:
                 self._follow_keepalive(response)
+            if kw.get("stream") and self.answer_errors and self.max_message_bytes is not None:
+                return await self._bounded(request, response)
             return response
         except httpx2.TimeoutException as e:
             if not self.answer_errors:
@@ -258,9 +392,52 @@ class _SessionClient(httpx2.AsyncClient):
             if answer is None:
                 raise
             return answer
+
+    async def _bounded(self, request: httpx2.Request, response: httpx2.Response) -> httpx2.Response:
+        """``response`` (streamed, to a JSON-RPC request) with its body bounded by :attr:`max_message_bytes` and by
+        the caller's wait (module docstring): a JSON body or a redirect's is read here, an SSE body is passed on one
+        bounded event at a time; other bodies are not read by the SDK and stay as they are."""
+        rid = _request_id(request) if _is_request(request) else None
+        if rid is None:
+            return response
+        limit = int(self.max_message_bytes or 0)
+        kind = response.headers.get("content-type", "").lower()
+        if kind.startswith("text/event-stream") and response.status_code < 300:
+            return httpx2.Response(response.status_code, headers=_without_encoding(response.headers),
+                                   stream=_BoundedEvents(self, response, rid, limit), request=request,
+                                   extensions=response.extensions)
+        if not (kind.startswith("application/json") or 300 <= response.status_code < 400):
+            return response
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            await _close(response)
+            return _error_answer(request, 502, MESSAGE_TOO_LARGE, _too_large(limit, f"an answer of {int(length):,} "
+                                 "bytes (its Content-Length)"), {"max_message_bytes": limit})
+        reading = self._reading.setdefault(rid, _Reading())
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with anyio.CancelScope() as reading.scope:
+                if reading.aborted:
+                    reading.scope.cancel()
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        break
+                    chunks.append(chunk)
         finally:
-            if sem is not None:
-                sem.release()
+            if self._reading.get(rid) is reading:
+                del self._reading[rid]
+            if not response.is_closed:
+                await _close(response)
+        if reading.aborted:
+            return _error_answer(request, 504, -32001, "the caller stopped waiting; the answer was dropped",
+                                 {HTTP_TIMEOUT_DATA_KEY: "abandoned"})  # no one waits for it: the SDK drops it
+        if size > limit:
+            return _error_answer(request, 502, MESSAGE_TOO_LARGE, _too_large(limit, "the answer"),
+                                 {"max_message_bytes": limit})
+        return httpx2.Response(response.status_code, headers=_without_encoding(response.headers),
+                               content=b"".join(chunks), request=request, extensions=response.extensions)
 
     async def _send(self, request: httpx2.Request, timeouts: dict[str, Any], **kw: Any) -> httpx2.Response:
         """Send; a connect timeout is retried while the read timeout lasts. Nothing was sent then (the server did not
@@ -278,18 +455,19 @@ class _SessionClient(httpx2.AsyncClient):
 
 def session_http_client(
     headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None,
-    *, max_in_flight: int | None = MAX_IN_FLIGHT, answer_errors: bool = True, **kw: Any,
+    *, max_in_flight: int | None = MAX_IN_FLIGHT, answer_errors: bool = True, max_message_bytes: int | None = None,
+    **kw: Any,
 ) -> httpx2.AsyncClient:
     """What the SDK's ``create_mcp_http_client`` makes (its timeouts: 30 s, 300 s to read a stream), on the shared
     TLS context, with ``max_in_flight`` requests per server at most (``None``: no bound), idle connections kept
     :data:`KEEPALIVE_EXPIRY` seconds or as the server's ``Keep-Alive`` header asks (:func:`keepalive_for`; not with
     your own ``limits=``) and, with ``answer_errors`` (Streamable HTTP), HTTP timeouts and connections
-    broken under a request that fail only that request (module docstring). Extra keywords go to
-    ``httpx2.AsyncClient``."""
+    broken under a request that fail only that request and answers bounded by ``max_message_bytes`` and the caller's
+    wait (``None``: not bounded; module docstring). Extra keywords go to ``httpx2.AsyncClient``."""
     limits = kw.pop("limits", None)
     return _SessionClient(
         headers=headers, auth=auth, verify=shared_ssl_context(), max_in_flight=max_in_flight,
-        answer_errors=answer_errors, follow_keepalive=limits is None,
+        answer_errors=answer_errors, follow_keepalive=limits is None, max_message_bytes=max_message_bytes,
         limits=limits or httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
         timeout=timeout if timeout is not None else
         httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),

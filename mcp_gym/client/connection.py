@@ -642,20 +642,23 @@ class ServerConnection:
 
 
 def _http_client_factory(
-    on_refusal: Callable[[int | None, str, str], None], max_in_flight: int | None, answer_errors: bool = False
+    on_refusal: Callable[[int | None, str, str], None], max_in_flight: int | None, answer_errors: bool = False,
+    max_message_bytes: int | None = None,
 ) -> Callable[..., Any]:
     """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
     (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was). All clients share one TLS
     context and, per server, ``max_in_flight`` request slots; ``answer_errors`` (Streamable HTTP only: the old SSE
     transport's POSTs carry no answer) turns an HTTP timeout or a connection broken under a request into that
-    request's error (:mod:`mcp_gym.client._http`).
+    request's error, and bounds each answer's body by ``max_message_bytes`` and the caller's wait
+    (:mod:`mcp_gym.client._http`).
     """
     async def hook(response: Any) -> None:
         bad = response.status_code >= 400
         on_refusal(response.status_code if bad else None, response.reason_phrase, str(response.request.url))
 
     def factory(**kw: Any) -> Any:
-        http = session_http_client(**kw, max_in_flight=max_in_flight, answer_errors=answer_errors)
+        http = session_http_client(**kw, max_in_flight=max_in_flight, answer_errors=answer_errors,
+                                   max_message_bytes=max_message_bytes)
         http.event_hooks = {"request": [], "response": [hook]}
         return http
 
@@ -664,14 +667,17 @@ def _http_client_factory(
 
 @contextlib.asynccontextmanager
 async def _streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str], None]) -> AsyncIterator[Any]:
-    """The SDK's Streamable HTTP transport over an HTTP client carrying the spec's headers and auth."""
+    """The SDK's Streamable HTTP transport over an HTTP client carrying the spec's headers and auth, its answers
+    bounded by ``spec.max_message_bytes`` (also the SDK's own bound on one SSE event, 1 MiB by default)."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    http = _http_client_factory(on_refusal, spec.max_in_flight, answer_errors=True)(
+    http = _http_client_factory(on_refusal, spec.max_in_flight, answer_errors=True,
+                                max_message_bytes=spec.max_message_bytes)(
         headers=dict(spec.headers or {}) or None, auth=spec.auth,
         timeout=httpx2.Timeout(spec.http_timeout, read=spec.read_timeout))
-    async with http, streamable_http_client(spec.url, http_client=http) as streams:
+    async with http, streamable_http_client(spec.url, http_client=http,
+                                            max_sse_event_size=spec.max_message_bytes) as streams:
         yield streams
 
 

@@ -165,7 +165,22 @@ class _Hosted(_SpecBase):
 @dataclass(frozen=True, repr=False)
 class Http(_Hosted):
     """A server reached over Streamable HTTP at ``url`` (e.g. ``http://127.0.0.1:8000/mcp``), optionally with
-    ``headers=`` (static, e.g. a bearer token) and ``auth=`` (any ``httpx2.Auth``)."""
+    ``headers=`` (static, e.g. a bearer token) and ``auth=`` (any ``httpx2.Auth``).
+
+    An answer larger than ``max_message_bytes`` is not read further: the request it answers gets a ``too_large``
+    error and the session stays usable. A body still arriving when the caller stops waiting (``call_timeout``) is
+    dropped with its connection."""
+
+    max_message_bytes: int = field(default=32 * 1024 * 1024, kw_only=True)
+    """Largest answer accepted from the server (bytes, decoded): a JSON answer's body, or one event of a streamed
+    (SSE) answer. The same bound and default as :attr:`Stdio.max_message_bytes`."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        v = self.max_message_bytes
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"Http({redact_url(self.url)!r}): max_message_bytes must be a positive integer (bytes), "
+                             f"got {v!r}")
 
     @property
     def transport(self) -> str:

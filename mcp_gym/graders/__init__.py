@@ -15,7 +15,10 @@ Answer matchers (on the submitted answer and the task's ``answer``):
   trailing period dropped); a list ``answer`` accepts any of its items.
 * ``numeric``: the answer (or the last number in it) within ``abs_tol`` (default 1e-6) / ``rel_tol`` of ``answer``
   (or ``value``).
-* ``regex``: ``re.search`` of ``pattern`` (default: the task's ``answer``); ``ignore_case``.
+* ``regex``: ``re.search`` of ``pattern`` (default: the task's ``answer``); ``ignore_case``. Matched with the ``regex``
+  module within :data:`~mcp_gym._schema.PATTERN_TIMEOUT` (0.1 s, the bound of tool schemas' patterns: one bounded
+  matcher, :func:`~mcp_gym._schema.bounded_search`, for both); a match that takes longer (a pattern that backtracks
+  without end on this answer) is a failed grade saying so, never a frozen process. So is a ``files`` ``regex`` check.
 * ``one_of``: the normalised answer is one of ``options`` (default: the task's list ``answer``).
 * ``set``: the answer, a JSON list or comma/semicolon/newline separated, equals the task's list ``answer`` as a set
   (score: Jaccard overlap).
@@ -40,8 +43,12 @@ State checks read the world after the episode:
 
 LLM judge: ``{"kind": "judge"}`` asks an OpenAI-compatible chat-completions endpoint (``base_url``, ``model``,
 ``api_key``; defaults from the env's ``judge`` settings) to grade the answer and the trajectory against the task's
-``rubric``; it must reply with JSON ``{"verdict": "pass"|"fail", "score": 0..1, "reasoning": "..."}``, all recorded in
-the grade's ``details``.
+``rubric``; its reply must END with one JSON object ``{"verdict": "pass"|"fail", "score": 0..1, "reasoning": "..."}``
+(bare or closing a fenced block, nothing after it), all recorded in the grade's ``details``. That object is the only
+place a verdict is taken from: a verdict the agent planted in its answer, which the judge may quote while reasoning,
+is not it. A reply that does not end with one (or gives a key twice, or a score outside 0..1) leaves the episode
+ungraded; a verdict and score that disagree (``pass`` below the judge's ``threshold``, default 0.5, or ``fail`` at or
+above it) are a failed grade, score 0, saying so: never paid.
 
 Combinations: ``{"kind": "all", "of": [...]}`` (passed if all passed, score the minimum), ``any`` (any passed, the
 maximum), ``weighted`` (``of`` items carry ``weight``; score the weighted mean, passed at ``threshold``, default 1).

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mcp_gym._schema import bounded_search
 from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError, normalise_answer
 
 __all__: list[str] = []  # internal to mcp_gym.graders: used by its sibling modules only
@@ -80,25 +81,28 @@ class NumericGrader(Grader):
 
 
 class RegexGrader(Grader):
-    """``re.search(pattern, answer)``; the pattern defaults to the task's ``answer``."""
+    """``re.search(pattern, answer)`` semantics, matched by :func:`mcp_gym._schema.bounded_search` (the ``regex``
+    module, at most :data:`~mcp_gym._schema.PATTERN_TIMEOUT` seconds: a match that takes longer is a failed grade
+    saying so); the pattern defaults to the task's ``answer``."""
 
     kind = "regex"
 
     def __init__(self, name: str | None = None, pattern: str | None = None, ignore_case: bool = False) -> None:
         super().__init__(name)
-        self.pattern, self.flags = pattern, re.IGNORECASE if ignore_case else 0
+        self.pattern, self.ignore_case = pattern, bool(ignore_case)
 
     async def grade(self, ctx: GradeContext) -> Grade:
         pattern = self.pattern if self.pattern is not None else ctx.task.answer
         if not isinstance(pattern, str):
             raise GraderError(f"task '{ctx.task.id}': the regex grader needs a pattern, got {pattern!r}")
         try:
-            rx = re.compile(pattern, self.flags)
-        except re.error as e:
-            raise GraderError(f"task '{ctx.task.id}': bad regex {pattern!r}: {e}") from None
+            ok, why = bounded_search(pattern, ctx.answer or "", ignore_case=self.ignore_case)
+        except ValueError as e:
+            raise GraderError(f"task '{ctx.task.id}': bad regex: {e}") from None
         if ctx.answer is None:
             return self._grade(False, "no answer submitted")
-        ok = rx.search(ctx.answer) is not None
+        if why is not None:
+            return self._grade(False, why, timed_out=True)
         return self._grade(ok, f"{'matches' if ok else 'does not match'} /{pattern}/")
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mcp_gym._schema import bounded_search
 from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError, normalise_answer
 
 __all__: list[str] = []  # internal to mcp_gym.graders: used by its sibling modules only
@@ -56,7 +56,11 @@ class FilesGrader(Grader):
                 subs = want["contains"] if isinstance(want["contains"], list) else [want["contains"]]
                 checks.append((f"{rel} contains {subs!r}", all(str(s) in text for s in subs)))
             elif isinstance(want, Mapping) and "regex" in want:
-                checks.append((f"{rel} matches /{want['regex']}/", re.search(want["regex"], text) is not None))
+                try:
+                    found, why = bounded_search(str(want["regex"]), text)
+                except ValueError as e:
+                    raise GraderError(f"task '{ctx.task.id}': files grader, {rel}: bad regex: {e}") from None
+                checks.append((f"{rel} matches /{want['regex']}/" if why is None else f"{rel}: {why}", found))
             else:
                 checks.append((f"{rel} == {str(want)[:60]!r}", text == str(want)))
         for pattern, want in dict(globs or {}).items():
