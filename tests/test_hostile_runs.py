@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from mcp_gym import RecordTrajectories, make_env
 from mcp_gym.recording import RunDirectory, TrajectoryWriter, load
+from mcp_gym.recording.run import JOB_LOCK, RunBusy, RunLock
 from mcp_gym.recording.schema import EpisodeRecord, StepRecord
 from mcp_gym.recording.wal import WalFile
 from mcp_gym.recording.writer import REFUSED_KEY
@@ -100,3 +106,101 @@ def test_a_bad_timestamp_is_refused_too(tmp_path: Path) -> None:
     assert steps.num_rows == 4
     assert all("timestamp" in json.loads(s["info"])[REFUSED_KEY] for s in steps)
     assert load(run).episodes[0]["seed"] is None
+
+
+# -- item 6: one job per run directory ---------------------------------------------------------------------------------
+FAST = ["env=counter", "env.transport=inprocess", "launcher.progress=false", "episodes=3"]
+HOLD = ("import sys; from mcp_gym.recording.run import RunLock; RunLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); sys.stdin.read()")
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mcp_gym.cli", *args]
+
+
+def _holder(run: Path) -> subprocess.Popen[str]:
+    """A live process holding the run's job lock (as a running job does) until its stdin closes or it is killed."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_job_refuses_in_one_line_naming_the_holder_until_it_dies(tmp_path: Path) -> None:
+    """Item 6: while a job holds the run directory, another collect exits 2 with one line naming the holder's pid,
+    host and command, recording nothing; after the holder is killed with SIGKILL the kernel has freed the lock and
+    the same command runs."""
+    out = tmp_path / "run"
+    holder = _holder(out)
+    try:
+        proc = subprocess.run(_cli("collect", *FAST, "policy=random", f"out={out}"), capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert "in use by another job" in line and f"pid {holder.pid}" in line and socket.gethostname() in line
+        assert "-c" in line  # the holder's command line
+        assert not list(out.glob("*/*.parquet")) and not list(out.glob(".wal/*.wal"))
+    finally:
+        holder.kill()
+        holder.wait()
+    proc = subprocess.run(_cli("collect", *FAST, "policy=random", f"out={out}"), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert load(out).episodes.num_rows == 3
+
+
+def test_two_jobs_started_together_never_mix(tmp_path: Path) -> None:
+    """Item 6, the reported race: oracle and random started at once into one directory. At most one of them runs;
+    the other refuses (the lock, or the run's identity), and the run holds one policy's episodes, once per key."""
+    out = tmp_path / "run"
+    procs = [subprocess.Popen(_cli("collect", *FAST, f"policy={p}", f"out={out}"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for p in ("oracle", "random")]
+    codes = [p.wait(timeout=180) for p in procs]
+    for p in procs:
+        p.communicate()
+    assert sorted(codes) == [0, 2], codes  # never both
+    episodes = load(out).episodes
+    assert len(set(episodes["policy"])) == 1
+    assert len(episodes["episode_key"]) == len(set(episodes["episode_key"])) == 3
+
+
+def test_crafted_lock_files_break_nothing(tmp_path: Path) -> None:
+    """Item 6: the lock file is data anyone could write. A symlink to a file elsewhere (never written through), a
+    FIFO (never blocks), a directory, megabytes of junk: the lock is taken all the same. Held by a live process
+    whose lock file names a hostile holder (control characters, huge fields), the refusal is still one short line."""
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    cases = {
+        "symlink": lambda p: p.symlink_to(outside),
+        "dangling": lambda p: p.symlink_to(tmp_path / "nowhere"),
+        "fifo": lambda p: os.mkfifo(p),
+        "directory": lambda p: (p.mkdir(), (p / "x").write_text("x")),
+        "junk": lambda p: p.write_bytes(os.urandom(1 << 20)),
+        "json list": lambda p: p.write_text("[" * 100_000),
+    }
+    for name, craft in cases.items():
+        run = tmp_path / name
+        run.mkdir()
+        craft(run / JOB_LOCK)
+        with RunLock(run):
+            assert (run / JOB_LOCK).is_file() and not (run / JOB_LOCK).is_symlink(), name
+        with RunLock(run):  # released: taken again
+            pass
+    assert outside.read_text() == "keep me" and not (tmp_path / "nowhere").exists()
+    run = tmp_path / "hostile"
+    holder = _holder(run)
+    try:
+        (run / JOB_LOCK).write_text(json.dumps({"pid": "1\n\x1b[2Jrm -rf /", "host": "h" * 100_000,
+                                                "command": ["x"], "started_at": None}))
+        with pytest.raises(RunBusy) as caught:
+            RunLock(run).acquire()
+        message = str(caught.value)
+        assert "\n" not in message and "\x1b" not in message and len(message) < 1000, message
+        (run / JOB_LOCK).write_bytes(b"\xff\xfe" * 10)
+        with pytest.raises(RunBusy, match="holder unknown"):
+            RunLock(run).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunLock(run):
+        assert json.loads((run / JOB_LOCK).read_text())["pid"] == os.getpid()

@@ -25,6 +25,10 @@ import errno
 import hashlib
 import json
 import os
+import shutil
+import socket
+import stat
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +50,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunDirectory"]
+__all__ = ["RunDirectory", "RunLock", "RunBusy"]
 
 FORMAT = "mcp-gym-trajectories"
 _RECOVERY_CHUNK = 4096  # step rows per row group when rewriting a WAL segment
@@ -149,6 +153,131 @@ class WriterLock:
             self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = None
+
+
+JOB_LOCK = ".job.lock"
+"""The run directory's job lock: ``flock``-ed by the one job (``collect``/``eval``) that writes the run."""
+_HOLDER_BYTES = 4096  # of a lock file read for its holder (it is untrusted data: a crafted one may be anything)
+
+
+class RunBusy(RuntimeError):
+    """Another live job holds the run directory's lock; the message names it in one line."""
+
+
+_HELD: dict[str, list[Any]] = {}  # resolved lock path -> [fd, depth]: a job of this process may take it again
+
+
+def _holder_text(fd: int) -> str:
+    """What a lock file says about its holder, as one safe line (the file is data anyone could have written)."""
+    try:
+        raw = os.pread(fd, _HOLDER_BYTES, 0)
+        info = json.loads(raw.decode("utf-8"))
+        if not isinstance(info, dict):
+            raise ValueError
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return "holder unknown (the lock file names none)"
+    parts = []
+    for key in ("pid", "host", "started_at", "command"):
+        value = info.get(key)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            text = "".join(c if c.isprintable() else "?" for c in str(value)[:160])
+            parts.append(f"{key} {text}")
+    return ", ".join(parts) or "holder unknown (the lock file names none)"
+
+
+class RunLock:
+    """The job lock of a run directory: an exclusive, non-blocking ``flock`` on :data:`JOB_LOCK`, held while a
+    job writes the run and freed by the kernel when its process dies (even on ``kill -9``).
+
+    A second job's :meth:`acquire` raises :class:`RunBusy` naming the holder (pid, host, start time, command, as
+    the holder wrote them into the file). The same process may take the lock again (``eval`` holds it around its
+    ``collect``). The lock file is untrusted: it is opened without following symlinks, anything that is not a regular
+    file is replaced, and only its first 4 kB are read, as JSON that may be anything. Use as a context manager.
+    """
+
+    def __init__(self, run: str | os.PathLike[str]) -> None:
+        self.path = Path(run) / JOB_LOCK
+        self._key = str(Path(run).resolve() / JOB_LOCK)
+        self._held = False
+
+    def _open(self) -> int:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        for _ in range(8):
+            try:
+                fd = os.open(self.path, flags, 0o644)
+            except OSError as e:  # a symlink (ELOOP), a directory (EISDIR), a socket (ENXIO): not ours to trust
+                if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EMLINK):
+                    raise
+                self._replace()
+                continue
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)  # a FIFO or a device: replace it by a regular file
+            self._replace()
+        raise RunBusy(f"{self.path}: cannot make a lock file here (something keeps replacing it)")
+
+    def _replace(self) -> None:
+        if self.path.is_dir() and not self.path.is_symlink():
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def acquire(self) -> RunLock:
+        """Take the lock (raises :class:`RunBusy` if another live job holds it)."""
+        held = _HELD.get(self._key)
+        if held is not None:
+            held[1] += 1
+            self._held = True
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = self._open()
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as e:
+                    holder = _holder_text(fd)
+                    os.close(fd)
+                    if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                        raise RunBusy(f"{self.path.parent} is in use by another job ({holder}); wait for it to "
+                                      "finish, or write to another directory (out=...)") from None
+                    raise
+            try:  # the file was replaced between open and flock: lock the current one
+                same = os.fstat(fd).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:1000],
+                  "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        except OSError:  # a full disk: the lock holds all the same, only the holder goes unnamed
+            pass
+        _HELD[self._key] = [fd, 1]
+        self._held = True
+        return self
+
+    def release(self) -> None:
+        """Release the lock (the last release of this process frees it; the file stays, naming nobody live)."""
+        if not self._held:
+            return
+        self._held = False
+        held = _HELD.get(self._key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] <= 0:
+            del _HELD[self._key]
+            os.close(held[0])
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class RunDirectory:
