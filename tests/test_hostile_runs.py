@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,71 @@ def test_crafted_lock_files_break_nothing(tmp_path: Path) -> None:
         holder.wait()
     with RunLock(run):
         assert json.loads((run / JOB_LOCK).read_text())["pid"] == os.getpid()
+
+
+# -- item 7: an export replaces the previous one atomically ------------------------------------------------------------
+EXPORT = ("import sys; from mcp_gym import sft; "
+          "sft.export(sys.argv[1], sys.argv[2], overwrite=True, max_shard_rows=1, success_only=False, "
+          "dedupe=False, layout=sys.argv[3])")
+LAYOUTS = {"messages": {"messages"}, "prompt_completion": {"prompt", "completion"}}
+
+
+def _export_state(out: Path) -> str:
+    """Which complete export ``out`` holds (its layout), failing on anything else: rows missing, files torn."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    ds = datasets.load_dataset(str(out), split="train", download_mode="force_redownload")
+    assert "mcp-gym-sft" in (out / "README.md").read_text()
+    (layout,) = [name for name, cols in LAYOUTS.items() if cols <= set(ds.column_names)]
+    assert len(ds) == EXPORT_ROWS and len(set(ds["episode_id"])) == EXPORT_ROWS, (layout, len(ds))
+    return layout
+
+
+EXPORT_ROWS = 120
+
+
+def test_sigkill_during_an_export_over_an_earlier_one_leaves_one_of_them_whole(tmp_path: Path) -> None:
+    """Item 7: an export (one shard per row: many files) killed with SIGKILL at many points while it replaces an
+    earlier export leaves ``out`` holding the earlier export or the new one, each complete: never a mix, never rows
+    missing. Kill points: as soon as anything under ``out`` changes (where deleting the old files used to start),
+    and at growing delays after the hidden staging directory appears. Leftovers of killed exports are swept."""
+    run, out = tmp_path / "run", tmp_path / "sft"
+    _collect(run, [0] * EXPORT_ROWS)
+    subprocess.run([sys.executable, "-c", EXPORT, str(run), str(out), "messages"], check=True, timeout=300,
+                   capture_output=True)
+    state = _export_state(out)
+    kills = 0
+    plans: list[float | None] = [None, None, 0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8]
+    for i, delay in enumerate(plans):
+        new = "prompt_completion" if state == "messages" else "messages"
+        before = sorted(p.name for p in (out / "data").iterdir())
+        proc = subprocess.Popen([sys.executable, "-c", EXPORT, str(run), str(out), new], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            while proc.poll() is None:
+                staging = [p for p in tmp_path.iterdir() if p.name.startswith(".sft.tmp-")]
+                if delay is None:  # watch out/ itself
+                    try:
+                        changed = sorted(p.name for p in (out / "data").iterdir()) != before
+                    except FileNotFoundError:
+                        changed = True
+                    if changed:
+                        break
+                elif staging:
+                    time.sleep(delay)
+                    break
+                time.sleep(0.001)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                kills += 1
+            proc.wait()
+        after = _export_state(out)
+        assert after in (state, new), (i, after)
+        state = after
+    assert kills >= 3  # most plans caught the export in flight
+    subprocess.run([sys.executable, "-c", EXPORT, str(run), str(out), "messages"], check=True, timeout=300,
+                   capture_output=True)
+    assert _export_state(out) == "messages"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sft.")]  # killed exports' leftovers swept
