@@ -273,3 +273,64 @@ def test_sigkill_during_an_export_over_an_earlier_one_leaves_one_of_them_whole(t
                    capture_output=True)
     assert _export_state(out) == "messages"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sft.")]  # killed exports' leftovers swept
+
+
+# -- item 11: readers refuse compression bombs ---------------------------------------------------------------------
+def _bomb(run: Path, encoding: str) -> str:
+    """Add a part to ``run`` whose shards are small on disk but decode to 32 MiB: zstd over one repeated character
+    (``plain``: the metadata says so) or one 1 MiB dictionary value repeated (``dictionary``: it does not)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = "part-20990101T000000-1-b0mb00-00000.parquet"
+    for table, column in (("steps", "content"), ("episodes", "episode_key")):  # the key: what resume reads
+        (shard,) = sorted((run / table).glob("*.parquet"))[:1]
+        real = pq.read_table(shard).slice(0, 1)
+        rows = 32
+        big = "a" * (1 << 20)
+        if encoding == "plain":
+            values = pa.array([big] * rows)
+        else:
+            values = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([big]))
+        cols = {n: (values if n == column else pa.concat_arrays([real.column(n).combine_chunks()] * rows))
+                for n in real.column_names}
+        cols["episode_id"] = pa.array([f"bomb{i}" for i in range(rows)])
+        out = pa.table(cols).replace_schema_metadata(real.schema.metadata)
+        pq.write_table(out, run / table / name, compression="zstd", compression_level=19,
+                       use_dictionary=encoding == "dictionary", row_group_size=rows)
+        assert (run / table / name).stat().st_size * 1000 < rows << 20  # a bomb by the rule
+    return name
+
+
+@pytest.mark.parametrize("encoding", ["plain", "dictionary"])
+def test_every_reader_refuses_a_compression_bomb_naming_the_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], encoding: str
+) -> None:
+    """Item 11: a shard of a few kB that decodes to 1,000x its size is refused before it is decoded, in one line
+    naming it, by load(), mcp-gym view, export-sft and the resume of the next job (done keys). (The free allowance
+    is lowered to 1 MiB so the bomb needs only 32 MiB here; the rule is the same at 256 MiB.)"""
+    from mcp_gym import sft
+    from mcp_gym.cli import main
+    from mcp_gym.recording import RunStore, shards
+
+    monkeypatch.setattr(shards, "FREE_BYTES", 1 << 20, raising=False)
+    run = tmp_path / "run"
+    _collect(run, [0, 1])
+    name = _bomb(run, encoding)
+    readers = {
+        "load": lambda: load(run),
+        "export-sft": lambda: sft.export(run, tmp_path / "sft"),
+        "resume": lambda: RunStore(str(run)).done_keys(),
+        "resume (writer)": lambda: RunDirectory(run).done_keys(),
+    }
+    for reader, read in readers.items():
+        with pytest.raises(ValueError) as caught:
+            read()
+        message = str(caught.value)
+        assert name in message and "refusing to read" in message and "\n" not in message, (reader, message)
+    assert main(["view", str(run), "--out", str(tmp_path / "view.html")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert name in err and "refusing to read" in err and len(err.splitlines()) == 1, err
+    (run / "steps" / name).unlink()
+    (run / "episodes" / name).unlink()
+    assert load(run).episodes.num_rows == 2  # the run itself reads as before

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA, check_version
@@ -170,18 +171,70 @@ def list_shards(root: Path, table: str) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.name.endswith(".parquet") and not p.name.startswith((".", "_")))
 
 
+MAX_INFLATION = 1000
+"""A shard whose data decodes to more than this many times its size on disk (and more than :data:`FREE_BYTES`) is
+refused unread: recorded JSON compresses 5-20x; a 14 kB file that decodes to 1.5 GB is a compression bomb."""
+FREE_BYTES = 256 << 20
+"""Decoded bytes every shard may have, whatever its size on disk."""
+
+
+class ShardRefused(ValueError):
+    """A shard is refused before it is decoded (see :data:`MAX_INFLATION`); the message names it in one line."""
+
+
+def _decoded_bytes(table: pa.Table) -> int:
+    """Bytes ``table`` takes once its dictionary columns are decoded (counted without decoding them)."""
+    total = 0
+    for col in table.columns:
+        for chunk in col.chunks:
+            if isinstance(chunk, pa.DictionaryArray) and pa.types.is_string(chunk.dictionary.type):
+                lengths = pc.take(pc.binary_length(chunk.dictionary), chunk.indices)
+                total += (pc.sum(lengths).as_py() or 0) + 4 * len(chunk)
+            else:
+                total += chunk.nbytes
+    return total
+
+
+def _refuse(path: Path | str, what: str, size: int, limit: int) -> ShardRefused:
+    return ShardRefused(f"{path}: refusing to read this shard: {what} from {size} bytes on disk, more than "
+                        f"{limit} bytes ({MAX_INFLATION}x its size): a compression bomb, not a recording")
+
+
 def read_shard(
     path: Path | str, table: str, columns: Sequence[str] | None = None, *, filesystem: Any = None
 ) -> pa.Table:
     """A shard conformed to the current schema: version checked, columns of older minor versions filled with nulls.
 
+    Raises :class:`ShardRefused` (before decoding what is too much) for a shard whose data would decode to more than
+    :data:`MAX_INFLATION` times its size on disk: first by the sizes its metadata declares, then by what its row
+    groups really decode to, string columns counted while still dictionary-encoded (a one-value dictionary repeated
+    a million times is small on disk and in the metadata).
+
     ``filesystem``: a ``pyarrow.fs.FileSystem`` that ``path`` is in (default: the local one)."""
     schema = TABLES[table]
-    pf = pq.ParquetFile(path, filesystem=filesystem)
-    check_version(pf.schema_arrow, str(path))
+    size = filesystem.get_file_info(str(path)).size if filesystem is not None else os.path.getsize(path)
+    limit = max(FREE_BYTES, MAX_INFLATION * size)
     names = list(columns) if columns is not None else schema.names
-    present = [n for n in names if n in pf.schema_arrow.names]
-    t = pf.read(columns=present)
+    md = pq.read_metadata(path, filesystem=filesystem)
+    on_disk = md.schema.to_arrow_schema()
+    check_version(on_disk, str(path))
+    present = [n for n in names if n in on_disk.names]
+    strings = [n for n in present if pa.types.is_string(schema.field(n).type)]
+    pf = pq.ParquetFile(path, filesystem=filesystem, metadata=md, read_dictionary=strings)
+    wanted = {on_disk.get_field_index(n) for n in present}
+    declared = sum(max(0, md.row_group(i).column(j).total_uncompressed_size)
+                   for i in range(md.num_row_groups) for j in wanted)
+    if declared > limit:
+        raise _refuse(path, f"its metadata declares {declared} bytes of data", size, limit)
+    groups: list[pa.Table] = []
+    decoded = 0
+    for i in range(md.num_row_groups):
+        group = pf.read_row_group(i, columns=present)
+        decoded += _decoded_bytes(group)
+        if decoded > limit:
+            raise _refuse(path, f"its row groups 0-{i} decode to {decoded} bytes", size, limit)
+        groups.append(group)
+    t = pa.concat_tables(groups) if groups else on_disk.empty_table().select(present)
     arrays = [
         t.column(n).cast(schema.field(n).type) if n in present else pa.nulls(t.num_rows, schema.field(n).type)
         for n in names
