@@ -196,8 +196,9 @@ def _decoded_bytes(table: pa.Table) -> int:
 
 
 def _refuse(path: Path | str, what: str, size: int, limit: int) -> ShardRefused:
-    return ShardRefused(f"{path}: refusing to read this shard: {what} from {size} bytes on disk, more than "
-                        f"{limit} bytes ({MAX_INFLATION}x its size): a compression bomb, not a recording")
+    return ShardRefused(f"{path}: refusing to read this shard: {what} from {size} bytes on disk, over the {limit} "
+                        f"allowed ({MAX_INFLATION}x its size, at least {FREE_BYTES}): a compression bomb, not a "
+                        "recording")
 
 
 def read_shard(
