@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import socket
+import struct
 import subprocess
 import sys
 import time
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +337,28 @@ def test_every_reader_refuses_a_compression_bomb_naming_the_shard(
     (run / "steps" / name).unlink()
     (run / "episodes" / name).unlink()
     assert load(run).episodes.num_rows == 2  # the run itself reads as before
+
+
+def test_a_wal_frame_that_repeats_a_value_by_reference_is_not_read(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Item 11, the write-ahead log: a pickled frame can name one 1 MiB string a thousand times in a few kB (the
+    writer's pickler keeps no memo, so only a crafted frame does). It is not read (a warning names the segment); the
+    frames before it are, and a frame the writer pickled (a NaN reward) still reads."""
+    run = tmp_path / "run"
+    RunDirectory(run)
+    segment = run / ".wal" / "20000101T000000-1-dead00-00000.wal"
+    wal = WalFile(segment, fsync=False)
+    ok = EpisodeRecord(episode_id="e0", episode_key="ok#0", length=1, recorder="env", started_at=0, ended_at=1)
+    wal.append((ok.row(), [StepRecord(episode_id="e0", step_index=0, timestamp=0, reward=math.nan).row()]))
+    wal.close()
+    big = "x" * (1 << 20)
+    bomb = (EpisodeRecord(episode_id="e1", episode_key="bomb#0").row(),
+            [StepRecord(episode_id="e1", step_index=i, timestamp=0, content=big).row() for i in range(1000)])
+    payload = pickle.dumps(bomb, protocol=pickle.HIGHEST_PROTOCOL)  # with a memo: `big` once, then references
+    assert len(payload) < 1 << 21
+    with open(segment, "ab") as f:
+        f.write(struct.pack("<II", len(payload), zlib.crc32(payload)) + payload)
+    with caplog.at_level("WARNING", logger="mcp_gym.recording"):
+        rec = load(run)
+    assert rec.episodes["episode_key"] == ["ok#0"] and math.isnan(rec.steps[0]["reward"])
+    assert str(segment) in caplog.text and "by reference" in caplog.text
