@@ -118,13 +118,18 @@ HOLD = ("import sys; from mcp_gym.recording.run import RunLock; RunLock(sys.argv
         "print('held', flush=True); sys.stdin.read()")
 
 
+HOLD_WRITER = ("import sys; from mcp_gym.recording import TrajectoryWriter; w = TrajectoryWriter(sys.argv[1]); "
+               "print('held', flush=True); sys.stdin.read()")
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "mcp_gym.cli", *args]
 
 
-def _holder(run: Path) -> subprocess.Popen[str]:
-    """A live process holding the run's job lock (as a running job does) until its stdin closes or it is killed."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def _holder(run: Path, script: str = HOLD) -> subprocess.Popen[str]:
+    """A live process holding the run's job lock (as a running job does; with ``HOLD_WRITER`` a writer's shared hold)
+    until its stdin closes or it is killed."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
@@ -141,7 +146,7 @@ def test_a_second_job_refuses_in_one_line_naming_the_holder_until_it_dies(tmp_pa
                               timeout=120)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         (line,) = proc.stderr.strip().splitlines()
-        assert "in use by another job" in line and f"pid {holder.pid}" in line and socket.gethostname() in line
+        assert "in use by another process (pid" in line and f"pid {holder.pid}" in line and socket.gethostname() in line
         assert "-c" in line  # the holder's command line
         assert not list(out.glob("*/*.parquet")) and not list(out.glob(".wal/*.wal"))
     finally:
@@ -151,6 +156,40 @@ def test_a_second_job_refuses_in_one_line_naming_the_holder_until_it_dies(tmp_pa
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert load(out).episodes.num_rows == 3
+
+
+def test_writers_and_jobs_of_other_processes_exclude_each_other(tmp_path: Path) -> None:
+    """Item 6, below the jobs: a TrajectoryWriter refuses a directory another process's job holds (naming it); a job
+    refuses a directory another process's writer is recording into; writers of several processes still share one
+    directory, and a job's own writers (same process) share its lock."""
+    run = tmp_path / "run"
+    job = _holder(run)
+    try:
+        with pytest.raises(RunBusy, match=f"in use by another process \\(pid {job.pid}, "):
+            TrajectoryWriter(run)
+    finally:
+        job.kill()
+        job.wait()
+    writer = _holder(run, HOLD_WRITER)
+    try:
+        with pytest.raises(RunBusy, match="names no job: a TrajectoryWriter"):
+            RunLock(run).acquire()
+        with TrajectoryWriter(run, fsync="never") as w:  # writers of two processes: as before
+            ep = w.start_episode(key="here")
+            ep.add_step("t", {})
+            ep.finish()
+    finally:
+        writer.kill()
+        writer.wait()
+    with RunLock(run), TrajectoryWriter(run, fsync="never") as w:  # a job and its own writer
+        w.start_episode(key="job").finish()
+    with TrajectoryWriter(run, fsync="never") as w:  # a writer first, then a job of the same process
+        with RunLock(run):
+            w.start_episode(key="job2").finish()
+        other = subprocess.run([sys.executable, "-c", HOLD, str(run)], capture_output=True, text=True, timeout=120,
+                               stdin=subprocess.DEVNULL)  # the job is over, the writer still shares it
+        assert other.returncode != 0 and "names no job: a TrajectoryWriter" in other.stderr
+    assert RunDirectory(run).done_keys() == {"here", "job", "job2"}
 
 
 def test_two_jobs_started_together_never_mix(tmp_path: Path) -> None:
@@ -201,7 +240,7 @@ def test_crafted_lock_files_break_nothing(tmp_path: Path) -> None:
         message = str(caught.value)
         assert "\n" not in message and "\x1b" not in message and len(message) < 1000, message
         (run / JOB_LOCK).write_bytes(b"\xff\xfe" * 10)
-        with pytest.raises(RunBusy, match="holder unknown"):
+        with pytest.raises(RunBusy, match="names no job"):
             RunLock(run).acquire()
     finally:
         holder.kill()

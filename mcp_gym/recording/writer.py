@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcp_gym._version import __version__
-from mcp_gym.recording.run import RunDirectory, WriterLock
+from mcp_gym.recording.run import RunDirectory, RunLock, WriterLock
 from mcp_gym.recording.schema import Catalogue, EpisodeRecord, catalogue_fingerprint, dumps, safe_text
 from mcp_gym.recording.shards import PartWriter
 from mcp_gym.recording.wal import WalFile, read_frames
@@ -378,13 +378,18 @@ class TrajectoryWriter:
         self.max_result_bytes = max_result_bytes
         self.writer_id = new_writer_id()
         self._pid = os.getpid()
-        self._lock = WriterLock(self.run.lock_path(self.writer_id))
-        self._lock.acquire(blocking=True)
-        self.recovered = (
-            self.run.recover(compression=compression, compression_level=compression_level, fsync=fsync != "never",
-                             exclude=[self.writer_id])
-            if recover else 0
-        )
+        self._job = RunLock(self.path, shared=True).acquire()  # refuses a directory another process's job holds
+        try:
+            self._lock = WriterLock(self.run.lock_path(self.writer_id))
+            self._lock.acquire(blocking=True)
+            self.recovered = (
+                self.run.recover(compression=compression, compression_level=compression_level,
+                                 fsync=fsync != "never", exclude=[self.writer_id])
+                if recover else 0
+            )
+        except BaseException:
+            self._job.release()
+            raise
         self._mutex = threading.Lock()
         self._seq = 0
         self._part: PartWriter | None = None
@@ -649,6 +654,7 @@ class TrajectoryWriter:
             finally:
                 self.closed = True
                 self._lock.release(unlink=True)
+                self._job.release()
                 _OPEN.discard(self)
 
     def __enter__(self) -> TrajectoryWriter:
