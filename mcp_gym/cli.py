@@ -154,10 +154,13 @@ def _run_job(cfg: Any) -> None:
 
 
 def _is_user_error(e: BaseException) -> bool:
-    """A missing run or file, an unreachable endpoint: errors whose message says all (no traceback needed)."""
+    """A missing run or file, an unreachable endpoint, a refused shard: errors whose message says all (no traceback
+    needed)."""
     import httpx2
 
-    return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError))
+    from mcp_gym.recording.shards import ShardRefused
+
+    return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError, ShardRefused))
 
 
 def _job(command: str, args: Sequence[str]) -> int:

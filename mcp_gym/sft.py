@@ -32,8 +32,6 @@ import math
 import os
 import random
 import re
-import secrets
-import shutil
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +43,7 @@ import pyarrow as pa
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.protocol import SERVER_ERROR_KINDS, openai_tools
 from mcp_gym.recording import conversation as recorded
+from mcp_gym.recording.atomic import replace_dir, staging_dir, sweep_staging
 from mcp_gym.recording.reader import Recording, read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 
@@ -525,21 +524,14 @@ def export(
     out = Path(out)
     _check_target(out, overwrite)
     splits, report = _build(runs, opts)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}"  # hidden until complete
-    tmp.mkdir()  # (not tempfile.mkdtemp: its 0700 mode would stay on the export)
-    try:
+    sweep_staging(out)  # what killed exports left beside it
+    with staging_dir(out) as tmp:  # a hidden sibling until complete: the old export stays whole until the swap
         if format == "disk":
             _result(splits, opts).save_to_disk(str(tmp))
         else:
             _write_files(splits, tmp / "data", format, opts, max_shard_rows)
         (tmp / "README.md").write_text(_card(splits, report, opts, format), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out) if any(out.iterdir()) else out.rmdir()
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        replace_dir(tmp, out)
     return _result(splits, opts)
 
 

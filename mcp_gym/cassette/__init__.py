@@ -57,7 +57,7 @@ Layout: ``format`` (constants, canonical params, cassette paths), ``recorder`` (
 from __future__ import annotations
 
 from mcp_gym.cassette.format import cassette_dir, cassette_path
-from mcp_gym.cassette.reader import Cassette
+from mcp_gym.cassette.reader import Cassette, CassetteError
 from mcp_gym.cassette.recorder import record_servers
 from mcp_gym.cassette.replay import ReplayServer
 from mcp_gym.cassette.serve import main
@@ -65,6 +65,7 @@ from mcp_gym.cassette.spec import Replay, replay_servers
 
 __all__ = [
     "Cassette",
+    "CassetteError",
     "Replay",
     "ReplayServer",
     "cassette_path",

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mcp.types as mt
+import pydantic
+
 from mcp_gym.cassette.format import (
     FORMAT,
     VERSION,
@@ -17,7 +20,93 @@ from mcp_gym.cassette.format import (
     canonical_params,
 )
 
-__all__ = ["Exchange", "EpisodeTape", "Cassette"]
+__all__ = ["Exchange", "EpisodeTape", "Cassette", "CassetteError"]
+
+
+class CassetteError(ValueError):
+    """A cassette file that is not what the format says: the message (one line) and the attributes name the file,
+    the line (1-based; ``None`` for the whole file) and the field at fault (``None``: the whole line)."""
+
+    def __init__(self, path: Path, line: int | None, field: str | None, reason: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {field}: {reason}" if field else f"{where}: {reason}")
+        self.path, self.line, self.field, self.reason = path, line, field, reason
+
+
+def _show(value: Any) -> str:
+    """A short, printable text of a value from the file (for messages)."""
+    text = value if isinstance(value, str) else repr(value)
+    text = "".join(c if c.isprintable() else "?" for c in text[:80])
+    return text + ("…" if len(text) >= 80 else "")
+
+
+_JSON_NAMES = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
+
+
+def _field(path: Path, line: int, ev: dict[str, Any], name: str, typ: type, *, required: bool = False) -> Any:
+    """``ev[name]`` if it is of type ``typ`` (or absent/null unless ``required``); else a :class:`CassetteError`."""
+    value = ev.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+        raise CassetteError(path, line, name, f"not {_JSON_NAMES.get(typ, typ.__name__)}: {_show(value)}")
+    return value
+
+
+_RESULTS: dict[str, type[Any]] = {
+    "tools/list": mt.ListToolsResult,
+    "tools/call": mt.CallToolResult,
+    "resources/list": mt.ListResourcesResult,
+    "resources/templates/list": mt.ListResourceTemplatesResult,
+    "resources/read": mt.ReadResourceResult,
+    "prompts/list": mt.ListPromptsResult,
+    "prompts/get": mt.GetPromptResult,
+    "completion/complete": mt.CompleteResult,
+}
+"""The MCP result type a recorded answer of each method must validate as (it is sent back as one on replay)."""
+
+
+def _validate(path: Path, line: int, name: str, model: type[Any], value: Any) -> None:
+    try:
+        model.model_validate(value)
+    except pydantic.ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in (name, *first.get("loc", ())))
+        raise CassetteError(path, line, loc, f"{first.get('msg', 'invalid')} (as {model.__name__})") from None
+    except RecursionError:
+        raise CassetteError(path, line, name, "nested too deeply") from None
+
+
+def _check_header(path: Path, line: int, ev: dict[str, Any]) -> None:
+    for name in ("connection", "alias", "transport", "target", "protocol_version", "instructions"):
+        _field(path, line, ev, name, str)
+    info = _field(path, line, ev, "server_info", dict)
+    for name in ("name", "version", "title", "description", "websiteUrl"):
+        if info is not None and info.get(name) is not None and not isinstance(info[name], str):
+            raise CassetteError(path, line, f"server_info.{name}", f"not a string: {_show(info[name])}")
+    if _field(path, line, ev, "capabilities", dict) is not None:
+        _validate(path, line, "capabilities", mt.ServerCapabilities, ev["capabilities"])
+
+
+def _check_event(path: Path, line: int, ev: dict[str, Any]) -> None:
+    """A request or notification line: field types, and a result the MCP types accept."""
+    _field(path, line, ev, "connection", str)
+    _field(path, line, ev, "episode", str)
+    _field(path, line, ev, "seq", int, required=True)
+    method = _field(path, line, ev, "method", str, required=True)
+    _field(path, line, ev, "params", dict)
+    if ev["kind"] == "notification":
+        return
+    result = _field(path, line, ev, "result", dict)
+    error = _field(path, line, ev, "error", dict)
+    if error is not None:
+        code, message = error.get("code"), error.get("message")
+        if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+            raise CassetteError(path, line, "error.code", f"not an integer: {_show(code)}")
+        if message is not None and not isinstance(message, str):
+            raise CassetteError(path, line, "error.message", f"not a string: {_show(message)}")
+    elif result is not None and method in _RESULTS:
+        _validate(path, line, "result", _RESULTS[method], result)
 
 @dataclass
 class Exchange:
@@ -74,13 +163,18 @@ class Cassette:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Cassette:
-        """Read a cassette; unparsable lines (a torn last line after a crash) are skipped."""
+        """Read a cassette; unparsable lines (a torn last line after a crash) are skipped.
+
+        Raises :class:`CassetteError` naming the file, line and field of a line that parses but is not what the
+        format says (a field of the wrong type, a result the MCP types refuse, JSON nested too deeply), and when
+        the file has no header: a crafted cassette fails here, in one line, rather than somewhere in a replay.
+        """
         path = Path(path)
         headers: list[dict[str, Any]] = []
-        per_conn: dict[str, list[dict[str, Any]]] = {}
+        per_conn: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         episodes: dict[str | None, EpisodeTape] = {None: EpisodeTape(None)}
-        with open(path, encoding="utf-8") as f:
-            for line in f:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, start=1):
                 line = line.strip()
                 if not line:
                     continue
@@ -88,34 +182,51 @@ class Cassette:
                     ev = json.loads(line)
                 except ValueError:
                     continue
+                except RecursionError:
+                    raise CassetteError(path, number, None, "JSON nested too deeply") from None
+                if not isinstance(ev, dict):
+                    raise CassetteError(path, number, None, f"not a JSON object but {type(ev).__name__}")
                 kind = ev.get("kind")
                 if kind == "header":
                     if ev.get("format") != FORMAT:
-                        raise ValueError(f"{path}: not an mcp-gym cassette (format {ev.get('format')!r})")
-                    if int(ev.get("version", 0)) > VERSION:
-                        raise ValueError(f"{path}: cassette version {ev.get('version')} is newer than {VERSION}")
+                        raise CassetteError(path, number, "format",
+                                            f"not an mcp-gym cassette (format {_show(ev.get('format'))})")
+                    version = _field(path, number, ev, "version", int)
+                    if version is None or version > VERSION:
+                        raise CassetteError(path, number, "version",
+                                            f"cassette version {_show(version)} is not readable (reads {VERSION})")
+                    _check_header(path, number, ev)
                     headers.append(ev)
                 elif kind == "episode":
-                    if ev["episode"] not in episodes:
-                        episodes[ev["episode"]] = EpisodeTape(ev["episode"], ev.get("task_id"), ev.get("seed"))
+                    episode = _field(path, number, ev, "episode", str, required=True)
+                    _field(path, number, ev, "seed", int)
+                    if not isinstance(ev.get("task_id"), (str, int, type(None))) or isinstance(ev.get("task_id"),
+                                                                                                bool):
+                        raise CassetteError(path, number, "task_id", f"not a string: {_show(ev.get('task_id'))}")
+                    if episode not in episodes:
+                        episodes[episode] = EpisodeTape(episode, ev.get("task_id"), ev.get("seed"))
                 elif kind in ("request", "notification"):
-                    per_conn.setdefault(ev.get("connection", ""), []).append(ev)
+                    _check_event(path, number, ev)
+                    per_conn.setdefault(ev.get("connection") or "", []).append((number, ev))
         if not headers:
-            raise ValueError(f"{path}: no cassette header")
+            raise CassetteError(path, None, None, "no cassette header")
         n_notes = 0
         for events in per_conn.values():  # connections in order of their first event
-            events.sort(key=lambda e: e["seq"])
+            events.sort(key=lambda e: e[1]["seq"])
             last: Exchange | None = None
             early: list[dict[str, Any]] = []
-            for ev in events:
+            for number, ev in events:
                 if ev["kind"] == "notification":
                     note = {"method": ev["method"], "params": ev.get("params") or {}}
                     n_notes += 1
                     (last.notifications if last is not None else early).append(note)
                     continue
                 params = ev.get("params") or {}
-                ex = Exchange(ev["method"], params, canonical_json(canonical_params(ev["method"], params)),
-                              ev.get("result"), ev.get("error"), early, ev.get("episode"))
+                try:
+                    key = canonical_json(canonical_params(ev["method"], params))
+                except (ValueError, RecursionError) as e:
+                    raise CassetteError(path, number, "params", f"cannot be matched: {_show(e)}") from None
+                ex = Exchange(ev["method"], params, key, ev.get("result"), ev.get("error"), early, ev.get("episode"))
                 early = []
                 tape = episodes.get(ex.episode)
                 if tape is None:

@@ -89,12 +89,24 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     """Run the job's planned episodes with its policy, ``launcher.num_envs`` at a time, recording them in ``out``
     (on Ray actors with ``launcher=ray``, see :mod:`mcp_gym.jobs.ray_launcher`).
 
-    Raises :class:`JobInterrupted` on Ctrl-C (after saving finished episodes) and ``RuntimeError`` when more than
+    Holds the run directory's job lock throughout (:func:`~mcp_gym.jobs.identity.hold_run`): while another job
+    holds it, raises :class:`~mcp_gym.jobs.identity.JobRefused` naming that job. Raises :class:`JobInterrupted` on
+    Ctrl-C (after saving finished episodes) and ``RuntimeError`` when more than
     ``launcher.max_errors`` episodes failed to run. A rerun into ``out`` resumes, or extends the plan when only
     ``episodes``/``samples`` grew; with another config it raises :class:`~mcp_gym.jobs.identity.RunConfigMismatch`
     (see :mod:`mcp_gym.jobs.identity`).
     """
     out = Path(out)
+    if not cfg.recorder.enabled:
+        return _collect(cfg, out, runtime)
+    from mcp_gym.jobs.config import run_location
+    from mcp_gym.jobs.identity import hold_run
+
+    with hold_run(run_location(cfg, out)):  # one job per run directory: a second one refuses, naming this one
+        return _collect(cfg, out, runtime)
+
+
+def _collect(cfg: DictConfig, out: Path, runtime: Runtime | None) -> CollectResult:
     launcher = cfg.launcher
     if launcher.get("kind", "local") == "ray":
         from mcp_gym.jobs.ray_launcher import collect_ray

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from mcp_gym.jobs.collect import CollectResult, collect
 from mcp_gym.jobs.config import run_location, run_metadata
+from mcp_gym.jobs.identity import hold_run
 from mcp_gym.jobs.metrics import per_task, summarize
 from mcp_gym.jobs.report import print_summary, write_report
 from mcp_gym.recording import RunStore, read_tables
@@ -50,6 +51,11 @@ def evaluate(cfg: DictConfig, out: str | Path, *, show: bool = True) -> EvalResu
     if not cfg.recorder.enabled:
         raise ValueError("eval computes its metrics from the recording: use recorder=parquet")
     out = Path(out)
+    with hold_run(run_location(cfg, out)):  # the report is of this job's episodes only: no other job writes meanwhile
+        return _evaluate(cfg, out, show)
+
+
+def _evaluate(cfg: DictConfig, out: Path, show: bool) -> EvalResult:
     collection = collect(cfg, out)
     ks = [int(k) for k in cfg.get("pass_k") or [1] if int(k) <= int(cfg.samples)]
     run = RunStore(run_location(cfg, out))  # `out`, or the launcher's storage (any pyarrow.fs location)

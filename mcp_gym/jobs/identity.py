@@ -15,9 +15,10 @@ A rerun into the same directory (:func:`check_rerun`):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,3 +165,25 @@ def plan_run(store: RunStore, keys: Sequence[str], metadata: dict[str, Any]) -> 
     keys = list(keys)
     if check_rerun(store.location, store.manifest(), keys, metadata.get("identity") or {}):
         store.plan(keys, metadata=metadata, replace=True)
+
+
+@contextlib.contextmanager
+def hold_run(location: str | Path) -> Iterator[None]:
+    """Hold the job lock of a run directory on this machine (:class:`~mcp_gym.recording.run.RunLock`) for the
+    ``with`` block: a second job into the same directory refuses (:class:`JobRefused`, one line naming the holder)
+    instead of mixing its episodes with this one's. Runs elsewhere (``s3://``, ...) have no lock to take."""
+    from mcp_gym.recording.run import RunBusy, RunLock
+    from mcp_gym.recording.store import RunStore
+
+    store = RunStore(str(location))
+    if not store.is_local:
+        yield
+        return
+    try:
+        lock = RunLock(store.root).acquire()
+    except RunBusy as e:
+        raise JobRefused(str(e)) from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -16,16 +16,26 @@ lock is free: it rewrites each segment's episodes as that part's shards (atomica
 writer had already published for it), skipping episodes whose key or id is already recorded, then deletes the
 segment. Recovery is idempotent: a recovery that is itself killed is redone by the next one. (Liveness relies on
 POSIX ``flock``; where ``fcntl`` is missing every other writer counts as dead, so run one writer per directory there.)
+
+Above the writers, :class:`RunLock` (the directory's ``.job.lock``) keeps one job per directory: a job holds it
+exclusively, writers share it, and whoever comes second refuses with :class:`RunBusy`, naming the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import hashlib
 import json
 import os
+import shutil
+import socket
+import stat
+import sys
+import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +56,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunDirectory"]
+__all__ = ["RunDirectory", "RunLock", "RunBusy"]
 
 FORMAT = "mcp-gym-trajectories"
 _RECOVERY_CHUNK = 4096  # step rows per row group when rewriting a WAL segment
@@ -149,6 +159,201 @@ class WriterLock:
             self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = None
+
+
+JOB_LOCK = ".job.lock"
+"""The run directory's job lock (:class:`RunLock`): ``flock``-ed exclusively by the one job (``collect``/``eval``)
+that writes the run, shared by every :class:`~mcp_gym.recording.TrajectoryWriter` writing it."""
+_HOLDER_BYTES = 4096  # of a lock file read for its holder (it is untrusted data: a crafted one may be anything)
+
+
+class RunBusy(RuntimeError):
+    """Another process holds the run directory's job lock (:class:`RunLock`); the message names it in one line."""
+
+
+@dataclass
+class _Held:
+    """This process's hold on one run's job lock: one descriptor, how many exclusive (job) and shared (writer) uses."""
+
+    fd: int
+    jobs: int = 0
+    writers: int = 0
+
+
+_HELD: dict[str, _Held] = {}  # resolved lock path -> this process's hold (a job may take it again, its writers share)
+_HELD_MUTEX = threading.Lock()
+_NO_HOLDER = ""
+
+
+def _holder_text(fd: int) -> str:
+    """What a lock file says about its holder, as one safe line (the file is data anyone could have written)."""
+    try:
+        raw = os.pread(fd, _HOLDER_BYTES, 0)
+        info = json.loads(raw.decode("utf-8"))
+        if not isinstance(info, dict):
+            raise ValueError
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return _NO_HOLDER
+    parts = []
+    for key in ("pid", "host", "started_at", "command"):
+        value = info.get(key)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            text = "".join(c if c.isprintable() else "?" for c in str(value)[:160])
+            parts.append(f"{key} {text}")
+    return ", ".join(parts) or _NO_HOLDER
+
+
+def _flock(fd: int, mode: int) -> bool:
+    """A non-blocking ``flock``; ``False`` if another open file holds a conflicting lock."""
+    if fcntl is None:  # pragma: no cover - Windows: no lock
+        return True
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            return False
+        raise
+    return True
+
+
+class RunLock:
+    """The job lock of a run directory: a ``flock`` on :data:`JOB_LOCK`, freed by the kernel when its process dies
+    (even on ``kill -9``).
+
+    A job (``collect``/``eval``) takes it exclusively for its whole run; every :class:`TrajectoryWriter` takes it
+    shared (``shared=True``) for its life. So a job refuses a directory that another job or another process's writer
+    is using, and a writer refuses a directory a job of another process holds, each raising :class:`RunBusy` in one
+    line naming the job (pid, host, start time, command, as the job wrote them into the file; a writer names none).
+    In one process the job's own writers share its lock, and a job may take it again (``eval`` around its
+    ``collect``). The lock file is untrusted: it is opened without following symlinks, anything that is not a regular
+    file is replaced, and only its first 4 kB are read, as JSON that may be anything. Use as a context manager.
+    """
+
+    def __init__(self, run: str | os.PathLike[str], *, shared: bool = False) -> None:
+        self.path = Path(run) / JOB_LOCK
+        self.shared = shared
+        self._key = str(Path(run).resolve() / JOB_LOCK)
+        self._held = False
+
+    def _open(self) -> int:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        for _ in range(8):
+            try:
+                fd = os.open(self.path, flags, 0o644)
+            except OSError as e:  # a symlink (ELOOP), a directory (EISDIR), a socket (ENXIO): not ours to trust
+                if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EMLINK):
+                    raise
+                self._replace()
+                continue
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)  # a FIFO or a device: replace it by a regular file
+            self._replace()
+        raise RunBusy(f"{self.path}: cannot make a lock file here (something keeps replacing it)")
+
+    def _replace(self) -> None:
+        if self.path.is_dir() and not self.path.is_symlink():
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def _busy(self, fd: int) -> RunBusy:
+        holder = _holder_text(fd)
+        if holder == _NO_HOLDER:
+            holder = f"{JOB_LOCK} names no job: a TrajectoryWriter recording into it, or a job whose name is unreadable"
+        return RunBusy(f"{self.path.parent} is in use by another process ({holder}); wait for it to finish, or "
+                       "write to another directory (out=...)")
+
+    def _lock_new(self, mode: int) -> int:
+        """Open the lock file and lock it with ``mode`` (the file, not one a recoverer replaced meanwhile)."""
+        while True:
+            fd = self._open()
+            if not _flock(fd, mode):
+                error = self._busy(fd)
+                os.close(fd)
+                raise error
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)
+
+    def acquire(self) -> RunLock:
+        """Take the lock (raises :class:`RunBusy` if another process's job, or for a job another process's writer,
+        holds it)."""
+        with _HELD_MUTEX:
+            return self._acquire()
+
+    def _acquire(self) -> RunLock:
+        held = _HELD.get(self._key)
+        if held is not None and (self.shared or held.jobs):
+            held.writers += self.shared
+            held.jobs += not self.shared
+            self._held = True
+            return self
+        if self.shared:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._lock_new(fcntl.LOCK_SH if fcntl is not None else 0)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no job holds it now: a name in it is a killed job's
+            _HELD[self._key] = _Held(fd, writers=1)
+            self._held = True
+            return self
+        if held is not None:  # this process's writers share it: convert to exclusive, or refuse
+            if not _flock(held.fd, fcntl.LOCK_EX if fcntl is not None else 0):
+                _flock(held.fd, fcntl.LOCK_SH if fcntl is not None else 0)  # a failed conversion may drop the lock
+                raise self._busy(held.fd)
+            fd = held.fd
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._lock_new(fcntl.LOCK_EX if fcntl is not None else 0)
+            held = _HELD[self._key] = _Held(fd)
+        held.jobs = 1
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:1000],
+                "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+        except OSError:  # a full disk: the lock holds all the same, only the holder goes unnamed
+            pass
+        self._held = True
+        return self
+
+    def release(self) -> None:
+        """Release this use of the lock; the last use of the process frees it (a job's name is cleared first)."""
+        with _HELD_MUTEX:
+            if self._held:
+                self._held = False
+                self._release()
+
+    def _release(self) -> None:
+        held = _HELD.get(self._key)
+        if held is None:
+            return
+        if self.shared:
+            held.writers -= 1
+        else:
+            held.jobs -= 1
+            if not held.jobs:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(held.fd, 0)  # names nobody once the job is over
+                if held.writers and fcntl is not None:
+                    _flock(held.fd, fcntl.LOCK_SH)  # the process's writers go on sharing it
+        if held.jobs <= 0 and held.writers <= 0:
+            del _HELD[self._key]
+            if fcntl is not None and _flock(held.fd, fcntl.LOCK_EX):  # nobody else holds it: leave no file behind
+                with contextlib.suppress(OSError):  # (a process that opened it meanwhile sees it gone and retries)
+                    if os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(held.fd).st_ino:
+                        self.path.unlink()
+            os.close(held.fd)
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class RunDirectory:

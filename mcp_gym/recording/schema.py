@@ -13,6 +13,7 @@ Layout of a run directory::
       steps/.part-....parquet.tmp         # shard being written (hidden: readers skip it)
       .wal/<writer>-<seq>.wal             # write-ahead log of finished episodes not yet in a published shard
       .wal/<writer>.lock                  # held (flock) by a live writer; free once it died
+      .job.lock                           # flock: exclusive for the job writing the run, shared by every writer
 """
 
 from __future__ import annotations

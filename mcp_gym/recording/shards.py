@@ -8,11 +8,13 @@ the directories. A process killed before that leaves only hidden files, never a 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -20,6 +22,7 @@ from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, S
 
 __all__: list[str] = []  # internal to mcp_gym.recording: used by its sibling modules only
 
+_log = logging.getLogger("mcp_gym.recording")
 TABLES: dict[str, pa.Schema] = {STEPS_DIR: STEPS_SCHEMA, EPISODES_DIR: EPISODES_SCHEMA}
 
 
@@ -35,17 +38,33 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-def _array(column: Sequence[Any], typ: pa.DataType) -> pa.Array:
+def _value(value: Any, typ: pa.DataType) -> Any:
+    """``value`` if the column type can hold it, else ``None``."""
+    try:
+        pa.array([value], type=typ)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return None
+    return value
+
+
+def _array(column: Sequence[Any], typ: pa.DataType, name: str = "") -> pa.Array:
     try:
         return pa.array(column, type=typ)
     except UnicodeEncodeError:  # a lone surrogate (e.g. from a "\\ud800" JSON escape) must not block the writer
         return pa.array([_scrub(v) for v in column], type=typ)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+        # A value the column cannot hold (e.g. a turn >= 2**31 in a WAL written before the recorder checked it):
+        # it becomes null rather than failing the shard, and with it every later write and read of the run.
+        kept = [_value(v, typ) for v in column]
+        _log.warning("column %s: %d value(s) its type %s cannot hold stored as null (%s)", name or "?",
+                     sum(k is None and v is not None for k, v in zip(kept, column, strict=True)), typ, exc)
+        return pa.array(kept, type=typ)
 
 
 def rows_to_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
     """A record batch of row tuples under an explicit schema (no type inference)."""
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
-    arrays = [_array(col, field.type) for col, field in zip(columns, schema, strict=True)]
+    arrays = [_array(col, field.type, field.name) for col, field in zip(columns, schema, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -152,18 +171,73 @@ def list_shards(root: Path, table: str) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.name.endswith(".parquet") and not p.name.startswith((".", "_")))
 
 
+MAX_INFLATION = 1000
+"""A shard whose data decodes to more than this many times its size on disk (and more than :data:`FREE_BYTES`) is
+refused unread: recorded JSON compresses 5-20x; a 14 kB file that decodes to 1.5 GB is a compression bomb."""
+FREE_BYTES = 256 << 20
+"""Decoded bytes every shard may have, whatever its size on disk."""
+
+
+class ShardRefused(ValueError):
+    """A shard is refused before it is decoded (see :data:`MAX_INFLATION`); the message names it in one line."""
+
+
+def _decoded_bytes(table: pa.Table) -> int:
+    """Bytes ``table`` takes once its dictionary columns are decoded (counted without decoding them: the lengths of
+    the dictionary entries, summed over the indices, in numpy; a kernel call per chunk cost as much as the read)."""
+    total = 0
+    for col in table.columns:
+        if not pa.types.is_dictionary(col.type):
+            total += col.nbytes
+            continue
+        for chunk in col.chunks:
+            total += 4 * len(chunk)
+            d = chunk.dictionary
+            if len(d) and pa.types.is_string(d.type):
+                offsets = np.frombuffer(d.buffers()[1], dtype=np.int32)[d.offset : d.offset + len(d) + 1]
+                ind = chunk.indices
+                total += int(np.diff(offsets)[(ind.fill_null(0) if ind.null_count else ind).to_numpy()].sum())
+            else:
+                total += d.nbytes
+    return total
+
+
+def _refuse(path: Path | str, what: str, size: int, limit: int) -> ShardRefused:
+    return ShardRefused(f"{path}: refusing to read this shard: {what} from {size} bytes on disk, over the {limit} "
+                        f"allowed ({MAX_INFLATION}x its size, at least {FREE_BYTES}): a compression bomb, not a "
+                        "recording")
+
+
 def read_shard(
     path: Path | str, table: str, columns: Sequence[str] | None = None, *, filesystem: Any = None
 ) -> pa.Table:
     """A shard conformed to the current schema: version checked, columns of older minor versions filled with nulls.
 
+    Raises :class:`ShardRefused` (before decoding what is too much) for a shard whose data would decode to more than
+    :data:`MAX_INFLATION` times its size on disk: first by the sizes its metadata declares, then by what its data
+    really decodes to, string columns counted while still dictionary-encoded (a one-value dictionary repeated a
+    million times is small on disk and in the metadata).
+
     ``filesystem``: a ``pyarrow.fs.FileSystem`` that ``path`` is in (default: the local one)."""
     schema = TABLES[table]
-    pf = pq.ParquetFile(path, filesystem=filesystem)
-    check_version(pf.schema_arrow, str(path))
+    size = filesystem.get_file_info(str(path)).size if filesystem is not None else os.path.getsize(path)
+    limit = max(FREE_BYTES, MAX_INFLATION * size)
     names = list(columns) if columns is not None else schema.names
-    present = [n for n in names if n in pf.schema_arrow.names]
-    t = pf.read(columns=present)
+    md = pq.read_metadata(path, filesystem=filesystem)
+    on_disk = md.schema.to_arrow_schema()
+    check_version(on_disk, str(path))
+    present = [n for n in names if n in on_disk.names]
+    strings = [n for n in present if pa.types.is_string(schema.field(n).type)]
+    pf = pq.ParquetFile(path, filesystem=filesystem, metadata=md, read_dictionary=strings)
+    wanted = {on_disk.get_field_index(n) for n in present}
+    declared = sum(max(0, md.row_group(i).column(j).total_uncompressed_size)
+                   for i in range(md.num_row_groups) for j in wanted)
+    if declared > limit:
+        raise _refuse(path, f"its metadata declares {declared} bytes of data", size, limit)
+    t = pf.read(columns=present)  # string columns still dictionary-encoded: as small as on disk
+    decoded = _decoded_bytes(t)
+    if decoded > limit:
+        raise _refuse(path, f"its data decodes to {decoded} bytes", size, limit)
     arrays = [
         t.column(n).cast(schema.field(n).type) if n in present else pa.nulls(t.num_rows, schema.field(n).type)
         for n in names

@@ -21,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import logging
 import mmap
 import os
 import pickle
+import pickletools
 import struct
 import sys
 import zlib
@@ -35,6 +37,7 @@ import orjson
 
 __all__: list[str] = []  # internal to mcp_gym.recording: used by its sibling modules only
 
+_log = logging.getLogger("mcp_gym.recording")
 _HEADER = struct.Struct("<II")  # payload length, crc32 of payload
 Frame = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
 """``(episode_row, step_rows)``."""
@@ -172,8 +175,24 @@ def read_frames(path: Path) -> Iterator[Frame]:
             if payload[:1] == b"[":
                 episode, steps = orjson.loads(payload)
             else:
+                _no_references(payload)
                 episode, steps = _PlainUnpickler(io.BytesIO(payload)).load()
-        except (pickle.UnpicklingError, orjson.JSONDecodeError, ValueError, TypeError, EOFError):
+            frame = tuple(episode), [tuple(s) for s in steps]
+        except (pickle.UnpicklingError, orjson.JSONDecodeError, ValueError, TypeError, EOFError) as e:
+            # CRC-intact but not a frame this module writes (crafted, or another program's): not a torn tail
+            _log.warning("%s: the frame at byte %d is not a write-ahead-log frame (%s); the rest of the segment is "
+                         "ignored", path, pos, e)
             return
-        yield tuple(episode), [tuple(s) for s in steps]
+        yield frame
         pos = start + size
+
+
+_REFERENCES = frozenset({"GET", "BINGET", "LONG_BINGET"})
+
+
+def _no_references(payload: bytes) -> None:
+    """Refuse a pickled frame that repeats a value by reference: the writer's pickler keeps no memo, so only a crafted
+    frame does, and a few bytes could then name one long string a million times (a bomb once written to Arrow)."""
+    for op, _, _ in pickletools.genops(payload):
+        if op.name in _REFERENCES:
+            raise pickle.UnpicklingError("a frame repeats a value by reference (the writer never does)")

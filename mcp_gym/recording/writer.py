@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import itertools
 import logging
+import operator
 import os
 import secrets
 import threading
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcp_gym._version import __version__
-from mcp_gym.recording.run import RunDirectory, WriterLock
+from mcp_gym.recording.run import RunDirectory, RunLock, WriterLock
 from mcp_gym.recording.schema import Catalogue, EpisodeRecord, catalogue_fingerprint, dumps, safe_text
 from mcp_gym.recording.shards import PartWriter
 from mcp_gym.recording.wal import WalFile, read_frames
@@ -76,6 +77,55 @@ def _text(value: Any) -> str | None:
 
 def _micros(t: float) -> int:
     return int(t * 1_000_000)
+
+
+REFUSED_KEY = "mcp_gym_refused"
+"""Step ``info`` key naming the policy-supplied values the recorder refused: ``{field: reason}`` (column null)."""
+_INT32 = 1 << 31
+_MAX_MICROS = 253_402_300_800 * 1_000_000  # 10000-01-01: past any timestamp Arrow can print
+
+
+def _turn(value: Any, refused: dict[str, str]) -> int | None:
+    """A policy-supplied ``turn`` as the int32 column takes it (a 0-based index below 2**31), else ``None`` with
+    the reason in ``refused``: a value the column cannot hold must never reach a shard (it would fail every write
+    and every read of the run)."""
+    if value is None or (value.__class__ is int and 0 <= value < _INT32):
+        return value
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        turn = operator.index(value)  # ints and numpy ints; not floats, not text
+    except Exception:  # noqa: BLE001 - TypeError, or a hostile __index__
+        refused["turn"] = f"not an integer: {safe_text(value, 80)}"
+        return None
+    if 0 <= turn < _INT32:
+        return turn
+    refused["turn"] = f"{safe_text(turn, 80)} is not a 0-based reply index below 2**31"
+    return None
+
+
+def _timestamp(value: Any, refused: dict[str, str]) -> int:
+    """A step's start (seconds since the epoch) in microseconds; now (and the reason in ``refused``) if the given
+    value is not a time the timestamp column can hold."""
+    if value is None:
+        return int(time.time() * 1_000_000)
+    try:
+        micros = int(float(value) * 1_000_000)
+        if 0 <= micros < _MAX_MICROS:
+            return micros
+    except Exception:  # noqa: BLE001 - OverflowError (inf), ValueError (nan), TypeError
+        pass
+    refused["timestamp"] = f"not a time: {safe_text(value, 80)}"
+    return int(time.time() * 1_000_000)
+
+
+def _seed(value: Any) -> int | None:
+    """A seed the int64 column can hold, else ``None`` (never raises)."""
+    try:
+        seed = operator.index(value)
+    except Exception:  # noqa: BLE001 - None, a float, text, a hostile __index__
+        return None
+    return seed if -(2**63) <= seed < 2**63 else None
 
 
 def truncate_result(content: Sequence[Any], structured: Any, limit: int) -> tuple[str, str | None]:
@@ -179,6 +229,13 @@ class EpisodeWriter:
             content_json, sc_json = truncate_result(content, structured_content, self.max_result_bytes)
         if observation is not None and observation.__class__ is not str:
             observation = dumps(observation)
+        refused: dict[str, str] = {}
+        if turn is not None:
+            turn = _turn(turn, refused)
+        stamp = _timestamp(timestamp, refused)
+        if refused:
+            self._refused(refused)
+            info = {**(info or {}), REFUSED_KEY: refused}
         self._bytes += size  # the variable part; drives row groups of at most ~row_group_bytes
         if reward is not None:
             reward = float(reward)
@@ -192,7 +249,7 @@ class EpisodeWriter:
         self._rows.append((
             self.episode_id,
             len(self._rows),
-            int((time.time() if timestamp is None else timestamp) * 1_000_000),
+            stamp,
             tool if tool is None or tool.__class__ is str else _text(tool),
             server if server is None or server.__class__ is str else _text(server),
             server_tool if server_tool is None or server_tool.__class__ is str else _text(server_tool),
@@ -213,9 +270,18 @@ class EpisodeWriter:
             cut,
             size,
             dumps(info) if info is not None else None,
-            int(turn) if turn is not None else None,
+            turn,
             _text(assistant_content),
         ))
+
+    def _refused(self, refused: Mapping[str, str]) -> None:
+        """Say once per writer that a policy-supplied value was refused (each step's ``info`` names its own)."""
+        if not self.writer.refused_warned:
+            self.writer.refused_warned = True
+            fields = ", ".join(f"{k} ({v})" for k, v in refused.items())
+            warnings.warn(f"recording to {self.writer.path}: step {len(self._rows)} of episode {self.episode_id}: "
+                          f"refused {fields}; stored as null, the reason in the step's info[{REFUSED_KEY!r}] (said "
+                          "once per writer)", RuntimeWarning, stacklevel=3)
 
     def catalogue_changed(self, tools: Sequence[Mapping[str, Any]], step_index: int | None = None) -> None:
         """Record that the tool catalogue changed after step ``step_index`` (default: the last recorded step)."""
@@ -312,13 +378,18 @@ class TrajectoryWriter:
         self.max_result_bytes = max_result_bytes
         self.writer_id = new_writer_id()
         self._pid = os.getpid()
-        self._lock = WriterLock(self.run.lock_path(self.writer_id))
-        self._lock.acquire(blocking=True)
-        self.recovered = (
-            self.run.recover(compression=compression, compression_level=compression_level, fsync=fsync != "never",
-                             exclude=[self.writer_id])
-            if recover else 0
-        )
+        self._job = RunLock(self.path, shared=True).acquire()  # refuses a directory another process's job holds
+        try:
+            self._lock = WriterLock(self.run.lock_path(self.writer_id))
+            self._lock.acquire(blocking=True)
+            self.recovered = (
+                self.run.recover(compression=compression, compression_level=compression_level,
+                                 fsync=fsync != "never", exclude=[self.writer_id])
+                if recover else 0
+            )
+        except BaseException:
+            self._job.release()
+            raise
         self._mutex = threading.Lock()
         self._seq = 0
         self._part: PartWriter | None = None
@@ -335,6 +406,7 @@ class TrajectoryWriter:
         self._shared_key: tuple[int, str] | None = None
         self.episodes_written = 0
         self.steps_written = 0
+        self.refused_warned = False
         self.closed = False
         _OPEN.add(self)
 
@@ -395,7 +467,7 @@ class TrajectoryWriter:
             task_id=_text(task_id),
             task_prompt=_text(task_prompt),
             task=task if task is None or isinstance(task, str) else dumps(task),
-            seed=int(seed) if seed is not None and -(2**63) <= int(seed) < 2**63 else None,
+            seed=_seed(seed),
             policy=_text(policy),
             tools=catalogue.json if catalogue is not None else None,
             catalogue_hash=catalogue.hash if catalogue is not None else None,
@@ -582,6 +654,7 @@ class TrajectoryWriter:
             finally:
                 self.closed = True
                 self._lock.release(unlink=True)
+                self._job.release()
                 _OPEN.discard(self)
 
     def __enter__(self) -> TrajectoryWriter:
