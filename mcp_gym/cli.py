@@ -107,9 +107,11 @@ def _run_job(cfg: Any) -> None:
 
     from mcp_gym import jobs
     from mcp_gym.jobs.identity import JobRefused
+    from mcp_gym.jobs.schema import ConfigError, check_job_config
 
     out = Path(HydraConfig.get().runtime.output_dir)
     try:
+        check_job_config(cfg)  # first: a key of the wrong type, or an unknown one (+episods=5), is refused
         if cfg.command == "collect":
             r = jobs.collect(cfg, out)
             print(f"{r.out}: {r.already_done + r.finished} of {r.planned} planned episodes recorded ({r.finished} new, "
@@ -137,7 +139,7 @@ def _run_job(cfg: Any) -> None:
     except jobs.JobInterrupted as e:
         print(str(e), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
-    except JobRefused as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
+    except (JobRefused, ConfigError) as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
         # .hydra/ keeps describing the directory's own episodes (the class Hydra instantiated: under
         # `python -m mcp_gym.cli` this module is __main__, not mcp_gym.cli)
         importlib.import_module("mcp_gym.cli").KeepHydraFiles.restore()

@@ -1,0 +1,73 @@
+"""A new user's remaining potholes (issue 28, items 7-10): config keys of the wrong type or unknown are refused in one
+line, a job whose servers never started fails, and the README's promises hold (help is quick to load, the examples
+say what they need)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env={**os.environ, "HYDRA_FULL_ERROR": "0", **env})
+
+
+# -- item 7: a value of the wrong type names the key and the type -----------------------------------------------------
+@pytest.mark.parametrize(("command", "override", "line"), [
+    ("collect", "episodes=abc", "episodes must be an integer or null, not 'abc'"),
+    ("eval", "samples=two", "samples must be an integer, not 'two'"),
+    ("collect", "env.max_steps=ten", "env.max_steps must be an integer or null, not 'ten'"),
+    ("collect", "launcher.num_envs=many", "launcher.num_envs must be an integer, not 'many'"),
+    ("collect", "seed=abc", "seed must be an integer, not 'abc'"),
+    ("eval", "pass_k=[1,a]", "pass_k[1] must be an integer, not 'a'"),
+])
+def test_a_value_of_the_wrong_type_is_refused_in_one_line_naming_key_and_type(
+        tmp_path: Path, command: str, override: str, line: str) -> None:
+    out = tmp_path / "run"
+    done = _cli(command, "env=counter", "policy=oracle", override, f"out={out}", "launcher.progress=false")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"mcp-gym {command}: {line}"]
+    assert not (out / "episodes").exists()  # refused before anything ran
+    assert not (out / ".hydra").exists()
+
+
+# -- item 8: Hydra's advice after a typo (+key) does not silently drop the key ----------------------------------------
+@pytest.mark.parametrize(("override", "line"), [
+    ("+episods=5", "unknown key 'episods' (did you mean 'episodes'?)"),
+    ("+env.max_step=5", "unknown key 'env.max_step' (did you mean 'env.max_steps'?)"),
+    ("+launcher.num_env=4", "unknown key 'launcher.num_env' (did you mean 'launcher.num_envs'?)"),
+])
+def test_an_unknown_added_key_is_refused_with_the_closest_known_key(tmp_path: Path, override: str, line: str) -> None:
+    out = tmp_path / "run"
+    done = _cli("collect", "env=counter", "policy=oracle", override, f"out={out}", "launcher.progress=false")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"mcp-gym collect: {line}"]
+    assert not (out / "episodes").exists()
+
+
+def test_the_documented_added_keys_and_every_shipped_option_pass_the_check() -> None:
+    from hydra import compose, initialize_config_module
+
+    from mcp_gym.jobs.schema import check_job_config
+
+    conf = ROOT / "mcp_gym" / "conf"
+    options = {g: sorted(p.stem for p in (conf / g).glob("*.yaml")) for g in ("env", "policy", "recorder", "launcher")}
+    with initialize_config_module("mcp_gym.conf", version_base="1.3"):
+        for job in sorted(p.stem for p in (conf / "job").glob("*.yaml")):
+            check_job_config(compose("config", overrides=[f"job={job}"]))
+        for group, names in options.items():
+            for name in names:
+                check_job_config(compose("config", overrides=["job=collect", f"{group}={name}"]))
+        check_job_config(compose("config", overrides=[
+            "job=eval", "env=custom", "policy=openai", "+policy.system_prompt=Be brief.",
+            '+env.servers.fs="mcp-server-filesystem {workspace}"', "+env.servers.api.url=https://host/mcp",
+            "+env.servers.api.headers.Authorization=Bearer x", "+env.task_columns.prompt=question",
+            "+policy.extra_body.top_k=20"]))
+        check_job_config(compose("config", overrides=["job=export_sft", "runs=one/run"]))  # a string: one run
