@@ -36,8 +36,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -154,6 +156,19 @@ def _run_job(cfg: Any) -> None:
         raise SystemExit(1) from None
 
 
+def _log_own_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` for jobs: mcp-gym's own warnings (a server unavailable) become one line of their
+    module's logger (on stderr), not a source dump; other warnings go to ``show``."""
+
+    def showwarning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if category.__module__.startswith("mcp_gym."):
+            logging.getLogger(category.__module__).warning("%s", message)
+        else:
+            show(message, category, *args, **kwargs)
+
+    return showwarning
+
+
 def _is_user_error(e: BaseException) -> bool:
     """A missing run or file, an unreachable endpoint: errors whose message says all (no traceback needed)."""
     import httpx2
@@ -202,8 +217,10 @@ def _hydra(command: str, overrides: Sequence[str]) -> int:
         return 0
     GlobalHydra.instance().clear()
     try:
-        _run_hydra(args=parsed, args_parser=parser, task_function=_run_job, config_path="pkg://mcp_gym.conf",
-                   config_name="config")
+        with warnings.catch_warnings():  # restores showwarning
+            warnings.showwarning = _log_own_warnings(warnings.showwarning)
+            _run_hydra(args=parsed, args_parser=parser, task_function=_run_job, config_path="pkg://mcp_gym.conf",
+                       config_name="config")
     finally:
         GlobalHydra.instance().clear()
     return 0

@@ -71,3 +71,22 @@ def test_the_documented_added_keys_and_every_shipped_option_pass_the_check() -> 
             "+env.servers.api.headers.Authorization=Bearer x", "+env.task_columns.prompt=question",
             "+policy.extra_body.top_k=20"]))
         check_job_config(compose("config", overrides=["job=export_sft", "runs=one/run"]))  # a string: one run
+
+
+# -- item 9: a job whose server never started fails, and says why in its last line ------------------------------------
+def test_a_collect_whose_server_never_started_exits_non_zero_with_the_reason_last(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "t1", "prompt": "Say hi", "answer": "hi"}\n{"id": "t2", "prompt": "Say ho", "answer": '
+                     '"ho"}\n')
+    server = f"{sys.executable} -c \\\"import sys; sys.exit('no such database: prod.db')\\\""
+    out = tmp_path / "run"
+    done = _cli("collect", "env=custom", f'+env.servers.db="{server}"', f"env.tasks={tasks}", "policy=random",
+                "launcher.progress=false", f"out={out}")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("mcp-gym collect: all 2 episodes of this run started without a server: server 'db' is "
+                           "unavailable (failed: "), last
+    assert "no such database: prod.db" in last and str(out) in last
+    # the per-episode notice is a clean log line, not a warnings.warn source dump
+    assert "ServerUnavailableWarning" not in done.stderr and "env.py" not in done.stderr
+    assert "mcp-gym: server 'db' is unavailable" in done.stderr.splitlines()[0]

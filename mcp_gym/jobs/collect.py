@@ -89,10 +89,10 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     """Run the job's planned episodes with its policy, ``launcher.num_envs`` at a time, recording them in ``out``
     (on Ray actors with ``launcher=ray``, see :mod:`mcp_gym.jobs.ray_launcher`).
 
-    Raises :class:`JobInterrupted` on Ctrl-C (after saving finished episodes) and ``RuntimeError`` when more than
-    ``launcher.max_errors`` episodes failed to run. A rerun into ``out`` resumes, or extends the plan when only
-    ``episodes``/``samples`` grew; with another config it raises :class:`~mcp_gym.jobs.identity.RunConfigMismatch`
-    (see :mod:`mcp_gym.jobs.identity`).
+    Raises :class:`JobInterrupted` on Ctrl-C (after saving finished episodes), and :class:`JobFailed` when more than
+    ``launcher.max_errors`` episodes failed to run or when every episode it ran started with a server unavailable.
+    A rerun into ``out`` resumes, or extends the plan when only ``episodes``/``samples`` grew; with another config it
+    raises :class:`~mcp_gym.jobs.identity.RunConfigMismatch` (see :mod:`mcp_gym.jobs.identity`).
     """
     out = Path(out)
     launcher = cfg.launcher
@@ -164,4 +164,8 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     if len(result.errors) > int(launcher.max_errors):
         raise JobFailed(f"stopped after {len(result.errors)} episodes failed to run; first error: "
                            f"{result.errors[0].error}")
+    if result.finished and result.unavailable == result.finished:  # nothing this run recorded had all its tools
+        raise JobFailed(f"all {result.finished} episodes of this run started without a server: "
+                        f"{result.unavailable_reason} (they are recorded in {out}: fix the server, then rerun into "
+                        "another out= or after deleting that directory)")
     return result
