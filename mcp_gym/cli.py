@@ -177,9 +177,9 @@ def _is_user_error(e: BaseException) -> bool:
 
 
 def _job(command: str, args: Sequence[str]) -> int:
-    """A job command: ``--help``/``-h`` prints its keys (mcp_gym.jobs.help), anything else goes to Hydra."""
+    """A job command: ``--help``/``-h`` prints its keys (mcp_gym.conf.help), anything else goes to Hydra."""
     if "--help" in args or "-h" in args:
-        from mcp_gym.jobs.help import job_help
+        from mcp_gym.conf.help import job_help
 
         name = "tasks validate" if command == "tasks-validate" else command
         print(job_help(name, JOBS[command], [a for a in args if not a.startswith("-")]))

@@ -90,3 +90,15 @@ def test_a_collect_whose_server_never_started_exits_non_zero_with_the_reason_las
     # the per-episode notice is a clean log line, not a warnings.warn source dump
     assert "ServerUnavailableWarning" not in done.stderr and "env.py" not in done.stderr
     assert "mcp-gym: server 'db' is unavailable" in done.stderr.splitlines()[0]
+
+
+# -- item 10: job help does not import the jobs (it took 7-14 s on a busy machine) ------------------------------------
+def test_job_help_reads_the_config_files_without_importing_the_jobs_or_the_mcp_sdk() -> None:
+    code = ("import sys; from mcp_gym.cli import main; main(['eval', 'policy=openai', '--help']); "
+            "print('loaded:', *sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'hydra', 'omegaconf') "
+            "or m == 'mcp_gym.env' or m.startswith(('mcp_gym.jobs', 'mcp_gym.vector', 'mcp_gym.client'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    page, _, loaded = done.stdout.rpartition("loaded:")
+    assert page.startswith("usage: mcp-gym eval ") and "policy.base_url=" in page
+    assert loaded.split() == [], f"job help imported {len(loaded.split())} modules: {loaded.split()[:8]}..."
