@@ -102,3 +102,37 @@ def test_job_help_reads_the_config_files_without_importing_the_jobs_or_the_mcp_s
     page, _, loaded = done.stdout.rpartition("loaded:")
     assert page.startswith("usage: mcp-gym eval ") and "policy.base_url=" in page
     assert loaded.split() == [], f"job help imported {len(loaded.split())} modules: {loaded.split()[:8]}..."
+
+
+def test_make_vec_async_says_how_to_run_and_then_runs() -> None:
+    code = """if True:
+        import gymnasium as gym, mcp_gym
+        try:
+            gym.make_vec("mcp_gym/Counter-v0", num_envs=2, vectorization_mode="async")
+        except ValueError as e:
+            print("refused:", e)
+        vec = gym.make_vec("mcp_gym/Counter-v0", num_envs=2, vectorization_mode="async",
+                           vector_kwargs={"shared_memory": False})
+        obs, infos = vec.reset(seed=0)
+        obs, rewards, terminated, truncated, infos = vec.step([{"tool": "add", "arguments": {"amount": 1}}] * 2)
+        print(type(vec).__name__, [r.splitlines()[1].strip() for r in obs["result"]])
+        vec.close()
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    refused, ran = done.stdout.strip().splitlines()
+    assert refused.startswith("refused: TextMapping() observations are text of any length, which cannot live in "
+                              "shared memory: use gym.make_vec(..., vectorization_mode='async', "
+                              "vector_kwargs={'shared_memory': False})"), refused
+    assert ran == "AsyncVectorEnv ['\"count\": 1,', '\"count\": 1,']"
+
+
+@pytest.mark.parametrize("script", ["sft_from_scratch.py", "grpo_trl.py"])
+def test_a_training_example_without_the_train_extra_says_what_to_install(script: str) -> None:
+    path = ROOT / "scripts" / "examples" / script
+    code = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = [sys.argv[1], '--help']; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")  # as if torch were not installed
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"{script} needs the [train] extra (no module 'torch'): pip install -e '.[train]'"]
