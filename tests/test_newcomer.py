@@ -136,3 +136,22 @@ def test_a_training_example_without_the_train_extra_says_what_to_install(script:
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"{script} needs the [train] extra (no module 'torch'): pip install -e '.[train]'"]
+
+
+def test_an_sse_url_without_sse_plus_says_to_add_it(tmp_path: Path) -> None:
+    from conftest import free_port, stop_process, wait_for_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "servers" / "hosted.py"), "--port", str(port),
+                             "--transport", "sse", "--token", "t0ken", "--log", str(tmp_path / "requests.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc=proc)
+        url = f"http://127.0.0.1:{port}/sse"
+        done = _cli("inspect", url, "--header", "Authorization: Bearer t0ken", "--timeout", "60")
+        assert done.returncode == 1
+        last = done.stderr.strip().splitlines()[-1]
+        assert f"(a server of the older HTTP+SSE transport? then use sse+{url})" in last, last
+        assert _cli("inspect", f"sse+{url}", "--header", "Authorization: Bearer t0ken", "--json").returncode == 0
+    finally:
+        stop_process(proc)
