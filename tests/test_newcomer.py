@@ -71,6 +71,19 @@ def test_the_documented_added_keys_and_every_shipped_option_pass_the_check() -> 
             "+env.servers.api.headers.Authorization=Bearer x", "+env.task_columns.prompt=question",
             "+policy.extra_body.top_k=20"]))
         check_job_config(compose("config", overrides=["job=export_sft", "runs=one/run"]))  # a string: one run
+        check_job_config(compose("config", overrides=["job=collect", "+policy.fixed.repo_path=/abs/repo"]))
+
+
+def test_every_policy_option_of_the_constructors_is_a_declared_key() -> None:
+    import dataclasses
+    import inspect
+
+    from mcp_gym.jobs.schema import POLICIES as SCHEMAS
+    from mcp_gym.policies import POLICIES
+
+    for kind, cls in POLICIES.items():
+        declared = {f.name for f in dataclasses.fields(SCHEMAS[kind])} - {"kind"}
+        assert declared == set(inspect.signature(cls).parameters), kind
 
 
 # -- item 9: a job whose server never started fails, and says why in its last line ------------------------------------
@@ -155,3 +168,21 @@ def test_an_sse_url_without_sse_plus_says_to_add_it(tmp_path: Path) -> None:
         assert _cli("inspect", f"sse+{url}", "--header", "Authorization: Bearer t0ken", "--json").returncode == 0
     finally:
         stop_process(proc)
+
+
+# -- item 10: the README's promises -----------------------------------------------------------------------------------
+def test_the_readme_counts_the_bundled_envs_and_names_what_the_full_suite_and_the_examples_need() -> None:
+    import re
+
+    from mcp_gym.envs import BUNDLED_ENVS
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    numbers = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+    counts = [numbers[w.lower()] for w in re.findall(r"\b(\w+) real MCP servers", readme)]
+    assert counts and set(counts) == {len(BUNDLED_ENVS)}, counts
+    intro = readme[: readme.index("## Quickstart")]
+    assert "bubblewrap" in intro and "chromium" in intro.lower()  # the full suite's system packages
+    training = readme[readme.index("## Training"):]
+    for script in ("grpo_trl.py", "sft_from_scratch.py"):
+        first = training.index(f"python scripts/examples/{script}")
+        assert 'pip install -e ".[train]"' in training[first - 200:first], script

@@ -134,16 +134,22 @@ class _CustomEnv(_Env):
     reset_mode: str = MISSING
 
 
+# Keys a policy's YAML leaves out (its constructor's other parameters) default to None: added with +policy.<key>=...
 @dataclass
 class _Policy:
     kind: str = MISSING
 
 
 @dataclass
+class _RandomPolicy(_Policy):
+    fixed: dict[str, Any] | None = None
+
+
+@dataclass
 class _ChatPolicy(_Policy):
     model: str = MISSING
     temperature: float = MISSING
-    system_prompt: str | None = None  # not in the YAML: added with +policy.system_prompt=...
+    system_prompt: str | None = None
 
 
 @dataclass
@@ -164,9 +170,13 @@ class _HFPolicy(_ChatPolicy):
     max_new_tokens: int = MISSING
     top_p: float = MISSING
     device: str | None = MISSING
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    name: str | None = None
+    generate_kwargs: dict[str, Any] | None = None
 
 
-POLICIES: dict[str, type] = {"random": _Policy, "oracle": _Policy, "openai": _OpenAIPolicy, "hf": _HFPolicy}
+POLICIES: dict[str, type] = {"random": _RandomPolicy, "oracle": _Policy, "openai": _OpenAIPolicy, "hf": _HFPolicy}
 
 
 @dataclass
