@@ -99,7 +99,9 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     if launcher.get("kind", "local") == "ray":
         from mcp_gym.jobs.ray_launcher import collect_ray
 
-        return collect_ray(cfg, out, runtime=runtime)
+        ray_result = collect_ray(cfg, out, runtime=runtime)
+        ray_result.check_servers()
+        return ray_result
     tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
     specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
     recording = bool(cfg.recorder.enabled)
@@ -164,8 +166,5 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     if len(result.errors) > int(launcher.max_errors):
         raise JobFailed(f"stopped after {len(result.errors)} episodes failed to run; first error: "
                            f"{result.errors[0].error}")
-    if result.finished and result.unavailable == result.finished:  # nothing this run recorded had all its tools
-        raise JobFailed(f"all {result.finished} episodes of this run started without a server: "
-                        f"{result.unavailable_reason} (they are recorded in {out}: fix the server, then rerun into "
-                        "another out= or after deleting that directory)")
+    result.check_servers()
     return result

@@ -40,6 +40,13 @@ class CollectResult:
     unavailable_reason: str | None = None
     """The first of those episodes' reason."""
 
+    def check_servers(self) -> None:
+        """Raise :class:`JobFailed` if every episode this run finished started with a server unavailable."""
+        if self.finished and self.unavailable == self.finished:
+            raise JobFailed(f"all {self.finished} episodes of this run started without a server: "
+                            f"{self.unavailable_reason} (they are recorded in {self.out}: fix the server, then rerun "
+                            "into another out= or after deleting that directory)")
+
     def add(self, r: EpisodeResult) -> None:
         """Count a finished episode (keeping only failed ones)."""
         if r.error is None:
