@@ -36,8 +36,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -107,10 +109,12 @@ def _run_job(cfg: Any) -> None:
 
     from mcp_gym import jobs
     from mcp_gym.jobs.identity import JobRefused
+    from mcp_gym.jobs.schema import ConfigError, check_job_config
     from mcp_gym.tasks import TaskDataError
 
     out = Path(HydraConfig.get().runtime.output_dir)
     try:
+        check_job_config(cfg)  # first: a key of the wrong type, or an unknown one (+episods=5), is refused
         if cfg.command == "collect":
             r = jobs.collect(cfg, out)
             print(f"{r.out}: {r.already_done + r.finished} of {r.planned} planned episodes recorded ({r.finished} new, "
@@ -138,7 +142,7 @@ def _run_job(cfg: Any) -> None:
     except jobs.JobInterrupted as e:
         print(str(e), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
-    except (JobRefused, TaskDataError) as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
+    except (JobRefused, TaskDataError, ConfigError) as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
         # .hydra/ keeps describing the directory's own episodes (the class Hydra instantiated: under
         # `python -m mcp_gym.cli` this module is __main__, not mcp_gym.cli)
         importlib.import_module("mcp_gym.cli").KeepHydraFiles.restore()
@@ -153,6 +157,19 @@ def _run_job(cfg: Any) -> None:
         raise SystemExit(1) from None
 
 
+def _log_own_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` for jobs: mcp-gym's own warnings (a server unavailable) become one line of their
+    module's logger (on stderr), not a source dump; other warnings go to ``show``."""
+
+    def showwarning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if category.__module__.startswith("mcp_gym."):
+            logging.getLogger(category.__module__).warning("%s", message)
+        else:
+            show(message, category, *args, **kwargs)
+
+    return showwarning
+
+
 def _is_user_error(e: BaseException) -> bool:
     """A missing run or file, an unreachable endpoint, a refused shard: errors whose message says all (no traceback
     needed)."""
@@ -164,9 +181,9 @@ def _is_user_error(e: BaseException) -> bool:
 
 
 def _job(command: str, args: Sequence[str]) -> int:
-    """A job command: ``--help``/``-h`` prints its keys (mcp_gym.jobs.help), anything else goes to Hydra."""
+    """A job command: ``--help``/``-h`` prints its keys (mcp_gym.conf.help), anything else goes to Hydra."""
     if "--help" in args or "-h" in args:
-        from mcp_gym.jobs.help import job_help
+        from mcp_gym.conf.help import job_help
 
         name = "tasks validate" if command == "tasks-validate" else command
         print(job_help(name, JOBS[command], [a for a in args if not a.startswith("-")]))
@@ -204,8 +221,10 @@ def _hydra(command: str, overrides: Sequence[str]) -> int:
         return 0
     GlobalHydra.instance().clear()
     try:
-        _run_hydra(args=parsed, args_parser=parser, task_function=_run_job, config_path="pkg://mcp_gym.conf",
-                   config_name="config")
+        with warnings.catch_warnings():  # restores showwarning
+            warnings.showwarning = _log_own_warnings(warnings.showwarning)
+            _run_hydra(args=parsed, args_parser=parser, task_function=_run_job, config_path="pkg://mcp_gym.conf",
+                       config_name="config")
     finally:
         GlobalHydra.instance().clear()
     return 0

@@ -68,6 +68,9 @@ class EpisodeResult:
     seconds: float
     error: str | None = None
     """Why the episode failed to run (an exception in the policy or env); it is then not recorded."""
+    unavailable: str | None = None
+    """Why a server was unavailable at the episode's reset (the first ``server_dead`` reset error), if one was: the
+    episode ran, and was recorded, without that server's tools."""
 
 
 class _SharedSession:
@@ -440,13 +443,15 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
         env = self.envs[i]
         base = env.unwrapped
         t0 = time.perf_counter()
-        total, length, termination, success = 0.0, 0, None, None
+        total, length, termination, success, unavailable = 0.0, 0, None, None, None
         try:
             with anyio.move_on_after(timeout) as deadline:
                 options = {"episode_key": spec.key, "policy": policy.name}
                 if spec.task_id is not None:
                     options["task_id"] = spec.task_id
                 obs, info = await self._reset_one(i, spec.seed, options)
+                unavailable = next((e.get("message") for e in info.get("reset_errors") or ()
+                                    if e.get("kind") == "server_dead"), None)
                 agent = policy.agent(base, obs, info, spec.seed)
                 while True:
                     action = await agent.act(obs, info)
@@ -470,7 +475,7 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
             success = False if graded else None
             self._finish_recording(env, termination, success, total)
         return EpisodeResult(spec.key, spec.task_id, base.episode_id, total, success, length, termination,
-                             time.perf_counter() - t0)
+                             time.perf_counter() - t0, unavailable=unavailable)
 
     @staticmethod
     def _finish_recording(env: Any, termination: str | None, success: bool | None = None, total: float = 0.0) -> None:

@@ -189,7 +189,7 @@ def test_job_help_explains_every_key_of_the_composed_config(args: list[str], job
 
 
 def test_job_help_follows_the_chosen_options_and_every_conf_key_has_a_description() -> None:
-    from mcp_gym.jobs.help import read_conf
+    from mcp_gym.conf.help import read_conf
 
     page = _cli("eval", "policy=openai", "--help").stdout
     assert "policy=openai: Any OpenAI-compatible" in page

@@ -44,3 +44,4 @@ def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -
     assert results["train_examples"] == 24
     assert results["success_trained"] >= results["success_random"] + 0.1, results
     assert "| trained from scratch (greedy) |" in proc.stdout
+    assert "| 900/900 [" in proc.stderr  # the training phase (most of the time) shows TRL's progress bar

@@ -225,3 +225,4 @@ def test_grpo_example_trains_a_tiny_model(tmp_path: Path) -> None:
     calls = [float(ln.split("tool calls/rollout")[1].split()[0]) for ln in steps]
     assert max(calls) > 0, f"the warmed-up model never called a tool:\n{proc.stdout}"
     assert "2 GRPO steps in" in proc.stdout
+    assert "| 2/2 [" in proc.stderr  # TRL's progress bar of the GRPO steps

@@ -331,7 +331,10 @@ class ServerConnection:
     def _http_why(self) -> str:
         if self.http_refusal is None:
             return ""
-        hint = " (check its headers= / auth= credentials)" if self.http_refusal[5:8] in ("401", "403") else ""
+        status = self.http_refusal[5:8]
+        hint = " (check its headers= / auth= credentials)" if status in ("401", "403") else ""
+        if status in ("404", "405") and isinstance(self.spec, Http):  # what an HTTP+SSE endpoint answers a POST
+            hint = f" (a server of the older HTTP+SSE transport? then use sse+{redact_url(self.spec.url)})"
         return f"server '{self.alias}' ({self.spec.describe()}): {self.http_refusal}{hint}: "
 
     def _stderr_tail(self) -> str:

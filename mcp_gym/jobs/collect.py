@@ -91,10 +91,10 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
 
     Holds the run directory's job lock throughout (:func:`~mcp_gym.jobs.identity.hold_run`): while another job
     holds it, raises :class:`~mcp_gym.jobs.identity.JobRefused` naming that job. Raises :class:`JobInterrupted` on
-    Ctrl-C (after saving finished episodes) and ``RuntimeError`` when more than
-    ``launcher.max_errors`` episodes failed to run. A rerun into ``out`` resumes, or extends the plan when only
-    ``episodes``/``samples`` grew; with another config it raises :class:`~mcp_gym.jobs.identity.RunConfigMismatch`
-    (see :mod:`mcp_gym.jobs.identity`).
+    Ctrl-C (after saving finished episodes), and :class:`JobFailed` when more than ``launcher.max_errors`` episodes
+    failed to run or when every episode it ran started with a server unavailable. A rerun into ``out`` resumes, or
+    extends the plan when only ``episodes``/``samples`` grew; with another config it raises
+    :class:`~mcp_gym.jobs.identity.RunConfigMismatch` (see :mod:`mcp_gym.jobs.identity`).
     """
     out = Path(out)
     if not cfg.recorder.enabled:
@@ -111,7 +111,9 @@ def _collect(cfg: DictConfig, out: Path, runtime: Runtime | None) -> CollectResu
     if launcher.get("kind", "local") == "ray":
         from mcp_gym.jobs.ray_launcher import collect_ray
 
-        return collect_ray(cfg, out, runtime=runtime)
+        ray_result = collect_ray(cfg, out, runtime=runtime)
+        ray_result.check_servers()
+        return ray_result
     tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
     specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
     recording = bool(cfg.recorder.enabled)
@@ -176,4 +178,5 @@ def _collect(cfg: DictConfig, out: Path, runtime: Runtime | None) -> CollectResu
     if len(result.errors) > int(launcher.max_errors):
         raise JobFailed(f"stopped after {len(result.errors)} episodes failed to run; first error: "
                            f"{result.errors[0].error}")
+    result.check_servers()
     return result

@@ -16,8 +16,9 @@ class JobInterrupted(Exception):
 
 
 class JobFailed(RuntimeError):
-    """More episodes failed to run than ``launcher.max_errors`` allows; the message quotes the first error.
-    The finished episodes are saved: fix the cause and rerun the same command to resume."""
+    """More episodes failed to run than ``launcher.max_errors`` allows (the finished episodes are saved: fix the cause
+    and rerun the same command to resume), or every episode started with a server unavailable; the message quotes
+    the first error."""
 
 
 @dataclass
@@ -34,11 +35,25 @@ class CollectResult:
     """Episodes that failed to run (not recorded; a rerun retries them)."""
     seconds: float = 0.0
     steps: int = 0
+    unavailable: int = 0
+    """Finished episodes that started with a server unavailable (see :attr:`EpisodeResult.unavailable`)."""
+    unavailable_reason: str | None = None
+    """The first of those episodes' reason."""
+
+    def check_servers(self) -> None:
+        """Raise :class:`JobFailed` if every episode this run finished started with a server unavailable."""
+        if self.finished and self.unavailable == self.finished:
+            raise JobFailed(f"all {self.finished} episodes of this run started without a server: "
+                            f"{self.unavailable_reason} (they are recorded in {self.out}: fix the server, then rerun "
+                            "into another out= or after deleting that directory)")
 
     def add(self, r: EpisodeResult) -> None:
         """Count a finished episode (keeping only failed ones)."""
         if r.error is None:
             self.finished += 1
             self.successes += bool(r.success)
+            if r.unavailable is not None:
+                self.unavailable += 1
+                self.unavailable_reason = self.unavailable_reason or r.unavailable
         else:
             self.errors.append(r)

@@ -7,6 +7,7 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+from gymnasium.vector.utils import create_shared_memory
 
 from mcp_gym.spaces._random import _random_text, _random_word
 
@@ -104,3 +105,15 @@ class TextMapping(gymnasium.spaces.Space[dict]):
 
     def __repr__(self) -> str:
         return "TextMapping()"
+
+
+@create_shared_memory.register(Utf8Text)
+@create_shared_memory.register(TextMapping)
+def _no_shared_memory(space: gymnasium.spaces.Space[Any], n: int = 1, ctx: Any = None) -> Any:
+    """Gymnasium's ``AsyncVectorEnv`` asks for a fixed-size shared buffer per observation; text of any length has
+    none. Raised as a ``ValueError`` (not the ``CustomSpaceError`` it rewords into a generic line) so the line says
+    what to call instead."""
+    raise ValueError(f"{space!r} observations are text of any length, which cannot live in shared memory: use "
+                     "gym.make_vec(..., vectorization_mode='async', vector_kwargs={'shared_memory': False}) "
+                     "(a process per env), or the default gym.make_vec(...) (mcp_gym.VectorMCPEnv: concurrent calls "
+                     "in one process)")

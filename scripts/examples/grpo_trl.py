@@ -32,8 +32,13 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+try:
+    import torch
+    import trl  # noqa: F401 - imported in main(); checked here
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+except ModuleNotFoundError as e:  # one line, not a traceback
+    raise SystemExit(f"grpo_trl.py needs the [train] extra (no module {e.name!r}): pip install -e '.[train]'") from None
 
 from mcp_gym.trl import environment_factory, task_dataset  # noqa: E402
 
@@ -213,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         use_cpu=True,
         bf16=False,
         seed=args.seed,
-        disable_tqdm=True,
+        disable_tqdm=False,  # the training progress bar (on stderr)
     )
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=dataset,
                           environment_factory=Env)

@@ -41,11 +41,15 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import datasets  # noqa: E402
-import torch  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
-from trl import SFTConfig, SFTTrainer  # noqa: E402
+try:
+    import datasets
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from trl import SFTConfig, SFTTrainer
+except ModuleNotFoundError as e:  # one line, not a traceback
+    raise SystemExit(f"sft_from_scratch.py needs the [train] extra (no module {e.name!r}): "
+                     "pip install -e '.[train]'") from None
 
 from mcp_gym import sft  # noqa: E402
 from mcp_gym.cli import main as mcp_gym_cli  # noqa: E402
@@ -186,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                        weight_decay=0.0, assistant_only_loss=True, max_length=args.max_length, use_cpu=True,
                        bf16=False, report_to=[], logging_steps=max(1, args.steps // 10), save_strategy="no",
                        gradient_checkpointing=False, seed=args.seed, dataloader_num_workers=0,
-                       disable_tqdm=True)
+                       disable_tqdm=False)  # the training progress bar (on stderr): most of the script's time
     trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer)
     result = trainer.train()
     model_dir = out / "model"
