@@ -38,6 +38,7 @@ with the reply it came from, so the run's episodes, viewer pages and SFT export 
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -80,7 +81,19 @@ class StepOut:
 def resolve_env_factory(env: str | Callable[[], MCPEnv], env_kwargs: Mapping[str, Any] | None = None) -> Callable[
     [], MCPEnv
 ]:
-    """A zero-argument factory from a bundled env name (``"Counter"``) or a factory (returned as is)."""
+    """A zero-argument factory from a bundled env name (``"Counter"``), an import path ``"package.module:function"``
+    of a function returning an :class:`MCPEnv` (what a trainer's YAML config can name; ``env_kwargs`` are its keyword
+    arguments) or a factory (returned as is)."""
+    if isinstance(env, str) and ":" in env:
+        module, _, attr = env.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"env {env!r}: cannot import {attr!r} from {module!r} ({e})") from None
+        if not callable(fn):
+            raise TypeError(f"env {env!r} is not callable (a function returning an MCPEnv)")
+        kwargs = dict(env_kwargs or {})
+        return lambda: fn(**kwargs)
     if isinstance(env, str):
         from mcp_gym.envs import make_env
 
@@ -290,6 +303,8 @@ class TextEnvBatch:
     async def _astep_all(self, outputs: Sequence[str | Mapping[str, Any]]) -> list[StepOut]:
         if len(outputs) != self.n:
             raise ValueError(f"got {len(outputs)} outputs for {self.n} episodes")
+        if self.n == 1:  # one episode (a trainer face's env): no task to spawn, one loop turn less per step
+            return [await self._astep_one(0, outputs[0])]
         return list(await asyncio.gather(*(self._astep_one(i, out) for i, out in enumerate(outputs))))
 
     def _base_info(self, i: int) -> dict[str, Any]:

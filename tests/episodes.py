@@ -66,3 +66,11 @@ def recorded_episode(run: Path) -> dict[str, Any]:
     (example,) = sft.build(run, success_only=False, drop_errors=False)
     return {**{k: ep[k] for k in EPISODE_COLUMNS}, "steps": steps, "messages": example["messages"],
             "sft_tools": example["tools"]}
+
+
+MAZE_TEXTS = ["I should look around first.", hermes(("look", {})), hermes(("move", {"direction": "up"})),
+              hermes(("move", {"direction": "left"}), ("move", {"direction": "down"}), text="<think>Two.</think>"),
+              '<tool_call>{"name": "move", "arguments": {"direction": </tool_call>',
+              hermes(("submit", {"answer": "x"}))]
+"""Replies to Maze task ``maze-5x5-0000`` in every shape: no call, a call, two calls with reasoning, broken JSON, the
+final ``submit``."""

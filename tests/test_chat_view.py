@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from episodes import TextPolicy, hermes, recorded_episode, run_policy
+from episodes import MAZE_TEXTS, TextPolicy, hermes, recorded_episode, run_policy
 
 from mcp_gym import chat, protocol, sft
 from mcp_gym.client.runtime import default_runtime
@@ -205,10 +205,6 @@ def policy_conversation(name: str, task_id: str, texts: Sequence[str], run: Path
     return run_policy(lambda: make_env(name), task_id, texts, run)
 
 
-MAZE_TEXTS = ["I should look around first.", hermes(("look", {})), hermes(("move", {"direction": "up"})),
-              hermes(("move", {"direction": "left"}), ("move", {"direction": "down"}), text="<think>Two.</think>"),
-              '<tool_call>{"name": "move", "arguments": {"direction": </tool_call>',
-              hermes(("submit", {"answer": "x"}))]
 
 
 @pytest.mark.parametrize(("name", "task_id", "texts"), [
