@@ -3,7 +3,9 @@
 Each face gets its own env over the same server (the Counter server's ``echo`` tool, over stdio and in-process) and
 plays what its trainer sends: ``MCPEnv.step({"tool": "echo", ...})`` is the base; the SkyRL face
 (``mcp_gym.skyrl.MCPGymTextEnv.step``) and ``TextEnvBatch.step`` (n=1) get the model's text with the same call in a
-Hermes ``<tool_call>`` block, so they also parse it and build the chat view's tool message. Rounds interleave the sides
+Hermes ``<tool_call>`` block, so they also parse it and build the chat view's tool message; the OpenEnv face's session
+(``mcp_gym.openenv.MCPGymEnvironment.step``, what its server runs per WebSocket ``step``, without the network) gets
+OpenEnv's ``CallToolAction``. Rounds interleave the sides
 (the order rotates) so machine noise hits all alike; reported: median wall time per step, this process's CPU per step
 (the client's own cost; over stdio the server's CPU is another process) and the ratios to ``MCPEnv.step``. With
 ``--record`` every side records into a run directory (RecordTrajectories; the face with ``record_to``).
@@ -47,6 +49,17 @@ def faces(make: Callable[[], MCPEnv], record: str | None) -> dict[str, tuple[Cal
         sky = MCPGymTextEnv(None, {}, env=make, record_to=None if record is None else f"{record}/skyrl")
         sky.init([])
         out["SkyRL MCPGymTextEnv.step"] = (lambda: sky.step(TEXT), sky.close)
+    try:
+        from openenv.core.env_server.mcp_types import CallToolAction
+
+        from mcp_gym.openenv import MCPGymEnvironment
+    except ImportError:
+        print("  (OpenEnv face skipped: pip install 'mcp-gym[openenv]')")
+    else:
+        session = MCPGymEnvironment(make, record_to=None if record is None else f"{record}/openenv")
+        session.reset(seed=0)
+        call = CallToolAction(tool_name=ACTION["tool"], arguments=ACTION["arguments"])
+        out["OpenEnv session.step"] = (lambda: session.step(call), session.close)
     return out
 
 
