@@ -140,3 +140,25 @@ def test_bad_settings_are_named(registered: Callable[..., str]) -> None:
         mcp_skyrl.register("test_twice", "Maze")
     mcp_skyrl.register("test_twice", "Maze", replace=True)
     assert skyrl_gym.registry["test_twice"].kwargs["env"] == "Maze"
+
+
+def test_trajectories_in_worker_threads_at_once(tmp_path: Path, registered: Callable[..., str]) -> None:
+    """SkyRL's generator runs init/step/close of many trajectories in a thread pool: each env keeps its own episode."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mcp_gym.envs import load_env_tasks
+    from mcp_gym.parsing import ToolCall, format_tool_calls
+    from mcp_gym.recording import load
+
+    env_class = registered("test_threads", "Counter", record_to=str(tmp_path / "run"))
+    rows = mcp_skyrl.task_rows("Counter", None, env_class=env_class)[:6]
+
+    def one(row: dict[str, Any]) -> float:
+        solution = next(t for t in load_env_tasks("Counter", None, 0) if t.id == row["task_id"]).solution
+        texts = [format_tool_calls([ToolCall(c["tool"], c["arguments"])]) for c in solution]
+        return play(env_class, row, texts)[3]["success"]
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(one, rows)) == [1.0] * len(rows)
+    episodes = load(tmp_path / "run").episodes
+    assert sorted(episodes["task_id"]) == sorted(r["task_id"] for r in rows) and all(episodes["success"])
