@@ -205,3 +205,30 @@ def test_serve_openenv_command(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "mcp_gym.cli", "serve-openenv", "Counter", "--env-kwargs", "{x"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--env-kwargs is not JSON" in bad.stderr
+
+
+def test_tools_before_reset_and_the_http_routes(serve: Callable[..., Server]) -> None:
+    """OpenEnv lists tools without a reset (the session starts an episode for it); a call before any reset is refused
+    with OpenEnv's error message; ``/schema`` describes the MCP actions and mcp-gym's observation fields."""
+    import json
+    import urllib.request
+
+    server = serve("Counter")
+
+    async def go() -> tuple[Any, Any]:
+        async with GenericEnvClient(base_url=server.url) as client:
+            tools = await client.step({"type": "list_tools"})
+        async with GenericEnvClient(base_url=server.url) as client:
+            try:
+                await client.step({"type": "call_tool", "tool_name": "add", "arguments": {"amount": 1}})
+            except Exception as e:  # noqa: BLE001 - whatever OpenEnv's client raises for an error message
+                return tools, e
+        return tools, None
+
+    tools, refused = asyncio.run(go())
+    assert [t["name"] for t in tools.observation["tools"]] == ["add", "get_count", "submit"]
+    assert refused is not None and "call reset before call_tool" in str(refused)
+    with urllib.request.urlopen(f"{server.url}/schema", timeout=30) as r:
+        schema = json.loads(r.read())
+    assert "tool_name" in schema["action"]["properties"]
+    assert {"step_error", "success", "episode_return"} <= set(schema["observation"]["properties"])
