@@ -1,10 +1,10 @@
 """OpenEnv adapter: any mcp-gym env served as an OpenEnv environment (``mcp-gym serve-openenv ENV``).
 
-OpenEnv clients (``openenv.core``'s ``MCPToolClient`` and ``GenericEnvClient``, TRL's OpenEnv integration, verifiers'
-OpenEnv taskset) talk to an environment server over a WebSocket (``/ws``): one environment per connection, kept for
-the connection's life, with ``reset``, ``step(action)`` and ``state`` messages. :func:`create_app` builds that server
-(OpenEnv's own ``create_app``) over :class:`MCPGymEnvironment`, one :class:`~mcp_gym.env.MCPEnv` episode per
-session and many sessions at once; the actions are OpenEnv's MCP actions::
+OpenEnv clients (``openenv.core``'s ``MCPToolClient`` and ``GenericEnvClient``, which the tests drive, and the
+trainers' integrations built on them) talk to an environment server over a WebSocket (``/ws``): one environment per
+connection, kept for the connection's life, with ``reset``, ``step(action)`` and ``state`` messages.
+:func:`create_app` builds that server (OpenEnv's own ``create_app``) over :class:`MCPGymEnvironment`, one
+:class:`~mcp_gym.env.MCPEnv` episode per session and many sessions at once; the actions are OpenEnv's MCP actions::
 
     {"type": "list_tools"}                                          -> tools (name, description, input_schema)
     {"type": "call_tool", "tool_name": "add", "arguments": {...}}   -> result text, error, reward, done
