@@ -25,7 +25,7 @@ included): SkyRL's generator renders no tools itself, so give them to the chat t
 ``<tool_call>``, bare JSON, ...), runs its calls and returns their ``tool`` messages, the turn's reward (the env's
 per-step rewards; the verifier's grade arrives on ``submit``) and ``done``. The episode ends when the env terminates
 or truncates (its ``max_steps``), or after ``max_turns`` replies (SkyRL's ``generator.max_turns``, which the generator
-passes in ``extras``); an episode cut by ``max_turns`` is not recorded (the recorder keeps finished episodes only).
+passes in ``extras``); an episode cut by ``max_turns`` is recorded with termination ``max_turns`` and unknown success.
 """
 
 from __future__ import annotations
@@ -147,6 +147,9 @@ class MCPGymTextEnv(BaseTextEnv):
         if not done and self.max_turns and self.turns >= self.max_turns:
             done = True
             info = {**info, "truncated": True, "termination": "max_turns"}
+            end = getattr(self.batch.envs[0], "end_episode", None)  # a recorder: the episode is recorded as cut
+            if end is not None:
+                end("max_turns")
         self.last_info = info
         return BaseTextEnvStepOutput(observations=out.messages, reward=out.reward, done=done, metadata=info,
                                      postprocessed_action=None)

@@ -117,13 +117,16 @@ def test_settings_from_the_trainer_config_and_the_row(tmp_path: Path, registered
     # A row may name a bundled env for the generic class.
     _, outs, _, _ = play("mcp_gym", {"prompt": [], "env": "Counter", "task_id": COUNTER_TASK}, COUNTER_TEXTS)
     assert outs[-1]["metadata"]["success"] is True
-    # SkyRL's generator passes max_turns: the episode ends after that many replies (not recorded: unfinished).
+    # SkyRL's generator passes max_turns: the episode ends after that many replies, recorded as cut there.
     env_class = registered("test_turns", "Counter", record_to=str(tmp_path / "turns"))
-    with pytest.warns(UserWarning, match="not recorded"):
-        _, outs, _, metrics = play(env_class, {"prompt": [], "task_id": COUNTER_TASK, "max_turns": 2}, COUNTER_TEXTS)
+    history, outs, _, metrics = play(env_class, {"prompt": [], "task_id": COUNTER_TASK, "max_turns": 2},
+                                     COUNTER_TEXTS)
     assert [o["done"] for o in outs] == [False, True] and outs[-1]["metadata"]["termination"] == "max_turns"
     assert metrics["turns"] == 2 and "success" not in metrics
-    assert not list((tmp_path / "turns").rglob("*.parquet"))
+    episode = recorded_episode(tmp_path / "turns")
+    assert (episode["termination"], episode["success"], episode["length"]) == ("max_turns", None, 2)
+    assert [m["role"] for m in episode["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    assert episode["messages"][:4] == history[:2] + [{"role": "assistant", "content": "Hmm."}, history[3]]
 
 
 def test_bad_settings_are_named(registered: Callable[..., str]) -> None:
