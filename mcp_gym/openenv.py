@@ -20,6 +20,9 @@ observation carries ``result`` (the chat view's tool message: the result text, t
 ``GenericEnvClient`` all of them). An action's ``metadata`` may carry the model output it came from (``raw_text``,
 ``parse_status``, ``turn``, ``assistant_content``): with ``record_to`` they are recorded with the step, and every
 episode lands in an mcp-gym run (viewer, SFT export) as if played through ``MCPEnv`` directly.
+
+OpenEnv's ``/mcp`` JSON-RPC pass-through (its "production mode") needs a FastMCP server object and is not offered: the
+step API above is the episode (an agent that only needs the tools can talk MCP to the env's servers themselves).
 """
 
 from __future__ import annotations
