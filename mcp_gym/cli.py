@@ -19,6 +19,7 @@ Servers::
     mcp-gym inspect http://127.0.0.1:8000/mcp            # tools, resources and prompts of any MCP server
     mcp-gym inspect sse+https://host/sse --header "Authorization: Bearer $TOKEN"  # older HTTP+SSE, with a header
     mcp-gym serve --replay runs/x/cassettes/memory.jsonl # a recorded cassette as a server (mcp_gym.cassette)
+    mcp-gym serve-openenv Counter --port 8000            # an env as an OpenEnv server (mcp_gym.openenv)
     mcp-gym diff-tools runs/2026-11 runs/2026-12         # tool-catalogue drift (mcp_gym.drift)
 
 Looking at runs::
@@ -59,7 +60,7 @@ HIDDEN_NOTE = "(hidden: mcp-gym episode control)"
 def _usage() -> str:
     body = (__doc__ or "").split("\n", 2)[2].replace("``", "").replace("::", ":")
     commands = [c for c in JOBS if c != "tasks-validate"]
-    names = [*commands, "tasks validate", "serve", "inspect", "diff-tools", "view"]
+    names = [*commands, "tasks validate", "serve", "serve-openenv", "inspect", "diff-tools", "view"]
     return f"usage: mcp-gym {{{','.join(names)}}} [arguments]\n\n{body}"
 
 
@@ -261,6 +262,38 @@ def _serve(argv: Sequence[str]) -> int:
     return 0
 
 
+def _serve_openenv(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="mcp-gym serve-openenv",
+                                description="Serve an env as an OpenEnv environment server (WebSocket /ws, MCP tool "
+                                            "actions; needs the [openenv] extra).")
+    p.add_argument("env", help="a bundled env (Counter, SQL, ...) or package.module:function returning an MCPEnv")
+    p.add_argument("--env-kwargs", default="{}", metavar="JSON", help="make_env / factory keyword arguments")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-sessions", type=int, default=64, help="most WebSocket sessions at once")
+    p.add_argument("--record-to", metavar="DIR", help="record every session's episodes into this run directory")
+    p.add_argument("--policy", default="openenv", help="the recorded policy name")
+    a = p.parse_args(argv)
+    try:
+        env_kwargs = json.loads(a.env_kwargs)
+    except ValueError as e:
+        p.error(f"--env-kwargs is not JSON: {e}")
+    if not isinstance(env_kwargs, dict):
+        p.error("--env-kwargs must be a JSON object")
+    try:
+        from mcp_gym.openenv import create_app
+    except ImportError as e:
+        print(f"mcp-gym serve-openenv: {e}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    app = create_app(a.env, env_kwargs=env_kwargs, max_sessions=a.max_sessions, record_to=a.record_to,
+                     policy=a.policy)
+    print(f"serving {a.env} as an OpenEnv environment on ws://{a.host}:{a.port}/ws", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
+    return 0
+
+
 # -- inspect ----------------------------------------------------------------------------------------------------------
 def _spec(target: str, timeout: float, header_lines: Sequence[str] = ()) -> Any:
     from mcp_gym.client.specs import Stdio, parse_server
@@ -404,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "serve":
             return _serve(rest)
+        if command == "serve-openenv":
+            return _serve_openenv(rest)
         if command == "inspect":
             return _inspect(rest)
         if command == "view":

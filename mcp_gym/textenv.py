@@ -30,15 +30,20 @@ policies and the SFT export end an episode only with the ``submit`` tool).
 
 An assistant *message* (a dict with ``content`` and OpenAI ``tool_calls``, as an inference server returns it) is
 accepted in place of a text. Episodes that are done are skipped (empty messages, reward 0, ``done=True``).
+
+Recording: give ``TextEnvBatch`` envs wrapped in :class:`~mcp_gym.recording.RecordTrajectories`; each step is recorded
+with the reply it came from, so the run's episodes, viewer pages and SFT export show this batch's conversations.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mcp_gym.async_env import areset, astep
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, call_id, env_tools
 from mcp_gym.env import MCPEnv
 from mcp_gym.parsing import ParseResult, parse_message, parse_tool_calls
@@ -76,7 +81,19 @@ class StepOut:
 def resolve_env_factory(env: str | Callable[[], MCPEnv], env_kwargs: Mapping[str, Any] | None = None) -> Callable[
     [], MCPEnv
 ]:
-    """A zero-argument factory from a bundled env name (``"Counter"``) or a factory (returned as is)."""
+    """A zero-argument factory from a bundled env name (``"Counter"``), an import path ``"package.module:function"``
+    of a function returning an :class:`MCPEnv` (what a trainer's YAML config can name; ``env_kwargs`` are its keyword
+    arguments) or a factory (returned as is)."""
+    if isinstance(env, str) and ":" in env:
+        module, _, attr = env.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"env {env!r}: cannot import {attr!r} from {module!r} ({e})") from None
+        if not callable(fn):
+            raise TypeError(f"env {env!r} is not callable (a function returning an MCPEnv)")
+        kwargs = dict(env_kwargs or {})
+        return lambda: fn(**kwargs)
     if isinstance(env, str):
         from mcp_gym.envs import make_env
 
@@ -119,6 +136,7 @@ def reset_options(env: MCPEnv, spec: Any) -> dict[str, Any] | None:
         return None
     if isinstance(spec, Task):
         return {"task": spec}
+    env = env.unwrapped  # a wrapper (RecordTrajectories, ...) around the MCPEnv
     ids = {t.id for t in env.tasks}
     if isinstance(spec, str):
         if spec in ids:
@@ -162,7 +180,9 @@ class TextEnvBatch:
 
     Args:
         env: A bundled env name (``"Counter"``, ``"SQL"``, ...), a zero-argument factory returning an
-            :class:`MCPEnv`, or a list of ready envs (then ``n`` defaults to its length).
+            :class:`MCPEnv`, or a list of ready envs (then ``n`` defaults to its length), possibly wrapped: under a
+            :class:`~mcp_gym.recording.RecordTrajectories` every step is recorded with the reply's raw text, parse
+            status, turn and own text, as the chat policies record theirs (the run converts back to this chat view).
         n: Number of concurrent episodes (one env each; bundled in-process servers are shared, with per-episode
             state, so this is cheap).
         system_prompt: First message of every conversation (``None``: no system message). Tools are not written
@@ -205,7 +225,7 @@ class TextEnvBatch:
         self.no_tool_call: NoToolCall = no_tool_call
         self.max_calls_per_turn = max_calls_per_turn
         self.show_resources = show_resources
-        self._rt = self.envs[0]._rt
+        self._rt = self.envs[0].unwrapped._rt
         self.dones = [True] * self.n
         self.returns = [0.0] * self.n
         self.histories: list[list[dict[str, Any]]] = [[] for _ in range(self.n)]
@@ -271,7 +291,7 @@ class TextEnvBatch:
 
     async def _areset_one(self, i: int, spec: Any, seed: int | None) -> list[dict[str, Any]]:
         env = self.envs[i]
-        obs, info = await env.areset(seed=seed, options=reset_options(env, spec))
+        obs, info = await areset(env, seed=seed, options=reset_options(env, spec))
         self.dones[i] = False
         self.returns[i] = 0.0
         view = ChatView(obs["task"], obs["resources"], system_prompt=self.system_prompt,
@@ -283,10 +303,12 @@ class TextEnvBatch:
     async def _astep_all(self, outputs: Sequence[str | Mapping[str, Any]]) -> list[StepOut]:
         if len(outputs) != self.n:
             raise ValueError(f"got {len(outputs)} outputs for {self.n} episodes")
+        if self.n == 1:  # one episode (a trainer face's env): no task to spawn, one loop turn less per step
+            return [await self._astep_one(0, outputs[0])]
         return list(await asyncio.gather(*(self._astep_one(i, out) for i, out in enumerate(outputs))))
 
     def _base_info(self, i: int) -> dict[str, Any]:
-        env = self.envs[i]
+        env = self.envs[i].unwrapped
         return {"episode_id": env.episode_id, "task_id": env.task.id if env.task else None, "step": env.steps,
                 "episode_return": self.returns[i]}
 
@@ -298,7 +320,11 @@ class TextEnvBatch:
         view = self._views[i]
         assert view is not None
         parsed = _parse(output)
-        ids = view.reply(assistant_content(parsed), parsed.calls)
+        content = assistant_content(parsed)
+        # what a recorder on top of the env stores with each step (the chat policies send the same keys)
+        record = {"raw_text": parsed.raw_text, "parse_status": parsed.status, "turn": view.turn,
+                  "assistant_content": content} if getattr(self.envs[i], "accepts_text_actions", False) else {}
+        ids = view.reply(content, parsed.calls)
         calls = [{"id": id, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
                  for c, id in zip(parsed.calls, ids, strict=True)]
         info: dict[str, Any] = {
@@ -310,11 +336,12 @@ class TextEnvBatch:
         reward = 0.0
         if not calls:
             if self.no_tool_call == "submit":
-                r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": parsed.content}}, info)
+                r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": parsed.content}, **record},
+                                         info)
                 reward += r
             else:
                 error = ToolCallError("parse_error", parsed.error or "no tool call found", code=parsed.status).as_dict()
-                r, obs = await self._apply(i, {"tool": None, "arguments": {}}, info, error)  # counts the step
+                r, obs = await self._apply(i, {"tool": "", "arguments": {}, **record}, info, error)  # as the policies
                 reward += r
                 messages.append(view.no_call(parsed.status, obs["resources"]))
         for k, (call, id) in enumerate(zip(parsed.calls, ids, strict=True)):
@@ -324,7 +351,7 @@ class TextEnvBatch:
                 message = {"role": "tool", "tool_call_id": id, "name": call.name, "content": text}
                 view.messages.append(message)
             else:
-                r, obs = await self._apply(i, call.to_action(), info)
+                r, obs = await self._apply(i, {**call.to_action(), **record}, info)
                 reward += r
                 message = view.tool_result(id, call.name, obs["result"], obs["resources"])
             messages.append(message)
@@ -341,7 +368,7 @@ class TextEnvBatch:
         ``error`` replaces the env's error description in ``info["errors"]`` (used for unparseable replies).
         """
         env = self.envs[i]
-        obs, reward, terminated, truncated, step_info = await env.astep(action)
+        obs, reward, terminated, truncated, step_info = await astep(env, action)
         reward = float(reward)
         self.returns[i] += reward
         if error is not None or step_info.get("error"):

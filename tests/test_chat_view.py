@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from episodes import MAZE_TEXTS, TextPolicy, hermes, recorded_episode, run_policy
 
 from mcp_gym import chat, protocol, sft
 from mcp_gym.client.runtime import default_runtime
 from mcp_gym.envs import BUNDLED_ENVS, load_env_tasks, make_env
-from mcp_gym.parsing import ParseResult, parse_tool_calls
-from mcp_gym.policies import ChatPolicy, OpenAIPolicy
+from mcp_gym.parsing import parse_tool_calls
+from mcp_gym.policies import OpenAIPolicy
 from mcp_gym.recording import RecordTrajectories, load
 from mcp_gym.textenv import TextEnvBatch
 from mcp_gym.vector import EpisodeSpec, VectorMCPEnv
@@ -200,40 +201,10 @@ def test_legacy_runs_without_turns_still_export(tmp_path: Path) -> None:
 
 
 # -- the same conversation through TextEnvBatch, the TRL adapter and a policy -----------------------------------------
-class TextPolicy(ChatPolicy):
-    """A chat policy whose model replies with scripted texts (the chat agent's real code path, without HTTP)."""
-
-    name = "text"
-
-    def __init__(self, texts: Sequence[str]) -> None:
-        self.texts = list(texts)
-        self.requests: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
-
-    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> ParseResult:
-        self.requests.append((copy.deepcopy(messages), copy.deepcopy(tools)))
-        return parse_tool_calls(self.texts[len(self.requests) - 1])
-
-
-def hermes(*calls: tuple[str, dict[str, Any]], text: str = "") -> str:
-    blocks = "\n".join(f'<tool_call>\n{json.dumps({"name": n, "arguments": a})}\n</tool_call>' for n, a in calls)
-    return f"{text}\n{blocks}" if text else blocks
-
-
 def policy_conversation(name: str, task_id: str, texts: Sequence[str], run: Path) -> TextPolicy:
-    policy = TextPolicy(texts)
-
-    async def go() -> None:
-        async with VectorMCPEnv(lambda i: RecordTrajectories(make_env(name), run), 1) as vec:
-            await vec.run(policy, [EpisodeSpec(f"{task_id}#0", task_id, 5)])
-
-    default_runtime().call(go)
-    return policy
+    return run_policy(lambda: make_env(name), task_id, texts, run)
 
 
-MAZE_TEXTS = ["I should look around first.", hermes(("look", {})), hermes(("move", {"direction": "up"})),
-              hermes(("move", {"direction": "left"}), ("move", {"direction": "down"}), text="<think>Two.</think>"),
-              '<tool_call>{"name": "move", "arguments": {"direction": </tool_call>',
-              hermes(("submit", {"answer": "x"}))]
 
 
 @pytest.mark.parametrize(("name", "task_id", "texts"), [
@@ -263,6 +234,23 @@ def test_textenv_builds_the_policy_conversation(name: str, task_id: str, texts: 
     (ex,) = sft.build(tmp_path / "run", success_only=False, drop_errors=False)
     assert ex["messages"] == history[:final + 1]
     assert ex["tools"] == last_tools
+
+
+@pytest.mark.parametrize(("name", "task_id", "texts"), [("Maze", "maze-5x5-0000", MAZE_TEXTS)])
+def test_textenv_records_the_policy_episode(name: str, task_id: str, texts: list[str], tmp_path: Path) -> None:
+    """Envs under RecordTrajectories: TextEnvBatch records the episode the chat policy records (steps with the reply's
+    raw text, turn and own text; the same conversation back from the run)."""
+    run_policy(lambda: make_env(name), task_id, texts, tmp_path / "policy")
+    with TextEnvBatch([RecordTrajectories(make_env(name), tmp_path / "batch", policy="text")]) as batch:
+        batch.reset([task_id], seed=5)
+        for text in texts:
+            batch.step([text])
+        assert batch.all_done
+        history = batch.histories[0]
+    expected, got = recorded_episode(tmp_path / "policy"), recorded_episode(tmp_path / "batch")
+    assert got == expected
+    assert [s["turn"] for s in got["steps"]] == [0, 1, 2, 3, 3, 4, 5]
+    assert got["messages"] == history[:len(got["messages"])]
 
 
 def test_trl_adapter_renders_like_the_policy(tmp_path: Path) -> None:

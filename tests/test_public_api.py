@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import re
@@ -16,12 +17,19 @@ import mcp_gym
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+OPTIONAL = {"mcp_gym.skyrl": "skyrl_gym", "mcp_gym.openenv": "openenv.core"}
+"""Modules that need an extra to import (module -> the package it needs): checked where that package is installed."""
+
+
 def public_modules() -> list[str]:
-    """Modules whose dotted path has no ``_``-private part (``__main__`` entry points and Hydra configs excluded)."""
+    """Modules whose dotted path has no ``_``-private part (``__main__`` entry points and Hydra configs excluded), and
+    no module of an extra that is not installed."""
     names = []
     for m in pkgutil.walk_packages(mcp_gym.__path__, "mcp_gym."):
         parts = m.name.split(".")[1:]
         if any(p.startswith("_") for p in parts) or parts[0] == "conf":
+            continue
+        if m.name in OPTIONAL and importlib.util.find_spec(OPTIONAL[m.name].split(".")[0]) is None:
             continue
         names.append(m.name)
     return names

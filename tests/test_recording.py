@@ -645,3 +645,20 @@ def test_gym_make_wrapper_strips_keys_and_drops_unfinished_episodes(tmp_path: Pa
     (ep,) = load(tmp_path).episodes
     assert (ep["episode_key"], ep["policy"], ep["env_id"], ep["termination"]) == ("k1", "p", "mcp_gym/Counter-v0",
                                                                                     "submit")
+
+
+def test_end_episode_records_an_episode_the_caller_cut(tmp_path: Path) -> None:
+    """A trainer's turn limit ends an episode the env did not end: ``end_episode`` records it with that termination
+    (a reset or close would drop it); without a step there is nothing to record."""
+    env = RecordTrajectories(mcp_gym.make_env("Counter"), tmp_path / "run")
+    env.reset(options={"task_id": "counter-0000"})
+    env.end_episode("max_turns")  # no step yet: nothing
+    env.step({"tool": "add", "arguments": {"amount": 2}})
+    env.end_episode("max_turns")
+    env.end_episode("again")  # already recorded: no-op
+    env.reset(options={"task_id": "counter-0001"})
+    env.close()  # this one has no step: dropped silently
+    (episode,) = load(tmp_path / "run").episodes
+    assert (episode["task_id"], episode["termination"], episode["success"], episode["length"]) == (
+        "counter-0000", "max_turns", None, 1)
+    assert episode["total_reward"] == pytest.approx(-0.01)

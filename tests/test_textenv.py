@@ -181,3 +181,14 @@ def test_bad_arguments() -> None:
         b.reset()
         with pytest.raises(ValueError):
             b.step(["a"])
+
+
+def test_env_by_import_path() -> None:
+    """A trainer's YAML can name an env factory as ``package.module:function`` (``env_kwargs`` are its arguments)."""
+    with TextEnvBatch("mcp_gym.envs:make_env", n=1, env_kwargs={"name": "Counter", "max_steps": 3}) as b:
+        b.reset(["counter-0000"])
+        assert b.envs[0].max_steps == 3 and b.envs[0].task.id == "counter-0000"
+    with pytest.raises(ValueError, match=r"env 'mcp_gym.envs:nope': cannot import 'nope' from 'mcp_gym.envs'"):
+        TextEnvBatch("mcp_gym.envs:nope", n=1)
+    with pytest.raises(ValueError, match=r"env 'no_such_module:f': cannot import"):
+        TextEnvBatch("no_such_module:f", n=1)

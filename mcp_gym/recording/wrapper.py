@@ -115,6 +115,13 @@ class RecordTrajectories(AsyncWrapper):
         self._record(action, obs, reward, terminated, truncated, info, t0, extras)
         return obs, reward, terminated, truncated, info
 
+    def end_episode(self, termination: str) -> None:
+        """Record the episode in progress as ended by the caller (e.g. ``"max_turns"``: a trainer's turn limit), with
+        ``termination`` and unknown success, instead of dropping it at the next reset or close. No-op without steps."""
+        ep = self.episode
+        if ep is not None and not ep.done and ep.length:
+            ep.finish(termination=termination, catalogue_changes=self._catalogue_changes())
+
     def close(self) -> None:
         """Drop an unfinished episode, release the writer (closing it with its last user) and close the env."""
         self._drop_unfinished()

@@ -1,0 +1,234 @@
+"""OpenEnv face (mcp_gym.openenv, ``mcp-gym serve-openenv``): OpenEnv's own clients (``MCPToolClient``,
+``GenericEnvClient``) drive mcp-gym envs over the server's WebSocket, a session per connection, many at once; a
+scripted policy reaches the same success and the same recorded episode as the same calls through ``MCPEnv``
+directly, on bundled envs and on server-everything."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import free_port, wait_for_port
+from episodes import recorded_episode
+
+from mcp_gym import MCPEnv, Stdio, make_env
+from mcp_gym.recording import RecordTrajectories
+
+pytest.importorskip("openenv.core", reason="needs the [openenv] extra (pip install 'mcp-gym[openenv]')")
+import uvicorn  # noqa: E402
+from openenv.core.env_server.mcp_types import CallToolAction  # noqa: E402
+from openenv.core.generic_client import GenericEnvClient  # noqa: E402
+from openenv.core.mcp_client import MCPToolClient  # noqa: E402
+
+from mcp_gym.openenv import create_app  # noqa: E402
+
+pytestmark = pytest.mark.openenv
+
+MAZE_CALLS = [("look", {}, "I look first."), ("move", {"direction": "up"}, ""), ("move", {"direction": "sideways"}, ""),
+              ("nope", {}, ""), ("move", {"direction": "down"}, "Down."), ("submit", {"answer": "x"}, "")]
+COUNTER_CALLS = [("get_count", {}, ""), ("add", {"amount": 5}, ""), ("add", {"amount": 4}, "")]
+SUM_TASK = {"id": "sum-3-4", "prompt": "Add 3 and 4 with the tools, then submit the sum.", "answer": "7"}
+SUM_CALLS = [("echo", {"message": "start"}, ""), ("get-sum", {"a": 3, "b": 4}, ""), ("submit", {"answer": "7"}, "")]
+Calls = list[tuple[str, dict[str, Any], str]]
+
+
+def everything_env() -> MCPEnv:
+    from conftest import npm_bin
+
+    return MCPEnv({"everything": Stdio(npm_bin("mcp-server-everything"), ["stdio"])}, [SUM_TASK], call_timeout=10.0,
+                  env_id="everything")
+
+
+def extras(k: int, text: str) -> dict[str, Any]:
+    """What a model-driven client sends along with its k-th call (recorded with the step)."""
+    return {"raw_text": f"reply {k}", "parse_status": "ok", "turn": k, "assistant_content": text}
+
+
+def run_direct(make: Callable[[], MCPEnv], task_id: str, calls: Calls, run: Path, texts: bool = False) -> None:
+    """The same calls through ``MCPEnv`` directly, recorded (``texts``: with the model texts of :func:`extras`)."""
+    env = RecordTrajectories(make(), run)
+    try:
+        env.reset(seed=5, options={"task_id": task_id})
+        for k, (tool, args, text) in enumerate(calls):
+            if any(env.step({"tool": tool, "arguments": args, **(extras(k, text) if texts else {})})[2:4]):
+                break
+    finally:
+        env.close()
+
+
+class Server:
+    """An mcp-gym OpenEnv server on 127.0.0.1 in a thread (uvicorn), stopped by :meth:`stop`."""
+
+    def __init__(self, env: Any, **options: Any) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(create_app(env, **options), host="127.0.0.1", port=self.port,
+                                                    log_level="critical"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_for_port(self.port)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def start(env: Any, **options: Any) -> Server:
+        servers.append(Server(env, **options))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+async def play(url: str, task_id: str | None, calls: Calls) -> tuple[Any, list[Any]]:
+    """OpenEnv's MCPToolClient: reset on the task, list the tools, step each call until done (it sends no action
+    metadata)."""
+    async with MCPToolClient(base_url=url) as client:
+        reset = await client.reset(task_id=task_id, seed=5)
+        assert {t.name for t in await client.list_tools()} >= {c[0] for c in calls} - {"nope"}
+        steps = []
+        for tool, args, _ in calls:
+            steps.append(await client.step(CallToolAction(tool_name=tool, arguments=args)))
+            if steps[-1].done:
+                break
+        return reset, steps
+
+
+@pytest.mark.parametrize(("name", "task_id", "calls"), [("Maze", "maze-5x5-0000", MAZE_CALLS),
+                                                         ("Counter", "counter-0000", COUNTER_CALLS)])
+def test_bundled_env_plays_and_records_like_mcpenv(name: str, task_id: str, calls: Calls, tmp_path: Path,
+                                                   serve: Callable[..., Server]) -> None:
+    run_direct(lambda: make_env(name), task_id, calls, tmp_path / "direct")
+    server = serve(name, record_to=str(tmp_path / "openenv"))
+    _, steps = asyncio.run(play(server.url, task_id, calls))
+    server.stop()  # the sessions are closed: the run is complete
+    direct, served = recorded_episode(tmp_path / "direct"), recorded_episode(tmp_path / "openenv")
+    assert served == direct  # messages, tool calls, rewards, success, recorded model texts
+    assert [s.reward for s in steps] == [s["reward"] for s in direct["steps"]]
+    assert steps[-1].done and not any(s.done for s in steps[:-1])
+    assert [m["content"] for m in direct["messages"] if m["role"] == "tool"] == [s.observation.result
+                                                                                 for s in steps][:-1]
+    if name == "Maze":  # refused calls are OpenEnv ToolErrors; the step still counts
+        assert [s.observation.error.error_type.value if s.observation.error else None for s in steps] == [
+            None, None, "invalid_args", "tool_not_found", None, None]
+
+
+@pytest.mark.thirdparty
+def test_server_everything_plays_and_records_like_mcpenv(tmp_path: Path, serve: Callable[..., Server]) -> None:
+    run_direct(everything_env, SUM_TASK["id"], SUM_CALLS, tmp_path / "direct", texts=True)
+    server = serve(everything_env, record_to=str(tmp_path / "openenv"))
+
+    async def go() -> list[Any]:  # OpenEnv's GenericEnvClient: plain dicts, every field of the observations
+        async with GenericEnvClient(base_url=server.url) as client:
+            reset = await client.reset(prompt=SUM_TASK["prompt"], seed=5)  # the task picked by its prompt
+            assert reset.observation["task_id"] == SUM_TASK["id"]
+            assert reset.observation["messages"][-1] == {"role": "user", "content": SUM_TASK["prompt"]}
+            assert [t["function"]["name"] for t in reset.observation["tool_schemas"]][-1] == "submit"
+            return [await client.step({"type": "call_tool", "tool_name": tool, "arguments": args,
+                                       "metadata": extras(k, text)}) for k, (tool, args, text) in enumerate(SUM_CALLS)]
+
+    steps = asyncio.run(go())
+    server.stop()
+    direct, served = recorded_episode(tmp_path / "direct"), recorded_episode(tmp_path / "openenv")
+    assert served == direct  # with the model texts the client sent in the actions' metadata
+    assert [s["raw_text"] for s in served["steps"]] == ["reply 0", "reply 1", "reply 2"]
+    assert direct["success"] is True and steps[-1].done
+    assert steps[-1].observation["success"] is True and steps[-1].observation["termination"] == "submit"
+    assert steps[1].observation["result"] == "The sum of 3 and 4 is 7."
+    assert steps[-1].observation["episode_return"] == pytest.approx(direct["total_reward"])
+
+
+def test_many_sessions_at_once(tmp_path: Path, serve: Callable[..., Server]) -> None:
+    """Each WebSocket connection is its own episode: concurrent clients on different tasks do not see each other."""
+    from mcp_gym.envs import load_env_tasks
+
+    tasks = load_env_tasks("Counter", None, 0)[:6]
+    server = serve("Counter", record_to=str(tmp_path / "run"), max_sessions=6)
+
+    async def one(task: Any) -> tuple[str, bool, str]:
+        async with MCPToolClient(base_url=server.url) as client:
+            await client.reset(task_id=task.id)
+            for call in task.solution:
+                result = await client.step(CallToolAction(tool_name=call["tool"], arguments=call["arguments"]))
+                if result.done:
+                    break
+            state = await client.state()
+            return state.episode_id, result.done, task.id
+
+    async def all_at_once() -> list[tuple[str, bool, str]]:
+        return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+    out = asyncio.run(all_at_once())
+    server.stop()
+    assert all(done for _, done, _ in out) and len({ep for ep, _, _ in out}) == len(tasks)
+    from mcp_gym.recording import load
+
+    episodes = load(tmp_path / "run").episodes
+    assert sorted(episodes["task_id"]) == sorted(t.id for t in tasks)
+    assert all(episodes["success"]) and set(episodes["policy"]) == {"openenv"}
+
+
+def test_serve_openenv_command(tmp_path: Path) -> None:
+    """``mcp-gym serve-openenv ENV`` serves the env; OpenEnv's client plays an episode; bad arguments are named."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.cli", "serve-openenv", "Counter", "--port", str(port),
+                             "--env-kwargs", '{"max_steps": 2}', "--record-to", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(port, timeout=120, proc=proc)
+
+        async def go() -> Any:
+            async with MCPToolClient(base_url=f"http://127.0.0.1:{port}") as client:
+                await client.reset(task_id="counter-0000")
+                await client.step(CallToolAction(tool_name="add", arguments={"amount": 1}))
+                return await client.step(CallToolAction(tool_name="add", arguments={"amount": 1}))
+
+        last = asyncio.run(go())
+        assert last.done and last.reward == pytest.approx(-0.01)  # truncated by --env-kwargs' max_steps
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert f"ws://127.0.0.1:{port}/ws" in err
+    assert "Exception in ASGI application" not in err  # a client's normal disconnect is not an error
+    bad = subprocess.run([sys.executable, "-m", "mcp_gym.cli", "serve-openenv", "Counter", "--env-kwargs", "{x"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--env-kwargs is not JSON" in bad.stderr
+
+
+def test_tools_before_reset_and_the_http_routes(serve: Callable[..., Server]) -> None:
+    """OpenEnv lists tools without a reset (the session starts an episode for it); a call before any reset is refused
+    with OpenEnv's error message; ``/schema`` describes the MCP actions and mcp-gym's observation fields."""
+    import json
+    import urllib.request
+
+    server = serve("Counter")
+
+    async def go() -> tuple[Any, Any]:
+        async with GenericEnvClient(base_url=server.url) as client:
+            tools = await client.step({"type": "list_tools"})
+        async with GenericEnvClient(base_url=server.url) as client:
+            try:
+                await client.step({"type": "call_tool", "tool_name": "add", "arguments": {"amount": 1}})
+            except Exception as e:  # noqa: BLE001 - whatever OpenEnv's client raises for an error message
+                return tools, e
+        return tools, None
+
+    tools, refused = asyncio.run(go())
+    assert [t["name"] for t in tools.observation["tools"]] == ["add", "get_count", "submit"]
+    assert refused is not None and "call reset before call_tool" in str(refused)
+    with urllib.request.urlopen(f"{server.url}/schema", timeout=30) as r:
+        schema = json.loads(r.read())
+    assert "tool_name" in schema["action"]["properties"]
+    assert {"step_error", "success", "episode_return"} <= set(schema["observation"]["properties"])
