@@ -1,0 +1,285 @@
+"""Reinforcement learning that teaches: GRPO against the live env raises a weak SFT model's success on unseen test
+tasks (CleanRL-style: one readable file, CPU only, nothing downloaded).
+
+Phases, top to bottom:
+
+1. **collect + export**: ``oracle`` episodes of the env's *train* split (``mcp-gym collect``), exported to a chat
+   dataset with :func:`mcp_gym.sft.export`. The first ``--val-tasks`` train tasks are a validation slice: never
+   trained on, they pick the RL checkpoint.
+2. **SFT start**: a tiny Qwen2-architecture model from random initialisation (the tokenizer, template and model of
+   ``sft_from_scratch.py``) trained with TRL's ``SFTTrainer`` on a small slice of those episodes (``--sft-tasks``,
+   ``--sft-steps``) so that it succeeds sometimes but not reliably. Saved to ``DIR/model-sft``.
+3. **RL**: TRL's ``GRPOTrainer`` with :func:`mcp_gym.trl.environment_factory`: every rollout is a real episode of the
+   env on a *train* task (validation slice excluded), the reward is the task verifier's grade of the final state
+   (``reward="verifier"``: 1 if solved, else 0). Every ``--eval-every`` steps the model is evaluated greedily on the
+   validation slice (``mcp-gym eval policy=hf split=train``); the best checkpoint (earliest on ties, the SFT start
+   included) is kept as ``DIR/model-rl``.
+4. **evaluate**: ``mcp-gym eval policy=hf`` (greedy) of both models and ``policy=random`` on the *test* split;
+   ``DIR/summary.json`` with the success rates and the wall time of each phase, and learning curves as PNGs
+   (``DIR/*.png``, also in ``DIR/eval-rl/report/`` so ``mcp-gym view DIR/eval-rl`` shows them).
+
+One step budget and one feedback rule for training and evaluation: a training rollout runs at most the env's
+``max_steps`` tool-calling rounds (``Env.max_steps``, the same limit ``eval`` applies), and a reply without a tool call
+ends it in both (TRL's tool loop stops there; ``eval`` runs ``policy.no_call=stop``).
+
+``--env lookup`` (default): ``lookup(account)`` named in the prompt, then ``submit`` the ``colour-animal`` code its
+result shows. The 200 test tasks ask (account, code) pairs that never occur in training, so the code can only come
+from the tool result.
+
+    python scripts/examples/rl_from_sft.py                                # default budget (see the flags)
+    python scripts/examples/rl_from_sft.py --seed 1 --out runs/rl-from-sft-1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is flagged experimental in TRL 1.x
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
+
+from mcp_gym import sft  # noqa: E402
+from mcp_gym.envs import load_env_tasks  # noqa: E402
+from mcp_gym.trl import environment_factory, prepare_tokenizer, task_dataset  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sft_from_scratch import TEMPLATE, cli, eval_summary, tiny_model, train_tokenizer  # noqa: E402
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line flags (all have defaults, so the script runs as is)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/rl-from-sft", help="directory for runs, models, curves and the summary")
+    p.add_argument("--env", default="lookup", help="bundled env config name (mcp_gym/conf/env)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--val-tasks", type=int, default=50, help="first train tasks kept out of training (validation)")
+    p.add_argument("--sft-tasks", type=int, default=800, help="oracle episodes in the SFT slice")
+    p.add_argument("--start", default=None, help="an SFT model directory to start RL from (skips phases 1-2)")
+    p.add_argument("--sft-steps", type=int, default=300, help="SFT optimisation steps (the weak start)")
+    p.add_argument("--sft-batch-size", type=int, default=16)
+    p.add_argument("--sft-learning-rate", type=float, default=3e-3)
+    p.add_argument("--vocab", type=int, default=600, help="BPE vocabulary size")
+    p.add_argument("--hidden", type=int, default=128, help="model width")
+    p.add_argument("--layers", type=int, default=2, help="transformer layers")
+    p.add_argument("--heads", type=int, default=8, help="attention heads per layer")
+    p.add_argument("--rl-steps", type=int, default=200, help="GRPO optimisation steps")
+    p.add_argument("--num-generations", type=int, default=8, help="rollouts per task (the GRPO group)")
+    p.add_argument("--prompts-per-step", type=int, default=2, help="distinct tasks per GRPO step")
+    p.add_argument("--rl-learning-rate", type=float, default=1e-4)
+    p.add_argument("--beta", type=float, default=0.0, help="KL penalty towards the SFT start")
+    p.add_argument("--loss-type", default="dapo", help="GRPOConfig.loss_type")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts")
+    p.add_argument("--max-completion-length", type=int, default=192, help="tokens per rollout (all turns)")
+    p.add_argument("--eval-every", type=int, default=25, help="validate (and maybe keep) every N GRPO steps")
+    p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model reply at evaluation")
+    p.add_argument("--random-samples", type=int, default=2, help="random-policy episodes per test task")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for a model this small)")
+    return p.parse_args(argv)
+
+
+def evaluate(out: Path, model: Path, common: list[str], *extra: str) -> dict[str, Any]:
+    """``mcp-gym eval policy=hf`` (greedy) of a saved model into a fresh run directory ``out``; its summary."""
+    shutil.rmtree(out, ignore_errors=True)
+    cli("eval", *common, "policy=hf", f"policy.model={model}", "policy.temperature=0",
+        "samples=1", "launcher.num_envs=1", "plots=false", f"out={out}", *extra)
+    return eval_summary(out)
+
+
+class Validate(TrainerCallback):
+    """Every ``every`` GRPO steps: save the model, evaluate it on the validation slice, keep the best."""
+
+    def __init__(self, run: Path, tokenizer: Any, common: list[str], every: int, val_tasks: int,
+                 start: float) -> None:
+        self.run, self.tokenizer, self.common, self.every, self.val_tasks = run, tokenizer, common, every, val_tasks
+        self.curve: list[tuple[int, float]] = [(0, start)]
+        self.best = (start, 0)
+        self.seconds = 0.0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if state.global_step % self.every and state.global_step != state.max_steps:
+            return
+        t = time.perf_counter()
+        path = self.run / "checkpoints" / f"step-{state.global_step:04d}"
+        model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        val = evaluate(self.run / "val" / path.name, path, self.common, "split=train",
+                       f"episodes={self.val_tasks}")["success_rate"]
+        self.curve.append((state.global_step, val))
+        if val > self.best[0]:
+            self.best = (val, state.global_step)
+        model.train()
+        self.seconds += time.perf_counter() - t
+        print(f"validation at step {state.global_step}: success {val:.2f} (best {self.best[0]:.2f} at step "
+              f"{self.best[1]})", flush=True)
+
+
+def plot_curves(out: Path, steps: list[dict[str, Any]], val: list[tuple[int, float]],
+                test: dict[str, float]) -> list[Path]:
+    """Learning curves as PNGs: training reward and success per GRPO step, validation success, test before/after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [s["step"] for s in steps]
+    ax.plot(xs, [s["reward"] for s in steps], lw=0.8, alpha=0.5, label="training reward (mean of the step's rollouts)")
+    k = max(1, len(steps) // 20)
+    smooth = [sum(s["success"] for s in steps[max(0, i - k + 1): i + 1]) / len(steps[max(0, i - k + 1): i + 1])
+              for i in range(len(steps))]
+    ax.plot(xs, smooth, lw=2, label=f"training success (rollouts solved, {k}-step mean)")
+    ax.plot([v[0] for v in val], [v[1] for v in val], "o-", label="validation success (greedy, train split)")
+    ax.set(xlabel="GRPO step", ylabel="success / reward", ylim=(-0.02, 1.02), title="RL learning curve")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "rl_learning_curve.png")
+    fig.savefig(paths[-1], dpi=120, metadata={"Title": "RL learning curve"})
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    names = list(test)
+    bars = ax.bar(names, [test[n] for n in names], color=["#999999", "#4c72b0", "#55a868"][: len(names)])
+    ax.bar_label(bars, fmt="%.2f")
+    ax.set(ylabel="success on the test split", ylim=(0, 1.05), title="Test success before and after RL")
+    fig.tight_layout()
+    paths.append(out / "test_success.png")
+    fig.savefig(paths[-1], dpi=120, metadata={"Title": "Test success before and after RL"})
+    plt.close(fig)
+    return paths
+
+
+def sft_start(args: argparse.Namespace, out: Path, common: list[str], val_ids: set[str],
+              times: dict[str, float]) -> tuple[Any, Any]:
+    """Phases 1-2: oracle episodes of the train split (validation slice excluded), a tokenizer trained on them, and a
+    tiny model from random initialisation trained briefly on a slice of them; saved to ``out/model-sft``."""
+    t = time.perf_counter()
+    cli("collect", *common, "policy=oracle", "split=train", "samples=1", f"out={out / 'oracle'}")
+    ds = sft.export(out / "oracle", out / "data", overwrite=True)
+    ds = ds.filter(lambda ex: ex["task_id"] not in val_ids).shuffle(seed=args.seed)
+    ds = ds.select(range(min(args.sft_tasks, len(ds))))
+    times["collect + export"] = time.perf_counter() - t
+
+    # 2. SFT start: a tiny model from random initialisation, a short run on the slice ---------------------------------
+    t = time.perf_counter()
+    tokenizer = train_tokenizer(ds, TEMPLATE, args.vocab)
+    model = tiny_model(tokenizer, args.hidden, args.layers, args.heads)
+    config = SFTConfig(output_dir=str(out / "trainer-sft"), max_steps=args.sft_steps,
+                       per_device_train_batch_size=args.sft_batch_size, learning_rate=args.sft_learning_rate,
+                       lr_scheduler_type="cosine", warmup_steps=max(1, args.sft_steps // 20), weight_decay=0.0,
+                       assistant_only_loss=True, max_length=512, use_cpu=True, bf16=False, report_to=[],
+                       logging_steps=max(1, args.sft_steps // 10), save_strategy="no", seed=args.seed,
+                       dataloader_num_workers=0, disable_tqdm=True)
+    SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer).train()
+    model_sft = out / "model-sft"
+    model.save_pretrained(model_sft)
+    tokenizer.save_pretrained(model_sft)
+    times["sft"] = time.perf_counter() - t
+
+    return tokenizer, model
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    common = [f"env={args.env}", "env.transport=inprocess", f"seed={args.seed}", "launcher.progress=false"]
+    times: dict[str, float] = {}
+    load = {"start": os.getloadavg()[0]}
+    train_ids = [t.id for t in load_env_tasks(args.env, "train")]
+    val_ids = set(train_ids[: args.val_tasks])  # what `eval split=train episodes=N` runs: the first N train tasks
+
+    model_sft = out / "model-sft"
+    if args.start:
+        shutil.rmtree(model_sft, ignore_errors=True)
+        shutil.copytree(args.start, model_sft)
+        tokenizer = AutoTokenizer.from_pretrained(model_sft)
+        model = AutoModelForCausalLM.from_pretrained(model_sft)
+    else:
+        tokenizer, model = sft_start(args, out, common, val_ids, times)
+
+    # 3. RL: GRPO on the train split
+    # 3. RL: GRPO on the train split's tasks (validation slice excluded), reward = the verifier's grade ---------------
+    t = time.perf_counter()
+    Base = environment_factory(args.env, reward="verifier")
+    outcomes: list[float] = []
+
+    class Env(Base):  # the same environment, recording each rollout's reward for the learning curve
+        def get_reward(self) -> float:
+            reward = super().get_reward()
+            outcomes.append(reward)
+            return reward
+
+    dataset = task_dataset(args.env, "train").filter(lambda row: row["task_id"] not in val_ids)
+    start = evaluate(out / "val" / "step-0000", model_sft, common, "split=train",
+                     f"episodes={args.val_tasks}")["success_rate"]
+    print(f"validation of the SFT start: success {start:.2f}", flush=True)
+    validate = Validate(out, tokenizer, common, args.eval_every, args.val_tasks, start)
+    grpo = GRPOConfig(output_dir=str(out / "trainer-rl"), max_steps=args.rl_steps, learning_rate=args.rl_learning_rate,
+                      lr_scheduler_type="constant", num_generations=args.num_generations,
+                      per_device_train_batch_size=args.num_generations * args.prompts_per_step,
+                      max_completion_length=args.max_completion_length, max_tool_calling_iterations=Env.max_steps,
+                      temperature=args.temperature, beta=args.beta, loss_type=args.loss_type,
+                      logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=args.seed,
+                      disable_tqdm=True, dataloader_num_workers=0)
+    trainer = GRPOTrainer(model=model, processing_class=prepare_tokenizer(tokenizer), args=grpo,
+                          train_dataset=dataset, environment_factory=Env, callbacks=[validate])
+    trainer.train()
+    for env in (e for pool in trainer._environment_pool.values() for e in pool):
+        env._close()
+    model_rl = out / "model-rl"
+    shutil.rmtree(model_rl, ignore_errors=True)
+    best_val, best_step = validate.best
+    shutil.copytree(model_sft if best_step == 0 else out / "checkpoints" / f"step-{best_step:04d}", model_rl)
+    times["rl"] = time.perf_counter() - t - validate.seconds
+    times["rl validation"] = validate.seconds
+    load["after rl"] = os.getloadavg()[0]
+
+    # 4. evaluate both models (greedy) and the random policy on the unseen test tasks ----------------------------------
+    t = time.perf_counter()
+    sft_test = evaluate(out / "eval-sft", model_sft, common)
+    rl_test = evaluate(out / "eval-rl", model_rl, common)
+    shutil.rmtree(out / "eval-random", ignore_errors=True)
+    cli("eval", *common, "policy=random", f"samples={args.random_samples}", "plots=false", f"out={out / 'eval-random'}")
+    rand = eval_summary(out / "eval-random")
+    times["test eval"] = time.perf_counter() - t
+    load["end"] = os.getloadavg()[0]
+
+    per = args.num_generations * args.prompts_per_step
+    steps = [{"step": h["step"], "reward": h["reward"],
+              "success": sum(r >= 1 for r in outcomes[(h["step"] - 1) * per: h["step"] * per]) / per}
+             for h in trainer.state.log_history if "reward" in h]
+    summary = {"env": args.env, "seed": args.seed, "test_success": {"sft": sft_test["success_rate"],
+               "rl": rl_test["success_rate"], "random": rand["success_rate"]},
+               "test_episodes": sft_test["episodes"], "kept_step": best_step, "validation": validate.curve,
+               "rl_steps": steps, "seconds": {**times, "total": sum(times.values())}, "load_average": load,
+               "args": vars(args)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    test = {"random": rand["success_rate"], "SFT start": sft_test["success_rate"], "after RL": rl_test["success_rate"]}
+    for png in plot_curves(out, steps, validate.curve, test):
+        shutil.copy(png, out / "eval-rl" / "report" / png.name)
+    print(f"\n| {args.env}, seed {args.seed} | test success |\n|---|---|")
+    for name, value in test.items():
+        print(f"| {name} | {value:.2f} |")
+    print(f"kept checkpoint: step {best_step} (validation {best_val:.2f}); load average {load}")
+    print("\n| phase | wall time (s) |\n|---|---|")
+    for phase, seconds in summary["seconds"].items():
+        print(f"| {phase} | {seconds:.1f} |")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
