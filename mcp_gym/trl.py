@@ -540,9 +540,8 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
         pass
     template = _hermes_response_template(tokenizer)
     import transformers
-    from packaging.version import Version
 
-    if Version(transformers.__version__) < Version("5.13.0.dev0"):
+    if tuple(int(x) for x in re.findall(r"\d+", transformers.__version__)[:2]) < (5, 13):
         raise ValueError(f"prepare_tokenizer: parsing this chat template's tool calls needs transformers >= 5.13 "
                          f"(installed: {transformers.__version__})")
     tokenizer.response_template = template
