@@ -67,20 +67,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--val-tasks", type=int, default=50, help="first train tasks kept out of training (validation)")
     p.add_argument("--sft-tasks", type=int, default=800, help="oracle episodes in the SFT slice")
     p.add_argument("--start", default=None, help="an SFT model directory to start RL from (skips phases 1-2)")
-    p.add_argument("--sft-steps", type=int, default=300, help="SFT optimisation steps (the weak start)")
+    p.add_argument("--sft-max-steps", type=int, default=1500, help="SFT optimisation steps at most")
+    p.add_argument("--sft-min-steps", type=int, default=200, help="SFT steps before the first validation")
+    p.add_argument("--sft-check-every", type=int, default=25, help="validate the SFT model every N steps")
+    p.add_argument("--sft-target", type=float, default=0.1,
+                   help="stop SFT at the first validation success >= this (the weak start)")
     p.add_argument("--sft-batch-size", type=int, default=16)
     p.add_argument("--sft-learning-rate", type=float, default=3e-3)
     p.add_argument("--vocab", type=int, default=600, help="BPE vocabulary size")
     p.add_argument("--hidden", type=int, default=128, help="model width")
     p.add_argument("--layers", type=int, default=2, help="transformer layers")
     p.add_argument("--heads", type=int, default=8, help="attention heads per layer")
-    p.add_argument("--rl-steps", type=int, default=200, help="GRPO optimisation steps")
+    p.add_argument("--rl-steps", type=int, default=150, help="GRPO optimisation steps")
     p.add_argument("--num-generations", type=int, default=8, help="rollouts per task (the GRPO group)")
     p.add_argument("--prompts-per-step", type=int, default=2, help="distinct tasks per GRPO step")
-    p.add_argument("--rl-learning-rate", type=float, default=1e-4)
-    p.add_argument("--beta", type=float, default=0.0, help="KL penalty towards the SFT start")
+    p.add_argument("--rl-learning-rate", type=float, default=3e-4)
+    p.add_argument("--rl-warmup-steps", type=int, default=10,
+                   help="learning-rate warm-up (Adam's first steps move every weight by the full rate)")
+    p.add_argument("--beta", type=float, default=0.04, help="KL penalty towards the SFT start")
     p.add_argument("--loss-type", default="dapo", help="GRPOConfig.loss_type")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the rollouts")
+    p.add_argument("--scale-rewards", default="group", help="GRPOConfig.scale_rewards (group, batch, none)")
+    p.add_argument("--num-iterations", type=int, default=1, help="optimisation passes over each batch of rollouts")
+    p.add_argument("--temperature", type=float, default=0.5, help="sampling temperature of the rollouts")
     p.add_argument("--max-completion-length", type=int, default=192, help="tokens per rollout (all turns)")
     p.add_argument("--eval-every", type=int, default=25, help="validate (and maybe keep) every N GRPO steps")
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model reply at evaluation")
@@ -92,37 +100,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def evaluate(out: Path, model: Path, common: list[str], *extra: str) -> dict[str, Any]:
     """``mcp-gym eval policy=hf`` (greedy) of a saved model into a fresh run directory ``out``; its summary."""
     shutil.rmtree(out, ignore_errors=True)
-    cli("eval", *common, "policy=hf", f"policy.model={model}", "policy.temperature=0",
+    cli("eval", *common, "policy=hf", f"policy.model={model}", "policy.temperature=0", "policy.no_call=end",
         "samples=1", "launcher.num_envs=1", "plots=false", f"out={out}", *extra)
     return eval_summary(out)
 
 
-class Validate(TrainerCallback):
-    """Every ``every`` GRPO steps: save the model, evaluate it on the validation slice, keep the best."""
+def validate(out: Path, model: Path, common: list[str], val_tasks: int) -> float:
+    """Greedy success of a saved model on the validation slice: the first ``val_tasks`` tasks of the train split."""
+    return evaluate(out, model, common, "split=train", f"episodes={val_tasks}")["success_rate"]
 
-    def __init__(self, run: Path, tokenizer: Any, common: list[str], every: int, val_tasks: int,
-                 start: float) -> None:
-        self.run, self.tokenizer, self.common, self.every, self.val_tasks = run, tokenizer, common, every, val_tasks
-        self.curve: list[tuple[int, float]] = [(0, start)]
-        self.best = (start, 0)
+
+class Validate(TrainerCallback):
+    """Every ``every`` steps (from ``first`` on, and at the last step): save the model to ``run/checkpoints``,
+    evaluate it greedily on the validation slice and remember the best; with ``stop_at``, stop training at the first
+    validation success >= ``stop_at``."""
+
+    def __init__(self, run: Path, tokenizer: Any, common: list[str], val_tasks: int, every: int, first: int = 0,
+                 stop_at: float | None = None, start: float | None = None) -> None:
+        self.run, self.tokenizer, self.common, self.val_tasks = run, tokenizer, common, val_tasks
+        self.every, self.first, self.stop_at = every, first, stop_at
+        self.curve: list[tuple[int, float]] = [] if start is None else [(0, start)]
+        self.best = (-1.0, 0) if start is None else (start, 0)
         self.seconds = 0.0
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if state.global_step % self.every and state.global_step != state.max_steps:
+        step = state.global_step
+        if step != state.max_steps and (step < self.first or (step - self.first) % self.every):
             return
         t = time.perf_counter()
-        path = self.run / "checkpoints" / f"step-{state.global_step:04d}"
+        path = self.run / "checkpoints" / f"step-{step:04d}"
         model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
-        val = evaluate(self.run / "val" / path.name, path, self.common, "split=train",
-                       f"episodes={self.val_tasks}")["success_rate"]
-        self.curve.append((state.global_step, val))
+        val = validate(self.run / "val" / path.name, path, self.common, self.val_tasks)
+        self.curve.append((step, val))
         if val > self.best[0]:
-            self.best = (val, state.global_step)
+            self.best = (val, step)
+        if self.stop_at is not None and val >= self.stop_at:
+            control.should_training_stop = True
         model.train()
         self.seconds += time.perf_counter() - t
-        print(f"validation at step {state.global_step}: success {val:.2f} (best {self.best[0]:.2f} at step "
-              f"{self.best[1]})", flush=True)
+        print(f"validation at step {step}: success {val:.2f} (best {self.best[0]:.2f} at step {self.best[1]})",
+              flush=True)
 
 
 def plot_curves(out: Path, steps: list[dict[str, Any]], val: list[tuple[int, float]],
@@ -162,9 +180,10 @@ def plot_curves(out: Path, steps: list[dict[str, Any]], val: list[tuple[int, flo
 
 
 def sft_start(args: argparse.Namespace, out: Path, common: list[str], val_ids: set[str],
-              times: dict[str, float]) -> tuple[Any, Any]:
+              times: dict[str, float]) -> tuple[Any, Any, Validate]:
     """Phases 1-2: oracle episodes of the train split (validation slice excluded), a tokenizer trained on them, and a
-    tiny model from random initialisation trained briefly on a slice of them; saved to ``out/model-sft``."""
+    tiny model from random initialisation trained on them until it first solves ``--sft-target`` of the validation
+    tasks; saved to ``out/model-sft``."""
     t = time.perf_counter()
     cli("collect", *common, "policy=oracle", "split=train", "samples=1", f"out={out / 'oracle'}")
     ds = sft.export(out / "oracle", out / "data", overwrite=True)
@@ -172,23 +191,23 @@ def sft_start(args: argparse.Namespace, out: Path, common: list[str], val_ids: s
     ds = ds.select(range(min(args.sft_tasks, len(ds))))
     times["collect + export"] = time.perf_counter() - t
 
-    # 2. SFT start: a tiny model from random initialisation, a short run on the slice ---------------------------------
     t = time.perf_counter()
     tokenizer = train_tokenizer(ds, TEMPLATE, args.vocab)
     model = tiny_model(tokenizer, args.hidden, args.layers, args.heads)
-    config = SFTConfig(output_dir=str(out / "trainer-sft"), max_steps=args.sft_steps,
+    config = SFTConfig(output_dir=str(out / "trainer-sft"), max_steps=args.sft_max_steps,
                        per_device_train_batch_size=args.sft_batch_size, learning_rate=args.sft_learning_rate,
-                       lr_scheduler_type="cosine", warmup_steps=max(1, args.sft_steps // 20), weight_decay=0.0,
+                       lr_scheduler_type="constant_with_warmup", warmup_steps=50, weight_decay=0.0,
                        assistant_only_loss=True, max_length=512, use_cpu=True, bf16=False, report_to=[],
-                       logging_steps=max(1, args.sft_steps // 10), save_strategy="no", seed=args.seed,
-                       dataloader_num_workers=0, disable_tqdm=True)
-    SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer).train()
-    model_sft = out / "model-sft"
-    model.save_pretrained(model_sft)
-    tokenizer.save_pretrained(model_sft)
-    times["sft"] = time.perf_counter() - t
-
-    return tokenizer, model
+                       logging_steps=50, save_strategy="no", seed=args.seed, dataloader_num_workers=0,
+                       disable_tqdm=True)
+    check = Validate(out / "sft", tokenizer, common, args.val_tasks, args.sft_check_every, args.sft_min_steps,
+                     stop_at=args.sft_target)
+    SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer, callbacks=[check]).train()
+    model.save_pretrained(out / "model-sft")
+    tokenizer.save_pretrained(out / "model-sft")
+    times["sft"] = time.perf_counter() - t - check.seconds
+    times["sft validation"] = check.seconds
+    return tokenizer, model, check
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -203,17 +222,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     val_ids = set(train_ids[: args.val_tasks])  # what `eval split=train episodes=N` runs: the first N train tasks
 
     model_sft = out / "model-sft"
-    if args.start:
+    if args.start:  # an SFT model made earlier (e.g. by this script): skip phases 1-2
         shutil.rmtree(model_sft, ignore_errors=True)
         shutil.copytree(args.start, model_sft)
         tokenizer = AutoTokenizer.from_pretrained(model_sft)
-        model = AutoModelForCausalLM.from_pretrained(model_sft)
+        sft_curve = [(0, validate(out / "val" / "sft", model_sft, common, args.val_tasks))]
     else:
-        tokenizer, model = sft_start(args, out, common, val_ids, times)
+        tokenizer, _, check = sft_start(args, out, common, val_ids, times)
+        sft_curve = check.curve
+    print(f"SFT start: validation success {sft_curve[-1][1]:.2f}", flush=True)
 
-    # 3. RL: GRPO on the train split
     # 3. RL: GRPO on the train split's tasks (validation slice excluded), reward = the verifier's grade ---------------
     t = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(model_sft)  # from its directory: TRL loads the KL reference from it
     Base = environment_factory(args.env, reward="verifier")
     outcomes: list[float] = []
 
@@ -224,28 +245,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             return reward
 
     dataset = task_dataset(args.env, "train").filter(lambda row: row["task_id"] not in val_ids)
-    start = evaluate(out / "val" / "step-0000", model_sft, common, "split=train",
-                     f"episodes={args.val_tasks}")["success_rate"]
-    print(f"validation of the SFT start: success {start:.2f}", flush=True)
-    validate = Validate(out, tokenizer, common, args.eval_every, args.val_tasks, start)
+    validate_rl = Validate(out / "rl", tokenizer, common, args.val_tasks, args.eval_every, start=sft_curve[-1][1])
     grpo = GRPOConfig(output_dir=str(out / "trainer-rl"), max_steps=args.rl_steps, learning_rate=args.rl_learning_rate,
-                      lr_scheduler_type="constant", num_generations=args.num_generations,
+                      lr_scheduler_type="constant_with_warmup", warmup_steps=args.rl_warmup_steps,
+                      num_generations=args.num_generations,
                       per_device_train_batch_size=args.num_generations * args.prompts_per_step,
                       max_completion_length=args.max_completion_length, max_tool_calling_iterations=Env.max_steps,
                       temperature=args.temperature, beta=args.beta, loss_type=args.loss_type,
+                      scale_rewards=args.scale_rewards, num_iterations=args.num_iterations,
                       logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=args.seed,
                       disable_tqdm=True, dataloader_num_workers=0)
     trainer = GRPOTrainer(model=model, processing_class=prepare_tokenizer(tokenizer), args=grpo,
-                          train_dataset=dataset, environment_factory=Env, callbacks=[validate])
+                          train_dataset=dataset, environment_factory=Env, callbacks=[validate_rl])
     trainer.train()
     for env in (e for pool in trainer._environment_pool.values() for e in pool):
         env._close()
     model_rl = out / "model-rl"
     shutil.rmtree(model_rl, ignore_errors=True)
-    best_val, best_step = validate.best
-    shutil.copytree(model_sft if best_step == 0 else out / "checkpoints" / f"step-{best_step:04d}", model_rl)
-    times["rl"] = time.perf_counter() - t - validate.seconds
-    times["rl validation"] = validate.seconds
+    best_val, best_step = validate_rl.best
+    shutil.copytree(model_sft if best_step == 0 else out / "rl" / "checkpoints" / f"step-{best_step:04d}", model_rl)
+    times["rl"] = time.perf_counter() - t - validate_rl.seconds
+    times["rl validation"] = validate_rl.seconds
     load["after rl"] = os.getloadavg()[0]
 
     # 4. evaluate both models (greedy) and the random policy on the unseen test tasks ----------------------------------
@@ -264,12 +284,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
              for h in trainer.state.log_history if "reward" in h]
     summary = {"env": args.env, "seed": args.seed, "test_success": {"sft": sft_test["success_rate"],
                "rl": rl_test["success_rate"], "random": rand["success_rate"]},
-               "test_episodes": sft_test["episodes"], "kept_step": best_step, "validation": validate.curve,
+               "test_episodes": sft_test["episodes"], "kept_step": best_step,
+               "validation": {"sft": sft_curve, "rl": validate_rl.curve},
                "rl_steps": steps, "seconds": {**times, "total": sum(times.values())}, "load_average": load,
                "args": vars(args)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     test = {"random": rand["success_rate"], "SFT start": sft_test["success_rate"], "after RL": rl_test["success_rate"]}
-    for png in plot_curves(out, steps, validate.curve, test):
+    for png in plot_curves(out, steps, validate_rl.curve, test):
         shutil.copy(png, out / "eval-rl" / "report" / png.name)
     print(f"\n| {args.env}, seed {args.seed} | test success |\n|---|---|")
     for name, value in test.items():
