@@ -22,6 +22,10 @@ cheap); a tool method steps it and returns the result text (plus observed resour
 returns the episode return (server rewards plus the verifier's grade on ``submit``) or, with ``reward="verifier"``,
 the verifier's grade of the final server state even without ``submit``.
 
+With a chat template TRL does not ship (a tokenizer built in code, a fine-tuned model's own template), pass the
+tokenizer through :func:`prepare_tokenizer` first: ``GRPOTrainer`` otherwise refuses it ("Unrecognized chat template").
+``GRPOConfig(max_tool_calling_iterations=Env.max_steps)`` gives rollouts the env's own step budget.
+
 Limits: TRL fixes the tool list per class, so the class offers the tools listed at the start of a probe episode
 (``submit`` included); tools a server reveals mid-episode (``tools/list_changed``) are not offered, and calling a tool
 absent from the current episode returns the env's error text.

@@ -7,8 +7,10 @@ Phases, top to bottom:
    dataset with :func:`mcp_gym.sft.export`. The first ``--val-tasks`` train tasks are a validation slice: never
    trained on, they pick the RL checkpoint.
 2. **SFT start**: a tiny Qwen2-architecture model from random initialisation (the tokenizer, template and model of
-   ``sft_from_scratch.py``) trained with TRL's ``SFTTrainer`` on a small slice of those episodes (``--sft-tasks``,
-   ``--sft-steps``) so that it succeeds sometimes but not reliably. Saved to ``DIR/model-sft``.
+   ``sft_from_scratch.py``) trained with TRL's ``SFTTrainer`` on those episodes until it first solves
+   ``--sft-target`` (10 %) of the validation slice (checked every ``--sft-check-every`` steps from
+   ``--sft-min-steps`` on): a start that succeeds sometimes but not reliably, whatever the seed's loss plateau.
+   Saved to ``DIR/model-sft`` (``--start DIR`` starts from a saved model instead).
 3. **RL**: TRL's ``GRPOTrainer`` with :func:`mcp_gym.trl.environment_factory`: every rollout is a real episode of the
    env on a *train* task (validation slice excluded), the reward is the task verifier's grade of the final state
    (``reward="verifier"``: 1 if solved, else 0). Every ``--eval-every`` steps the model is evaluated greedily on the
@@ -20,7 +22,7 @@ Phases, top to bottom:
 
 One step budget and one feedback rule for training and evaluation: a training rollout runs at most the env's
 ``max_steps`` tool-calling rounds (``Env.max_steps``, the same limit ``eval`` applies), and a reply without a tool call
-ends it in both (TRL's tool loop stops there; ``eval`` runs ``policy.no_call=stop``).
+ends it in both (TRL's tool loop stops there; ``eval`` runs ``policy.no_call=end``).
 
 ``--env lookup`` (default): ``lookup(account)`` named in the prompt, then ``submit`` the ``colour-animal`` code its
 result shows. The 200 test tasks ask (account, code) pairs that never occur in training, so the code can only come
