@@ -32,7 +32,7 @@ def test_rl_raises_the_training_reward_of_a_weak_sft_start(tmp_path: Path) -> No
            "PYTHONWARNINGS": "ignore"}
     out = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "scripts" / "examples" / "rl_from_sft.py"), "--out", str(out), "--seed", "0",
-           "--val-tasks", "30", "--rl-steps", "100", "--eval-every", "100", "--random-samples", "1"]
+           "--rl-steps", "150", "--eval-every", "150", "--random-samples", "1"]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -41,9 +41,9 @@ def test_rl_raises_the_training_reward_of_a_weak_sft_start(tmp_path: Path) -> No
     assert summary["test_episodes"] == 200 and summary["test_success"]["random"] == 0.0
     assert summary["validation"]["sft"][-1][1] >= 0.1, summary["validation"]  # SFT stopped at its target
     rewards = [s["reward"] for s in summary["rl_steps"]]
-    assert len(rewards) == 100
-    first, last = sum(rewards[:25]) / 25, sum(rewards[-25:]) / 25
-    assert last > first, f"RL did not raise the training reward: first 25 steps {first:.2f}, last 25 {last:.2f}"
+    assert len(rewards) == 150
+    first, last = sum(rewards[:30]) / 30, sum(rewards[-30:]) / 30
+    assert last > first, f"RL did not raise the training reward: first 30 steps {first:.2f}, last 30 {last:.2f}"
     for name in ("model-sft", "model-rl"):
         assert (out / name / "config.json").is_file() and (out / name / "tokenizer.json").is_file()
     for png in ("rl_learning_curve.png", "test_success.png"):  # next to the summary, and where `mcp-gym view` finds it
