@@ -25,13 +25,15 @@ import os
 import threading
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx2 as httpx
 
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, env_tools, to_wire
 from mcp_gym.parsing import ParseResult, ToolCall, parse_message, parse_tool_calls
+
+NoCall = Literal["feedback", "end"]
 
 __all__ = [
     "Policy",
@@ -144,6 +146,8 @@ class _ChatAgent(Agent):
                            "assistant_content": content}
             if not self.reply.calls:
                 self.current = None
+                if self.policy.no_call == "end":  # TRL's tool loop rule: the episode ends, graded as it stands
+                    return {"tool": "submit", "arguments": {"answer": ""}, **self.extras}
                 return {"tool": "", "arguments": {}, **self.extras}
         self.current = self.pending.popleft()
         return {**self.current[0].to_action(), **self.extras}
@@ -162,6 +166,10 @@ class ChatPolicy(Policy):
     """A chat model acting through the chat view; subclasses answer :meth:`respond`."""
 
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    no_call: NoCall = "feedback"
+    """A reply without a usable call: ``"feedback"`` (the chat view's feedback turn; the step counts toward
+    ``max_steps``) or ``"end"`` (the episode ends with ``submit`` of no answer, graded as it stands: the rule of TRL's
+    tool loop, which stops a rollout at a reply without a call)."""
 
     def agent(self, env: Any, obs: Mapping[str, Any], info: Mapping[str, Any], seed: int) -> Agent:
         return _ChatAgent(self, env, obs, seed)
@@ -284,6 +292,7 @@ class HFPolicy(ChatPolicy):
         device: Where the model runs (default: where it is, ``cpu`` for a directory).
         name: Policy name recorded with every episode (default ``hf:<directory name or model class>``).
         generate_kwargs: Extra keyword arguments of ``model.generate`` (e.g. ``repetition_penalty``).
+        no_call: A reply without a usable call: ``"feedback"`` or ``"end"`` (see :attr:`ChatPolicy.no_call`).
     """
 
     def __init__(
@@ -299,8 +308,12 @@ class HFPolicy(ChatPolicy):
         device: str | None = None,
         name: str | None = None,
         generate_kwargs: Mapping[str, Any] | None = None,
+        no_call: NoCall = "feedback",
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if no_call not in ("feedback", "end"):
+            raise ValueError(f"policy=hf: no_call must be 'feedback' or 'end', not {no_call!r}")
 
         if isinstance(model, (str, os.PathLike)):
             path = os.fspath(model)
@@ -333,6 +346,7 @@ class HFPolicy(ChatPolicy):
         self.system_prompt = system_prompt
         self.chat_template = chat_template
         self.generate_kwargs = dict(generate_kwargs or {})
+        self.no_call = no_call
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos_ids = set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
         self._stop = {int(t) for t in eos_ids if t is not None}

@@ -22,6 +22,10 @@ cheap); a tool method steps it and returns the result text (plus observed resour
 returns the episode return (server rewards plus the verifier's grade on ``submit``) or, with ``reward="verifier"``,
 the verifier's grade of the final server state even without ``submit``.
 
+With a chat template TRL does not ship (a tokenizer built in code, a fine-tuned model's own template), pass the
+tokenizer through :func:`prepare_tokenizer` first: ``GRPOTrainer`` otherwise refuses it ("Unrecognized chat template").
+``GRPOConfig(max_tool_calling_iterations=Env.max_steps)`` gives rollouts the env's own step budget.
+
 Limits: TRL fixes the tool list per class, so the class offers the tools listed at the start of a probe episode
 (``submit`` included); tools a server reveals mid-episode (``tools/list_changed``) are not offered, and calling a tool
 absent from the current episode returns the env's error text.
@@ -43,7 +47,7 @@ from mcp_gym.graders.episode import verifier_score
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.textenv import _message_text, reset_options, resolve_env_factory
 
-__all__ = ["environment_factory", "task_dataset"]
+__all__ = ["environment_factory", "prepare_tokenizer", "task_dataset"]
 
 RewardMode = Literal["return", "verifier"]
 RESERVED_NAMES = frozenset({"reset", "get_reward"})
@@ -299,6 +303,9 @@ class MCPToolEnvironment:
     _tool_specs: Mapping[str, ToolMethodSpec] = {}
     openai_tools: list[dict[str, Any]] = []
     """The tool schemas TRL derives from the methods (computed once, for inspection)."""
+    max_steps: int = 20
+    """The env's step limit: pass it as ``GRPOConfig(max_tool_calling_iterations=Env.max_steps)`` so a training
+    rollout gets the budget ``mcp-gym eval`` gives an episode."""
 
     def __init__(self) -> None:
         self.env: MCPEnv = type(self)._make_env()
@@ -409,6 +416,7 @@ def environment_factory(
         probe.reset(options={"task_id": probe_task or task_ids[0]} if (probe_task or task_ids) else None)
         entries = [(e.name, e.tool.description or "", e.input_schema) for e in probe.tools]
         env_id = probe.env_id
+        max_steps = probe.max_steps
     finally:
         probe.close()
     if tools is not None:
@@ -434,6 +442,7 @@ def environment_factory(
         _reward=staticmethod(reward) if callable(reward) else reward,
         _show_resources=show_resources,
         _tool_specs=specs,
+        max_steps=max_steps,
         __doc__=f"TRL environment over the mcp-gym env {env_id or env!r} (tools: {', '.join(specs)}).",
         __module__=__name__,
     )
@@ -479,3 +488,65 @@ def task_dataset(
         "prompt": [[*system, {"role": "user", "content": t.prompt}] for t in tasks],
         "task_id": [t.id for t in tasks],
     })
+
+
+# -- the tokenizer: TRL's response parser for tool calls ---------------------------------------------------------------
+_PROBE_CALL = {"type": "function", "function": {"name": "probe_tool", "arguments": {"x": 1}}}
+
+
+def _hermes_response_template(tokenizer: Any) -> dict[str, Any]:
+    """A ``transformers`` response template for a chat template that writes tool calls as Hermes blocks
+    (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), read off the template's own rendering."""
+    user = [{"role": "user", "content": "probe"}]
+    try:
+        bare = tokenizer.apply_chat_template(user, tokenize=False)
+        prompt = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template([*user, {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}],
+                                             tokenize=False)
+    except Exception as e:  # noqa: BLE001 - any template failure is the same refusal
+        raise ValueError(f"prepare_tokenizer: the chat template cannot render a tool call ({type(e).__name__}: "
+                         f"{e})") from e
+    eos = tokenizer.eos_token
+    reply = full[len(prompt):] if full.startswith(prompt) else ""
+    block = re.search(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", reply, re.DOTALL)
+    anchor = prompt[len(bare):] if prompt.startswith(bare) else ""
+    if not (anchor and eos and block and '"probe_tool"' in block.group(1) and eos in reply):
+        raise ValueError("prepare_tokenizer: the chat template is not one TRL knows and does not write Hermes "
+                         "<tool_call>{json}</tool_call> blocks ending with the EOS token; set tokenizer."
+                         "response_template yourself (transformers' chat response parsing)")
+    return {
+        "defaults": {"role": "assistant"},
+        "start_anchor": anchor,
+        "fields": {
+            "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True,
+                           "content": "json", "transform": {"type": "function", "function": "{content}"}},
+            "content": {"close_pattern": re.escape(eos) + r"\s*", "content": "text"},
+        },
+    }
+
+
+def prepare_tokenizer(tokenizer: Any) -> Any:
+    """Make ``tokenizer`` one TRL's ``GRPOTrainer`` can run tools with; returns it.
+
+    TRL parses each generated reply into tool calls with the tokenizer's response parser and sets one itself only for
+    the chat templates it ships (Qwen, Llama, ...); any other template stops ``GRPOTrainer`` with "Unrecognized chat
+    template, failed to add response schema". This keeps a parser already set, uses TRL's for a known template, and
+    otherwise derives one from how the template renders a tool call (Hermes ``<tool_call>`` blocks, as the chat
+    templates of the README's examples write them; anything else raises ``ValueError``).
+    """
+    if getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None):
+        return tokenizer
+    from trl.chat_template_utils import add_response_schema
+
+    try:
+        return add_response_schema(tokenizer)
+    except ValueError:
+        pass
+    template = _hermes_response_template(tokenizer)
+    import transformers
+
+    if tuple(int(x) for x in re.findall(r"\d+", transformers.__version__)[:2]) < (5, 13):
+        raise ValueError(f"prepare_tokenizer: parsing this chat template's tool calls needs transformers >= 5.13 "
+                         f"(installed: {transformers.__version__})")
+    tokenizer.response_template = template
+    return tokenizer

@@ -196,3 +196,29 @@ def test_a_template_without_tools_is_refused(tokenizer: Any) -> None:
     tools = [{"type": "function", "function": {"name": "add", "description": "", "parameters": {"type": "object"}}}]
     with pytest.raises(ValueError, match=r"does not render the tools \['add'\]"):
         policy.render([{"role": "user", "content": "hi"}], tools)
+
+
+def test_no_call_end_stops_the_episode_at_a_reply_without_a_call(tokenizer: Any, tmp_path: Path) -> None:
+    """``no_call="end"`` (TRL's tool-loop rule) ends the episode at the first reply without a call, graded as it
+    stands; the default gives feedback and lets the model go on until ``max_steps``."""
+    model = tiny_model(tokenizer)
+    reply = tokenizer("I am not calling anything", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+    def scripted(no_call: str) -> HFPolicy:
+        policy = HFPolicy(model, tokenizer, max_new_tokens=len(reply), no_call=no_call)
+        prompt = policy.render  # force the scripted reply right after the prompt, whatever its length
+
+        def generate(messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int = 0) -> str:
+            start = len(tokenizer(prompt(messages, tools), add_special_tokens=False)["input_ids"])
+            policy.generate_kwargs = {"logits_processor": [Force(reply, start)]}
+            return HFPolicy.generate(policy, messages, tools, seed)
+
+        policy.generate = generate  # type: ignore[method-assign]
+        return policy
+
+    ended = run_episodes(scripted("end"), "Counter", ["counter-0000", "counter-0001"], tmp_path / "end", 4)
+    assert [(r.length, r.termination, r.success) for r in ended] == [(1, "submit", False)] * 2, ended
+    fed_back = run_episodes(scripted("feedback"), "Counter", ["counter-0000"], tmp_path / "feedback", 4)
+    assert [(r.length, r.termination) for r in fed_back] == [(4, "max_steps")], fed_back
+    with pytest.raises(ValueError, match="no_call must be 'feedback' or 'end'"):
+        HFPolicy(model, tokenizer, no_call="stop")

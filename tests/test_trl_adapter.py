@@ -15,6 +15,7 @@ import pytest
 from mcp_gym.trl import (
     MCPToolEnvironment,
     environment_factory,
+    prepare_tokenizer,
     schema_to_annotation,
     split_google_docstring,
     task_dataset,
@@ -226,3 +227,56 @@ def test_grpo_example_trains_a_tiny_model(tmp_path: Path) -> None:
     assert max(calls) > 0, f"the warmed-up model never called a tool:\n{proc.stdout}"
     assert "2 GRPO steps in" in proc.stdout
     assert "| 2/2 [" in proc.stderr  # TRL's progress bar of the GRPO steps
+
+
+# A compact Hermes-style chat template TRL does not ship (as scripts/examples/sft_from_scratch.py writes its own).
+HERMES_TEMPLATE = """{% for m in messages %}<|im_start|>{{ 'user' if m.role == 'tool' else m.role }}
+{% if m.role == 'tool' %}<tool_response>
+{{ m.content }}
+</tool_response>{% else %}{{ m.content or '' }}{% for c in m.tool_calls or [] %}<tool_call>
+{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}
+</tool_call>{% endfor %}{% endif %}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}{% for t in tools or [] %}{% endfor %}"""
+
+
+@pytest.mark.train
+def test_prepare_tokenizer_lets_grpo_run_tools_with_an_unknown_template(tmp_path: Path) -> None:
+    """TRL sets a tool-call parser only for the chat templates it ships; prepare_tokenizer derives one from how the
+    template renders a call, so GRPOTrainer accepts the tokenizer and the generated calls parse."""
+    pytest.importorskip("torch")
+    trl = pytest.importorskip("trl")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator([HERMES_TEMPLATE, '{"name": "add", "arguments": {"amount": 3}}'] * 4, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.chat_template = HERMES_TEMPLATE
+    with pytest.raises(ValueError, match="Unrecognized chat template"):
+        add_response_schema(tok)  # what GRPOTrainer calls without a parser
+    assert prepare_tokenizer(tok) is tok
+    reply = '<tool_call>\n{"name": "add", "arguments": {"amount": 3}}\n</tool_call><|im_end|>'
+    prefix = tok.apply_chat_template([{"role": "user", "content": "go"}], add_generation_prompt=True, return_dict=False)
+    parsed = parse_response(tok, tok(reply)["input_ids"], prefix=prefix)
+    assert parsed["tool_calls"] == [{"type": "function", "function": {"name": "add", "arguments": {"amount": 3}}}]
+    text = parse_response(tok, tok("no call here<|im_end|>")["input_ids"], prefix=prefix)
+    assert text.get("content") == "no call here" and not text.get("tool_calls")
+
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    args = trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], max_steps=1,
+                          num_generations=2, per_device_train_batch_size=2, max_completion_length=16)
+    trainer = trl.GRPOTrainer(model=model, processing_class=tok, args=args, environment_factory=environment_factory(
+        "Counter", reward="verifier"), train_dataset=task_dataset("Counter", "train", limit=2))
+    assert trainer.processing_class.response_template is not None
+
+    bad = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    bad.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    with pytest.raises(ValueError, match="does not write Hermes"):
+        prepare_tokenizer(bad)
