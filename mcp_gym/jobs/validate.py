@@ -1,9 +1,12 @@
 """``mcp-gym tasks validate``: does every task's own reference solution pass its grader?
 
-Each task with a ``solution`` runs once in a fresh episode: its calls, then ``submit`` of its ``answer`` unless the
-episode already ended (what the ``oracle`` policy does). A task whose grade fails, whose grading raises, or whose
-episode breaks is reported; the command exits 1 if there is any. Tasks without a solution, and tasks nothing grades,
-are listed as skipped.
+Each task with a ``solution`` runs once in a fresh episode set up as ``eval`` sets it up (the same env, the same
+per-episode workspace, ``fixture`` and servers), and plays the solution of the *filled* task (``{workspace}``
+replaced by the episode's real path, as the ``oracle`` policy sees it): its calls, then ``submit`` of its ``answer``
+unless the episode already ended. A task whose grade fails, whose grading raises, or whose episode breaks is
+reported with the first tool call that failed (tool, arguments, error) and the limit (``max_steps``, ...) that cut
+the solution short, if one did; the command exits 1 if there is any. Tasks without a solution, and tasks nothing
+grades, are listed as skipped.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ class TaskCheck:
     status: str
     reason: str
     score: float | None = None
+    failed_call: dict[str, Any] | None = None
+    """The first call of the solution that failed: ``{"step", "tool", "arguments", "error"}``."""
+    limit: str | None = None
+    """The limit that ended the episode before the solution was played to its end (``max_steps``, ...)."""
 
 
 def validate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> list[TaskCheck]:
@@ -54,30 +61,49 @@ def validate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> li
 def _check(env: Any, task: Any) -> TaskCheck:
     if not task.solution:
         return TaskCheck(task.id, "skipped", "no reference solution")
+    failed: dict[str, Any] | None = None
+    limit: str | None = None
     try:
         obs, info = env.reset(seed=0, options={"task_id": task.id})
         if info.get("error"):
             return TaskCheck(task.id, "error", f"reset: {info['error']['message']}")
+        filled = env.unwrapped.task  # the task as the episode set it up: {workspace} is the real path
+        calls = [dict(c) for c in filled.solution]
         ended = False
-        for call in task.solution:
+        for n, call in enumerate(calls, 1):
             obs, reward, terminated, truncated, info = env.step(dict(call))
+            if failed is None and info.get("error"):
+                failed = {"step": n, "tool": call.get("tool"), "arguments": call.get("arguments"),
+                          "error": str(info["error"].get("message", ""))[:500]}
             if terminated or truncated:
                 ended = True
+                if truncated:
+                    limit = f"{info.get('termination')} after {n} of {len(calls)} solution calls"
                 break
         if not ended:
             obs, reward, terminated, truncated, info = env.step(
-                {"tool": "submit", "arguments": {"answer": _answer(task.answer)}})
+                {"tool": "submit", "arguments": {"answer": _answer(filled.answer)}})
     except Exception as e:  # noqa: BLE001 - one broken task must not hide the others
-        return TaskCheck(task.id, "error", f"{type(e).__name__}: {e}")
+        return TaskCheck(task.id, "error", f"{type(e).__name__}: {e}", failed_call=failed, limit=limit)
+    check = _verdict(task.id, info)
+    status, reason = check.status, check.reason
+    if limit is not None:  # a solution the limits cut short would be cut in eval too: never a pass
+        status, reason = ("error" if status == "error" else "failed"), f"cut short by {limit}; {reason}"
+    if failed is not None and status != "passed":
+        reason += f"; first failed call: step {failed['step']} {failed['tool']}: {failed['error']}"
+    return TaskCheck(task.id, status, reason, check.score, failed, limit)
+
+
+def _verdict(task_id: str, info: dict[str, Any]) -> TaskCheck:
     grade = info.get("grade")
     if grade is not None:
-        return TaskCheck(task.id, "passed" if grade["passed"] else "failed", grade["reason"], grade["score"])
+        return TaskCheck(task_id, "passed" if grade["passed"] else "failed", grade["reason"], grade["score"])
     error = info.get("error")
     if error and error.get("kind") == "verifier_error":
-        return TaskCheck(task.id, "error", error["message"])
+        return TaskCheck(task_id, "error", error["message"])
     if info.get("success") is not None:  # a bundled env's verifier
-        return TaskCheck(task.id, "passed" if info["success"] else "failed", "verifier", info.get("verifier_reward"))
-    return TaskCheck(task.id, "skipped", "nothing grades this task (no answer, no grader)")
+        return TaskCheck(task_id, "passed" if info["success"] else "failed", "verifier", info.get("verifier_reward"))
+    return TaskCheck(task_id, "skipped", "nothing grades this task (no answer, no grader)")
 
 
 def _answer(answer: Any) -> str:
