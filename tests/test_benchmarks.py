@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ROOT
 
 from mcp_gym.cli import main
@@ -65,3 +66,17 @@ def test_validate_names_the_failing_call_and_the_limit_that_cut_a_solution(tmp_p
     cut = checks["copy-1"]
     assert cut["status"] == "failed" and cut["limit"] == "max_steps after 4 of 7 solution calls"
     assert "cut short by max_steps" in cut["reason"]
+
+
+# -- newcomer: a server given as {command:, env:} without args ---------------------------------------------------------
+def test_a_command_with_env_and_no_args_starts(tmp_path: Path) -> None:
+    from mcp_gym.client.specs import Stdio, normalise_servers
+
+    spec = normalise_servers({"fs": {"command": f"{sys.executable} {FS_SERVER} /tmp", "env": {"MODE": "1"}}})["fs"]
+    assert isinstance(spec, Stdio) and list(spec.args) == [str(FS_SERVER), "/tmp"] and spec.env == {"MODE": "1"}
+    tasks = fs_benchmark(tmp_path / "bench", [copy_task(0, "z")])
+    server = f'+env.servers.fs={{command: "{sys.executable} {FS_SERVER} {{workspace}}", env: {{MODE: "1"}}}}'
+    out = tmp_path / "validate"
+    assert main(["tasks", "validate", "env=custom", server, f"env.tasks={tasks}", f"out={out}"]) == 0
+    with pytest.raises(ValueError, match="env is for command-line"):
+        normalise_servers({"api": {"url": "https://host/mcp", "env": {"K": "v"}}})

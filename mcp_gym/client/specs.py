@@ -273,15 +273,19 @@ ServerSpec = Stdio | Http | Sse | InProcess
 
 
 def parse_server(
-    target: str, *, inherit_env: bool = False, headers: Mapping[str, str] | None = None, **options: Any
+    target: str, *, inherit_env: bool = False, headers: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None, **options: Any
 ) -> Stdio | Http | Sse:
     """A spec from a string: an ``http(s)://`` URL (Streamable HTTP), ``sse+http(s)://`` (the older HTTP+SSE
     transport: ``sse+http://host:8000/sse``) or a command line (stdio, split like a shell).
 
     ``headers``: HTTP headers for a URL (an error for a command line). ``inherit_env``: give a stdio server this
     process's whole environment (the CLI does, so ``npx`` servers find their configuration) instead of the SDK's
-    minimal one. ``options`` are spec fields (``connect_timeout``, ...).
+    minimal one; ``env``: a stdio server's environment variables (added to that environment). ``options`` are spec
+    fields (``connect_timeout``, ...).
     """
+    if env and target.startswith(("http://", "https://", "sse+http://", "sse+https://")):
+        raise ValueError(f"env is for command-line (stdio) servers, not the URL {redact_url(target)!r}")
     if target.startswith(("http://", "https://")):
         return Http(target, headers=headers, **options)
     if target.startswith(("sse+http://", "sse+https://")):
@@ -291,7 +295,8 @@ def parse_server(
     parts = shlex.split(target)
     if not parts:
         raise ValueError(f"not a server command line or URL: {target!r}")
-    return Stdio(parts[0], parts[1:], env=dict(os.environ) if inherit_env else None, **options)
+    merged = {**(os.environ if inherit_env else {}), **(env or {})}
+    return Stdio(parts[0], parts[1:], env=merged if inherit_env or env else None, **options)
 
 
 def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, ServerSpec]:
