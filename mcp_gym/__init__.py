@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "Sse": "mcp_gym.client.specs",
     "InProcess": "mcp_gym.client.specs",
     "ServerUnavailableWarning": "mcp_gym.client.host",
+    "StatefulServerWarning": "mcp_gym._stateful",
     "Replay": "mcp_gym.cassette",
     "ToolCallSpace": "mcp_gym.spaces",
     "Utf8Text": "mcp_gym.spaces",
@@ -51,6 +52,7 @@ __all__ = [
     "Sse",
     "InProcess",
     "ServerUnavailableWarning",
+    "StatefulServerWarning",
     "Replay",
     "ToolCallSpace",
     "Utf8Text",
@@ -72,6 +74,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from mcp_gym import recording, sft
+    from mcp_gym._stateful import StatefulServerWarning
     from mcp_gym.async_env import AsyncWrapper, aclose, areset, astep
     from mcp_gym.cassette import Replay
     from mcp_gym.client.host import ServerUnavailableWarning

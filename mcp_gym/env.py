@@ -26,6 +26,7 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
+from mcp_gym._stateful import note_state_change
 from mcp_gym._workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 from mcp_gym.client.connection import ConnectionLost, ServerConnection
 from mcp_gym.client.host import (
@@ -193,9 +194,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         )
         self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=max_argument_bytes)
         self._space_of: dict[str, ToolEntry] | None = None  # the host catalogue the action space was built from
-        self.observation_space = gym.spaces.Dict(
-            {"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()}
-        )
+        self.observation_space = gym.spaces.Dict({"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()})
         if self.spec is None:  # real servers answer with timings and ids: declare it (check_env honours this)
             self.spec = gym.envs.registration.EnvSpec(
                 id=env_id or "mcp_gym/MCPEnv-v0", entry_point="mcp_gym.env:MCPEnv", nondeterministic=True,
@@ -533,6 +532,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return await self._finish_step(None, name, {}, err)
         arguments = dict(action.get("arguments") or {})
         out = await self.host.call(name, arguments, timeout=self.call_timeout)
+        note_state_change(self, out)  # a server whose state outlives the episode: a one-time warning
         if out.error is not None and self.strict:
             raise ToolCallFailed(out.error)
         return await self._finish_step(out, name, arguments, out.error)

@@ -80,3 +80,111 @@ def test_a_command_with_env_and_no_args_starts(tmp_path: Path) -> None:
     assert main(["tasks", "validate", "env=custom", server, f"env.tasks={tasks}", f"out={out}"]) == 0
     with pytest.raises(ValueError, match="env is for command-line"):
         normalise_servers({"api": {"url": "https://host/mcp", "env": {"K": "v"}}})
+
+
+# -- items 2 and 3: graders off the event loop, bounded in time, given the episode -------------------------------------
+GRADER_MODULE = '''
+import asyncio, json, time
+from pathlib import Path
+
+
+def check(ctx):
+    """A sync grader of one parameter: the EpisodeContext."""
+    start = time.time()
+    time.sleep(float(ctx.data.get("sleep", 0)))
+    with ctx.path(ctx.data["log"]).open("a") as f:  # a data path, relative to the task file
+        f.write(json.dumps({"task": ctx.task.id, "start": start, "end": time.time(), "workspace": str(ctx.workspace),
+                            "servers": list(ctx.servers), "task_dir": str(ctx.task_dir),
+                            "termination": ctx.termination, "calls": [s["tool"] for s in ctx.transcript]}) + "\\n")
+    out = ctx.workspace / ctx.data["file"]
+    return {"passed": out.exists() and out.read_text() == ctx.data["text"], "reason": f"checked {out.name}"}
+
+
+async def check_async(ctx):
+    await asyncio.sleep(float(ctx.data.get("sleep", 0)))
+    return True
+
+
+def legacy(task, answer, state):
+    return answer == task.answer
+'''
+
+
+def graded_task(i: int, **data: Any) -> dict[str, Any]:
+    row = copy_task(i, f"text {i}")
+    row.pop("grader")
+    row["data"] = {"file": f"out{i}.txt", "text": f"text {i}", "log": "grades.jsonl", **data}
+    return row
+
+
+def test_sync_graders_overlap_and_see_the_episode(tmp_path: Path) -> None:
+    tasks = fs_benchmark(tmp_path / "bench", [graded_task(i, sleep=2) for i in range(8)])
+    (tmp_path / "bench" / "bench_grader.py").write_text(GRADER_MODULE)  # next to the task file, not on sys.path
+    out = tmp_path / "eval"
+    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "env.grader=bench_grader:check", "policy=oracle",
+                 "samples=1", "launcher.num_envs=8", "launcher.share_servers=null", "launcher.max_connecting=8",
+                 f"out={out}", *RUN]) == 0
+    assert json.loads((out / "report" / "results.json").read_text())["summary"]["success_rate"] == 1.0
+    grades = [json.loads(line) for line in (tmp_path / "bench" / "grades.jsonl").read_text().splitlines()]
+    assert len(grades) == 8
+    g = grades[0]
+    assert g["servers"] == ["fs"] and g["task_dir"] == str((tmp_path / "bench").resolve())
+    assert g["termination"] == "submit" and g["calls"] == ["read_file", "write_file", "submit"]
+    assert "mcp-gym-ws-" in g["workspace"]
+    # on the event loop the 2 s graders ran one after the other; in worker threads they overlap
+    most = max(sum(o["start"] < x["start"] < o["end"] for o in grades) + 1 for x in grades)
+    assert most >= 2, grades
+
+
+def test_a_grader_past_its_timeout_is_a_failed_grade(tmp_path: Path) -> None:
+    rows = [graded_task(0, sleep=10), graded_task(1, sleep=10), graded_task(2)]
+    rows[1]["grader"] = {"kind": "python", "function": "bench_grader:check_async", "timeout": 0.5}  # task override
+    rows[2]["grader"] = "bench_grader:legacy"  # the old (task, answer, state) signature
+    rows[2]["answer"] = "done"
+    rows[2]["solution"].append({"tool": "submit", "arguments": {"answer": "done"}})
+    tasks = fs_benchmark(tmp_path / "bench", rows)
+    (tmp_path / "bench" / "bench_grader.py").write_text(GRADER_MODULE)
+    out = tmp_path / "validate"
+    args = ["tasks", "validate", "env=custom", FS, f"env.tasks={tasks}", "env.grader=bench_grader:check",
+            "env.grader_timeout=1", f"out={out}"]
+    assert main(args) == 1  # a task's own grader from the task file's folder: refused unless trusted
+    checks = {c["task_id"]: c for c in json.loads((out / "validation.json").read_text())}
+    assert checks["copy-1"]["status"] == "error" and "env.trust_task_code=true" in checks["copy-1"]["reason"]
+    assert main([*args, "env.trust_task_code=true"]) == 1
+    checks = {c["task_id"]: c for c in json.loads((out / "validation.json").read_text())}
+    assert checks["copy-0"]["status"] == "failed"
+    assert checks["copy-0"]["reason"] == "grader timed out after 1 s (grader_timeout)"
+    assert checks["copy-1"]["reason"] == "grader timed out after 0.5 s (grader_timeout)"
+    assert checks["copy-2"]["status"] == "passed"
+
+
+# -- newcomer: a server that keeps state across episodes gets a one-time warning ---------------------------------------
+def test_a_stateful_server_without_reset_warns_once(tmp_path: Path) -> None:
+    import warnings
+
+    from mcp_gym import MCPEnv, Stdio
+    from mcp_gym._stateful import README_SECTION, StatefulServerWarning
+
+    sqlite_server = str(ROOT / "tests" / "_sqlite_server.py")
+    create = {"tool": "execute", "arguments": {"sql": "CREATE TABLE IF NOT EXISTS t (x)"}}
+    env = MCPEnv({"db": Stdio(sys.executable, [sqlite_server, str(tmp_path / "shared.db")])}, ["a task"])
+    try:
+        env.reset(seed=0)
+        with pytest.warns(StatefulServerWarning, match="server 'db' has no mcp_gym_reset tool") as caught:
+            env.step(create)
+        assert README_SECTION in str(caught[0].message)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", StatefulServerWarning)
+            env.reset(seed=1)
+            env.step(create)  # once per server
+    finally:
+        env.close()
+    restarted = MCPEnv({"db": Stdio(sys.executable, [sqlite_server, str(tmp_path / "own.db")])}, ["a task"],
+                       reset_mode="restart")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", StatefulServerWarning)
+            restarted.reset(seed=0)
+            restarted.step(create)  # a new process per episode: nothing carries over
+    finally:
+        restarted.close()

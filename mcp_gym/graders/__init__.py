@@ -23,10 +23,17 @@ Answer matchers (on the submitted answer and the task's ``answer``):
 * ``set``: the answer, a JSON list or comma/semicolon/newline separated, equals the task's list ``answer`` as a set
   (score: Jaccard overlap).
 
-Python: ``{"kind": "python", "function": "module:function"}`` (or the bare import path) called as
-``(task, answer, state)`` -- the :data:`~mcp_gym.tasks.Verifier` signature, ``state`` being the servers'
-``mcp_gym_state`` snapshot -- returning a bool, a number (passed at ``threshold``, default 1), a mapping with
-``score``/``passed``/``reason`` or a :class:`Grade`; sync or async.
+Python: ``{"kind": "python", "function": "module:function"}`` (or the bare import path; the module is looked up in
+the task file's folder first) called with the :class:`EpisodeContext` (a function of one parameter: the filled task,
+the answer, the workspace, the server aliases, the transcript, the task file's folder, how the episode ended, the
+servers' ``mcp_gym_state`` snapshot) or, a function of three, as ``(task, answer, state)`` (the
+:data:`~mcp_gym.tasks.Verifier` signature), returning a bool, a number (passed at ``threshold``, default 1), a
+mapping with ``score``/``passed``/``reason`` or a :class:`Grade`. A sync function runs in a worker thread (never on
+the event loop the episodes share); an ``async`` one is awaited.
+
+Every grader is bounded by a timeout (:class:`Grading`'s ``timeout``, ``env.grader_timeout``, default
+:data:`~mcp_gym.graders.base.DEFAULT_GRADER_TIMEOUT` = 60 s; a spec's own ``timeout`` wins): past it the grade is a
+failure whose reason says so.
 
 State checks read the world after the episode:
 
@@ -61,8 +68,8 @@ silent failure.
 
 from __future__ import annotations
 
-from mcp_gym.graders.base import Grade
+from mcp_gym.graders.base import EpisodeContext, Grade
 from mcp_gym.graders.judge import DEFAULT_JUDGE_PROMPT, DEFAULT_JUDGE_SYSTEM, JudgeSettings
 from mcp_gym.graders.spec import Grading
 
-__all__ = ["Grade", "Grading", "JudgeSettings", "DEFAULT_JUDGE_SYSTEM", "DEFAULT_JUDGE_PROMPT"]
+__all__ = ["Grade", "EpisodeContext", "Grading", "JudgeSettings", "DEFAULT_JUDGE_SYSTEM", "DEFAULT_JUDGE_PROMPT"]

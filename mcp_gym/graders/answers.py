@@ -7,8 +7,12 @@ import inspect
 import json
 import math
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import anyio.to_thread
 
 from mcp_gym._schema import bounded_search
 from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError, normalise_answer
@@ -157,14 +161,43 @@ class SetGrader(Grader):
 
 
 # -- python verifier -------------------------------------------------------------------------------------------------
-def _import(path: str) -> Callable[..., Any]:
+def _module_file(folder: Path, module: str) -> Path | None:
+    """The file of ``module`` (dotted) inside ``folder``, if there is one."""
+    base = folder.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _load_beside(module: str, file: Path, folder: Path) -> Any:
+    """Import ``module`` from ``file`` in ``folder`` (put first on ``sys.path``, so the module's own imports of its
+    neighbours, e.g. a benchmark's ``verify.py``, work too); a module of that name imported from elsewhere is
+    replaced."""
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    loaded = sys.modules.get(module)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == file.resolve():
+        return loaded
+    for name in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+        del sys.modules[name]
+    return importlib.import_module(module)
+
+
+def _import(path: str, task_dir: Path | None = None, trusted: bool = True) -> Callable[..., Any]:
     module, _, attr = path.partition(":")
     if not module or not attr:
         raise ValueError(f"grader {path!r}: a Python grader is 'module:function'")
+    beside = _module_file(task_dir, module.split(".")[0]) if task_dir is not None else None
+    if beside is not None and not trusted:
+        raise ValueError(f"grader {path!r}: {beside} is code in the task file's folder, and a task file is data; "
+                         "run it only for a benchmark you trust: env.trust_task_code=true")
     try:
-        obj: Any = importlib.import_module(module)
+        obj: Any = _load_beside(module, beside, task_dir) if beside is not None and task_dir is not None \
+            else importlib.import_module(module)
     except ImportError as e:
-        raise ValueError(f"grader {path!r}: cannot import {module!r}: {e}") from None
+        where = f" (looked in the task file's folder {task_dir} first)" if task_dir is not None else ""
+        raise ValueError(f"grader {path!r}: cannot import {module!r}{where}: {e}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"grader {path!r}: {module!r} has no {attr!r}")
@@ -174,24 +207,47 @@ def _import(path: str) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]
 
 
+def takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether a Python grader takes the :class:`~mcp_gym.graders.EpisodeContext` (one positional parameter) rather
+    than ``(task, answer, state)`` (three)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: the old convention
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return False
+    return len(positional) == 1 or (len(positional) > 1 and all(p.default is not p.empty for p in positional[1:]))
+
+
 class PythonGrader(Grader):
-    """A verifier ``(task, answer, state)`` by import path or as a callable."""
+    """A Python function by import path or as a callable: ``fn(ctx)`` with the
+    :class:`~mcp_gym.graders.EpisodeContext` (a function of one parameter), or the older ``fn(task, answer, state)``;
+    sync (run in a worker thread, off the event loop) or async."""
 
     kind = "python"
     reads_state = True
 
     def __init__(self, name: str | None = None, function: str | Callable[..., Any] | None = None,
-                 threshold: float = 1.0) -> None:
+                 threshold: float = 1.0, task_dir: str | Path | None = None, trusted: bool = True) -> None:
         if function is None:
             raise ValueError("a python grader needs function='module:function'")
         self.path = function if isinstance(function, str) else f"{function.__module__}:{function.__qualname__}"
-        self.fn = _import(function) if isinstance(function, str) else function
+        folder = Path(task_dir).resolve() if task_dir is not None else None
+        self.fn = _import(function, folder, trusted) if isinstance(function, str) else function
         super().__init__(name or self.path.rpartition(":")[2])
         self.threshold = float(threshold)
+        self.with_context = takes_context(self.fn)
+        self.is_async = inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
+            type(self.fn).__call__)  # a callable object with an async __call__
 
     async def grade(self, ctx: GradeContext) -> Grade:
         try:
-            out = self.fn(ctx.task, ctx.answer, await ctx.state())
+            args = (await ctx.episode(),) if self.with_context else (ctx.task, ctx.answer, await ctx.state())
+            if self.is_async:
+                out = await self.fn(*args)
+            else:  # a sync grader (a benchmark's verify.py, a subprocess) must not hold up the other episodes
+                out = await anyio.to_thread.run_sync(lambda: self.fn(*args), abandon_on_cancel=True)
             if inspect.isawaitable(out):
                 out = await out
         except GraderError:

@@ -1,4 +1,5 @@
-"""The grader interface: :class:`Grade`, :class:`GradeContext`, :class:`Grader`, and answer normalisation."""
+"""The grader interface: :class:`Grade`, :class:`EpisodeContext` (what a Python grader receives),
+:class:`GradeContext`, :class:`Grader`, and answer normalisation."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from typing import Any
 
 from mcp_gym.tasks import Task
 
-__all__ = ["Grade"]
+__all__ = ["Grade", "EpisodeContext", "DEFAULT_GRADER_TIMEOUT"]
+
+DEFAULT_GRADER_TIMEOUT = 60.0
+"""Seconds a grader may take by default (``grader_timeout``); past it the grade is a failure saying so."""
 
 
 class GraderError(Exception):
@@ -76,6 +80,50 @@ class Grade:
         return out
 
 
+@dataclass(frozen=True)
+class EpisodeContext:
+    """What a Python grader of one parameter receives: the finished episode.
+
+    Attributes:
+        task: The task as the episode played it (``{workspace}`` replaced by the real path).
+        answer: The submitted answer (``None``: the episode ended without ``submit``).
+        workspace: The episode's workspace directory (``None`` when no server command line names ``{workspace}``);
+            the world after the episode, for state checks.
+        servers: The aliases of the episode's servers (``env.servers`` keys).
+        transcript: The episode's steps, ``{"tool", "arguments", "result"}`` (result text shortened to 2,000 chars).
+        task_dir: The folder of the task file (``None`` for tasks not loaded from a file).
+        termination: How the episode ended: ``submit``, ``done``, ``max_steps``, ``max_turns``, ...
+        state: The servers' ``mcp_gym_state`` snapshot (``{}`` when none has the tool).
+    """
+
+    task: Task
+    answer: str | None
+    workspace: Path | None
+    servers: tuple[str, ...]
+    transcript: tuple[Mapping[str, Any], ...]
+    task_dir: Path | None
+    termination: str | None
+    state: Mapping[str, Any]
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        """The task's ``data``."""
+        return self.task.data
+
+    def path(self, value: str | Path) -> Path:
+        """A path named by the task (e.g. a ``data`` value): ``{workspace}`` replaced, a relative path taken from the
+        task file's folder (as ``fixture`` is)."""
+        text = str(value)
+        if "{workspace}" in text:
+            if self.workspace is None:
+                raise GraderError(f"{text!r} names {{workspace}} but task '{self.task.id}' has no workspace")
+            text = text.replace("{workspace}", str(self.workspace))
+        path = Path(text).expanduser()
+        if not path.is_absolute() and self.task_dir is not None:
+            path = self.task_dir / path
+        return path
+
+
 @dataclass
 class GradeContext:
     """What a grader may look at: the task, the submitted answer, the episode's workspace and transcript, and (through
@@ -89,7 +137,15 @@ class GradeContext:
     state_fn: Callable[[], Awaitable[Mapping[str, Any]]] | None = None
     call_fn: Callable[[str | None, str, Mapping[str, Any]], Awaitable[Any]] | None = None
     read_fn: Callable[[str | None, str], Awaitable[Any]] | None = None
+    servers: tuple[str, ...] = ()
+    task_dir: Path | None = None
+    termination: str | None = None
     _state: Mapping[str, Any] | None = None
+
+    async def episode(self) -> EpisodeContext:
+        """The :class:`EpisodeContext` Python graders receive (the state snapshot read now)."""
+        return EpisodeContext(self.task, self.answer, self.workspace, tuple(self.servers), tuple(self.transcript),
+                              self.task_dir, self.termination, await self.state())
 
     async def state(self) -> Mapping[str, Any]:
         """The servers' ``mcp_gym_state`` snapshot (``{}`` when none has the tool); read once."""
@@ -132,6 +188,8 @@ class Grader:
     kind = "grader"
     reads_state = False
     """It reads the world after the episode (files, a database, the servers): episodes must not share sessions."""
+    timeout: float | None = None
+    """Seconds this grader may take (a spec's ``timeout``); ``None``: the grading's ``grader_timeout``."""
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.kind
@@ -146,7 +204,7 @@ class Grader:
 
     def spec(self) -> Any:
         """A JSON-able description (recorded in the run's config)."""
-        return {"kind": self.kind, "name": self.name}
+        return {"kind": self.kind, "name": self.name, **({"timeout": self.timeout} if self.timeout else {})}
 
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Protocol
+
+import anyio
 
 from mcp_gym.client.host import MCPHost
 from mcp_gym.graders.base import Grade, GradeContext, GraderError
@@ -49,17 +52,24 @@ def is_graded(env: _GradedEpisode) -> bool:
     return env.verifier is not None if env.grading is None else episode_grader(env) is not None
 
 
-async def grade_episode(env: _GradedEpisode, info: dict[str, Any], answer: str | None) -> float:
+async def grade_episode(env: _GradedEpisode, info: dict[str, Any], answer: str | None,
+                        termination: str | None) -> float:
     """Grade the env's finished episode into ``info`` (``grade``, ``success``; ``error`` when grading failed) and
-    ``env.grade``; returns the score (0 on failure)."""
+    ``env.grade``, within the grader's timeout (past it: a failed grade saying so); returns the score (0 on
+    failure)."""
     assert env.task is not None and env.grading is not None
     session = SessionAccess(env.host, env.call_timeout)
     ctx = GradeContext(env.task, answer, env.workspace, list(env._transcript), env._state_snapshot,
-                       session.call, session.read)
+                       session.call, session.read, tuple(env.host.connections), env.grading.task_dir, termination)
     try:
         grader = env.grading.for_task(env.task)
         assert grader is not None
-        grade = await grader.grade(ctx)
+        limit = env.grading.limit(grader)
+        with anyio.move_on_after(math.inf if limit is None else limit) as scope:
+            grade = await grader.grade(ctx)
+        if scope.cancelled_caught:
+            grade = Grade(0.0, False, f"grader timed out after {limit:g} s (grader_timeout)", grader.name,
+                          grader.kind, details={"timed_out": True})
     except Exception as e:  # noqa: BLE001 - grading must not crash the loop; the episode is ungraded
         if env.strict:
             raise
@@ -84,7 +94,7 @@ async def grade_step_end(env: _GradedEpisode, info: dict[str, Any], terminated: 
     """Grade a tool step that ended the episode into ``info``: the grader when one applies, else the legacy
     ``verifier`` on termination (``success``; ``error`` when it failed)."""
     if env.done and episode_grader(env) is not None:
-        await grade_episode(env, info, None)
+        await grade_episode(env, info, None, info.get("termination"))
     elif terminated and env.verifier is not None and env.task is not None:
         try:
             info["success"] = await verifier_score(env, None) >= env.success_threshold
@@ -105,7 +115,7 @@ async def grade_submit(env: _GradedEpisode, answer: str | None) -> tuple[float, 
     if episode_grader(env) is not None:
         env.done = True
         env._transcript.append({"tool": "submit", "arguments": {"answer": answer}, "result": ""})
-        reward = await grade_episode(env, graded, answer)
+        reward = await grade_episode(env, graded, answer, "submit")
         error = graded.pop("error", None)
     elif env.verifier is not None and env.task is not None:
         try:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from mcp_gym.graders.answers import ExactGrader, NumericGrader, OneOfGrader, PythonGrader, RegexGrader, SetGrader
-from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError
+from mcp_gym.graders.base import DEFAULT_GRADER_TIMEOUT, Grade, GradeContext, Grader, GraderError
 from mcp_gym.graders.judge import JudgeGrader, JudgeSettings
 from mcp_gym.graders.state import FilesGrader, MCPGrader, SQLiteGrader
 from mcp_gym.tasks import Task
@@ -60,9 +61,12 @@ GRADER_KINDS: dict[str, type[Grader]] = {
 """Grader kinds by spec name (plus the combinations ``all``, ``any``, ``weighted``)."""
 
 
-def make_grader(spec: Any, judge: JudgeSettings | None = None) -> Grader:
+def make_grader(spec: Any, judge: JudgeSettings | None = None, task_dir: Path | None = None,
+                trusted: bool = True) -> Grader:
     """A grader from a spec: a :class:`Grader`, a callable verifier, a kind name, ``"module:function"``, a list (all
-    of them) or a mapping ``{"kind": ..., **options}``. ``judge``: the default settings of ``judge`` graders.
+    of them) or a mapping ``{"kind": ..., **options}`` (``timeout``: the seconds it may take). ``judge``: the default
+    settings of ``judge`` graders; ``task_dir``: the task file's folder, where ``module:function`` is looked up first
+    (``trusted``: allowed to, else a module found there is refused).
 
     Raises ``ValueError`` naming the bad part of the spec."""
     if isinstance(spec, Grader):
@@ -71,7 +75,7 @@ def make_grader(spec: Any, judge: JudgeSettings | None = None) -> Grader:
         return PythonGrader(function=spec)
     if isinstance(spec, str):
         if ":" in spec:
-            return PythonGrader(function=spec)
+            return PythonGrader(function=spec, task_dir=task_dir, trusted=trusted)
         spec = {"kind": spec}
     if isinstance(spec, (list, tuple)):
         spec = {"kind": "all", "of": list(spec)}
@@ -79,13 +83,23 @@ def make_grader(spec: Any, judge: JudgeSettings | None = None) -> Grader:
         raise ValueError(f"grader spec {spec!r}: give a kind name, 'module:function', a list, or a mapping with 'kind'")
     options = dict(spec)
     kind = str(options.pop("kind"))
+    timeout = options.pop("timeout", None)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise ValueError(f"grader spec {dict(spec)!r}: timeout must be a positive number of seconds")
+    grader = _make(spec, kind, options, judge, task_dir, trusted)
+    grader.timeout = float(timeout) if timeout is not None else None
+    return grader
+
+
+def _make(spec: Any, kind: str, options: dict[str, Any], judge: JudgeSettings | None, task_dir: Path | None,
+          trusted: bool) -> Grader:
     if kind in ("all", "any", "weighted"):
         members = options.pop("of", None)
         if not isinstance(members, list):
             raise ValueError(f"grader spec {dict(spec)!r}: '{kind}' needs of: [...]")
         weights = [float(m.get("weight", 1.0)) if isinstance(m, Mapping) else 1.0 for m in members]
-        graders = [make_grader({k: v for k, v in m.items() if k != "weight"} if isinstance(m, Mapping) else m, judge)
-                   for m in members]
+        graders = [make_grader({k: v for k, v in m.items() if k != "weight"} if isinstance(m, Mapping) else m, judge,
+                               task_dir, trusted) for m in members]
         return CombinedGrader(kind, graders, weights, float(options.pop("threshold", 1.0)), options.pop("name", None))
     cls = GRADER_KINDS.get(kind)
     if cls is None:
@@ -93,6 +107,8 @@ def make_grader(spec: Any, judge: JudgeSettings | None = None) -> Grader:
                          f"{', '.join([*GRADER_KINDS, 'all', 'any', 'weighted'])} or 'module:function'")
     if cls is JudgeGrader:
         options["settings"] = judge
+    if cls is PythonGrader:
+        options.update(task_dir=task_dir, trusted=trusted)
     try:
         return cls(**options)
     except TypeError as e:
@@ -106,11 +122,22 @@ class Grading:
     Args:
         default: The task set's grader spec (``env.grader``).
         judge: Settings of ``judge`` graders (``env.judge``).
+        timeout: Seconds a grader may take (``env.grader_timeout``; a spec's own ``timeout`` wins); past it the
+            grade is a failure saying so.
+        task_dir: The task file's folder: graders see it (:attr:`~mcp_gym.graders.EpisodeContext.task_dir`) and
+            ``module:function`` is looked up there first (for a task's own spec only when ``trust_task_code``).
+        trust_task_code: A task's own ``grader`` may import a module from the task file's folder (a task file is
+            data: only for a benchmark you trust; ``env.trust_task_code``).
     """
 
-    def __init__(self, default: Any = None, judge: JudgeSettings | Mapping[str, Any] | None = None) -> None:
+    def __init__(self, default: Any = None, judge: JudgeSettings | Mapping[str, Any] | None = None, *,
+                 timeout: float | None = DEFAULT_GRADER_TIMEOUT, task_dir: str | Path | None = None,
+                 trust_task_code: bool = False) -> None:
         self.judge = judge if isinstance(judge, JudgeSettings) else JudgeSettings.from_config(judge)
-        self.default = make_grader(default, self.judge) if default is not None else None
+        self.timeout = float(timeout) if timeout is not None else None
+        self.task_dir = Path(task_dir).resolve() if task_dir is not None else None
+        self.trust_task_code = bool(trust_task_code)
+        self.default = make_grader(default, self.judge, self.task_dir) if default is not None else None
         self._cache: dict[str, Grader] = {}
 
     def for_task(self, task: Task) -> Grader | None:
@@ -120,7 +147,8 @@ class Grading:
             grader = self._cache.get(key)
             if grader is None:
                 try:
-                    grader = self._cache[key] = make_grader(task.grader, self.judge)
+                    grader = self._cache[key] = make_grader(task.grader, self.judge, self.task_dir,
+                                                            self.trust_task_code)
                 except ValueError as e:
                     raise GraderError(f"task '{task.id}': {e}") from None
             return grader
@@ -130,7 +158,11 @@ class Grading:
             return self._cache.setdefault("\0exact", ExactGrader())
         return None
 
+    def limit(self, grader: Grader) -> float | None:
+        """Seconds ``grader`` may take: its spec's ``timeout``, else the grading's."""
+        return grader.timeout if grader.timeout is not None else self.timeout
+
     def describe(self) -> dict[str, Any]:
-        """The run's grading as JSON-able config: the default spec and the judge settings (no API key)."""
+        """The run's grading as JSON-able config: the default spec, the timeout and the judge settings (no API key)."""
         return {"default": self.default.spec() if self.default is not None else "exact when the task has an answer",
-                "judge": self.judge.public()}
+                "timeout": self.timeout, "judge": self.judge.public()}

@@ -62,11 +62,22 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
 
 
 def custom_grading(env_cfg: Mapping[str, Any]) -> Any:
-    """The :class:`~mcp_gym.graders.Grading` of a custom env: ``env.grader`` (default: exact match on answers) and the
-    judge settings ``env.judge``."""
+    """The :class:`~mcp_gym.graders.Grading` of a custom env: ``env.grader`` (default: exact match on answers), the
+    judge settings ``env.judge``, ``env.grader_timeout``, the task file's folder and ``env.trust_task_code``."""
     from mcp_gym.graders import Grading
+    from mcp_gym.graders.base import DEFAULT_GRADER_TIMEOUT
 
-    return Grading(env_cfg.get("grader"), env_cfg.get("judge"))
+    timeout = env_cfg.get("grader_timeout", DEFAULT_GRADER_TIMEOUT)
+    return Grading(env_cfg.get("grader"), env_cfg.get("judge"), timeout=float(timeout) if timeout else None,
+                   task_dir=task_folder(env_cfg.get("tasks")), trust_task_code=bool(env_cfg.get("trust_task_code")))
+
+
+def task_folder(source: Any) -> Path | None:
+    """The folder of a task source: a file's folder, a directory itself, ``None`` for a dataset loaded by name."""
+    if not source:
+        return None
+    path = Path(str(source)).expanduser()
+    return path.parent if path.is_file() else path if path.is_dir() else None
 
 
 def needs_own_sessions(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> bool:

@@ -130,7 +130,9 @@ class _CustomEnv(_Env):
     tasks: str | None = MISSING
     task_columns: dict[str, str] | None = MISSING
     task_env_allow: list[str] = MISSING
-    grader: Any = MISSING  # a grader spec: a name, or a mapping
+    trust_task_code: bool = MISSING
+    grader: Any = MISSING
+    grader_timeout: float | None = MISSING  # a grader spec: a name, or a mapping
     judge: _Judge = field(default_factory=_Judge)
     reset_mode: str = MISSING
 

@@ -1,0 +1,45 @@
+"""The one-time warning for a server that may carry state from one episode into the next: it has no ``mcp_gym_reset``
+tool, is not restarted per episode, and a tool not annotated read-only just changed something on it (npm
+``mcp-server-memory`` writing its own ``memory.jsonl``, a database server, ...)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from mcp_gym.protocol import RESET_TOOL
+
+__all__ = ["StatefulServerWarning", "note_state_change", "README_SECTION"]
+
+README_SECTION = "Benchmark your own MCP server > Stateful servers: one world per episode"
+"""The README section on isolating stateful servers (named in the warning)."""
+
+_warned: set[tuple[str, str]] = set()
+
+
+class StatefulServerWarning(UserWarning):
+    """A server without ``mcp_gym_reset`` that is not restarted per episode changed state: later episodes see it."""
+
+
+def note_state_change(env: Any, out: Any) -> None:
+    """After a tool call of ``env`` (an :class:`~mcp_gym.env.MCPEnv`): warn once per server (per process) when the
+    call succeeded on a tool not annotated ``readOnlyHint: true`` of a server whose state outlives the episode (no
+    ``mcp_gym_reset`` tool under ``reset_mode=auto``, no ``{workspace}`` in its command line)."""
+    alias = getattr(out, "server", None)
+    result = getattr(out, "result", None)
+    if alias is None or result is None or result.is_error or env.reset_mode != "auto" or alias in env._templated:
+        return
+    if env.host.has_tool(alias, RESET_TOOL):
+        return
+    entry = env.host.resolve(out.tool)
+    if entry is None or entry.annotations.get("readOnlyHint") is True:
+        return
+    key = (alias, str(env.host.connections[alias].spec))
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(
+        f"mcp-gym: server '{alias}' has no {RESET_TOOL} tool and is not restarted per episode, and tool "
+        f"'{out.server_tool}' may have changed its state: later episodes (and runs) see it. Give each episode its "
+        f"own world: README, '{README_SECTION}' (a {{workspace}} in its command line or environment, or "
+        "env.reset_mode=restart)", StatefulServerWarning, stacklevel=2)
