@@ -26,6 +26,7 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
+from mcp_gym._budget import Budget
 from mcp_gym._stateful import note_state_change
 from mcp_gym._workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
 from mcp_gym.client.connection import ConnectionLost, ServerConnection
@@ -41,7 +42,8 @@ from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers, redact_text
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
-from mcp_gym.protocol import RESET_TOOL, STATE_TOOL, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError, openai_tools
+from mcp_gym.graders.session import state_snapshot
+from mcp_gym.protocol import RESET_TOOL, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError, openai_tools
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
@@ -77,7 +79,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         servers: alias -> :class:`Stdio` / :class:`Http` / :class:`InProcess` (a single spec is named ``"server"``).
         tasks: Tasks (:class:`~mcp_gym.tasks.Task`, record dicts or prompt strings); ``reset`` draws one with the
             seeded RNG unless ``options={"task_id": ...}`` names it.
-        max_steps: Truncate after this many steps.
+        max_steps: Truncate after this many steps (tool calls, ``submit`` and invalid actions alike).
+        max_turns: Truncate after this many model replies (see :mod:`mcp_gym._budget`; ``None``: no limit).
+        max_tool_calls: Truncate after this many calls that reached a server (``None``: no limit).
         observe_resources: Resource URIs to observe (templates such as ``notes://{title}`` are filled from the task's
             ``data``), ``"all"`` for every listed resource, or ``None``. The task's own ``resources`` are added.
         call_timeout: Seconds per tool call (``None``: no limit); also bounds each re-listing of tools after
@@ -102,9 +106,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         block_destructive: Hide and refuse tools that may be destructive.
         max_argument_bytes: Largest accepted JSON arguments.
         max_observation_chars: Longest result/resource text in an observation (the full content stays in ``info``).
-        success_threshold: Success is a verifier's score at or above it; without a verifier, an episode the server
-            ends with ``done`` succeeds when its return (the sum of its rewards) reaches it. Episodes ended otherwise
-            without a verifier (``submit``, ``max_steps``) have ``info["success"] = None``: unknown.
+        success_threshold: Success is a verifier's score at or above it; without a grader or verifier, an episode the
+            server ends with ``done`` succeeds when its return (the sum of its rewards) reaches it (the README's
+            *Success* table is the whole rule: a grader grades a cut-off episode as it stands).
         env_id: Name recorded with trajectories.
         runtime: The event-loop runtime owning the sessions (default: the process-wide one).
 
@@ -133,6 +137,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         tasks: Sequence[Task | Mapping[str, Any] | str] | None = None,
         *,
         max_steps: int = 20,
+        max_turns: int | None = None,
+        max_tool_calls: int | None = None,
         observe_resources: Sequence[str] | Literal["all"] | None = None,
         call_timeout: float | None = 30.0,
         reset_timeout: float | None = 120.0,
@@ -158,6 +164,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.tasks: list[Task] = [as_task(t, i) for i, t in enumerate(tasks or [])]
         self.max_steps = max_steps
+        self.budget = Budget(max_turns, max_tool_calls)
+        """The turn and tool-call budgets, and what the current episode used of them."""
         self.observe_resources = observe_resources
         self.call_timeout = call_timeout
         self.reset_timeout = reset_timeout
@@ -328,7 +336,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.task = self._pick_task(options)
         self.episode_id = uuid.uuid4().hex
         self.host.episode_id = self.episode_id
-        self.steps = 0
+        self.steps = self.budget.reset()
         self.episode_return = 0.0
         self.done = False
         self.catalogue_changes = []
@@ -521,6 +529,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.steps += 1
         problem = self.action_space.validation_error(action)  # never raises, whatever the action holds
         name = dict.get(action, "tool") if isinstance(action, dict) else None  # dict.get: not a subclass's get
+        if (over := self.budget.begin_step()) is not None:  # a reply past max_turns: not executed
+            return await self._finish_step(None, name, {}, over)
         if name.__class__ is str and name == "submit" and "submit" not in self.host.catalogue:
             return await self._submit(action)
         if problem is not None:
@@ -565,12 +575,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self.catalogue_changes.append({"step": self.steps, "tools": self.tool_catalogue(),
                                            "hash": self.host.catalogue_hash()})
         await self._refresh_resources()
+        cut = self.budget.cut(self.steps, self.max_steps, out is not None)  # counts the call
         truncated = False
         termination = "done" if terminated else None
         if not any(c.status == "ready" for c in self.host.connections.values()):
             truncated, termination = True, "servers_dead"
-        elif not terminated and self.steps >= self.max_steps:
-            truncated, termination = True, "max_steps"
+        elif not terminated and cut is not None:
+            truncated, termination = True, cut
         self.episode_return += reward
         self.done = terminated or truncated
         self._transcript.append({"tool": name if isinstance(name, str) else None, "arguments": arguments,
@@ -648,23 +659,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return obs, reward, True, False, info
 
     async def _state_snapshot(self) -> dict[str, Any]:
-        states: dict[str, Any] = {}
-        for alias, conn in self.host.connections.items():
-            if conn.status != "ready" or not self.host.has_tool(alias, STATE_TOOL):
-                continue
-            out = await self.host.call_server(alias, STATE_TOOL, {}, timeout=self.call_timeout)
-            if out.result is None or out.result.is_error:
-                continue
-            sc = out.result.structured_content
-            if not isinstance(sc, dict) or set(sc) == {"result"}:
-                try:
-                    sc = json.loads(render_content(out.result.content))
-                except ValueError:
-                    sc = {}
-            states[alias] = sc
-        if len(states) == 1:
-            return next(iter(states.values()))
-        return states
+        return await state_snapshot(self.host, self.call_timeout)
 
     def _obs(self, text: str) -> dict[str, Any]:
         self._last_text = text
@@ -683,5 +678,5 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         info.update(kw)
         if self.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
             info[SUMMARY_KEY] = {"return": self.episode_return, "length": self.steps,
-                                 "termination": kw.get("termination")}
+                                 "termination": kw.get("termination"), **self.budget.used()}
         return info

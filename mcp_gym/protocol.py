@@ -92,9 +92,10 @@ SERVER_ERROR_KINDS: Final = frozenset(
 ``connection_lost``: an HTTP connection broke after the call was sent (the call may or may not have run; the session
 stays open). ``unrecordable``: the recorder could not take a step apart (its recorded row holds only unencodable
 markers)."""
-ERROR_KINDS: Final = ACTION_ERROR_KINDS | SERVER_ERROR_KINDS | {"tool_error", "parse_error", "exception"}
+ERROR_KINDS: Final = ACTION_ERROR_KINDS | SERVER_ERROR_KINDS | {"tool_error", "parse_error", "exception", "budget"}
 """Every ``info["error"]["kind"]``: the above, plus ``tool_error`` (the tool answered ``isError``), ``parse_error``
-(a text env could not parse the model's message into a tool call) and ``exception`` (a recorded client call raised)."""
+(a text env could not parse the model's message into a tool call), ``exception`` (a recorded client call raised) and
+``budget`` (a model reply past ``max_turns``, not executed)."""
 
 
 # -- secrets out of what is written or shown -------------------------------------------------------------------
@@ -240,5 +241,5 @@ def openai_tools(records: Sequence[Mapping[str, Any]], *, submit: bool = True) -
 
 
 SUMMARY_KEY = "summary"
-"""The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``) on an episode's last step;
-``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""
+"""The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``, ``turns``, ``tool_calls``) on
+an episode's last step; ``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""

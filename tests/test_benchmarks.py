@@ -188,3 +188,85 @@ def test_a_stateful_server_without_reset_warns_once(tmp_path: Path) -> None:
             restarted.step(create)  # a new process per episode: nothing carries over
     finally:
         restarted.close()
+
+
+# -- item 6: budgets of turns and tool calls, recorded; a cut-off episode is graded as it stands -----------------------
+def notes_server() -> Any:
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("notes")
+    notes: list[str] = []
+
+    @server.tool()
+    def note(text: str) -> str:
+        """Keep a note."""
+        notes.append(text)
+        return f"{len(notes)} notes"
+
+    return server
+
+
+def two_notes(ctx: Any) -> bool:
+    """Passes when the episode kept at least two notes (whether or not it submitted)."""
+    return sum(s["tool"] == "note" for s in ctx.transcript) >= 2
+
+
+def test_max_turns_counts_model_replies_and_is_recorded(tmp_path: Path) -> None:
+    from mcp_gym import InProcess, MCPEnv, RecordTrajectories
+    from mcp_gym.recording import load
+
+    env = RecordTrajectories(MCPEnv(InProcess(notes_server()), ["keep notes"], max_turns=2, max_steps=50,
+                                    grader=two_notes), tmp_path / "run", policy="scripted")
+    try:
+        env.reset(seed=0)
+        note = {"tool": "note", "arguments": {"text": "x"}}
+        for turn, calls in ((0, 3), (1, 2)):  # two replies of 3 and 2 calls: all run
+            for _ in range(calls):
+                obs, reward, terminated, truncated, info = env.step({**note, "turn": turn})
+                assert not truncated and info["error"] is None
+        obs, reward, terminated, truncated, info = env.step({**note, "turn": 2})  # a third reply: not executed
+        assert truncated and info["termination"] == "max_turns" and info["error"]["kind"] == "budget"
+        assert info["summary"]["turns"] == 2 and info["summary"]["tool_calls"] == 5
+        assert info["success"] is True and info["grade"]["passed"]  # cut off, graded as it stands
+    finally:
+        env.close()
+    ep = load(tmp_path / "run").episodes[0]
+    assert (ep["termination"], ep["success"], ep["length"]) == ("max_turns", True, 6)
+    assert json.loads(ep["metadata"])["budget"] == {"max_steps": 50, "max_turns": 2, "max_tool_calls": None,
+                                                    "steps": 6, "turns": 2, "tool_calls": 5}
+
+
+def test_max_tool_calls_counts_calls_that_reached_a_server_and_unmarked_steps_are_turns() -> None:
+    from mcp_gym import InProcess, MCPEnv
+
+    env = MCPEnv(InProcess(notes_server()), ["keep notes"], max_tool_calls=2, grader=two_notes)
+    try:
+        env.reset(seed=0)
+        assert env.step({"tool": "nope", "arguments": {}})[4]["error"]["kind"] == "unknown_tool"  # not a call
+        assert not env.step({"tool": "note", "arguments": {"text": "a"}})[3]
+        *_, truncated, info = env.step({"tool": "note", "arguments": {"text": "b"}})
+        assert truncated and info["termination"] == "max_tool_calls" and info["summary"]["tool_calls"] == 2
+        assert info["summary"]["turns"] == 3 and info["success"] is True
+    finally:
+        env.close()
+    env = MCPEnv(InProcess(notes_server()), ["keep notes"], max_turns=1, grader=two_notes)
+    try:
+        env.reset(seed=0)
+        *_, truncated, info = env.step({"tool": "note", "arguments": {"text": "a"}})  # unmarked: a turn per step
+        assert truncated and info["termination"] == "max_turns" and info["success"] is False
+    finally:
+        env.close()
+
+
+def test_eval_counts_a_graded_episode_cut_off_after_its_work_as_success(tmp_path: Path) -> None:
+    tasks = fs_benchmark(tmp_path / "bench", [copy_task(0, "a")])  # 2 calls, then the oracle's submit
+    out = tmp_path / "validate"
+    assert main(["tasks", "validate", "env=custom", FS, f"env.tasks={tasks}", "env.max_steps=2", f"out={out}"]) == 0
+    ev = tmp_path / "eval"
+    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "env.max_steps=2", "policy=oracle", "samples=1",
+                 f"out={ev}", *RUN]) == 0
+    summary = json.loads((ev / "report" / "results.json").read_text())["summary"]
+    assert summary["success_rate"] == 1.0
+    from mcp_gym.recording import load
+
+    assert load(ev).episodes["termination"] == ["max_steps"]

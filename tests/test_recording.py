@@ -190,7 +190,10 @@ def test_round_trip_non_ascii_images_errors_and_catalogue_changes(tmp_path: Path
     # episode row: task, policy, catalogue with submit, the change after `unlock`, servers, versions
     assert (ep["episode_key"], ep["env_id"], ep["task_id"], ep["seed"]) == ("t1#0", "test/Recording-v0", "t1", 3)
     assert ep["task_prompt"] == "Dis bonjour — 挨拶して" and json.loads(ep["task"])["answer"] == "日本"
-    assert ep["policy"] == "policy-α" and json.loads(ep["metadata"]) == {"run": "α", "note": "ü"}
+    metadata = json.loads(ep["metadata"])
+    budget = metadata.pop("budget")  # the env's budgets and what the episode used of them
+    assert ep["policy"] == "policy-α" and metadata == {"run": "α", "note": "ü"}
+    assert budget["steps"] == ep["length"] and budget["max_turns"] is None and budget["turns"] == ep["length"]
     assert (ep["final_answer"], ep["success"], ep["termination"]) == ("日本", True, "submit")
     assert ep["length"] == len(actions) and ep["total_reward"] == pytest.approx(sum(r[1] for r in results))
     tools = json.loads(ep["tools"])

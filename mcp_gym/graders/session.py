@@ -6,7 +6,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mcp_gym.client.host import render_content
 from mcp_gym.graders.base import GraderError
+from mcp_gym.protocol import STATE_TOOL
 
 __all__: list[str] = []  # internal to mcp_gym.graders: used by its sibling modules only
 
@@ -68,3 +70,26 @@ class SessionAccess:
         except Exception as e:  # noqa: BLE001 - ConnectionLost, MCPError: reported with the server and uri
             raise GraderError(f"reading {uri} on server '{alias}' failed: {e}") from None
         return _value(_text(res.contents))
+
+
+async def state_snapshot(host: Any, timeout: float | None) -> dict[str, Any]:
+    """The servers' ``mcp_gym_state`` snapshots (``host``: an :class:`~mcp_gym.client.host.MCPHost`): the one server's
+    when a single server has the tool, else ``{alias: snapshot}`` (``{}`` when none has it; a failed call is left
+    out)."""
+    states: dict[str, Any] = {}
+    for alias, conn in host.connections.items():
+        if conn.status != "ready" or not host.has_tool(alias, STATE_TOOL):
+            continue
+        out = await host.call_server(alias, STATE_TOOL, {}, timeout=timeout)
+        if out.result is None or out.result.is_error:
+            continue
+        sc = out.result.structured_content
+        if not isinstance(sc, dict) or set(sc) == {"result"}:
+            try:
+                sc = json.loads(render_content(out.result.content))
+            except ValueError:
+                sc = {}
+        states[alias] = sc
+    if len(states) == 1:
+        return next(iter(states.values()))
+    return states

@@ -40,8 +40,9 @@ def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
 def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[], Any]:
     """A zero-argument function making the configured :class:`~mcp_gym.env.MCPEnv` over ``tasks``."""
     kwargs: dict[str, Any] = {"call_timeout": env_cfg.get("call_timeout", 30.0)}
-    if env_cfg.get("max_steps") is not None:
-        kwargs["max_steps"] = int(env_cfg["max_steps"])
+    for budget in ("max_steps", "max_turns", "max_tool_calls"):
+        if env_cfg.get(budget) is not None:
+            kwargs[budget] = int(env_cfg[budget])
     connect_timeout = env_cfg.get("connect_timeout")
     if env_cfg.get("servers"):
         from mcp_gym.client.specs import normalise_servers

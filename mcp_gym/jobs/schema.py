@@ -131,6 +131,8 @@ class _CustomEnv(_Env):
     task_columns: dict[str, str] | None = MISSING
     task_env_allow: list[str] = MISSING
     trust_task_code: bool = MISSING
+    max_turns: int | None = MISSING
+    max_tool_calls: int | None = MISSING
     grader: Any = MISSING
     grader_timeout: float | None = MISSING  # a grader spec: a name, or a mapping
     judge: _Judge = field(default_factory=_Judge)

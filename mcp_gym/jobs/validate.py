@@ -77,7 +77,7 @@ def _check(env: Any, task: Any) -> TaskCheck:
                           "error": str(info["error"].get("message", ""))[:500]}
             if terminated or truncated:
                 ended = True
-                if truncated:
+                if truncated and n < len(calls):  # cut after its last call: graded as it stands, as in eval
                     limit = f"{info.get('termination')} after {n} of {len(calls)} solution calls"
                 break
         if not ended:

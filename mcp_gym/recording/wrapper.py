@@ -13,6 +13,7 @@ sees the action. Reset options may carry ``policy``, ``episode_key`` and ``metad
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping
@@ -110,6 +111,7 @@ class RecordTrajectories(AsyncWrapper):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step the env (without the action's extra keys) and record the step."""
         action, extras = self._split_action(action)
+        self._hint_turn(extras)
         t0 = time.time()
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._record(action, obs, reward, terminated, truncated, info, t0, extras)
@@ -143,6 +145,7 @@ class RecordTrajectories(AsyncWrapper):
     async def astep(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Async :meth:`step`."""
         action, extras = self._split_action(action)
+        self._hint_turn(extras)
         t0 = time.time()
         obs, reward, terminated, truncated, info = await super().astep(action)
         self._record(action, obs, reward, terminated, truncated, info, t0, extras)
@@ -178,6 +181,12 @@ class RecordTrajectories(AsyncWrapper):
                                 f"truncated after {self.episode.length} steps; it is not recorded")
             self.episode.discard()
         self.episode = None
+
+    def _hint_turn(self, extras: Mapping[str, Any]) -> None:
+        """Tell the env's turn budget (:mod:`mcp_gym._budget`) which model reply the next action came from."""
+        budget = getattr(self.env.unwrapped, "budget", None)
+        if budget is not None:
+            budget.turn_hint = extras.get("turn")
 
     def _start(self, obs: Any, info: Mapping[str, Any], seed: int | None, extra: Mapping[str, Any]) -> None:
         self._drop_unfinished()
@@ -253,6 +262,7 @@ class RecordTrajectories(AsyncWrapper):
             summary = get(SUMMARY_KEY) or {}  # absent when a wrapper (e.g. TimeLimit) ended the episode
             if not isinstance(summary, Mapping):
                 summary = {}
+            self._record_budget(ep, summary)
             ep.finish(
                 total_reward=_float_or_none(summary.get("return")),
                 success=get("success"),
@@ -260,6 +270,18 @@ class RecordTrajectories(AsyncWrapper):
                 final_answer=get("final_answer"),
                 catalogue_changes=self._catalogue_changes(),
             )
+
+    def _record_budget(self, ep: EpisodeWriter, summary: Mapping[str, Any]) -> None:
+        """Add the env's budgets and what the episode used of them to its ``metadata`` (``{"budget": {"max_steps",
+        "max_turns", "max_tool_calls", "steps", "turns", "tool_calls"}}``)."""
+        base = self.env.unwrapped
+        budget = getattr(base, "budget", None)
+        if budget is None:
+            return
+        used = {"max_steps": getattr(base, "max_steps", None), **budget.limits(), "steps": summary.get("length"),
+                "turns": summary.get("turns"), "tool_calls": summary.get("tool_calls")}
+        metadata = json.loads(ep.record.metadata) if ep.record.metadata else {}
+        ep.record.metadata = dumps({**metadata, "budget": used})
 
     def _add_step(
         self, ep: EpisodeWriter, action: Any, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
