@@ -34,7 +34,8 @@ def note_state_change(env: Any, out: Any) -> None:
     entry = env.host.resolve(out.tool)
     if entry is None or entry.annotations.get("readOnlyHint") is True:
         return
-    key = (alias, str(env.host.connections[alias].spec))
+    spec = env.host.connections[alias].spec  # its repr masks secrets: the key holds the values (in memory only)
+    key = (alias, repr((str(spec), getattr(spec, "args", None), sorted((getattr(spec, "env", None) or {}).items()))))
     if key in _warned:
         return
     _warned.add(key)

@@ -270,3 +270,47 @@ def test_eval_counts_a_graded_episode_cut_off_after_its_work_as_success(tmp_path
     from mcp_gym.recording import load
 
     assert load(ev).episodes["termination"] == ["max_steps"]
+
+
+def test_grader_paths_are_taken_from_the_task_file_folder(tmp_path: Path) -> None:
+    import sqlite3
+
+    row = copy_task(0, "a")
+    row["grader"] = {"kind": "all", "of": [row["grader"], {"kind": "sqlite", "db": "reference.db",
+                                                           "query": "SELECT n FROM t", "rows": [[7]]}]}
+    tasks = fs_benchmark(tmp_path / "bench", [row])
+    with sqlite3.connect(tmp_path / "bench" / "reference.db") as con:
+        con.execute("CREATE TABLE t (n)")
+        con.execute("INSERT INTO t VALUES (7)")
+    out = tmp_path / "validate"  # run from another folder: the db is found beside the task file, not in the cwd
+    assert main(["tasks", "validate", "env=custom", FS, f"env.tasks={tasks}", f"out={out}"]) == 0
+
+
+@pytest.mark.thirdparty
+def test_npm_memory_without_its_own_file_warns_and_with_a_workspace_does_not(tmp_path: Path) -> None:
+    import warnings
+
+    from conftest import npm_bin
+
+    from mcp_gym import MCPEnv, StatefulServerWarning, Stdio
+
+    create = {"tool": "create_entities", "arguments": {"entities": [
+        {"name": "Alice", "entityType": "person", "observations": ["likes tea"]}]}}
+    memory = npm_bin("mcp-server-memory")
+    shared = MCPEnv({"memory": Stdio(memory, env={"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")})}, ["remember"],
+                    call_timeout=20)
+    try:
+        shared.reset(seed=0)
+        with pytest.warns(StatefulServerWarning, match="tool 'create_entities' may have changed its state"):
+            shared.step(create)
+    finally:
+        shared.close()
+    own = MCPEnv({"memory": Stdio(memory, env={"MEMORY_FILE_PATH": "{workspace}/m.jsonl"})}, ["remember"],
+                 call_timeout=20)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", StatefulServerWarning)
+            own.reset(seed=0)
+            assert own.step(create)[4]["error"] is None
+    finally:
+        own.close()

@@ -519,6 +519,8 @@ def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     rand = json.loads((tmp_path / "runs/eval/custom-random/report/results.json").read_text())["summary"]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert oracle["success_rate"] == 1.0 and oracle["pass^4"] == 1.0
+    memory = json.loads((tmp_path / "runs/eval/memory-oracle/report/results.json").read_text())["summary"]
+    assert (memory["episodes"], memory["success_rate"]) == (4, 1.0)  # one knowledge graph per episode
     row = re.search(r"\| success rate \| ([\d.]+)% \| ([\d.]+)% \|", readme)
     assert row is not None
     assert float(row.group(1)) == pytest.approx(oracle["success_rate"] * 100, abs=0.05)

@@ -113,15 +113,19 @@ class EpisodeContext:
     def path(self, value: str | Path) -> Path:
         """A path named by the task (e.g. a ``data`` value): ``{workspace}`` replaced, a relative path taken from the
         task file's folder (as ``fixture`` is)."""
-        text = str(value)
-        if "{workspace}" in text:
-            if self.workspace is None:
-                raise GraderError(f"{text!r} names {{workspace}} but task '{self.task.id}' has no workspace")
-            text = text.replace("{workspace}", str(self.workspace))
-        path = Path(text).expanduser()
-        if not path.is_absolute() and self.task_dir is not None:
-            path = self.task_dir / path
-        return path
+        return task_path(value, self.task, self.workspace, self.task_dir)
+
+
+def task_path(value: str | Path, task: Task, workspace: Path | None, task_dir: Path | None) -> Path:
+    """``value`` as a path: ``{workspace}`` replaced, a relative path taken from ``task_dir`` (the task file's
+    folder) when there is one."""
+    text = str(value)
+    if "{workspace}" in text:
+        if workspace is None:
+            raise GraderError(f"{text!r} names {{workspace}} but task '{task.id}' has no workspace")
+        text = text.replace("{workspace}", str(workspace))
+    path = Path(text).expanduser()
+    return task_dir / path if not path.is_absolute() and task_dir is not None else path
 
 
 @dataclass
@@ -165,6 +169,11 @@ class GradeContext:
         if self.read_fn is None:
             raise GraderError("no MCP session to read resources from")
         return await self.read_fn(server, uri)
+
+    def path(self, value: str | Path) -> Path:
+        """A path option (``db``, ``dir``): ``{workspace}`` replaced, a relative path taken from the task file's
+        folder."""
+        return task_path(value, self.task, self.workspace, self.task_dir)
 
     def fill(self, value: Any) -> Any:
         """``value`` with ``{workspace}`` replaced in its strings (recursively)."""

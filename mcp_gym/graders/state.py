@@ -34,7 +34,7 @@ class FilesGrader(Grader):
         self.dir, self.expect, self.globs = dir, expect, globs
 
     async def grade(self, ctx: GradeContext) -> Grade:
-        root = Path(ctx.fill(self.dir)).resolve()
+        root = ctx.path(self.dir).resolve()  # a relative dir: from the task file's folder
         expect = self.expect if self.expect is not None else ctx.task.data.get("files")
         globs = self.globs if self.globs is not None else ctx.task.data.get("globs")
         if not expect and not globs:
@@ -96,7 +96,7 @@ class SQLiteGrader(Grader):
         if not query or rows is None:
             raise GraderError(f"task '{ctx.task.id}': the sqlite grader needs a query and rows (options or the task's "
                               "data.query/data.rows)")
-        path = Path(ctx.fill(self.db))
+        path = ctx.path(self.db)  # a relative db: from the task file's folder
         if not path.is_file():
             raise GraderError(f"sqlite grader: no database at {path}")
         try:
