@@ -11,7 +11,9 @@
 * tool-error rate (failed tool calls, parse failures excluded, per step) and parse-error rate (model outputs whose
   tool call could not be read, per step that carries a parse status);
 * latency percentiles of tool calls and of whole episodes;
-* how episodes ended (``submit``, ``done``, ``max_steps``, ``deadline``, ...).
+* how episodes ended (``submit``, ``done``, ``max_steps``, ``deadline``, ...);
+* per task tag (the tasks' ``tags``: category, difficulty, ...): tasks, episodes, success rate, pass@k and pass^k
+  of the tasks carrying it (``by_tag``, present when some task has tags).
 """
 
 from __future__ import annotations
@@ -110,7 +112,20 @@ def judge_agreement(grades: Iterable[Mapping[str, Any] | None]) -> dict[str, Any
 
 def _episodes(table: pa.Table) -> list[dict[str, Any]]:
     cols = ["episode_id", "task_id", "total_reward", "success", "length", "termination", "started_at", "ended_at"]
-    return table.select(cols).to_pylist()
+    rows = table.select(cols).to_pylist()
+    if "task" in table.column_names:
+        for row, task in zip(rows, table.column("task").to_pylist(), strict=True):
+            row["tags"] = _task_tags(task)
+    return rows
+
+
+def _task_tags(task: str | None) -> list[str]:
+    """The ``tags`` of a recorded task record (the episodes table's ``task`` JSON)."""
+    try:
+        tags = json.loads(task).get("tags") if task else None
+    except (ValueError, AttributeError):
+        return []
+    return [str(t) for t in tags] if isinstance(tags, list) else []
 
 
 def _success_known(eps: Sequence[dict[str, Any]]) -> bool:
@@ -141,8 +156,34 @@ def per_task(episodes: pa.Table, ks: Iterable[int] = (1,)) -> list[dict[str, Any
             row[f"pass^{k}"] = pass_hat_k(n, c, k) if k <= n and known else None
         row["mean_reward"] = float(np.mean([e["total_reward"] or 0.0 for e in eps]))
         row["mean_steps"] = float(np.mean([e["length"] or 0 for e in eps]))
+        row["tags"] = sorted({t for e in eps for t in e.get("tags") or ()})
         rows.append(row)
+    if not any(r["tags"] for r in rows):
+        for r in rows:
+            del r["tags"]
     return rows
+
+
+def by_tag(tasks: Sequence[Mapping[str, Any]], ks: Iterable[int]) -> dict[str, dict[str, Any]]:
+    """Per tag (of :func:`per_task` rows): tasks, episodes, success rate (over the episodes), and pass@k / pass^k
+    averaged over the tag's tasks that have at least ``k`` samples (``None`` when success is unknown)."""
+    groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for t in tasks:
+        for tag in t.get("tags") or ():
+            groups[tag].append(t)
+    out: dict[str, dict[str, Any]] = {}
+    for tag in sorted(groups):
+        rows = groups[tag]
+        n = sum(r["samples"] for r in rows)
+        known = all(r["successes"] is not None for r in rows)
+        entry: dict[str, Any] = {"tasks": len(rows), "episodes": n,
+                                 "success_rate": sum(r["successes"] for r in rows) / n if known and n else None}
+        for k in ks:
+            for name in (f"pass@{k}", f"pass^{k}"):
+                values = [r[name] for r in rows if r.get(name) is not None]
+                entry[name] = float(np.mean(values)) if values and known else None
+        out[tag] = entry
+    return out
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -187,6 +228,8 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
         "tool_call_ms": _percentiles(call_ms),
         "episode_s": _percentiles(episode_s),
         "terminations": dict(Counter(str(e["termination"]) for e in eps).most_common()),
+        **({"by_tag": by_tag(tasks, [k for k in ks if 1 <= k <= min_samples])}
+           if any(t.get("tags") for t in tasks) else {}),
         **_grading(eps, steps),
     }
 

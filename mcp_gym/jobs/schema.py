@@ -129,6 +129,7 @@ class _CustomEnv(_Env):
     servers: dict[str, Any] = MISSING
     tasks: str | None = MISSING
     task_columns: dict[str, str] | None = MISSING
+    task_env_allow: list[str] = MISSING
     grader: Any = MISSING  # a grader spec: a name, or a mapping
     judge: _Judge = field(default_factory=_Judge)
     reset_mode: str = MISSING
@@ -176,7 +177,8 @@ class _HFPolicy(_ChatPolicy):
     generate_kwargs: dict[str, Any] | None = None
 
 
-POLICIES: dict[str, type] = {"random": _RandomPolicy, "oracle": _Policy, "openai": _OpenAIPolicy, "hf": _HFPolicy}
+POLICIES: dict[str, type] = {"random": _RandomPolicy, "oracle": _Policy, "noop": _Policy, "openai": _OpenAIPolicy,
+                             "hf": _HFPolicy}
 
 
 @dataclass

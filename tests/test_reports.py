@@ -1,0 +1,94 @@
+"""What a benchmark run reports (issue 27): success and pass^k per task tag, the requested split recorded for tasks
+without one, the ``noop`` baseline, and every episode's grade and reason in the viewer.
+
+The benchmark is a filesystem-style one (``tests/servers/fs_server.py``, like npm ``mcp-server-filesystem``, started per
+episode on ``{workspace}``): an initial folder (``fixture``) and a ``files`` grader on the final tree."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from mcp_gym.cli import main
+from mcp_gym.recording import read_tables
+from mcp_gym.tasks import load_task_source
+
+FS_SERVER = ROOT / "tests" / "servers" / "fs_server.py"
+FS = f'+env.servers.fs="{sys.executable} {FS_SERVER} {{workspace}}"'
+RUN = ["launcher.progress=false", "plots=false"]
+
+
+def benchmark(folder: Path, rows: list[dict[str, Any]]) -> Path:
+    """``tasks.jsonl`` and its initial folder ``initial/`` (holding ``in.txt``) in ``folder``."""
+    (folder / "initial").mkdir(parents=True)
+    (folder / "initial" / "in.txt").write_text("hello", encoding="utf-8")
+    tasks = folder / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"fixture": "initial", **r}) + "\n" for r in rows), encoding="utf-8")
+    return tasks
+
+
+def write_task(i: int, text: str, written: str | None = None, tags: list[str] | None = None) -> dict[str, Any]:
+    """Write ``text`` to ``out<i>.txt``, graded on the final tree; the reference solution writes ``written``."""
+    row: dict[str, Any] = {
+        "id": f"write-{i}", "prompt": f"Read in.txt, then write {text!r} to out{i}.txt in {{workspace}}.",
+        "grader": {"kind": "files", "expect": {f"out{i}.txt": text}},
+        "solution": [{"tool": "read_file", "arguments": {"path": "{workspace}/in.txt"}},
+                     {"tool": "write_file", "arguments": {"path": f"{{workspace}}/out{i}.txt",
+                                                          "content": text if written is None else written}}]}
+    if tags is not None:
+        row["tags"] = tags
+    return row
+
+
+def results(out: Path) -> dict[str, Any]:
+    return json.loads((out / "report" / "results.json").read_text(encoding="utf-8"))
+
+
+# -- item 8: reports per tag, the requested split, the noop baseline -------------------------------------------------
+def test_eval_reports_success_and_pass_hat_k_per_tag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tasks = benchmark(tmp_path / "bench", [write_task(0, "a", tags=["easy", "copy"]), write_task(1, "b", tags=["easy"]),
+                                           write_task(2, "c", written="wrong", tags=["hard"]), write_task(3, "d")])
+    out = tmp_path / "eval"
+    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=oracle", "samples=2", f"out={out}",
+                 *RUN]) == 0
+    summary, per_task = results(out)["summary"], results(out)["per_task"]
+    assert summary["success_rate"] == 0.75
+    assert summary["by_tag"] == {
+        "copy": {"tasks": 1, "episodes": 2, "success_rate": 1.0, "pass@1": 1.0, "pass^1": 1.0, "pass@2": 1.0,
+                 "pass^2": 1.0},
+        "easy": {"tasks": 2, "episodes": 4, "success_rate": 1.0, "pass@1": 1.0, "pass^1": 1.0, "pass@2": 1.0,
+                 "pass^2": 1.0},
+        "hard": {"tasks": 1, "episodes": 2, "success_rate": 0.0, "pass@1": 0.0, "pass^1": 0.0, "pass@2": 0.0,
+                 "pass^2": 0.0}}
+    assert {t["task_id"]: t["tags"] for t in per_task} == {"write-0": ["copy", "easy"], "write-1": ["easy"],
+                                                           "write-2": ["hard"], "write-3": []}
+    table = capsys.readouterr().out
+    assert "tag easy" in table and "tag hard" in table and "pass^2 0.0% (1 task)" in table
+
+
+def test_a_split_run_records_tasks_without_a_split_as_that_split(tmp_path: Path) -> None:
+    rows = [write_task(0, "a"), {**write_task(1, "b"), "split": "train"}, {**write_task(2, "c"), "split": "test"}]
+    tasks = benchmark(tmp_path / "bench", rows)
+    assert [(t.id, t.split) for t in load_task_source(tasks, "test")] == [("write-0", "test"), ("write-2", "test")]
+    assert [(t.id, t.split) for t in load_task_source(tasks, "train")] == [("write-0", "train"), ("write-1", "train")]
+    out = tmp_path / "eval"
+    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "split=test", "policy=oracle", "samples=1",
+                 f"out={out}", *RUN]) == 0
+    recorded = {e["task_id"]: json.loads(e["task"])["split"] for e in read_tables(out)[1].to_pylist()}
+    assert recorded == {"write-0": "test", "write-2": "test"}
+
+
+def test_noop_policy_is_the_do_nothing_baseline(tmp_path: Path) -> None:
+    tasks = benchmark(tmp_path / "bench", [write_task(0, "a"), write_task(1, "b")])
+    out = tmp_path / "eval"
+    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=noop", "samples=2", f"out={out}", *RUN]) == 0
+    summary = results(out)["summary"]
+    assert summary["success_rate"] == 0.0 and summary["steps_mean"] == 1.0
+    assert summary["terminations"] == {"submit": 4}
+    steps = read_tables(out)[0].to_pylist()
+    assert [(s["tool"], json.loads(s["arguments"])) for s in steps] == [("submit", {"answer": ""})] * 4
