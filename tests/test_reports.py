@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
+from test_viewer import browser  # noqa: F401 - the headless Chromium fixture
 
 from mcp_gym.cli import main
 from mcp_gym.recording import read_tables
@@ -92,3 +93,58 @@ def test_noop_policy_is_the_do_nothing_baseline(tmp_path: Path) -> None:
     assert summary["terminations"] == {"submit": 4}
     steps = read_tables(out)[0].to_pylist()
     assert [(s["tool"], json.loads(s["arguments"])) for s in steps] == [("submit", {"answer": ""})] * 4
+
+
+# -- item 4: the viewer shows every episode's grade and the grader's reason -----------------------------------------
+@pytest.fixture(scope="module")
+def graded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An oracle eval of a tagged benchmark: ``write-0`` passes, ``write-2`` writes the wrong text (a failed grade),
+    ``write-4`` is graded by ``all`` of two graders, one failing."""
+    root = tmp_path_factory.mktemp("graded")
+    both = {**write_task(4, "e", tags=["hard"]), "grader": {"kind": "all", "of": [
+        {"kind": "files", "expect": {"out4.txt": "e"}}, {"kind": "files", "expect": {"missing.txt": "x"}}]}}
+    tasks = benchmark(root / "bench", [write_task(0, "a", tags=["easy"]), write_task(2, "c", "wrong", ["hard"]), both])
+    out = root / "eval"
+    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=oracle", "samples=1", f"out={out}",
+                 *RUN]) == 0
+    return out
+
+
+def test_view_carries_each_episodes_grade_and_reason(graded_run: Path, tmp_path: Path) -> None:
+    from test_viewer import embedded
+
+    from mcp_gym.viewer import write_view
+
+    data = embedded(write_view([graded_run], tmp_path / "page.html").read_text(encoding="utf-8"))
+    grades = {e["task"]: e["grade"] for e in data["episodes"]}
+    assert grades["write-0"]["passed"] is True and grades["write-0"]["score"] == 1.0
+    assert grades["write-2"]["passed"] is False and "out2.txt == 'c'" in grades["write-2"]["reason"]
+    assert {e["task"]: e["tags"] for e in data["episodes"]} == {"write-0": ["easy"], "write-2": ["hard"],
+                                                                 "write-4": ["hard"]}
+    assert set(data["runs"][0]["summary"]["by_tag"]) == {"easy", "hard"}
+
+
+@pytest.mark.browser
+def test_browser_shows_the_grade_reason_of_every_episode(graded_run: Path, browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    import html
+
+    from test_viewer import artifact, rows
+
+    from mcp_gym.recording import read_tables
+    from mcp_gym.viewer import write_view
+
+    page = write_view([graded_run], tmp_path / "page.html")
+    episodes = {e["task_id"]: e["episode_id"] for e in read_tables(graded_run)[1].to_pylist()}
+    dom = browser(page)
+    assert len(dom.find("td", class_="gradecol")) == 3  # every row has its grade
+    steps = [s for s in read_tables(graded_run)[0].to_pylist() if s["terminated"] or s["truncated"]]
+    reasons = {s["episode_id"]: json.loads(s["info"])["grade"]["reason"] for s in steps}
+    for eid, reason in reasons.items():
+        assert html.escape(reason, quote=False)[:200] in dom.html, (eid, reason)  # in the table
+    assert [a["data-tag"] for a in dom.find("tr", class_="tagrow")] == ["easy", "hard"]  # the summary per tag
+    assert set(rows(browser(page, "tag=hard"))) == {episodes["write-2"], episodes["write-4"]}
+
+    opened = browser(page, f"episode={episodes['write-4']}", screenshot=artifact(tmp_path, "viewer-grade.png"))
+    (box,) = opened.find("div", class_="gradebox")
+    assert "bad" in (box["class"] or "").split()
+    assert len(opened.find("ul", class_="parts")) == 1 and "missing.txt" in opened.html  # each member's reason
