@@ -148,3 +148,42 @@ def test_browser_shows_the_grade_reason_of_every_episode(graded_run: Path, brows
     (box,) = opened.find("div", class_="gradebox")
     assert "bad" in (box["class"] or "").split()
     assert len(opened.find("ul", class_="parts")) == 1 and "missing.txt" in opened.html  # each member's reason
+
+
+# -- item 5: the episode's workspace path is {workspace} in what the agent sees and what is recorded ----------------
+def test_episodes_of_one_task_export_identical_examples(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from mcp_gym import MCPEnv
+    from mcp_gym.sft import build, replay
+
+    tasks = benchmark(tmp_path / "bench", [write_task(0, "a")])
+    out = tmp_path / "eval"
+    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=oracle", "samples=4", f"out={out}",
+                 *RUN]) == 0
+    steps, episodes = read_tables(out)
+    texts = [v for table in (steps, episodes) for col in table.columns if pa.types.is_string(col.type)
+             for v in col.to_pylist() if v]
+    assert not [t for t in texts if "mcp-gym-ws-" in t]  # no per-episode temp path anywhere in the recording
+    assert {json.loads(s["arguments"])["path"] for s in steps.to_pylist() if s["tool"] == "read_file"} == {
+        "{workspace}/in.txt"}
+    prompts = {e["task_prompt"] for e in episodes.to_pylist()}
+    assert prompts == {"Read in.txt, then write 'a' to out0.txt in {workspace}."}
+
+    examples = build([out], dedupe=False)
+    assert len(examples) == 4
+    first = examples[0]
+    for ex in examples:
+        assert (ex["messages"], ex["tools"]) == (first["messages"], first["tools"])
+    assert "{workspace}/out0.txt" in json.dumps(first["messages"])
+    assert len(build([out])) == 1  # deduplicated: one behaviour, one example
+
+    # Replayed in a new episode (another workspace), the example's {workspace} is that episode's path.
+    env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, load_task_source(tasks))
+    try:
+        obs, _ = env.reset(seed=0, options={"task_id": "write-0"})
+        assert "{workspace}" in obs["task"] and str(env.workspace) not in obs["task"]  # what the model sees
+        assert replay(first, env) == 1.0
+        assert (env.workspace / "out0.txt").read_text() == "a"
+    finally:
+        env.close()
