@@ -327,7 +327,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict, dict]:
-        self.task = self._pick_task(options)
+        since, self.task = anyio.current_time(), self._pick_task(options)
         self.episode_id = uuid.uuid4().hex
         self.host.episode_id = self.episode_id
         self.steps = 0
@@ -375,6 +375,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "error": reset_errors[0] if reset_errors else None,
             "reset_errors": reset_errors,
             "logs": self.host.drain_logs(),
+            "startup_seconds": self.host.startup_seconds(since),  # servers (re)started for this episode
         }
         return _ws.mask_workspace((obs, info), self.workspace)  # the agent and the recording see {workspace}
 

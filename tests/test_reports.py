@@ -187,3 +187,43 @@ def test_episodes_of_one_task_export_identical_examples(tmp_path: Path) -> None:
         assert (env.workspace / "out0.txt").read_text() == "a"
     finally:
         env.close()
+
+
+# -- item 7: servers started per episode: their share of the time, and the waiting line only when it matters ---------
+def test_eval_reports_the_time_spent_starting_servers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tasks = benchmark(tmp_path / "bench", [write_task(0, "a"), write_task(1, "b")])
+    out = tmp_path / "eval"
+    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=oracle", "samples=2", f"out={out}",
+                 *RUN]) == 0
+    summary = results(out)["summary"]
+    startup = summary["startup_s"]
+    assert startup["total"] > 0 and startup["mean"] == pytest.approx(startup["total"] / 4)
+    assert startup["p50"] <= startup["p90"] <= startup["p99"]
+    assert 0 < summary["startup_share"] < 1  # of the episodes' time with their servers' start-up
+    metadata = [json.loads(e["metadata"]) for e in read_tables(out)[1].to_pylist()]
+    assert all(m["startup_seconds"] > 0 for m in metadata)  # every episode started its own server
+    assert sum(m["startup_seconds"] for m in metadata) == pytest.approx(startup["total"])
+    assert "server start-up share" in capsys.readouterr().out
+
+
+def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from mcp_gym import MCPEnv
+    from mcp_gym.client import _notice
+
+    monkeypatch.setattr(_notice, "SLOW_CONNECT_NOTICE", 0.0)  # every start not yet known to work is announced
+    monkeypatch.setattr(_notice, "_STARTED", set())  # no server of an earlier test is known to work
+    monkeypatch.setattr(logging.getLogger("mcp_gym.client"), "propagate", True)
+    caplog.set_level(logging.WARNING, logger="mcp_gym.client")
+    tasks = benchmark(tmp_path / "bench", [write_task(0, "a")])
+    env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, load_task_source(tasks))
+    try:
+        for seed in range(4):  # four episodes, four server processes, four workspaces
+            _, info = env.reset(seed=seed)
+            assert info["servers"]["fs"]["status"] == "ready" and info["startup_seconds"] > 0
+    finally:
+        env.close()
+    waits = [r.getMessage() for r in caplog.records if "waiting for server 'fs'" in r.getMessage()]
+    assert len(waits) == 1, waits  # the first start; the next ones are known to work (their slowness is load)

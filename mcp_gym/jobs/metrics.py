@@ -10,7 +10,8 @@
 * mean and standard deviation of the episode return, mean episode length;
 * tool-error rate (failed tool calls, parse failures excluded, per step) and parse-error rate (model outputs whose
   tool call could not be read, per step that carries a parse status);
-* latency percentiles of tool calls and of whole episodes;
+* latency percentiles of tool calls and of whole episodes; the time spent starting servers for the episodes (a server
+  per episode: ``{workspace}``, ``reset_mode=restart``), in total and as a share of the episodes' time with it;
 * how episodes ended (``submit``, ``done``, ``max_steps``, ``deadline``, ...);
 * per task tag (the tasks' ``tags``: category, difficulty, ...): tasks, episodes, success rate, pass@k and pass^k
   of the tasks carrying it (``by_tag``, present when some task has tags).
@@ -227,11 +228,32 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
         "parse_error_rate": parse_errors / len(parsed) if parsed else None,
         "tool_call_ms": _percentiles(call_ms),
         "episode_s": _percentiles(episode_s),
+        **_startup(episodes, sum(episode_s)),
         "terminations": dict(Counter(str(e["termination"]) for e in eps).most_common()),
         **({"by_tag": by_tag(tasks, [k for k in ks if 1 <= k <= min_samples])}
            if any(t.get("tags") for t in tasks) else {}),
         **_grading(eps, steps),
     }
+
+
+def _startup(episodes: pa.Table, episodes_total: float) -> dict[str, Any]:
+    """``startup_s`` (total, mean per episode, percentiles) and ``startup_share`` (of the time of the episodes and
+    their servers' start-up) from the ``startup_seconds`` the recorder put in each episode's metadata; empty when no
+    episode started a server."""
+    if "metadata" not in episodes.column_names:
+        return {}
+    seconds = []
+    for meta in episodes.column("metadata").to_pylist():
+        try:
+            value = json.loads(meta).get("startup_seconds") if meta else None
+        except (ValueError, AttributeError):
+            value = None
+        seconds.append(float(value) if isinstance(value, (int, float)) else 0.0)
+    total = float(sum(seconds))
+    if not total:
+        return {}
+    return {"startup_s": {"total": total, "mean": total / len(seconds), **_percentiles(seconds)},
+            "startup_share": total / (total + episodes_total)}
 
 
 def _grading(eps: list[dict[str, Any]], steps: pa.Table) -> dict[str, Any]:

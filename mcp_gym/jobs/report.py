@@ -130,6 +130,10 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Eval
     for label, key in (("tool call ms", "tool_call_ms"), ("episode s", "episode_s")):
         for p in ("p50", "p90", "p99"):
             table.add_row(f"{label} {p}", *(_fmt((s.get(key) or {}).get(p)) for s in summaries.values()))
+    if any("startup_s" in s for s in summaries.values()):  # servers started per episode: how much time that took
+        table.add_row("server start-up s (mean)", *(_fmt((s.get("startup_s") or {}).get("mean"))
+                                                    for s in summaries.values()))
+        table.add_row("server start-up share", *(_fmt(s.get("startup_share"), True) for s in summaries.values()))
     table.add_row("endings", *(", ".join(f"{k} {v}" for k, v in (s.get("terminations") or {}).items())
                                for s in summaries.values()))
     for tag in sorted({t for s in summaries.values() for t in s.get("by_tag") or {}}):

@@ -187,6 +187,8 @@ class RecordTrajectories(AsyncWrapper):
         workspace = getattr(base, "workspace", None)  # the task as set up names it: recorded as {workspace}
         tools = self._tools(info.get("catalogue_hash"))
         metadata = {**self.metadata, **dict(extra.get("metadata") or {})}
+        if info.get("startup_seconds"):  # the time this episode's reset spent starting servers (MCPEnv)
+            metadata["startup_seconds"] = info["startup_seconds"]
         self._last_resources = obs.get("resources") if isinstance(obs, Mapping) else None
         self._last_resources_json = dumps(self._last_resources) if self._last_resources else None
         self.episode = self.writer.start_episode(

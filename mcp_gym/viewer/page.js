@@ -121,10 +121,12 @@ function summaryTable() {
   const rows = [["episodes", "episodes"], ["tasks", "tasks"], ["success rate", "success_rate", pct],
     ...ks.map(k => [k, k, pct]), ["reward (mean)", "reward_mean"], ["reward (std)", "reward_std"],
     ["steps (mean)", "steps_mean"], ["tool-error rate", "tool_error_rate", pct],
-    ["parse-error rate", "parse_error_rate", pct], ["missing episodes", "missing_episodes"]];
+    ["parse-error rate", "parse_error_rate", pct], ["missing episodes", "missing_episodes"],
+    ["server start-up share", "startup_share", pct]];
   const body = rows.filter(([, key]) => ev.some(r => r.summary[key] !== undefined)).map(([label, key, f]) =>
     h("tr", {}, h("td", {}, label), ev.map(r => h("td", {class: "num"}, (f || fmt)(r.summary[key])))));
-  for (const [label, key] of [["tool call ms", "tool_call_ms"], ["episode s", "episode_s"]])
+  for (const [label, key] of [["tool call ms", "tool_call_ms"], ["episode s", "episode_s"],
+                              ["server start-up s", "startup_s"]].filter(([, k]) => ev.some(r => r.summary[k])))
     for (const p of ["p50", "p90", "p99"])
       body.push(h("tr", {}, h("td", {}, `${label} ${p}`),
         ev.map(r => h("td", {class: "num"}, fmt((r.summary[key] || {})[p])))));
