@@ -124,6 +124,31 @@ def test_view_carries_each_episodes_grade_and_reason(graded_run: Path, tmp_path:
     assert set(data["runs"][0]["summary"]["by_tag"]) == {"easy", "hard"}
 
 
+def test_view_says_why_an_episode_is_ungraded(tmp_path: Path) -> None:
+    from mcp.server.mcpserver import MCPServer
+    from test_viewer import embedded
+
+    from mcp_gym import InProcess, MCPEnv, RecordTrajectories
+    from mcp_gym.viewer import write_view
+
+    server = MCPServer("echo")
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Return the text."""
+        return text
+
+    broken = {"kind": "python", "function": "json:loads"}  # called as (task, answer, state): raises TypeError
+    env = RecordTrajectories(MCPEnv({"s": InProcess(server)}, [{"id": "t", "prompt": "p", "answer": "a"}],
+                                    grader=broken), tmp_path / "run", policy="scripted")
+    env.reset(seed=0)
+    _, _, _, _, info = env.step({"tool": "submit", "arguments": {"answer": "a"}})
+    env.close()
+    assert info["error"]["kind"] == "verifier_error"
+    (episode,) = embedded(write_view([tmp_path / "run"], tmp_path / "page.html").read_text())["episodes"]
+    assert episode["grade"]["ungraded"] is True and episode["grade"]["reason"] == info["error"]["message"]
+
+
 @pytest.mark.browser
 def test_browser_shows_the_grade_reason_of_every_episode(graded_run: Path, browser: Any, tmp_path: Path) -> None:  # noqa: F811
     import html

@@ -243,7 +243,7 @@ def _grade(steps: list[dict[str, Any]], limit: int) -> dict[str, Any] | None:
         return {"passed": grade.get("passed"), "score": grade.get("score"), "grader": grade.get("grader"),
                 "reason": _cap(str(grade.get("reason") or ""), limit), "parts": parts,
                 "details": _pretty(grade.get("details"), limit)}
-    error = info.get("error")
+    error = _json(last["error"]) if last is not None else None  # the step's own column
     if isinstance(error, dict) and error.get("kind") == "verifier_error":
         return {"passed": None, "score": None, "grader": None, "ungraded": True,
                 "reason": _cap(str(error.get("message") or ""), limit), "parts": [], "details": None}
