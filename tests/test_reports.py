@@ -252,3 +252,75 @@ def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, caplog: 
         env.close()
     waits = [r.getMessage() for r in caplog.records if "waiting for server 'fs'" in r.getMessage()]
     assert len(waits) == 1, waits  # the first start; the next ones are known to work (their slowness is load)
+
+
+# -- mcp-gym tasks import mcpmark: a local checkout in MCPMark's filesystem layout -----------------------------------
+VERIFY = '''import os, sys
+from pathlib import Path
+root = Path(os.environ["FILESYSTEM_TEST_DIR"])
+out = root / "answer.txt"
+if not out.exists():
+    print("answer.txt not found"); sys.exit(1)
+if out.read_text().strip() != (root / "{source}").read_text().strip().upper():
+    print("answer.txt is not the upper-cased {source}"); sys.exit(1)
+print("PASS")
+'''
+
+
+def mcpmark_checkout(root: Path) -> Path:
+    """A tiny checkout in MCPMark's layout (text of our own): two categories, one initial state as a folder under
+    test_environments/, the other as a zip the user downloaded."""
+    import zipfile
+
+    for category, task, source, layout in (("notes", "shout", "note.txt", "standard/"),
+                                           ("letters", "upper", "a.txt", "")):
+        folder = root / "tasks" / "filesystem" / f"{layout}{category}" / task
+        folder.mkdir(parents=True)
+        (folder / "description.md").write_text(f"# Shout\n\nWrite {source} in upper case to answer.txt.\n")
+        (folder / "verify.py").write_text(VERIFY.format(source=source))
+        (folder / "meta.json").write_text(json.dumps({"task_id": task, "category_id": category, "difficulty": "L1",
+                                                      "tags": ["content transformation"]}))
+    (root / "test_environments" / "notes").mkdir(parents=True)
+    (root / "test_environments" / "notes" / "note.txt").write_text("quiet please\n")
+    (root / "downloads").mkdir()
+    with zipfile.ZipFile(root / "downloads" / "letters.zip", "w") as z:
+        z.writestr("letters/a.txt", "abc\n")
+    return root
+
+
+def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with_verify_py(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp_gym import MCPEnv
+
+    checkout = mcpmark_checkout(tmp_path / "mcpmark")
+    out = tmp_path / "bench"
+    assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(out),
+                 "--states", str(checkout / "downloads")]) == 0
+    assert "2 tasks (letters 1, notes 1)" in capsys.readouterr().out
+    tasks = {t.id: t for t in load_task_source(out / "tasks.jsonl")}
+    assert set(tasks) == {"notes__shout", "letters__upper"}
+    shout = tasks["notes__shout"]
+    assert shout.tags == ("notes", "L1", "content transformation") and shout.prompt.endswith("in the directory "
+                                                                                             "{workspace}.")
+    assert (Path(shout.fixture) / "note.txt").read_text() == "quiet please\n"
+    assert (Path(tasks["letters__upper"].fixture) / "a.txt").read_text() == "abc\n"  # from the zip
+
+    monkeypatch.syspath_prepend(str(out))  # the grader module written next to the task file
+    env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, list(tasks.values()))
+    try:
+        env.reset(seed=0, options={"task_id": "notes__shout"})
+        env.step({"tool": "write_file", "arguments": {"path": "{workspace}/answer.txt", "content": "QUIET PLEASE"}})
+        *_, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})
+        assert info["success"] is True and "PASS" in info["grade"]["reason"]
+        env.reset(seed=0, options={"task_id": "letters__upper"})
+        *_, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})  # the do-nothing baseline
+        assert info["success"] is False and "verify.py exit 1: answer.txt not found" in info["grade"]["reason"]
+    finally:
+        env.close()
+
+
+def test_tasks_import_mcpmark_names_a_missing_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    checkout = mcpmark_checkout(tmp_path / "mcpmark")
+    assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench")]) == 1
+    err = capsys.readouterr().err
+    assert "no initial state for category 'letters'" in err and "letters.zip" in err
