@@ -1,5 +1,10 @@
 """Per-episode server set-up: a fresh workspace directory (a task's ``fixture`` copied in) and the server specs of one
-episode (``{workspace}`` substituted, the task's environment variables added)."""
+episode (``{workspace}`` substituted, the task's environment variables added).
+
+What the agent sees and what is recorded names the workspace ``{workspace}``, never its random temporary path
+(:func:`mask_workspace` on observations, infos and recorded arguments; :func:`expand_workspace` on the agent's
+actions), so episodes of one task that behave alike are alike as text: at inference, in recordings, in SFT examples
+and for deduplication."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from mcp_gym.client.specs import Stdio
 from mcp_gym.tasks import Task
 
 __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "fill_task", "drop_workspace",
-           "prepare_episode_servers"]
+           "prepare_episode_servers", "mask_workspace", "expand_workspace"]
 
 PLACEHOLDER = "{workspace}"
 
@@ -67,6 +72,38 @@ def fill_task(task: Task, workspace: Path) -> Task:
 
     return dataclasses.replace(task, prompt=fill(task.prompt), solution=fill(task.solution), answer=fill(task.answer),
                                data=fill(dict(task.data)))
+
+
+def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
+    """``value`` with every ``old -> new`` of ``pairs`` replaced in its strings (keys too), through dicts, lists and
+    tuples (new containers; anything else is returned as it is)."""
+    if isinstance(value, str):
+        for old, new in pairs:
+            if old in value:
+                value = value.replace(old, new)
+        return value
+    if isinstance(value, dict):
+        return {_replace_strings(k, pairs): _replace_strings(v, pairs) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_replace_strings(v, pairs) for v in value) if type(value) in (list, tuple) else value
+    return value
+
+
+def mask_workspace(value: Any, workspace: Path | None) -> Any:
+    """``value`` with the episode's workspace path (as created, and resolved if that differs: ``/var`` vs
+    ``/private/var``) written ``{workspace}`` in every string; ``value`` itself without a workspace."""
+    if workspace is None:
+        return value
+    paths = sorted({str(workspace), str(Path(workspace).resolve())}, key=len, reverse=True)
+    return _replace_strings(value, [(p, PLACEHOLDER) for p in paths])
+
+
+def expand_workspace(action: Any, workspace: Path | None) -> Any:
+    """An action ``{"tool", "arguments"}`` with ``{workspace}`` in its argument strings replaced by the episode's real
+    workspace path (what the server needs); anything that is not a plain dict action is returned as it is."""
+    if workspace is None or action.__class__ is not dict or dict.get(action, "arguments").__class__ is not dict:
+        return action
+    return {**action, "arguments": _replace_strings(action["arguments"], [(PLACEHOLDER, str(workspace))])}
 
 
 class _EpisodeServers(Protocol):

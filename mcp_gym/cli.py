@@ -11,6 +11,7 @@ multirun work as usual)::
     mcp-gym collect -m policy=random,oracle              # one run per combination
     mcp-gym collect --cfg job                            # show the composed config
     mcp-gym tasks validate env=custom '+env.servers.x="cmd"' env.tasks=tasks.jsonl  # reference solutions pass?
+    mcp-gym tasks import mcpmark ~/mcpmark --out bench  # MCPMark's filesystem tasks (a local checkout) as a task file
 
 Servers::
 
@@ -60,7 +61,7 @@ HIDDEN_NOTE = "(hidden: mcp-gym episode control)"
 def _usage() -> str:
     body = (__doc__ or "").split("\n", 2)[2].replace("``", "").replace("::", ":")
     commands = [c for c in JOBS if c != "tasks-validate"]
-    names = [*commands, "tasks validate", "serve", "serve-openenv", "inspect", "diff-tools", "view"]
+    names = [*commands, "tasks validate", "tasks import", "serve", "serve-openenv", "inspect", "diff-tools", "view"]
     return f"usage: mcp-gym {{{','.join(names)}}} [arguments]\n\n{body}"
 
 
@@ -450,8 +451,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return diff_tools(rest)
         if command == "tasks":
+            if rest and rest[0] == "import":
+                from mcp_gym.jobs.mcpmark import main as import_tasks
+
+                return import_tasks(rest[1:])
             if not rest or rest[0] != "validate":
-                print("usage: mcp-gym tasks validate env=... [overrides]", file=sys.stderr)
+                print("usage: mcp-gym tasks validate env=... [overrides] | mcp-gym tasks import mcpmark PATH",
+                      file=sys.stderr)
                 return 2
             return _job("tasks-validate", rest[1:])
         if command in JOBS and command != "tasks-validate":

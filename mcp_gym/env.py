@@ -26,6 +26,7 @@ import gymnasium as gym
 import mcp.types as mt
 from mcp import MCPError
 
+from mcp_gym import _workspace as _ws
 from mcp_gym._budget import Budget
 from mcp_gym._stateful import note_state_change
 from mcp_gym._workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
@@ -283,7 +284,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def tool_catalogue(self) -> list[dict[str, Any]]:
         """JSON-able schemas of the current tools (for recording)."""
-        return [e.to_record() for e in self.tools]
+        return _ws.mask_workspace([e.to_record() for e in self.tools], self.workspace)
 
     def render(self) -> str | None:
         """``ansi``: the last observation as text."""
@@ -333,7 +334,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict, dict]:
-        self.task = self._pick_task(options)
+        since, self.task = anyio.current_time(), self._pick_task(options)
         self.episode_id = uuid.uuid4().hex
         self.host.episode_id = self.episode_id
         self.steps = self.budget.reset()
@@ -381,8 +382,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "error": reset_errors[0] if reset_errors else None,
             "reset_errors": reset_errors,
             "logs": self.host.drain_logs(),
+            "startup_seconds": self.host.startup_seconds(since),  # servers (re)started for this episode
         }
-        return obs, info
+        return _ws.mask_workspace((obs, info), self.workspace)  # the agent and the recording see {workspace}
 
     @contextlib.contextmanager
     def _waiting_on(self, *aliases: str) -> Iterator[None]:
@@ -519,6 +521,12 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     # -- step -----------------------------------------------------------------------------------------------------
     async def _astep(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        """A step: ``{workspace}`` in arguments is the real path; the real path in what comes back, ``{workspace}``."""
+        if self.workspace is None:
+            return await self._play(action)
+        return _ws.mask_workspace(await self._play(_ws.expand_workspace(action, self.workspace)), self.workspace)
+
+    async def _play(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
         if self.task is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         if self.done:

@@ -8,6 +8,7 @@ and ``parse_status`` (see :mod:`mcp_gym.parsing`). The recording wrapper stores 
 
 * :class:`RandomPolicy` samples the env's action space (seeded per episode: reproducible at any concurrency).
 * :class:`OraclePolicy` replays the task's reference solution.
+* :class:`NoopPolicy` submits an empty answer at once (the do-nothing baseline).
 * :class:`OpenAIPolicy` asks an OpenAI-compatible chat-completions endpoint (vLLM, SGLang, Ollama, OpenAI, ...) with
   the env's tools; tool calls come from the response's ``tool_calls`` or, failing that, from the text (Hermes
   ``<tool_call>``, bare JSON). A reply without a usable call becomes an invalid action -- an error observation for
@@ -40,6 +41,7 @@ __all__ = [
     "Agent",
     "RandomPolicy",
     "OraclePolicy",
+    "NoopPolicy",
     "OpenAIPolicy",
     "ChatPolicy",
     "HFPolicy",
@@ -114,6 +116,22 @@ class OraclePolicy(Policy):
 
     def agent(self, env: Any, obs: Mapping[str, Any], info: Mapping[str, Any], seed: int) -> Agent:
         return _OracleAgent(env.task)
+
+
+# -- noop -------------------------------------------------------------------------------------------------------------
+class _NoopAgent(Agent):
+    async def act(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
+        return {"tool": "submit", "arguments": {"answer": ""}}
+
+
+class NoopPolicy(Policy):
+    """The do-nothing baseline: ``submit`` an empty answer at once, calling no tool (a benchmark whose tasks this
+    passes grades the starting state, not the agent)."""
+
+    name = "noop"
+
+    def agent(self, env: Any, obs: Mapping[str, Any], info: Mapping[str, Any], seed: int) -> Agent:
+        return _NoopAgent()
 
 
 # -- chat models ------------------------------------------------------------------------------------------------------
@@ -394,13 +412,14 @@ class HFPolicy(ChatPolicy):
 
 
 # -- construction from config -----------------------------------------------------------------------------------------
-POLICIES: dict[str, type[Policy]] = {"random": RandomPolicy, "oracle": OraclePolicy, "openai": OpenAIPolicy,
-                                     "hf": HFPolicy}
+POLICIES: dict[str, type[Policy]] = {"random": RandomPolicy, "oracle": OraclePolicy, "noop": NoopPolicy,
+                                     "openai": OpenAIPolicy, "hf": HFPolicy}
 """Policy kinds by config name."""
 
 
 def make_policy(kind: str, **options: Any) -> Policy:
-    """A policy by kind (``random``, ``oracle``, ``openai``, ``hf``) with its options (the ``policy`` config group)."""
+    """A policy by kind (``random``, ``oracle``, ``noop``, ``openai``, ``hf``) with its options (the ``policy``
+    config group)."""
     try:
         cls = POLICIES[kind]
     except KeyError:

@@ -37,6 +37,7 @@ class Task:
         rubric: What an LLM judge grades against (graders of kind ``judge``).
         fixture: A directory copied into a fresh per-episode workspace (``{workspace}`` in server command lines).
         env: Environment variables for the stdio servers of this task's episodes (``{workspace}`` substituted).
+        tags: Labels of the task (category, difficulty, ...); evaluation reports success and pass^k per tag.
     """
 
     id: str
@@ -50,6 +51,7 @@ class Task:
     rubric: str | None = None
     fixture: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
 
     def to_record(self) -> dict[str, Any]:
         """A flat JSON-able record with nested fields as JSON strings (stable Arrow schema for ``datasets``)."""
@@ -59,6 +61,7 @@ class Task:
         d["resources"] = list(self.resources)
         d["grader"] = json.dumps(self.grader, ensure_ascii=False, sort_keys=True) if self.grader is not None else None
         d["env"] = json.dumps(dict(self.env), ensure_ascii=False, sort_keys=True) if self.env else None
+        d["tags"] = list(self.tags)
         return d
 
     @classmethod
@@ -88,7 +91,15 @@ class Task:
             rubric=rec.get("rubric") or None,
             fixture=str(rec["fixture"]) if rec.get("fixture") else None,
             env={str(k): str(v) for k, v in dict(env).items()},
+            tags=_tags(rec.get("tags")),
         )
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    """A task's ``tags`` as given in a record: a list of labels, one label, or a JSON list (``None``: none)."""
+    if isinstance(value, str):
+        value = json.loads(value) if value.lstrip().startswith("[") else [value]
+    return tuple(str(t) for t in value or () if t not in (None, ""))
 
 
 Verifier = Callable[[Task, "str | None", Mapping[str, Any]], float]
@@ -141,7 +152,7 @@ def select(tasks: Sequence[Task], split: str | None = None, ids: Iterable[str] |
 
 
 _TASK_FIELDS = (
-    "id", "prompt", "split", "solution", "answer", "data", "resources", "grader", "rubric", "fixture", "env",
+    "id", "prompt", "split", "solution", "answer", "data", "resources", "grader", "rubric", "fixture", "env", "tags",
 )
 
 
@@ -220,6 +231,8 @@ def load_task_source(
             splits.add(str(rec["split"]))
             if split is not None and str(rec["split"]) != split:
                 continue
+        elif split is not None:  # a record without a split belongs to every split: it is recorded as the one asked
+            rec["split"] = split
         tasks.append(checker(Task.from_record(rec)))
     if rows and not tasks:
         raise ValueError(f"task source {source!r}: no task of split {split!r} (splits: {sorted(splits)}); "

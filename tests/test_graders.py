@@ -188,8 +188,9 @@ def test_files_grader_with_fixture_on_filesystem(make_env: Callable[..., MCPEnv]
     env = make_env({"fs": Stdio(npm_bin("mcp-server-filesystem"), ["{workspace}"])}, [task])
     obs, info = env.reset(seed=0)
     ws = env.workspace
-    assert ws is not None and obs["task"] == f"Write hello to {ws}/out.txt"
-    assert info["servers"]["fs"]["status"] == "ready" and str(ws) in info["servers"]["fs"]["target"]
+    assert ws is not None and obs["task"] == "Write hello to {workspace}/out.txt"  # the agent sees no temp path
+    assert info["servers"]["fs"]["status"] == "ready" and "{workspace}" in info["servers"]["fs"]["target"]
+    assert env.unwrapped.task.prompt == f"Write hello to {ws}/out.txt"  # the graders and the oracle see the real one
     obs, *_ = env.step({"tool": "read_text_file", "arguments": {"path": f"{ws}/seed.txt"}})
     assert obs["result"].strip() == "seed data"  # the fixture was copied into the workspace
     env.step({"tool": "write_file", "arguments": {"path": f"{ws}/out.txt", "content": "hello"}})

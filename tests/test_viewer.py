@@ -145,6 +145,7 @@ class Dom(HTMLParser):
         self.elements: list[tuple[str, dict[str, str | None]]] = []
         self.texts: dict[str, list[str]] = {"script": [], "pre": [], "b": [], "summary": []}
         self._open: list[str] = []
+        self.html = text
         self.feed(text)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:

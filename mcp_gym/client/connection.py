@@ -27,6 +27,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp_gym._version import __version__
 from mcp_gym.client import _discovery
 from mcp_gym.client._http import session_http_client
+from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked
 from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_text, redact_url
@@ -36,10 +37,6 @@ if sys.version_info < (3, 11):  # pragma: no cover
 
 log = logging.getLogger("mcp_gym.client")
 
-SLOW_CONNECT_NOTICE = 2.0
-"""Seconds a server may take to connect before a WARNING line on the ``mcp_gym.client`` logger says what is being
-waited for (stderr when logging is not configured)."""
-_ANNOUNCED: set[tuple[str, str]] = set()  # (alias, target) waited on right now: many sessions of one server, one line
 
 __all__ = [
     "ServerConnection",
@@ -137,6 +134,7 @@ class ServerConnection:
         self.client: Client | None = None
         self.events = _Events()
         self.connect_seconds: float | None = None
+        self.connected_at: float | None = None  # anyio.current_time() when it last connected
         self._ready = anyio.Event()
         self._close = anyio.Event()
         self._done = anyio.Event()
@@ -170,19 +168,7 @@ class ServerConnection:
             self._ready.set()
             self._done.set()
             return
-        with anyio.move_on_after(min(SLOW_CONNECT_NOTICE, self.spec.connect_timeout / 2)):
-            await self._ready.wait()
-        if not self._ready.is_set():  # a server that never answers must not cost connect_timeout in silence
-            key = (self.alias, self.spec.describe())
-            if key not in _ANNOUNCED:
-                _ANNOUNCED.add(key)
-                log.warning("mcp-gym: waiting for server '%s' (%s) to answer the MCP handshake (up to "
-                            "connect_timeout=%g s)", self.alias, self.spec.describe(), self.spec.connect_timeout)
-                try:
-                    await self._ready.wait()
-                finally:
-                    _ANNOUNCED.discard(key)
-            await self._ready.wait()
+        await wait_ready(self.alias, self.spec, self._ready)  # said on stderr when the wait matters
 
     def _client(self, prior: tuple[mt.DiscoverResult, str] | None = None) -> Client:
         spec = self.spec
@@ -247,7 +233,8 @@ class ServerConnection:
                 entered = True
                 scope.deadline = math.inf
                 self.client = client
-                self.connect_seconds = time.perf_counter() - t0
+                self.connect_seconds, self.connected_at = time.perf_counter() - t0, anyio.current_time()
+                started(self.alias, self.spec)
                 if self.status == "connecting":  # not failed meanwhile (fail() also asked to close)
                     self.status = "ready"
                 if self.tap is not None:

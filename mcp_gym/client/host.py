@@ -331,6 +331,12 @@ class MCPHost:
             out[alias] = info
         return out
 
+    def startup_seconds(self, since: float) -> float:
+        """Seconds the servers that connected after ``since`` (an ``anyio.current_time()``) took to start: spawn and
+        handshake, summed over servers."""
+        return sum(c.connect_seconds or 0.0 for c in self.connections.values()
+                   if c.connected_at is not None and c.connected_at >= since)
+
     @property
     def meta(self) -> dict[str, Any]:
         """The ``_meta`` sent with every request: the episode id, and the episode's task id and seed when known."""

@@ -61,7 +61,10 @@ def task_set_digest(tasks: Sequence[Any]) -> str | None:
         return None
     h = hashlib.blake2b(digest_size=8)
     for t in tasks:
-        h.update(json.dumps(t.to_record(), sort_keys=True, ensure_ascii=False, default=str).encode())
+        record = t.to_record()
+        if not record.get("tags"):
+            record.pop("tags", None)  # tasks without tags keep the digest they had before tasks had tags
+        h.update(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str).encode())
         h.update(b"\x1e")
     return h.hexdigest()
 

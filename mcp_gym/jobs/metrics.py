@@ -10,8 +10,11 @@
 * mean and standard deviation of the episode return, mean episode length;
 * tool-error rate (failed tool calls, parse failures excluded, per step) and parse-error rate (model outputs whose
   tool call could not be read, per step that carries a parse status);
-* latency percentiles of tool calls and of whole episodes;
-* how episodes ended (``submit``, ``done``, ``max_steps``, ``deadline``, ...).
+* latency percentiles of tool calls and of whole episodes; the time spent starting servers for the episodes (a server
+  per episode: ``{workspace}``, ``reset_mode=restart``), in total and as a share of the episodes' time with it;
+* how episodes ended (``submit``, ``done``, ``max_steps``, ``deadline``, ...);
+* per task tag (the tasks' ``tags``: category, difficulty, ...): tasks, episodes, success rate, pass@k and pass^k
+  of the tasks carrying it (``by_tag``, present when some task has tags).
 """
 
 from __future__ import annotations
@@ -110,7 +113,20 @@ def judge_agreement(grades: Iterable[Mapping[str, Any] | None]) -> dict[str, Any
 
 def _episodes(table: pa.Table) -> list[dict[str, Any]]:
     cols = ["episode_id", "task_id", "total_reward", "success", "length", "termination", "started_at", "ended_at"]
-    return table.select(cols).to_pylist()
+    rows = table.select(cols).to_pylist()
+    if "task" in table.column_names:
+        for row, task in zip(rows, table.column("task").to_pylist(), strict=True):
+            row["tags"] = _task_tags(task)
+    return rows
+
+
+def _task_tags(task: str | None) -> list[str]:
+    """The ``tags`` of a recorded task record (the episodes table's ``task`` JSON)."""
+    try:
+        tags = json.loads(task).get("tags") if task else None
+    except (ValueError, AttributeError):
+        return []
+    return [str(t) for t in tags] if isinstance(tags, list) else []
 
 
 def _success_known(eps: Sequence[dict[str, Any]]) -> bool:
@@ -141,8 +157,34 @@ def per_task(episodes: pa.Table, ks: Iterable[int] = (1,)) -> list[dict[str, Any
             row[f"pass^{k}"] = pass_hat_k(n, c, k) if k <= n and known else None
         row["mean_reward"] = float(np.mean([e["total_reward"] or 0.0 for e in eps]))
         row["mean_steps"] = float(np.mean([e["length"] or 0 for e in eps]))
+        row["tags"] = sorted({t for e in eps for t in e.get("tags") or ()})
         rows.append(row)
+    if not any(r["tags"] for r in rows):
+        for r in rows:
+            del r["tags"]
     return rows
+
+
+def by_tag(tasks: Sequence[Mapping[str, Any]], ks: Iterable[int]) -> dict[str, dict[str, Any]]:
+    """Per tag (of :func:`per_task` rows): tasks, episodes, success rate (over the episodes), and pass@k / pass^k
+    averaged over the tag's tasks that have at least ``k`` samples (``None`` when success is unknown)."""
+    groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for t in tasks:
+        for tag in t.get("tags") or ():
+            groups[tag].append(t)
+    out: dict[str, dict[str, Any]] = {}
+    for tag in sorted(groups):
+        rows = groups[tag]
+        n = sum(r["samples"] for r in rows)
+        known = all(r["successes"] is not None for r in rows)
+        entry: dict[str, Any] = {"tasks": len(rows), "episodes": n,
+                                 "success_rate": sum(r["successes"] for r in rows) / n if known and n else None}
+        for k in ks:
+            for name in (f"pass@{k}", f"pass^{k}"):
+                values = [r[name] for r in rows if r.get(name) is not None]
+                entry[name] = float(np.mean(values)) if values and known else None
+        out[tag] = entry
+    return out
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -186,9 +228,32 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
         "parse_error_rate": parse_errors / len(parsed) if parsed else None,
         "tool_call_ms": _percentiles(call_ms),
         "episode_s": _percentiles(episode_s),
+        **_startup(episodes, sum(episode_s)),
         "terminations": dict(Counter(str(e["termination"]) for e in eps).most_common()),
+        **({"by_tag": by_tag(tasks, [k for k in ks if 1 <= k <= min_samples])}
+           if any(t.get("tags") for t in tasks) else {}),
         **_grading(eps, steps),
     }
+
+
+def _startup(episodes: pa.Table, episodes_total: float) -> dict[str, Any]:
+    """``startup_s`` (total, mean per episode, percentiles) and ``startup_share`` (of the time of the episodes and
+    their servers' start-up) from the ``startup_seconds`` the recorder put in each episode's metadata; empty when no
+    episode started a server."""
+    if "metadata" not in episodes.column_names:
+        return {}
+    seconds = []
+    for meta in episodes.column("metadata").to_pylist():
+        try:
+            value = json.loads(meta).get("startup_seconds") if meta else None
+        except (ValueError, AttributeError):
+            value = None
+        seconds.append(float(value) if isinstance(value, (int, float)) else 0.0)
+    total = float(sum(seconds))
+    if not total:
+        return {}
+    return {"startup_s": {"total": total, "mean": total / len(seconds), **_percentiles(seconds)},
+            "startup_share": total / (total + episodes_total)}
 
 
 def _grading(eps: list[dict[str, Any]], steps: pa.Table) -> dict[str, Any]:

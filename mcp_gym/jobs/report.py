@@ -130,8 +130,14 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Eval
     for label, key in (("tool call ms", "tool_call_ms"), ("episode s", "episode_s")):
         for p in ("p50", "p90", "p99"):
             table.add_row(f"{label} {p}", *(_fmt((s.get(key) or {}).get(p)) for s in summaries.values()))
+    if any("startup_s" in s for s in summaries.values()):  # servers started per episode: how much time that took
+        table.add_row("server start-up s (mean)", *(_fmt((s.get("startup_s") or {}).get("mean"))
+                                                    for s in summaries.values()))
+        table.add_row("server start-up share", *(_fmt(s.get("startup_share"), True) for s in summaries.values()))
     table.add_row("endings", *(", ".join(f"{k} {v}" for k, v in (s.get("terminations") or {}).items())
                                for s in summaries.values()))
+    for tag in sorted({t for s in summaries.values() for t in s.get("by_tag") or {}}):
+        table.add_row(f"tag {tag}", *(_tag_cell((s.get("by_tag") or {}).get(tag)) for s in summaries.values()))
     if any("graded" in s for s in summaries.values()):
         table.add_row("graded episodes", *(_fmt(s.get("graded")) for s in summaries.values()))
         table.add_row("grading errors", *(_fmt(s.get("grading_errors")) for s in summaries.values()))
@@ -146,6 +152,15 @@ def _grader_cell(g: Mapping[str, Any] | None) -> str:
     if not g:
         return "-"
     return f"{g['pass_rate']:.1%} pass, score {g['mean_score']:.3g} (n={g['episodes']})"
+
+
+def _tag_cell(g: Mapping[str, Any] | None) -> str:
+    """``success 75.0%, pass@4 100.0%, pass^4 50.0% (3 tasks)`` of one tag."""
+    if not g:
+        return "-"
+    ks = [k for k in g if k.startswith(("pass@", "pass^"))]
+    parts = [f"success {_fmt(g.get('success_rate'), True)}", *(f"{k} {_fmt(g[k], True)}" for k in ks)]
+    return ", ".join(parts) + f" ({g['tasks']} task{'s' if g['tasks'] != 1 else ''})"
 
 
 def _agreement_cell(a: Mapping[str, Any] | None) -> str:

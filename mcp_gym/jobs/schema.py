@@ -133,8 +133,8 @@ class _CustomEnv(_Env):
     trust_task_code: bool = MISSING
     max_turns: int | None = MISSING
     max_tool_calls: int | None = MISSING
-    grader: Any = MISSING
-    grader_timeout: float | None = MISSING  # a grader spec: a name, or a mapping
+    grader: Any = MISSING  # a grader spec: a name, or a mapping
+    grader_timeout: float | None = MISSING
     judge: _Judge = field(default_factory=_Judge)
     reset_mode: str = MISSING
 
@@ -181,7 +181,8 @@ class _HFPolicy(_ChatPolicy):
     generate_kwargs: dict[str, Any] | None = None
 
 
-POLICIES: dict[str, type] = {"random": _RandomPolicy, "oracle": _Policy, "openai": _OpenAIPolicy, "hf": _HFPolicy}
+POLICIES: dict[str, type] = {"random": _RandomPolicy, "oracle": _Policy, "noop": _Policy, "openai": _OpenAIPolicy,
+                             "hf": _HFPolicy}
 
 
 @dataclass

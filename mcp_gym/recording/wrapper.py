@@ -21,6 +21,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from mcp_gym._workspace import mask_workspace
 from mcp_gym.async_env import AsyncWrapper
 from mcp_gym.parsing import split_action
 from mcp_gym.protocol import SUBMIT_RECORD, SUMMARY_KEY, ToolCallError
@@ -192,8 +193,11 @@ class RecordTrajectories(AsyncWrapper):
         self._drop_unfinished()
         base = self.env.unwrapped
         task = getattr(base, "task", None)
+        workspace = getattr(base, "workspace", None)  # the task as set up names it: recorded as {workspace}
         tools = self._tools(info.get("catalogue_hash"))
         metadata = {**self.metadata, **dict(extra.get("metadata") or {})}
+        if info.get("startup_seconds"):  # the time this episode's reset spent starting servers (MCPEnv)
+            metadata["startup_seconds"] = info["startup_seconds"]
         self._last_resources = obs.get("resources") if isinstance(obs, Mapping) else None
         self._last_resources_json = dumps(self._last_resources) if self._last_resources else None
         self.episode = self.writer.start_episode(
@@ -201,8 +205,8 @@ class RecordTrajectories(AsyncWrapper):
             key=extra.get("episode_key"),
             env_id=getattr(base, "env_id", None) or (base.spec.id if base.spec is not None else None),
             task_id=info.get("task_id") or getattr(task, "id", None),
-            task_prompt=getattr(task, "prompt", None),
-            task=self._task_json(task),
+            task_prompt=mask_workspace(getattr(task, "prompt", None), workspace),
+            task=mask_workspace(self._task_json(task), workspace),
             seed=info.get("seed", seed),
             policy=extra.get("policy", self.policy),
             tools=tools,
@@ -310,7 +314,7 @@ class RecordTrajectories(AsyncWrapper):
         error = get("error")
         ep.add_step(
             tool,
-            arguments,
+            mask_workspace(arguments, getattr(self.env.unwrapped, "workspace", None)),  # e.g. the oracle's real paths
             server=get("server"),
             server_tool=get("server_tool"),
             content=get("content", ()),

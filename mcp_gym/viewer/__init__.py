@@ -9,9 +9,10 @@ are ``data:`` URIs, and a Content-Security-Policy forbids every other source. It
 * each run: where it is, what made it (collect, eval, Ray launcher, a replayed cassette), its episodes and success;
   for an evaluation the summary table of ``report/results.json`` (runs side by side) and the plots of ``report/``;
 * with two or more runs, a per-task comparison; picking a task lays its episodes out side by side, one column per run;
-* a table of episodes filterable by run, task, policy, success and termination (the filters live in the URL hash, so
-  ``report.html#success=false&task=t3`` opens filtered), paginated;
-* per episode (rendered when opened, from JSON embedded in the page): the task, every step's tool call and arguments,
+* a table of episodes (with each one's grade and reason) filterable by run, task, tag, policy, success and termination
+  (the filters live in the URL hash, so ``report.html#success=false&task=t3`` opens filtered), paginated;
+* per episode (rendered when opened, from JSON embedded in the page): its grade (verdict, score, the grader's reason,
+  each member grader's own, a judge's details) or why grading failed, the task, every step's tool call and arguments,
   its result (text folded when long, images shown), reward, resource changes, errors, and the model's raw text and
   parse status.
 
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_gym.client.specs import REDACTED, redact_text
+from mcp_gym.graders import Grade
 from mcp_gym.jobs.report import REPORT_DIR
 from mcp_gym.recording.reader import read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
@@ -222,6 +224,32 @@ def _step(row: dict[str, Any], previous: dict[str, Any] | None, limit: int, max_
     }
 
 
+def _grade(steps: list[dict[str, Any]], limit: int) -> dict[str, Any] | None:
+    """The grade recorded in an episode's final step (``info["grade"]``): verdict, score, reason and, per grader of a
+    combination, its own; or why grading failed (``ungraded``); ``None`` when nothing graded the episode."""
+    last = next((s for s in reversed(steps) if s["terminated"] or s["truncated"]), None)
+    info = _json(last["info"], {}) if last is not None else {}
+    if not isinstance(info, dict):
+        return None
+    grade = info.get("grade")
+    if isinstance(grade, dict):
+        parts = []
+        try:
+            flat = Grade.from_dict(grade).flat()
+        except (KeyError, TypeError, ValueError):
+            flat = {}
+        for path, g in list(flat.items())[1:]:
+            parts.append({"path": path, "passed": g.passed, "score": g.score, "reason": _cap(g.reason, limit)})
+        return {"passed": grade.get("passed"), "score": grade.get("score"), "grader": grade.get("grader"),
+                "reason": _cap(str(grade.get("reason") or ""), limit), "parts": parts,
+                "details": _pretty(grade.get("details"), limit)}
+    error = _json(last["error"]) if last is not None else None  # the step's own column
+    if isinstance(error, dict) and error.get("kind") == "verifier_error":
+        return {"passed": None, "score": None, "grader": None, "ungraded": True,
+                "reason": _cap(str(error.get("message") or ""), limit), "parts": [], "details": None}
+    return None
+
+
 def _pick(episodes: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """At most ``limit`` episodes, round-robin over tasks (each task's in recording order), then in task order."""
     if len(episodes) <= limit:
@@ -300,7 +328,9 @@ def load_run(
         start_res = initial.get("resources") if isinstance(initial, dict) else None
         previous = start_res if isinstance(start_res, dict) else None
         step_rows = []
-        for s in sorted(by_episode.get(e["episode_id"], []), key=lambda r: r["step_index"]):
+        raw_steps = sorted(by_episode.get(e["episode_id"], []), key=lambda r: r["step_index"])
+        grade = _grade(raw_steps, max_text)
+        for s in raw_steps:
             step_rows.append(_step(s, previous, max_text, max_image_bytes))
             res = _json(s["resources"])
             if isinstance(res, dict):
@@ -320,13 +350,17 @@ def load_run(
             "started": _iso(started),
             "seconds": (ended - started).total_seconds() if started and ended else None,
             "catalogue": e["catalogue_hash"], "catalogue_changes": len(_json(e["catalogue_changes"], []) or []),
+            "grade": None if grade is None else {"passed": grade["passed"], "score": grade["score"],
+                                                 "reason": _cap(grade["reason"], _INDEX_TEXT),
+                                                 "ungraded": bool(grade.get("ungraded"))},
+            "tags": [str(t) for t in task.get("tags") or ()] if isinstance(task, dict) else [],
         })
         step_lists[e["episode_id"]] = step_rows
         details[e["episode_id"]] = {  # read when the episode is opened
             "prompt": _cap(e["task_prompt"], max_text), "task_record": _pretty(task, max_text),
             "answer": _cap(e["final_answer"], max_text), "servers": servers if isinstance(servers, dict) else {},
             "resources": {k: _pretty(v, max_text) for k, v in start_res.items()} if isinstance(start_res, dict) else {},
-            "metadata": _pretty(_json(e["metadata"]), max_text),
+            "metadata": _pretty(_json(e["metadata"]), max_text), "grade": grade,
         }
 
     kind = []

@@ -3,8 +3,8 @@
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
 const EP = D.episodes, RUNS = D.runs, PAGE = 50, MULTI = RUNS.length > 1;
-const FILTERS = ["run", "task", "policy", "success", "termination"];
-const state = {run: "", task: "", policy: "", success: "", termination: "", q: "", page: 1, episode: ""};
+const FILTERS = ["run", "task", "tag", "policy", "success", "termination"];
+const state = {run: "", task: "", tag: "", policy: "", success: "", termination: "", q: "", page: 1, episode: ""};
 const opened = new Set();
 
 function h(tag, attrs, ...kids) {
@@ -28,6 +28,12 @@ const pct = v => v === null || v === undefined ? "–" : (100 * v).toFixed(1) + 
 const successBadge = s => s === true ? badge("success", "b-ok") : s === false ? badge("fail", "b-bad") : badge("n/a");
 const successKey = s => s === true ? "true" : s === false ? "false" : "none";
 const runName = r => RUNS[r].name;
+// The grader's verdict and reason (what info["grade"] recorded); "ungraded" when grading failed, with why.
+const gradeText = g => !g ? "" : g.ungraded ? "ungraded: " + g.reason :
+  `score ${fmt(g.score)}` + (g.reason ? ": " + g.reason : "");
+const gradeCell = g => !g ? h("span", {class: "muted"}, "–") : h("span", {class: "grade", title: gradeText(g)},
+  g.ungraded ? badge("ungraded", "b-warn") : null, h("span", {class: "reason"}, g.ungraded ? g.reason :
+    `${fmt(g.score)}` + (g.reason ? " · " + g.reason : "")));
 
 function fold(text, label, open) {
   text = text === null || text === undefined ? "" : String(text);
@@ -58,12 +64,13 @@ function writeHash() {
 function matches(e, skip) {
   if (skip !== "run" && state.run !== "" && runName(e.run) !== state.run) return false;
   if (skip !== "task" && state.task && e.task !== state.task) return false;
+  if (skip !== "tag" && state.tag && !(e.tags || []).includes(state.tag)) return false;
   if (skip !== "policy" && state.policy && (e.policy || "") !== state.policy) return false;
   if (skip !== "success" && state.success && successKey(e.success) !== state.success) return false;
   if (skip !== "termination" && state.termination && (e.term || "") !== state.termination) return false;
   if (state.q) {
     const q = state.q.toLowerCase();
-    if (![e.id, e.key, e.task, e.answer, e.prompt].some(x => x && String(x).toLowerCase().includes(q))) return false;
+    if (![e.id, e.key, e.task, e.answer, e.prompt, e.grade && e.grade.reason].some(x => x && String(x).toLowerCase().includes(q))) return false;
   }
   return true;
 }
@@ -114,15 +121,24 @@ function summaryTable() {
   const rows = [["episodes", "episodes"], ["tasks", "tasks"], ["success rate", "success_rate", pct],
     ...ks.map(k => [k, k, pct]), ["reward (mean)", "reward_mean"], ["reward (std)", "reward_std"],
     ["steps (mean)", "steps_mean"], ["tool-error rate", "tool_error_rate", pct],
-    ["parse-error rate", "parse_error_rate", pct], ["missing episodes", "missing_episodes"]];
+    ["parse-error rate", "parse_error_rate", pct], ["missing episodes", "missing_episodes"],
+    ["server start-up share", "startup_share", pct]];
   const body = rows.filter(([, key]) => ev.some(r => r.summary[key] !== undefined)).map(([label, key, f]) =>
     h("tr", {}, h("td", {}, label), ev.map(r => h("td", {class: "num"}, (f || fmt)(r.summary[key])))));
-  for (const [label, key] of [["tool call ms", "tool_call_ms"], ["episode s", "episode_s"]])
+  for (const [label, key] of [["tool call ms", "tool_call_ms"], ["episode s", "episode_s"],
+                              ["server start-up s", "startup_s"]].filter(([, k]) => ev.some(r => r.summary[k])))
     for (const p of ["p50", "p90", "p99"])
       body.push(h("tr", {}, h("td", {}, `${label} ${p}`),
         ev.map(r => h("td", {class: "num"}, fmt((r.summary[key] || {})[p])))));
   body.push(h("tr", {}, h("td", {}, "endings"), ev.map(r => h("td", {class: "num"},
     Object.entries(r.summary.terminations || {}).map(([k, v]) => `${k} ${v}`).join(", ")))));
+  const tags = [...new Set(ev.flatMap(r => Object.keys(r.summary.by_tag || {})))].sort();
+  for (const t of tags)  // per task tag: success and pass@k / pass^k of the tasks carrying it
+    body.push(h("tr", {class: "tagrow", "data-tag": t}, h("td", {}, `tag ${t}`), ev.map(r => {
+      const g = (r.summary.by_tag || {})[t];
+      return h("td", {class: "num"}, g ? [`success ${pct(g.success_rate)}`, ...Object.keys(g).filter(k =>
+        k.startsWith("pass")).map(k => `${k} ${pct(g[k])}`)].join(", ") + ` (${plural(g.tasks, "task")})` : "–");
+    })));
   return h("section", {id: "summary"}, h("h2", {}, "Evaluation summary"), h("div", {class: "sumrow"},
     h("table", {class: "metrics"}, h("thead", {}, h("tr", {}, h("th", {}, "metric"),
       ev.map(r => h("th", {class: "num"}, r.name)))), h("tbody", {}, body)),
@@ -179,7 +195,8 @@ function sideBySide() {
       eps.length ? eps.map(e => {
         const d = h("details", {class: "card", "data-id": e.id}, h("summary", {}, successBadge(e.success),
           h("span", {class: "mono"}, e.key || e.id), h("span", {class: "muted"},
-            ` · ${e.policy || "?"} · R ${fmt(e.ret)} · ${plural(e.len, "step")} · ${e.term || "?"}`)));
+            ` · ${e.policy || "?"} · R ${fmt(e.ret)} · ${plural(e.len, "step")} · ${e.term || "?"}`),
+          e.grade ? h("span", {class: "muted"}, " · ", gradeCell(e.grade)) : null));
         d.addEventListener("toggle", () => { if (d.open && d.children.length === 1) d.append(steps(e)); });
         if (eps.length <= 2) { d.open = true; d.append(steps(e)); }  // few episodes: open them right away
         return d;
@@ -259,12 +276,22 @@ function episodeDetail(e) {
     `${a}: ${s.name || "?"} ${s.version || ""} (${s.transport || "?"}${s.status && s.status !== "ready" ?
       ", " + s.status : ""})`).join("; ");
   const kv = [["episode", e.id], ["key", e.key || "–"], ["run", runName(e.run)], ["env", e.env || "–"],
-    ["task", e.task || "–"], ["seed", fmt(e.seed)], ["policy", e.policy || "–"], ["servers", servers || "–"],
+    ["task", e.task || "–"], ["tags", (e.tags || []).join(", ") || "–"], ["seed", fmt(e.seed)], ["policy", e.policy || "–"], ["servers", servers || "–"],
     ["started", e.started || "–"], ["duration", e.seconds === null ? "–" : fmt(e.seconds, 2) + " s"],
     ["tool catalogue", (e.catalogue || "–") + (e.catalogue_changes ? ` (${e.catalogue_changes} changes)` : "")],
     ["final answer", d.answer === null || d.answer === undefined ? "–" : d.answer]];
   const res = Object.entries(d.resources || {});
-  return h("div", {class: "episode", "data-id": e.id},
+  const g = d.grade;
+  const grade = !g ? null : h("div", {class: "gradebox" + (g.passed === true ? " ok" : g.ungraded ? "" : " bad")},
+    h("div", {}, g.ungraded ? badge("ungraded", "b-warn") : successBadge(g.passed),
+      g.ungraded ? null : h("b", {}, ` score ${fmt(g.score)}`), g.grader ? h("span", {class: "muted"},
+        ` (${g.grader})`) : null),
+    h("div", {class: "reason"}, g.reason || "(no reason given)"),
+    g.parts.length ? h("ul", {class: "parts"}, g.parts.map(p => h("li", {}, successBadge(p.passed),
+      h("span", {class: "mono"}, ` ${p.path}`), ` score ${fmt(p.score)}: `, h("span", {class: "reason"}, p.reason))))
+      : null,
+    g.details ? fold(g.details, "grader details") : null);
+  return h("div", {class: "episode", "data-id": e.id}, grade,
     h("dl", {class: "kv"}, kv.map(([k, v]) => [h("dt", {}, k),
       h("dd", {class: k === "final answer" ? "mono" : ""}, v)])),
     h("div", {class: "lbl muted"}, "task prompt"), fold(d.prompt || ""),
@@ -287,6 +314,11 @@ function distinct(key, f) {
   return [...out.entries()].sort((a, b) => String(a[0]).localeCompare(String(b[0])))
     .map(([v, n]) => [v, `${v} (${n})`]);
 }
+function tagOptions() {
+  const out = new Map();
+  for (const e of EP.filter(x => matches(x, "tag"))) for (const t of e.tags || []) out.set(t, (out.get(t) || 0) + 1);
+  return [...out.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([v, n]) => [v, `${v} (${n})`]);
+}
 function filterBar(rows) {
   const s = stats(rows);
   const search = h("input", {type: "search", placeholder: "id, key, task, answer…", value: state.q});
@@ -294,6 +326,7 @@ function filterBar(rows) {
   return h("div", {class: "filters"},
     MULTI ? options("run", distinct("run", e => runName(e.run)), "run") : null,
     options("task", distinct("task", e => e.task || ""), "task"),
+    EP.some(e => (e.tags || []).length) ? options("tag", tagOptions(), "tag") : null,
     options("policy", distinct("policy", e => e.policy || ""), "policy"),
     options("success", distinct("success", e => successKey(e.success)), "success"),
     options("termination", distinct("termination", e => e.term || ""), "termination"),
@@ -309,7 +342,7 @@ function toggle(e, tr) {
     next.remove(); tr.classList.remove("open"); opened.delete(e.id);
     if (state.episode === e.id) state.episode = "";
   } else {
-    tr.after(h("tr", {class: "detail"}, h("td", {colspan: 10}, episodeDetail(e))));
+    tr.after(h("tr", {class: "detail"}, h("td", {colspan: 11}, episodeDetail(e))));
     tr.classList.add("open"); opened.add(e.id); state.episode = e.id;
   }
   writeHash();
@@ -323,18 +356,19 @@ function table(rows) {
     const tr = h("tr", {class: "ep", "data-id": e.id, "data-success": successKey(e.success)},
       MULTI ? h("td", {}, runName(e.run)) : null, h("td", {class: "mono"}, e.key || e.id.slice(0, 12)),
       h("td", {class: "mono"}, e.task || "–"), h("td", {}, e.policy || "–"), h("td", {}, successBadge(e.success)),
+      h("td", {class: "gradecol"}, gradeCell(e.grade)),
       h("td", {class: "num"}, fmt(e.ret)), h("td", {class: "num"}, fmt(e.len)), h("td", {}, e.term || "–"),
       h("td", {class: "num"}, e.errors ? badge(String(e.errors), "b-bad") : "0",
         e.parse_failures ? badge(e.parse_failures + " parse", "b-warn") : null));
     tr.addEventListener("click", () => toggle(e, tr));
     body.append(tr);
-    if (opened.has(e.id)) { body.append(h("tr", {class: "detail"}, h("td", {colspan: 10}, episodeDetail(e))));
+    if (opened.has(e.id)) { body.append(h("tr", {class: "detail"}, h("td", {colspan: 11}, episodeDetail(e))));
       tr.classList.add("open"); }
   }
   const go = p => () => { state.page = p; update(); };
   return [h("table", {id: "episodes"}, h("thead", {}, h("tr", {}, MULTI ? h("th", {}, "run") : null,
       h("th", {}, "episode"), h("th", {}, "task"), h("th", {}, "policy"), h("th", {}, "success"),
-      h("th", {class: "num"}, "return"), h("th", {class: "num"}, "steps"), h("th", {}, "termination"),
+      h("th", {}, "grade"), h("th", {class: "num"}, "return"), h("th", {class: "num"}, "steps"), h("th", {}, "termination"),
       h("th", {class: "num"}, "errors"))), body),
     rows.length ? null : h("div", {class: "empty"}, EP.length ? "no episode matches these filters" :
       "no episode recorded yet"),
