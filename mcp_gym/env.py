@@ -402,7 +402,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             message = f"server '{alias}': {reason} (it is failed and restarts at the next reset)"
             errors.append(ToolCallError("timeout", message, server=alias).as_dict())
             self.host.all_tools.pop(alias, None)
-        self.host._rebuild()
+        self.host.rebuild()
         for u in self._obs_uris:
             self._resources.setdefault(u, f"[error reading resource {u}: reset timed out]")
 

@@ -39,6 +39,7 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
+from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
 __all__ = ["EpisodeServer", "current_episode", "HandlerResult", "DEFAULT_EPISODE", "serve_http", "SERVER_KEEPALIVE"]
@@ -275,7 +276,9 @@ class EpisodeServer(Generic[S]):
         async def acknowledge(ctx: Any, params: Any) -> EmptyResult:
             return EmptyResult()
 
-        low = self.mcp._lowlevel_server
+        low = mcp_compat.lowlevel_server(self.mcp)
+        if low is None:  # the SDK moved it (warned once)
+            return
         low.add_request_handler("resources/subscribe", SubscribeRequestParams, acknowledge)
         low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, acknowledge)
 

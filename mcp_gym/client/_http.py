@@ -61,8 +61,9 @@ from typing import Any
 import anyio
 import httpx2
 from anyio.lowlevel import RunVar
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
+from mcp_gym._compat import httpx2 as httpx2_compat
+from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 
 __all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
@@ -328,21 +329,14 @@ class _SessionClient(httpx2.AsyncClient):
 
     def _follow_keepalive(self, response: httpx2.Response) -> None:
         """Take the idle expiry a response's ``Keep-Alive`` header asks for (:func:`keepalive_for`): for this
-        session's pool and the connections it holds (httpcore has no public setter; without these attributes the
-        default stays, which is only slower)."""
+        session's pool and the connections it holds (:func:`mcp_gym._compat.httpx2.set_keepalive_expiry`)."""
         header = response.headers.get("keep-alive")
         if header is None or header == self._keepalive_header:
             return
         self._keepalive_header = header
         seconds = keepalive_for(header)
-        pool = getattr(self._transport, "_pool", None)
-        if seconds is None or not hasattr(pool, "_keepalive_expiry"):
-            return
-        pool._keepalive_expiry = seconds
-        for conn in getattr(pool, "_connections", ()):
-            for c in (conn, getattr(conn, "_connection", None)):
-                if hasattr(c, "_keepalive_expiry"):
-                    c._keepalive_expiry = seconds
+        if seconds is not None:
+            httpx2_compat.set_keepalive_expiry(self, seconds)
 
     async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:  # type: ignore[override]
         if self._reading and request.method == "POST":
@@ -465,11 +459,13 @@ def session_http_client(
     broken under a request that fail only that request and answers bounded by ``max_message_bytes`` and the caller's
     wait (``None``: not bounded; module docstring). Extra keywords go to ``httpx2.AsyncClient``."""
     limits = kw.pop("limits", None)
+    if timeout is None:
+        default, read = mcp_compat.default_http_timeouts()
+        timeout = httpx2.Timeout(default, read=read)
     return _SessionClient(
         headers=headers, auth=auth, verify=shared_ssl_context(), max_in_flight=max_in_flight,
         answer_errors=answer_errors, follow_keepalive=limits is None, max_message_bytes=max_message_bytes,
         limits=limits or httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
-        timeout=timeout if timeout is not None else
-        httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        timeout=timeout,
         **kw,
     )

@@ -407,6 +407,11 @@ class MCPHost:
         self.all_tools[alias] = {t.name: t for t in tools}
         conn.set_hints(RESET_TOOL in self.all_tools[alias])  # mcp-gym servers report changes in result _meta
 
+    def rebuild(self) -> bool:
+        """Rebuild :attr:`catalogue` from the ready servers' tools (after :attr:`all_tools` or a connection's status
+        changed outside the host); ``True`` if the catalogue changed."""
+        return self._rebuild()
+
     def _rebuild(self) -> bool:
         before = [(e.name, e.tool) for e in self.catalogue.values()]
         cat: dict[str, ToolEntry] = {}

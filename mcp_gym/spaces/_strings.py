@@ -9,12 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from mcp_gym._compat.stdlib import sre_parse
 from mcp_gym.spaces._random import _ANY_POOL, _DIGITS, _LOWER, _UPPER, _random_text, _random_word
-
-try:  # Python >= 3.11
-    import re._parser as _sre_parse  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - older Pythons
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
 
 
 class _Unsatisfiable(Exception):
@@ -117,7 +113,7 @@ class _StringSampler:
     def from_pattern(self, pattern: str) -> str:
         """Generate a string matching a (simple) regular expression; raises _Unsatisfiable on unsupported syntax."""
         try:
-            parsed = _sre_parse.parse(pattern)
+            parsed = sre_parse.parse(pattern)
         except Exception as exc:  # noqa: BLE001 - any parser failure means "can't generate"
             raise _Unsatisfiable(f"cannot parse pattern: {exc}") from exc
         return self._emit(parsed, {})
