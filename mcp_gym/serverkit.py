@@ -104,7 +104,7 @@ class EpisodeServer(Generic[S]):
         instructions: str | None = None,
         max_episodes: int = 4096,
         on_reset: Callable[[S], Any] | None = None,
-        preflight: Callable[[], None] | None = None,
+        preflight: Callable[[], object] | None = None,
     ) -> None:
         self._preflight = preflight
         self.mcp = MCPServer(
@@ -288,10 +288,8 @@ class EpisodeServer(Generic[S]):
         if ctx.meta is not None:
             episode = ctx.meta.get(EPISODE_META_KEY) if isinstance(ctx.meta, dict) else getattr(ctx.meta, "get", None)
             if not isinstance(episode, str):
-                try:
-                    episode = ctx.meta.model_extra.get(EPISODE_META_KEY)  # type: ignore[union-attr]
-                except AttributeError:
-                    episode = None
+                extra = getattr(ctx.meta, "model_extra", None)  # a pydantic meta (older SDKs)
+                episode = extra.get(EPISODE_META_KEY) if isinstance(extra, dict) else None
         token = _current_episode.set(episode if isinstance(episode, str) and episode else DEFAULT_EPISODE)
         changes: dict[str, Any] = {}
         ctoken = _changes.set(changes)

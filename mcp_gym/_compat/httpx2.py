@@ -38,12 +38,12 @@ def set_keepalive_expiry(client: httpx2.AsyncClient, seconds: float) -> None:
     """Keep ``client``'s idle connections ``seconds`` (its pool's setting and that of each connection it holds);
     without these names (warned once) the client's own ``keepalive_expiry`` stays, which is only slower."""
     pool = _pool(client)
-    if not hasattr(pool, "_keepalive_expiry"):
+    if pool is None or not hasattr(pool, "_keepalive_expiry"):
         moved(_DIST, "AsyncConnectionPool._keepalive_expiry (via AsyncClient._transport._pool)",
               "idle connections are kept as long as httpx2.Limits says, not as the server's Keep-Alive asks")
         return
     pool._keepalive_expiry = seconds
     for conn in getattr(pool, "_connections", ()):
         for c in (conn, getattr(conn, "_connection", None)):
-            if hasattr(c, "_keepalive_expiry"):
+            if c is not None and hasattr(c, "_keepalive_expiry"):
                 c._keepalive_expiry = seconds

@@ -13,7 +13,7 @@ import json.encoder
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_gym._compat import moved
 
@@ -25,10 +25,14 @@ else:  # pragma: no cover - Python 3.10
     import sre_parse
 """The regular-expression parser (``sre_parse.parse(pattern)`` gives the parse tree)."""
 
-try:
-    import _signal as signals
-except ImportError:  # pragma: no cover - every CPython has it; see missing()
-    signals = signal  # type: ignore[misc]  # the public module has the same functions, only slower
+if TYPE_CHECKING:  # the same functions as signal's (typeshed has no _signal)
+    import signal as signals
+else:
+    try:
+        import _signal as signals
+    except ImportError:  # every CPython has it; see missing()
+        moved("Python", "_signal", "each synchronous env call spends ~10 µs more in the signal module")
+        signals = signal
 """``getsignal`` and ``signal`` without the enum conversions of the :mod:`signal` module."""
 
 _JSON_NAMES = ("c_make_encoder", "c_encode_basestring", "c_encode_basestring_ascii")
@@ -39,7 +43,7 @@ Encoder = Callable[[Any, int], Iterator[str]]
 def missing() -> list[str]:
     """The private names used here that this Python lacks (``[]`` on CPython)."""
     out = [f"json.encoder.{n}" for n in _JSON_NAMES if getattr(json.encoder, n, None) is None]
-    if signals is signal:
+    if signals.__name__ != "_signal":
         out.append("_signal")
     if not hasattr(sre_parse, "parse"):
         out.append(f"{sre_parse.__name__}.parse")
@@ -54,5 +58,7 @@ def c_json_encoders(default: Callable[[Any], Any]) -> tuple[Encoder, Encoder] | 
     if make is None:
         moved("Python", "json.encoder.c_make_encoder", "JSON columns are written by the slower pure-Python encoder")
         return None
-    return (make(None, default, json.encoder.c_encode_basestring, None, ":", ",", False, False, True),
-            make(None, default, json.encoder.c_encode_basestring_ascii, None, ":", ",", False, False, True))
+    keep = json.encoder.c_encode_basestring  # type: ignore[attr-defined]  # not in typeshed
+    escape = json.encoder.c_encode_basestring_ascii  # type: ignore[attr-defined]  # not in typeshed
+    return (make(None, default, keep, None, ":", ",", False, False, True),
+            make(None, default, escape, None, ":", ",", False, False, True))

@@ -173,8 +173,12 @@ def _error_answer(request: httpx2.Request, status: int, code: int, message: str,
     """A JSON-RPC error answering ``request`` (what the SDK makes of a server's error body), or ``None`` when it is
     not a JSON-RPC request (the exception then goes on as before)."""
     rid = _request_id(request)
-    if rid is None:
-        return None
+    return None if rid is None else _error_response(request, rid, status, code, message, data)
+
+
+def _error_response(request: httpx2.Request, rid: Any, status: int, code: int, message: str,
+                    data: dict[str, Any]) -> httpx2.Response:
+    """A JSON-RPC error answering request ``rid``."""
     body = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": data}}
     return httpx2.Response(status, headers={"content-type": "application/json"}, content=json.dumps(body).encode(),
                            request=request)
@@ -338,7 +342,7 @@ class _SessionClient(httpx2.AsyncClient):
         if seconds is not None:
             httpx2_compat.set_keepalive_expiry(self, seconds)
 
-    async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:  # type: ignore[override]
+    async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:
         if self._reading and request.method == "POST":
             rid = _cancelled_id(request)
             if rid is not None and rid in self._reading:
@@ -405,8 +409,8 @@ class _SessionClient(httpx2.AsyncClient):
         length = response.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             await _close(response)
-            return _error_answer(request, 502, MESSAGE_TOO_LARGE, _too_large(limit, f"an answer of {int(length):,} "
-                                 "bytes (its Content-Length)"), {"max_message_bytes": limit})
+            return _error_response(request, rid, 502, MESSAGE_TOO_LARGE, _too_large(
+                limit, f"an answer of {int(length):,} bytes (its Content-Length)"), {"max_message_bytes": limit})
         reading = self._reading.setdefault(rid, _Reading())
         chunks: list[bytes] = []
         size = 0
@@ -425,11 +429,11 @@ class _SessionClient(httpx2.AsyncClient):
             if not response.is_closed:
                 await _close(response)
         if reading.aborted:
-            return _error_answer(request, 504, -32001, "the caller stopped waiting; the answer was dropped",
-                                 {HTTP_TIMEOUT_DATA_KEY: "abandoned"})  # no one waits for it: the SDK drops it
+            return _error_response(request, rid, 504, -32001, "the caller stopped waiting; the answer was dropped",
+                                   {HTTP_TIMEOUT_DATA_KEY: "abandoned"})  # no one waits for it: the SDK drops it
         if size > limit:
-            return _error_answer(request, 502, MESSAGE_TOO_LARGE, _too_large(limit, "the answer"),
-                                 {"max_message_bytes": limit})
+            return _error_response(request, rid, 502, MESSAGE_TOO_LARGE, _too_large(limit, "the answer"),
+                                   {"max_message_bytes": limit})
         return httpx2.Response(response.status_code, headers=_without_encoding(response.headers),
                                content=b"".join(chunks), request=request, extensions=response.extensions)
 

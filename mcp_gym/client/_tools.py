@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp.types as mt
@@ -28,7 +28,7 @@ from mcp_gym._compat import mcp as mcp_compat
 try:
     from mcp_types import methods as _methods
 except ImportError:  # pragma: no cover - the SDK layout this was written for is pinned (mcp>=2.3,<3)
-    _methods = None  # type: ignore[assignment]
+    _methods = None  # type: ignore[assignment]  # absent: the per-tool check is skipped
 
 __all__ = ["MAX_TOOL_NAME", "MAX_PAGES", "ListingError", "list_tools_checked", "schema_problem", "show_name"]
 
@@ -307,7 +307,8 @@ async def list_tools_checked(
         cursor: str | None = None
         cursors: set[str] = set()
         for _ in range(MAX_PAGES):
-            params = mt.PaginatedRequestParams(cursor=cursor, _meta=dict(meta) if meta else None)
+            params = mt.PaginatedRequestParams(  # _meta: an open TypedDict, any keys
+                cursor=cursor, _meta=cast(mt.RequestParamsMeta, dict(meta)) if meta else None)
             if send_raw is None:  # SDK internals moved (warned once): whole-page validation
                 page = await session.list_tools(params=params)
                 raw = page.model_dump(by_alias=True, mode="json", exclude_none=True)

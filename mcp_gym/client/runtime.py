@@ -151,7 +151,7 @@ class Runtime:
             else:
                 self._want_thread = True
 
-    def _run(self, fut: asyncio.Future[T]) -> T:
+    def _run(self, fut: Awaitable[T]) -> T:
         """Run the loop in this thread until ``fut`` is done (the caller has claimed the loop)."""
         return self.loop.run_until_complete(fut)
 

@@ -171,7 +171,7 @@ def _import(path: str) -> Callable[..., Any]:
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"grader {path!r}: {attr!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 class PythonGrader(Grader):

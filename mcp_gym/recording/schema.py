@@ -86,7 +86,7 @@ class _Record:
 
     def row(self) -> tuple[Any, ...]:
         """This record as a row tuple (the WAL and Parquet writer's form)."""
-        return self._GET(self)
+        return type(self)._GET(self)
 
     @classmethod
     def pad(cls, row: Sequence[Any]) -> tuple[Any, ...]:
@@ -111,7 +111,7 @@ def _table(name: str) -> Callable[[type[_R]], type[_R]]:
     def make(cls: type[_R]) -> type[_R]:
         from mcp_gym._version import __version__
 
-        cols = fields(cls)  # type: ignore[arg-type]
+        cols = fields(cls)  # type: ignore[arg-type]  # applied to dataclasses only (the records)
         cls.TABLE = name
         cls.COLUMNS = tuple(f.name for f in cols)
         cls.ROW = operator.itemgetter(*cls.COLUMNS)
