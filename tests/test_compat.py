@@ -33,7 +33,7 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
 @pytest.mark.parametrize("module", [mcp_compat, httpx2_compat, hydra_compat, stdlib_compat], ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:
-    assert module.missing() == [], f"{module.__name__}: these private names moved; update {module.__name__}"  # type: ignore[attr-defined]
+    assert module.missing() == [], f"{module.__name__}: these private names moved; update {module.__name__}"
 
 
 def server() -> MCPServer:
@@ -83,7 +83,7 @@ def test_page_shell_drops_later_fields_and_clamps_ttl() -> None:
 def test_keepalive_expiry_reaches_the_pool() -> None:
     client = httpx2.AsyncClient(limits=httpx2.Limits(keepalive_expiry=5.0))
     httpx2_compat.set_keepalive_expiry(client, 42.0)
-    assert client._transport._pool._keepalive_expiry == 42.0  # type: ignore[attr-defined]
+    assert client._transport._pool._keepalive_expiry == 42.0
 
 
 def test_default_http_timeouts_are_the_sdks() -> None:
@@ -103,7 +103,7 @@ def test_c_json_encoders_write_compact_json() -> None:
 def warned(fn: object, *args: object) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fn(*args)  # type: ignore[operator]
+        fn(*args)
     return [str(w.message) for w in caught if issubclass(w.category, CompatWarning)]
 
 
@@ -132,7 +132,7 @@ def test_a_moved_session_name_warns_once() -> None:
 
 def test_a_moved_pool_name_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
     client = httpx2.AsyncClient()
-    monkeypatch.delattr(client._transport, "_pool")  # type: ignore[attr-defined]
+    monkeypatch.delattr(client._transport, "_pool")
     assert len(warned(httpx2_compat.set_keepalive_expiry, client, 1.0)) == 1
     assert httpx2_compat.missing(client) == ["httpx2.AsyncHTTPTransport._pool"]
 
@@ -143,7 +143,7 @@ def test_a_moved_hydra_name_says_what_moved(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delattr(hydra._internal.utils, "_run_hydra")
     assert hydra_compat.missing() == ["hydra._internal.utils._run_hydra"]
     with pytest.raises(RuntimeError, match=r"hydra-core 1\.\d+\.\d+: it has no hydra._internal.utils._run_hydra"):
-        hydra_compat.run(None, None, print, "pkg://mcp_gym.conf", "config")  # type: ignore[arg-type]
+        hydra_compat.run(None, None, print, "pkg://mcp_gym.conf", "config")
 
 
 def test_a_python_without_the_c_encoder_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
