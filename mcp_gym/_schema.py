@@ -98,7 +98,7 @@ def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: A
 @functools.cache
 def _bounded(cls: type) -> type:
     keywords = {k: fn for k, fn in (("pattern", _pattern), ("patternProperties", _pattern_properties))
-                if k in cls.VALIDATORS}  # type: ignore[attr-defined]
+                if k in cls.VALIDATORS}  # type: ignore[attr-defined]  # cls: a jsonschema validator class
     return validators.extend(cls, keywords) if keywords else cls
 
 

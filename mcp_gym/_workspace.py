@@ -9,6 +9,7 @@ and for deduplication."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -55,7 +56,7 @@ def episode_spec(spec: Any, workspace: Path | None, env: Mapping[str, str]) -> A
 
     merged = {k: fill(v) for k, v in {**(spec.env or {}), **dict(env)}.items()} if (spec.env or env) else None
     return dataclasses.replace(spec, args=[fill(a) for a in spec.args], env=merged,
-                               cwd=fill(spec.cwd) if spec.cwd else None)
+                               cwd=fill(os.fspath(spec.cwd)) if spec.cwd else None)
 
 
 def fill_task(task: Task, workspace: Path) -> Task:

@@ -22,7 +22,7 @@ Wrappers keep the async face in two ways:
 
 from __future__ import annotations
 
-from typing import Any, Protocol, SupportsFloat, runtime_checkable
+from typing import Any, Protocol, SupportsFloat, TypeGuard, runtime_checkable
 
 import anyio
 import gymnasium as gym
@@ -36,7 +36,9 @@ StepResult = tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
 class AsyncEnv(Protocol):
     """An env with an async face (``MCPEnv``, :class:`AsyncWrapper` subclasses)."""
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         """Async ``reset``."""
 
     async def astep(self, action: Any) -> StepResult:
@@ -46,7 +48,7 @@ class AsyncEnv(Protocol):
         """Async ``close``."""
 
 
-def has_async_face(env: Any) -> bool:
+def has_async_face(env: Any) -> TypeGuard[AsyncEnv]:
     """``env`` itself (not a layer below it) implements ``areset``, ``astep`` and ``aclose``."""
     return all(callable(getattr(type(env), name, None)) for name in ("areset", "astep", "aclose"))
 
@@ -56,14 +58,14 @@ async def areset(
 ) -> tuple[Any, dict[str, Any]]:
     """``await env.areset(...)`` if ``env`` has an async face, else ``env.reset(...)`` in a worker thread."""
     if has_async_face(env):
-        return await env.areset(seed=seed, options=options)  # type: ignore[attr-defined]
+        return await env.areset(seed=seed, options=options)
     return await anyio.to_thread.run_sync(lambda: env.reset(seed=seed, options=options))
 
 
 async def astep(env: gym.Env[Any, Any], action: Any) -> StepResult:
     """``await env.astep(action)`` if ``env`` has an async face, else ``env.step(action)`` in a worker thread."""
     if has_async_face(env):
-        return await env.astep(action)  # type: ignore[attr-defined]
+        return await env.astep(action)
     return await anyio.to_thread.run_sync(env.step, action)
 
 
@@ -71,11 +73,11 @@ async def aclose(env: gym.Env[Any, Any]) -> None:
     """Close ``env`` from async code: its async face if it has one; else close the innermost env asynchronously
     (its sessions), then ``env.close()`` for the wrappers' own clean-up."""
     if has_async_face(env):
-        await env.aclose()  # type: ignore[attr-defined]
+        await env.aclose()
         return
     inner = env.unwrapped
     if inner is not env and has_async_face(inner):
-        await inner.aclose()  # type: ignore[attr-defined]
+        await inner.aclose()
         env.close()  # wrappers' clean-up; the inner env is already closed
         return
     await anyio.to_thread.run_sync(env.close)

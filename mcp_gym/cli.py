@@ -199,34 +199,30 @@ def _hydra(command: str, overrides: Sequence[str]) -> int:
 
     Hydra has no public entry point for a run from an argument list (the compose API makes configs, not runs: no
     output directory, ``.hydra/`` files, callbacks, ``--cfg``/``--help`` or multirun), so this calls what the body
-    of ``hydra.main`` calls: its argument parser and ``_run_hydra``. Nothing global is swapped: ``sys.argv`` is left
+    of ``hydra.main`` calls (:mod:`mcp_gym._compat.hydra`). Nothing global is swapped: ``sys.argv`` is left
     alone (Hydra's singleton is cleared before and after)."""
     from hydra import version
-    from hydra._internal.utils import _run_hydra, get_args_parser
     from hydra.core.global_hydra import GlobalHydra
+
+    from mcp_gym._compat import hydra as hydra_compat
 
     args = list(overrides)
     # The job choice goes just before the first override, keeping the overrides one block (argparse needs that).
     first = next((i for i, a in enumerate(args) if not a.startswith("-") and ("=" in a or a[:1] in "~+")), len(args))
     if "--hydra-help" not in args:  # Hydra's own help composes without the job group
         args.insert(first, f"job={JOBS[command]}")
-    parser = get_args_parser()
+    parser = hydra_compat.args_parser()
     parser.prog = f"mcp-gym {command}"
     parsed = parser.parse_args(args)
     version.setbase("1.3")
     if parsed.experimental_rerun is not None:  # as hydra.main: the pickled config of an earlier run, as it was
-        from hydra.core.utils import _flush_loggers
-        from hydra.main import _get_rerun_conf
-
-        _run_job(_get_rerun_conf(parsed.experimental_rerun, parsed.overrides))
-        _flush_loggers()
+        hydra_compat.rerun(parsed.experimental_rerun, parsed.overrides, _run_job)
         return 0
     GlobalHydra.instance().clear()
     try:
         with warnings.catch_warnings():  # restores showwarning
             warnings.showwarning = _log_own_warnings(warnings.showwarning)
-            _run_hydra(args=parsed, args_parser=parser, task_function=_run_job, config_path="pkg://mcp_gym.conf",
-                       config_name="config")
+            hydra_compat.run(parsed, parser, _run_job, config_path="pkg://mcp_gym.conf", config_name="config")
     finally:
         GlobalHydra.instance().clear()
     return 0

@@ -17,7 +17,7 @@ import json
 import math
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
@@ -189,7 +189,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._transcript: list[dict[str, Any]] = []
         self.grade: Grade | None = None
         """The last episode's grade (``None`` until graded)."""
-        tap = None
+        tap: Callable[[ServerConnection], Any] | None = None
         if any(spec.record is not None for spec in self._templates.values()):
             from mcp_gym.cassette.recorder import record_tap as tap
         self.host = MCPHost(
@@ -235,6 +235,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def step(self, action: Any) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
         """Call one tool (or ``submit``) and return ``(obs, reward, terminated, truncated, info)``."""
         return self._rt.call(self._astep, action)
+
+    @property
+    def unwrapped(self) -> MCPEnv:
+        """This env itself (the base of any wrappers around it)."""
+        return self
 
     def close(self) -> None:
         """Close every server connection (stops stdio servers)."""
@@ -333,7 +338,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return _NO_TASK
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
-    async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict, dict]:
+    async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
         since, self.task = anyio.current_time(), self._pick_task(options)
         self.episode_id = uuid.uuid4().hex
         self.host.episode_id = self.episode_id
@@ -411,7 +416,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             message = f"server '{alias}': {reason} (it is failed and restarts at the next reset)"
             errors.append(ToolCallError("timeout", message, server=alias).as_dict())
             self.host.all_tools.pop(alias, None)
-        self.host._rebuild()
+        self.host.rebuild()
         for u in self._obs_uris:
             self._resources.setdefault(u, f"[error reading resource {u}: reset timed out]")
 
@@ -520,13 +525,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self._resources[u] = await self._read_resource(u)
 
     # -- step -----------------------------------------------------------------------------------------------------
-    async def _astep(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+    async def _astep(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """A step: ``{workspace}`` in arguments is the real path; the real path in what comes back, ``{workspace}``."""
         if self.workspace is None:
             return await self._play(action)
         return _ws.mask_workspace(await self._play(_ws.expand_workspace(action, self.workspace)), self.workspace)
 
-    async def _play(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+    async def _play(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self.task is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         if self.done:
@@ -549,6 +554,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 raise InvalidAction(err)
             return await self._finish_step(None, name, {}, err)
         arguments = dict(action.get("arguments") or {})
+        assert isinstance(name, str)  # validation_error() passed: the action names a tool
         out = await self.host.call(name, arguments, timeout=self.call_timeout)
         note_state_change(self, out)  # a server whose state outlives the episode: a one-time warning
         if out.error is not None and self.strict:
@@ -557,10 +563,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     async def _finish_step(
         self, out: CallOutcome | None, name: Any, arguments: dict[str, Any], error: dict[str, Any] | None
-    ) -> tuple[dict, float, bool, bool, dict]:
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         result = out.result if out is not None else None
         is_error = bool(result.is_error) if result is not None else error is not None
-        if result is not None:
+        if out is not None and result is not None:
             text = render_content(result.content, self.max_observation_chars)
             if result.is_error:
                 text = redact_text(text)  # an error text quoting a URL (with its token) is not sent to the model
@@ -623,10 +629,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """Whether the current episode gets a success verdict (a verifier or a grader applies)."""
         return is_graded(self)
 
-    def _submit_problem(self, action: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _submit_problem(self, action: dict[str, Any]) -> dict[str, Any] | None:
         """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
         (or absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
-        args = dict.get(action, "arguments")  # type: ignore[arg-type]  # the action is a dict (maybe a subclass)
+        args = dict.get(action, "arguments")  # dict.get: not a subclass's get
         problem: ActionError | None = None
         if args is not None and not isinstance(args, dict):
             problem = ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON "
@@ -639,7 +645,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return None
         return ToolCallError(problem.kind, problem.message, tool="submit", argument=problem.argument).as_dict()
 
-    async def _submit(self, action: Mapping[str, Any]) -> tuple[dict, float, bool, bool, dict]:
+    async def _submit(self, action: dict[str, Any]) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         try:
             problem = self._submit_problem(action)
         except Exception as exc:  # noqa: BLE001 - e.g. a dict subclass whose methods raise
@@ -649,7 +655,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             if self.strict:
                 raise InvalidAction(problem)
             return await self._finish_step(None, "submit", {}, problem)
-        args = dict.get(action, "arguments")  # type: ignore[arg-type]
+        args = dict.get(action, "arguments")
         answer = dict.get(args, "answer") if isinstance(args, dict) else None
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None

@@ -177,7 +177,7 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
         error = info.get("error")
         kind = (error or {}).get("kind")
         tool_error = None if kind in (None, "tool_error") else ToolError(
-            error_type=_TOOL_ERRORS.get(kind, ToolErrorType.EXECUTION_ERROR), message=str(error.get("message")))
+            error_type=_TOOL_ERRORS.get(kind, ToolErrorType.EXECUTION_ERROR), message=str((error or {}).get("message")))
         return StepObservation(
             tool_name=action.tool_name, result=message["content"], error=tool_error, done=self.done,
             reward=float(reward), step_error=error, success=info.get("success"), termination=info.get("termination"),

@@ -39,6 +39,7 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 
+from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
 __all__ = ["EpisodeServer", "current_episode", "HandlerResult", "DEFAULT_EPISODE", "serve_http", "SERVER_KEEPALIVE"]
@@ -103,7 +104,7 @@ class EpisodeServer(Generic[S]):
         instructions: str | None = None,
         max_episodes: int = 4096,
         on_reset: Callable[[S], Any] | None = None,
-        preflight: Callable[[], None] | None = None,
+        preflight: Callable[[], object] | None = None,
     ) -> None:
         self._preflight = preflight
         self.mcp = MCPServer(
@@ -275,7 +276,9 @@ class EpisodeServer(Generic[S]):
         async def acknowledge(ctx: Any, params: Any) -> EmptyResult:
             return EmptyResult()
 
-        low = self.mcp._lowlevel_server
+        low = mcp_compat.lowlevel_server(self.mcp)
+        if low is None:  # the SDK moved it (warned once)
+            return
         low.add_request_handler("resources/subscribe", SubscribeRequestParams, acknowledge)
         low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, acknowledge)
 
@@ -285,10 +288,8 @@ class EpisodeServer(Generic[S]):
         if ctx.meta is not None:
             episode = ctx.meta.get(EPISODE_META_KEY) if isinstance(ctx.meta, dict) else getattr(ctx.meta, "get", None)
             if not isinstance(episode, str):
-                try:
-                    episode = ctx.meta.model_extra.get(EPISODE_META_KEY)  # type: ignore[union-attr]
-                except AttributeError:
-                    episode = None
+                extra = getattr(ctx.meta, "model_extra", None)  # a pydantic meta (older SDKs)
+                episode = extra.get(EPISODE_META_KEY) if isinstance(extra, dict) else None
         token = _current_episode.set(episode if isinstance(episode, str) and episode else DEFAULT_EPISODE)
         changes: dict[str, Any] = {}
         ctoken = _changes.set(changes)

@@ -73,11 +73,11 @@ def _settings(source: Any, where: str) -> dict[str, Any]:
         try:
             from omegaconf import DictConfig, OmegaConf
         except ImportError:  # pragma: no cover - omegaconf is a core dependency
-            DictConfig = ()  # type: ignore[assignment,misc]  # noqa: N806
+            DictConfig = ()  # type: ignore[assignment, misc]  # none: nothing is one  # noqa: N806
         if not isinstance(source, DictConfig):
             raise TypeError(f"{where}: expected a mapping of settings, got {type(source).__name__}")
         source = OmegaConf.to_container(source, resolve=True)
-    out = dict(source)  # type: ignore[arg-type]
+    out = dict(source)
     unknown = sorted(set(out) - set(OPTIONS))
     if unknown:
         raise ValueError(f"{where}: unknown setting(s) {unknown}; known: {sorted(OPTIONS)}")

@@ -10,13 +10,16 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "TaskDataError"]
+__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "TaskDataError",
+           "normalise_answer"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,30 @@ def as_task(t: Task | Mapping[str, Any] | str, index: int = 0) -> Task:
     rec = dict(t)
     rec.setdefault("id", f"task-{index}")
     return Task.from_record(rec)
+
+
+_QUOTES = "\"'`“”‘’"
+
+
+def normalise_answer(value: Any) -> str:
+    """The one answer normaliser (the ``exact``, ``one_of``, ``set`` and state graders and the bundled envs' verifiers
+    all compare answers through it), so the same answer passes or fails everywhere alike.
+
+    The rule: ``None`` becomes ``""`` and any other non-string its JSON text; then Unicode NFKC (full-width letters,
+    ligatures and ``…`` become plain), case-folded, runs of whitespace collapsed to one space; then, until nothing
+    changes, surrounding whitespace, quote characters (``"'`“”‘’``, paired or not) at either end and full stops at the
+    end are removed. So ``'ＰＡＲＩＳ'``, ``'"Paris'``, ``'Paris..'`` and ``"'Paris'."`` all become ``'paris'``;
+    inner punctuation stays (``'3.5'``, ``'u.s'``).
+    """
+    if value is None:
+        return ""
+    s = unicodedata.normalize("NFKC", value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    s = re.sub(r"\s+", " ", s.casefold()).strip()
+    while True:
+        t = s.strip(_QUOTES).rstrip(".").strip()
+        if t == s:
+            return s
+        s = t
 
 
 def save_tasks(tasks: Iterable[Task], path: str | Path) -> Path:

@@ -314,8 +314,9 @@ class TextEnvBatch:
 
     async def _astep_one(self, i: int, output: str | Mapping[str, Any]) -> StepOut:
         if self.dones[i]:
-            info = {"tool_calls": [], "parse_status": None, "parse_error": None, "raw_text": None, "errors": [],
-                    "terminated": False, "truncated": False, "termination": None, "tools_changed": False}
+            info: dict[str, Any] = {"tool_calls": [], "parse_status": None, "parse_error": None, "raw_text": None,
+                                    "errors": [], "terminated": False, "truncated": False, "termination": None,
+                                    "tools_changed": False}
             return StepOut([], 0.0, True, {**info, **self._base_info(i), "skipped": True})
         view = self._views[i]
         assert view is not None
@@ -327,7 +328,7 @@ class TextEnvBatch:
         ids = view.reply(content, parsed.calls)
         calls = [{"id": id, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
                  for c, id in zip(parsed.calls, ids, strict=True)]
-        info: dict[str, Any] = {
+        info = {
             "tool_calls": calls, "parse_status": parsed.status, "parse_error": parsed.error,
             "raw_text": output if isinstance(output, str) else None, "errors": [],
             "terminated": False, "truncated": False, "termination": None, "tools_changed": False, "skipped": False,

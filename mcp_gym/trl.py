@@ -37,9 +37,10 @@ import inspect
 import keyword
 import re
 import textwrap
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, result_content, user_content
 from mcp_gym.env import MCPEnv
@@ -94,12 +95,12 @@ def schema_to_annotation(schema: Any) -> Any:
     if kind == "array":
         items = schema.get("items")
         item_type = schema_to_annotation(items) if isinstance(items, Mapping) else Any
-        return list if item_type is Any else list[item_type]
+        return list if item_type is Any else types.GenericAlias(list, (item_type,))  # list[item_type]
     if kind == "object":
         extra = schema.get("additionalProperties")
         if isinstance(extra, Mapping) and extra:
             value_type = schema_to_annotation(extra)
-            return dict if value_type is Any else dict[str, value_type]
+            return dict if value_type is Any else types.GenericAlias(dict, (str, value_type))
         return dict
     return Any
 
@@ -242,6 +243,7 @@ def tool_method(
         hint = schema_to_annotation(schema)
         if _allows_null(schema):
             nullable.add(py_name)
+        default: Any
         if json_name in required:
             default = inspect.Parameter.empty
         else:
@@ -282,9 +284,9 @@ def tool_method(
     method.__name__ = name
     method.__qualname__ = name
     method.__doc__ = doc
-    method.__signature__ = signature  # type: ignore[attr-defined]
+    method.__signature__ = signature  # type: ignore[attr-defined]  # read by inspect.signature
     method.__annotations__ = annotations
-    method.__mcp_tool__ = spec  # type: ignore[attr-defined]
+    method.__mcp_tool__ = spec  # type: ignore[attr-defined]  # a function takes any attribute
     return method, spec
 
 
@@ -446,12 +448,12 @@ def environment_factory(
         __doc__=f"TRL environment over the mcp-gym env {env_id or env!r} (tools: {', '.join(specs)}).",
         __module__=__name__,
     )
-    cls = type(class_name, (MCPToolEnvironment,), namespace)
+    cls = cast("type[MCPToolEnvironment]", type(class_name, (MCPToolEnvironment,), namespace))
     cls.openai_tools = _schemas_of(cls)
     return cls
 
 
-def _schemas_of(cls: type) -> list[dict[str, Any]]:
+def _schemas_of(cls: type[MCPToolEnvironment]) -> list[dict[str, Any]]:
     """The OpenAI tool schemas transformers derives from the class's tool methods ([] without transformers)."""
     try:
         from transformers.utils import get_json_schema

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import gymnasium as gym
@@ -38,9 +38,9 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from mcp_gym.async_env import aclose, areset, astep
 from mcp_gym.client.runtime import Runtime, default_runtime
-from mcp_gym.env import SUMMARY_KEY
 from mcp_gym.parsing import split_action
 from mcp_gym.policies import Policy
+from mcp_gym.protocol import SUMMARY_KEY
 
 __all__ = ["VectorMCPEnv", "EpisodeSpec", "EpisodeResult", "make_vector"]
 
@@ -215,12 +215,12 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
 
     # -- spaces ---------------------------------------------------------------------------------------------------
     @property
-    def single_action_space(self) -> Any:  # type: ignore[override]
+    def single_action_space(self) -> Any:  # type: ignore[override]  # gymnasium: an attribute; here live
         """Env 0's action space (a :class:`~mcp_gym.spaces.ToolCallSpace`; it follows that env's tool catalogue)."""
         return self.envs[0].action_space
 
     @property
-    def action_space(self) -> gym.spaces.Tuple:  # type: ignore[override]
+    def action_space(self) -> gym.spaces.Tuple[Any]:  # type: ignore[override]  # an attribute in gymnasium
         """The batched action space: a ``Tuple`` of every env's own (live) :class:`~mcp_gym.spaces.ToolCallSpace`."""
         return gym.spaces.Tuple([env.action_space for env in self.envs])
 
@@ -363,8 +363,9 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
         return seeds
 
     def _batch_obs(self) -> dict[str, Any]:
-        return concatenate(self.single_observation_space, self._obs,
-                           create_empty_array(self.single_observation_space, self.num_envs))
+        # a Dict observation space: gymnasium's space-generic helpers make and fill a dict
+        out = cast(dict[str, Any], create_empty_array(self.single_observation_space, self.num_envs))
+        return cast(dict[str, Any], concatenate(self.single_observation_space, self._obs, out))
 
     # -- one env ---------------------------------------------------------------------------------------------------
     async def _reset_one(self, i: int, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, Any]:
@@ -531,7 +532,8 @@ def _batch_infos(infos: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
             array = np.zeros(n, dtype=np.float64)
         else:
             array = np.full(n, None, dtype=object)
-        for i in np.flatnonzero(mask):
-            array[i] = infos[i][key]  # type: ignore[index]
+        for i, info in enumerate(infos):
+            if info is not None and key in info:
+                array[i] = info[key]
         out[key], out[f"_{key}"] = array, mask
     return out

@@ -167,3 +167,90 @@ def test_every_direct_import_is_declared() -> None:
         if not names & set(declared):
             undeclared[module] = sorted(names)
     assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+# -- private names stay private ---------------------------------------------------------------------------------------
+NAMED_UNDERSCORE = {"_exit", "_replace", "_asdict", "_fields", "_make"}  # os._exit, namedtuple's API: public names
+
+REACH_ALLOWED = {
+    # The episode's state lives on MCPEnv and modules carved out of env.py reach into it (issue 28 item 3, "Episode
+    # home", gives them a documented interface and empties this list).
+    ("_workspace.py", "env._templated"), ("_workspace.py", "env._templates"), ("_workspace.py", "env._rt"),
+    ("_workspace.py", "conn._conn"), ("graders/episode.py", "env._transcript"),
+    ("graders/episode.py", "env._state_snapshot"), ("trl.py", "self.env._rt"),
+    ("vector.py", "self.envs[i].unwrapped._ensure_started"),
+}
+
+
+def private_reaches(source: str, in_compat: bool = False) -> list[str]:
+    """What ``source`` (a module of the package) reaches of other modules' private names: ``x._name`` (or
+    ``getattr(x, "_name")``) where ``x`` is not ``self``/``cls`` and this module defines no ``_name``; and, outside
+    ``mcp_gym._compat``, any private module or name of a dependency it imports. A module's own privates and a
+    package's private modules (``mcp_gym.client._http``) are fine. A scan, not a type check: ``x._name`` passes where
+    this module defines a ``_name`` of its own (``self._rt = other._rt``)."""
+    import ast
+
+    tree = ast.parse(source)
+    protocols = {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                 and any(ast.unparse(b).endswith("Protocol") for b in c.bases) for n in ast.walk(c) if n is not c}
+    own: set[str] = set()  # what this module defines (a Protocol's members describe another module's object)
+    for node in ast.walk(tree):
+        if id(node) in protocols:
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for t in ast.walk(target):
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in ("self", "cls"):
+                        own.add(t.attr)
+                    elif isinstance(t, ast.Name):
+                        own.add(t.id)
+    found = []
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__") and name not in NAMED_UNDERSCORE
+
+    for node in [] if in_compat else ast.walk(tree):
+        base, name = None, None
+        if isinstance(node, ast.Attribute):
+            base, name = node.value, node.attr
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                "getattr", "hasattr", "setattr") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+            base, name = node.args[0], str(node.args[1].value)
+        if base is not None and name is not None and private(name) and name not in own and not (
+                isinstance(base, ast.Name) and base.id in ("self", "cls")):
+            found.append(f"{ast.unparse(base)}.{name}")
+        imported: list[tuple[str, str]] = []  # (module, what of it is private)
+        if isinstance(node, ast.Import):
+            imported = [(a.name, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported = [(node.module, node.module)] + [(node.module, f"{node.module}.{a.name}") for a in node.names
+                                                        if private(a.name)]
+        for module, what in imported:
+            if module.split(".")[0] not in ("mcp_gym", "__future__") and any(map(private, what.split("."))):
+                found.append(f"import {what}")
+    return sorted(found)
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    """mcp_gym modules use each other's public names only, and dependencies' private names only through
+    ``mcp_gym._compat`` (one module per dependency, each name tested in tests/test_compat.py)."""
+    reaches = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        reaches |= {(rel, r) for r in private_reaches(path.read_text(encoding="utf-8"), rel.startswith("_compat/"))}
+    assert reaches - REACH_ALLOWED == set(), "private names reached from another module (use a public name, or " \
+        "mcp_gym._compat for a dependency's)"
+    assert REACH_ALLOWED - reaches == set(), "allowed but no longer reached: remove them from REACH_ALLOWED"
+
+
+def test_the_private_name_check_sees_reaches() -> None:
+    source = ("import _signal\nfrom hydra._internal.utils import run\nfrom json import _private\n"
+              "class E(Protocol):\n    _rt: int\n"
+              "from mcp_gym.client import _http\n"
+              "def f(env, pool):\n    env._rt.call()\n    getattr(pool, '_conns')\n    os._exit(0)\n"
+              "class A:\n    def g(self, other):\n        self._x = 1\n        return other._x, self._y\n")
+    assert private_reaches(source) == ["env._rt", "import _signal", "import hydra._internal.utils",
+                                       "import json._private", "pool._conns"]
+    assert private_reaches(source, in_compat=True) == []

@@ -145,7 +145,8 @@ class ReplayServer(Server[Any]):
     # -- matching -------------------------------------------------------------------------------------------------
     def _episode(self, ctx: ServerRequestContext[Any]) -> str | None:
         raw = dict(ctx.params or {})
-        meta = raw.get("_meta") if isinstance(raw.get("_meta"), Mapping) else {}
+        given = raw.get("_meta")
+        meta = given if isinstance(given, Mapping) else {}
         episode = meta.get(EPISODE_META_KEY)
         state = self.state
         if isinstance(episode, str) and episode:

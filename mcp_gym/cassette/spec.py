@@ -50,7 +50,8 @@ class Replay(InProcess):
     @property
     def cassette(self) -> Cassette:
         """The cassette being replayed."""
-        return self.server.cassette
+        cassette: Cassette = self.server.cassette
+        return cassette
 
     @property
     def transport(self) -> str:

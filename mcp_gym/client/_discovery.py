@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import mcp.client.session as _sdk_session
 import mcp.types as mt
 from anyio.lowlevel import RunVar
 
+from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.client.specs import Http
 
 __all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget", "mismatch", "DISCOVER_TIMEOUT"]
@@ -155,7 +155,7 @@ class _DiscoverTimeout:
                 return False
             self._value = value
             self._active += 1
-            _sdk_session.DISCOVER_TIMEOUT_SECONDS = value
+            mcp_compat.set_discover_timeout(value)
             return True
 
     @contextlib.asynccontextmanager

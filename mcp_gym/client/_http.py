@@ -61,8 +61,9 @@ from typing import Any
 import anyio
 import httpx2
 from anyio.lowlevel import RunVar
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
+from mcp_gym._compat import httpx2 as httpx2_compat
+from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 
 __all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
@@ -172,8 +173,12 @@ def _error_answer(request: httpx2.Request, status: int, code: int, message: str,
     """A JSON-RPC error answering ``request`` (what the SDK makes of a server's error body), or ``None`` when it is
     not a JSON-RPC request (the exception then goes on as before)."""
     rid = _request_id(request)
-    if rid is None:
-        return None
+    return None if rid is None else _error_response(request, rid, status, code, message, data)
+
+
+def _error_response(request: httpx2.Request, rid: Any, status: int, code: int, message: str,
+                    data: dict[str, Any]) -> httpx2.Response:
+    """A JSON-RPC error answering request ``rid``."""
     body = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": data}}
     return httpx2.Response(status, headers={"content-type": "application/json"}, content=json.dumps(body).encode(),
                            request=request)
@@ -328,23 +333,16 @@ class _SessionClient(httpx2.AsyncClient):
 
     def _follow_keepalive(self, response: httpx2.Response) -> None:
         """Take the idle expiry a response's ``Keep-Alive`` header asks for (:func:`keepalive_for`): for this
-        session's pool and the connections it holds (httpcore has no public setter; without these attributes the
-        default stays, which is only slower)."""
+        session's pool and the connections it holds (:func:`mcp_gym._compat.httpx2.set_keepalive_expiry`)."""
         header = response.headers.get("keep-alive")
         if header is None or header == self._keepalive_header:
             return
         self._keepalive_header = header
         seconds = keepalive_for(header)
-        pool = getattr(self._transport, "_pool", None)
-        if seconds is None or not hasattr(pool, "_keepalive_expiry"):
-            return
-        pool._keepalive_expiry = seconds
-        for conn in getattr(pool, "_connections", ()):
-            for c in (conn, getattr(conn, "_connection", None)):
-                if hasattr(c, "_keepalive_expiry"):
-                    c._keepalive_expiry = seconds
+        if seconds is not None:
+            httpx2_compat.set_keepalive_expiry(self, seconds)
 
-    async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:  # type: ignore[override]
+    async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:
         if self._reading and request.method == "POST":
             rid = _cancelled_id(request)
             if rid is not None and rid in self._reading:
@@ -411,8 +409,8 @@ class _SessionClient(httpx2.AsyncClient):
         length = response.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             await _close(response)
-            return _error_answer(request, 502, MESSAGE_TOO_LARGE, _too_large(limit, f"an answer of {int(length):,} "
-                                 "bytes (its Content-Length)"), {"max_message_bytes": limit})
+            return _error_response(request, rid, 502, MESSAGE_TOO_LARGE, _too_large(
+                limit, f"an answer of {int(length):,} bytes (its Content-Length)"), {"max_message_bytes": limit})
         reading = self._reading.setdefault(rid, _Reading())
         chunks: list[bytes] = []
         size = 0
@@ -431,11 +429,11 @@ class _SessionClient(httpx2.AsyncClient):
             if not response.is_closed:
                 await _close(response)
         if reading.aborted:
-            return _error_answer(request, 504, -32001, "the caller stopped waiting; the answer was dropped",
-                                 {HTTP_TIMEOUT_DATA_KEY: "abandoned"})  # no one waits for it: the SDK drops it
+            return _error_response(request, rid, 504, -32001, "the caller stopped waiting; the answer was dropped",
+                                   {HTTP_TIMEOUT_DATA_KEY: "abandoned"})  # no one waits for it: the SDK drops it
         if size > limit:
-            return _error_answer(request, 502, MESSAGE_TOO_LARGE, _too_large(limit, "the answer"),
-                                 {"max_message_bytes": limit})
+            return _error_response(request, rid, 502, MESSAGE_TOO_LARGE, _too_large(limit, "the answer"),
+                                   {"max_message_bytes": limit})
         return httpx2.Response(response.status_code, headers=_without_encoding(response.headers),
                                content=b"".join(chunks), request=request, extensions=response.extensions)
 
@@ -465,11 +463,13 @@ def session_http_client(
     broken under a request that fail only that request and answers bounded by ``max_message_bytes`` and the caller's
     wait (``None``: not bounded; module docstring). Extra keywords go to ``httpx2.AsyncClient``."""
     limits = kw.pop("limits", None)
+    if timeout is None:
+        default, read = mcp_compat.default_http_timeouts()
+        timeout = httpx2.Timeout(default, read=read)
     return _SessionClient(
         headers=headers, auth=auth, verify=shared_ssl_context(), max_in_flight=max_in_flight,
         answer_errors=answer_errors, follow_keepalive=limits is None, max_message_bytes=max_message_bytes,
         limits=limits or httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
-        timeout=timeout if timeout is not None else
-        httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        timeout=timeout,
         **kw,
     )

@@ -306,7 +306,7 @@ async def stdio_transport(
         with anyio.move_on_after(_WRITER_FLUSH):
             await writer_done.wait()
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()  # type: ignore[union-attr]
+            await process.stdin.aclose()  # type: ignore[union-attr]  # started with stdin=PIPE
         if not await _exited(process, _STOP_GRACE):
             from mcp.os.posix.utilities import terminate_posix_process_tree
 

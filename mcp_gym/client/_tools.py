@@ -15,20 +15,20 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import anyio
-import mcp.client.session as _sdk_session
 import mcp.types as mt
 from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from mcp_gym import _schema
+from mcp_gym._compat import mcp as mcp_compat
 
 try:
     from mcp_types import methods as _methods
 except ImportError:  # pragma: no cover - the SDK layout this was written for is pinned (mcp>=2.3,<3)
-    _methods = None  # type: ignore[assignment]
+    _methods = None  # type: ignore[assignment]  # absent: the per-tool check is skipped
 
 __all__ = ["MAX_TOOL_NAME", "MAX_PAGES", "ListingError", "list_tools_checked", "schema_problem", "show_name"]
 
@@ -215,13 +215,7 @@ def check_page(raw: Any, version: str | None) -> tuple[list[Any], dict[str, Any]
     if not isinstance(tools, list):
         raise ListingError("tools/list result has no \"tools\" array")
     shell = {k: v for k, v in raw.items() if k != "tools"}
-    later = getattr(_sdk_session, "_later_revision_fields", None)
-    if version is not None and later is not None:
-        foreign = later("tools/list", version)
-        shell = {k: v for k, v in shell.items() if k not in foreign}
-    clamp = getattr(_sdk_session, "_clamp_inbound_ttl", None)
-    if clamp is not None:
-        clamp(shell)
+    shell = mcp_compat.page_shell(shell, "tools/list", version)
     if _methods is not None and version is not None:
         try:
             _methods.validate_server_result("tools/list", version, {**shell, "tools": []})
@@ -302,9 +296,7 @@ async def list_tools_checked(
     and what the SDK raises for JSON-RPC errors and lost connections.
     """
     session = client.session
-    dispatcher = getattr(session, "_dispatcher", None)
-    stamp = getattr(session, "_stamp", None)
-    absorb = getattr(session, "_absorb_tool_listing", None)
+    send_raw = mcp_compat.raw_sender(session)
     version = client.protocol_version
     good: list[mt.Tool] = []
     skipped: list[dict[str, str]] = []
@@ -315,15 +307,14 @@ async def list_tools_checked(
         cursor: str | None = None
         cursors: set[str] = set()
         for _ in range(MAX_PAGES):
-            params = mt.PaginatedRequestParams(cursor=cursor, _meta=dict(meta) if meta else None)
-            if dispatcher is None or stamp is None:  # pragma: no cover - SDK internals moved: whole-page validation
+            params = mt.PaginatedRequestParams(  # _meta: an open TypedDict, any keys
+                cursor=cursor, _meta=cast(mt.RequestParamsMeta, dict(meta)) if meta else None)
+            if send_raw is None:  # SDK internals moved (warned once): whole-page validation
                 page = await session.list_tools(params=params)
                 raw = page.model_dump(by_alias=True, mode="json", exclude_none=True)
             else:
-                data = mt.ListToolsRequest(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
-                opts: dict[str, Any] = {}
-                stamp(data, opts)
-                raw = await dispatcher.send_raw_request("tools/list", data.get("params"), opts)
+                request = mt.ListToolsRequest(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
+                raw = await send_raw("tools/list", request)
             raw_tools, shell, cursor = check_page(raw, version)
             if page_metas is not None:
                 page_metas.append(raw.get("_meta"))
@@ -338,32 +329,13 @@ async def list_tools_checked(
         else:
             raise ListingError(f"tools/list has more than {MAX_PAGES} pages")
     result = mt.ListToolsResult(tools=list(good))
-    if absorb is not None and dispatcher is not None:
-        absorb(result, complete=True)  # the SDK drops tools with an invalid x-mcp-header here (2026-07-28)
+    if send_raw is not None and mcp_compat.absorb_tool_listing(session, result):
+        # the SDK drops tools with an invalid x-mcp-header here (2026-07-28)
         kept = {id(x) for x in result.tools}
         for tool in good:
             if id(tool) not in kept:
                 skipped.append({"name": show_name(tool.name), "reason": "invalid x-mcp-header annotation"})
         good = list(result.tools)
-        _share_output_validators(session, good, output_validators)
+        mcp_compat.seed_output_validators(session, good, output_validators)
     return good, skipped, result
 
-
-def _share_output_validators(session: Any, tools: list[mt.Tool], compiled: Mapping[str, Any]) -> None:
-    """Hand the SDK session the output-schema validators compiled here, so it does not compile its own.
-
-    The SDK checks each ``tools/call`` result against the tool's ``outputSchema`` with a validator it compiles per
-    session on the tool's first call (the metaschema check alone is ~5 ms of CPU, per session and tool: at 1,000
-    sessions that is seconds). The same definitions were checked here once per content; their validators (built as
-    the SDK builds them: class from ``$schema``, an empty ``referencing`` registry) are seeded into the session's
-    cache, which the SDK evicts by itself when a later listing changes a tool's schema. Nothing is seeded where the
-    SDK's cache is not the dict this was written for.
-    """
-    cache = getattr(session, "_tool_output_validators", None)
-    schemas = getattr(session, "_tool_output_schemas", None)
-    if not isinstance(cache, dict) or not isinstance(schemas, dict):  # pragma: no cover - SDK internals moved
-        return
-    for tool in tools:
-        validator = compiled.get(tool.name)
-        if validator is not None and tool.name not in cache and schemas.get(tool.name) is tool.output_schema:
-            cache[tool.name] = validator

@@ -15,14 +15,17 @@ import logging
 import math
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, cast
 from typing import Protocol as _Interface
 
 import anyio
 import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.subscriptions import ResourceUpdated
 
 from mcp_gym._version import __version__
 from mcp_gym.client import _discovery
@@ -30,7 +33,8 @@ from mcp_gym.client._http import session_http_client
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked
-from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio, redact_text, redact_url
+from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio
+from mcp_gym.protocol import redact_text, redact_url
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -61,9 +65,9 @@ class ListingTimeout(TimeoutError):
 class HostCallbacks:
     """What the host answers on the server's behalf: SDK-level callbacks built by :mod:`mcp_gym.client.host`."""
 
-    sampling: Callable[..., Awaitable[Any]] | None = None
-    elicitation: Callable[..., Awaitable[Any]] | None = None
-    list_roots: Callable[..., Awaitable[Any]] | None = None
+    sampling: Callable[..., Coroutine[Any, Any, Any]] | None = None
+    elicitation: Callable[..., Coroutine[Any, Any, Any]] | None = None
+    list_roots: Callable[..., Coroutine[Any, Any, Any]] | None = None
     logging: Callable[[str, mt.LoggingMessageNotificationParams], Awaitable[None]] | None = None
 
 
@@ -178,7 +182,8 @@ class ServerConnection:
         self._unconfirmed = prior is not None
         if isinstance(spec, Stdio):
             self._stdio = StdioState(spec.stderr_tail_bytes)
-            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd)
+            env, cwd = None if spec.env is None else dict(spec.env), None if spec.cwd is None else Path(spec.cwd)
+            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env, cwd=cwd)
             target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
         elif isinstance(spec, Http):
             target = _streamable_http(spec, self._http_refused)
@@ -471,7 +476,7 @@ class ServerConnection:
                             kind = type(ev).__name__
                             if kind == "ToolsListChanged":
                                 self.events.tools_changed = True
-                            elif kind == "ResourceUpdated":
+                            elif isinstance(ev, ResourceUpdated):
                                 self.events.updated.add(str(ev.uri))
                             elif kind == "ResourcesListChanged":
                                 self.events.resources_changed = True
@@ -546,15 +551,15 @@ class ServerConnection:
         *,
         timeout: float | None = None,
         meta: Mapping[str, Any] | None = None,
-        progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
+        progress: ProgressFnT | None = None,
     ) -> mt.CallToolResult:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
-        arguments, meta = dict(arguments), dict(meta or {})
+        arguments, sent = dict(arguments), cast(mt.RequestParamsMeta, dict(meta or {}))  # an open TypedDict
         return await self.request(
-            lambda c: c.call_tool(name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=meta),
+            lambda c: c.call_tool(name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=sent),
             method="tools/call",
-            params={"name": name, "arguments": dict(arguments), "_meta": dict(meta)} if self.tap is not None else None,
+            params={"name": name, "arguments": dict(arguments), "_meta": dict(sent)} if self.tap is not None else None,
         )
 
     async def list_tools(
@@ -624,7 +629,7 @@ class ServerConnection:
     ) -> mt.ReadResourceResult:
         """Read one resource; ``timeout`` as in :meth:`request`."""
         return await self.request(
-            lambda c: c.read_resource(uri, meta=dict(meta or {})),
+            lambda c: c.read_resource(uri, meta=cast(mt.RequestParamsMeta, dict(meta or {}))),  # an open TypedDict
             method="resources/read",
             params={"uri": uri, "_meta": dict(meta or {})},
             timeout=timeout,

@@ -33,7 +33,7 @@ from mcp_gym.client.connection import (
     TapFactory,
 )
 from mcp_gym.client.elicitation import with_defaults
-from mcp_gym.client.specs import ServerSpec, redact_text
+from mcp_gym.client.specs import ServerSpec
 from mcp_gym.protocol import (
     CHANGES_META_KEY,
     EPISODE_META_KEY,
@@ -45,6 +45,7 @@ from mcp_gym.protocol import (
     ToolCallError,
     catalogue_fingerprint,
     openai_function,
+    redact_text,
 )
 
 log = logging.getLogger("mcp_gym.client")
@@ -413,6 +414,11 @@ class MCPHost:
         self.all_tools[alias] = {t.name: t for t in tools}
         conn.set_hints(RESET_TOOL in self.all_tools[alias])  # mcp-gym servers report changes in result _meta
 
+    def rebuild(self) -> bool:
+        """Rebuild :attr:`catalogue` from the ready servers' tools (after :attr:`all_tools` or a connection's status
+        changed outside the host); ``True`` if the catalogue changed."""
+        return self._rebuild()
+
     def _rebuild(self) -> bool:
         before = [(e.name, e.tool) for e in self.catalogue.values()]
         cat: dict[str, ToolEntry] = {}
@@ -492,13 +498,13 @@ class MCPHost:
         out = CallOutcome(exposed, alias, tool)
         conn = self.connections[alias]
 
-        async def progress(p: float, total: float | None, message: str | None) -> None:
-            out.progress.append({"progress": p, "total": total, "message": message, "t": time.time()})
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            out.progress.append({"progress": progress, "total": total, "message": message, "t": time.time()})
 
         t0 = time.perf_counter()
         try:
             out.result = await conn.call_tool(
-                tool, arguments, timeout=timeout, meta={**self.meta, **(meta or {})}, progress=progress
+                tool, arguments, timeout=timeout, meta={**self.meta, **(meta or {})}, progress=on_progress
             )
         except ConnectionLost as e:
             out.error = self._error("server_dead", exposed, alias, str(e))
@@ -579,7 +585,7 @@ class MCPHost:
         return mt.ElicitResult(action="accept", content=with_defaults(reply, schema))  # SEP-1034 defaults
 
     async def _on_list_roots(self, context: Any) -> mt.ListRootsResult:
-        return mt.ListRootsResult(roots=[mt.Root(uri=u) for u in self.roots or []])
+        return mt.ListRootsResult(roots=[mt.Root.model_validate({"uri": u}) for u in self.roots or []])
 
     async def _on_log(self, alias: str, params: mt.LoggingMessageNotificationParams) -> None:
         self.logs.append({"server": alias, "level": params.level, "logger": params.logger, "data": params.data})

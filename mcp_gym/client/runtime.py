@@ -18,7 +18,6 @@ each connection's owner task lives. The loop runs in one of two modes:
 
 from __future__ import annotations
 
-import _signal  # signal's functions without its enum conversions (~10 µs per sync call)
 import asyncio
 import atexit
 import concurrent.futures
@@ -32,6 +31,8 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
+
+from mcp_gym._compat.stdlib import signals  # signal's functions without its enum conversions (~10 µs a call)
 
 T = TypeVar("T")
 
@@ -150,7 +151,7 @@ class Runtime:
             else:
                 self._want_thread = True
 
-    def _run(self, fut: asyncio.Future[T]) -> T:
+    def _run(self, fut: Awaitable[T]) -> T:
         """Run the loop in this thread until ``fut`` is done (the caller has claimed the loop)."""
         return self.loop.run_until_complete(fut)
 
@@ -194,7 +195,7 @@ class Runtime:
         coro = _call(fn, args)
         task = self.loop.create_task(coro if timeout is None else asyncio.wait_for(coro, timeout))
         if threading.current_thread() is not threading.main_thread() or \
-                _signal.getsignal(_SIGINT) is not signal.default_int_handler:
+                signals.getsignal(_SIGINT) is not signal.default_int_handler:
             return self._run(task)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
@@ -207,7 +208,7 @@ class Runtime:
             task.cancel()
             self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
 
-        previous = _signal.signal(_SIGINT, on_sigint)
+        previous = signals.signal(_SIGINT, on_sigint)
         try:
             return self._run(task)
         except asyncio.CancelledError:
@@ -215,7 +216,7 @@ class Runtime:
                 raise KeyboardInterrupt from None
             raise
         finally:
-            _signal.signal(_SIGINT, previous)
+            signals.signal(_SIGINT, previous)
 
     def _wait(self, fut: concurrent.futures.Future[T], timeout: float | None) -> T:
         """Wait for a call scheduled on the loop, driving the loop whenever no other thread does."""

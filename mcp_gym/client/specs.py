@@ -24,6 +24,7 @@ from mcp_gym.protocol import REDACTED, redact_text, redact_url
 
 __all__ = [
     "Protocol", "Stdio", "Http", "Sse", "InProcess", "ServerSpec", "oauth_client_credentials",
+    "redact_text",  # mcp_gym.protocol's, for the env's error texts
 ]
 
 

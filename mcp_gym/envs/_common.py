@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import random
-import re
 import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -45,23 +44,6 @@ def submitted_answer(task: Task) -> str | None:
         if step.get("tool") == "submit":
             return step.get("arguments", {}).get("answer")
     return None
-
-
-_QUOTES = "\"'`“”‘’"
-
-
-def normalize_answer(text: str | None) -> str:
-    """Normalise a free-text answer for exact comparison.
-
-    Case-folds, trims whitespace, surrounding quotes/backticks and a trailing full stop, and collapses inner runs of
-    whitespace; ``None`` becomes ``""``.
-    """
-    if text is None:
-        return ""
-    s = str(text).strip()
-    for _ in range(2):
-        s = s.strip().strip(_QUOTES).strip().rstrip(".").strip()
-    return re.sub(r"\s+", " ", s).casefold()
 
 
 def task_lookup(generate: Callable[[int], Iterable[Task]]) -> Callable[[str], Task]:

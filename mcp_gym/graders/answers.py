@@ -204,7 +204,7 @@ def _import(path: str, task_dir: Path | None = None, trusted: bool = True) -> Ca
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"grader {path!r}: {attr!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def takes_context(fn: Callable[..., Any]) -> bool:

@@ -1,19 +1,17 @@
 """The grader interface: :class:`Grade`, :class:`EpisodeContext` (what a Python grader receives),
-:class:`GradeContext`, :class:`Grader`, and answer normalisation."""
+:class:`GradeContext`, :class:`Grader` (answers are compared through :func:`mcp_gym.tasks.normalise_answer`,
+re-exported here)."""
 
 from __future__ import annotations
 
-import json
-import re
-import unicodedata
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_gym.tasks import Task
+from mcp_gym.tasks import Task, normalise_answer
 
-__all__ = ["Grade", "EpisodeContext", "DEFAULT_GRADER_TIMEOUT"]
+__all__ = ["Grade", "EpisodeContext", "DEFAULT_GRADER_TIMEOUT", "normalise_answer"]
 
 DEFAULT_GRADER_TIMEOUT = 60.0
 """Seconds a grader may take by default (``grader_timeout``); past it the grade is a failure saying so."""
@@ -214,18 +212,3 @@ class Grader:
     def spec(self) -> Any:
         """A JSON-able description (recorded in the run's config)."""
         return {"kind": self.kind, "name": self.name, **({"timeout": self.timeout} if self.timeout else {})}
-
-
-
-_QUOTES = ("\"\"", "''", "``", "“”", "‘’")
-
-
-def normalise_answer(value: Any) -> str:
-    """Unicode NFKC, case-folded, whitespace collapsed, surrounding quotes and a trailing period removed."""
-    s = unicodedata.normalize("NFKC", value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-    s = re.sub(r"\s+", " ", s.casefold()).strip()
-    for _ in range(2):
-        if len(s) >= 2 and any(s[0] == a and s[-1] == b for a, b in _QUOTES):
-            s = s[1:-1].strip()
-    return s[:-1].rstrip() if s.endswith(".") and not s.endswith("..") else s
-

@@ -185,7 +185,7 @@ class JudgeGrader(Grader):
         if verdict is not None and score is not None and (verdict == "pass") != (score >= s.threshold):
             return self._grade(False, f"judge {s.model}: verdict {verdict!r} and score {score:g} disagree (threshold "
                                f"{s.threshold:g}): not paid", 0.0, **details)
-        passed = verdict == "pass" if verdict is not None else float(score) >= s.threshold  # type: ignore[arg-type]
+        passed = verdict == "pass" if verdict is not None else float(score) >= s.threshold  # type: ignore[arg-type]  # no verdict: a score
         value = float(score) if score is not None else (1.0 if passed else 0.0)
         details["judge_score"] = value
         return self._grade(passed, f"judge {s.model}: {verdict or f'score {value:g}'}", value, **details)

@@ -52,7 +52,7 @@ def run_interruptible(job: Callable[[], Awaitable[T]], runtime: Runtime | None =
 
     future = rt.submit(main())
     try:
-        return future.result()  # type: ignore[return-value]
+        return future.result()  # type: ignore[return-value]  # None only once cancelled, by Ctrl-C (below)
     except KeyboardInterrupt:
         for scope in scopes:
             rt.loop.call_soon_threadsafe(scope.cancel)
@@ -122,7 +122,7 @@ def _collect(cfg: DictConfig, out: Path, runtime: Runtime | None) -> CollectResu
         from mcp_gym.jobs.identity import plan_run
         from mcp_gym.recording import RunStore
 
-        store = RunStore(out)
+        store = RunStore(str(out))
         plan_run(store, [s.key for s in specs], run_metadata(cfg, out, tasks))  # refuses another config's directory
         done = store.done_keys()
         pending = [s for s in specs if s.key not in done]

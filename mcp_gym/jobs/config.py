@@ -10,8 +10,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mcp_gym.client.specs import REDACTED, redact_text, redact_url
 from mcp_gym.policies import Policy, make_policy
+from mcp_gym.protocol import REDACTED, redact_text, redact_url
 from mcp_gym.tasks import Task, load_task_source
 from mcp_gym.vector import EpisodeSpec
 
@@ -21,7 +21,7 @@ __all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules
 def to_dict(node: Any) -> dict[str, Any]:
     """A config node as a plain dict (interpolations resolved)."""
     if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a DictConfig converts to a dict
     return dict(node or {})
 
 
@@ -125,6 +125,7 @@ def plan_episodes(
 
     Every task ``samples`` times by default; ``episodes`` runs that many instead, cycling through the tasks.
     """
+    keys: list[tuple[str, str | None]]
     if not tasks:
         keys = [(f"episode-{j}", None) for j in range(episodes if episodes is not None else samples)]
     else:

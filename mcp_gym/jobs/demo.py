@@ -24,8 +24,9 @@ __all__ = ["demo"]
 
 def policy_config(kind: str) -> DictConfig:
     """The packaged ``mcp_gym/conf/policy/<kind>.yaml``."""
-    text = importlib.resources.files("mcp_gym.conf").joinpath("policy", f"{kind}.yaml").read_text(encoding="utf-8")
-    return OmegaConf.create(text)  # type: ignore[return-value]
+    path = importlib.resources.files("mcp_gym.conf").joinpath("policy").joinpath(f"{kind}.yaml")
+    text = path.read_text(encoding="utf-8")
+    return OmegaConf.create(text)  # type: ignore[return-value]  # a YAML mapping makes a DictConfig
 
 
 def _job(cfg: DictConfig, **fields: Any) -> DictConfig:

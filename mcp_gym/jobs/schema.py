@@ -243,7 +243,7 @@ def check_job_config(cfg: DictConfig) -> None:
     job = JOBS.get(str(cfg.get("command")))
     if job is None:
         return
-    root = OmegaConf.masked_copy(cfg, [k for k in cfg if k not in GROUPS])
+    root = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k not in GROUPS])
     _merge(job, root, "")
     for group in GROUPS:
         schema = _group_schema(group, cfg.get(group))
@@ -285,7 +285,7 @@ def _field_type(schema: type, dotted: str) -> Any:
         if part not in fields:
             return "Any"
         f = fields[part]
-        t = f.default_factory() if dataclasses.is_dataclass(f.default_factory) else f.type  # type: ignore[misc]
+        t = f.default_factory() if dataclasses.is_dataclass(f.default_factory) else f.type
         t = type(t) if dataclasses.is_dataclass(t) and not isinstance(t, type) else t
     return t
 

@@ -22,7 +22,7 @@ from pathlib import Path
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # Windows has no fcntl: no locking
 
 __all__ = ["staging_dir", "replace_dir", "sweep_staging"]
 

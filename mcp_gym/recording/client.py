@@ -26,8 +26,7 @@ import mcp.types as mt
 from mcp import MCPError
 
 from mcp_gym.client.host import CallOutcome, MCPHost, ToolEntry
-from mcp_gym.protocol import ToolCallError
-from mcp_gym.recording.schema import catalogue_fingerprint
+from mcp_gym.protocol import ToolCallError, catalogue_fingerprint
 from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
 from mcp_gym.rewards import read_reward
 

@@ -17,7 +17,7 @@ import orjson
 from pydantic import TypeAdapter
 
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView
-from mcp_gym.env import render_content
+from mcp_gym.client.host import render_content
 from mcp_gym.parsing import ToolCall
 
 __all__ = ["conversation", "turns"]
@@ -29,10 +29,12 @@ _CONTENT_BLOCKS = TypeAdapter(list[mt.ContentBlock])
 def _tool_content(step: Mapping[str, Any]) -> str:
     """What the agent was shown for a step (recorded observation, else the rendered content blocks)."""
     if step["observation"] is not None:
-        return step["observation"]
+        observation: str = step["observation"]
+        return observation
     blocks = json.loads(step["content"]) if step["content"] else []
     if not blocks and step["error"] is not None:
-        return "Error: " + json.loads(step["error"]).get("message", "unknown error")
+        message: str = json.loads(step["error"]).get("message", "unknown error")
+        return "Error: " + message
     return render_content(_CONTENT_BLOCKS.validate_python(blocks))
 
 
@@ -60,8 +62,9 @@ def _assistant_content(step: Mapping[str, Any], assistant_text: Callable[[str], 
     """The reply's own text: recorded ``assistant_content``; else (older runs) the raw text of a reply without a call,
     or ``assistant_text`` of the raw text of a reply with calls (``None``: empty)."""
     if step["assistant_content"] is not None:
-        return step["assistant_content"]
-    raw = step["raw_text"]
+        content: str = step["assistant_content"]
+        return content
+    raw: str | None = step["raw_text"]
     if raw is None:
         return ""
     if not step["tool"]:

@@ -54,7 +54,7 @@ from mcp_gym.recording.wal import Frame, read_frames
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # Windows has no fcntl: no locking
 
 __all__ = ["RunDirectory", "RunLock", "RunBusy"]
 
@@ -382,7 +382,8 @@ class RunDirectory:
     def manifest(self) -> dict[str, Any]:
         """The manifest (``{}`` if the directory has none)."""
         try:
-            return json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
+            manifest: dict[str, Any] = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
+            return manifest
         except FileNotFoundError:
             return {}
 

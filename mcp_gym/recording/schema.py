@@ -28,6 +28,7 @@ from typing import Any, ClassVar, TypeVar
 import orjson
 import pyarrow as pa
 
+from mcp_gym._compat import stdlib as stdlib_compat
 from mcp_gym.protocol import catalogue_fingerprint, json_default
 
 __all__ = [
@@ -85,7 +86,7 @@ class _Record:
 
     def row(self) -> tuple[Any, ...]:
         """This record as a row tuple (the WAL and Parquet writer's form)."""
-        return self._GET(self)
+        return type(self)._GET(self)
 
     @classmethod
     def pad(cls, row: Sequence[Any]) -> tuple[Any, ...]:
@@ -110,7 +111,7 @@ def _table(name: str) -> Callable[[type[_R]], type[_R]]:
     def make(cls: type[_R]) -> type[_R]:
         from mcp_gym._version import __version__
 
-        cols = fields(cls)  # type: ignore[arg-type]
+        cols = fields(cls)  # type: ignore[arg-type]  # applied to dataclasses only (the records)
         cls.TABLE = name
         cls.COLUMNS = tuple(f.name for f in cols)
         cls.ROW = operator.itemgetter(*cls.COLUMNS)
@@ -299,13 +300,10 @@ def _make_json_dumps() -> Callable[[Any], str]:
     """The standard-library encoder (the fallback for what orjson refuses: ints beyond 64 bits, lone surrogates, deep
     nesting, cycles, keys it does not know), over :func:`_plain`'s copy of the value."""
     slow = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_fallback, allow_nan=False).encode
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - Python without the C accelerator
+    encoders = stdlib_compat.c_json_encoders(_fallback)  # without their circular-reference check: _plain did that
+    if encoders is None:  # Python without the C accelerator (warned once)
         return lambda obj: slow(_plain(obj, 0, set()))
-    # The C encoder built once (JSONEncoder.encode builds one per call). markers=None skips its circular-reference
-    # check: _plain has already replaced cycles.
-    encode = make(None, _fallback, json.encoder.c_encode_basestring, None, ":", ",", False, False, True)
-    escaped = make(None, _fallback, json.encoder.c_encode_basestring_ascii, None, ":", ",", False, False, True)
+    encode, escaped = encoders
 
     def json_dumps(obj: Any) -> str:
         plain = _plain(obj, 0, set())

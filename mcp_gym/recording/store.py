@@ -36,7 +36,8 @@ def _filesystem(location: str | os.PathLike[str]) -> tuple[Any, str]:
 
     text = str(location)
     if "://" in text:
-        return fs.FileSystem.from_uri(text)
+        filesystem_and_path: tuple[Any, str] = fs.FileSystem.from_uri(text)
+        return filesystem_and_path
     return fs.LocalFileSystem(), str(Path(text).resolve())
 
 
@@ -87,7 +88,8 @@ class RunStore:
         """The manifest (``{}`` if there is none yet)."""
         try:
             with self.fs.open_input_stream(self._path(MANIFEST)) as f:
-                return json.loads(f.read().decode("utf-8"))
+                manifest: dict[str, Any] = json.loads(f.read().decode("utf-8"))
+                return manifest
         except FileNotFoundError:
             return {}
 

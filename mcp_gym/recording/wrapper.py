@@ -24,8 +24,8 @@ import gymnasium as gym
 from mcp_gym._workspace import mask_workspace
 from mcp_gym.async_env import AsyncWrapper
 from mcp_gym.parsing import split_action
-from mcp_gym.protocol import SUBMIT_RECORD, SUMMARY_KEY, ToolCallError
-from mcp_gym.recording.schema import Catalogue, catalogue_fingerprint, dumps, unencodable
+from mcp_gym.protocol import SUBMIT_RECORD, SUMMARY_KEY, ToolCallError, catalogue_fingerprint
+from mcp_gym.recording.schema import Catalogue, dumps, unencodable
 from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
 
 __all__ = ["RecordTrajectories"]

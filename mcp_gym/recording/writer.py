@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcp_gym._version import __version__
+from mcp_gym.protocol import catalogue_fingerprint
 from mcp_gym.recording.run import RunDirectory, RunLock, WriterLock
-from mcp_gym.recording.schema import Catalogue, EpisodeRecord, catalogue_fingerprint, dumps, safe_text
+from mcp_gym.recording.schema import Catalogue, EpisodeRecord, dumps, safe_text
 from mcp_gym.recording.shards import PartWriter
 from mcp_gym.recording.wal import WalFile, read_frames
 
@@ -172,7 +173,7 @@ class EpisodeWriter:
         self.writer = writer
         self.max_result_bytes = writer.max_result_bytes
         self.record = record  # the episode's row: its head now, the rest filled in by finish()
-        self.episode_id: str = record.episode_id  # type: ignore[assignment]
+        self.episode_id: str = record.episode_id  # type: ignore[assignment]  # set for every episode written
         self.key = record.episode_key
         self._rows: list[tuple[Any, ...]] = []
         self._reward = 0.0
@@ -421,7 +422,8 @@ class TrajectoryWriter:
                 writer._shared_key = key
                 entry = _SHARED[key] = [writer, 0]
             entry[1] += 1
-            return entry[0]
+            shared: TrajectoryWriter = entry[0]
+            return shared
 
     def release(self) -> None:
         """Drop one reference to a :meth:`shared` writer, closing it with the last one (plain writers: close)."""
@@ -513,7 +515,7 @@ class TrajectoryWriter:
         try:
             if wal is None:
                 wal = self._wal = WalFile(self.run.wal_path(self.writer_id, self._seq), fsync=self.fsync == "episode")
-            wal.append(frame, finite=finite)  # type: ignore[arg-type]
+            wal.append(frame, finite=finite)
             return True
         except Exception as exc:  # noqa: BLE001 - OSError (ENOSPC, EIO, ...): keep the episode in memory instead
             self._failed(exc)

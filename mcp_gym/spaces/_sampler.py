@@ -272,11 +272,9 @@ class _Generator(_StringSampler):
         lo, lo_x, hi, hi_x = self._bounds(schema)
         ilo = None if lo is None else (math.floor(lo) + 1 if lo_x else math.ceil(lo))
         ihi = None if hi is None else (math.ceil(hi) - 1 if hi_x else math.floor(hi))
-        if ilo is None and ihi is None:
-            ilo, ihi = 0, 100
-        elif ilo is None:
-            ilo = min(0, ihi) if ihi >= -100 else ihi - 100
-        elif ihi is None:
+        if ilo is None:  # no bounds at all: 0..100
+            ilo = 0 if ihi is None else min(0, ihi) if ihi >= -100 else ihi - 100
+        if ihi is None:
             ihi = max(ilo + 100, 100) if ilo <= 100 else ilo + 100
         if ilo > ihi:
             raise _Unsatisfiable("empty integer range")

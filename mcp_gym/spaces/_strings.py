@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
+from mcp_gym._compat.stdlib import sre_parse
 from mcp_gym.spaces._random import _ANY_POOL, _DIGITS, _LOWER, _UPPER, _random_text, _random_word
-
-try:  # Python >= 3.11
-    import re._parser as _sre_parse  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - older Pythons
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
 
 
 class _Unsatisfiable(Exception):
@@ -50,7 +46,7 @@ class _StringSampler:
         if hi is not None and hi < lo:
             raise _Unsatisfiable("maxLength < minLength")
 
-        def fits(s: str | None) -> bool:
+        def fits(s: str | None) -> TypeGuard[str]:
             return s is not None and len(s) >= lo and (hi is None or len(s) <= hi)
 
         pattern = schema.get("pattern")
@@ -63,16 +59,16 @@ class _StringSampler:
         if compiled is not None:
             for _ in range(6):
                 try:
-                    candidate = self.from_pattern(pattern)
+                    candidate = self.from_pattern(compiled.pattern)
                 except _Unsatisfiable:
                     break
                 if fits(candidate) and compiled.search(candidate):
                     return candidate
         fmt = schema.get("format")
         if isinstance(fmt, str):
-            candidate = self.from_format(fmt)
-            if fits(candidate) and (compiled is None or compiled.search(candidate)):
-                return candidate  # type: ignore[return-value]
+            formatted = self.from_format(fmt)
+            if fits(formatted) and (compiled is None or compiled.search(formatted)):
+                return formatted
         upper = max(lo, 12) if hi is None else min(hi, max(lo, 12))
         lower = max(lo, min(3, upper))
         return _random_text(self.rng, self.randint(lower, upper))
@@ -117,10 +113,10 @@ class _StringSampler:
     def from_pattern(self, pattern: str) -> str:
         """Generate a string matching a (simple) regular expression; raises _Unsatisfiable on unsupported syntax."""
         try:
-            parsed = _sre_parse.parse(pattern)
+            parsed = sre_parse.parse(pattern)
         except Exception as exc:  # noqa: BLE001 - any parser failure means "can't generate"
             raise _Unsatisfiable(f"cannot parse pattern: {exc}") from exc
-        return self._emit(parsed, {})
+        return self._emit(parsed.data, {})
 
     def _emit(self, items: Iterable[tuple[Any, Any]], groups: dict[int, str]) -> str:
         """Emit text for parsed regex items."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import gymnasium
@@ -55,7 +55,7 @@ class Utf8Text(gymnasium.spaces.Space[str]):
         length = int(self.np_random.integers(min(1, upper), upper + 1))
         return _random_text(self.np_random, length)
 
-    def to_jsonable(self, sample_n: Sequence[str]) -> list[str]:
+    def to_jsonable(self, sample_n: Iterable[str]) -> list[str]:
         """Strings are already JSON: return them as a list."""
         return list(sample_n)
 
@@ -72,7 +72,7 @@ class Utf8Text(gymnasium.spaces.Space[str]):
         return "Utf8Text()" if self.max_length is None else f"Utf8Text(max_length={self.max_length})"
 
 
-class TextMapping(gymnasium.spaces.Space[dict]):
+class TextMapping(gymnasium.spaces.Space[dict[str, str]]):
     """A ``dict`` of ``str -> str`` with any keys (e.g. resource URI -> resource text)."""
 
     def __init__(self, seed: int | np.random.Generator | None = None) -> None:
@@ -92,7 +92,7 @@ class TextMapping(gymnasium.spaces.Space[dict]):
         n = int(self.np_random.integers(0, 3))
         return {f"res://{_random_word(self.np_random)}": _random_text(self.np_random, 8) for _ in range(n)}
 
-    def to_jsonable(self, sample_n: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    def to_jsonable(self, sample_n: Iterable[dict[str, str]]) -> list[dict[str, str]]:
         """Identity (copies)."""
         return [dict(s) for s in sample_n]
 

@@ -31,7 +31,7 @@ __all__ = ["ToolCallSpace"]
 _ACTION_KEYS = frozenset(("tool", "arguments"))
 
 
-class ToolCallSpace(gymnasium.spaces.Space[dict]):
+class ToolCallSpace(gymnasium.spaces.Space[dict[str, Any]]):
     """Action space built from an MCP ``tools/list``: an action is ``{"tool": name, "arguments": {...}}``.
 
     ``arguments`` may be omitted (or ``None``), meaning ``{}``; no other keys are allowed. An action is contained iff
@@ -283,7 +283,7 @@ class ToolCallSpace(gymnasium.spaces.Space[dict]):
         """Tool calls cannot be flattened to a Box: always ``False``."""
         return False
 
-    def to_jsonable(self, sample_n: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def to_jsonable(self, sample_n: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Actions are JSON already: return deep copies as a list."""
         return [copy.deepcopy(x) for x in sample_n]
 
@@ -379,8 +379,9 @@ def _describe(tool: str, error: ValidationError) -> ActionError:
     detail = _shorten(error.message, 200)
     if keyword in ("anyOf", "oneOf") and isinstance(error.validator_value, list):
         expected = [_summarise(branch) for branch in error.validator_value]
-        if expected and all(expected):
-            detail += f" (expected {' or '.join(dict.fromkeys(expected))})"
+        named = [e for e in expected if e]
+        if expected and len(named) == len(expected):
+            detail += f" (expected {' or '.join(dict.fromkeys(named))})"
     if not path:
         message = f"tool {tool!r}: arguments: {detail}"
         return ActionError("invalid_arguments", tool, None, _shorten(message, _MAX_MESSAGE))

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_gym.client.specs import REDACTED, redact_text
 from mcp_gym.graders import Grade
 from mcp_gym.jobs.report import REPORT_DIR
+from mcp_gym.protocol import REDACTED, redact_text
 from mcp_gym.recording.reader import read_tables
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 from mcp_gym.recording.store import RunStore

@@ -135,7 +135,7 @@ def _bind_readonly(args: list[str], bound: list[str], paths: Sequence[str], pare
         if _under(path, bound) or not os.path.exists(path):
             continue
         if parents:
-            missing = []
+            missing: list[str] = []
             parent = os.path.dirname(path)
             while parent != "/" and not _under(parent, bound):
                 missing.insert(0, parent)

@@ -128,8 +128,8 @@ FAMILIES: tuple[Family, ...] = (
         "gives [].",
         "def chunks(xs):\n    return [xs[i:i + {n}] for i in range(0, len(xs), {n})]\n",
         [{"n": n} for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)],
-        lambda rng, p: [[[]], [list(range(p["n"]))], [list(range(p["n"] + 1))]]
-        + [[_ints(rng, max_len=25)] for _ in range(7)],
+        lambda rng, p: [[[]], [list(range(p["n"]))], [list(range(p["n"] + 1))],
+                        *([_ints(rng, max_len=25)] for _ in range(7))],
     ),
     Family(
         "fizzbuzz", "fizzbuzz(n: int) -> list[str]",
@@ -165,7 +165,7 @@ FAMILIES: tuple[Family, ...] = (
         "def top_k(xs):\n    counts = {{}}\n    for x in xs:\n        counts[x] = counts.get(x, 0) + 1\n"
         "    ranked = sorted(counts, key=lambda v: (-counts[v], v))\n    return ranked[:{k}]\n",
         [{"k": k} for k in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)],
-        lambda rng, p: [[[]], [[3, 1, 2]]] + [[_ints(rng, 0, 6, 20)] for _ in range(8)],
+        lambda rng, p: [[[]], [[3, 1, 2]], *([_ints(rng, 0, 6, 20)] for _ in range(8))],
     ),
     Family(
         "pair_count", "pair_count(xs: list[int]) -> int",
@@ -188,8 +188,8 @@ FAMILIES: tuple[Family, ...] = (
         "if `xs` has fewer than {w} elements).",
         "def window_sums(xs):\n    return [sum(xs[i:i + {w}]) for i in range(len(xs) - {w} + 1)]\n",
         [{"w": w} for w in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)],
-        lambda rng, p: [[[]], [list(range(p["w"] - 1))], [list(range(p["w"]))]]
-        + [[_ints(rng, max_len=16)] for _ in range(7)],
+        lambda rng, p: [[[]], [list(range(p["w"] - 1))], [list(range(p["w"]))],
+                        *([_ints(rng, max_len=16)] for _ in range(7))],
     ),
     Family(
         "compress_runs", "compress_runs(text: str) -> str",

@@ -19,8 +19,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
-from mcp_gym.tasks import Task
+from mcp_gym.envs._common import call, split_of, submit, task_lookup, task_rng
+from mcp_gym.tasks import Task, normalise_answer
 
 __all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "OBSERVE_RESOURCES", "generate_tasks", "verify"]
 
@@ -207,7 +207,7 @@ task_by_id = task_lookup(generate_tasks)
 # -- verification ----------------------------------------------------------------------------------------------
 def normalize_path(path: str | None) -> str:
     """A workspace path in canonical form for comparison: forward slashes, no leading ``/`` or ``./``."""
-    p = normalize_answer(path).replace("\\", "/")
+    p = normalise_answer(path).replace("\\", "/")
     while p.startswith(("./", "/")):
         p = p[1:] if p.startswith("/") else p[2:]
     return p

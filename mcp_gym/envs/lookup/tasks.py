@@ -15,8 +15,8 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
-from mcp_gym.tasks import Task
+from mcp_gym.envs._common import call, split_of, submit, task_lookup, task_rng
+from mcp_gym.tasks import Task, normalise_answer
 
 __all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "generate_tasks", "verify"]
 
@@ -76,4 +76,4 @@ task_by_id = task_lookup(generate_tasks)
 def verify(task: Task, answer: str | None, state: Mapping[str, Any]) -> float:
     """1.0 iff the submitted answer is the asked account's code (and the episode served this task), else 0.0."""
     same_task = state.get("task_id", task.id) == task.id
-    return 1.0 if same_task and normalize_answer(answer) == normalize_answer(task.answer) else 0.0
+    return 1.0 if same_task and normalise_answer(answer) == normalise_answer(task.answer) else 0.0

@@ -89,7 +89,7 @@ def shortest_path(layout: Layout, src: Pos, targets: Iterable[Pos], blocked: Ite
         if p in goals:
             path: list[str] = []
             while prev[p] is not None:
-                p, d = prev[p]  # type: ignore[misc]
+                p, d = prev[p]  # type: ignore[misc]  # not None: the loop's condition
                 path.append(d)
             return path[::-1]
         for d in DIRECTIONS:
@@ -154,7 +154,7 @@ def generate_tasks(seed: int = 0) -> list[Task]:
     for i in range(N_TASKS):
         size = SIZES[i % len(SIZES)]
         layout = generate_layout(task_rng(SERVER, seed, i), size)
-        solution = (*solve(layout), submit("done"))  # type: ignore[misc]
+        solution = (*solve(layout), submit("done"))  # type: ignore[misc]  # generated layouts are solvable
         data = {"rows": layout.rows()}
         tasks.append(Task(f"maze-{size}x{size}-{i:04d}", _prompt(size), split_of(i), solution, None, data))
     return tasks

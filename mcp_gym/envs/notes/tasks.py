@@ -13,8 +13,8 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_lookup, task_rng
-from mcp_gym.tasks import Task
+from mcp_gym.envs._common import call, split_of, submit, task_lookup, task_rng
+from mcp_gym.tasks import Task, normalise_answer
 
 __all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "OBSERVE_RESOURCES", "generate_tasks", "verify"]
 
@@ -201,7 +201,7 @@ def _fact_pool(rng: random.Random) -> list[tuple[str, str, str]]:
 
 
 def _distinct_values(facts: Sequence[tuple[str, str, str]]) -> bool:
-    vals = [normalize_answer(v) for _, _, v in facts]
+    vals = [normalise_answer(v) for _, _, v in facts]
     return all(a not in b for i, a in enumerate(vals) for j, b in enumerate(vals) if i != j)
 
 
@@ -284,8 +284,8 @@ task_by_id = task_lookup(generate_tasks)
 
 # -- verification ----------------------------------------------------------------------------------------------
 def _find(notes: Sequence[Mapping[str, Any]], title: str) -> Mapping[str, Any] | None:
-    key = normalize_answer(title)
-    return next((n for n in notes if normalize_answer(n.get("title")) == key), None)
+    key = normalise_answer(title)
+    return next((n for n in notes if normalise_answer(n.get("title")) == key), None)
 
 
 def _has_tag(note: Mapping[str, Any], tag: str) -> bool:
@@ -304,22 +304,22 @@ def verify(task: Task, answer: str | None, state: Mapping[str, Any]) -> float:
     notes = list(state.get("notes", ()))
     kind = data.get("kind")
     if kind == "question":
-        return float(task.answer is not None and normalize_answer(answer) == normalize_answer(task.answer))
+        return float(task.answer is not None and normalise_answer(answer) == normalise_answer(task.answer))
     if kind == "store":
         facts = data["facts"]
-        values = [normalize_answer(f["value"]) for f in facts]
+        values = [normalise_answer(f["value"]) for f in facts]
         ok = 0
         for i, fact in enumerate(facts):
             note = _find(notes, fact["title"])
             if note is None or not _has_tag(note, data["tag"]):
                 continue
-            content = normalize_answer(note.get("content"))
+            content = normalise_answer(note.get("content"))
             if values[i] in content and not any(v in content for j, v in enumerate(values) if j != i):
                 ok += 1
         return ok / len(facts)
     if kind == "tag":
-        targets = {normalize_answer(t) for t in data["targets"]}
-        tagged = {normalize_answer(n.get("title")) for n in notes if _has_tag(n, data["tag"])}
+        targets = {normalise_answer(t) for t in data["targets"]}
+        tagged = {normalise_answer(n.get("title")) for n in notes if _has_tag(n, data["tag"])}
         score = len(tagged & targets) - len(tagged - targets)
         return max(0.0, score / len(targets))
     return 0.0

@@ -34,6 +34,7 @@ import hashlib
 import json
 import re
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -220,7 +221,7 @@ def _introspect(conn: sqlite3.Connection) -> dict[str, TableInfo]:
 
 
 def _set_limits(conn: sqlite3.Connection) -> None:
-    if not hasattr(conn, "setlimit"):  # Python 3.10: only the wrapped built-ins and the time limit apply
+    if sys.version_info < (3, 11):  # no Connection.setlimit: only the wrapped built-ins and the time limit apply
         return
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS * 4)
@@ -366,7 +367,7 @@ def check_sql(sql: str) -> str:
     if _COMMENTS.sub("", rest).strip(" \t\r\n;"):
         raise ToolError("Refused: only one SQL statement per call is allowed (found more after the first ';'). "
                         "Nothing was executed.")
-    keyword = (_LEADING_KEYWORD.match(first).group(1) or "").lower()  # type: ignore[union-attr]
+    keyword = (_LEADING_KEYWORD.match(first).group(1) or "").lower()  # type: ignore[union-attr]  # every string matches (all optional)
     if keyword not in _READ_KEYWORDS:
         raise ToolError(f"Refused: the database is read-only and only SELECT queries (optionally WITH ... SELECT) "
                         f"are allowed, not {keyword.upper() or 'this statement'}. Nothing was changed.")

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_gym.envs._common import call, normalize_answer, split_of, submit, task_rng
-from mcp_gym.tasks import Task
+from mcp_gym.envs._common import call, split_of, submit, task_rng
+from mcp_gym.tasks import Task, normalise_answer
 
 __all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "OBSERVE_RESOURCES", "generate_tasks", "task_by_id", "verify"]
 
@@ -338,8 +338,8 @@ _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 
 
 def _normalize(text: str) -> str:
-    """:func:`normalize_answer`, also dropping ``$`` and thousands separators from a number."""
-    t = normalize_answer(text)
+    """:func:`normalise_answer`, also dropping ``$`` and thousands separators from a number."""
+    t = normalise_answer(text)
     return t.replace("$", "").replace(",", "") if re.fullmatch(r"\$?[-+]?[\d,]*\.?\d+", t) else t
 
 

@@ -1,0 +1,49 @@
+"""httpx2's and httpcore2's private names mcp-gym uses (httpx2 2.x), each with why; see :mod:`mcp_gym._compat`.
+
+* ``AsyncClient._transport._pool``: the httpcore2 connection pool under a client's default transport;
+* ``AsyncConnectionPool._keepalive_expiry``, ``._connections`` and each connection's ``._connection`` and
+  ``._keepalive_expiry``: how long idle connections are kept. httpcore2 has no public setter, and a server's
+  ``Keep-Alive: timeout=N`` header says how long it keeps them (:func:`set_keepalive_expiry`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+
+from mcp_gym._compat import moved
+
+__all__ = ["set_keepalive_expiry", "missing"]
+
+_DIST = "httpcore2"
+
+
+def _pool(client: httpx2.AsyncClient) -> Any:
+    return getattr(getattr(client, "_transport", None), "_pool", None)
+
+
+def missing(client: httpx2.AsyncClient | None = None) -> list[str]:
+    """The private names used here that ``client`` (default: a new ``httpx2.AsyncClient``) lacks."""
+    client = client if client is not None else httpx2.AsyncClient()
+    if not hasattr(client, "_transport"):
+        return ["httpx2.AsyncClient._transport"]
+    pool = _pool(client)
+    if pool is None:
+        return ["httpx2.AsyncHTTPTransport._pool"]
+    return [f"{type(pool).__name__}.{n}" for n in ("_keepalive_expiry", "_connections") if not hasattr(pool, n)]
+
+
+def set_keepalive_expiry(client: httpx2.AsyncClient, seconds: float) -> None:
+    """Keep ``client``'s idle connections ``seconds`` (its pool's setting and that of each connection it holds);
+    without these names (warned once) the client's own ``keepalive_expiry`` stays, which is only slower."""
+    pool = _pool(client)
+    if pool is None or not hasattr(pool, "_keepalive_expiry"):
+        moved(_DIST, "AsyncConnectionPool._keepalive_expiry (via AsyncClient._transport._pool)",
+              "idle connections are kept as long as httpx2.Limits says, not as the server's Keep-Alive asks")
+        return
+    pool._keepalive_expiry = seconds
+    for conn in getattr(pool, "_connections", ()):
+        for c in (conn, getattr(conn, "_connection", None)):
+            if c is not None and hasattr(c, "_keepalive_expiry"):
+                c._keepalive_expiry = seconds

@@ -1,0 +1,154 @@
+"""The MCP SDK's private names mcp-gym uses (``mcp`` 2.3), each with why; see :mod:`mcp_gym._compat`.
+
+* ``mcp.client.session.DISCOVER_TIMEOUT_SECONDS``: the ``server/discover`` probe's timeout is a module global the SDK
+  reads when it sends the probe; there is no per-client setting (:func:`set_discover_timeout` writes it).
+* ``mcp.client.session._later_revision_fields`` and ``_clamp_inbound_ttl``: what the SDK does to a result's top-level
+  fields before validating it, redone on the raw ``tools/list`` pages mcp-gym checks tool by tool
+  (:func:`page_shell`).
+* ``ClientSession._dispatcher`` and ``._stamp``: a request sent without the SDK's whole-result validation
+  (:func:`raw_sender`), so one bad tool definition costs only that tool.
+* ``ClientSession._absorb_tool_listing``: hand the checked tools to the session as its own ``list_tools`` does.
+* ``ClientSession._tool_output_validators`` and ``._tool_output_schemas``: seed the session's per-tool output-schema
+  validators with those compiled while checking the listing (:func:`seed_output_validators`).
+* ``mcp.shared._httpx_utils.MCP_DEFAULT_TIMEOUT`` and ``MCP_DEFAULT_SSE_READ_TIMEOUT``: the SDK's HTTP timeouts.
+* ``MCPServer._lowlevel_server``: its request handler table, to acknowledge legacy ``resources/subscribe``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import mcp.client.session as _session
+import mcp.types as mt
+
+from mcp_gym._compat import moved
+
+try:
+    import mcp.shared._httpx_utils as _httpx_utils
+except ImportError:  # reported by missing() and, when used, by default_http_timeouts()
+    _httpx_utils = None  # type: ignore[assignment]  # the module is optional here: its absence is handled
+
+__all__ = ["set_discover_timeout", "page_shell", "raw_sender", "absorb_tool_listing", "seed_output_validators",
+           "default_http_timeouts", "lowlevel_server", "missing", "missing_on_session"]
+
+_DIST = "mcp"
+_SESSION_ATTRIBUTES = ("_dispatcher", "_stamp", "_absorb_tool_listing", "_tool_output_validators",
+                       "_tool_output_schemas")
+
+
+def missing() -> list[str]:
+    """The SDK's module-level names used here that the installed SDK lacks (``[]`` when all are there)."""
+    from mcp.server.mcpserver import MCPServer
+
+    wanted = [(_session, "mcp.client.session", ("DISCOVER_TIMEOUT_SECONDS", "_later_revision_fields",
+                                                "_clamp_inbound_ttl")),
+              (_httpx_utils, "mcp.shared._httpx_utils", ("MCP_DEFAULT_TIMEOUT", "MCP_DEFAULT_SSE_READ_TIMEOUT"))]
+    out = [f"{where}.{name}" for module, where, names in wanted for name in names if not hasattr(module, name)]
+    if not hasattr(MCPServer("probe"), "_lowlevel_server"):
+        out.append("mcp.server.mcpserver.MCPServer()._lowlevel_server")
+    return out
+
+
+def missing_on_session(session: Any) -> list[str]:
+    """The private attributes used here that a connected SDK ``ClientSession`` lacks."""
+    return [f"ClientSession.{name}" for name in _SESSION_ATTRIBUTES if not hasattr(session, name)]
+
+
+def set_discover_timeout(seconds: float) -> None:
+    """Make the SDK's next ``server/discover`` probes wait at most ``seconds`` (the SDK reads the global when it sends
+    the probe; :data:`mcp_gym.client._discovery.DISCOVER_TIMEOUT` serialises handshakes with different values)."""
+    if not hasattr(_session, "DISCOVER_TIMEOUT_SECONDS"):
+        moved(_DIST, "mcp.client.session.DISCOVER_TIMEOUT_SECONDS",
+              "server/discover probes wait the SDK's own time, not the spec's discover_timeout")
+        return
+    _session.DISCOVER_TIMEOUT_SECONDS = seconds
+
+
+def page_shell(shell: Mapping[str, Any], method: str, version: str | None) -> dict[str, Any]:
+    """A raw result's top-level fields (``tools`` excluded) as the SDK sees them before validating: fields of later
+    protocol revisions than ``version`` dropped, a negative ``ttlMs`` clamped to 0."""
+    out = dict(shell)
+    later = getattr(_session, "_later_revision_fields", None)
+    if later is None:
+        moved(_DIST, "mcp.client.session._later_revision_fields",
+              "fields of later protocol revisions are checked against them too")
+    elif version is not None:
+        foreign = later(method, version)
+        out = {k: v for k, v in out.items() if k not in foreign}
+    clamp = getattr(_session, "_clamp_inbound_ttl", None)
+    if clamp is None:
+        moved(_DIST, "mcp.client.session._clamp_inbound_ttl", "a negative ttlMs makes the listing invalid")
+    else:
+        clamp(out)
+    return out
+
+
+def raw_sender(session: Any) -> Callable[[str, dict[str, Any]], Awaitable[Any]] | None:
+    """A function sending a request (``{"method", "params"}``, as ``model_dump(by_alias=True, mode="json")`` makes
+    it) on ``session`` the way the SDK does (stamped for the negotiated protocol) and returning the raw result,
+    unvalidated; ``None`` (warned once) when the SDK's session has no such channel."""
+    dispatcher = getattr(session, "_dispatcher", None)
+    stamp = getattr(session, "_stamp", None)
+    if dispatcher is None or stamp is None:
+        moved(_DIST, "ClientSession._dispatcher/_stamp",
+              "tools/list is validated whole by the SDK: one bad tool definition fails the whole listing")
+        return None
+
+    async def send(method: str, request: dict[str, Any]) -> Any:
+        opts: dict[str, Any] = {}
+        stamp(request, opts)
+        return await dispatcher.send_raw_request(method, request.get("params"), opts)
+
+    return send
+
+
+def absorb_tool_listing(session: Any, result: mt.ListToolsResult) -> bool:
+    """Hand a complete, checked listing to ``session`` as its own ``list_tools`` does (it drops tools with an invalid
+    ``x-mcp-header`` annotation from ``result.tools``, protocol 2026-07-28, and keeps their output schemas for
+    ``tools/call``); ``False`` (warned once) when the SDK has no such step."""
+    absorb = getattr(session, "_absorb_tool_listing", None)
+    if absorb is None:
+        moved(_DIST, "ClientSession._absorb_tool_listing",
+              "tools/call results are not checked against the tools' output schemas")
+        return False
+    absorb(result, complete=True)
+    return True
+
+
+def seed_output_validators(session: Any, tools: Iterable[mt.Tool], compiled: Mapping[str, Any]) -> None:
+    """Put the output-schema validators compiled while checking the listing into ``session``'s cache.
+
+    The SDK checks each ``tools/call`` result against the tool's ``outputSchema`` with a validator it compiles per
+    session on the tool's first call (the metaschema check alone is ~5 ms of CPU, per session and tool: at 1,000
+    sessions that is seconds). ``compiled`` holds validators built as the SDK builds them (class from ``$schema``, an
+    empty ``referencing`` registry); the SDK evicts an entry itself when a later listing changes a tool's schema.
+    Nothing is seeded for a tool whose schema in the session is not the one checked."""
+    cache = getattr(session, "_tool_output_validators", None)
+    schemas = getattr(session, "_tool_output_schemas", None)
+    if not isinstance(cache, dict) or not isinstance(schemas, dict):
+        moved(_DIST, "ClientSession._tool_output_validators/_tool_output_schemas",
+              "each session compiles its own output-schema validators (slower, same checks)")
+        return
+    for tool in tools:
+        validator = compiled.get(tool.name)
+        if validator is not None and tool.name not in cache and schemas.get(tool.name) is tool.output_schema:
+            cache[tool.name] = validator
+
+
+def default_http_timeouts() -> tuple[float, float]:
+    """The SDK's HTTP timeouts: (any operation, reading an SSE stream), in seconds."""
+    try:
+        return float(_httpx_utils.MCP_DEFAULT_TIMEOUT), float(_httpx_utils.MCP_DEFAULT_SSE_READ_TIMEOUT)
+    except AttributeError:
+        moved(_DIST, "mcp.shared._httpx_utils.MCP_DEFAULT_TIMEOUT", "the SDK 2.3's timeouts, 30 s and 300 s, apply")
+        return 30.0, 300.0
+
+
+def lowlevel_server(server: Any) -> Any | None:
+    """The low-level ``Server`` under an ``MCPServer`` (its request handler table; ``MCPServer`` has no public
+    accessor); ``None`` (warned once) when it moved."""
+    low = getattr(server, "_lowlevel_server", None)
+    if low is None:
+        moved(_DIST, "MCPServer._lowlevel_server", "legacy resources/subscribe requests are not acknowledged")
+    return low

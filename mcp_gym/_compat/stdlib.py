@@ -1,0 +1,64 @@
+"""The standard library's private names mcp-gym uses (CPython 3.10-3.14), each with why; see :mod:`mcp_gym._compat`.
+
+* ``json.encoder.c_make_encoder``, ``c_encode_basestring`` and ``c_encode_basestring_ascii``: the C encoder built once
+  (``JSONEncoder.encode`` builds one per call), for the values orjson refuses (:func:`c_json_encoders`);
+* ``_signal``: ``signal``'s functions without its enum conversions (~10 µs per synchronous env call, :data:`signals`);
+* ``re._parser`` (``sre_parse`` before Python 3.11): the parse tree of a regular expression, to sample strings that
+  match a schema's ``pattern`` (:data:`sre_parse`).
+"""
+
+from __future__ import annotations
+
+import json.encoder
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from mcp_gym._compat import moved
+
+__all__ = ["c_json_encoders", "signals", "sre_parse", "missing"]
+
+if sys.version_info >= (3, 11):
+    import re._parser as sre_parse
+else:  # pragma: no cover - Python 3.10
+    import sre_parse
+"""The regular-expression parser (``sre_parse.parse(pattern)`` gives the parse tree)."""
+
+if TYPE_CHECKING:  # the same functions as signal's (typeshed has no _signal)
+    import signal as signals
+else:
+    try:
+        import _signal as signals
+    except ImportError:  # every CPython has it; see missing()
+        moved("Python", "_signal", "each synchronous env call spends ~10 µs more in the signal module")
+        signals = signal
+"""``getsignal`` and ``signal`` without the enum conversions of the :mod:`signal` module."""
+
+_JSON_NAMES = ("c_make_encoder", "c_encode_basestring", "c_encode_basestring_ascii")
+
+Encoder = Callable[[Any, int], Iterator[str]]
+
+
+def missing() -> list[str]:
+    """The private names used here that this Python lacks (``[]`` on CPython)."""
+    out = [f"json.encoder.{n}" for n in _JSON_NAMES if getattr(json.encoder, n, None) is None]
+    if signals.__name__ != "_signal":
+        out.append("_signal")
+    if not hasattr(sre_parse, "parse"):
+        out.append(f"{sre_parse.__name__}.parse")
+    return out
+
+
+def c_json_encoders(default: Callable[[Any], Any]) -> tuple[Encoder, Encoder] | None:
+    """Two C encoders of compact JSON (``","`` and ``":"``, ``allow_nan=False``, no circular-reference check: the
+    caller removes cycles), calling ``default`` for what JSON has no type for: (keeping non-ASCII text, escaping it).
+    Each is called as ``"".join(encode(value, 0))``. ``None`` (warned once) on a Python without the C encoder."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        moved("Python", "json.encoder.c_make_encoder", "JSON columns are written by the slower pure-Python encoder")
+        return None
+    keep = json.encoder.c_encode_basestring  # type: ignore[attr-defined]  # not in typeshed
+    escape = json.encoder.c_encode_basestring_ascii  # type: ignore[attr-defined]  # not in typeshed
+    return (make(None, default, keep, None, ":", ",", False, False, True),
+            make(None, default, escape, None, ":", ",", False, False, True))
