@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
@@ -90,13 +90,17 @@ def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
     return value
 
 
-def mask_workspace(value: Any, workspace: Path | None) -> Any:
+_T = TypeVar("_T")
+
+
+def mask_workspace(value: _T, workspace: Path | None) -> _T:
     """``value`` with the episode's workspace path (as created, and resolved if that differs: ``/var`` vs
     ``/private/var``) written ``{workspace}`` in every string; ``value`` itself without a workspace."""
     if workspace is None:
         return value
     paths = sorted({str(workspace), str(Path(workspace).resolve())}, key=len, reverse=True)
-    return _replace_strings(value, [(p, PLACEHOLDER) for p in paths])
+    masked: _T = _replace_strings(value, [(p, PLACEHOLDER) for p in paths])  # same shape, new containers
+    return masked
 
 
 def expand_workspace(action: Any, workspace: Path | None) -> Any:
