@@ -11,6 +11,7 @@ above sees every exchange; this module knows nothing of what it does with them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import sys
@@ -25,7 +26,7 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 
 from mcp_gym._version import __version__
-from mcp_gym.client import _discovery
+from mcp_gym.client import _discovery, _wire
 from mcp_gym.client._http import session_http_client
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked
@@ -564,8 +565,10 @@ class ServerConnection:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
         arguments, meta = dict(arguments), dict(meta or {})
+        wire = self._stdio.wire if self._stdio is not None and self._stdio.wire.send is not None else None
+        call = Client.call_tool if wire is None else functools.partial(_wire.call_tool, wire=wire)  # the fast lane
         return await self.request(
-            lambda c: c.call_tool(name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=meta),
+            lambda c: call(c, name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=meta),
             method="tools/call",
             params={"name": name, "arguments": dict(arguments), "_meta": dict(meta)} if self.tap is not None else None,
         )
