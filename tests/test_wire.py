@@ -76,3 +76,38 @@ def test_progress_timeout_and_a_dead_server_as_before():
         assert info["error"]["kind"] == "server_dead", info
     finally:
         env.close()
+
+
+SCHEMAS = [
+    {"type": "object", "properties": {"text": {"type": "string", "description": "d"}}, "required": ["text"]},
+    {"type": "object", "properties": {"n": {"type": "integer"}, "x": {"type": "number"}, "b": {"type": "boolean"}},
+     "additionalProperties": False, "$schema": "http://json-schema.org/draft-07/schema#"},
+    {"type": "object", "properties": {"n": {"type": "integer"}}, "$schema": "http://json-schema.org/draft-04/schema#"},
+    {"type": "object", "properties": {"o": {"type": "object"}, "a": {"type": "array"}, "z": {"type": "null"}}},
+    {"type": "object", "properties": {"s": {"type": "string", "minLength": 3}}},  # not plain: jsonschema only
+    {"type": "object", "properties": {"s": {"type": ["string", "null"]}}},  # not plain: jsonschema only
+]
+VALUES = ["hi", "", 1, 1.0, 2.5, True, False, None, {}, {"k": 1}, [], [1]]  # (NaN is refused before the schema)
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_quick_argument_check_agrees_with_jsonschema(schema):
+    """Plainly typed schemas are checked once compiled, without jsonschema, when the arguments are valid: "valid"
+    from the quick check is exactly jsonschema's verdict (anything else goes to jsonschema for the message)."""
+    from mcp_gym.spaces import ToolCallSpace
+    from mcp_gym.spaces._compile import _compile, quick_check
+
+    validator = _compile(schema)
+    quick = quick_check(validator)
+    plain = "minLength" not in str(schema) and "[" not in str(schema["properties"])
+    assert (quick is not None) == plain
+    space = ToolCallSpace({"t": schema})
+    keys = list(schema["properties"]) + ["extra"]
+    for key in keys:
+        for value in VALUES:
+            for arguments in ({key: value}, {**{k: "x" for k in keys[:1]}, key: value}, {}):
+                expected = validator.is_valid(arguments)
+                if quick is not None and quick(arguments):
+                    assert expected, (schema, arguments)
+                assert (space.validation_error({"tool": "t", "arguments": arguments}) is None) == expected, \
+                    (schema, arguments)

@@ -200,6 +200,7 @@ async def stdio_transport(
         repeat[0] = b""
         if wire.waiting and wire.take_message(item):
             return True
+        wire.delivered += 1
         try:
             await read_writer.send(item)
             return True

@@ -57,14 +57,24 @@ def _closed_streams() -> tuple[Any, Any]:
 class Wire:
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
-    __slots__ = ("waiting", "send", "closed", "_dummy")
+    __slots__ = ("waiting", "send", "closed", "delivered", "_seen", "_dummy")
 
     def __init__(self) -> None:
         self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.send: Callable[[bytes], Awaitable[None]] | None = None
         """Writes one line to the server's stdin (set by the transport once the process runs)."""
         self.closed = False
+        self.delivered = 0
+        """Messages the transport passed to the SDK (the transport counts them)."""
+        self._seen = 0
         self._dummy: tuple[Any, Any] | None = None
+
+    def quiet(self) -> bool:
+        """True when the transport passed nothing to the SDK since the last ask: only fast-lane answers came, so no
+        notification handler can be waiting for a loop turn (the host then skips its ``sleep(0)``)."""
+        quiet = self.delivered == self._seen and self.send is not None and not self.closed
+        self._seen = self.delivered
+        return quiet
 
     def take_line(self, line: bytes) -> bool:
         """Resolve a waiting request with ``line`` if it is that request's plain answer (``False``: not taken)."""

@@ -42,12 +42,7 @@ SLOW_CONNECT_NOTICE = 2.0
 waited for (stderr when logging is not configured)."""
 _ANNOUNCED: set[tuple[str, str]] = set()  # (alias, target) waited on right now: many sessions of one server, one line
 
-__all__ = [
-    "ServerConnection",
-    "ConnectionLost",
-    "Tap",
-    "TapFactory",
-]
+__all__ = ["ServerConnection", "ConnectionLost", "Tap", "TapFactory"]
 
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
@@ -328,6 +323,10 @@ class ServerConnection:
     def pid(self) -> int | None:
         """Process id of a stdio server (``None`` for other transports or before it started)."""
         return self._stdio.pid if self._stdio is not None else None
+
+    def quiet(self) -> bool:
+        """True when nothing reached the SDK since the last ask (a stdio fast lane): no notification handler waits."""
+        return self._stdio is not None and self._stdio.wire.quiet()
 
     def _http_why(self) -> str:
         if self.http_refusal is None:
