@@ -7,7 +7,9 @@ hand-written floor, over stdio and Streamable HTTP, in alternating rounds.
   handshake); no validation, no cancellation, no timeouts.
 * **HTTP**: a bundled Counter server (``python -m mcp_gym.envs.counter.server --transport http``, SSE answers, as
   ``mcp-gym serve counter --transport http`` serves), tool ``echo``. The floor is a minimal keep-alive HTTP/1.1 POST
-  client on asyncio streams: one connection, ``Content-Length`` requests, chunked SSE answers parsed by hand.
+  client on asyncio streams: one connection, ``Content-Length`` requests, chunked SSE answers parsed by hand. Beside
+  it, the same POSTs through ``httpx2`` (the SDK's HTTP client) and ``aiohttp`` (when installed): what the client
+  library alone costs per call.
 
 What is measured is this process's CPU time (``time.process_time``: all its threads, not the server's) per call, not
 wall time: on shared cores wall time mostly measures the neighbours. Each round runs ``--calls`` calls on each side,
@@ -148,6 +150,46 @@ class HttpFloor:
         self.writer.close()
 
 
+class LibraryPost:
+    """The same keep-alive POSTs through an HTTP client library (``httpx2``: the SDK's; ``aiohttp``), the session
+    opened by :class:`HttpFloor`'s handshake: what the client library alone costs per call."""
+
+    def __init__(self, rt: Runtime, port: int, library: str, session: str) -> None:
+        self.rt, self.url, self.library, self.next_id = rt, f"http://127.0.0.1:{port}/mcp", library, 10**6
+        self.headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+                        "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        rt.call(self._start)
+
+    async def _start(self) -> None:
+        if self.library == "aiohttp":
+            import aiohttp
+
+            self.client: Any = aiohttp.ClientSession()
+        else:
+            import httpx2
+
+            self.client = httpx2.AsyncClient()
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        async def run() -> None:
+            for _ in range(n):
+                self.next_id += 1
+                body = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                                   "params": {"name": tool, "arguments": arguments}}).encode()
+                if self.library == "aiohttp":
+                    async with self.client.post(self.url, data=body, headers=self.headers) as r:
+                        data = await r.read()
+                else:
+                    data = (await self.client.post(self.url, content=body, headers=self.headers)).content
+                if b'"result"' not in data:
+                    raise RuntimeError(f"{self.library}: no result in {data[:200]!r}")
+
+        self.rt.call(run)
+
+    def close(self) -> None:
+        self.rt.call(self.client.close if self.library == "aiohttp" else self.client.aclose)
+
+
 # -- the SDK and mcp-gym ---------------------------------------------------------------------------------------------
 class RawSDK:
     """An SDK ``Client`` on its own runtime; ``calls`` awaits ``call_tool`` n times inside that loop."""
@@ -253,8 +295,16 @@ def start_counter() -> tuple[subprocess.Popen[bytes], int]:
 
 def http_sides(port: int) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}/mcp"
-    return {"floor": HttpFloor(Runtime("floor"), port), "raw SDK": RawSDK(Runtime("sdk"), url),
-            "mcp-gym env.step": Gym(Runtime("gym"), Http(url))}
+    floor = HttpFloor(Runtime("floor"), port)
+    sides: dict[str, Any] = {"floor": floor, "httpx2 POST": LibraryPost(Runtime("httpx2"), port, "httpx2",
+                                                                          floor.session)}
+    try:
+        import aiohttp  # noqa: F401 - not a dependency of mcp-gym: measured when installed
+    except ImportError:
+        pass
+    else:
+        sides["aiohttp POST"] = LibraryPost(Runtime("aiohttp"), port, "aiohttp", floor.session)
+    return {**sides, "raw SDK": RawSDK(Runtime("sdk"), url), "mcp-gym env.step": Gym(Runtime("gym"), Http(url))}
 
 
 def main() -> None:
