@@ -112,6 +112,11 @@ class HttpFloor:
                 + "\r\n")
         self.writer.write(head.encode() + body)
         status = await self.reader.readline()
+        if not status:  # the server closed the idle connection (as keep-alive allows): reconnect, send again
+            self.writer.close()
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+            self.writer.write(head.encode() + body)
+            status = await self.reader.readline()
         assert status.split()[1] in (b"200", b"202"), status
         headers: dict[str, str] = {}
         while (line := await self.reader.readline()) != b"\r\n":
