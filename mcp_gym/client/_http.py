@@ -308,11 +308,13 @@ class _BoundedEvents(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         reading = self.client._reading.get(self.rid)
-        if reading is not None and reading.scope is None:  # not between chunks of the read: it is over
-            del self.client._reading[self.rid]
-            if not reading.aborted:
-                await self._drain()
-        await _close(self.response)
+        try:
+            if reading is not None and reading.scope is None:  # not between chunks of the read: it is over
+                del self.client._reading[self.rid]
+                if not reading.aborted and anyio.current_effective_deadline() != -math.inf:  # (not cancelled)
+                    await self._drain()
+        finally:
+            await _close(self.response)
 
     async def _drain(self) -> None:
         """Read what is left of the stream, if it ends soon and small, so that its connection is kept: the SDK closes
