@@ -251,6 +251,11 @@ class _Reading:
             self.scope.cancel()
 
 
+DRAIN_SECONDS = 0.5
+DRAIN_BYTES = 64 * 1024
+"""How long and how much of the rest of an SSE answer is read after its answer event, to keep its connection (past
+either, the connection is dropped as before)."""
+
 _EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n", b"\n\r\n")  # a blank line ends an SSE event
 
 
@@ -261,6 +266,7 @@ class _BoundedEvents(httpx2.AsyncByteStream):
 
     def __init__(self, client: _SessionClient, response: httpx2.Response, rid: Any, limit: int) -> None:
         self.client, self.response, self.rid, self.limit = client, response, rid, limit
+        self._chunks: Any = None
 
     def _error_event(self, code: int, message: str, data: dict[str, Any]) -> bytes:
         body = {"jsonrpc": "2.0", "id": self.rid, "error": {"code": code, "message": message, "data": data}}
@@ -273,7 +279,7 @@ class _BoundedEvents(httpx2.AsyncByteStream):
 
     async def __aiter__(self) -> Any:
         reading = self.client._reading.setdefault(self.rid, _Reading())
-        chunks = self.response.aiter_bytes().__aiter__()
+        chunks = self._chunks = self.response.aiter_bytes().__aiter__()
         pending = bytearray()
         try:
             while not reading.aborted:
@@ -289,10 +295,12 @@ class _BoundedEvents(httpx2.AsyncByteStream):
                     yield bytes(pending[:end])
                     del pending[:end]
                 if len(pending) > self.limit:
+                    self._chunks = None  # the rest is not read: the connection is dropped
                     what = _too_large(self.limit, "an event of the streamed answer")
                     yield self._error_event(MESSAGE_TOO_LARGE, what, {"max_message_bytes": self.limit})
                     return
             if reading.aborted:
+                self._chunks = None
                 yield self._error_event(-32001, "the caller stopped waiting; the answer was dropped",
                                         {HTTP_TIMEOUT_DATA_KEY: "abandoned"})
         except StopAsyncIteration:
@@ -305,9 +313,28 @@ class _BoundedEvents(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         reading = self.client._reading.get(self.rid)
-        if reading is not None and reading.scope is None:  # not between chunks of the read: it is over
-            del self.client._reading[self.rid]
-        await _close(self.response)
+        try:
+            if reading is not None and reading.scope is None:  # not between chunks of the read: it is over
+                del self.client._reading[self.rid]
+                if not reading.aborted and anyio.current_effective_deadline() != -math.inf:  # (not cancelled)
+                    await self._drain()
+        finally:
+            await _close(self.response)
+
+    async def _drain(self) -> None:
+        """Read what is left of the stream, if it ends soon and small, so that its connection is kept: the SDK closes
+        an SSE answer as soon as it has read the answer event, before the stream's last chunk (a server such as the
+        TypeScript SDK's ends the stream right after it), and a response closed unread drops its connection."""
+        if self._chunks is None or self.response.is_closed:
+            return
+        size = 0
+        with anyio.move_on_after(DRAIN_SECONDS):
+            try:
+                while size <= DRAIN_BYTES:
+                    size += len(await self._chunks.__anext__())
+            except (StopAsyncIteration, httpx2.HTTPError):
+                pass
+        self._chunks = None
 
 
 _WHICH = {httpx2.ConnectTimeout: "connect", httpx2.ReadTimeout: "read", httpx2.WriteTimeout: "write",

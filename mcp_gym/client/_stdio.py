@@ -36,6 +36,8 @@ import mcp.types as mt
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
+from mcp_gym.client._wire import Wire
+
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
 
 logger = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class StdioState:
         self.stderr_bytes = 0  # total seen (only the tail is kept)
         self.dropped_messages = 0  # oversized notifications and server requests
         self.unreadable_lines = 0  # stdout lines that are not JSON-RPC
+        self.wire = Wire()  # the fast lane for tools/call (mcp_gym.client._wire)
         self._tail = bytearray()
 
     def feed_stderr(self, data: bytes) -> None:
@@ -178,9 +181,26 @@ async def stdio_transport(
     stderr_scope = anyio.CancelScope(shield=True)
 
     repeat: list[bytes] = [b""]  # the last line delivered, if it was a */list_changed notification
+    wire = state.wire
+
+    stdin = getattr(process.stdin, "_stream", None)  # asyncio's StreamWriter under anyio's wrapper
+
+    async def send_line(line: bytes) -> None:
+        """The fast lane's requests: one write (lines never interleave), a drain (a loop turn) only when the pipe is
+        full (anyio's ``send`` always takes one)."""
+        repeat[0] = b""
+        if stdin is None or stdin.is_closing() or stdin.transport.get_write_buffer_size():
+            await process.stdin.send(line)  # type: ignore[union-attr]
+        else:
+            stdin.write(line)
+
+    wire.send = send_line
 
     async def deliver(item: SessionMessage | Exception) -> bool:
         repeat[0] = b""
+        if wire.waiting and wire.take_message(item):
+            return True
+        wire.delivered += 1
         try:
             await read_writer.send(item)
             return True
@@ -192,6 +212,9 @@ async def stdio_transport(
             return True
         if line == repeat[0]:
             return True  # the same list_changed again, with nothing in between: it changes nothing (a flood is free)
+        if wire.waiting and wire.take_line(line):
+            repeat[0] = b""
+            return True
         try:
             message = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValueError as exc:
@@ -274,12 +297,15 @@ async def stdio_transport(
                                 ok = await deliver_oversized(head, size)
                                 head = None
                                 if ok is None:
+                                    wire.close()
                                     await read_writer.aclose()  # the session sees the connection end
                                 live = bool(ok)
                             size = 0
                             pos = nl + 1
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                     pass
+                finally:
+                    wire.close()
 
     async def stderr_reader() -> None:
         assert process.stderr is not None
@@ -296,11 +322,13 @@ async def stdio_transport(
                     repeat[0] = b""  # a list_changed after this request (e.g. a tools/list) may be news
                     await process.stdin.send(data.encode() + b"\n")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            wire.close()
             await read_writer.aclose()  # the server stopped reading: end the session instead of hanging a request
         finally:
             writer_done.set()
 
     async def shutdown() -> None:
+        wire.close()
         read_stream.close()
         write_stream.close()
         with anyio.move_on_after(_WRITER_FLUSH):

@@ -11,6 +11,7 @@ above sees every exchange; this module knows nothing of what it does with them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import sys
@@ -28,7 +29,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.subscriptions import ResourceUpdated
 
 from mcp_gym._version import __version__
-from mcp_gym.client import _discovery
+from mcp_gym.client import _discovery, _wire
 from mcp_gym.client._http import session_http_client
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
@@ -42,12 +43,7 @@ if sys.version_info < (3, 11):  # pragma: no cover
 log = logging.getLogger("mcp_gym.client")
 
 
-__all__ = [
-    "ServerConnection",
-    "ConnectionLost",
-    "Tap",
-    "TapFactory",
-]
+__all__ = ["ServerConnection", "ConnectionLost", "Tap", "TapFactory"]
 
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
@@ -320,6 +316,10 @@ class ServerConnection:
         """Process id of a stdio server (``None`` for other transports or before it started)."""
         return self._stdio.pid if self._stdio is not None else None
 
+    def quiet(self) -> bool:
+        """True when nothing reached the SDK since the last ask (a stdio fast lane): no notification handler waits."""
+        return self._stdio is not None and self._stdio.wire.quiet()
+
     def _http_why(self) -> str:
         if self.http_refusal is None:
             return ""
@@ -556,8 +556,10 @@ class ServerConnection:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
         arguments, sent = dict(arguments), cast(mt.RequestParamsMeta, dict(meta or {}))  # an open TypedDict
+        wire = self._stdio.wire if self._stdio is not None and self._stdio.wire.send is not None else None
+        call = Client.call_tool if wire is None else functools.partial(_wire.call_tool, wire=wire)  # the fast lane
         return await self.request(
-            lambda c: c.call_tool(name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=sent),
+            lambda c: call(c, name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=sent),
             method="tools/call",
             params={"name": name, "arguments": dict(arguments), "_meta": dict(sent)} if self.tap is not None else None,
         )

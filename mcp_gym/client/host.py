@@ -460,7 +460,8 @@ class MCPHost:
     async def poll_changes(self, *, timeout: float | None = None) -> bool:
         """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing
         waits at most ``timeout`` seconds (see :meth:`refresh_tools`)."""
-        await anyio.sleep(0)  # let notification handlers that are already queued run
+        if not all([c.quiet() for c in self.connections.values()]):  # (a list: every connection's mark is taken)
+            await anyio.sleep(0)  # let notification handlers that are already queued run
         dirty = [a for a, c in self.connections.items() if c.events.tools_changed]
         dead = any(c.status != "ready" and c.alias in self.all_tools for c in self.connections.values())
         if not dirty and not dead:

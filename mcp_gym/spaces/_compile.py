@@ -53,6 +53,68 @@ def _compile(schema: Any, name: str | None = None) -> Any:
     return validator
 
 
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+                          "writeOnly"})
+_SCALARS: dict[str, Any] = {
+    "string": lambda v: type(v) is str,
+    "integer": lambda v: type(v) is int,  # a float such as 1.0 is left to jsonschema (drafts differ)
+    "number": lambda v: type(v) is int or type(v) is float,
+    "boolean": lambda v: type(v) is bool,
+    "null": lambda v: v is None,
+    "object": lambda v: type(v) is dict,
+    "array": lambda v: type(v) is list,
+}
+_QUICK: dict[int, tuple[Any, Any]] = {}
+
+
+def quick_check(validator: Any) -> Any:
+    """A fast "certainly valid" test for the arguments of ``validator``'s schema, made once per validator, or
+    ``None`` when the schema is more than an object of plainly typed properties (``type``, ``properties``,
+    ``required``, ``additionalProperties`` true/false, annotations). ``True`` from it means jsonschema finds no
+    error; ``False`` means "ask jsonschema" (which finds the error, and its message)."""
+    entry = _QUICK.get(id(validator))
+    if entry is not None and entry[0] is validator:
+        return entry[1]
+    fn = _quick(getattr(validator, "schema", None))
+    if len(_QUICK) >= _COMPILED_MAX:
+        _QUICK.pop(next(iter(_QUICK)))
+    _QUICK[id(validator)] = (validator, fn)
+    return fn
+
+
+def _quick(schema: Any) -> Any:
+    if not isinstance(schema, dict) or schema.get("type") != "object" or \
+            not set(schema) <= _ANNOTATIONS | {"type", "properties", "required", "additionalProperties", "$schema"}:
+        return None
+    props, required, extra = schema.get("properties", {}), schema.get("required", []), \
+        schema.get("additionalProperties", True)
+    if not isinstance(props, dict) or not isinstance(required, list) or type(extra) is not bool or \
+            not all(isinstance(r, str) for r in required):
+        return None
+    checks: dict[str, Any] = {}
+    for key, sub in props.items():
+        kind = sub.get("type") if isinstance(sub, dict) else None
+        if not isinstance(kind, str) or kind not in _SCALARS or not set(sub) <= _ANNOTATIONS | {"type"}:
+            return None
+        checks[key] = _SCALARS[kind]
+    need = tuple(required)
+
+    def check(arguments: dict[str, Any]) -> bool:
+        for key in need:
+            if key not in arguments:
+                return False
+        for key, value in arguments.items():
+            test = checks.get(key)
+            if test is None:
+                if not extra:
+                    return False
+            elif not test(value):
+                return False
+        return True
+
+    return check
+
+
 def _normalise_schema(schema: Any, name: str) -> Any:
     """Deep-copy a tool's schema as plain JSON containers; ``None`` means "no parameters" (``{"type": "object"}``)."""
     if schema is None:

@@ -12,7 +12,7 @@ import gymnasium
 import numpy as np
 from jsonschema.exceptions import ValidationError, best_match
 
-from mcp_gym.spaces._compile import _compile, _parse_catalogue
+from mcp_gym.spaces._compile import _compile, _parse_catalogue, quick_check
 from mcp_gym.spaces._sampler import _SAMPLE_ATTEMPTS, _Generator, _Unsatisfiable
 from mcp_gym.spaces.errors import (
     _MAX_LISTED_TOOLS,
@@ -169,6 +169,9 @@ class ToolCallSpace(gymnasium.spaces.Space[dict[str, Any]]):
         problem = json_error(name, arguments, self.max_argument_bytes)
         if problem is not None:
             return problem
+        quick = quick_check(validator)  # plainly typed properties: checked without jsonschema when valid
+        if quick is not None and quick(arguments):
+            return None
         errors = validator.iter_errors(arguments)
         try:
             first = next(errors, None)

@@ -1,0 +1,354 @@
+"""Client CPU per tool call, close to the wire: mcp-gym's ``env.step``, the raw SDK ``Client.call_tool`` and a
+hand-written floor, over stdio and Streamable HTTP, in alternating rounds.
+
+* **stdio**: the Node ``server-everything`` (``tool echo``), installed by the tests into ``.mcp-gym-cache/npm``
+  (``--everything PATH`` to use another). The floor is an asyncio JSON-RPC client over the pipe: one
+  ``json.dumps`` + write per request, one ``readline`` + ``json.loads`` per answer (after the ``initialize``
+  handshake); no validation, no cancellation, no timeouts.
+* **HTTP**: a bundled Counter server (``python -m mcp_gym.envs.counter.server --transport http``, SSE answers, as
+  ``mcp-gym serve counter --transport http`` serves), tool ``echo``. The floor is a minimal keep-alive HTTP/1.1 POST
+  client on asyncio streams: one connection, ``Content-Length`` requests, chunked SSE answers parsed by hand. Beside
+  it, the same POSTs through ``httpx2`` (the SDK's HTTP client) and ``aiohttp`` (when installed): what the client
+  library alone costs per call.
+
+What is measured is this process's CPU time (``time.process_time``: all its threads, not the server's) per call, not
+wall time: on shared cores wall time mostly measures the neighbours. Each round runs ``--calls`` calls on each side,
+the order rotating every round so drift does not favour one side; the table gives the median CPU per call and the
+median of per-round ratios to the floor and to the raw SDK. The load average is printed with the results.
+
+    python scripts/bench/wire.py --rounds 7 --calls 300
+    python scripts/bench/wire.py --only stdio
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+
+from mcp_gym import MCPEnv
+from mcp_gym.client.runtime import Runtime
+from mcp_gym.client.specs import Http, Stdio
+
+ROOT = Path(__file__).resolve().parents[2]
+EVERYTHING = ROOT / ".mcp-gym-cache" / "npm" / "node_modules" / ".bin" / "mcp-server-everything"
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "wire-floor", "version": "0"}}
+
+
+# -- floors ----------------------------------------------------------------------------------------------------------
+class PipeFloor:
+    """A hand-written asyncio JSON-RPC client over a stdio server's pipes (the floor for stdio)."""
+
+    def __init__(self, rt: Runtime, argv: list[str]) -> None:
+        self.rt, self.argv, self.next_id = rt, argv, 0
+        rt.call(self._start)
+
+    async def _start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(*self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                         stderr=subprocess.DEVNULL, limit=1 << 24)
+        await self._request("initialize", INIT)
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+
+    async def _request(self, method: str, params: dict[str, Any]) -> Any:
+        self.next_id += 1
+        rid = self.next_id
+        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        assert self.proc.stdout is not None
+        while True:
+            message = json.loads(await self.proc.stdout.readline())
+            if message.get("id") == rid:
+                return message["result"]
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        async def run() -> None:
+            for _ in range(n):
+                await self._request("tools/call", {"name": tool, "arguments": arguments})
+
+        self.rt.call(run)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 5)
+            except TimeoutError:
+                self.proc.kill()
+
+        self.rt.call(stop)
+
+
+class HttpFloor:
+    """A minimal keep-alive HTTP/1.1 POST client on asyncio streams (the floor for Streamable HTTP)."""
+
+    def __init__(self, rt: Runtime, port: int) -> None:
+        self.rt, self.port, self.next_id, self.session = rt, port, 0, ""
+        rt.call(self._start)
+
+    async def _start(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        await self._request("initialize", INIT)
+        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def _post(self, message: dict[str, Any]) -> tuple[dict[str, str], bytes]:
+        body = json.dumps(message).encode()
+        head = (f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{self.port}\r\ncontent-type: application/json\r\n"
+                f"accept: application/json, text/event-stream\r\ncontent-length: {len(body)}\r\n"
+                + (f"mcp-session-id: {self.session}\r\nmcp-protocol-version: 2025-11-25\r\n" if self.session else "")
+                + "\r\n")
+        self.writer.write(head.encode() + body)
+        status = await self.reader.readline()
+        if not status:  # the server closed the idle connection (as keep-alive allows): reconnect, send again
+            self.writer.close()
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+            self.writer.write(head.encode() + body)
+            status = await self.reader.readline()
+        assert status.split()[1] in (b"200", b"202"), status
+        headers: dict[str, str] = {}
+        while (line := await self.reader.readline()) != b"\r\n":
+            name, _, value = line.decode().partition(":")
+            headers[name.lower()] = value.strip()
+        if "content-length" in headers:
+            return headers, await self.reader.readexactly(int(headers["content-length"]))
+        chunks = []
+        while size := int((await self.reader.readline()).strip(), 16):
+            chunks.append(await self.reader.readexactly(size))
+            await self.reader.readline()
+        await self.reader.readline()
+        return headers, b"".join(chunks)
+
+    async def _request(self, method: str, params: dict[str, Any]) -> Any:
+        self.next_id += 1
+        headers, body = await self._post({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        self.session = headers.get("mcp-session-id", self.session)
+        if headers.get("content-type", "").startswith("text/event-stream"):
+            for line in body.splitlines():
+                if line.startswith(b"data:") and line[5:].strip():
+                    message = json.loads(line[5:])
+                    if message.get("id") == self.next_id:
+                        return message["result"]
+            raise RuntimeError(f"no answer in {body[:200]!r}")
+        return json.loads(body)["result"]
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        async def run() -> None:
+            for _ in range(n):
+                await self._request("tools/call", {"name": tool, "arguments": arguments})
+
+        self.rt.call(run)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class LibraryPost:
+    """The same keep-alive POSTs through an HTTP client library (``httpx2``: the SDK's; ``aiohttp``), the session
+    opened by :class:`HttpFloor`'s handshake: what the client library alone costs per call."""
+
+    def __init__(self, rt: Runtime, port: int, library: str, session: str) -> None:
+        self.rt, self.url, self.library, self.next_id = rt, f"http://127.0.0.1:{port}/mcp", library, 10**6
+        self.headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+                        "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        rt.call(self._start)
+
+    async def _start(self) -> None:
+        if self.library == "aiohttp":
+            import aiohttp
+
+            self.client: Any = aiohttp.ClientSession()
+        else:
+            import httpx2
+
+            self.client = httpx2.AsyncClient()
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        async def run() -> None:
+            for _ in range(n):
+                self.next_id += 1
+                body = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                                   "params": {"name": tool, "arguments": arguments}}).encode()
+                if self.library == "aiohttp":
+                    async with self.client.post(self.url, data=body, headers=self.headers) as r:
+                        data = await r.read()
+                else:
+                    data = (await self.client.post(self.url, content=body, headers=self.headers)).content
+                if b'"result"' not in data:
+                    raise RuntimeError(f"{self.library}: no result in {data[:200]!r}")
+
+        self.rt.call(run)
+
+    def close(self) -> None:
+        self.rt.call(self.client.close if self.library == "aiohttp" else self.client.aclose)
+
+
+# -- the SDK and mcp-gym ---------------------------------------------------------------------------------------------
+class RawSDK:
+    """An SDK ``Client`` on its own runtime; ``calls`` awaits ``call_tool`` n times inside that loop."""
+
+    def __init__(self, rt: Runtime, target: Any) -> None:
+        self.rt, self.target = rt, target
+        rt.call(self._start)
+
+    async def _start(self) -> None:
+        self.ready, self.stop, self.done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self.rt.task_group.start_soon(self._own)  # one task enters and exits the Client (task affinity)
+        await self.ready.wait()
+
+    async def _own(self) -> None:
+        try:
+            async with Client(self.target, cache=None) as client:
+                self.client = client
+                self.ready.set()
+                await self.stop.wait()
+        finally:
+            self.done.set()
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        async def run() -> None:
+            for _ in range(n):
+                await self.client.call_tool(tool, arguments)
+
+        self.rt.call(run)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            self.stop.set()
+            await self.done.wait()
+
+        self.rt.call(stop)
+
+
+class Gym:
+    """``env.step`` on an :class:`MCPEnv` with one server (the sync face, as a training loop calls it)."""
+
+    def __init__(self, rt: Runtime, spec: Any) -> None:
+        self.env = MCPEnv({"s": spec}, ["call the tool"], max_steps=10**9, runtime=rt)
+        self.env.reset(seed=0)
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        action = {"tool": tool, "arguments": arguments}
+        step = self.env.step
+        for _ in range(n):
+            _, _, _, _, info = step(action)
+        if info.get("error") is not None:
+            raise RuntimeError(f"env.step failed: {info['error']}")
+
+    def close(self) -> None:
+        self.env.close()
+
+
+# -- rounds ----------------------------------------------------------------------------------------------------------
+def compare(label: str, sides: dict[str, Any], tool: str, arguments: dict[str, Any], rounds: int,
+            calls: int) -> list[str]:
+    """Alternating rounds of ``calls`` calls per side; the table rows (CPU µs per call, ratios)."""
+    for side in sides.values():
+        side.calls(tool, arguments, 30)  # warm up
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    order = list(sides.items())
+    for k in range(rounds):
+        for name, side in order[k % len(order):] + order[: k % len(order)]:
+            c0 = time.process_time()
+            side.calls(tool, arguments, calls)
+            cpu[name].append((time.process_time() - c0) / calls * 1e6)
+    rows = []
+    for name in sides:
+        to_floor = [c / f for c, f in zip(cpu[name], cpu["floor"], strict=True)]
+        to_sdk = [c / f for c, f in zip(cpu[name], cpu["raw SDK"], strict=True)]
+        rows.append(f"| {label} | {name} | {statistics.median(cpu[name]):.0f} "
+                    f"({min(cpu[name]):.0f}–{max(cpu[name]):.0f}) | {statistics.median(to_floor):.2f}× "
+                    f"| {statistics.median(to_sdk):.2f}× |")
+    return rows
+
+
+def stdio_sides(exe: str) -> dict[str, Any]:
+    return {"floor": PipeFloor(Runtime("floor"), [exe, "stdio"]),
+            "raw SDK": RawSDK(Runtime("sdk"), StdioServerParameters(command=exe, args=["stdio"])),
+            "mcp-gym env.step": Gym(Runtime("gym"), Stdio(exe, ["stdio"]))}
+
+
+def start_counter() -> tuple[subprocess.Popen[bytes], int]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.envs.counter.server", "--transport", "http", "--port",
+                             str(port), "--diagnostics"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, port
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the Counter server did not start")
+
+
+def http_sides(port: int) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{port}/mcp"
+    floor = HttpFloor(Runtime("floor"), port)
+    sides: dict[str, Any] = {"floor": floor, "httpx2 POST": LibraryPost(Runtime("httpx2"), port, "httpx2",
+                                                                          floor.session)}
+    try:
+        import aiohttp  # noqa: F401 - not a dependency of mcp-gym: measured when installed
+    except ImportError:
+        pass
+    else:
+        sides["aiohttp POST"] = LibraryPost(Runtime("aiohttp"), port, "aiohttp", floor.session)
+    return {**sides, "raw SDK": RawSDK(Runtime("sdk"), url), "mcp-gym env.step": Gym(Runtime("gym"), Http(url))}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--only", choices=["stdio", "http"])
+    p.add_argument("--everything", default=str(EVERYTHING), help="server-everything executable (stdio)")
+    a = p.parse_args()
+
+    rows: list[str] = []
+    cleanup: list[Callable[[], None]] = []
+    try:
+        if a.only != "http":
+            if not Path(a.everything).exists():
+                sys.exit(f"{a.everything} not found: run the tests once (they install it) or pass --everything")
+            sides = stdio_sides(a.everything)
+            cleanup += [s.close for s in sides.values()]
+            rows += compare("stdio, server-everything `echo`", sides, "echo", {"message": "hello"}, a.rounds,
+                            a.calls)
+        if a.only != "stdio":
+            proc, port = start_counter()
+            cleanup.append(proc.kill)
+            sides = http_sides(port)
+            cleanup[-1:-1] = [s.close for s in sides.values()]
+            rows += compare("Streamable HTTP, Counter `echo`", sides, "echo", {"text": "hello"}, a.rounds, a.calls)
+    finally:
+        for fn in cleanup:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - report and go on closing the rest
+                print(f"closing: {type(e).__name__}: {e}", file=sys.stderr)
+    load = os.getloadavg()
+    print(f"client CPU per call, median of {a.rounds} alternating rounds x {a.calls} calls; load average "
+          f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
+    print("| transport, server | client | CPU µs/call (range) | × floor | × raw SDK |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
