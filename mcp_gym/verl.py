@@ -15,9 +15,9 @@ Parquet run as every other mcp-gym agent. Per trajectory it:
 * renders them with the tokenizer's chat template and the env's tools (``tools/list`` with their schemas, plus
   ``submit``), then alternates: the model's tokens (mask 1), decoded and parsed (Hermes ``<tool_call>``, bare JSON,
   ...) into calls the env runs, and the tool messages answering them rendered by verl's Continuous Token builder
-  (mask 0), until the env ends the episode (``submit``, its ``max_steps``), or the response reaches
-  ``rollout.response_length`` or ``rollout.multi_turn.max_assistant_turns`` replies (then recorded as cut,
-  termination ``max_turns``, success unknown);
+  (mask 0), until the env ends the episode (``submit``, its ``max_steps``), or verl's limits cut it: after
+  ``rollout.multi_turn.max_assistant_turns`` replies (termination ``max_turns``) or when the response reaches
+  ``rollout.response_length`` tokens (``max_length``), recorded as cut there, success unknown;
 * scores the trajectory with the env's reward: ``reward_score`` is the episode return (the verifier's grade arrives
   on ``submit``), so verl's reward function is not called; ``extra_fields`` carry ``turn_scores`` (each reply's
   reward), ``success``, ``termination``, ``task_id`` and ``episode_id``.
@@ -136,7 +136,7 @@ class MCPGymAgentLoop(AgentLoopBase):
         request_id = uuid.uuid4().hex
         max_turns = self.rollout_config.multi_turn.max_assistant_turns
         limit = self.rollout_config.response_length
-        done, out = False, None
+        done, out, cut, user_turns = False, None, "max_turns", 0
         while True:
             with simple_timer("generate_sequences", metrics):
                 gen = await self.server_manager.generate(request_id=request_id, prompt_ids=ids,
@@ -150,27 +150,32 @@ class MCPGymAgentLoop(AgentLoopBase):
                 (out,) = await batch.astep([text])
             turn_scores.append(out.reward)
             done = out.done
-            if done or len(mask) >= limit or (max_turns and len(turn_scores) >= max_turns):
+            if done or (max_turns and len(turn_scores) >= max_turns):
+                break
+            if len(mask) >= limit:
+                cut = "max_length"
                 break
             history = batch.histories[0]
             previous = history[:len(history) - len(out.messages)]
             merged, context_mask, context_logprobs = await self.ct_merge_context_msg(
                 previous, history, ids, mask, logprobs or None, tools=tools)
             if len(context_mask) >= limit:
+                cut = "max_length"
                 break
             ids, mask, logprobs = merged.token_ids, context_mask, context_logprobs or []
+            user_turns += 1
         if not done:  # cut by verl's limits: recorded as such, success unknown
             end = getattr(batch.envs[0], "end_episode", None)
             if end is not None:
-                end("max_turns")
+                end(cut)
         info = out.info if out is not None else {}
         response = ids[prompt_len:]
         return AgentLoopOutput(
             prompt_ids=ids[:prompt_len], response_ids=response[:limit], response_mask=mask[:limit],
             response_logprobs=logprobs[:limit] if logprobs else None, reward_score=float(batch.returns[0]),
-            num_turns=2 * len(turn_scores) + 1, metrics=metrics,
+            num_turns=len(turn_scores) + user_turns + 1, metrics=metrics,
             extra_fields={"turn_scores": turn_scores, "success": info.get("success"),
-                          "termination": info.get("termination") if done else "max_turns",
+                          "termination": info.get("termination") if done else cut,
                           "task_id": info.get("task_id"), "episode_id": info.get("episode_id")})
 
 

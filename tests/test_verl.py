@@ -152,8 +152,8 @@ def test_bundled_env_plays_and_records_like_mcpenv(name: str, task_id: str, text
     assert float(out.batch["rm_scores"][0].sum()) == pytest.approx(direct["total_reward"])
     assert out.non_tensor_batch["success"][0] == direct["success"] and (name == "Counter") == direct["success"]
     assert out.non_tensor_batch["termination"][0] == direct["termination"]
-    assert len(out.non_tensor_batch["turn_scores"][0]) == len(texts) and out.non_tensor_batch["__num_turns__"][0] == (
-        2 * len(texts) + 1)
+    assert len(out.non_tensor_batch["turn_scores"][0]) == len(texts)
+    assert out.non_tensor_batch["__num_turns__"][0] == 2 * len(texts)  # the replies, the answers but the last, 1
     # The tokens are the chat template's rendering of the chat view the chat policy saw, the model's replies in it.
     tokenizer = model.tokenizer
     prompt_ids = out.batch["prompts"][0][out.batch["attention_mask"][0, :out.batch["prompts"].shape[1]].bool()]
@@ -217,6 +217,12 @@ def test_batch_of_trajectories_and_the_default_loop(model_dir: Path, tmp_path: P
     assert out.non_tensor_batch["termination"][0] == "max_turns" and out.non_tensor_batch["success"][0] is None
     episode = recorded_episode(tmp_path / "cut")
     assert (episode["termination"], episode["success"], episode["length"]) == ("max_turns", None, 2)
+    # ... and its response length (rollout.response_length tokens), the response cut there.
+    entry = mcp_verl.agent_loop_entry("mcp_gym_counter", "Counter", record_to=str(tmp_path / "long"))
+    out, model = rollout(model_dir, tmp_path, [entry], rows[:1], lambda prompt: COUNTER_TEXTS, response_length=60)
+    assert out.non_tensor_batch["termination"][0] == "max_length" and out.non_tensor_batch["success"][0] is None
+    assert out.batch["responses"].shape[1] == 60 and 0 < len(out.non_tensor_batch["turn_scores"][0]) < 4
+    assert recorded_episode(tmp_path / "long")["termination"] == "max_length"
 
 
 def test_bad_settings_are_named(model_dir: Path, tmp_path: Path) -> None:
