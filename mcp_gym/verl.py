@@ -37,7 +37,6 @@ and make the dataset with :func:`task_rows` (``prompt``, ``agent_name``, ``extra
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 try:
@@ -49,40 +48,22 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from mcp_gym.async_env import aclose
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.recording import RecordTrajectories
-from mcp_gym.textenv import TextEnvBatch, resolve_env_factory
+from mcp_gym.textenv import FACE_OPTIONS, TextEnvBatch, face_settings, resolve_env_factory
 
 __all__ = ["MCPGymAgentLoop", "AGENT_NAME", "OPTIONS", "agent_loop_entry", "register", "task_rows"]
 
 AGENT_NAME = "mcp_gym"
 """The agent loop name this module registers on import (its env named by the row's ``extra_info.env``)."""
 
-OPTIONS: dict[str, Any] = {
-    "env": None,  # bundled env name or "package.module:function" (None: the row's extra_info.env)
-    "env_kwargs": None,  # make_env / factory keyword arguments
-    "record_to": None,  # run directory: trajectories recorded with RecordTrajectories
-    "policy": "verl",  # the recorded policy name
-    "system_prompt": DEFAULT_SYSTEM_PROMPT,
-    "no_tool_call": "error",
-    "max_calls_per_turn": 8,
-    "show_resources": True,
-}
-"""The settings of :class:`MCPGymAgentLoop` (keys of its agent loop config entry) and their defaults."""
-
-
-def _settings(source: Mapping[str, Any], where: str) -> dict[str, Any]:
-    out = dict(source)
-    unknown = sorted(set(out) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"{where}: unknown setting(s) {unknown}; known: {sorted(OPTIONS)}")
-    return out
+OPTIONS: dict[str, Any] = {**FACE_OPTIONS, "policy": "verl"}
+"""The settings of :class:`MCPGymAgentLoop` (keys of its agent loop config entry) and their defaults; ``env``
+``None``: the row's ``extra_info.env``."""
 
 
 def _plain(value: Any) -> Any:
     """An omegaconf container (what verl's hydra instantiation passes) as plain Python."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # pragma: no cover - omegaconf is a core dependency
-        return value
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig | ListConfig) else value
 
 
@@ -96,10 +77,10 @@ class MCPGymAgentLoop(AgentLoopBase):
     """
 
     def __init__(self, *args: Any, name: str | None = None, tools: Any = None, **kwargs: Any) -> None:
-        settings = {k: _plain(kwargs.pop(k)) for k in list(kwargs) if k in OPTIONS or k not in _VERL_KWARGS}
+        settings = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS or k not in _VERL_KWARGS}
         super().__init__(*args, **kwargs)
         self.agent_name = name or AGENT_NAME
-        self.options = {**OPTIONS, **_settings(settings, f"verl agent loop {self.agent_name!r}")}
+        self.options = {**OPTIONS, **face_settings(settings, f"verl agent loop {self.agent_name!r}", OPTIONS)}
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Play one episode with the served model; ``kwargs`` are the row's fields (``raw_prompt``,
@@ -198,7 +179,7 @@ def agent_loop_entry(name: str, env: str | None = None, **settings: Any) -> dict
     if env is not None and not isinstance(env, str):
         raise TypeError(f"agent loop {name!r}: env must be a bundled env name or 'package.module:function' (verl's "
                         f"workers instantiate the loop from its config entry), got {type(env).__name__}")
-    values = _settings({**settings, "env": env}, f"agent loop {name!r}")
+    values = face_settings({**settings, "env": env}, f"agent loop {name!r}", OPTIONS)
     return {"name": name, "_target_": f"{MCPGymAgentLoop.__module__}.{MCPGymAgentLoop.__qualname__}",
             **{k: v for k, v in values.items() if v is not None}}
 
