@@ -127,6 +127,7 @@ class VerlRounds:
 
         self.model, self.inner, self.record = Model(), Inner(make), record
         self.spans: list[tuple[float, float]] = []  # (start, duration) of verl's token work
+        self.cpu_spans: list[tuple[float, float]] = []  # (start, CPU seconds) of the same
         self.loop_cls, self.wrap = MCPGymAgentLoop, DictConfigWrap
         self.aio = asyncio.new_event_loop()
         self.round(20)  # warm up
@@ -141,11 +142,22 @@ class VerlRounds:
 
         return timed
 
+    def cpu_timed(self, work: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return work(*args, **kwargs)
+            finally:
+                self.cpu_spans.append((t, time.thread_time() - c))
+
+        return timed
+
     def round(self, steps: int) -> dict[str, tuple[float, float, float]]:
         self.config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns = steps + 1
         self.requests.clear()
         self.inner.durations.clear()
         self.spans.clear()
+        self.cpu_spans.clear()
 
         async def trajectory() -> None:  # verl makes the loop on its worker's event loop, as here
             loop = self.loop_cls(trainer_config=self.wrap(self.config), server_manager=self.model,
@@ -154,14 +166,18 @@ class VerlRounds:
                                  record_to=None if self.record is None else f"{self.record}/verl")
             for name in ("ct_merge_context_msg", "ct_merge_assistant_token"):  # verl's token work, timed apart
                 setattr(loop, name, self.timed(getattr(loop, name)))
+            builder = loop.continuous_token_builder  # ... and its CPU (it runs in verl's executor threads)
+            for name in ("merge_context_tokens", "merge_assistant_tokens"):
+                setattr(builder, name, self.cpu_timed(getattr(builder, name)))
             await loop.run({}, raw_prompt=[], extra_info={"seed": 0})
 
         self.aio.run_until_complete(trajectory())
         (w0, c0), (w1, c1) = self.requests[0], self.requests[steps]
         wall, cpu, env = (w1 - w0) / steps, (c1 - c0) / steps, sum(self.inner.durations[:steps]) / steps
         render = sum(d for t, d in self.spans if t < w1) / steps  # verl's token work inside the window
-        return {"verl agent loop turn": (wall, cpu, wall - env),  # CPU: not split (verl renders in worker threads)
-                "  same, w/o verl's token work": (wall - render, float("nan"), wall - env - render)}
+        render_cpu = sum(d for t, d in self.cpu_spans if t < w1) / steps
+        return {"verl agent loop turn": (wall, cpu, wall - env),
+                "  same, w/o verl's token work": (wall - render, cpu - render_cpu, wall - env - render)}
 
     def close(self) -> None:
         self.aio.close()
