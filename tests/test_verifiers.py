@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,8 @@ def replies(calls: Calls) -> list[str]:
 
 def play(url: str, resets: list[dict[str, Any]], texts: list[list[str]]) -> list[dict[str, Any]]:
     """verifiers' OpenEnv taskset and env, in the verifiers venv, on each reset with its replies."""
-    done = subprocess.run([PYTHON, str(PLAYER), url, json.dumps(resets), json.dumps(texts)], capture_output=True,
+    taskset = {"id": "openenv", "base_url": url, "resets": resets}
+    done = subprocess.run([PYTHON, str(PLAYER), json.dumps(taskset), json.dumps(texts)], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -94,3 +96,29 @@ def test_many_tasks_and_a_reply_that_is_no_action(tmp_path: Path, serve: Any) ->
     assert [r["stop"] for r in results] == [None, None, "empty_action"]
     episodes = load(tmp_path / "vf").episodes
     assert sorted(episodes["task_id"]) == sorted(t.id for t in tasks[:2]) and all(episodes["success"])
+
+
+def test_the_readme_config(tmp_path: Path, serve: Any) -> None:
+    """The README's verifiers section: its ``eval.toml`` passes ``vf-eval --dry-run`` (the command as written, a model
+    named), and its taskset, pointed at a server here, plays its tasks."""
+    from mcp_gym.envs import load_env_tasks
+
+    tomllib = pytest.importorskip("tomllib")
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("**verifiers** (prime-rl"):]
+    toml = re.search(r"cat > eval.toml <<'EOF'\n(.*?)\nEOF\n", section, re.S)
+    command = re.search(r"^vf/bin/(vf-eval @ eval.toml .*)$", section, re.M)
+    assert toml is not None and command is not None
+    (tmp_path / "eval.toml").write_text(toml[1], encoding="utf-8")
+    args = command[1].replace("YOUR_MODEL", "some/model").split()
+    dry = subprocess.run([str(Path(PYTHON).with_name(args[0])), *args[1:], "--dry-run", "-o", str(tmp_path / "out")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    taskset = tomllib.loads(toml[1])["env"]["taskset"]
+    solutions = {t.id: [(c["tool"], c["arguments"], "") for c in t.solution] for t in load_env_tasks("Counter")}
+    server = serve("Counter", record_to=str(tmp_path / "vf"))
+    results = play(server.url, taskset["resets"], [replies(solutions[r["task_id"]]) for r in taskset["resets"]])
+    server.stop()
+    assert [r["reset"] for r in results] == taskset["resets"]
+    assert all(r["rewards"]["openenv_reward"] > 0.9 for r in results)  # each task solved: the verifier's grade

@@ -3,7 +3,7 @@
 server by ``base_url``) plays each task's scripted replies. The player stands for verifiers' agent (model and
 harness): it answers each turn's payload with the next reply and keeps what verifiers records on the trace.
 
-    python verifiers_player.py BASE_URL RESETS_JSON REPLIES_JSON   # prints one JSON result per task
+    python verifiers_player.py TASKSET_JSON REPLIES_JSON   # the [env.taskset] table; one JSON result per task
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ class Agents:
 
 
 async def main() -> None:
-    url, resets, replies = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-    env = OpenEnvEnv(OpenEnvEnvConfig(taskset=OpenEnvConfig(id="openenv", base_url=url, resets=resets)))
+    taskset, replies = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    env = OpenEnvEnv(OpenEnvEnvConfig(taskset=OpenEnvConfig(**taskset)))
     for task, texts in zip(env.taskset.load(), replies, strict=True):
         agents = Agents(Player(texts))
         await env.run(task, agents)
