@@ -30,7 +30,6 @@ passes in ``extras``); an episode cut by ``max_turns`` is recorded with terminat
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,45 +42,19 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.env import MCPEnv
 from mcp_gym.recording import RecordTrajectories
-from mcp_gym.textenv import TextEnvBatch, resolve_env_factory
+from mcp_gym.textenv import FACE_OPTIONS, TextEnvBatch, face_settings, resolve_env_factory
 
 __all__ = ["MCPGymTextEnv", "register", "task_rows", "ENV_CLASS"]
 
 ENV_CLASS = "mcp_gym"
 """The env class this module registers on import (its env named by the trainer config or the row)."""
 
-OPTIONS: dict[str, Any] = {
-    "env": None,  # bundled env name, "package.module:function" or a zero-argument factory
-    "env_kwargs": None,  # make_env / factory keyword arguments
-    "record_to": None,  # run directory: episodes recorded with RecordTrajectories
-    "policy": "skyrl",  # the recorded policy name
-    "system_prompt": DEFAULT_SYSTEM_PROMPT,
-    "no_tool_call": "error",
-    "max_calls_per_turn": 8,
-    "show_resources": True,
-}
+OPTIONS: dict[str, Any] = {**FACE_OPTIONS, "policy": "skyrl"}
 """The settings of :class:`MCPGymTextEnv` and their defaults (see :func:`register`)."""
 
 
 def _settings(source: Any, where: str) -> dict[str, Any]:
-    """A plain dict of settings from a mapping, an omegaconf ``DictConfig`` or a dataclass; unknown keys refused."""
-    if source is None:
-        return {}
-    if dataclasses.is_dataclass(source) and not isinstance(source, type):
-        source = dataclasses.asdict(source)
-    elif not isinstance(source, Mapping):
-        try:
-            from omegaconf import DictConfig, OmegaConf
-        except ImportError:  # pragma: no cover - omegaconf is a core dependency
-            DictConfig = ()  # type: ignore[assignment, misc]  # none: nothing is one  # noqa: N806
-        if not isinstance(source, DictConfig):
-            raise TypeError(f"{where}: expected a mapping of settings, got {type(source).__name__}")
-        source = OmegaConf.to_container(source, resolve=True)
-    out = dict(source)
-    unknown = sorted(set(out) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"{where}: unknown setting(s) {unknown}; known: {sorted(OPTIONS)}")
-    return out
+    return face_settings(source, where, OPTIONS)
 
 
 class MCPGymTextEnv(BaseTextEnv):

@@ -38,6 +38,7 @@ with the reply it came from, so the run's episodes, viewer pages and SFT export 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from mcp_gym.parsing import ParseResult, parse_message, parse_tool_calls
 from mcp_gym.protocol import ToolCallError
 from mcp_gym.tasks import Task
 
-__all__ = ["TextEnvBatch", "StepOut", "parse_model_output"]
+__all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "FACE_OPTIONS", "face_settings"]
 
 NoToolCall = Literal["error", "submit"]
 
@@ -104,6 +105,41 @@ def resolve_env_factory(env: str | Callable[[], MCPEnv], env_kwargs: Mapping[str
     if not callable(env):
         raise TypeError(f"expected a bundled env name or a zero-argument env factory, got {type(env).__name__}")
     return env
+
+
+FACE_OPTIONS: dict[str, Any] = {
+    "env": None,  # bundled env name, "package.module:function" or a zero-argument factory
+    "env_kwargs": None,  # make_env / factory keyword arguments
+    "record_to": None,  # run directory: episodes recorded with RecordTrajectories
+    "policy": None,  # the recorded policy name (each face names its trainer)
+    "system_prompt": DEFAULT_SYSTEM_PROMPT,
+    "no_tool_call": "error",
+    "max_calls_per_turn": 8,
+    "show_resources": True,
+}
+"""The settings of the trainer faces over :class:`TextEnvBatch` (``mcp_gym.skyrl``, ``mcp_gym.verl``), defaults."""
+
+
+def face_settings(source: Any, where: str, known: Mapping[str, Any] = FACE_OPTIONS) -> dict[str, Any]:
+    """A plain dict of a face's settings from a mapping, an omegaconf ``DictConfig`` or a dataclass (values that are
+    omegaconf containers made plain too, as a trainer's config passes them); a key not in ``known`` is refused with
+    ``where`` and the known keys."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if source is None:
+        return {}
+    if dataclasses.is_dataclass(source) and not isinstance(source, type):
+        source = dataclasses.asdict(source)
+    elif isinstance(source, DictConfig):
+        source = OmegaConf.to_container(source, resolve=True)
+    elif not isinstance(source, Mapping):
+        raise TypeError(f"{where}: expected a mapping of settings, got {type(source).__name__}")
+    out = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig | ListConfig) else v
+           for k, v in dict(source).items()}
+    unknown = sorted(set(out) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown setting(s) {unknown}; known: {sorted(known)}")
+    return out
 
 
 def _message_text(prompt: Any) -> str:

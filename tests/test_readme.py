@@ -1,7 +1,9 @@
 """README.md's Python examples run as written, in document order, in one namespace, from an empty directory.
 
 A block that cannot run here (it downloads a model, or stands for the reader's own LLM) is preceded in the README by
-a visible ``<!-- not-run: reason -->`` line; those are listed and counted so they stay few.
+a visible ``<!-- not-run: reason -->`` line; those are listed and counted so they stay few. A block that needs an
+optional extra (a trainer framework) is preceded by ``<!-- needs: MODULE (how to install it) -->``: it runs where
+``MODULE`` imports, and is left out (and named) where it does not, except in CI (``CI=true``), which installs them all.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from conftest import NPM_DIR, npm_bin
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 NOT_RUN = re.compile(r"^<!-- not-run: (?P<reason>\S.*?) -->$")
+NEEDS = re.compile(r"^<!-- needs: (?P<module>[\w.]+) \((?P<install>\S.*?)\) -->$")
 MAX_NOT_RUN = 3
 
 # Runs every block in one namespace; a block with top-level ``await`` runs under asyncio (as in a notebook).
@@ -50,11 +53,12 @@ def readme_blocks() -> tuple[list[dict[str, object]], list[tuple[int, str]]]:
             start = i + 1
             end = lines.index("```", start)
             prev = next((ln.strip() for ln in reversed(lines[:i]) if ln.strip()), "")
-            m = NOT_RUN.match(prev)
+            m, needs = NOT_RUN.match(prev), NEEDS.match(prev)
             if m:
                 skipped.append((start, m["reason"]))
             else:
-                run.append({"line": start, "code": "\n".join(lines[start:end]) + "\n"})
+                run.append({"line": start, "code": "\n".join(lines[start:end]) + "\n",
+                            **({"needs": needs["module"], "install": needs["install"]} if needs else {})})
             i = end
         i += 1
     return run, skipped
@@ -69,11 +73,24 @@ def test_not_run_markers_are_few_and_give_a_reason() -> None:
     # a marker only counts right before a fence; elsewhere it is a typo that would hide nothing
     text = README.read_text(encoding="utf-8")
     assert text.count("<!-- not-run:") == len(skipped)
+    assert text.count("<!-- needs:") == len([b for b in run if "needs" in b])
+
+
+def runnable(blocks: list[dict[str, object]]) -> tuple[list[dict[str, object]], list[str]]:
+    """The blocks whose ``needs`` module imports here, and the others' reasons (none in CI: it installs them)."""
+    import importlib.util
+
+    missing = [b for b in blocks if "needs" in b and importlib.util.find_spec(str(b["needs"])) is None]
+    if os.environ.get("CI") == "true":
+        assert not missing, [f"README.md:{b['line']} needs {b['needs']}: {b['install']}" for b in missing]
+    return [b for b in blocks if b not in missing], [f"line {b['line']}: {b['install']}" for b in missing]
 
 
 @pytest.mark.thirdparty  # the quickstart's filesystem server (npx) and the cassette example's memory server
 def test_readme_python_examples_run_in_order(tmp_path: Path) -> None:
     blocks, skipped = readme_blocks()
+    blocks, absent = runnable(blocks)
+    skipped = [*skipped, *absent]
     npm_bin("mcp-server-memory")  # the cassette example starts the npm reference servers by name
     (tmp_path / "blocks.json").write_text(json.dumps(blocks))
     (tmp_path / "runner.py").write_text(RUNNER)
