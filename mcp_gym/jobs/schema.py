@@ -175,6 +175,7 @@ class _HFPolicy(_ChatPolicy):
     max_new_tokens: int = MISSING
     top_p: float = MISSING
     device: str | None = MISSING
+    no_call: str = MISSING  # "feedback" or "end" (HFPolicy checks the value)
     tokenizer: str | None = None
     chat_template: str | None = None
     name: str | None = None
