@@ -122,12 +122,13 @@ def main() -> None:
                 head = b'{"jsonrpc": "2.0", "id": ' + json.dumps(rid).encode()
                 sys.stdout.buffer.write(head + b', "result": nope}\n')
                 sys.stdout.buffer.flush()
-            elif name == "deep":
-                value: object = "bottom"
-                for _ in range(int(args.get("depth", 250))):
-                    value = [value]
-                result = {**text_result("deep"), "structuredContent": {"v": value}}
-                send({"jsonrpc": "2.0", "id": rid, "result": result})
+            elif name == "deep":  # written by hand: json.dumps itself stops at this process's recursion limit
+                depth = int(args.get("depth", 250))
+                deep = "[" * depth + '"bottom"' + "]" * depth
+                body = json.dumps({"jsonrpc": "2.0", "id": rid, "result": {**text_result("deep"),
+                                                                         "structuredContent": {"v": None}}})
+                sys.stdout.buffer.write(body.replace('{"v": null}', '{"v": ' + deep + "}").encode() + b"\n")
+                sys.stdout.buffer.flush()
             elif name == "surrogate":
                 send({"jsonrpc": "2.0", "id": rid, "result": text_result("bad \udcff text")})
             elif name == "noise":
