@@ -40,11 +40,12 @@ import uuid
 from typing import Any
 
 try:
-    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, _agent_loop_registry
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
     from verl.utils.profiler import simple_timer
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("mcp_gym.verl needs verl: pip install 'mcp-gym[verl]'") from e
 
+from mcp_gym._compat.verl import agent_loop_registry
 from mcp_gym.async_env import aclose
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.recording import RecordTrajectories
@@ -188,7 +189,7 @@ def register(name: str = AGENT_NAME, env: str | None = None, **settings: Any) ->
     """Register an mcp-gym env as the agent loop ``name`` in this process's verl registry (what the rollout workers
     use when they run here; a distributed run loads the entry from ``agent_loop_config_path`` instead, see
     :func:`agent_loop_entry`). Returns ``name``."""
-    _agent_loop_registry[name] = agent_loop_entry(name, env, **settings)
+    agent_loop_registry()[name] = agent_loop_entry(name, env, **settings)
     return name
 
 
@@ -206,5 +207,5 @@ def task_rows(env: str, split: str | None = "train", *, agent_name: str = AGENT_
             for t in load_env_tasks(env, split, seed)[:limit]]
 
 
-if AGENT_NAME not in _agent_loop_registry:
+if AGENT_NAME not in agent_loop_registry():
     register(AGENT_NAME)

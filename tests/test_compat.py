@@ -4,6 +4,7 @@ and when one goes, the run goes on as documented and says so once."""
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from collections.abc import Iterator
 
@@ -12,15 +13,17 @@ import httpx2
 import mcp.client.session as sdk_session
 import mcp.types as mt
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
 import mcp_gym._compat
-from mcp_gym._compat import CompatWarning
+from mcp_gym._compat import CompatWarning, mcp_wire
+from mcp_gym._compat import anyio as anyio_compat
 from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import hydra as hydra_compat
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import stdlib as stdlib_compat
+from mcp_gym._compat import verl as verl_compat
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +34,9 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
-@pytest.mark.parametrize("module", [mcp_compat, httpx2_compat, hydra_compat, stdlib_compat], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, anyio_compat, httpx2_compat, hydra_compat, stdlib_compat,
+                                    verl_compat],
+                         ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:
     assert module.missing() == [], f"{module.__name__}: these private names moved; update {module.__name__}"
 
@@ -151,3 +156,45 @@ def test_a_python_without_the_c_encoder_warns_once(monkeypatch: pytest.MonkeyPat
     messages = warned(stdlib_compat.c_json_encoders, str)
     assert len(messages) == 1 and "json.encoder.c_make_encoder is gone from Python 3." in messages[0]
     assert stdlib_compat.missing() == ["json.encoder.c_make_encoder"]
+
+
+def stdio_client() -> Client:
+    """The SDK's client of a real bundled server over stdio (the fast lane serves stdio connections)."""
+    return Client(StdioServerParameters(command=sys.executable, args=["-m", "mcp_gym.envs.counter.server"]))
+
+
+def test_the_stdio_lane_names_are_on_a_stdio_session() -> None:
+    async def main() -> None:
+        async with stdio_client() as client:
+            assert mcp_wire.missing_on(client) == [], "the stdio fast lane's Client/session/dispatcher names moved"
+    anyio.run(main)
+
+
+def test_the_stdio_lane_steps_aside_when_a_name_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session without one of the lane's names: the call takes the SDK's way, and says so once."""
+    anyio.run(lane_steps_aside, monkeypatch)
+
+
+async def lane_steps_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mcp_wire, "_usable", {})
+    async with stdio_client() as client:
+        monkeypatch.delattr(client.session._dispatcher.__class__, "_cancel_outbound")
+        with pytest.warns(CompatWarning, match="JSONRPCDispatcher._cancel_outbound"):
+            assert not mcp_wire.usable(client)
+        assert mcp_wire.missing_on(client) == ["JSONRPCDispatcher._cancel_outbound"]
+        tools = {t.name for t in (await client.list_tools()).tools}
+        name = sorted(tools - {"submit"})[0]
+        result = await mcp_wire.call_tool(client, name, {}, wire=mcp_wire.Wire(), read_timeout_seconds=5,
+                                          progress_callback=None, meta=None)
+        assert isinstance(result, mt.CallToolResult)  # answered the SDK's way (an error result is fine too)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not mcp_wire.usable(client)  # said once
+
+
+def test_anyio_stdin_writer_is_asyncios_stream_writer() -> None:
+    async def main() -> None:
+        async with await anyio.open_process(["cat"]) as process:
+            assert isinstance(anyio_compat.stdin_writer(process.stdin), __import__("asyncio").StreamWriter)
+            assert anyio_compat.stdin_writer(object()) is None
+    anyio.run(main)

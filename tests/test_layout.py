@@ -176,7 +176,7 @@ REACH_ALLOWED = {
     # The episode's state lives on MCPEnv and modules carved out of env.py reach into it (issue 28 item 3, "Episode
     # home", gives them a documented interface and empties this list).
     ("_workspace.py", "env._templated"), ("_workspace.py", "env._templates"), ("_workspace.py", "env._rt"),
-    ("_workspace.py", "conn._conn"), ("graders/episode.py", "env._transcript"),
+    ("_workspace.py", "conn._conn"), ("_stateful.py", "env._templated"), ("graders/episode.py", "env._transcript"),
     ("graders/episode.py", "env._state_snapshot"), ("trl.py", "self.env._rt"),
     ("vector.py", "self.envs[i].unwrapped._ensure_started"),
 }

@@ -1,4 +1,4 @@
-"""The stdio fast lane for ``tools/call`` (``mcp_gym/client/_wire.py``), on a real Counter server over stdio.
+"""The stdio fast lane for ``tools/call`` (``mcp_gym/_compat/mcp_wire.py``), on a real Counter server over stdio.
 
 A step's request goes straight onto the pipe and its answer straight back to the caller: no memory-object stream pair
 per request (the SDK's dispatcher makes one per request), concurrent calls on one session each get their own answer,

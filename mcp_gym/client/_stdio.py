@@ -36,7 +36,8 @@ import mcp.types as mt
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
-from mcp_gym.client._wire import Wire
+from mcp_gym._compat.anyio import stdin_writer as asyncio_stdin
+from mcp_gym._compat.mcp_wire import Wire
 
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
 
@@ -65,7 +66,7 @@ class StdioState:
         self.stderr_bytes = 0  # total seen (only the tail is kept)
         self.dropped_messages = 0  # oversized notifications and server requests
         self.unreadable_lines = 0  # stdout lines that are not JSON-RPC
-        self.wire = Wire()  # the fast lane for tools/call (mcp_gym.client._wire)
+        self.wire = Wire()  # the fast lane for tools/call (mcp_gym._compat.mcp_wire)
         self._tail = bytearray()
 
     def feed_stderr(self, data: bytes) -> None:
@@ -183,14 +184,14 @@ async def stdio_transport(
     repeat: list[bytes] = [b""]  # the last line delivered, if it was a */list_changed notification
     wire = state.wire
 
-    stdin = getattr(process.stdin, "_stream", None)  # asyncio's StreamWriter under anyio's wrapper
+    stdin = asyncio_stdin(process.stdin)  # asyncio's StreamWriter under anyio's wrapper
 
     async def send_line(line: bytes) -> None:
         """The fast lane's requests: one write (lines never interleave), a drain (a loop turn) only when the pipe is
         full (anyio's ``send`` always takes one)."""
         repeat[0] = b""
         if stdin is None or stdin.is_closing() or stdin.transport.get_write_buffer_size():
-            await process.stdin.send(line)  # type: ignore[union-attr]
+            await process.stdin.send(line)  # type: ignore[union-attr]  # stdin=PIPE: the process has one
         else:
             stdin.write(line)
 

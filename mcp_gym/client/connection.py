@@ -28,8 +28,9 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.subscriptions import ResourceUpdated
 
+from mcp_gym._compat import mcp_wire as _wire
 from mcp_gym._version import __version__
-from mcp_gym.client import _discovery, _wire
+from mcp_gym.client import _discovery
 from mcp_gym.client._http import session_http_client
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport

@@ -34,11 +34,56 @@ import orjson
 from mcp import MCPError
 from mcp.client import session as _session
 from mcp.shared import jsonrpc_dispatcher as _jd
-from mcp.shared._otel import inject_trace_context
 from mcp.shared.message import SessionMessage
 from mcp_types import methods as _methods
 
-__all__ = ["Wire", "call_tool"]
+from mcp_gym._compat import moved
+
+try:
+    from mcp.shared._otel import inject_trace_context
+except ImportError:  # reported by missing(); the lane is then not used (usable())
+    inject_trace_context = None  # type: ignore[assignment]  # checked by usable() before any call
+
+__all__ = ["Wire", "call_tool", "usable", "missing", "missing_on"]
+
+# The SDK's private names the lane uses (mcp 2.3): where it lives, what. missing() / missing_on() list the gone ones,
+# tests/test_compat.py fails naming them, and usable() then sends every call the SDK's own way (said once).
+_MODULE_NAMES = ((_jd, "mcp.shared.jsonrpc_dispatcher", ("_Pending", "_ABANDON_WRITE_TIMEOUT")),
+                 (_methods, "mcp_types.methods", ("_check_known_version", "_adapter", "SERVER_RESULTS")),
+                 (_session, "mcp.client.session", ("_clamp_inbound_ttl", "_later_revision_fields")))
+_CLIENT_NAMES = ("_drive_input_required", "_folded_extensions")
+_SESSION_NAMES = ("_dispatcher", "_stamp", "_session_read_timeout_seconds", "_negotiated_version",
+                  "_call_tool_adapter")
+_DISPATCHER_NAMES = ("_closed", "_allocate_id", "_pending", "_final_write", "_cancel_outbound")
+_usable: dict[tuple[type, type], bool] = {}
+
+
+def missing() -> list[str]:
+    """The SDK's module-level names the lane uses that the installed SDK lacks (``[]`` when all are there)."""
+    out = [f"{where}.{name}" for module, where, names in _MODULE_NAMES for name in names if not hasattr(module, name)]
+    return out + ([] if inject_trace_context is not None else ["mcp.shared._otel.inject_trace_context"])
+
+
+def missing_on(client: Any) -> list[str]:
+    """The private attributes the lane uses that a connected SDK ``Client``, its session or dispatcher lack."""
+    session = getattr(client, "session", None)
+    out = [f"Client.{n}" for n in _CLIENT_NAMES if not hasattr(client, n)]
+    out += [f"ClientSession.{n}" for n in _SESSION_NAMES if not hasattr(session, n)]
+    disp = getattr(session, "_dispatcher", None)
+    return out + [f"JSONRPCDispatcher.{n}" for n in _DISPATCHER_NAMES if not hasattr(disp, n)]
+
+
+def usable(client: Any) -> bool:
+    """Whether the lane can serve ``client`` (checked once per client and session class); when not, each name gone
+    is said once with a :class:`~mcp_gym._compat.CompatWarning` and calls take ``Client.call_tool``."""
+    key = (type(client), type(getattr(client, "session", None)))
+    ok = _usable.get(key)
+    if ok is None:
+        gone = missing() + missing_on(client)
+        for name in gone:
+            moved("mcp", name, "tools/call over stdio takes the SDK's own path (more client CPU per call)")
+        ok = _usable[key] = not gone
+    return ok
 
 _NESTING = 128
 """Lines with more brackets than this take the usual path (the SDK's parser refuses nesting past its limit; orjson's
@@ -240,6 +285,9 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
                     ) -> mt.CallToolResult:
     """``Client.call_tool`` with the first round on the lane; a result that needs more (input required, a claimed
     shape) is finished by the SDK's own code, as ``Client.call_tool`` would."""
+    if not usable(client):
+        return await client.call_tool(name, arguments, read_timeout_seconds=read_timeout_seconds,
+                                      progress_callback=progress_callback, meta=meta)
     result = await _session_call(client, wire, name, arguments, read_timeout_seconds, progress_callback, meta)
     if isinstance(result, mt.CallToolResult):
         return result
