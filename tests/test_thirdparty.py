@@ -315,9 +315,9 @@ def test_everything_resource_updates_reread_observed_resource(make_env):
     obs, _, _, _, _ = step(env, "toggle-subscriber-updates")
     assert "Started simulated resource updated" in obs["result"]
     # resources/updated for subscribed URIs every 5 s -> the env re-reads the resource -> a new stamp.
-    obs, info, _ = step_until(env, lambda o, i: o["resources"][DYNAMIC_TEXT] != text0, within=12.0)
+    obs, info, _ = step_until(env, lambda o, i: o["resources"][DYNAMIC_TEXT] != text0, within=60.0)  # a bound on hangs
     text1 = obs["resources"][DYNAMIC_TEXT]
-    assert text1 != text0, "no resources/updated was followed within 12 s"
+    assert text1 != text0, "no resources/updated was followed within 60 s"
     assert text1.startswith("Resource 1:")
 
 
