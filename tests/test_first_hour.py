@@ -219,6 +219,7 @@ def test_a_plotting_eval_keeps_matplotlib_notes_off_stdout(tmp_path: Path) -> No
     assert "matplotlib" not in done.stdout.lower(), done.stdout
 
 
+@pytest.mark.slow
 def test_sessions_of_one_slow_server_starting_together_are_announced_once(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     import anyio

@@ -135,6 +135,7 @@ def _holder(run: Path, script: str = HOLD) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.slow
 def test_a_second_job_refuses_in_one_line_naming_the_holder_until_it_dies(tmp_path: Path) -> None:
     """Item 6: while a job holds the run directory, another collect exits 2 with one line naming the holder's pid,
     host and command, recording nothing; after the holder is killed with SIGKILL the kernel has freed the lock and

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("slow", "train", "ray", "browser")
+HEAVY = ("slow", "train", "browser")
 """The markers of the heavy lane (what the fast lane leaves out), in the order the commands name them."""
 
 
@@ -96,4 +96,4 @@ def test_every_test_file_has_fast_tests_or_is_heavy_as_a_whole() -> None:
         if not any(not (_marks(t.decorator_list) & set(HEAVY)) for t in tests):
             offenders.append(path.name)
     assert not offenders, f"these files have no fast test: mark the file (pytestmark) or keep one fast: {offenders}"
-    assert {"test_ray.py", "test_sft_from_scratch.py", "test_rl_from_sft.py"} <= set(heavy_files)
+    assert {"test_sft_from_scratch.py", "test_rl_from_sft.py", "test_sft_train.py"} <= set(heavy_files)

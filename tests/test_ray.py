@@ -64,6 +64,7 @@ def check_run(run: Path, planned: int) -> None:
     assert not any(n.startswith(".") for n in names)
 
 
+@pytest.mark.slow
 def test_actor_killed_mid_run(cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     run = tmp_path / "run"
     cfg = job(run)
