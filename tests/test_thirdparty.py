@@ -369,6 +369,7 @@ def test_call_timeout_is_an_error_observation_and_session_survives(make_env):
     assert env.unwrapped.host.connections["everything"].status == "ready"
 
 
+@pytest.mark.slow  # the strict twin of the test above
 def test_call_timeout_strict_raises_tool_call_failed(make_env):
     env = make_env({"everything": everything()}, call_timeout=60.0, strict=True)
     env.reset(seed=0)
