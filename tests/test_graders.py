@@ -502,6 +502,7 @@ def _readme_commands() -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.thirdparty
 def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
