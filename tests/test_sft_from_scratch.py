@@ -26,15 +26,16 @@ pytest.importorskip("trl")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# 900 training steps: 137 s on 2 quiet cores, 6x that on a loaded machine (900 s was reached at load 5); the bound
-# is against hangs only, sized for a machine busier still.
+# 300 training steps (~1 min on 2 quiet cores, a few times that loaded; the bound is against hangs only). With
+# transformers 5.25 / TRL 1.16, 900 steps over-train these 24 examples (300 epochs): test success fell to 0.00,
+# while 300 steps reach ~0.4 (2026-12-04); see the note on issue 28.
 @pytest.mark.timeout(3600)
 def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONWARNINGS": "ignore"}
     out = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "scripts" / "examples" / "sft_from_scratch.py"), "--out", str(out),
-           "--env", "counter", "--batch-size", "8", "--steps", "900", "--random-samples", "2",
+           "--env", "counter", "--batch-size", "8", "--steps", "300", "--random-samples", "2",
            "--json", str(tmp_path / "results.json")]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -46,4 +47,4 @@ def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -
     assert results["train_examples"] == 24
     assert results["success_trained"] >= results["success_random"] + 0.1, results
     assert "| trained from scratch (greedy) |" in proc.stdout
-    assert "| 900/900 [" in proc.stderr  # the training phase (most of the time) shows TRL's progress bar
+    assert "| 300/300 [" in proc.stderr  # the training phase (most of the time) shows TRL's progress bar
