@@ -622,7 +622,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return obs, reward, True, False, info
 
     async def state_snapshot(self) -> dict[str, Any]:
-        """What the servers' ``mcp_gym_state`` tools report now, by alias (the legacy verifier's ``state``)."""
+        """The servers' ``mcp_gym_state`` now: the one server's, else ``{alias: snapshot}``."""
         return await read_state(self.host, self.call_timeout)
 
     def _obs(self, text: str) -> dict[str, Any]:

@@ -96,7 +96,7 @@ class EpisodeState(Protocol):
         ...
 
     async def state_snapshot(self) -> dict[str, Any]:
-        """What the servers' ``mcp_gym_state`` tools report now, by alias."""
+        """The servers' ``mcp_gym_state`` now: the one server's, else ``{alias: snapshot}``."""
         ...
 
 
