@@ -29,7 +29,10 @@ RANDOM_EPISODES = 20
 RANDOM_SEED = 0
 
 
-@pytest.fixture(scope="module", params=ENV_NAMES)
+# Code's env (every task's tests run in bubblewrap) is the long one: the heavy lane runs it here, the fast lane through
+# tests/test_server_code.py (its reference solutions and sandbox) and the Code rows of the parametrized tests below.
+@pytest.fixture(scope="module",
+                params=[pytest.param(n, marks=pytest.mark.slow) if n == "Code" else n for n in ENV_NAMES])
 def bundled(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
     """(name, env) for each bundled env, one in-process env per name shared by the tests of this module."""
     env = mcp_gym.make_env(request.param)

@@ -100,6 +100,7 @@ def _late_only(check: dict[str, Any]) -> bool:
 
 
 @pytest.mark.thirdparty
+@pytest.mark.slow  # the whole suite, one client start per scenario
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_conformance_client_scenario(outcomes: dict[str, Outcome], scenario: str) -> None:
     got = outcomes[scenario]

@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 import threading
+from collections.abc import Iterator
 
 import gymnasium as gym
 import pytest
@@ -25,7 +26,19 @@ def stdio_spec() -> Stdio:
 
 
 @pytest.fixture(params=["inprocess", "stdio", "http"])
+def any_env(request: pytest.FixtureRequest) -> MCPEnv:
+    """The env on each transport."""
+    yield from _env(request)
+
+
+@pytest.fixture(params=["inprocess", pytest.param("stdio", marks=pytest.mark.slow),
+                        pytest.param("http", marks=pytest.mark.slow)])
 def env(request: pytest.FixtureRequest) -> MCPEnv:
+    """The env in process (fast lane) and over stdio and HTTP (heavy lane): ``any_env`` runs every transport."""
+    yield from _env(request)
+
+
+def _env(request: pytest.FixtureRequest) -> Iterator[MCPEnv]:
     if request.param == "inprocess":
         spec = InProcess(make_server(diagnostics=True))
     elif request.param == "stdio":
@@ -37,7 +50,8 @@ def env(request: pytest.FixtureRequest) -> MCPEnv:
     e.close()
 
 
-def test_episode_on_every_transport(env: MCPEnv) -> None:
+def test_episode_on_every_transport(any_env: MCPEnv) -> None:
+    env = any_env
     obs, info = env.reset(seed=0, options={"task_id": TASKS[0].id})
     srv = info["servers"]["counter"]
     assert srv["status"] == "ready" and srv["name"] == "mcp-gym-counter" and srv["version"] == "1.0.0"

@@ -205,6 +205,7 @@ def test_job_help_follows_the_chosen_options_and_every_conf_key_has_a_descriptio
 
 
 # -- matplotlib's notes stay off stdout -------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_plotting_eval_keeps_matplotlib_notes_off_stdout(tmp_path: Path) -> None:
     # an unusable MPLCONFIGDIR makes matplotlib log (WARNING) that it made a temporary cache and rebuilds the font
     # cache there: Hydra's job logging printed such lines on stdout, between the job's own output
@@ -218,6 +219,7 @@ def test_a_plotting_eval_keeps_matplotlib_notes_off_stdout(tmp_path: Path) -> No
     assert "matplotlib" not in done.stdout.lower(), done.stdout
 
 
+@pytest.mark.slow
 def test_sessions_of_one_slow_server_starting_together_are_announced_once(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     import anyio

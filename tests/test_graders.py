@@ -502,6 +502,7 @@ def _readme_commands() -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.thirdparty
 def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -509,10 +510,15 @@ def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(Path(npm_bin("mcp-server-everything")).parent) + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("HOME", str(tmp_path))  # the MCPMark import reads ~/src/mcpmark: a tiny checkout in its layout
+    from test_reports import mcpmark_checkout
+
+    checkout = mcpmark_checkout(tmp_path / "src" / "mcpmark")
+    shutil.copytree(checkout / "downloads", tmp_path / "Downloads" / "mcpmark-states")
     commands = _readme_commands()
     assert len(commands) >= 3
     for command in commands:
-        argv = shlex.split(command)
+        argv = [os.path.expanduser(a) for a in shlex.split(command)]  # as the shell expands ~
         assert argv[0] == "mcp-gym"
         assert main(argv[1:]) == 0, command
     capsys.readouterr()

@@ -324,6 +324,7 @@ FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
                                        HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 def test_fuzz_actions_bare_env() -> None:
     env = make_env()
     try:

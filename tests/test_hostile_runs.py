@@ -135,6 +135,7 @@ def _holder(run: Path, script: str = HOLD) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.slow
 def test_a_second_job_refuses_in_one_line_naming_the_holder_until_it_dies(tmp_path: Path) -> None:
     """Item 6: while a job holds the run directory, another collect exits 2 with one line naming the holder's pid,
     host and command, recording nothing; after the holder is killed with SIGKILL the kernel has freed the lock and
@@ -158,6 +159,7 @@ def test_a_second_job_refuses_in_one_line_naming_the_holder_until_it_dies(tmp_pa
     assert load(out).episodes.num_rows == 3
 
 
+@pytest.mark.slow
 def test_writers_and_jobs_of_other_processes_exclude_each_other(tmp_path: Path) -> None:
     """Item 6, below the jobs: a TrajectoryWriter refuses a directory another process's job holds (naming it); a job
     refuses a directory another process's writer is recording into; writers of several processes still share one
@@ -192,6 +194,7 @@ def test_writers_and_jobs_of_other_processes_exclude_each_other(tmp_path: Path) 
     assert RunDirectory(run).done_keys() == {"here", "job", "job2"}
 
 
+@pytest.mark.slow
 def test_two_jobs_started_together_never_mix(tmp_path: Path) -> None:
     """Item 6, the reported race: oracle and random started at once into one directory. At most one of them runs;
     the other refuses (the lock, or the run's identity), and the run holds one policy's episodes, once per key."""
@@ -271,6 +274,7 @@ def _export_state(out: Path) -> str:
 EXPORT_ROWS = 120
 
 
+@pytest.mark.slow
 def test_sigkill_during_an_export_over_an_earlier_one_leaves_one_of_them_whole(tmp_path: Path) -> None:
     """Item 7: an export (one shard per row: many files) killed with SIGKILL at many points while it replaces an
     earlier export leaves ``out`` holding the earlier export or the new one, each complete: never a mix, never rows

@@ -323,6 +323,7 @@ def test_keepalive_for_takes_half_the_servers_timeout_within_bounds(header: str 
     assert keepalive_for(header) == seconds
 
 
+@pytest.mark.slow
 def test_a_bundled_server_keeps_idle_connections_and_the_client_follows_its_header() -> None:
     """The bundled servers keep idle connections 30 s and say so (``Keep-Alive: timeout=30``); the client then keeps
     its own 15 s instead of 2 s: a step after a 2.5 s pause reuses the connection (a new one was opened before, one
@@ -394,6 +395,7 @@ def test_a_session_that_dies_leaves_the_other_sessions_alone(served: Served) -> 
     assert out["c"]["error"] is None and out["c"]["structured_content"] == {"result": "pong"}, out["c"]
 
 
+@pytest.mark.slow
 def test_a_connect_timeout_is_tried_again_within_the_read_timeout(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """The server stops accepting connections and its listen backlog is full (what thousands of sessions reconnecting

@@ -108,6 +108,7 @@ def test_a_huge_fast_body_is_cut_at_max_message_bytes(server: Server, how: dict[
         env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", [{}, {"sse": True}], ids=["json", "sse"])
 def test_a_huge_slow_body_fails_at_call_timeout_and_is_dropped(server: Server, how: dict[str, Any]) -> None:
     """1,000 MB at 2 MB/s: the step fails ``timeout`` at ``call_timeout``; the body still arriving is dropped (the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.resources
 import importlib.util
+import logging
 import re
 import sys
 from pathlib import Path
@@ -22,7 +23,15 @@ MAX_LINES = 700
 
 
 def _lint(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = importlinter_cli.lint_imports(config_filename=str(config), no_cache=True, no_logo=True)
+    """Run import-linter's CLI on ``config``; its logging set-up (``dictConfig``) disables every logger that exists, so
+    they are enabled again after it (else a later test in the session never sees ``mcp_gym.client``'s records)."""
+    loggers = logging.Logger.manager.loggerDict.values()
+    enabled = [lg for lg in loggers if isinstance(lg, logging.Logger) and not lg.disabled]
+    try:
+        code = importlinter_cli.lint_imports(config_filename=str(config), no_cache=True, no_logo=True)
+    finally:
+        for lg in enabled:
+            lg.disabled = False
     return code, capsys.readouterr().out
 
 
@@ -30,9 +39,11 @@ def test_import_contracts_are_kept(capsys: pytest.CaptureFixture[str]) -> None:
     """The layers (protocol -> client -> env core -> wrappers/faces -> products) hold and no import circle exists."""
     contracts = importlinter_api.read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
     assert {c["type"] for c in contracts} == {"layers", "acyclic_siblings"}
+    client_log = logging.getLogger("mcp_gym.client")
     code, out = _lint(ROOT / "pyproject.toml", capsys)
     assert code == 0, out
     assert "2 kept, 0 broken" in out
+    assert not client_log.disabled  # linting left the package's loggers on (later tests read mcp_gym.client's records)
 
 
 def test_the_circle_check_sees_a_circle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -180,6 +180,7 @@ def test_many_sessions_at_once(tmp_path: Path, serve: Callable[..., Server]) -> 
     assert all(episodes["success"]) and set(episodes["policy"]) == {"openenv"}
 
 
+@pytest.mark.slow
 def test_serve_openenv_command(tmp_path: Path) -> None:
     """``mcp-gym serve-openenv ENV`` serves the env; OpenEnv's client plays an episode; bad arguments are named."""
     port = free_port()

@@ -73,6 +73,7 @@ def test_version() -> None:
     assert done.returncode == 0 and done.stdout.strip() == f"mcp-gym {__version__}"
 
 
+@pytest.mark.slow
 def test_one_run_as_a_string_and_a_missing_run(tmp_path: Path) -> None:
     run = tmp_path / "collect"
     assert main(["collect", "env=counter", "policy=oracle", "episodes=2", f"out={run}"]) == 0

@@ -17,6 +17,7 @@ def example() -> dict[str, Any]:
     return runpy.run_path(str(EXAMPLE), run_name="q_learning_maze")
 
 
+@pytest.mark.slow
 def test_q_learning_learns_the_maze(example: dict[str, Any], tmp_path: Path) -> None:
     plot = tmp_path / "curve.png"
     out = example["main"](["--episodes", "120", "--block", "20", "--seed", "0", "--plot", str(plot)])

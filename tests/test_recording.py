@@ -331,6 +331,7 @@ def _check_consistent(run: Path) -> list[str]:
     return keys
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_gives_exactly_the_planned_episodes(tmp_path: Path) -> None:
     import datasets
 

@@ -73,7 +73,7 @@ def os_sandbox() -> None:
     assert detect_isolation().mechanism == "bwrap"
 
 
-@pytest.fixture(params=["inprocess", "stdio"])
+@pytest.fixture(params=["inprocess", pytest.param("stdio", marks=pytest.mark.slow)])  # the same bwrap run either way
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -517,6 +517,7 @@ attempt("dev", lambda: open("/dev/new-file", "wb").write(b"x"))
 
 
 # -- no sandbox, no start ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_server_refuses_to_start_without_an_os_sandbox(tmp_path: Path) -> None:
     failing = tmp_path / "bwrap"  # a bubblewrap that cannot create namespaces (as with user namespaces disabled)
     failing.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")

@@ -20,6 +20,7 @@ N = 300
 STEPS = 2
 
 
+@pytest.mark.slow
 def test_300_concurrent_episodes_over_one_http_server(http_counter: str) -> None:
     """300 MCPEnv sessions on one loop, each connects, resets and steps concurrently: no error, every episode ends,
     and each episode's counter moved by its own steps only (no state crosses episodes)."""

@@ -139,6 +139,7 @@ async def test_random_play_scores_far_below_reference() -> None:
 
 
 # -- concurrency and transports ---------------------------------------------------------------------------------
+@pytest.mark.slow
 async def test_stdio_64_concurrent_episodes_one_process() -> None:
     tasks = TASKS[:64]
     reports: dict[int, dict[str, Any]] = {}
@@ -212,6 +213,7 @@ def sum_above(body: str, prelude: str = "") -> str:
     return f"{prelude}\ndef sum_above(xs):\n{lines}\n    return sum(x for x in xs if x > -3)\n"
 
 
+@pytest.mark.slow
 async def test_infinite_loops_are_stopped_and_server_stays_responsive() -> None:
     stubborn = sum_above("while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n"
                          "        pass")  # swallows the per-test timeout: the CPU limit kills the run

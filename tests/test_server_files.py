@@ -42,6 +42,7 @@ def test_task_set_shape() -> None:
     assert env.task_by_id(TASKS[5].id) == TASKS[5]
 
 
+@pytest.mark.slow
 async def test_reference_solutions_solve_every_task() -> None:
     async with Client(server.mcp, cache=None) as client:
         for t in TASKS:
@@ -339,6 +340,7 @@ async def _isolated_episodes(client: Client, prefix: str, n: int) -> list[str]:
     return workspaces
 
 
+@pytest.mark.slow
 async def test_stdio_64_concurrent_episodes_one_process() -> None:
     async with Client(stdio_params("files"), cache=None) as client:
         assert not (await client.call_tool("list_directory", {"path": "/"})).is_error
@@ -348,6 +350,7 @@ async def test_stdio_64_concurrent_episodes_one_process() -> None:
             await anyio.sleep(0.1)
 
 
+@pytest.mark.slow
 async def test_http_16_concurrent_clients() -> None:
     workspaces: list[str] = []
     async with serve_http("files") as url:

@@ -53,6 +53,7 @@ def test_layouts() -> None:
     assert env.task_by_id(TASKS[3].id) == TASKS[3]
 
 
+@pytest.mark.slow
 async def test_reference_solutions_solve_every_task() -> None:
     async with Client(server.mcp, cache=None) as client:
         for t in TASKS:
@@ -225,12 +226,14 @@ async def _isolated_episodes(client: Client, prefix: str, n: int) -> None:
         assert (st["task_id"], st["position"], st["moves"]) == (t.id, list(pos), len(steps))
 
 
+@pytest.mark.slow
 async def test_stdio_64_concurrent_episodes_one_process() -> None:
     async with Client(stdio_params("maze"), cache=None) as client:
         assert not (await client.call_tool("look", {})).is_error
         await _isolated_episodes(client, "stdio", 64)
 
 
+@pytest.mark.slow
 async def test_http_16_concurrent_clients() -> None:
     async with serve_http("maze") as url:
 

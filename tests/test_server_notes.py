@@ -100,6 +100,7 @@ def test_task_set_shape() -> None:
     assert env.task_by_id(tasks[7].id) is env.task_by_id(tasks[7].id) and env.task_by_id(tasks[7].id) == tasks[7]
 
 
+@pytest.mark.slow
 async def test_reference_solutions_solve_every_task() -> None:
     tasks = env.generate_tasks(0)
     async with Client(server.mcp, cache=None) as client:
@@ -226,6 +227,7 @@ async def _isolated_episodes(client: Client, prefix: str, n: int) -> None:
         assert {n["content"] for n in notes} == {f"c{i}"}
 
 
+@pytest.mark.slow
 async def test_stdio_64_concurrent_episodes_one_process() -> None:
     async with Client(stdio_params("notes"), cache=None) as client:
         names = {t.name for t in (await client.list_tools()).tools}
@@ -233,6 +235,7 @@ async def test_stdio_64_concurrent_episodes_one_process() -> None:
         await _isolated_episodes(client, "stdio", 64)
 
 
+@pytest.mark.slow
 async def test_http_16_concurrent_clients() -> None:
     async with serve_http("notes") as url:
 

@@ -84,6 +84,7 @@ def test_verify_normalises_but_is_exact() -> None:
 
 
 # -- reference and random play ----------------------------------------------------------------------------------
+@pytest.mark.slow
 async def test_reference_solutions_solve_every_task() -> None:
     tasks = env.generate_tasks(0)
     async with Client(server.mcp, cache=None) as client:
@@ -116,6 +117,7 @@ async def test_random_play_scores_far_below_reference() -> None:
 
 
 # -- concurrency and transports ---------------------------------------------------------------------------------
+@pytest.mark.slow
 async def test_stdio_64_concurrent_episodes_one_process() -> None:
     tasks = env.generate_tasks(0)[:64]
     results: dict[int, Any] = {}
@@ -310,6 +312,7 @@ async def test_function_bombs_fail_fast_and_other_episodes_are_served() -> None:
     assert all("too big" in text or "over the limit" in text for text in bomb_errors), set(bomb_errors)
 
 
+@pytest.mark.slow
 async def test_one_episode_holds_at_most_one_worker_thread() -> None:
     endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
     limiter = anyio.to_thread.current_default_thread_limiter()

@@ -26,7 +26,9 @@ pytest.importorskip("trl")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(900)  # 900 training steps: ~3 min on 2 cores, more when the machine is loaded
+# 900 training steps: 137 s on 2 quiet cores, 6x that on a loaded machine (900 s was reached at load 5); the bound
+# is against hangs only, sized for a machine busier still.
+@pytest.mark.timeout(3600)
 def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONWARNINGS": "ignore"}
@@ -34,7 +36,7 @@ def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -
     cmd = [sys.executable, str(ROOT / "scripts" / "examples" / "sft_from_scratch.py"), "--out", str(out),
            "--env", "counter", "--batch-size", "8", "--steps", "900", "--random-samples", "2",
            "--json", str(tmp_path / "results.json")]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
 
