@@ -27,7 +27,7 @@ def note_state_change(env: Any, out: Any) -> None:
     ``mcp_gym_reset`` tool under ``reset_mode=auto``, no ``{workspace}`` in its command line)."""
     alias = getattr(out, "server", None)
     result = getattr(out, "result", None)
-    if alias is None or result is None or result.is_error or env.reset_mode != "auto" or alias in env._templated:
+    if alias is None or result is None or result.is_error or env.reset_mode != "auto" or alias in env.workspace_servers:
         return
     if env.host.has_tool(alias, RESET_TOOL):
         return

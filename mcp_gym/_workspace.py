@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
+from mcp_gym.episode import EpisodeState
 from mcp_gym.tasks import Task
 
 __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "fill_task", "drop_workspace",
@@ -111,15 +112,13 @@ def expand_workspace(action: Any, workspace: Path | None) -> Any:
     return {**action, "arguments": _replace_strings(action["arguments"], [(PLACEHOLDER, str(workspace))])}
 
 
-class _EpisodeServers(Protocol):
+class _EpisodeServers(EpisodeState, Protocol):
     """What per-episode set-up needs of an env (:class:`~mcp_gym.env.MCPEnv` has it)."""
 
-    task: Task | None
-    workspace: Path | None
     host: MCPHost
-    _templates: dict[str, Any]
-    _templated: set[str]
-    _rt: Any
+
+    @property
+    def runtime(self) -> Any: ...
 
 
 def drop_workspace(env: _EpisodeServers) -> None:
@@ -135,20 +134,20 @@ async def prepare_episode_servers(env: _EpisodeServers) -> set[str]:
     assert env.task is not None
     task = env.task
     drop_workspace(env)
-    if task.fixture and not env._templated:
+    if task.fixture and not env.workspace_servers:
         raise ValueError(f"task '{task.id}' has a fixture but no server command line names {{workspace}}")
-    if env._templated:
+    if env.workspace_servers:
         env.workspace = make_workspace(task)
     restarted: set[str] = set()
-    for alias, template in env._templates.items():
+    for alias, template in env.server_templates.items():
         spec = episode_spec(template, env.workspace, task.env)
         conn = env.host.connections[alias]
-        if spec == conn.spec and alias not in env._templated:
+        if spec == conn.spec and alias not in env.workspace_servers:
             continue
-        if getattr(conn, "_conn", None) is not None:  # a session shared by concurrent episodes (VectorMCPEnv)
+        if getattr(conn, "shared", False):  # a session shared by concurrent episodes (VectorMCPEnv)
             raise ValueError(f"server '{alias}': per-episode set-up (workspace, task env) needs a session of its "
                              "own per episode; do not share sessions (share_servers=None)")
         conn.spec = spec
-        await env.host.restart(alias, env._rt.task_group)
+        await env.host.restart(alias, env.runtime.task_group)
         restarted.add(alias)
     return restarted

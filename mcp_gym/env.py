@@ -19,18 +19,16 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, SupportsFloat
+from typing import Any, Literal, SupportsFloat, cast
 
 import anyio
 import gymnasium as gym
-import mcp.types as mt
-from mcp import MCPError
 
 from mcp_gym import _workspace as _ws
 from mcp_gym._budget import Budget
 from mcp_gym._stateful import note_state_change
 from mcp_gym._workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
-from mcp_gym.client.connection import ConnectionLost, ServerConnection
+from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import (
     CallOutcome,
     ElicitationFn,
@@ -41,10 +39,11 @@ from mcp_gym.client.host import (
 )
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers, redact_text
+from mcp_gym.episode import ObservedResources, StepInfo, StepResult
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
-from mcp_gym.graders.session import state_snapshot
-from mcp_gym.protocol import RESET_TOOL, SUBMIT_SCHEMA, SUMMARY_KEY, ToolCallError, openai_tools
+from mcp_gym.graders.session import state_snapshot as read_state
+from mcp_gym.protocol import RESET_TOOL, SUBMIT_SCHEMA, ToolCallError, openai_tools
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
 from mcp_gym.tasks import Task, Verifier, as_task
@@ -182,18 +181,21 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.success_threshold = success_threshold
         self.env_id = env_id
         self.render_mode = render_mode
-        self._templates = normalise_servers(servers)
-        self._templated = {a for a, sp in self._templates.items() if mentions_workspace(sp)}
+        self.server_templates: Mapping[str, ServerSpec] = normalise_servers(servers)
+        """The servers' specs as given (``{workspace}`` unfilled), by alias."""
+        self.workspace_servers = frozenset(a for a, sp in self.server_templates.items() if mentions_workspace(sp))
+        """The aliases of the servers whose command line or environment names ``{workspace}`` (start at reset)."""
         self.workspace: Path | None = None
         """The current episode's workspace (a fresh directory when a server command line names ``{workspace}``)."""
-        self._transcript: list[dict[str, Any]] = []
+        self.transcript: list[dict[str, Any]] = []
+        """The episode's calls so far: ``{"tool", "arguments", "result"}`` (result text cut to 2,000 characters)."""
         self.grade: Grade | None = None
         """The last episode's grade (``None`` until graded)."""
         tap: Callable[[ServerConnection], Any] | None = None
-        if any(spec.record is not None for spec in self._templates.values()):
+        if any(spec.record is not None for spec in self.server_templates.values()):
             from mcp_gym.cassette.recorder import record_tap as tap
         self.host = MCPHost(
-            self._templates,
+            self.server_templates,
             tap=tap,
             sampling=sampling,
             elicitation=elicitation,
@@ -217,12 +219,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.steps = 0
         self.episode_return = 0.0
         self.done = False
-        self._obs_uris: dict[str, str | None] = {}
-        self._resources: dict[str, str] = {}
-        self._resource_servers: dict[str, str] = {}
+        self.observed = ObservedResources(self.host, self._waiting_on)
+        """The resources the episode observes and their latest texts."""
         self.catalogue_changes: list[dict[str, Any]] = []
         if not self._rt.in_loop():
-            self._rt.call(self._ensure_started)
+            self._rt.call(self.aconnect)
 
     # -- sync face ------------------------------------------------------------------------------------------------
     def reset(
@@ -232,8 +233,24 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         super().reset(seed=seed)
         return self._rt.call(self._areset, seed, options)
 
-    def step(self, action: Any) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
-        """Call one tool (or ``submit``) and return ``(obs, reward, terminated, truncated, info)``."""
+    def step(  # type: ignore[override]  # Env.step's info is dict[str, Any]: StepInfo is that dict, typed
+        self, action: Any
+    ) -> tuple[dict[str, Any], SupportsFloat, bool, bool, StepInfo]:
+        """Call one tool (or ``submit``) and return ``(obs, reward, terminated, truncated, info)``.
+
+        ``info`` is a :class:`~mcp_gym.episode.StepInfo` (a plain dict):
+
+        - every step: ``episode_id``, ``task_id``, ``step`` (1-based), ``error`` (``kind``, ``tool``, ``server``,
+          ``argument``, ``code``, ``message``; or ``None``), ``tools_changed``, ``logs`` (servers' log messages);
+        - a tool or ``submit`` step: ``tool``, ``server``, ``server_tool`` (its name on the server), ``is_error``,
+          ``content`` (all content blocks as JSON, images included), ``structured_content``, ``duration`` (s),
+          ``progress`` (notifications), ``termination`` (``done``, ``submit``, ``max_steps``, ``max_turns``,
+          ``max_tool_calls``, ``servers_dead``; ``None`` while the episode goes on);
+        - ``servers`` (per-server status) when the catalogue changed or every server died;
+        - at the end: ``success`` (``True``/``False``, ``None`` when unknown), ``summary`` (``return``, ``length``,
+          ``termination``, ``turns``, ``tool_calls``) and, graded, ``grade``; a ``submit`` adds ``final_answer`` and
+          ``verifier_reward``.
+        """
         return self._rt.call(self._astep, action)
 
     @property
@@ -260,7 +277,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         super().reset(seed=seed)
         return await self._rt.acall(self._areset, seed, options)
 
-    async def astep(self, action: Any) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+    async def astep(self, action: Any) -> tuple[dict[str, Any], SupportsFloat, bool, bool, StepInfo]:
         """Async :meth:`step`."""
         return await self._rt.acall(self._astep, action)
 
@@ -298,14 +315,15 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return getattr(self, "_last_text", "")
 
     # -- implementation -------------------------------------------------------------------------------------------
-    async def _ensure_started(self) -> None:
+    async def aconnect(self) -> None:
+        """Connect the servers once (construction off the loop and the first ``areset`` do it)."""
         if not self._started:
             self._started = True
             try:
-                if self._templated:  # servers naming {workspace} start at reset, in the episode's workspace
+                if self.workspace_servers:  # servers naming {workspace} start at reset, in the episode's workspace
                     async with anyio.create_task_group() as tg:
                         for alias, conn in self.host.connections.items():
-                            if alias not in self._templated:
+                            if alias not in self.workspace_servers:
                                 tg.start_soon(conn.start, self._rt.task_group)
                     await self.host.refresh_tools()
                 else:
@@ -349,16 +367,16 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.host.drain_logs()
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         self.host.episode_task, self.host.episode_seed = self.task.id, task_seed  # sent in _meta (cassette replay)
-        await self._ensure_started()  # connecting in the first reset lists tools for this episode (not twice)
-        self._transcript = []
+        await self.aconnect()  # connecting in the first reset lists tools for this episode (not twice)
+        self.transcript = []
         self.grade = None
         reset_errors: list[dict[str, Any]] = []
         done: set[str] = set()
         self._inflight.clear()
-        self._resources = {}
+        self.observed.texts = {}
         limit = math.inf if self.reset_timeout is None else self.reset_timeout
         with anyio.move_on_after(limit) as scope:
-            with self._waiting_on(*self._templates):
+            with self._waiting_on(*self.server_templates):
                 fresh = await prepare_episode_servers(self)
             if self.workspace is not None:  # the agent, the reference solution and the graders see the real path
                 self.task = fill_task(self.task, self.workspace)
@@ -366,7 +384,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             with self._waiting_on(*self.host.connections):
                 await self.host.refresh_for_episode(timeout=self.call_timeout)
             self._sync_space()
-            await self._setup_resources()
+            await self.observed.setup(self.task, self.observe_resources, self.call_timeout, self.max_observation_chars)
             with self._waiting_on(*self.host.connections):
                 # the burst of list_changed some servers send on connect is not step 1's
                 await self.host.poll_changes(timeout=self.call_timeout)
@@ -374,7 +392,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._reset_timed_out(reset_errors, done)
         self._sync_space()
         obs = {"task": self.task.prompt, "result": self.host.report_unavailable(reset_errors),
-               "resources": dict(self._resources)}
+               "resources": dict(self.observed.texts)}
         self._last_text = self.task.prompt
         info = {
             "episode_id": self.episode_id,
@@ -417,8 +435,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             errors.append(ToolCallError("timeout", message, server=alias).as_dict())
             self.host.all_tools.pop(alias, None)
         self.host.rebuild()
-        for u in self._obs_uris:
-            self._resources.setdefault(u, f"[error reading resource {u}: reset timed out]")
+        self.observed.timed_out()
 
     async def _reset_servers(self, seed: int, errors: list[dict[str, Any]], done: set[str],
                              skip: set[str] | frozenset[str] = frozenset()) -> None:
@@ -456,82 +473,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                                              tool=RESET_TOOL, server=alias).as_dict()
             errors.append(err)
 
-    # -- resources ------------------------------------------------------------------------------------------------
-    async def _setup_resources(self) -> None:
-        assert self.task is not None
-        wanted: list[str] = []
-        if self.observe_resources == "all":
-            for alias, conn in self.host.connections.items():
-                if conn.status == "ready":
-                    try:
-                        with self._waiting_on(alias):
-                            listed = await conn.list_resources(timeout=self.call_timeout)
-                        for r in listed:
-                            self._resource_servers[str(r.uri)] = alias
-                            wanted.append(str(r.uri))
-                    except Exception:  # noqa: BLE001 - a broken listing only loses that server's resources
-                        pass
-        elif self.observe_resources:
-            wanted.extend(self.observe_resources)
-        wanted.extend(self.task.resources)
-        uris = []
-        data = {k: v for k, v in dict(self.task.data).items() if isinstance(v, (str, int, float))}
-        for u in dict.fromkeys(wanted):
-            try:
-                uris.append(u.format(**data) if "{" in u else u)
-            except (KeyError, IndexError, ValueError):
-                continue  # a template this task cannot fill
-        self._obs_uris = {u: None for u in uris}
-        self._resources = {}
-        for alias, conn in self.host.connections.items():
-            conn.events.updated.clear()
-            if conn.status == "ready" and uris:
-                with self._waiting_on(alias):
-                    await conn.subscribe(uris, timeout=self.call_timeout)
-        for u in uris:
-            self._resources[u] = await self._read_resource(u)
-
-    async def _read_resource(self, uri: str) -> str:
-        aliases = [self._resource_servers[uri]] if uri in self._resource_servers else list(self.host.connections)
-        last = "not found"
-        for alias in aliases:
-            conn = self.host.connections[alias]
-            if conn.status != "ready":
-                last = f"server '{alias}' is {conn.status}"
-                continue
-            try:
-                with self._waiting_on(alias):
-                    res = await conn.read_resource(uri, self.host.meta, timeout=self.call_timeout)
-            except (ConnectionLost, MCPError) as e:
-                last = str(e)
-                continue
-            except Exception as e:  # noqa: BLE001 - e.g. a result that is not a valid ReadResourceResult
-                last = f"invalid result from server '{alias}': {type(e).__name__}"
-                continue
-            self._resource_servers[uri] = alias
-            return render_content(
-                [mt.EmbeddedResource(type="resource", resource=c) for c in res.contents], self.max_observation_chars
-            )
-        return f"[error reading resource {uri}: {last}]"
-
-    async def _refresh_resources(self) -> None:
-        dirty: set[str] = set()
-        for conn in self.host.connections.values():
-            if conn.events.updated:
-                dirty |= conn.events.updated
-                conn.events.updated = set()
-        for u in self._obs_uris:
-            if u in dirty:
-                self._resources[u] = await self._read_resource(u)
-
     # -- step -----------------------------------------------------------------------------------------------------
-    async def _astep(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    async def _astep(self, action: Any) -> StepResult:
         """A step: ``{workspace}`` in arguments is the real path; the real path in what comes back, ``{workspace}``."""
         if self.workspace is None:
             return await self._play(action)
         return _ws.mask_workspace(await self._play(_ws.expand_workspace(action, self.workspace)), self.workspace)
 
-    async def _play(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    async def _play(self, action: Any) -> StepResult:
         if self.task is None:
             raise gym.error.ResetNeeded("call reset() before step()")
         if self.done:
@@ -563,7 +512,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     async def _finish_step(
         self, out: CallOutcome | None, name: Any, arguments: dict[str, Any], error: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    ) -> StepResult:
         result = out.result if out is not None else None
         is_error = bool(result.is_error) if result is not None else error is not None
         if out is not None and result is not None:
@@ -588,7 +537,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._sync_space()
             self.catalogue_changes.append({"step": self.steps, "tools": self.tool_catalogue(),
                                            "hash": self.host.catalogue_hash()})
-        await self._refresh_resources()
+        await self.observed.refresh(self.call_timeout, self.max_observation_chars)
         cut = self.budget.cut(self.steps, self.max_steps, out is not None)  # counts the call
         truncated = False
         termination = "done" if terminated else None
@@ -598,7 +547,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             truncated, termination = True, cut
         self.episode_return += reward
         self.done = terminated or truncated
-        self._transcript.append({"tool": name if isinstance(name, str) else None, "arguments": arguments,
+        self.transcript.append({"tool": name if isinstance(name, str) else None, "arguments": arguments,
                                  "result": text[:2000]})
         obs = self._obs(text)
         info = self._info(
@@ -645,7 +594,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return None
         return ToolCallError(problem.kind, problem.message, tool="submit", argument=problem.argument).as_dict()
 
-    async def _submit(self, action: dict[str, Any]) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    async def _submit(self, action: dict[str, Any]) -> StepResult:
         try:
             problem = self._submit_problem(action)
         except Exception as exc:  # noqa: BLE001 - e.g. a dict subclass whose methods raise
@@ -672,16 +621,17 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                           final_answer=answer, success=success, verifier_reward=reward, **graded)
         return obs, reward, True, False, info
 
-    async def _state_snapshot(self) -> dict[str, Any]:
-        return await state_snapshot(self.host, self.call_timeout)
+    async def state_snapshot(self) -> dict[str, Any]:
+        """The servers' ``mcp_gym_state`` now: the one server's, else ``{alias: snapshot}``."""
+        return await read_state(self.host, self.call_timeout)
 
     def _obs(self, text: str) -> dict[str, Any]:
         self._last_text = text
         assert self.task is not None
-        return {"task": self.task.prompt, "result": text, "resources": dict(self._resources)}
+        return {"task": self.task.prompt, "result": text, "resources": dict(self.observed.texts)}
 
-    def _info(self, **kw: Any) -> dict[str, Any]:
-        info: dict[str, Any] = {
+    def _info(self, **kw: Any) -> StepInfo:
+        info: StepInfo = {
             "episode_id": self.episode_id,
             "task_id": self.task.id if self.task else None,
             "step": self.steps,
@@ -689,8 +639,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "tools_changed": False,
             "logs": self.host.drain_logs(),
         }
-        info.update(kw)
+        info.update(cast(StepInfo, kw))
         if self.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
-            info[SUMMARY_KEY] = {"return": self.episode_return, "length": self.steps,
+            info["summary"] = {"return": self.episode_return, "length": self.steps,
                                  "termination": kw.get("termination"), **self.budget.used()}
         return info

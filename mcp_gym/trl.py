@@ -330,7 +330,7 @@ class MCPToolEnvironment:
         obs, info = self.env.reset(options=options)
         self.done = False
         self.episode_return = 0.0
-        self.last_info = info
+        self.last_info = dict(info)
         self._answer = None
         self._started = True
         self._shown = dict(obs["resources"])
@@ -355,7 +355,7 @@ class MCPToolEnvironment:
             if self.last_info.get("termination") == "submit" and "verifier_reward" in self.last_info:
                 return float(self.last_info["verifier_reward"])
             try:
-                return float(self.env._rt.call(verifier_score, self.env, self._answer))
+                return float(self.env.runtime.call(verifier_score, self.env, self._answer))
             except Exception:  # noqa: BLE001 - a broken verifier scores 0 rather than stopping training
                 return 0.0
         return float(self.episode_return)
@@ -368,7 +368,7 @@ class MCPToolEnvironment:
         obs, reward, terminated, truncated, info = self.env.step({"tool": tool, "arguments": arguments})
         self.episode_return += float(reward)
         self.done = bool(terminated or truncated)
-        self.last_info = info
+        self.last_info = dict(info)
         if tool == "submit":
             self._answer = info.get("final_answer")
         text = result_content(obs["result"], obs["resources"] if self._show_resources else {}, self._shown)

@@ -84,6 +84,8 @@ class _SharedSession:
     def __init__(self, conn: Any, lock: anyio.Lock) -> None:
         self._conn = conn
         self._lock = lock
+        self.shared = True
+        """A session shared by concurrent episodes (per-episode server set-up needs one of its own)."""
         self.events = type(conn.events)()
 
     def __getattr__(self, name: str) -> Any:
@@ -197,7 +199,7 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
         """Connect every env's servers, ``max_connecting`` envs at a time (MCPEnvs made on the loop connect lazily)."""
 
         async def one(i: int) -> None:
-            start = getattr(self.envs[i].unwrapped, "_ensure_started", None)
+            start = getattr(self.envs[i].unwrapped, "aconnect", None)
             if start is not None:
                 async with self._connecting:
                     await start()

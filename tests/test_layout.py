@@ -183,14 +183,8 @@ def test_every_direct_import_is_declared() -> None:
 # -- private names stay private ---------------------------------------------------------------------------------------
 NAMED_UNDERSCORE = {"_exit", "_replace", "_asdict", "_fields", "_make"}  # os._exit, namedtuple's API: public names
 
-REACH_ALLOWED = {
-    # The episode's state lives on MCPEnv and modules carved out of env.py reach into it (issue 28 item 3, "Episode
-    # home", gives them a documented interface and empties this list).
-    ("_workspace.py", "env._templated"), ("_workspace.py", "env._templates"), ("_workspace.py", "env._rt"),
-    ("_workspace.py", "conn._conn"), ("_stateful.py", "env._templated"), ("graders/episode.py", "env._transcript"),
-    ("graders/episode.py", "env._state_snapshot"), ("trl.py", "self.env._rt"),
-    ("vector.py", "self.envs[i].unwrapped._ensure_started"),
-}
+REACH_ALLOWED: set[tuple[str, str]] = set()
+"""(module, reach) pairs still allowed: none since the episode got a home (``mcp_gym.episode``, issue 28 item 3)."""
 
 
 def private_reaches(source: str, in_compat: bool = False) -> list[str]:

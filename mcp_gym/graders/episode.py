@@ -3,37 +3,31 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
 
 from mcp_gym.client.host import MCPHost
+from mcp_gym.episode import EpisodeState, StepInfo
 from mcp_gym.graders.base import Grade, GradeContext, GraderError
 from mcp_gym.graders.session import SessionAccess
 from mcp_gym.graders.spec import Grading
 from mcp_gym.protocol import ToolCallError
-from mcp_gym.tasks import Task, Verifier
+from mcp_gym.tasks import Verifier
 
 __all__ = ["is_graded", "grade_step_end", "grade_submit", "verifier_score"]
 
 
-class _GradedEpisode(Protocol):
+class _GradedEpisode(EpisodeState, Protocol):
     """What grading needs of an env (:class:`~mcp_gym.env.MCPEnv` has it)."""
 
     grading: Grading | None
     verifier: Verifier | None
-    task: Task | None
-    workspace: Path | None
     host: MCPHost
     call_timeout: float | None
     strict: bool
     success_threshold: float
-    done: bool
     grade: Grade | None
-    _transcript: list[dict[str, Any]]
-
-    async def _state_snapshot(self) -> dict[str, Any]: ...
 
 
 def episode_grader(env: _GradedEpisode) -> Any:
@@ -52,14 +46,14 @@ def is_graded(env: _GradedEpisode) -> bool:
     return env.verifier is not None if env.grading is None else episode_grader(env) is not None
 
 
-async def grade_episode(env: _GradedEpisode, info: dict[str, Any], answer: str | None,
+async def grade_episode(env: _GradedEpisode, info: StepInfo, answer: str | None,
                         termination: str | None) -> float:
     """Grade the env's finished episode into ``info`` (``grade``, ``success``; ``error`` when grading failed) and
     ``env.grade``, within the grader's timeout (past it: a failed grade saying so); returns the score (0 on
     failure)."""
     assert env.task is not None and env.grading is not None
     session = SessionAccess(env.host, env.call_timeout)
-    ctx = GradeContext(env.task, answer, env.workspace, list(env._transcript), env._state_snapshot,
+    ctx = GradeContext(env.task, answer, env.workspace, list(env.transcript), env.state_snapshot,
                        session.call, session.read, tuple(env.host.connections), env.grading.task_dir, termination)
     try:
         grader = env.grading.for_task(env.task)
@@ -86,11 +80,11 @@ async def grade_episode(env: _GradedEpisode, info: dict[str, Any], answer: str |
 async def verifier_score(env: _GradedEpisode, answer: str | None) -> float:
     """The legacy ``verifier``'s score for the current server state (raises what the verifier raises)."""
     assert env.verifier is not None and env.task is not None
-    state = await env._state_snapshot()
+    state = await env.state_snapshot()
     return float(env.verifier(env.task, answer, state))
 
 
-async def grade_step_end(env: _GradedEpisode, info: dict[str, Any], terminated: bool) -> None:
+async def grade_step_end(env: _GradedEpisode, info: StepInfo, terminated: bool) -> None:
     """Grade a tool step that ended the episode into ``info``: the grader when one applies, else the legacy
     ``verifier`` on termination (``success``; ``error`` when it failed)."""
     if env.done and episode_grader(env) is not None:
@@ -106,15 +100,15 @@ async def grade_step_end(env: _GradedEpisode, info: dict[str, Any], terminated: 
                 "verifier_error", f"verifier failed on task '{env.task.id}': {type(e).__name__}: {e}").as_dict()
 
 
-async def grade_submit(env: _GradedEpisode, answer: str | None) -> tuple[float, dict[str, Any] | None, dict[str, Any]]:
+async def grade_submit(env: _GradedEpisode, answer: str | None) -> tuple[float, dict[str, Any] | None, StepInfo]:
     """Grade a ``submit``: ``(reward, error, graded)``, ``graded`` holding the grader's ``grade`` and ``success``
     (empty on the legacy ``verifier`` path or when nothing grades the episode)."""
     error = None
     reward = 0.0
-    graded: dict[str, Any] = {}
+    graded: StepInfo = {}
     if episode_grader(env) is not None:
         env.done = True
-        env._transcript.append({"tool": "submit", "arguments": {"answer": answer}, "result": ""})
+        env.transcript.append({"tool": "submit", "arguments": {"answer": answer}, "result": ""})
         reward = await grade_episode(env, graded, answer, "submit")
         error = graded.pop("error", None)
     elif env.verifier is not None and env.task is not None:
