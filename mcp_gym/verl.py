@@ -9,7 +9,10 @@ messages, feedback on a reply without a call), the same parser, and, with ``reco
 Parquet run as every other mcp-gym agent. Per trajectory it:
 
 * makes its own env (verl builds one loop per trajectory, so the MCP sessions and the episode's state live here, not
-  in verl's tools, which are re-created on every call) and resets it on the row's task (``extra_info.task_id``; else
+  in verl's tools, which are re-created on every call) on the runtime hosted by the worker's event loop
+  (:meth:`Runtime.hosted <mcp_gym.client.runtime.Runtime.hosted>`, one per loop: the sessions' owner tasks run on
+  verl's loop next to the trajectories, so a turn's env step is awaited right there, with no thread hop; a factory
+  that passes its own ``runtime=`` keeps it) and resets it on the row's task (``extra_info.task_id``; else
   the prompt's last user message is matched against the env's task prompts, an unknown prompt becoming an ad-hoc
   task), replacing the row's prompt with the chat view's ``[system, user]``;
 * renders them with the tokenizer's chat template and the env's tools (``tools/list`` with their schemas, plus
@@ -48,6 +51,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from mcp_gym._compat.verl import agent_loop_registry
 from mcp_gym.async_env import aclose
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
+from mcp_gym.client.runtime import Runtime
 from mcp_gym.recording import RecordTrajectories
 from mcp_gym.textenv import FACE_OPTIONS, TextEnvBatch, face_settings, resolve_env_factory
 
@@ -91,7 +95,9 @@ class MCPGymAgentLoop(AgentLoopBase):
         if env_name is None:
             raise ValueError(f"verl agent loop {self.agent_name!r}: no env; set env: NAME in its agent loop config "
                              "entry, or give the row extra_info.env")
-        inner = resolve_env_factory(env_name, self.options["env_kwargs"])()
+        factory = resolve_env_factory(env_name, self.options["env_kwargs"])
+        with (await Runtime.hosted()).as_default():  # sessions on verl's loop: no thread hop per step
+            inner = factory()
         env: Any = inner if self.options["record_to"] is None else RecordTrajectories(
             inner, self.options["record_to"], policy=self.options["policy"], metadata={"trainer": "verl"})
         batch = TextEnvBatch([env], system_prompt=self.options["system_prompt"],

@@ -225,6 +225,44 @@ def test_batch_of_trajectories_and_the_default_loop(model_dir: Path, tmp_path: P
     assert recorded_episode(tmp_path / "long")["termination"] == "max_length"
 
 
+MADE: list[MCPEnv] = []
+
+
+def counter_env() -> MCPEnv:
+    """A bundled Counter env (made without ``runtime=``), kept for the test to look at."""
+    MADE.append(make_env("Counter"))
+    return MADE[-1]
+
+
+def test_trajectories_step_their_envs_on_verls_loop_with_no_thread_hop(model_dir: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The envs' runtime is hosted on the worker's event loop (one for all its trajectories): every reset and step
+    is awaited there, none is scheduled onto another thread's loop."""
+    import mcp_gym.client.runtime as runtime_module
+    from mcp_gym.envs import load_env_tasks
+    from mcp_gym.parsing import ToolCall, format_tool_calls
+
+    hops: list[Any] = []
+    real = asyncio.run_coroutine_threadsafe
+
+    def counted(coro: Any, loop: Any) -> Any:
+        hops.append(coro)
+        return real(coro, loop)
+
+    monkeypatch.setattr(runtime_module.asyncio, "run_coroutine_threadsafe", counted)
+    solutions = {t.prompt: [format_tool_calls([ToolCall(c["tool"], c["arguments"])]) for c in t.solution]
+                 for t in load_env_tasks("Counter", None, 0)[:2]}
+    MADE.clear()
+    entry = mcp_verl.agent_loop_entry("mcp_gym_counter", f"{__name__}:counter_env")
+    rows = mcp_verl.task_rows("Counter", None, agent_name=entry["name"])[:2]
+    out, _ = rollout(model_dir, tmp_path, [entry], rows,
+                     lambda prompt: [v for k, v in solutions.items() if k in prompt][0])
+    assert list(out.non_tensor_batch["success"]) == [True, True]
+    assert len(MADE) == 2 and MADE[0].runtime is MADE[1].runtime and MADE[0].runtime.mode == "hosted"
+    assert MADE[0].runtime.closed  # it ended with verl's loop (asyncio.run here)
+    assert hops == []
+
+
 def test_bad_settings_are_named(model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"agent loop 'x': unknown setting\(s\) \['recrd_to'\]"):
         mcp_verl.agent_loop_entry("x", "Counter", recrd_to="runs")

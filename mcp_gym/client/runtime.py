@@ -2,7 +2,7 @@
 
 The MCP SDK is anyio-based and each ``Client`` must be entered and exited by the same task (the task-affinity pitfall).
 mcp-gym therefore runs all sessions on one :class:`Runtime`: an asyncio event loop with a long-lived task group where
-each connection's owner task lives. The loop runs in one of two modes:
+each connection's owner task lives. The loop runs in one of three modes:
 
 * **driven** (the start): nobody runs the loop between calls. A sync call (``env.step``) runs it in the caller's own
   thread until the call is done (``run_until_complete``), so a step pays no thread hop. Owner tasks sleep between
@@ -14,6 +14,20 @@ each connection's owner task lives. The loop runs in one of two modes:
   something needs the loop to run on its own: async code on another event loop (``await env.astep(...)`` under
   ``asyncio.run``, a Ray actor), a sync call from a thread that runs another loop (Jupyter), or
   :meth:`Runtime.submit`. Live sessions carry over.
+* **hosted** (async first): ``await Runtime.hosted()`` puts the runtime on the caller's already-running event loop
+  (one per loop, shared by every caller on it), so async code on that loop awaits ``env.areset/astep`` with no thread
+  hop at all (``acall`` just awaits) and no loop thread is started: the owner tasks live in a task group on that loop.
+  This is what an async trainer wants (verl's agent loops run as tasks on their worker's loop; ``mcp_gym.verl`` hosts
+  its envs' runtime there). Sync calls from that loop's own thread would block the loop they need, so they are refused
+  with an error (await the ``a*`` method); calls from other threads are scheduled on the loop thread-safely while it
+  runs. ``await runtime.aclose()`` ends the sessions; when the hosting loop ends (``asyncio.run`` returns) the runtime
+  closes with it. :meth:`Runtime.as_default` makes envs built by code that does not pass ``runtime=`` (a factory) use
+  it::
+
+      rt = await Runtime.hosted()
+      with rt.as_default():
+          env = make_env("Counter")        # same as make_env("Counter", runtime=rt)
+      await env.areset(seed=0)             # runs right here, on this loop
 """
 
 from __future__ import annotations
@@ -22,11 +36,12 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import os
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -40,6 +55,8 @@ __all__ = ["Runtime", "default_runtime"]
 
 _POLL = 0.002
 """Seconds between checks of a thread waiting for its call while another thread drives the loop."""
+_HOST_POLL = 0.5
+"""Seconds between checks, by a thread waiting for a call on a hosted runtime, that the hosting loop still runs."""
 _SIGINT = int(signal.SIGINT)
 
 
@@ -61,17 +78,7 @@ class Runtime:
     """
 
     def __init__(self, name: str = "mcp-gym-runtime", *, threaded: bool = False) -> None:
-        self.name = name
-        self.loop = asyncio.new_event_loop()
-        self.closed = False
-        self._tg: TaskGroup | None = None
-        self._stop: asyncio.Event | None = None
-        self._state = threading.Lock()  # guards _driver, _thread, _want_thread, closed
-        self._driver: int | None = None  # id of the thread running the loop in driven mode
-        self._thread: threading.Thread | None = None
-        self._want_thread = False
-        self._ready = threading.Event()
-        self._serve_task = self.loop.create_task(self._serve())
+        self._setup(name, asyncio.new_event_loop(), hosted=False)
         if threaded or _foreign_loop_running():
             with self._state:
                 self._spawn()
@@ -84,6 +91,48 @@ class Runtime:
             finally:
                 self._release()
 
+    def _setup(self, name: str, loop: asyncio.AbstractEventLoop, *, hosted: bool) -> None:
+        self.name = name
+        self.loop = loop
+        self._hosted = hosted  # on its caller's event loop (Runtime.hosted)
+        self.closed = False
+        self._tg: TaskGroup | None = None
+        self._stop: asyncio.Event | None = None
+        self._state = threading.Lock()  # guards _driver, _thread, _want_thread, closed
+        self._driver: int | None = None  # id of the thread running the loop in driven mode
+        self._thread: threading.Thread | None = None
+        self._want_thread = False
+        self._ready = threading.Event()
+        self._serve_task = self.loop.create_task(self._serve(), name=name if hosted else None)
+
+    @classmethod
+    async def hosted(cls, name: str = "mcp-gym-runtime") -> Runtime:
+        """The runtime hosted on the running event loop (made on first use, then shared by every caller on that
+        loop until it is closed or the loop ends): sessions owned by tasks on this loop, ``acall`` with no thread hop
+        (see the module docs). ``name`` names the serving task of a new one."""
+        loop = asyncio.get_running_loop()
+        rt = _by_loop.get(loop)
+        if rt is None or rt.closed:
+            for other in [k for k, v in _by_loop.items() if v.closed or k.is_closed()]:  # loops gone without a word
+                _by_loop.pop(other, None)
+            rt = cls.__new__(cls)
+            rt._setup(name, loop, hosted=True)
+            _by_loop[loop] = rt
+        await rt._started()
+        if rt._tg is None:
+            raise RuntimeError("mcp-gym: the hosted runtime ended while starting")
+        return rt
+
+    @contextlib.contextmanager
+    def as_default(self) -> Iterator[Runtime]:
+        """Within the block (in this thread or task), :func:`default_runtime` returns this runtime, so envs built by
+        code that does not pass ``runtime=`` (an env factory, ``make_env``) use it."""
+        token = _scoped.set(self)
+        try:
+            yield self
+        finally:
+            _scoped.reset(token)
+
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         try:
@@ -95,6 +144,11 @@ class Runtime:
         finally:
             self._tg = None  # new sessions fail at once ("not running") instead of waiting on a task group that ended
             self._ready.set()
+            if self._hosted:  # the host loop ends (its tasks are cancelled) or aclose: the runtime is over
+                with self._state:
+                    self.closed = True
+                if _by_loop.get(self.loop) is self:
+                    del _by_loop[self.loop]
 
     async def _started(self) -> None:
         while not self._ready.is_set():
@@ -105,12 +159,22 @@ class Runtime:
 
     # -- modes ----------------------------------------------------------------------------------------------------
     @property
+    def mode(self) -> str:
+        """``"driven"``, ``"threaded"`` or ``"hosted"`` (see the module docs)."""
+        return "hosted" if self._hosted else "threaded" if self._thread is not None else "driven"
+
+    @property
     def threaded(self) -> bool:
         """True once a loop thread runs the loop (see the module docs)."""
         return self._thread is not None
 
     def in_loop(self) -> bool:
         """True when called from code the runtime's loop is running (async code may then await directly)."""
+        if self._hosted:
+            try:
+                return asyncio.get_running_loop() is self.loop
+            except RuntimeError:
+                return False
         thread = self._thread
         if thread is not None:
             return threading.current_thread() is thread
@@ -119,7 +183,7 @@ class Runtime:
     def _claim(self) -> bool:
         """Become the thread that drives the loop, if it is idle in driven mode."""
         with self._state:
-            if self._thread is not None or self._driver is not None or self.closed:
+            if self._hosted or self._thread is not None or self._driver is not None or self.closed:
                 return False
             self._driver = threading.get_ident()
             return True
@@ -144,7 +208,7 @@ class Runtime:
     def _start_thread(self) -> None:
         """Switch to threaded mode (idempotent; if a thread drives the loop now, it switches when its call ends)."""
         with self._state:
-            if self._thread is not None or self.closed:
+            if self._hosted or self._thread is not None or self.closed:  # a hosted runtime's loop runs on its own
                 return
             if self._driver is None:
                 self._spawn()
@@ -168,6 +232,13 @@ class Runtime:
         if self.closed:
             coro.close()
             raise RuntimeError("mcp-gym runtime is closed")
+        if self._hosted:
+            try:
+                loop = self._host_loop()
+            except RuntimeError:
+                coro.close()
+                raise
+            return asyncio.run_coroutine_threadsafe(coro, loop)
         self._start_thread()
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
@@ -177,9 +248,14 @@ class Runtime:
         ``timeout``: seconds before ``TimeoutError`` (the call is then cancelled).
         """
         if self.in_loop():
-            raise RuntimeError("mcp-gym: a sync method was called on the runtime's own event loop; await the a* method")
+            raise RuntimeError("mcp-gym: a sync method was called on the runtime's own event loop" + (
+                " (a hosted runtime: it runs on the caller's loop)" if self._hosted else "") + "; await the a* method "
+                "(areset, astep, aclose)")
         if self.closed:
             raise RuntimeError("mcp-gym runtime is closed")
+        if self._hosted:
+            loop = self._host_loop()
+            return self._wait_hosted(asyncio.run_coroutine_threadsafe(_call(fn, args), loop), timeout)
         if self._thread is None:
             if _foreign_loop_running():  # e.g. a sync env.step in Jupyter, whose thread runs its own loop
                 self._start_thread()
@@ -239,6 +315,27 @@ class Runtime:
                                         _POLL if left is None else min(left, _POLL))
         return fut.result()
 
+    def _host_loop(self) -> asyncio.AbstractEventLoop:
+        """The hosting loop, if it runs (else a call scheduled on it would wait for good)."""
+        if not self.loop.is_running():
+            raise RuntimeError(f"mcp-gym: the event loop hosting runtime {self.name!r} is not running (a hosted "
+                               "runtime is used from that loop's own async code, or from other threads while it runs)")
+        return self.loop
+
+    def _wait_hosted(self, fut: concurrent.futures.Future[T], timeout: float | None) -> T:
+        """Wait in another thread for a call scheduled on the hosting loop, bounded by its running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                fut.cancel()
+                raise TimeoutError(f"no result within {timeout:g} s")
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                return fut.result(timeout=_HOST_POLL if left is None else min(left, _HOST_POLL))
+            if not self.loop.is_running() and not fut.done():
+                fut.cancel()
+                raise RuntimeError(f"mcp-gym: the event loop hosting runtime {self.name!r} stopped during a call")
+
     async def acall(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Await ``fn(*args)`` on the runtime from async code on any event loop."""
         if self.in_loop():
@@ -252,9 +349,23 @@ class Runtime:
 
     # -- closing --------------------------------------------------------------------------------------------------
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the loop; cancels every owner task still running (closing their sessions)."""
+        """Stop the loop; cancels every owner task still running (closing their sessions). A hosted runtime is closed
+        from another thread (on its own loop: ``await aclose()``); its loop is the caller's and stays."""
         if self.in_loop():
-            raise RuntimeError("mcp-gym: Runtime.close() called from its own event loop")
+            raise RuntimeError("mcp-gym: Runtime.close() called from its own event loop; await Runtime.aclose()")
+        if self._hosted:
+            with self._state:
+                if self.closed:
+                    return
+                self.closed = True
+            if self.loop.is_closed():
+                return
+            if self.loop.is_running():
+                with contextlib.suppress(Exception):  # bounded: _end cancels owner tasks that do not finish
+                    asyncio.run_coroutine_threadsafe(self._end(timeout), self.loop).result(timeout * 2 + 1.0)
+            elif self._stop is not None:  # the sessions end when the loop runs again (or with it)
+                self.loop.call_soon_threadsafe(self._stop.set)
+            return
         with self._state:
             if self.closed:
                 return
@@ -281,17 +392,48 @@ class Runtime:
                 self._driver = None
 
 
+    async def aclose(self, timeout: float = 10.0) -> None:
+        """Async :meth:`close`: on a hosted runtime's loop, end its sessions there (each owner task closes its own);
+        elsewhere, close in a worker thread."""
+        if not self.in_loop():
+            await anyio.to_thread.run_sync(self.close, timeout)
+            return
+        if not self._hosted:
+            raise RuntimeError("mcp-gym: Runtime.aclose() called on its own loop thread; close it from elsewhere")
+        with self._state:
+            if self.closed:
+                return
+            self.closed = True
+        await self._end(timeout)
+
+    async def _end(self, timeout: float) -> None:
+        """Stop serving on the hosting loop and wait (bounded) for the owner tasks to finish."""
+        if self._stop is not None:
+            self._stop.set()
+        done, _ = await asyncio.wait([self._serve_task], timeout=timeout)
+        if not done:  # an owner task does not finish: cancel the lot
+            self._serve_task.cancel()
+            await asyncio.wait([self._serve_task], timeout=timeout)
+
+
 async def _call(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
     return await fn(*args)
 
 
 _default: Runtime | None = None
 _lock = threading.Lock()
+_by_loop: dict[asyncio.AbstractEventLoop, Runtime] = {}
+"""The hosted runtime of each event loop (removed when it closes or its loop ends)."""
+_scoped: contextvars.ContextVar[Runtime | None] = contextvars.ContextVar("mcp_gym_runtime", default=None)
+"""The runtime :meth:`Runtime.as_default` puts in place of the process-wide one."""
 
 
 def default_runtime() -> Runtime:
-    """The process-wide runtime, started on first use."""
+    """The process-wide runtime, started on first use (within :meth:`Runtime.as_default`: that runtime)."""
     global _default
+    scoped = _scoped.get()
+    if scoped is not None and not scoped.closed:
+        return scoped
     with _lock:
         if _default is None or _default.closed:
             _default = Runtime()
@@ -303,6 +445,7 @@ def _forget_default_in_child() -> None:
     global _default, _lock
     _default = None
     _lock = threading.Lock()
+    _by_loop.clear()
 
 
 if hasattr(os, "register_at_fork"):
