@@ -21,12 +21,18 @@ observation carries ``result`` (the chat view's tool message: the result text, t
 ``parse_status``, ``turn``, ``assistant_content``): with ``record_to`` they are recorded with the step, and every
 episode lands in an mcp-gym run (viewer, SFT export) as if played through ``MCPEnv`` directly.
 
+The sessions' envs run on the runtime hosted by the server's event loop (:meth:`Runtime.hosted
+<mcp_gym.client.runtime.Runtime.hosted>`, taken by the app on its first request): OpenEnv awaits ``reset_async`` and
+``step_async`` on that loop, so a step is awaited in place, with no thread hop (OpenEnv makes and closes each session's
+env in a worker thread, whose calls are scheduled onto the loop).
+
 OpenEnv's ``/mcp`` JSON-RPC pass-through (its "production mode") needs a FastMCP server object and is not offered: the
 step API above is the episode (an agent that only needs the tools can talk MCP to the env's servers themselves).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections.abc import Callable, Mapping
@@ -51,6 +57,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from mcp_gym.async_env import areset, astep
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, env_tools
+from mcp_gym.client.runtime import Runtime
 from mcp_gym.env import MCPEnv
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, ToolCall
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
@@ -105,14 +112,18 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
         policy: The recorded policy name.
         system_prompt: The chat view's system message in the reset's ``messages`` (``None``: none).
         show_resources: Render observed resources into the user turn and changed ones into ``result``.
+        serving: The app's serving loop (:func:`create_app` passes it): the env is made on the runtime it hosts.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # every session has its own MCPEnv (bundled servers keep per-episode state)
 
     def __init__(self, make_env: Callable[[], MCPEnv], *, record_to: str | None = None, policy: str = "openenv",
-                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True) -> None:
+                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True,
+                 serving: ServingLoop | None = None) -> None:
         super().__init__()
-        inner = make_env()
+        rt = serving.runtime if serving is not None else None
+        with rt.as_default() if rt is not None and not rt.closed else contextlib.nullcontext():
+            inner = make_env()
         self.env: Any = inner if record_to is None else RecordTrajectories(
             inner, record_to, policy=policy, metadata={"trainer": "openenv"})
         self.system_prompt = system_prompt
@@ -228,12 +239,35 @@ def create_app(env: str | Callable[[], MCPEnv], *, env_kwargs: Mapping[str, Any]
         show_resources: Render observed resources into the messages and results.
     """
     factory = resolve_env_factory(env, env_kwargs)
+    serving = ServingLoop()
     session = functools.partial(MCPGymEnvironment, factory, record_to=record_to, policy=policy,
-                                system_prompt=system_prompt, show_resources=show_resources)
+                                system_prompt=system_prompt, show_resources=show_resources, serving=serving)
     app = _openenv_app(session, CallToolAction, StepObservation, env_name=env if isinstance(env, str) else None,
                        max_concurrent_envs=max_sessions)
     app.add_middleware(_QuietDisconnect)
+    app.add_middleware(_HostRuntime, serving=serving)
     return app
+
+
+class ServingLoop:
+    """The runtime hosted on the event loop that serves an app (``None`` until its first request), on which the
+    sessions' envs are made."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+
+
+class _HostRuntime:
+    """ASGI middleware: on each request, the serving loop's hosted runtime (made on the first) into ``serving``."""
+
+    def __init__(self, app: Any, serving: ServingLoop) -> None:
+        self.app, self.serving = app, serving
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        rt = self.serving.runtime
+        if scope["type"] != "lifespan" and (rt is None or rt.closed or rt.loop is not asyncio.get_running_loop()):
+            self.serving.runtime = await Runtime.hosted()
+        await self.app(scope, receive, send)
 
 
 class _QuietDisconnect:

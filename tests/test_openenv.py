@@ -233,3 +233,31 @@ def test_tools_before_reset_and_the_http_routes(serve: Callable[..., Server]) ->
         schema = json.loads(r.read())
     assert "tool_name" in schema["action"]["properties"]
     assert {"step_error", "success", "episode_return"} <= set(schema["observation"]["properties"])
+
+
+def test_sessions_step_on_the_servers_loop_with_no_thread_hop(serve: Callable[..., Server],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sessions' envs are made on the runtime hosted by the server's event loop, where OpenEnv awaits their
+    steps: only the env's making and closing (in OpenEnv's worker thread) cross threads, however many steps."""
+    import mcp_gym.client.runtime as runtime_module
+
+    made: list[MCPEnv] = []
+    hops: list[Any] = []
+    real = asyncio.run_coroutine_threadsafe
+
+    def counted(coro: Any, loop: Any) -> Any:
+        hops.append(coro)
+        return real(coro, loop)
+
+    def factory() -> MCPEnv:
+        made.append(make_env("Counter"))
+        return made[-1]
+
+    monkeypatch.setattr(runtime_module.asyncio, "run_coroutine_threadsafe", counted)
+    server = serve(factory)
+    calls = COUNTER_CALLS * 3
+    _, steps = asyncio.run(play(server.url, "counter-0000", calls))
+    server.stop()
+    assert len(steps) >= 3
+    assert len(made) == 1 and made[0].runtime.mode == "hosted" and made[0].runtime.closed  # ended with the server
+    assert len(hops) == 2  # the connection at the env's making, and its closing
