@@ -113,8 +113,9 @@ class Runtime:
         loop = asyncio.get_running_loop()
         rt = _by_loop.get(loop)
         if rt is None or rt.closed:
-            for other in [k for k, v in _by_loop.items() if v.closed or k.is_closed()]:  # loops gone without a word
-                _by_loop.pop(other, None)
+            for other, old in list(_by_loop.items()):  # (a copy: other threads' loops add theirs meanwhile)
+                if old.closed or other.is_closed():  # a loop closed without ending its tasks
+                    _by_loop.pop(other, None)
             rt = cls.__new__(cls)
             rt._setup(name, loop, hosted=True)
             _by_loop[loop] = rt
@@ -148,7 +149,7 @@ class Runtime:
                 with self._state:
                     self.closed = True
                 if _by_loop.get(self.loop) is self:
-                    del _by_loop[self.loop]
+                    _by_loop.pop(self.loop, None)
 
     async def _started(self) -> None:
         while not self._ready.is_set():
@@ -390,7 +391,6 @@ class Runtime:
         finally:
             with self._state:
                 self._driver = None
-
 
     async def aclose(self, timeout: float = 10.0) -> None:
         """Async :meth:`close`: on a hosted runtime's loop, end its sessions there (each owner task closes its own);
