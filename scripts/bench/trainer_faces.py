@@ -10,7 +10,9 @@ trajectory of ``--steps`` turns, a scripted model answering verl's ``server_mana
 the same text) also decodes the tokens and has verl's Continuous Token builder render each turn's tool message (the
 chat template: verl's own work, which its tool loop does too), so its line is given with and without verl's token
 work (that rendering and the merge of the model's tokens), timed per turn from the model's first answer (the
-trajectory's env, reset and prompt excluded). Rounds interleave the sides
+trajectory's env, reset and prompt excluded; the env's runtime is hosted on the trajectory's event loop, as
+``mcp_gym.verl`` does, so a step is awaited with no thread hop; a second verl line keeps the env on a threaded runtime,
+one thread hop per turn, as before the hosted runtime). Rounds interleave the sides
 (the order rotates) so machine noise hits all alike; reported: median wall time per step, this process's CPU per step
 (the client's own cost; over stdio the server's CPU is another process), each side's own time (its step minus the
 time inside ``MCPEnv._astep``, the env's step proper: the face's parsing, chat view and layers, plus the sync face) and
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_gym import InProcess, MCPEnv, Stdio
+from mcp_gym.client.runtime import Runtime
 from mcp_gym.envs.counter.server import make_server
 from mcp_gym.recording import RecordTrajectories
 from mcp_gym.textenv import TextEnvBatch
@@ -88,7 +91,9 @@ class VerlRounds:
     model's first answer to its ``steps + 1``-th request, with the time in verl's Continuous Token builder (rendering
     the tool messages, merging the model's tokens) kept apart."""
 
-    def __init__(self, make: Callable[[], MCPEnv], record: str | None) -> None:
+    def __init__(self, make: Callable[[], MCPEnv], record: str | None,
+                 labels: tuple[str | None, ...] = ("verl agent loop turn", "  same, w/o verl's token work",
+                                                   "  of which TextEnvBatch.astep"), stub: bool = False) -> None:
         import asyncio
         from pathlib import Path
 
@@ -125,9 +130,10 @@ class VerlRounds:
                 requests.append((time.perf_counter(), time.process_time()))
                 return TokenOutput(token_ids=reply)
 
-        self.model, self.inner, self.record = Model(), Inner(make), record
+        self.model, self.inner, self.record, self.labels, self.stub = Model(), Inner(make), record, labels, stub
         self.spans: list[tuple[float, float]] = []  # (start, duration) of verl's token work
         self.cpu_spans: list[tuple[float, float]] = []  # (start, CPU seconds) of the same
+        self.face_spans: list[tuple[float, float, float]] = []  # (start, wall, CPU) of each TextEnvBatch.astep
         self.loop_cls, self.wrap = MCPGymAgentLoop, DictConfigWrap
         self.aio = asyncio.new_event_loop()
         self.round(20)  # warm up
@@ -158,12 +164,23 @@ class VerlRounds:
         self.inner.durations.clear()
         self.spans.clear()
         self.cpu_spans.clear()
+        self.face_spans.clear()
+        real = TextEnvBatch.astep
+
+        async def face_step(batch: TextEnvBatch, outputs: Any) -> Any:  # mcp-gym's whole part of a turn
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return await real(batch, outputs)
+            finally:
+                self.face_spans.append((t, time.perf_counter() - t, time.process_time() - c))
 
         async def trajectory() -> None:  # verl makes the loop on its worker's event loop, as here
             loop = self.loop_cls(trainer_config=self.wrap(self.config), server_manager=self.model,
                                  tokenizer=self.tokenizer, processor=None, dataset_cls=None,
                                  data_config=self.wrap(self.config.data), hf_model_type="qwen2", env=self.inner.make,
                                  record_to=None if self.record is None else f"{self.record}/verl")
+            if self.stub:  # verl's token work replaced by list appends: what does it do to the env's steps?
+                loop.ct_merge_assistant_token, loop.ct_merge_context_msg = _stub_assistant, _stub_context
             for name in ("ct_merge_context_msg", "ct_merge_assistant_token"):  # verl's token work, timed apart
                 setattr(loop, name, self.timed(getattr(loop, name)))
             builder = loop.continuous_token_builder  # ... and its CPU (it runs in verl's executor threads)
@@ -171,19 +188,43 @@ class VerlRounds:
                 setattr(builder, name, self.cpu_timed(getattr(builder, name)))
             await loop.run({}, raw_prompt=[], extra_info={"seed": 0})
 
-        self.aio.run_until_complete(trajectory())
+        TextEnvBatch.astep = face_step  # type: ignore[method-assign]
+        try:
+            self.aio.run_until_complete(trajectory())
+        finally:
+            TextEnvBatch.astep = real  # type: ignore[method-assign]
         (w0, c0), (w1, c1) = self.requests[0], self.requests[steps]
         wall, cpu, env = (w1 - w0) / steps, (c1 - c0) / steps, sum(self.inner.durations[:steps]) / steps
         render = sum(d for t, d in self.spans if t < w1) / steps  # verl's token work inside the window
         render_cpu = sum(d for t, d in self.cpu_spans if t < w1) / steps
-        return {"verl agent loop turn": (wall, cpu, wall - env),
-                "  same, w/o verl's token work": (wall - render, cpu - render_cpu, wall - env - render)}
+        face = [(w, c) for t, w, c in self.face_spans if t < w1]
+        face_wall, face_cpu = sum(w for w, _ in face) / steps, sum(c for _, c in face) / steps
+        lines = [(wall, cpu, wall - env), (wall - render, cpu - render_cpu, wall - env - render),
+                 (face_wall, face_cpu, face_wall - env)]
+        return {label: line for label, line in zip(self.labels, lines, strict=True) if label is not None}
 
     def close(self) -> None:
+        async def end() -> None:  # the runtime hosted on this loop, if any (the loop is idle between rounds)
+            await (await Runtime.hosted()).aclose()
+
+        self.aio.run_until_complete(end())
         self.aio.close()
 
 
-def faces(make: Callable[[], MCPEnv], record: str | None) -> tuple[list[Round], list[Callable[[], None]]]:
+async def _stub_assistant(ids: list[int], generated: list[int], mask: list[int], *args: Any, **kwargs: Any) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(token_ids=ids + list(generated)), mask + [1] * len(generated), None
+
+
+async def _stub_context(previous: Any, history: Any, ids: list[int], mask: list[int], *args: Any, **kwargs: Any
+                        ) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(token_ids=ids + [0] * 30), mask + [0] * 30, None
+
+
+def faces(make: Callable[..., MCPEnv], record: str | None) -> tuple[list[Round], list[Callable[[], None]]]:
     """The rounds of the base env and of every face here, each over its own env, and their closers."""
     out: dict[str, tuple[Callable[[], Any], Callable[[], None], Inner]] = {}
     timers = {name: Inner(make) for name in ("base", "textenv", "skyrl", "openenv")}
@@ -223,12 +264,18 @@ def faces(make: Callable[[], MCPEnv], record: str | None) -> tuple[list[Round], 
     except ImportError as e:
         print(f"  (verl face skipped: {e}; pip install 'mcp-gym[verl]', and trl for the chat template)")
     else:
-        rounds.append(verl.round)
-        closers.append(verl.close)
+        threaded = Runtime(threaded=True)  # the env's calls hop onto its loop thread, as before hosting
+        hopping = VerlRounds(lambda: make(runtime=threaded), record and f"{record}/hop",
+                             ("verl turn, threaded runtime", "  same, w/o verl's token work ",
+                              "  of which TextEnvBatch.astep "))
+        stubbed = VerlRounds(make, record and f"{record}/stub", ("verl turn, token work stubbed", None,
+                                                               "  of which TextEnvBatch.astep  "), stub=True)
+        rounds += [verl.round, hopping.round, stubbed.round]
+        closers += [verl.close, hopping.close, stubbed.close, threaded.close]
     return rounds, closers
 
 
-def compare(label: str, make: Callable[[], MCPEnv], rounds: int, steps: int, record: str | None) -> None:
+def compare(label: str, make: Callable[..., MCPEnv], rounds: int, steps: int, record: str | None) -> None:
     sides, closers = faces(make, record)
     wall: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
@@ -267,9 +314,9 @@ def main() -> None:
     server = make_server(diagnostics=True)
     with tempfile.TemporaryDirectory() as tmp:
         record = tmp if a.record else None
-        compare("stdio", lambda: MCPEnv({"c": stdio}, ["t"], max_steps=10**9), a.rounds, a.steps, record)
-        compare("in-process", lambda: MCPEnv({"c": InProcess(server)}, ["t"], max_steps=10**9), a.rounds, a.steps,
-                record and f"{record}/ip")
+        compare("stdio", lambda **kw: MCPEnv({"c": stdio}, ["t"], max_steps=10**9, **kw), a.rounds, a.steps, record)
+        compare("in-process", lambda **kw: MCPEnv({"c": InProcess(server)}, ["t"], max_steps=10**9, **kw), a.rounds,
+                a.steps, record and f"{record}/ip")
 
 
 if __name__ == "__main__":
