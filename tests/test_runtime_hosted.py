@@ -155,3 +155,48 @@ def test_as_default_gives_factories_the_hosted_runtime_and_each_loop_its_own() -
     asyncio.run(main())
     asyncio.run(main())
     assert runtimes[0] is not runtimes[1] and all(rt.closed for rt in runtimes)  # one per loop, ended with it
+
+
+def test_a_call_from_another_thread_is_bounded_by_its_timeout_and_the_runtime_goes_on() -> None:
+    cancelled = threading.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def answer() -> int:
+        return 42
+
+    async def main() -> None:
+        rt = await Runtime.hosted()
+        with pytest.raises(TimeoutError, match="no result within 0.2 s"):
+            await asyncio.to_thread(rt.call, forever, timeout=0.2)
+        assert await asyncio.to_thread(rt.call, answer) == 42 and await rt.acall(answer) == 42
+        await asyncio.sleep(0)  # the cancellation reaches the task on this loop
+        assert cancelled.is_set()
+        await rt.aclose()
+
+    asyncio.run(main())
+
+
+def test_loops_in_several_threads_each_get_their_own_runtime() -> None:
+    got: dict[int, tuple[Runtime, bool]] = {}
+
+    async def one(k: int) -> None:
+        rt = await Runtime.hosted()
+        env = MCPEnv({"w": InProcess(where_server())}, ["t"], runtime=rt, max_steps=100)
+        await env.areset(seed=0)
+        _, _, _, _, info = await env.astep({"tool": "where", "arguments": {}})
+        got[k] = rt, info["structured_content"]["thread"] == threading.get_ident()
+        await env.aclose()
+
+    threads = [threading.Thread(target=asyncio.run, args=(one(k),)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len({id(rt) for rt, _ in got.values()}) == 4 and all(rt.closed for rt, _ in got.values())
+    assert all(here for _, here in got.values())  # each env's calls ran in its own loop's thread
