@@ -263,7 +263,7 @@ def test_eval_growing_samples_scores_every_sample(tmp_path: Path) -> None:
     assert summary["episodes"] == 48 and "pass@2" in summary and "missing_episodes" not in summary
 
 
-def test_rerun_with_changed_tasks_refuses(tmp_path: Path) -> None:
+def test_rerun_with_changed_tasks_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Same task ids, another prompt: the task set's digest is part of the run identity."""
     from mcp_gym.envs import load_env_tasks
     from mcp_gym.tasks import save_tasks
@@ -277,7 +277,9 @@ def test_rerun_with_changed_tasks_refuses(tmp_path: Path) -> None:
     assert main(base) == 0  # unchanged: resumes (nothing to do)
     changed = [dataclasses.replace(tasks[0], prompt=tasks[0].prompt + " Be quick."), *tasks[1:]]
     save_tasks(changed, path)
-    line = _refusal(subprocess.run(_cli(*base), capture_output=True, text=True, timeout=120))
+    capsys.readouterr()
+    assert main(base) == 2  # refused (the refusal as a process: test_rerun_with_another_model_refuses)
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert "env.task_set: '" in line and "policy" not in line
 
 
