@@ -169,8 +169,10 @@ def test_a_training_example_without_the_train_extra_says_what_to_install(script:
         f"{script} needs the [train] extra (no module 'torch'): pip install -e '.[train]'"]
 
 
-def test_an_sse_url_without_sse_plus_says_to_add_it(tmp_path: Path) -> None:
+def test_an_sse_url_without_sse_plus_says_to_add_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from conftest import free_port, stop_process, wait_for_port
+
+    from mcp_gym.cli import main
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "servers" / "hosted.py"), "--port", str(port),
@@ -179,11 +181,11 @@ def test_an_sse_url_without_sse_plus_says_to_add_it(tmp_path: Path) -> None:
     try:
         wait_for_port(port, proc=proc)
         url = f"http://127.0.0.1:{port}/sse"
-        done = _cli("inspect", url, "--header", "Authorization: Bearer t0ken", "--timeout", "60")
-        assert done.returncode == 1
-        last = done.stderr.strip().splitlines()[-1]
+        capsys.readouterr()
+        assert main(["inspect", url, "--header", "Authorization: Bearer t0ken", "--timeout", "60"]) == 1
+        last = capsys.readouterr().err.strip().splitlines()[-1]
         assert f"(a server of the older HTTP+SSE transport? then use sse+{url})" in last, last
-        assert _cli("inspect", f"sse+{url}", "--header", "Authorization: Bearer t0ken", "--json").returncode == 0
+        assert main(["inspect", f"sse+{url}", "--header", "Authorization: Bearer t0ken", "--json"]) == 0
     finally:
         stop_process(proc)
 
