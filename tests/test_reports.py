@@ -245,7 +245,7 @@ def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, caplog: 
     tasks = benchmark(tmp_path / "bench", [write_task(0, "a")])
     env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, load_task_source(tasks))
     try:
-        for seed in range(4):  # four episodes, four server processes, four workspaces
+        for seed in range(2):  # two episodes, two server processes, two workspaces
             _, info = env.reset(seed=seed)
             assert info["servers"]["fs"]["status"] == "ready" and info["startup_seconds"] > 0
     finally:
