@@ -34,13 +34,6 @@ class Budget:
         self._last: Any = None
         self._refused = False
 
-    def reset(self) -> int:
-        """Start an episode's count; returns 0 (its steps)."""
-        self.turns = self.tool_calls = 0
-        self.turn_hint = self._last = None
-        self._refused = False
-        return 0
-
     def begin_step(self) -> dict[str, Any] | None:
         """Count the turn the step belongs to; the error of a step that begins a reply past ``max_turns`` (not to be
         executed), else ``None``."""

@@ -18,10 +18,10 @@ from typing import Any, Protocol, TypeVar
 
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
-from mcp_gym.episode import EpisodeState
+from mcp_gym.episode import Episode, EpisodeState
 from mcp_gym.tasks import Task
 
-__all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "fill_task", "drop_workspace",
+__all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "fill_task",
            "prepare_episode_servers", "mask_workspace", "expand_workspace"]
 
 PLACEHOLDER = "{workspace}"
@@ -121,26 +121,18 @@ class _EpisodeServers(EpisodeState, Protocol):
     def runtime(self) -> Any: ...
 
 
-def drop_workspace(env: _EpisodeServers) -> None:
-    """Remove the env's current episode workspace, if any."""
-    if env.workspace is not None:
-        shutil.rmtree(env.workspace, ignore_errors=True)
-        env.workspace = None
-
-
-async def prepare_episode_servers(env: _EpisodeServers) -> set[str]:
-    """Per-task server set-up: a fresh workspace (the task's ``fixture`` copied in) when a server command line names
-    ``{workspace}``, the task's ``env`` variables; servers whose spec changes restart. Returns them."""
-    assert env.task is not None
-    task = env.task
-    drop_workspace(env)
+async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set[str]:
+    """Per-task server set-up of the env's next ``episode``: a fresh workspace (the task's ``fixture`` copied in) when
+    a server command line names ``{workspace}`` (``episode.workspace``), the task's ``env`` variables; servers whose
+    spec changes restart. Returns them."""
+    task = episode.task
     if task.fixture and not env.workspace_servers:
         raise ValueError(f"task '{task.id}' has a fixture but no server command line names {{workspace}}")
     if env.workspace_servers:
-        env.workspace = make_workspace(task)
+        episode.workspace = make_workspace(task)
     restarted: set[str] = set()
     for alias, template in env.server_templates.items():
-        spec = episode_spec(template, env.workspace, task.env)
+        spec = episode_spec(template, episode.workspace, task.env)
         conn = env.host.connections[alias]
         if spec == conn.spec and alias not in env.workspace_servers:
             continue

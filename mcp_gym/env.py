@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ import gymnasium as gym
 from mcp_gym import _workspace as _ws
 from mcp_gym._budget import Budget
 from mcp_gym._stateful import note_state_change
-from mcp_gym._workspace import drop_workspace, fill_task, mentions_workspace, prepare_episode_servers
+from mcp_gym._workspace import fill_task, mentions_workspace, prepare_episode_servers
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import (
     CallOutcome,
@@ -39,7 +38,7 @@ from mcp_gym.client.host import (
 )
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers, redact_text
-from mcp_gym.episode import ObservedResources, StepInfo, StepResult
+from mcp_gym.episode import Episode, FromEpisode, ObservedResources, StepInfo, StepResult
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.graders.session import state_snapshot as read_state
@@ -164,8 +163,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.tasks: list[Task] = [as_task(t, i) for i, t in enumerate(tasks or [])]
         self.max_steps = max_steps
-        self.budget = Budget(max_turns, max_tool_calls)
-        """The turn and tool-call budgets, and what the current episode used of them."""
+        self._limits = Budget(max_turns, max_tool_calls)  # checks them; each episode counts on a fresh Budget
         self.observe_resources = observe_resources
         self.call_timeout = call_timeout
         self.reset_timeout = reset_timeout
@@ -185,12 +183,6 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """The servers' specs as given (``{workspace}`` unfilled), by alias."""
         self.workspace_servers = frozenset(a for a, sp in self.server_templates.items() if mentions_workspace(sp))
         """The aliases of the servers whose command line or environment names ``{workspace}`` (start at reset)."""
-        self.workspace: Path | None = None
-        """The current episode's workspace (a fresh directory when a server command line names ``{workspace}``)."""
-        self.transcript: list[dict[str, Any]] = []
-        """The episode's calls so far: ``{"tool", "arguments", "result"}`` (result text cut to 2,000 characters)."""
-        self.grade: Grade | None = None
-        """The last episode's grade (``None`` until graded)."""
         tap: Callable[[ServerConnection], Any] | None = None
         if any(spec.record is not None for spec in self.server_templates.values()):
             from mcp_gym.cassette.recorder import record_tap as tap
@@ -214,14 +206,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._rt = runtime or default_runtime()
         self._started = False
         self._closed = False
-        self.task: Task | None = None
-        self.episode_id: str | None = None
-        self.steps = 0
-        self.episode_return = 0.0
-        self.done = False
+        self._episode: Episode | None = None
         self.observed = ObservedResources(self.host, self._waiting_on)
         """The resources the episode observes and their latest texts."""
-        self.catalogue_changes: list[dict[str, Any]] = []
         if not self._rt.in_loop():
             self._rt.call(self.aconnect)
 
@@ -263,11 +250,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self._closed:
             return
         self._closed = True
-        if self._rt.in_loop() or self._rt.closed:
-            drop_workspace(self)
-            return
-        self._rt.call(self.host.close)
-        drop_workspace(self)
+        if not (self._rt.in_loop() or self._rt.closed):
+            self._rt.call(self.host.close)
+        if self._episode is not None:
+            self._episode.drop_workspace()
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -286,13 +272,39 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not self._closed:
             self._closed = True
             await self._rt.acall(self.host.close)
-            drop_workspace(self)
+            if self._episode is not None:
+                self._episode.drop_workspace()
 
     # -- public helpers -------------------------------------------------------------------------------------------
     @property
     def runtime(self) -> Runtime:
         """The event-loop runtime that owns this env's sessions (run coroutines that use the env on it)."""
         return self._rt
+
+    @property
+    def episode(self) -> Episode | None:
+        """The current :class:`~mcp_gym.episode.Episode` (``None`` before the first reset, and while a reset prepares
+        the next one: a reset that fails leaves none, so ``step`` asks for a reset)."""
+        return self._episode
+
+    # the current episode's state, read-only (``reset`` makes a new episode; before the first, the defaults)
+    task = FromEpisode[Task | None]("task", None, "The current episode's task (``None`` before the first reset).")
+    episode_id = FromEpisode[str | None]("id", None, "The current episode's id (``None`` before the first reset).")
+    steps = FromEpisode[int]("steps", 0, "Steps taken in the current episode.")
+    episode_return = FromEpisode[float]("episode_return", 0.0, "The current episode's return (the sum of its rewards).")
+    done = FromEpisode[bool]("done", False, "The current episode is over (a ``reset`` is needed).")
+    transcript = FromEpisode[list[dict[str, Any]]]("transcript", list, "The current episode's calls so far: ``{tool, "
+                                                   "arguments, result}`` (result text cut to 2,000 characters).")
+    grade = FromEpisode[Grade | None]("grade", None, "The current episode's grade (``None`` until graded).")
+    workspace = FromEpisode[Path | None]("workspace", None, "The current episode's workspace (a fresh directory "
+                                           "when a server command line names ``{workspace}``).")
+    catalogue_changes = FromEpisode[list[dict[str, Any]]]("catalogue_changes", list, "``{step, tools, hash}`` for "
+                                                          "each change of the tool catalogue in the current episode.")
+
+    @property
+    def budget(self) -> Budget:
+        """The turn and tool-call budgets, and what the current episode used of them."""
+        return self._episode.budget if self._episode is not None else self._limits
 
     @property
     def tools(self) -> list[ToolEntry]:
@@ -312,7 +324,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """``ansi``: the last observation as text."""
         if self.render_mode != "ansi":
             return None
-        return getattr(self, "_last_text", "")
+        return self._episode.last_text if self._episode is not None else ""
 
     # -- implementation -------------------------------------------------------------------------------------------
     async def aconnect(self) -> None:
@@ -357,46 +369,29 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        since, self.task = anyio.current_time(), self._pick_task(options)
-        self.episode_id = uuid.uuid4().hex
-        self.host.episode_id = self.episode_id
-        self.steps = self.budget.reset()
-        self.episode_return = 0.0
-        self.done = False
-        self.catalogue_changes = []
-        self.host.drain_logs()
+        since, task = anyio.current_time(), self._pick_task(options)
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
-        self.host.episode_task, self.host.episode_seed = self.task.id, task_seed  # sent in _meta (cassette replay)
-        await self.aconnect()  # connecting in the first reset lists tools for this episode (not twice)
-        self.transcript = []
-        self.grade = None
-        reset_errors: list[dict[str, Any]] = []
-        done: set[str] = set()
-        self._inflight.clear()
-        self.observed.texts = {}
-        limit = math.inf if self.reset_timeout is None else self.reset_timeout
-        with anyio.move_on_after(limit) as scope:
-            with self._waiting_on(*self.server_templates):
-                fresh = await prepare_episode_servers(self)
-            if self.workspace is not None:  # the agent, the reference solution and the graders see the real path
-                self.task = fill_task(self.task, self.workspace)
-            await self._reset_servers(task_seed, reset_errors, done, skip=fresh)
-            with self._waiting_on(*self.host.connections):
-                await self.host.refresh_for_episode(timeout=self.call_timeout)
-            self._sync_space()
-            await self.observed.setup(self.task, self.observe_resources, self.call_timeout, self.max_observation_chars)
-            with self._waiting_on(*self.host.connections):
-                # the burst of list_changed some servers send on connect is not step 1's
-                await self.host.poll_changes(timeout=self.call_timeout)
-        if scope.cancelled_caught:
-            self._reset_timed_out(reset_errors, done)
+        previous, self._episode = self._episode, None  # until this reset succeeds there is no episode to step
+        if previous is not None:
+            previous.drop_workspace()
+        ep = Episode(task, task_seed, Budget(self._limits.max_turns, self._limits.max_tool_calls))
+        self.host.episode_id = ep.id
+        self.host.drain_logs()
+        self.host.episode_task, self.host.episode_seed = task.id, task_seed  # sent in _meta (cassette replay)
+        try:
+            await self.aconnect()  # connecting in the first reset lists tools for this episode (not twice)
+            reset_errors = await self._prepare_episode(ep)
+        except BaseException:
+            ep.drop_workspace()  # a failed reset leaves no workspace behind
+            raise
         self._sync_space()
-        obs = {"task": self.task.prompt, "result": self.host.report_unavailable(reset_errors),
+        self._episode = ep
+        obs = {"task": ep.task.prompt, "result": self.host.report_unavailable(reset_errors),
                "resources": dict(self.observed.texts)}
-        self._last_text = self.task.prompt
+        ep.last_text = ep.task.prompt
         info = {
-            "episode_id": self.episode_id,
-            "task_id": self.task.id,
+            "episode_id": ep.id,
+            "task_id": ep.task.id,
             "seed": task_seed,
             "servers": self.host.server_info(),
             "tools": list(self.action_space.tool_names),
@@ -407,7 +402,32 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "logs": self.host.drain_logs(),
             "startup_seconds": self.host.startup_seconds(since),  # servers (re)started for this episode
         }
-        return _ws.mask_workspace((obs, info), self.workspace)  # the agent and the recording see {workspace}
+        return _ws.mask_workspace((obs, info), ep.workspace)  # the agent and the recording see {workspace}
+
+    async def _prepare_episode(self, ep: Episode) -> list[dict[str, Any]]:
+        """The servers' work of a reset, within ``reset_timeout``: per-episode set-up (workspace, task env), server
+        resets, listings, observed resources. Returns the reset errors."""
+        reset_errors: list[dict[str, Any]] = []
+        done: set[str] = set()
+        self._inflight.clear()
+        self.observed.texts = {}
+        limit = math.inf if self.reset_timeout is None else self.reset_timeout
+        with anyio.move_on_after(limit) as scope:
+            with self._waiting_on(*self.server_templates):
+                fresh = await prepare_episode_servers(self, ep)
+            if ep.workspace is not None:  # the agent, the reference solution and the graders see the real path
+                ep.task = fill_task(ep.task, ep.workspace)
+            await self._reset_servers(ep, reset_errors, done, skip=fresh)
+            with self._waiting_on(*self.host.connections):
+                await self.host.refresh_for_episode(timeout=self.call_timeout)
+            self._sync_space()
+            await self.observed.setup(ep.task, self.observe_resources, self.call_timeout, self.max_observation_chars)
+            with self._waiting_on(*self.host.connections):
+                # the burst of list_changed some servers send on connect is not step 1's
+                await self.host.poll_changes(timeout=self.call_timeout)
+        if scope.cancelled_caught:
+            self._reset_timed_out(reset_errors, done)
+        return reset_errors
 
     @contextlib.contextmanager
     def _waiting_on(self, *aliases: str) -> Iterator[None]:
@@ -437,10 +457,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.host.rebuild()
         self.observed.timed_out()
 
-    async def _reset_servers(self, seed: int, errors: list[dict[str, Any]], done: set[str],
+    async def _reset_servers(self, ep: Episode, errors: list[dict[str, Any]], done: set[str],
                              skip: set[str] | frozenset[str] = frozenset()) -> None:
-        """Reset every server (``skip``: the ones just restarted for this episode's workspace or task env)."""
-        assert self.task is not None
+        """Reset every server for ``ep`` (``skip``: the ones just restarted for its workspace or task env)."""
         for alias, conn in list(self.host.connections.items()):
             if alias in skip:
                 if conn.status != "ready":
@@ -449,11 +468,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 done.add(alias)
                 continue
             with self._waiting_on(alias):
-                await self._reset_server(alias, conn, seed, errors)
+                await self._reset_server(alias, conn, ep, errors)
             done.add(alias)
 
-    async def _reset_server(self, alias: str, conn: ServerConnection, seed: int, errors: list[dict[str, Any]]) -> None:
-        assert self.task is not None
+    async def _reset_server(self, alias: str, conn: ServerConnection, ep: Episode,
+                            errors: list[dict[str, Any]]) -> None:
         mode = self.reset_mode
         if conn.status != "ready" and mode != "none":
             await self.host.revive(alias, self._rt.task_group)  # a dead server comes back next episode
@@ -466,7 +485,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return
         if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
             return
-        args = {"task_id": None if self.task is _NO_TASK else self.task.id, "seed": seed}  # no task: the default
+        args = {"task_id": None if ep.task is _NO_TASK else ep.task.id, "seed": ep.seed}  # no task: the default
         out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)
         if out.error or (out.result is not None and out.result.is_error):
             err = out.error or ToolCallError("tool_error", render_content(out.result.content if out.result else []),
@@ -481,17 +500,18 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return _ws.mask_workspace(await self._play(_ws.expand_workspace(action, self.workspace)), self.workspace)
 
     async def _play(self, action: Any) -> StepResult:
-        if self.task is None:
+        ep = self._episode
+        if ep is None:
             raise gym.error.ResetNeeded("call reset() before step()")
-        if self.done:
+        if ep.done:
             err = ToolCallError("episode_over", "the episode is over: call reset()").as_dict()
             if self.strict:
                 raise InvalidAction(err)
             return self._obs("Error: " + err["message"]), 0.0, True, False, self._info(error=err)
-        self.steps += 1
+        ep.steps += 1
         problem = self.action_space.validation_error(action)  # never raises, whatever the action holds
         name = dict.get(action, "tool") if isinstance(action, dict) else None  # dict.get: not a subclass's get
-        if (over := self.budget.begin_step()) is not None:  # a reply past max_turns: not executed
+        if (over := ep.budget.begin_step()) is not None:  # a reply past max_turns: not executed
             return await self._finish_step(None, name, {}, over)
         if name.__class__ is str and name == "submit" and "submit" not in self.host.catalogue:
             return await self._submit(action)
@@ -513,6 +533,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     async def _finish_step(
         self, out: CallOutcome | None, name: Any, arguments: dict[str, Any], error: dict[str, Any] | None
     ) -> StepResult:
+        ep = self._episode
+        assert ep is not None
         result = out.result if out is not None else None
         is_error = bool(result.is_error) if result is not None else error is not None
         if out is not None and result is not None:
@@ -529,26 +551,26 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             structured = None
             signal = read_reward(None)
         ctx = StepContext(name if isinstance(name, str) else None, arguments, is_error, error, structured, text,
-                          signal, self.steps, self.task)
+                          signal, ep.steps, ep.task)
         reward = float(self.reward_fn(ctx))
         terminated = signal.done
         tools_changed = await self.host.poll_changes(timeout=self.call_timeout)
         if tools_changed:
             self._sync_space()
-            self.catalogue_changes.append({"step": self.steps, "tools": self.tool_catalogue(),
+            ep.catalogue_changes.append({"step": ep.steps, "tools": self.tool_catalogue(),
                                            "hash": self.host.catalogue_hash()})
         await self.observed.refresh(self.call_timeout, self.max_observation_chars)
-        cut = self.budget.cut(self.steps, self.max_steps, out is not None)  # counts the call
+        cut = ep.budget.cut(ep.steps, self.max_steps, out is not None)  # counts the call
         truncated = False
         termination = "done" if terminated else None
         if not any(c.status == "ready" for c in self.host.connections.values()):
             truncated, termination = True, "servers_dead"
         elif not terminated and cut is not None:
             truncated, termination = True, cut
-        self.episode_return += reward
-        self.done = terminated or truncated
-        self.transcript.append({"tool": name if isinstance(name, str) else None, "arguments": arguments,
-                                 "result": text[:2000]})
+        ep.episode_return += reward
+        if terminated or truncated:
+            ep.end()
+        ep.record_call(name if isinstance(name, str) else None, arguments, text)
         obs = self._obs(text)
         info = self._info(
             error=error,
@@ -569,7 +591,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if truncated:  # cut off before an answer: a failure where something would have graded it, else unknown
             info["success"] = False if self.graded else None
         if terminated and not self.graded:  # the reward convention: the server's `done` and the return
-            info["success"] = self.episode_return >= self.success_threshold - _SUCCESS_TOLERANCE
+            info["success"] = ep.episode_return >= self.success_threshold - _SUCCESS_TOLERANCE
         await grade_step_end(self, info, terminated)
         return obs, reward, terminated, truncated, info
 
@@ -609,8 +631,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
         reward, error, graded = await grade_submit(self, answer)
-        self.episode_return += reward
-        self.done = True
+        ep = self._episode
+        assert ep is not None
+        ep.episode_return += reward
+        ep.end()
         success = reward >= self.success_threshold if self.verifier is not None else None
         if graded:
             success = graded.pop("success")
@@ -626,9 +650,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return await read_state(self.host, self.call_timeout)
 
     def _obs(self, text: str) -> dict[str, Any]:
-        self._last_text = text
-        assert self.task is not None
-        return {"task": self.task.prompt, "result": text, "resources": dict(self.observed.texts)}
+        ep = self._episode
+        assert ep is not None
+        ep.last_text = text
+        return {"task": ep.task.prompt, "result": text, "resources": dict(self.observed.texts)}
 
     def _info(self, **kw: Any) -> StepInfo:
         info: StepInfo = {

@@ -1,22 +1,29 @@
-"""The episode's home: :class:`StepInfo`, the ``info`` dict of :meth:`MCPEnv.step <mcp_gym.env.MCPEnv.step>`;
-:class:`EpisodeState`, what per-episode code outside ``env.py`` (graders, workspace set-up) reads and writes of a
-running env instead of its private attributes; :class:`ObservedResources`, the resources an episode observes."""
+"""The episode's home: :class:`Episode`, one episode's state (its task, counters, budget use, workspace, transcript,
+grade), made by each reset; :class:`StepInfo`, the ``info`` dict of :meth:`MCPEnv.step <mcp_gym.env.MCPEnv.step>`;
+:class:`EpisodeState`, what per-episode code outside ``env.py`` (graders, workspace set-up) uses of a running env
+instead of its private attributes; :class:`ObservedResources`, the resources an episode observes."""
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Generic, Literal, Protocol, TypedDict, TypeVar, overload
 
 import mcp.types as mt
 from mcp import MCPError
 
+from mcp_gym._budget import Budget
 from mcp_gym.client.connection import ConnectionLost
 from mcp_gym.client.host import MCPHost, render_content
 from mcp_gym.tasks import Task
 
-__all__ = ["StepInfo", "StepResult", "EpisodeState", "ObservedResources"]
+__all__ = ["Episode", "FromEpisode", "StepInfo", "StepResult", "EpisodeState", "ObservedResources"]
+
+TRANSCRIPT_CHARS = 2000
+"""How much of a result's text the transcript keeps."""
 
 
 class StepInfo(TypedDict, total=False):
@@ -72,18 +79,98 @@ StepResult = tuple[dict[str, Any], float, bool, bool, StepInfo]
 """What ``astep`` returns: ``(obs, reward, terminated, truncated, info)``."""
 
 
-class EpisodeState(Protocol):
-    """The per-episode state of an env (:class:`~mcp_gym.env.MCPEnv` has it) that code beside ``env.py`` reads and
-    writes: the current task, its workspace and transcript, whether it is over, and the servers' set-up."""
+class Episode:
+    """One episode of an env: made by its ``reset`` (the env's :attr:`~mcp_gym.env.MCPEnv.episode`), so nothing of
+    an earlier episode (counters, budget use, transcript, grade, workspace) can leak into it; a reference to an old
+    episode changes nothing of the new one.
 
-    task: Task | None
-    """The current episode's task (``None`` before the first reset)."""
-    workspace: Path | None
-    """The current episode's workspace directory, if a server command line names ``{workspace}``."""
-    transcript: list[dict[str, Any]]
-    """The episode's calls so far: ``{"tool", "arguments", "result"}`` (result text cut to 2,000 characters)."""
-    done: bool
-    """The episode is over (a ``reset`` is needed)."""
+    Graders and workspace set-up use it through :meth:`record_call`, :meth:`end` and :attr:`workspace`; the env
+    counts steps and the return."""
+
+    def __init__(self, task: Task, seed: int, budget: Budget) -> None:
+        self.id: str = uuid.uuid4().hex
+        """The episode's id (``info["episode_id"]``, sent to servers in ``_meta``)."""
+        self.task: Task = task
+        """The episode's task (``{workspace}`` filled in once the workspace exists)."""
+        self.seed: int = seed
+        """The seed the servers were reset with (``info["seed"]`` of the reset)."""
+        self.budget: Budget = budget
+        """The turn and tool-call budgets, and what this episode used of them (a fresh count per episode)."""
+        self.steps: int = 0
+        """Steps taken (tool calls, ``submit`` and invalid actions alike)."""
+        self.episode_return: float = 0.0
+        """The sum of the step rewards so far."""
+        self.done: bool = False
+        """The episode is over (a ``reset`` is needed)."""
+        self.workspace: Path | None = None
+        """The episode's workspace directory, if a server command line names ``{workspace}``."""
+        self.transcript: list[dict[str, Any]] = []
+        """The calls so far: ``{"tool", "arguments", "result"}`` (result text cut to :data:`TRANSCRIPT_CHARS`)."""
+        self.grade: Any = None
+        """The episode's :class:`~mcp_gym.graders.Grade` once a grader graded it, else ``None``."""
+        self.catalogue_changes: list[dict[str, Any]] = []
+        """``{"step", "tools", "hash"}`` for each change of the tool catalogue during the episode."""
+        self.last_text: str = task.prompt
+        """The last observation's text (``render()``)."""
+
+    def record_call(self, tool: str | None, arguments: Mapping[str, Any], result: str) -> None:
+        """Add a call to the transcript (its result text cut to :data:`TRANSCRIPT_CHARS` characters)."""
+        self.transcript.append({"tool": tool, "arguments": dict(arguments), "result": result[:TRANSCRIPT_CHARS]})
+
+    def end(self) -> None:
+        """Mark the episode over (a ``submit`` graded it, or a budget or the server ended it)."""
+        self.done = True
+
+    def drop_workspace(self) -> None:
+        """Remove the episode's workspace directory, if any."""
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace = None
+
+
+_T = TypeVar("_T")
+
+
+class FromEpisode(Generic[_T]):
+    """A read-only attribute of an env that reads its current episode's ``attr`` (``default`` without an episode: a
+    value, or a callable making a fresh one). Setting it raises: the state belongs to the :class:`Episode`."""
+
+    def __init__(self, attr: str, default: _T | Callable[[], _T], doc: str) -> None:
+        self.attr = attr
+        self.default = default
+        self.__doc__ = doc
+        self.name = attr
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> FromEpisode[_T]: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> _T: ...
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        ep = obj.episode  # type: ignore[attr-defined]  # the env this is an attribute of has one
+        if ep is not None:
+            return getattr(ep, self.attr)
+        return self.default() if callable(self.default) else self.default
+
+    def __set__(self, obj: object, value: Any) -> None:
+        raise AttributeError(f"'{self.name}' is the current episode's state (env.episode.{self.attr}); reset() starts "
+                             "a new episode")
+
+
+class EpisodeState(Protocol):
+    """What code beside ``env.py`` (graders, workspace set-up) uses of an env (:class:`~mcp_gym.env.MCPEnv` has it):
+    its current :class:`Episode` and the servers' set-up."""
+
+    @property
+    def episode(self) -> Episode | None:
+        """The current episode (``None`` before the first reset, and while a reset prepares the next one)."""
+        ...
 
     @property
     def server_templates(self) -> Mapping[str, Any]:

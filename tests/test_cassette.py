@@ -212,6 +212,22 @@ def test_replay_of_bundled_env_reproduces_rewards(counter_run: dict[str, Any], c
     assert run_eval(env, counter_plan()[:2]) == {k: recorded[k] for k, _ in zip(recorded, range(2), strict=False)}
 
 
+def test_a_replayed_bundled_env_takes_a_connect_timeout(tmp_path: Path, closing: list[MCPEnv]) -> None:
+    """``make_env(..., replay=, connect_timeout=)``: the connect timeout reaches the replay spec (one helper sets it for
+    every spec class; rebuilding the spec as a dataclass failed on ``Replay``'s own constructor)."""
+    from mcp_gym.envs import make_env
+
+    recorded = make_env("Counter", record=tmp_path)
+    recorded.reset(seed=0)
+    recorded.close()
+    env = make_env("Counter", replay=tmp_path, connect_timeout=7)
+    closing.append(env)
+    (spec,) = env.server_templates.values()
+    assert isinstance(spec, Replay) and spec.connect_timeout == 7.0 and spec.path.startswith(str(tmp_path))
+    _, info = env.reset(seed=0)
+    assert info["error"] is None and "add" in env.action_space.tool_names
+
+
 def test_replay_of_third_party_server_reproduces_rewards(memory_run: dict[str, Any], closing: list[MCPEnv]) -> None:
     recorded = memory_run["results"]
     assert [ep["return"] for ep in recorded.values()] == [4.25, 3.5, 4.75]  # the graph grows across episodes

@@ -6,13 +6,13 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _chat_server import serve_chat_completions
 from episodes import MAZE_TEXTS, TextPolicy, hermes, recorded_episode, run_policy
 
 from mcp_gym import chat, protocol, sft
@@ -76,29 +76,8 @@ class Script:
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
 
 
-@contextmanager
-def serve(script: Script) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            data = json.dumps(script.reply(body)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+def serve(script: Script) -> AbstractContextManager[str]:
+    return serve_chat_completions(lambda body, headers: script.reply(body))
 
 
 def collect(name: str, run: Path) -> tuple[list[Any], Script]:

@@ -14,6 +14,7 @@ from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel
 
 from mcp_gym import InProcess, MCPEnv
+from mcp_gym.cli import main
 from mcp_gym.sft import NothingToExport, export
 
 SERVER = textwrap.dedent('''
@@ -104,21 +105,24 @@ def test_done_without_verifier_succeeds_from_the_return() -> None:
         lenient.close()
 
 
-def _eval(tmp_path: Path, name: str, *server_args: str) -> tuple[Path, dict, str]:
+def _eval(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, *server_args: str) -> tuple[Path, dict, str]:
+    """``mcp-gym eval`` (through ``main``, in this process) of the convention server, as a stdio subprocess."""
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     out = tmp_path / name
-    cmd = [sys.executable, "-m", "mcp_gym.cli", "eval", "env=custom", f"+env.servers.game={sys.executable} {script}"
-           + "".join(f" {a}" for a in server_args), "env.max_steps=4", "policy=random", "episodes=12", "samples=1",
-           "plots=false", "launcher.progress=false", f"out={out}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, json.loads((out / "report" / "results.json").read_text())["summary"], proc.stdout
+    args = ["eval", "env=custom", f"+env.servers.game={sys.executable} {script}"
+            + "".join(f" {a}" for a in server_args), "env.max_steps=4", "policy=random", "episodes=12", "samples=1",
+            "plots=false", "launcher.progress=false", f"out={out}"]
+    capsys.readouterr()
+    code = main(args)
+    printed = capsys.readouterr()
+    assert code == 0, printed.out + printed.err
+    return out, json.loads((out / "report" / "results.json").read_text())["summary"], printed.out
 
 
-def test_eval_and_export_when_success_is_unknown(tmp_path: Path) -> None:
+def test_eval_and_export_when_success_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A server with no verifier and no `done`: eval shows `-` for success (not 0 %), export says why it is empty."""
-    out, summary, table = _eval(tmp_path, "unknown")
+    out, summary, table = _eval(tmp_path, capsys, "unknown")
     assert summary["episodes"] == 12 and summary["success_rate"] is None and summary["success_unknown"] == 12
     row = next(line for line in table.splitlines() if "success rate" in line)
     assert row.split("│")[2].strip() == "-" and "%" not in row
@@ -133,10 +137,10 @@ def test_eval_and_export_when_success_is_unknown(tmp_path: Path) -> None:
     assert len(ds) > 0
 
 
-def test_eval_with_done_and_no_verifier(tmp_path: Path) -> None:
+def test_eval_with_done_and_no_verifier(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The same server with a `finish` tool reporting reward 1 and `done`: those episodes succeed, the others (submit,
     max_steps) count as failures, and the success-only export keeps exactly the successful ones."""
-    out, summary, table = _eval(tmp_path, "done", "--done")
+    out, summary, table = _eval(tmp_path, capsys, "done", "--done")
     from mcp_gym.recording import load
 
     episodes = load(out).episodes

@@ -4,8 +4,11 @@ the per-episode state other modules use is public on :class:`~mcp_gym.env.MCPEnv
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import anyio
+import gymnasium as gym
+import pytest
 
 from mcp_gym import InProcess, MCPEnv
 from mcp_gym.envs import load_env_tasks
@@ -72,3 +75,55 @@ def test_aconnect_is_public_and_idempotent() -> None:
             await env.aclose()
 
     assert "add" in anyio.run(main)
+
+
+# -- the Episode: made by each reset, owning the episode's state -------------------------------------------------------
+def test_each_reset_makes_a_new_episode_and_an_old_one_cannot_reach_it() -> None:
+    env = counter_env()
+    try:
+        assert env.episode is None and env.task is None and env.steps == 0 and env.transcript == []
+        env.reset(seed=0, options={"task_id": TASKS[0].id})
+        first = env.episode
+        assert first is not None and first.id == env.episode_id and first.task.id == TASKS[0].id
+        env.step({"tool": "add", "arguments": {"amount": 1}})
+        env.budget.turn_hint = "reply-1"  # a hint for a step that never came
+        env.reset(seed=1, options={"task_id": TASKS[1].id})
+        assert env.episode is not first and env.episode_id != first.id
+        first.end()  # e.g. a grader still holding the old episode
+        first.record_call("add", {"amount": 1}, "late")
+        assert not env.done and env.transcript == [] and env.steps == 0 and env.budget.turn_hint is None
+        assert first.steps == 1 and [t["result"] for t in first.transcript][-1] == "late"  # the old one keeps its own
+    finally:
+        env.close()
+
+
+def test_the_episode_state_on_the_env_is_read_only() -> None:
+    env = counter_env()
+    try:
+        env.reset(seed=0, options={"task_id": TASKS[0].id})
+        with pytest.raises(AttributeError, match=r"env\.episode\.done"):
+            env.done = True  # type: ignore[misc]  # the point: graders used to write it
+        assert not env.done
+        env.episode.end()  # type: ignore[union-attr]  # the interface graders use
+        assert env.done
+    finally:
+        env.close()
+
+
+def test_a_failed_reset_leaves_no_episode_to_step(tmp_path: Path) -> None:
+    """A reset that raises (here: a task with a fixture but no {workspace} server) leaves neither the new episode half
+    set up nor the old one running: the next step asks for a reset instead of calling a tool."""
+    bad = {"id": "bad", "prompt": "p", "fixture": str(tmp_path)}
+    env = MCPEnv({"counter": InProcess(make_server())}, [*TASKS, bad], call_timeout=5.0)
+    try:
+        env.reset(seed=0, options={"task_id": TASKS[0].id})
+        env.step({"tool": "add", "arguments": {"amount": 1}})
+        with pytest.raises(ValueError, match="has a fixture but no server command line names"):
+            env.reset(seed=1, options={"task_id": "bad"})
+        with pytest.raises(gym.error.ResetNeeded):
+            env.step({"tool": "add", "arguments": {"amount": 1}})
+        env.reset(seed=2, options={"task_id": TASKS[0].id})  # and the env still works
+        *_, info = env.step({"tool": "add", "arguments": {"amount": 1}})
+        assert info["error"] is None and info["step"] == 1
+    finally:
+        env.close()

@@ -13,16 +13,15 @@ import shlex
 import shutil
 import sqlite3
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _chat_server import serve_chat_completions
 from conftest import ROOT, npm_bin
 
 from mcp_gym import MCPEnv, Stdio
@@ -282,28 +281,8 @@ class ScriptedJudge:
 @contextmanager
 def serve_judge() -> Iterator[tuple[str, ScriptedJudge]]:
     judge = ScriptedJudge()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            data = json.dumps(judge.reply(body)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1", judge
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_chat_completions(lambda body, headers: judge.reply(body)) as url:
+        yield url, judge
 
 
 @pytest.mark.thirdparty

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from _chat_server import serve_chat_completions
 
 from mcp_gym.cli import main
 from mcp_gym.client.runtime import default_runtime
@@ -76,32 +74,9 @@ class ScriptedChat:
 def serve_chat(delay: float = 0.0) -> Iterator[tuple[str, ScriptedChat]]:
     """``(base_url, script)`` of a scripted chat-completions server on 127.0.0.1, answering after ``delay`` s."""
     script = ScriptedChat()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path != "/v1/chat/completions":
-                self.send_error(404)
-                return
-            time.sleep(delay)
-            data = json.dumps(script.reply(body, self.headers.get("Authorization"))).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1", script
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_chat_completions(lambda body, headers: script.reply(body, headers.get("Authorization")),
+                                delay=delay) as url:
+        yield url, script
 
 
 @pytest.fixture

@@ -90,12 +90,17 @@ def test_one_run_as_a_string_and_a_missing_run(tmp_path: Path) -> None:
     assert full.returncode != 0 and "Traceback" in full.stderr and "FileNotFoundError" in full.stderr
 
 
-def test_unreachable_endpoint_names_the_url(tmp_path: Path) -> None:
+def test_unreachable_endpoint_names_the_url(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # through main in this process; a job's one-line failure as a process: tests/test_newcomer.py (item 9)
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    done = _cli("eval", "env=counter", "policy=openai", "policy.model=m", f"policy.base_url={url}",
-                "policy.retries=0", "samples=1", f"out={tmp_path / 'ev'}", HYDRA_FULL_ERROR="0")
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    capsys.readouterr()
+    code = main(["eval", "env=counter", "policy=openai", "policy.model=m", f"policy.base_url={url}",
+                 "policy.retries=0", "samples=1", f"out={tmp_path / 'ev'}"])
+    stderr = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
     assert last.startswith("mcp-gym eval: ") and f"{url}/chat/completions" in last and "policy.base_url" in last
 
 

@@ -87,7 +87,7 @@ def runnable(blocks: list[dict[str, object]]) -> tuple[list[dict[str, object]], 
 
 
 @pytest.mark.thirdparty  # the quickstart's filesystem server (npx) and the cassette example's memory server
-def test_readme_python_examples_run_in_order(tmp_path: Path) -> None:
+def test_readme_python_examples_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocks, skipped = readme_blocks()
     blocks, absent = runnable(blocks)
     skipped = [*skipped, *absent]
@@ -112,8 +112,9 @@ def test_readme_python_examples_run_in_order(tmp_path: Path) -> None:
     args = shlex.split(command[1])[1:]
     run = re.search(r"runs=\[([^\]]+)\]", command[1])
     assert run is not None and (cwd / run[1]).is_dir(), f"{command[1]} names a run the README does not create"
-    out = subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args, "out=data/sql-sft-cli"], cwd=cwd, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
+    from mcp_gym.cli import main  # the `mcp-gym` entry point, run in this process from the examples' folder
+
+    monkeypatch.chdir(cwd)
+    assert main([*args, "out=data/sql-sft-cli"]) == 0
     assert sorted(p.name.split("-")[0] for p in (cwd / "data" / "sql-sft-cli" / "data").glob("*.parquet")) == [
         "test", "train"]

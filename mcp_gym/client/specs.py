@@ -13,12 +13,13 @@ Plain frozen dataclasses: nothing here connects (that is :class:`mcp_gym.client.
 
 from __future__ import annotations
 
+import copy
 import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from mcp_gym.protocol import REDACTED, redact_text, redact_url
 
@@ -271,6 +272,7 @@ class InProcess(_SpecBase):
 
 
 ServerSpec = Stdio | Http | Sse | InProcess
+ServerSpecT = TypeVar("ServerSpecT", bound=_SpecBase)
 
 
 def parse_server(
@@ -300,13 +302,27 @@ def parse_server(
     return Stdio(parts[0], parts[1:], env=merged if inherit_env or env else None, **options)
 
 
-def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, ServerSpec]:
+def with_connect_timeout(spec: ServerSpecT, seconds: float | None) -> ServerSpecT:
+    """``spec`` with its ``connect_timeout`` set to ``seconds`` (``spec`` itself for ``None``): the one place a job's
+    ``env.connect_timeout`` (or ``make_env(connect_timeout=)``) reaches a spec. Copied field by field, not rebuilt, so
+    spec classes whose constructor takes other arguments (a cassette's ``Replay``) get it too."""
+    if seconds is None:
+        return spec
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"connect_timeout must be a positive number of seconds, got {seconds!r}")
+    changed = copy.copy(spec)
+    object.__setattr__(changed, "connect_timeout", float(seconds))  # a frozen dataclass: set on the fresh copy only
+    return changed
+
+
+def normalise_servers(servers: Mapping[str, Any] | ServerSpec, *,
+                      connect_timeout: float | None = None) -> dict[str, ServerSpec]:
     """``{alias: spec}`` from what :class:`~mcp_gym.env.MCPEnv` accepts: a single spec (alias ``"server"``), or per
     alias a spec, a command line (stdio), an ``http(s)://`` / ``sse+http(s)://`` URL, a mapping (a config entry:
     ``{url: ..., headers: {...}}`` or ``{command: ..., args: [...], env: {...}}``, plus spec fields such as
-    ``connect_timeout``) or a server object (in process)."""
+    ``connect_timeout``) or a server object (in process). ``connect_timeout`` (seconds) overrides every spec's."""
     if isinstance(servers, (Stdio, Http, Sse, InProcess)):
-        return {"server": servers}
+        return {"server": with_connect_timeout(servers, connect_timeout)}
     out: dict[str, ServerSpec] = {}
     for alias, spec in servers.items():
         if isinstance(spec, str):
@@ -315,7 +331,7 @@ def normalise_servers(servers: Mapping[str, Any] | ServerSpec) -> dict[str, Serv
             spec = _from_mapping(str(alias), spec)
         elif not isinstance(spec, (Stdio, Http, Sse, InProcess)):
             spec = InProcess(spec)
-        out[str(alias)] = spec
+        out[str(alias)] = with_connect_timeout(spec, connect_timeout)
     return out
 
 

@@ -13,7 +13,6 @@ the only positive reward; failed calls still cost ``error_penalty``). Importing
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 from dataclasses import dataclass
@@ -111,6 +110,7 @@ def make_env(
     stdio servers start at once on a loaded machine. Other keywords go to :class:`~mcp_gym.env.MCPEnv`."""
     from mcp_gym.cassette.recorder import with_record
     from mcp_gym.cassette.spec import replay_spec
+    from mcp_gym.client.specs import normalise_servers
     from mcp_gym.env import MCPEnv
 
     mod = env_module(name)
@@ -128,9 +128,7 @@ def make_env(
     spec = replay_spec(replay, mod.SERVER) if replay else server_spec(name, transport, url)
     if record:
         spec = with_record(spec, record)
-    if connect_timeout is not None:
-        spec = dataclasses.replace(spec, connect_timeout=float(connect_timeout))
-    return MCPEnv({mod.SERVER: spec}, tasks, **kw)
+    return MCPEnv(normalise_servers({mod.SERVER: spec}, connect_timeout=connect_timeout), tasks, **kw)
 
 
 def register_all() -> None:

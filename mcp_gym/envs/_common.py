@@ -9,7 +9,7 @@ import functools
 import random
 import signal
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp_gym.tasks import Task
@@ -26,6 +26,18 @@ def split_of(index: int) -> str:
 def task_rng(env: str, seed: int, index: int) -> random.Random:
     """A private, reproducible random generator for one task (string seeds hash stably across runs)."""
     return random.Random(f"mcp-gym/{env}/{seed}/{index}")
+
+
+def cycle_tasks(env: str, seed: int, n: int, kinds: Sequence[str],
+                makers: Mapping[str, Callable[[random.Random, str, str], Task]]) -> list[Task]:
+    """``n`` tasks cycling through ``kinds``: task ``i`` is ``makers[kind](rng, task_id, split)`` with ``kind`` =
+    ``kinds[i % len(kinds)]``, its own :func:`task_rng`, the id ``<env>-<kind>-<i:04d>`` and the split
+    :func:`split_of` ``(i)``."""
+    tasks = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        tasks.append(makers[kind](task_rng(env, seed, i), f"{env}-{kind}-{i:04d}", split_of(i)))
+    return tasks
 
 
 def call(tool: str, **arguments: Any) -> dict[str, Any]:

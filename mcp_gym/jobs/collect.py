@@ -21,13 +21,12 @@ from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.jobs.config import (
     build_policy,
     env_factory,
-    load_job_tasks,
     needs_own_sessions,
-    plan_episodes,
-    run_metadata,
+    plan_job,
     to_dict,
 )
 from mcp_gym.jobs.results import CollectResult, JobFailed, JobInterrupted
+from mcp_gym.recording.store import RunStore
 from mcp_gym.vector import EpisodeResult, VectorMCPEnv
 
 __all__ = ["collect"]
@@ -114,21 +113,10 @@ def _collect(cfg: DictConfig, out: Path, runtime: Runtime | None) -> CollectResu
         ray_result = collect_ray(cfg, out, runtime=runtime)
         ray_result.check_servers()
         return ray_result
-    tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
-    specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
     recording = bool(cfg.recorder.enabled)
-    pending = specs
-    if recording:
-        from mcp_gym.jobs.identity import plan_run
-        from mcp_gym.recording import RunStore
-
-        store = RunStore(str(out))
-        plan_run(store, [s.key for s in specs], run_metadata(cfg, out, tasks))  # refuses another config's directory
-        done = store.done_keys()
-        pending = [s for s in specs if s.key not in done]
-    result = CollectResult(out, len(specs), len(specs) - len(pending))
+    plan = plan_job(cfg, out, RunStore(str(out)) if recording else None)  # refuses another config's directory
+    tasks, specs, pending, result = plan.tasks, plan.specs, plan.pending, plan.result
     if not pending:
-        log.info("%s: all %d planned episodes are recorded", out, len(specs))
         return result
 
     make = env_factory(to_dict(cfg.env), tasks)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -10,12 +11,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mcp_gym.jobs.results import CollectResult
 from mcp_gym.policies import Policy, make_policy
 from mcp_gym.protocol import REDACTED, redact_text, redact_url
+from mcp_gym.recording.store import RunStore
 from mcp_gym.tasks import Task, load_task_source
 from mcp_gym.vector import EpisodeSpec
 
 __all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules only
+
+log = logging.getLogger(__name__)
 
 
 def to_dict(node: Any) -> dict[str, Any]:
@@ -48,9 +53,7 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
         from mcp_gym.client.specs import normalise_servers
         from mcp_gym.env import MCPEnv
 
-        servers = normalise_servers(to_dict(env_cfg["servers"]))
-        if connect_timeout is not None:
-            servers = {a: dataclasses.replace(s, connect_timeout=float(connect_timeout)) for a, s in servers.items()}
+        servers = normalise_servers(to_dict(env_cfg["servers"]), connect_timeout=connect_timeout)
         grading = custom_grading(env_cfg)
         kwargs["reset_mode"] = env_cfg.get("reset_mode") or "auto"
         return lambda: MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}",
@@ -132,6 +135,37 @@ def plan_episodes(
         n = episodes if episodes is not None else len(tasks) * samples
         keys = [(f"{tasks[j % len(tasks)].id}#{j // len(tasks)}", tasks[j % len(tasks)].id) for j in range(n)]
     return [EpisodeSpec(key, task_id, episode_seed(seed, key)) for key, task_id in keys]
+
+
+@dataclasses.dataclass
+class JobPlan:
+    """A collection's plan: the job's tasks, its planned episodes, those still to run, and the result so far."""
+
+    tasks: list[Task]
+    specs: list[EpisodeSpec]
+    pending: list[EpisodeSpec]
+    result: CollectResult
+
+
+def plan_job(cfg: DictConfig, out: Path, store: RunStore | None, *, extra_metadata: Mapping[str, Any] | None = None,
+             sweep: bool = False) -> JobPlan:
+    """Plan a collection (local or Ray): load the job's tasks and plan its episodes; with a ``store`` (recording),
+    write the plan to its manifest (refusing another config's directory, :func:`~mcp_gym.jobs.identity.plan_run`),
+    remove unfinished uploads of an earlier job (``sweep``) and leave out the episodes it already holds."""
+    from mcp_gym.jobs.identity import plan_run
+
+    tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
+    specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
+    pending = specs
+    if store is not None:
+        plan_run(store, [s.key for s in specs], run_metadata(cfg, out, tasks) | dict(extra_metadata or {}))
+        if sweep and (removed := store.sweep()):
+            log.info("%s: removed %d unfinished upload(s) of an earlier job", store.location, removed)
+        done = store.done_keys()
+        pending = [s for s in specs if s.key not in done]
+    if not pending:
+        log.info("%s: all %d planned episodes are recorded", store.location if store else out, len(specs))
+    return JobPlan(tasks, specs, pending, CollectResult(out, len(specs), len(specs) - len(pending)))
 
 
 def _redacted_env(env: dict[str, Any]) -> dict[str, Any]:

@@ -43,8 +43,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mcp_gym.jobs.config import load_job_tasks, plan_episodes, run_location, run_metadata, to_dict
-from mcp_gym.jobs.identity import plan_run
+from mcp_gym.jobs.config import load_job_tasks, plan_job, run_location, to_dict
 from mcp_gym.jobs.results import CollectResult, JobFailed, JobInterrupted
 from mcp_gym.recording.store import RunStore
 from mcp_gym.vector import EpisodeResult, EpisodeSpec
@@ -237,20 +236,11 @@ def collect_ray(cfg: DictConfig, out: str | Path, *, runtime: Any = None) -> Col
     out = Path(out)
     location = run_location(cfg, out)
     shared = RunStore(location)
-    tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
-    specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
     recording = bool(cfg.recorder.enabled)
-    pending = specs
-    if recording:
-        metadata = run_metadata(cfg, out, tasks) | {"launcher": "ray", "storage": location}
-        plan_run(shared, [s.key for s in specs], metadata)
-        if removed := shared.sweep():
-            log.info("%s: removed %d unfinished upload(s) of an earlier job", location, removed)
-        done = shared.done_keys()
-        pending = [s for s in specs if s.key not in done]
-    result = CollectResult(out, len(specs), len(specs) - len(pending))
+    plan = plan_job(cfg, out, shared if recording else None, extra_metadata={"launcher": "ray", "storage": location},
+                    sweep=True)
+    specs, pending, result = plan.specs, plan.pending, plan.result
     if not pending:
-        log.info("%s: all %d planned episodes are recorded", location, len(specs))
         return result
 
     num_workers = max(1, int(launcher.get("num_workers") or 1))

@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcp_gym.envs._common import call, split_of, submit, task_lookup, task_rng
+from mcp_gym.envs._common import call, cycle_tasks, submit, task_lookup
 from mcp_gym.tasks import Task, normalise_answer
 
 __all__ = ["SERVER", "MAX_STEPS", "SUCCESS_THRESHOLD", "OBSERVE_RESOURCES", "generate_tasks", "verify"]
@@ -272,11 +272,7 @@ def generate_tasks(seed: int = 0) -> list[Task]:
 
     Every 5th task is in the ``"test"`` split, the rest in ``"train"``.
     """
-    tasks = []
-    for i in range(N_TASKS):
-        kind = KINDS[i % len(KINDS)]
-        tasks.append(_MAKERS[kind](task_rng(SERVER, seed, i), f"notes-{kind}-{i:04d}", split_of(i)))
-    return tasks
+    return cycle_tasks(SERVER, seed, N_TASKS, KINDS, _MAKERS)
 
 
 task_by_id = task_lookup(generate_tasks)
