@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
+import anyio.lowlevel
 import mcp.types as mt
 import orjson
 from mcp import MCPError
@@ -116,6 +117,8 @@ class HttpWire(ProgressOnly):
         """Requests answered on the lane."""
         self.handed = 0
         """Messages of lane responses handed to the SDK (notifications, server requests, other answers)."""
+        self.taken = 0
+        """Of those, how many the SDK's session has taken from its read stream."""
         self._client: aiohttp.ClientSession | None = None
         self._slots: Any = None
 
@@ -206,11 +209,14 @@ class HttpWire(ProgressOnly):
             finally:
                 if sem is not None:
                     sem.release()  # at the answer's headers (or a failure): its body flows without a slot
+            handed = self.handed
             try:
                 answer = await self._answer(client, rid, response)
             except _Answer as a:
                 answer = a.answer
             self.calls += 1
+            if self.handed > handed:
+                await self._settle()
             return answer
         except aiohttp.ClientConnectorError as e:  # nothing listens there: the server is gone (as the SDK's path)
             raise MCPError(code=CONNECTION_CLOSED, message=f"Connection closed: {e}") from None
@@ -347,6 +353,17 @@ class HttpWire(ProgressOnly):
             await self.inject(SessionMessage(message))
         return None
 
+    async def _settle(self) -> None:
+        """Let the SDK's session handle what this answer's stream handed it before the answer returns (as on the SDK's
+        path, where they come through one stream in order): e.g. progress is routed only while the request is
+        pending. The session takes them, then runs their handlers (a loop turn or two)."""
+        for _ in range(1000):  # a bound, not a wait: each turn the session's reader runs
+            await anyio.lowlevel.checkpoint()
+            if self.taken >= self.handed:
+                break
+        await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
+
     async def _drain(self, response: aiohttp.ClientResponse) -> None:
         """Read what is left of an SSE answer after its answer event, if it ends soon and small: then the connection
         is kept (a response closed unread drops it)."""
@@ -427,12 +444,15 @@ class _Inbox:
     """The SDK session's read stream: the SDK transport's messages and those the lane hands over, in one stream
     (what the SDK's dispatcher reads; ``last_context`` is the sender's context, as on the SDK's own streams)."""
 
-    def __init__(self, receive: Any) -> None:
+    def __init__(self, receive: Any, wire: HttpWire) -> None:
         self._receive = receive
+        self._wire = wire
         self.last_context: contextvars.Context | None = None
 
     async def receive(self) -> Any:
-        self.last_context, item = await self._receive.receive()
+        self.last_context, item, from_lane = await self._receive.receive()
+        if from_lane:
+            self._wire.taken += 1
         return item
 
     def __aiter__(self) -> _Inbox:
@@ -496,25 +516,25 @@ async def streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str
         if wire is None:
             yield read, write
             return
-        send, receive = anyio.create_memory_object_stream[tuple[Any, Any]](0)
+        send, receive = anyio.create_memory_object_stream[tuple[Any, Any, bool]](0)
 
         async def pump() -> None:
             async with send:
                 try:
                     async for item in read:
-                        await send.send((getattr(read, "last_context", None), item))
+                        await send.send((getattr(read, "last_context", None), item, False))
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     await read.aclose()  # the session closed its end: the SDK's transport sees it as before
 
         async def inject(message: SessionMessage) -> None:
-            await send.send((contextvars.copy_context(), message))
+            await send.send((contextvars.copy_context(), message, True))
 
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pump)
                 wire.http, wire.inject = http, inject
                 try:
-                    yield _Inbox(receive), write
+                    yield _Inbox(receive, wire), write
                 finally:
                     wire.inject = None
                     tg.cancel_scope.cancel()
