@@ -4,11 +4,12 @@ Through the SDK (mcp 2.3) one request over Streamable HTTP costs a pydantic requ
 a hop through the transport's writer task and a task per POST, an ``httpx2`` request (one ``httpx2`` POST alone costs
 5-6x a hand-written keep-alive client's CPU: ``scripts/bench/wire.py``), an SSE decoder and two validations of the
 result. On the lane (:class:`HttpWire`, with :mod:`mcp_gym._compat.mcp_wire` doing the SDK's part) the calling task
-encodes the request once (``orjson``), POSTs it on a keep-alive ``aiohttp`` connection of the session's own pool, reads
-the answer from the response body (a JSON body, or SSE events decoded here, each decoded once) and returns it: no
-stream objects, no task hop. ``aiohttp`` was chosen by measurement: its POST costs ~1.8x the hand-written floor's CPU
-against ``httpx2``'s ~5.7x, it is maintained, has a C HTTP parser and pools keep-alive connections without scanning
-them per request.
+encodes the request once (``orjson``), POSTs it on a keep-alive ``aiohttp`` connection (one client and pool per server
+on the loop, shared by its sessions), reads the answer from the response body (a JSON body, or SSE events decoded
+here, each decoded once) and returns it: no stream objects, no task hop. The SDK's own client keeps the session's
+other traffic; its idle connection from the handshake is closed at the first lane call. ``aiohttp`` was chosen by
+measurement: its POST costs ~1.8x the hand-written floor's CPU against ``httpx2``'s ~5.7x, it is maintained, has a C
+HTTP parser and hands an idle pooled connection to a request in O(1) (httpcore scans its pool per request).
 
 Kept from :mod:`mcp_gym.client._http`, on the lane too: at most ``max_in_flight`` requests per server wait for their
 answer's headers (the same slots as the SDK's path); a connect timeout is tried again while the read timeout lasts;
@@ -74,6 +75,7 @@ DRAIN_BYTES = 64 * 1024
 RESUME_ATTEMPTS = 2
 """``GET`` resumptions of an SSE answer that ended early (the SDK's ``MAX_RECONNECTION_ATTEMPTS``)."""
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
+_RELEASE = SessionMessage(mt.JSONRPCResponse(jsonrpc="2.0", id="mcp-gym:release", result={}))
 _CLIENTS: RunVar[dict[tuple[Any, ...], list[Any]]] = RunVar("mcp_gym_http_lane_clients")
 """The lane's ``aiohttp`` clients on the running event loop, one per server and settings, shared by its sessions
 (with how many use each): a client and its pool cost ~5 kB, a connection ~7.5 kB; the pool hands an idle connection
@@ -125,6 +127,11 @@ class HttpWire(ProgressOnly):
         """Messages of lane responses handed to the SDK (notifications, server requests, other answers)."""
         self.taken = 0
         """Of those, how many the SDK's session has taken from its read stream."""
+        self.forwarded = 0
+        """Messages of the SDK's own transport passed to the session (:func:`streamable_http` counts them)."""
+        self.release: Callable[[], bool] | None = None
+        """Sends the session's reader a message it drops, if it waits for one (``False``: it does not)."""
+        self._released = 0
         self._client: aiohttp.ClientSession | None = None
         self._key: tuple[Any, ...] | None = None
         self._idle = False
@@ -151,6 +158,8 @@ class HttpWire(ProgressOnly):
         if self._idle:
             self._idle = False
             await httpx2_compat.close_idle(self.http)
+        if self.forwarded != self._released and self.release is not None and self.release():
+            self._released = self.forwarded
         if timeout is None:
             return await self._post(client, rid, body, sent)
         with anyio.fail_after(timeout):
@@ -552,20 +561,32 @@ async def streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str
                 try:
                     async for item in read:
                         await send.send((getattr(read, "last_context", None), item, False))
+                        del item  # not held while waiting for the next (a tools/list answer is ~45 kB)
+                        wire.forwarded += 1
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     await read.aclose()  # the session closed its end: the SDK's transport sees it as before
 
         async def inject(message: SessionMessage) -> None:
             await send.send((contextvars.copy_context(), message, True))
 
+        def release() -> bool:
+            # The SDK's reader holds the last message it took until the next one comes (its `async for` variable):
+            # after the SDK's own traffic (a tools/list answer, ~45 kB for the Counter) the lane's calls would leave
+            # it held for the session's life. A response to no request is dropped by the reader (a debug log line).
+            try:
+                send.send_nowait((None, _RELEASE, False))
+            except anyio.WouldBlock:
+                return False
+            return True
+
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pump)
-                wire.http, wire.inject = http, inject
+                wire.http, wire.inject, wire.release = http, inject, release
                 try:
                     yield _Inbox(receive, wire), write
                 finally:
-                    wire.inject = None
+                    wire.inject = wire.release = None
                     tg.cancel_scope.cancel()
         finally:
             await wire.close()
