@@ -78,19 +78,19 @@ def test_counter_steps_take_the_lane(counter_url: str, monkeypatch: pytest.Monke
     try:
         env.reset(seed=0)
         env.step({"tool": "echo", "arguments": {"text": "warm"}})
-        wire = env.host.connections["c"].http_wire
-        assert wire is not None and wire.off is None
-        calls = wire.calls
         made = counting(monkeypatch)
         for i in range(STEPS):
             obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": f"hi {i}"}})
             assert info["error"] is None, info["error"]
             assert obs["result"] == f"hi {i}" and "count=0 " in obs["resources"]["counter://state"], obs
-        assert wire.calls - calls == STEPS  # one tools/call each (echo changes nothing: no resource read)
         obs, _, _, _, info = env.step({"tool": "add", "arguments": {"amount": 1}})
         assert info["error"] is None and "count=1 " in obs["resources"]["counter://state"], obs
-        assert wire.calls - calls == STEPS + 2  # tools/call and the changed resource's resources/read
-        assert made == {"httpx2": 0, "streams": 0}, made
+        assert made == {"httpx2": 0, "streams": 0}, made  # main: 2 httpx2 requests and 2 stream pairs per request
+        wire = env.host.connections["c"].http_wire
+        assert wire.off is None
+        # the reset's mcp_gym_reset and resources/read, the warm-up, one tools/call per echo step (nothing changed: no
+        # resource read), add's call and the changed resource's read
+        assert wire.calls == 2 + 1 + STEPS + 2, wire.calls
         assert wire.handed == 0
     finally:
         env.close()

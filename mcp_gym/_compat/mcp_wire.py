@@ -401,4 +401,4 @@ async def read_resource(client: Any, uri: str, *, wire: Lane, meta: mt.RequestPa
         return await client.session.read_resource(uri, input_responses=r, request_state=s, meta=meta,
                                                   allow_input_required=True)
 
-    return await client._drive_input_required(result, again)  # type: ignore[no-any-return]
+    return await client._drive_input_required(result, again)

@@ -205,8 +205,8 @@ class HttpWire(ProgressOnly):
             return
         client, self._client = self._client, None
         table = _CLIENTS.get(None) or {}
-        shared = table.get(self._key)
-        if shared is not None and shared[0] is client:
+        shared = table.get(self._key) if self._key is not None else None
+        if shared is not None and shared[0] is client and self._key is not None:
             shared[1] -= 1
             if shared[1] > 0:
                 return
@@ -334,7 +334,7 @@ class HttpWire(ProgressOnly):
         except orjson.JSONDecodeError as e:
             return _error(rid, PARSE_ERROR, f"Failed to parse JSON response: {e}")
         if answer_of(obj, {rid: None}) is not None:
-            return obj  # type: ignore[no-any-return]
+            return obj
         return _error(rid, PARSE_ERROR, "Failed to parse JSON response: not the answer to this request")
 
     async def _events(self, rid: int, response: aiohttp.ClientResponse) -> tuple[str | None, int | None]:
@@ -378,13 +378,13 @@ class HttpWire(ProgressOnly):
         except orjson.JSONDecodeError:
             obj = None
         if obj is not None and answer_of(obj, {rid: None}) is not None:
-            return obj  # type: ignore[no-any-return]
+            return obj
         try:
             message = mt.jsonrpc_message_adapter.validate_json(data, by_name=False)
         except ValueError as e:
             return _error(rid, PARSE_ERROR, f"Failed to parse SSE message: {e}")
         if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and message.id in (rid, str(rid)):
-            return message.model_dump(by_alias=True, mode="json", exclude_unset=True)  # type: ignore[no-any-return]
+            return message.model_dump(by_alias=True, mode="json", exclude_unset=True)
         self.handed += 1
         assert self.inject is not None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
