@@ -85,7 +85,7 @@ def test_counter_steps_take_the_lane(counter_url: str, monkeypatch: pytest.Monke
             assert obs["result"] == f"hi {i}" and "count=0 " in obs["resources"]["counter://state"], obs
         obs, _, _, _, info = env.step({"tool": "add", "arguments": {"amount": 1}})
         assert info["error"] is None and "count=1 " in obs["resources"]["counter://state"], obs
-        assert made == {"httpx2": 0, "streams": 0}, made  # main: 2 httpx2 requests and 2 stream pairs per request
+        assert made == {"httpx2": 0, "streams": 0}, made  # main: an httpx2 request and a stream per request
         wire = env.host.connections["c"].http_wire
         assert wire.off is None
         # the reset's mcp_gym_reset and resources/read, the warm-up, one tools/call per echo step (nothing changed: no
