@@ -199,3 +199,94 @@ def test_a_redirect_sends_the_call_the_sdk_s_way(counter_url: str) -> None:
         redirect.sock.close()
     finally:
         env.close()
+
+
+@pytest.fixture()
+def resumable_url() -> Iterator[str]:
+    """A real ``MCPServer`` (uvicorn, 127.0.0.1) behind an ASGI layer that, for ``echo("resume me")``, ends the POST's
+    SSE answer after a priming event (an event id, no data) and gives the answer to the ``GET`` that resumes it with
+    ``Last-Event-ID`` (what a server with an event store may do, e.g. to free a connection during a long call)."""
+    import asyncio
+    import json
+
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    srv = MCPServer("resumable", log_level="WARNING")
+
+    @srv.tool()
+    async def echo(text: str) -> str:
+        """Echo the text."""
+        return text
+
+    inner = srv.streamable_http_app(host="127.0.0.1")
+    asked: dict[str, Any] = {}
+    sse = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store")]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await inner(scope, receive, send)
+        headers = dict(scope["headers"])
+        if scope["method"] == "GET" and headers.get(b"last-event-id") == b"ev-1":
+            asked["resumed"] = asked.get("resumed", 0) + 1
+            answer = {"jsonrpc": "2.0", "id": asked["id"],
+                      "result": {"content": [{"type": "text", "text": "resumed answer"}], "isError": False,
+                                 "structuredContent": {"result": "resumed answer"}}}
+            await send({"type": "http.response.start", "status": 200, "headers": sse})
+            await send({"type": "http.response.body", "body": b"id: ev-2\ndata: " + json.dumps(answer).encode()
+                        + b"\n\n"})
+            return
+        if scope["method"] != "POST":
+            return await inner(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        data = json.loads(body) if body else None
+        if isinstance(data, dict) and data.get("method") == "tools/call" and \
+                data["params"].get("arguments") == {"text": "resume me"}:
+            asked["id"] = data["id"]
+            await send({"type": "http.response.start", "status": 200, "headers": sse})
+            await send({"type": "http.response.body", "body": b"id: ev-1\nretry: 10\ndata: \n\n"})
+            return
+        replayed = [False]
+
+        async def replay() -> Any:
+            if not replayed[0]:
+                replayed[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await inner(scope, replay, send)
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
+    thread.start()
+    for _ in range(300):
+        if server.started:
+            break
+        threading.Event().wait(0.1)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", asked  # type: ignore[misc]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def test_an_sse_answer_that_ends_early_is_resumed_with_last_event_id(resumable_url: Any) -> None:
+    url, asked = resumable_url
+    env = MCPEnv({"r": Http(url, protocol="legacy")}, ["Echo."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        wire = env.host.connections["r"].http_wire
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "plain"}})
+        assert info["error"] is None and obs["result"] == "plain", info["error"]
+        calls = wire.calls
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "resume me"}})
+        assert info["error"] is None, info["error"]
+        assert obs["result"] == "resumed answer" and asked.get("resumed") == 1, (obs, asked)
+        assert wire.calls == calls + 1 and wire.off is None
+    finally:
+        env.close()
