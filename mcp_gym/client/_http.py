@@ -370,6 +370,8 @@ class _SessionClient(httpx2.AsyncClient):
         """The last ``Keep-Alive`` header of the server's responses (``None``: none seen)."""
         self.session_id: str | None = None
         """The ``Mcp-Session-Id`` the SDK's last POST carried (``None``: none; the HTTP fast lane sends it too)."""
+        self.posts = 0
+        """POSTs the SDK's path sent (the HTTP fast lane notes when the SDK's own traffic happened)."""
         self._reading: dict[Any, _Reading] = {}
         """Answers whose body is being read, by request id (a session's ids are unique)."""
 
@@ -387,6 +389,7 @@ class _SessionClient(httpx2.AsyncClient):
     async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:
         if request.method == "POST":
             self.session_id = request.headers.get("mcp-session-id")
+            self.posts += 1
         if self._reading and request.method == "POST":
             rid = _cancelled_id(request)
             if rid is not None and rid in self._reading:

@@ -48,7 +48,9 @@ from anyio.lowlevel import RunVar
 from mcp import MCPError
 from mcp.shared.message import SessionMessage
 
+from mcp_gym._compat import anyio as anyio_compat
 from mcp_gym._compat import httpx2 as httpx2_compat
+from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, ProgressOnly, StepAside, answer_of
 from mcp_gym.client import _http
 from mcp_gym.client._http import (
@@ -125,10 +127,6 @@ class HttpWire(ProgressOnly):
         """Requests answered on the lane."""
         self.handed = 0
         """Messages of lane responses handed to the SDK (notifications, server requests, other answers)."""
-        self.taken = 0
-        """Of those, how many the SDK's session has taken from its read stream."""
-        self.forwarded = 0
-        """Messages of the SDK's own transport passed to the session (:func:`streamable_http` counts them)."""
         self.release: Callable[[], bool] | None = None
         """Sends the session's reader a message it drops, if it waits for one (``False``: it does not)."""
         self._released = 0
@@ -158,8 +156,8 @@ class HttpWire(ProgressOnly):
         if self._idle:
             self._idle = False
             await httpx2_compat.close_idle(self.http)
-        if self.forwarded != self._released and self.release is not None and self.release():
-            self._released = self.forwarded
+        if self.http.posts != self._released and self.release is not None and self.release():
+            self._released = self.http.posts
         if timeout is None:
             return await self._post(client, rid, body, sent)
         with anyio.fail_after(timeout):
@@ -394,13 +392,10 @@ class HttpWire(ProgressOnly):
     async def _settle(self) -> None:
         """Let the SDK's session handle what this answer's stream handed it before the answer returns (as on the SDK's
         path, where they come through one stream in order): e.g. progress is routed only while the request is
-        pending. The session takes them, then runs their handlers (a loop turn or two)."""
-        for _ in range(1000):  # a bound, not a wait: each turn the session's reader runs
+        pending. The session's reader has taken them (the stream holds none); it routes them, then their handlers
+        run: a loop turn each."""
+        for _ in range(3):
             await anyio.lowlevel.checkpoint()
-            if self.taken >= self.handed:
-                break
-        await anyio.lowlevel.checkpoint()
-        await anyio.lowlevel.checkpoint()
 
     async def _drain(self, response: aiohttp.ClientResponse) -> None:
         """Read what is left of an SSE answer after its answer event, if it ends soon and small: then the connection
@@ -478,40 +473,6 @@ def _fields(lines: list[str]) -> dict[str, str]:
 
 
 # -- the transport ----------------------------------------------------------------------------------------------------
-class _Inbox:
-    """The SDK session's read stream: the SDK transport's messages and those the lane hands over, in one stream
-    (what the SDK's dispatcher reads; ``last_context`` is the sender's context, as on the SDK's own streams)."""
-
-    def __init__(self, receive: Any, wire: HttpWire) -> None:
-        self._receive = receive
-        self._wire = wire
-        self.last_context: contextvars.Context | None = None
-
-    async def receive(self) -> Any:
-        self.last_context, item, from_lane = await self._receive.receive()
-        if from_lane:
-            self._wire.taken += 1
-        return item
-
-    def __aiter__(self) -> _Inbox:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._receive.aclose()
-
-    async def __aenter__(self) -> _Inbox:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-
 def http_client_factory(
     on_refusal: Callable[[int | None, str, str], None], max_in_flight: int | None, answer_errors: bool = False,
     max_message_bytes: int | None = None,
@@ -551,42 +512,39 @@ async def streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str
         timeout=httpx2.Timeout(spec.http_timeout, read=spec.read_timeout))
     async with http, streamable_http_client(spec.url, http_client=http,
                                             max_sse_event_size=spec.max_message_bytes) as (read, write):
-        if wire is None:
-            yield read, write
+        inner = None if wire is None else mcp_compat.read_stream_inner(read)
+        if wire is None or inner is None or (probe := anyio_compat.sender_for(inner)) is None:
+            yield read, write  # the SDK's way for every request
             return
-        send, receive = anyio.create_memory_object_stream[tuple[Any, Any, bool]](0)
-
-        async def pump() -> None:
-            async with send:
-                try:
-                    async for item in read:
-                        await send.send((getattr(read, "last_context", None), item, False))
-                        del item  # not held while waiting for the next (a tools/list answer is ~45 kB)
-                        wire.forwarded += 1
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    await read.aclose()  # the session closed its end: the SDK's transport sees it as before
+        probe.close()
 
         async def inject(message: SessionMessage) -> None:
-            await send.send((contextvars.copy_context(), message, True))
+            # A send end of the session's own read stream, for this message: what the SDK's transport does with one
+            # (the items are (context, message) pairs); closed at once, so the session still sees the transport's end.
+            sender = anyio_compat.sender_for(inner)
+            try:
+                await sender.send((contextvars.copy_context(), message))
+            finally:
+                sender.close()
 
         def release() -> bool:
             # The SDK's reader holds the last message it took until the next one comes (its `async for` variable):
             # after the SDK's own traffic (a tools/list answer, ~45 kB for the Counter) the lane's calls would leave
             # it held for the session's life. A response to no request is dropped by the reader (a debug log line).
+            sender = anyio_compat.sender_for(inner)
             try:
-                send.send_nowait((None, _RELEASE, False))
+                sender.send_nowait((contextvars.copy_context(), _RELEASE))
             except anyio.WouldBlock:
                 return False
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+            finally:
+                sender.close()
             return True
 
+        wire.http, wire.inject, wire.release = http, inject, release
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(pump)
-                wire.http, wire.inject, wire.release = http, inject, release
-                try:
-                    yield _Inbox(receive, wire), write
-                finally:
-                    wire.inject = wire.release = None
-                    tg.cancel_scope.cancel()
+            yield read, write
         finally:
+            wire.inject = wire.release = None
             await wire.close()
