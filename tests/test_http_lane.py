@@ -290,3 +290,26 @@ def test_an_sse_answer_that_ends_early_is_resumed_with_last_event_id(resumable_u
         assert wire.calls == calls + 1 and wire.off is None
     finally:
         env.close()
+
+
+def test_the_lane_steps_aside_when_an_sdk_name_it_uses_moved(counter_url: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the SDK's read-stream internals the lane cannot hand messages to the session: it is not used (said
+    once with a CompatWarning) and every request takes the SDK's path, with the same answers."""
+    import mcp_gym._compat as compat
+    from mcp_gym._compat import CompatWarning
+    from mcp_gym._compat import mcp as mcp_compat
+
+    real = mcp_compat.read_stream_inner
+    monkeypatch.setattr(compat, "_warned", set())
+    monkeypatch.setattr(mcp_compat, "read_stream_inner", lambda read: real(object()))  # as if `_inner` were gone
+    with pytest.warns(CompatWarning, match="ContextReceiveStream._inner"):
+        env = MCPEnv({"c": Http(counter_url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        made = counting(monkeypatch)
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "aside"}})
+        assert info["error"] is None and obs["result"] == "aside", info["error"]
+        assert made["httpx2"] >= 1 and env.host.connections["c"].http_wire.calls == 0
+    finally:
+        env.close()

@@ -24,7 +24,7 @@ last POST the ``Mcp-Session-Id``; HTTP error statuses are answered as the SDK an
 
 The lane steps aside, without losing anything: a message in an SSE answer that is not the request's plain answer (a
 progress or other notification, a server request such as sampling or elicitation, an answer to another request) is
-handed to the SDK's session as its transport would hand it (:func:`streamable_http` merges the two); an SSE answer
+handed to the SDK's session as its transport would hand it (into the session's own read stream); an SSE answer
 that ends early with an event id is resumed with a ``GET`` and ``Last-Event-ID`` as the SDK does; a redirect (nothing
 ran) sends that call and the later ones the SDK's way. A session with ``auth=`` (an ``httpx2.Auth`` flow), cookies or
 a proxy from the environment never takes the lane.
