@@ -4,8 +4,8 @@
 * ``AsyncConnectionPool._keepalive_expiry``, ``._connections`` and each connection's ``._connection`` and
   ``._keepalive_expiry``: how long idle connections are kept. httpcore2 has no public setter, and a server's
   ``Keep-Alive: timeout=N`` header says how long it keeps them (:func:`set_keepalive_expiry`); and the pool's
-  ``._connections`` list, to close the idle ones when a session's calls move to the HTTP fast lane
-  (:func:`close_idle`).
+  ``._connections`` list and its queued ``._requests`` (a connection assigned to one is not idle), to close the idle
+  ones when a session's calls move to the HTTP fast lane (:func:`close_idle`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def missing(client: httpx2.AsyncClient | None = None) -> list[str]:
     pool = _pool(client)
     if pool is None:
         return ["httpx2.AsyncHTTPTransport._pool"]
-    return [f"{type(pool).__name__}.{n}" for n in ("_keepalive_expiry", "_connections") if not hasattr(pool, n)]
+    return [f"{type(pool).__name__}.{n}" for n in ("_keepalive_expiry", "_connections", "_requests")
+            if not hasattr(pool, n)]
 
 
 def set_keepalive_expiry(client: httpx2.AsyncClient, seconds: float) -> None:
@@ -62,7 +63,8 @@ async def close_idle(client: httpx2.AsyncClient) -> int:
         moved(_DIST, "AsyncConnectionPool._connections (via AsyncClient._transport._pool)",
               "a session's idle httpx2 connection is kept beside the fast lane's")
         return 0
-    idle = [c for c in conns if c.is_idle()]
+    reserved = {id(getattr(r, "connection", None)) for r in getattr(pool, "_requests", ())}  # assigned, not yet sent
+    idle = [c for c in conns if c.is_idle() and id(c) not in reserved]
     for c in idle:
         conns.remove(c)  # no await between the check and the removal: the pool sees a consistent list
     for c in idle:

@@ -7,7 +7,7 @@ result. On the lane (:class:`HttpWire`, with :mod:`mcp_gym._compat.mcp_wire` doi
 encodes the request once (``orjson``), POSTs it on a keep-alive ``aiohttp`` connection (one client and pool per server
 on the loop, shared by its sessions), reads the answer from the response body (a JSON body, or SSE events decoded
 here, each decoded once) and returns it: no stream objects, no task hop. The SDK's own client keeps the session's
-other traffic; its idle connection from the handshake is closed at the first lane call. ``aiohttp`` was chosen by
+other traffic; its idle connection is closed at the next lane call. ``aiohttp`` was chosen by
 measurement: its POST costs ~1.8x the hand-written floor's CPU against ``httpx2``'s ~5.7x, it is maintained, has a C
 HTTP parser and hands an idle pooled connection to a request in O(1) (httpcore scans its pool per request).
 
@@ -132,7 +132,6 @@ class HttpWire(ProgressOnly):
         self._released = 0
         self._client: aiohttp.ClientSession | None = None
         self._key: tuple[Any, ...] | None = None
-        self._idle = False
         self._slots: Any = None
 
     # -- the Lane interface -------------------------------------------------------------------------------------------
@@ -153,11 +152,10 @@ class HttpWire(ProgressOnly):
         if sid:
             sent["mcp-session-id"] = sid
         sent.update(headers)
-        if self._idle:
-            self._idle = False
-            await httpx2_compat.close_idle(self.http)
-        if self.http.posts != self._released and self.release is not None and self.release():
-            self._released = self.http.posts
+        if self.http.posts != self._released:  # the SDK's own traffic since the last lane call: let go of its leftovers
+            await httpx2_compat.close_idle(self.http)  # its idle connection (the lane has its own)
+            if self.release is not None and self.release():
+                self._released = self.http.posts
         if timeout is None:
             return await self._post(client, rid, body, sent)
         with anyio.fail_after(timeout):
@@ -191,7 +189,6 @@ class HttpWire(ProgressOnly):
                                               sock_read=self.spec.read_timeout)), 0]
         shared[1] += 1
         self._client, self._key = shared[0], key
-        self._idle = True  # the SDK's client holds an idle connection from the handshake: closed at the first call
         if self.spec.max_in_flight is not None:
             self._slots = request_slots(self.slot_key, self.spec.max_in_flight)
         return self._client
