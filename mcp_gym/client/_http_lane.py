@@ -100,7 +100,8 @@ def _error(rid: int, code: int, message: str, data: Any = None) -> dict[str, Any
 
 class HttpWire(ProgressOnly):
     """One Streamable HTTP session's fast lane (:class:`mcp_gym._compat.mcp_wire.Lane`): made with the connection,
-    given the SDK-side HTTP client and the SDK's inbox by :func:`streamable_http` once the transport runs."""
+    given the SDK-side HTTP client and a way into the session's read stream by :func:`streamable_http` once the
+    transport runs."""
 
     def __init__(self, spec: Http, on_refusal: Callable[[int | None, str, str], None] | None = None) -> None:
         super().__init__()
