@@ -3,7 +3,9 @@
 * ``AsyncClient._transport._pool``: the httpcore2 connection pool under a client's default transport;
 * ``AsyncConnectionPool._keepalive_expiry``, ``._connections`` and each connection's ``._connection`` and
   ``._keepalive_expiry``: how long idle connections are kept. httpcore2 has no public setter, and a server's
-  ``Keep-Alive: timeout=N`` header says how long it keeps them (:func:`set_keepalive_expiry`).
+  ``Keep-Alive: timeout=N`` header says how long it keeps them (:func:`set_keepalive_expiry`); and the pool's
+  ``._connections`` list and its queued ``._requests`` (a connection assigned to one is not idle), to close the idle
+  ones when a session's calls move to the HTTP fast lane (:func:`close_idle`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import httpx2
 
 from mcp_gym._compat import moved
 
-__all__ = ["set_keepalive_expiry", "missing"]
+__all__ = ["set_keepalive_expiry", "close_idle", "missing"]
 
 _DIST = "httpcore2"
 
@@ -31,7 +33,8 @@ def missing(client: httpx2.AsyncClient | None = None) -> list[str]:
     pool = _pool(client)
     if pool is None:
         return ["httpx2.AsyncHTTPTransport._pool"]
-    return [f"{type(pool).__name__}.{n}" for n in ("_keepalive_expiry", "_connections") if not hasattr(pool, n)]
+    return [f"{type(pool).__name__}.{n}" for n in ("_keepalive_expiry", "_connections", "_requests")
+            if not hasattr(pool, n)]
 
 
 def set_keepalive_expiry(client: httpx2.AsyncClient, seconds: float) -> None:
@@ -47,3 +50,23 @@ def set_keepalive_expiry(client: httpx2.AsyncClient, seconds: float) -> None:
         for c in (conn, getattr(conn, "_connection", None)):
             if c is not None and hasattr(c, "_keepalive_expiry"):
                 c._keepalive_expiry = seconds
+
+
+async def close_idle(client: httpx2.AsyncClient) -> int:
+    """Close ``client``'s idle keep-alive connections now (httpcore2 closes them only when a later request or
+    response touches the pool); returns how many. Used when a session's calls move to the HTTP fast lane, which has
+    its own connection: the idle one would otherwise be held (~20 kB) until the session closes. Without these names
+    (warned once) nothing is closed, which only costs that memory."""
+    pool = _pool(client)
+    conns = getattr(pool, "_connections", None)
+    if not isinstance(conns, list):
+        moved(_DIST, "AsyncConnectionPool._connections (via AsyncClient._transport._pool)",
+              "a session's idle httpx2 connection is kept beside the fast lane's")
+        return 0
+    reserved = {id(getattr(r, "connection", None)) for r in getattr(pool, "_requests", ())}  # assigned, not yet sent
+    idle = [c for c in conns if c.is_idle() and id(c) not in reserved]
+    for c in idle:
+        conns.remove(c)  # no await between the check and the removal: the pool sees a consistent list
+    for c in idle:
+        await c.aclose()
+    return len(idle)

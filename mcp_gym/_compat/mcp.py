@@ -12,6 +12,9 @@
   validators with those compiled while checking the listing (:func:`seed_output_validators`).
 * ``mcp.shared._httpx_utils.MCP_DEFAULT_TIMEOUT`` and ``MCP_DEFAULT_SSE_READ_TIMEOUT``: the SDK's HTTP timeouts.
 * ``MCPServer._lowlevel_server``: its request handler table, to acknowledge legacy ``resources/subscribe``.
+* ``ContextReceiveStream._inner``: the memory stream under a transport's read stream, whose items are
+  ``(context, message)`` pairs (:func:`read_stream_inner`): the HTTP fast lane hands the SDK's session the messages of
+  an answer's stream that are not the answer.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ except ImportError:  # reported by missing() and, when used, by default_http_tim
     _httpx_utils = None  # type: ignore[assignment]  # the module is optional here: its absence is handled
 
 __all__ = ["set_discover_timeout", "page_shell", "raw_sender", "absorb_tool_listing", "seed_output_validators",
-           "default_http_timeouts", "lowlevel_server", "missing", "missing_on_session"]
+           "default_http_timeouts", "lowlevel_server", "read_stream_inner", "missing", "missing_on_session"]
 
 _DIST = "mcp"
 _SESSION_ATTRIBUTES = ("_dispatcher", "_stamp", "_absorb_tool_listing", "_tool_output_validators",
@@ -47,7 +50,20 @@ def missing() -> list[str]:
     out = [f"{where}.{name}" for module, where, names in wanted for name in names if not hasattr(module, name)]
     if not hasattr(MCPServer("probe"), "_lowlevel_server"):
         out.append("mcp.server.mcpserver.MCPServer()._lowlevel_server")
+    from mcp.shared._context_streams import ContextReceiveStream
+
+    if "_inner" not in getattr(ContextReceiveStream, "__slots__", ()):
+        out.append("mcp.shared._context_streams.ContextReceiveStream._inner")
     return out
+
+
+def read_stream_inner(read: Any) -> Any:
+    """The memory stream under the SDK transport's read stream ``read`` (its items: ``(contextvars.Context,
+    message)``), or ``None`` (said once with a :class:`~mcp_gym._compat.CompatWarning`)."""
+    inner = getattr(read, "_inner", None)
+    if inner is None:
+        moved(_DIST, "mcp.shared._context_streams.ContextReceiveStream._inner", "the HTTP fast lane is not used")
+    return inner
 
 
 def missing_on_session(session: Any) -> list[str]:

@@ -1,5 +1,5 @@
-"""The fast lane for ``tools/call`` over stdio: the request goes straight onto the pipe and its answer straight back to
-the caller, without the SDK's per-request machinery in between.
+"""The fast lane for ``tools/call`` (and ``resources/read``) over stdio and Streamable HTTP: the request goes straight
+onto the wire and its answer straight back to the caller, without the SDK's per-request machinery in between.
 
 Through the SDK (mcp 2.3) one ``tools/call`` costs a pydantic model built and dumped, a memory-object stream pair per
 request, a hop through the transport's writer task and the dispatcher's reader, and a second validation of the raw
@@ -18,7 +18,11 @@ result: about 6× the client CPU of a hand-written asyncio JSON-RPC client over 
   ``CallToolResult`` model, the output schema with the SDK's compiled validator, once per schema), and an
   input-required or claimed result is finished by the SDK's ``Client``.
 
-Everything else (handshake, listings, resources, notifications, sampling, elicitation, roots, HTTP) stays on the SDK.
+Over Streamable HTTP the wire is :class:`mcp_gym.client._http_lane.HttpWire` (one POST on a lean keep-alive client,
+the answer read from its body); this module only needs an object with the :class:`Lane` interface.
+
+Everything else (handshake, listings, notifications, sampling, elicitation, roots, auth, resumption of other requests)
+stays on the SDK.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp.types as mt
@@ -44,13 +48,14 @@ try:
 except ImportError:  # reported by missing(); the lane is then not used (usable())
     inject_trace_context = None  # type: ignore[assignment]  # checked by usable() before any call
 
-__all__ = ["Wire", "call_tool", "usable", "missing", "missing_on"]
+__all__ = ["Wire", "Lane", "StepAside", "call_tool", "read_resource", "usable", "missing", "missing_on"]
 
 # The SDK's private names the lane uses (mcp 2.3): where it lives, what. missing() / missing_on() list the gone ones,
 # tests/test_compat.py fails naming them, and usable() then sends every call the SDK's own way (said once).
 _MODULE_NAMES = ((_jd, "mcp.shared.jsonrpc_dispatcher", ("_Pending", "_ABANDON_WRITE_TIMEOUT")),
                  (_methods, "mcp_types.methods", ("_check_known_version", "_adapter", "SERVER_RESULTS")),
-                 (_session, "mcp.client.session", ("_clamp_inbound_ttl", "_later_revision_fields")))
+                 (_session, "mcp.client.session", ("_clamp_inbound_ttl", "_later_revision_fields",
+                                                   "_ReadResourceResultAdapter")))
 _CLIENT_NAMES = ("_drive_input_required", "_folded_extensions")
 _SESSION_NAMES = ("_dispatcher", "_stamp", "_session_read_timeout_seconds", "_negotiated_version",
                   "_call_tool_adapter")
@@ -81,7 +86,7 @@ def usable(client: Any) -> bool:
     if ok is None:
         gone = missing() + missing_on(client)
         for name in gone:
-            moved("mcp", name, "tools/call over stdio takes the SDK's own path (more client CPU per call)")
+            moved("mcp", name, "tools/call and resources/read take the SDK's own path (more client CPU per call)")
         ok = _usable[key] = not gone
     return ok
 
@@ -92,6 +97,30 @@ CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
 
 
+class StepAside(Exception):
+    """Raised by a lane's :meth:`Lane.exchange` when the server's answer is one the lane does not handle and nothing
+    ran on the server (e.g. a redirect): the call is made again on the SDK's own path."""
+
+
+class Lane(Protocol):
+    """What :func:`call_tool` / :func:`read_resource` need of a wire: stdio's :class:`Wire` or HTTP's ``HttpWire``."""
+
+    sent: set[int]
+    """The ids of requests written and not yet answered (a cancelled one gets the SDK's courtesy cancel)."""
+
+    def open(self) -> bool:
+        """Whether requests can be sent (the connection is up)."""
+
+    def pending(self, on_progress: Any) -> Any:
+        """A dispatcher ``_Pending`` entry that only routes progress notifications to ``on_progress``."""
+
+    async def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
+                       method: str) -> dict[str, Any]:
+        """Send request ``rid`` (``body``: one JSON-RPC request; ``headers``: the session's per-message headers) and
+        return its answer (a JSON-RPC response or error, as a dict). Raises ``TimeoutError`` when ``timeout`` seconds
+        passed after it was sent, ``MCPError`` for a transport failure, :class:`StepAside` when nothing was sent."""
+
+
 def _closed_streams() -> tuple[Any, Any]:
     send, receive = anyio.create_memory_object_stream[Any](0)
     send.close()
@@ -99,20 +128,57 @@ def _closed_streams() -> tuple[Any, Any]:
     return send, receive
 
 
-class Wire:
-    """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
+class ProgressOnly:
+    """Makes the dispatcher ``_Pending`` entries of lane requests: progress routed, the answer taken by the lane."""
 
-    __slots__ = ("waiting", "send", "closed", "delivered", "_seen", "_dummy")
+    __slots__ = ("_dummy",)
 
     def __init__(self) -> None:
+        self._dummy: tuple[Any, Any] | None = None
+
+    def pending(self, on_progress: Any) -> Any:
+        """A dispatcher ``_Pending`` entry that only routes progress (its answer comes through the lane)."""
+        if self._dummy is None:
+            self._dummy = _closed_streams()
+        return _jd._Pending(send=self._dummy[0], receive=self._dummy[1], on_progress=on_progress)
+
+
+def answer_of(obj: Any, waiting: Mapping[int, Any]) -> int | None:
+    """The waiting request id ``obj`` (a decoded JSON value) is the plain answer of, or ``None``: not a dict, a
+    request or notification, an unknown id, or a malformed answer (the SDK's path then makes an error of it)."""
+    if type(obj) is not dict or "method" in obj:
+        return None
+    rid = obj.get("id")
+    if type(rid) is str and rid.isdigit():  # the SDK correlates "7" with 7 too
+        rid = int(rid)
+    if type(rid) is not int or rid not in waiting:
+        return None
+    result, error = obj.get("result"), obj.get("error")
+    ok = (type(result) is dict and error is None) or (
+        result is None and type(error) is dict and type(error.get("code")) is int
+        and type(error.get("message")) is str)
+    return rid if ok else None
+
+
+class Wire(ProgressOnly):
+    """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
+
+    __slots__ = ("waiting", "send", "closed", "delivered", "sent", "_seen")
+
+    def __init__(self) -> None:
+        super().__init__()
         self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.send: Callable[[bytes], Awaitable[None]] | None = None
         """Writes one line to the server's stdin (set by the transport once the process runs)."""
         self.closed = False
         self.delivered = 0
         """Messages the transport passed to the SDK (the transport counts them)."""
+        self.sent: set[int] = set()
         self._seen = 0
-        self._dummy: tuple[Any, Any] | None = None
+
+    def open(self) -> bool:
+        """Whether the process runs and its pipe is open."""
+        return not self.closed and self.send is not None
 
     def quiet(self) -> bool:
         """True when the transport passed nothing to the SDK since the last ask: only fast-lane answers came, so no
@@ -129,20 +195,10 @@ class Wire:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
             return False
-        if type(obj) is not dict or "method" in obj:
+        rid = answer_of(obj, self.waiting)
+        if rid is None:
             return False
-        rid = obj.get("id")
-        if type(rid) is str and rid.isdigit():  # the SDK correlates "7" with 7 too
-            rid = int(rid)
-        fut = self.waiting.get(rid) if type(rid) is int else None
-        if fut is None:
-            return False
-        result, error = obj.get("result"), obj.get("error")
-        ok = (type(result) is dict and error is None) or (
-            result is None and type(error) is dict and type(error.get("code")) is int
-            and type(error.get("message")) is str)
-        if not ok:
-            return False  # malformed: the usual path makes an error of it (take_message)
+        fut = self.waiting[rid]
         if not fut.done():
             fut.set_result(obj)
         return True
@@ -170,18 +226,36 @@ class Wire:
                 fut.set_exception(MCPError(code=CONNECTION_CLOSED, message="Connection closed"))
         self.waiting.clear()
 
-    def pending(self, on_progress: Any) -> Any:
-        """A dispatcher ``_Pending`` entry that only routes progress (its answer comes through this lane)."""
-        if self._dummy is None:
-            self._dummy = _closed_streams()
-        return _jd._Pending(send=self._dummy[0], receive=self._dummy[1], on_progress=on_progress)
+    async def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
+                       method: str) -> dict[str, Any]:
+        """Write the request line, wait for the reader to resolve its future (:class:`Lane`)."""
+        assert self.send is not None
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self.waiting[rid] = fut
+        timer = None
+        try:
+            try:
+                await self.send(body + b"\n")
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
+            self.sent.add(rid)
+            if timeout is not None:
+                timer = loop.call_later(timeout, _expire, fut)
+            return await fut
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self.sent.discard(rid)
+            if self.waiting.get(rid) is fut:
+                del self.waiting[rid]
 
 
 @functools.cache
-def _surface(version: str) -> Any:
-    """The adapter checking a ``tools/call`` result against protocol ``version``'s schema (``None``: none)."""
+def _surface(method: str, version: str) -> Any:
+    """The adapter checking a ``method`` result against protocol ``version``'s schema (``None``: none)."""
     _methods._check_known_version(version)
-    row = _methods.SERVER_RESULTS.get(("tools/call", version))
+    row = _methods.SERVER_RESULTS.get((method, version))
     return None if row is None else _methods._adapter(row)
 
 
@@ -190,26 +264,23 @@ def _expire(fut: asyncio.Future[Any]) -> None:
         fut.set_exception(TimeoutError())
 
 
-async def _roundtrip(client: Any, wire: Wire, name: str, arguments: dict[str, Any] | None, timeout: float | None,
-                     progress: Any, meta: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Send one ``tools/call`` and return its raw result (what the dispatcher's ``send_raw_request`` returns)."""
+async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any], timeout: float | None,
+                     progress: Any) -> dict[str, Any]:
+    """Send one request on the lane and return its raw result (what the dispatcher's ``send_raw_request`` returns):
+    the id from the session's dispatcher, the session's stamp (era ``_meta`` and per-message headers), the SDK's
+    courtesy cancel when the caller stops waiting."""
     session = client.session
     disp = session._dispatcher
-    if disp._closed or wire.closed or wire.send is None:
+    if disp._closed or not wire.open():
         raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
-    params: dict[str, Any] = {"name": name}
-    if arguments is not None:
-        params["arguments"] = arguments
-    if meta is not None:
-        params["_meta"] = meta
-    data: dict[str, Any] = {"method": "tools/call", "params": params}
+    data: dict[str, Any] = {"method": method, "params": params}
     opts: dict[str, Any] = {}
     session._stamp(data, opts)
     params = data["params"]
     if timeout is None:
         timeout = session._session_read_timeout_seconds
     rid = disp._allocate_id()
-    while rid in disp._pending or rid in wire.waiting:
+    while rid in disp._pending or rid in wire.sent:
         rid = disp._allocate_id()
     out_meta = dict(params.get("_meta") or {})
     if progress is not None:
@@ -219,40 +290,24 @@ async def _roundtrip(client: Any, wire: Wire, name: str, arguments: dict[str, An
         params["_meta"] = out_meta
     else:
         params.pop("_meta", None)
-    line = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}) + b"\n"
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[dict[str, Any]] = loop.create_future()
-    wire.waiting[rid] = fut
+    body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
     if progress is not None:
         disp._pending[rid] = wire.pending(progress)
-    timer = None
-    sent = False
     try:
         try:
-            await wire.send(line)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
-        sent = True
-        if timeout is not None:
-            timer = loop.call_later(timeout, _expire, fut)
-        try:
-            answer = await fut
+            answer = await wire.exchange(rid, body, opts.get("headers") or {}, timeout, method)
         except TimeoutError:
             await disp._final_write(
                 lambda: disp._cancel_outbound(rid, f"timed out after {timeout}s", None), shield=False,
                 timeout=_jd._ABANDON_WRITE_TIMEOUT, describe=f"courtesy cancel for timed-out request {rid!r}")
-            raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out") from None
+            raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
     except anyio.get_cancelled_exc_class():
-        if sent:
+        if rid in wire.sent:
             await disp._final_write(
                 lambda: disp._cancel_outbound(rid, "caller cancelled", None), shield=True,
                 timeout=_jd._ABANDON_WRITE_TIMEOUT, describe=f"courtesy cancel for caller-cancelled request {rid!r}")
         raise
     finally:
-        if timer is not None:
-            timer.cancel()
-        if wire.waiting.get(rid) is fut:
-            del wire.waiting[rid]
         if progress is not None:
             disp._pending.pop(rid, None)
     error = answer.get("error")
@@ -262,33 +317,48 @@ async def _roundtrip(client: Any, wire: Wire, name: str, arguments: dict[str, An
     return answer["result"]
 
 
-async def _session_call(client: Any, wire: Wire, name: str, arguments: dict[str, Any] | None, timeout: float | None,
+def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
+    """What the SDK's ``send_request`` does with a raw result: TTL clamp, the negotiated version's schema (without its
+    dump of the result), a later revision's fields dropped, then ``adapter``."""
+    _session._clamp_inbound_ttl(raw)
+    version = session._negotiated_version or "2025-11-25"
+    surface = _surface(method, version)
+    if surface is not None:
+        surface.validate_python(raw, by_name=False)
+    if not (foreign := _session._later_revision_fields(method, version)).isdisjoint(raw):
+        raw = {key: value for key, value in raw.items() if key not in foreign}
+    return adapter.validate_python(raw, by_name=False)
+
+
+async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str, Any] | None, timeout: float | None,
                         progress: Any, meta: Mapping[str, Any] | None) -> Any:
     """What ``ClientSession.call_tool(..., allow_input_required=True, allow_claimed=True)`` does, on the lane."""
     session = client.session
-    raw = await _roundtrip(client, wire, name, arguments, timeout, progress, meta)
-    _session._clamp_inbound_ttl(raw)
-    version = session._negotiated_version or "2025-11-25"
-    surface = _surface(version)
-    if surface is not None:  # what the SDK's validate_server_result checks, without its dump of the result
-        surface.validate_python(raw, by_name=False)
-    if not (foreign := _session._later_revision_fields("tools/call", version)).isdisjoint(raw):
-        raw = {key: value for key, value in raw.items() if key not in foreign}
-    result = session._call_tool_adapter.validate_python(raw, by_name=False)
+    params: dict[str, Any] = {"name": name}
+    if arguments is not None:
+        params["arguments"] = arguments
+    if meta is not None:
+        params["_meta"] = meta
+    raw = await _roundtrip(client, wire, "tools/call", params, timeout, progress)
+    result = _checked(session, "tools/call", raw, session._call_tool_adapter)
     if isinstance(result, mt.CallToolResult) and not result.is_error:
         await session.validate_tool_result(name, result)
     return result
 
 
-async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Wire,
+async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Lane,
                     read_timeout_seconds: float | None, progress_callback: Any, meta: mt.RequestParamsMeta | None
                     ) -> mt.CallToolResult:
     """``Client.call_tool`` with the first round on the lane; a result that needs more (input required, a claimed
-    shape) is finished by the SDK's own code, as ``Client.call_tool`` would."""
+    shape) is finished by the SDK's own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
     if not usable(client):
         return await client.call_tool(name, arguments, read_timeout_seconds=read_timeout_seconds,
                                       progress_callback=progress_callback, meta=meta)
-    result = await _session_call(client, wire, name, arguments, read_timeout_seconds, progress_callback, meta)
+    try:
+        result = await _session_call(client, wire, name, arguments, read_timeout_seconds, progress_callback, meta)
+    except StepAside:
+        return await client.call_tool(name, arguments, read_timeout_seconds=read_timeout_seconds,
+                                      progress_callback=progress_callback, meta=meta)
     if isinstance(result, mt.CallToolResult):
         return result
 
@@ -308,3 +378,27 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
     if not final.is_error:
         await client.session.validate_tool_result(name, final)
     return final
+
+
+async def read_resource(client: Any, uri: str, *, wire: Lane, meta: mt.RequestParamsMeta | None
+                        ) -> mt.ReadResourceResult:
+    """``Client.read_resource`` (with no response cache, as mcp-gym's sessions have) with the first round on the
+    lane; an input-required result is finished by the SDK's own code; a :class:`StepAside` goes the SDK's way."""
+    if not usable(client):
+        return await client.read_resource(uri, meta=meta)
+    params: dict[str, Any] = {"uri": uri}
+    if meta is not None:
+        params["_meta"] = meta
+    try:
+        raw = await _roundtrip(client, wire, "resources/read", params, None, None)
+    except StepAside:
+        return await client.read_resource(uri, meta=meta)
+    result = _checked(client.session, "resources/read", raw, _session._ReadResourceResultAdapter)
+    if isinstance(result, mt.ReadResourceResult):
+        return result
+
+    async def again(r: Any, s: Any) -> Any:
+        return await client.session.read_resource(uri, input_responses=r, request_state=s, meta=meta,
+                                                  allow_input_required=True)
+
+    return await client._drive_input_required(result, again)

@@ -67,7 +67,8 @@ from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 
 __all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
-           "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for"]
+           "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for", "request_slots",
+           "timeout_message", "connection_message", "too_large_message"]
 
 _ctx: ssl.SSLContext | None = None
 _lock = threading.Lock()
@@ -107,7 +108,7 @@ def shared_ssl_context() -> ssl.SSLContext:
         return _ctx
 
 
-def _slots(origin: str, limit: int) -> anyio.Semaphore:
+def request_slots(origin: str, limit: int) -> anyio.Semaphore:
     """The semaphore of ``origin`` with ``limit`` slots on the running event loop (shared by its sessions)."""
     table = _SLOTS.get(None)
     if table is None:
@@ -184,20 +185,30 @@ def _error_response(request: httpx2.Request, rid: Any, status: int, code: int, m
                            request=request)
 
 
+def timeout_message(origin: str, which: str, seconds: float | None) -> str:
+    """The message of a ``-32001`` error made for an HTTP timeout (``which``) before an answer from ``origin``."""
+    within = f" within {seconds:g} s" if seconds is not None else ""
+    return f"no answer from {origin}{within} ({which}): the server is busy or unreachable; the session stays open"
+
+
+def connection_message(origin: str, error: BaseException) -> tuple[str, str]:
+    """The message of a :data:`CONNECTION_LOST` error (the connection to ``origin`` broke under a request) and its
+    ``data`` value (the error's type and text)."""
+    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return (f"the connection to {origin} broke before the answer ({what}); the request may or may not have run on the "
+            "server; the session stays open"), what
+
+
 def _timeout_answer(request: httpx2.Request, which: str, seconds: float | None) -> httpx2.Response | None:
     """A JSON-RPC ``-32001`` error answering ``request``, or ``None`` when it is not a JSON-RPC request."""
-    within = f" within {seconds:g} s" if seconds is not None else ""
-    message = (f"no answer from {_origin(request)}{within} ({which}): the server is busy or unreachable; the session "
-               "stays open")
+    message = timeout_message(_origin(request), which, seconds)
     return _error_answer(request, 504, -32001, message, {HTTP_TIMEOUT_DATA_KEY: which})
 
 
 def _connection_answer(request: httpx2.Request, error: httpx2.TransportError) -> httpx2.Response | None:
     """A JSON-RPC :data:`CONNECTION_LOST` error answering ``request``, or ``None`` when it is not a JSON-RPC
     request."""
-    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    message = (f"the connection to {_origin(request)} broke before the answer ({what}); the request may or may not "
-               "have run on the server; the session stays open")
+    message, what = connection_message(_origin(request), error)
     return _error_answer(request, 502, CONNECTION_LOST, message, {HTTP_CONNECTION_DATA_KEY: what})
 
 
@@ -215,7 +226,7 @@ def _cancelled_id(request: httpx2.Request) -> Any:
     return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
 
 
-def _too_large(limit: int, what: str) -> str:
+def too_large_message(limit: int, what: str) -> str:
     """The message of a :data:`MESSAGE_TOO_LARGE` error."""
     return (f"result too large: {what} exceeds max_message_bytes={limit:,} (the rest was not read and the connection "
             "closed; the session stays open)")
@@ -296,7 +307,7 @@ class _BoundedEvents(httpx2.AsyncByteStream):
                     del pending[:end]
                 if len(pending) > self.limit:
                     self._chunks = None  # the rest is not read: the connection is dropped
-                    what = _too_large(self.limit, "an event of the streamed answer")
+                    what = too_large_message(self.limit, "an event of the streamed answer")
                     yield self._error_event(MESSAGE_TOO_LARGE, what, {"max_message_bytes": self.limit})
                     return
             if reading.aborted:
@@ -355,6 +366,12 @@ class _SessionClient(httpx2.AsyncClient):
         self.follow_keepalive = follow_keepalive
         self.max_message_bytes = max_message_bytes
         self._keepalive_header: str | None = None
+        self.keepalive_header: str | None = None
+        """The last ``Keep-Alive`` header of the server's responses (``None``: none seen)."""
+        self.session_id: str | None = None
+        """The ``Mcp-Session-Id`` the SDK's last POST carried (``None``: none; the HTTP fast lane sends it too)."""
+        self.posts = 0
+        """POSTs the SDK's path sent (the HTTP fast lane notes when the SDK's own traffic happened)."""
         self._reading: dict[Any, _Reading] = {}
         """Answers whose body is being read, by request id (a session's ids are unique)."""
 
@@ -364,12 +381,15 @@ class _SessionClient(httpx2.AsyncClient):
         header = response.headers.get("keep-alive")
         if header is None or header == self._keepalive_header:
             return
-        self._keepalive_header = header
+        self._keepalive_header = self.keepalive_header = header
         seconds = keepalive_for(header)
         if seconds is not None:
             httpx2_compat.set_keepalive_expiry(self, seconds)
 
     async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:
+        if request.method == "POST":
+            self.session_id = request.headers.get("mcp-session-id")
+            self.posts += 1
         if self._reading and request.method == "POST":
             rid = _cancelled_id(request)
             if rid is not None and rid in self._reading:
@@ -380,7 +400,7 @@ class _SessionClient(httpx2.AsyncClient):
         # behind requests whose answers wait for it.
         if self.max_in_flight is not None and _is_request(request):
             url = request.url
-            sem = _slots(f"{url.scheme}://{url.host}:{url.port}", self.max_in_flight)
+            sem = request_slots(f"{url.scheme}://{url.host}:{url.port}", self.max_in_flight)
             wait = timeouts.get("read")
             try:
                 with anyio.fail_after(wait):
@@ -436,7 +456,7 @@ class _SessionClient(httpx2.AsyncClient):
         length = response.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             await _close(response)
-            return _error_response(request, rid, 502, MESSAGE_TOO_LARGE, _too_large(
+            return _error_response(request, rid, 502, MESSAGE_TOO_LARGE, too_large_message(
                 limit, f"an answer of {int(length):,} bytes (its Content-Length)"), {"max_message_bytes": limit})
         reading = self._reading.setdefault(rid, _Reading())
         chunks: list[bytes] = []
@@ -459,7 +479,7 @@ class _SessionClient(httpx2.AsyncClient):
             return _error_response(request, rid, 504, -32001, "the caller stopped waiting; the answer was dropped",
                                    {HTTP_TIMEOUT_DATA_KEY: "abandoned"})  # no one waits for it: the SDK drops it
         if size > limit:
-            return _error_response(request, rid, 502, MESSAGE_TOO_LARGE, _too_large(limit, "the answer"),
+            return _error_response(request, rid, 502, MESSAGE_TOO_LARGE, too_large_message(limit, "the answer"),
                                    {"max_message_bytes": limit})
         return httpx2.Response(response.status_code, headers=_without_encoding(response.headers),
                                content=b"".join(chunks), request=request, extensions=response.extensions)

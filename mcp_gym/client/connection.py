@@ -16,7 +16,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -31,7 +31,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 from mcp_gym._compat import mcp_wire as _wire
 from mcp_gym._version import __version__
 from mcp_gym.client import _discovery
-from mcp_gym.client._http import session_http_client
+from mcp_gym.client._http_lane import HttpWire, http_client_factory, streamable_http
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked
@@ -140,6 +140,7 @@ class ServerConnection:
         self._close = anyio.Event()
         self._done = anyio.Event()
         self._stdio: StdioState | None = None
+        self.http_wire: HttpWire | None = None  # the fast lane of a Streamable HTTP session (client._http_lane)
         self.skipped_tools: list[dict[str, str]] = []  # tools of the last listing that were unusable, with reasons
         self.tools_error: str | None = None  # why the last tools/list failed as a whole (the server has no tools)
         self._subscriptions: tuple[str, ...] = ()
@@ -183,13 +184,14 @@ class ServerConnection:
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env, cwd=cwd)
             target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
         elif isinstance(spec, Http):
-            target = _streamable_http(spec, self._http_refused)
+            self.http_wire = HttpWire(spec, self._http_refused)
+            target = streamable_http(spec, self._http_refused, self.http_wire)
         elif isinstance(spec, Sse):
             from mcp.client.sse import sse_client
 
             target = sse_client(spec.url, headers=dict(spec.headers or {}) or None, auth=spec.auth,
                                 timeout=spec.http_timeout, sse_read_timeout=spec.read_timeout,
-                                httpx_client_factory=_http_client_factory(self._http_refused, spec.max_in_flight))
+                                httpx_client_factory=http_client_factory(self._http_refused, spec.max_in_flight))
         else:
             target = spec.server
 
@@ -557,13 +559,18 @@ class ServerConnection:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
         arguments, sent = dict(arguments), cast(mt.RequestParamsMeta, dict(meta or {}))  # an open TypedDict
-        wire = self._stdio.wire if self._stdio is not None and self._stdio.wire.send is not None else None
+        wire = self._lane()
         call = Client.call_tool if wire is None else functools.partial(_wire.call_tool, wire=wire)  # the fast lane
         return await self.request(
             lambda c: call(c, name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=sent),
             method="tools/call",
             params={"name": name, "arguments": dict(arguments), "_meta": dict(sent)} if self.tap is not None else None,
         )
+
+    def _lane(self) -> _wire.Lane | None:
+        """The fast lane of this session (stdio, Streamable HTTP) when it can send, else ``None`` (the SDK's way)."""
+        wire: _wire.Lane | None = self._stdio.wire if self._stdio is not None else self.http_wire
+        return wire if wire is not None and wire.open() else None
 
     async def list_tools(
         self, meta: Mapping[str, Any] | None = None, *, timeout: float | None = None, bound: str | None = None
@@ -631,52 +638,14 @@ class ServerConnection:
         self, uri: str, meta: Mapping[str, Any] | None = None, *, timeout: float | None = None
     ) -> mt.ReadResourceResult:
         """Read one resource; ``timeout`` as in :meth:`request`."""
+        sent, wire = cast(mt.RequestParamsMeta, dict(meta or {})), self._lane()  # an open TypedDict
         return await self.request(
-            lambda c: c.read_resource(uri, meta=cast(mt.RequestParamsMeta, dict(meta or {}))),  # an open TypedDict
+            (lambda c: c.read_resource(uri, meta=sent)) if wire is None else
+            (lambda c: _wire.read_resource(c, uri, wire=wire, meta=sent)),  # the fast lane
             method="resources/read",
             params={"uri": uri, "_meta": dict(meta or {})},
             timeout=timeout,
         )
-
-
-def _http_client_factory(
-    on_refusal: Callable[[int | None, str, str], None], max_in_flight: int | None, answer_errors: bool = False,
-    max_message_bytes: int | None = None,
-) -> Callable[..., Any]:
-    """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
-    (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was). All clients share one TLS
-    context and, per server, ``max_in_flight`` request slots; ``answer_errors`` (Streamable HTTP only: the old SSE
-    transport's POSTs carry no answer) turns an HTTP timeout or a connection broken under a request into that
-    request's error, and bounds each answer's body by ``max_message_bytes`` and the caller's wait
-    (:mod:`mcp_gym.client._http`).
-    """
-    async def hook(response: Any) -> None:
-        bad = response.status_code >= 400
-        on_refusal(response.status_code if bad else None, response.reason_phrase, str(response.request.url))
-
-    def factory(**kw: Any) -> Any:
-        http = session_http_client(**kw, max_in_flight=max_in_flight, answer_errors=answer_errors,
-                                   max_message_bytes=max_message_bytes)
-        http.event_hooks = {"request": [], "response": [hook]}
-        return http
-
-    return factory
-
-
-@contextlib.asynccontextmanager
-async def _streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str], None]) -> AsyncIterator[Any]:
-    """The SDK's Streamable HTTP transport over an HTTP client carrying the spec's headers and auth, its answers
-    bounded by ``spec.max_message_bytes`` (also the SDK's own bound on one SSE event, 1 MiB by default)."""
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    http = _http_client_factory(on_refusal, spec.max_in_flight, answer_errors=True,
-                                max_message_bytes=spec.max_message_bytes)(
-        headers=dict(spec.headers or {}) or None, auth=spec.auth,
-        timeout=httpx2.Timeout(spec.http_timeout, read=spec.read_timeout))
-    async with http, streamable_http_client(spec.url, http_client=http,
-                                            max_sse_event_size=spec.max_message_bytes) as streams:
-        yield streams
 
 
 def _describe_exc(e: BaseException, default: str) -> str:

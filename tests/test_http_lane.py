@@ -1,0 +1,315 @@
+"""The Streamable HTTP fast lane (``mcp_gym/client/_http_lane.py``) against real servers over 127.0.0.1.
+
+A step's ``tools/call`` and the observed ``resources/read`` are POSTed by the lane (one ``aiohttp`` request each, the
+answer read from the response): no ``httpx2`` request and no memory-object stream per step. Whatever in a response is
+not the request's plain answer (progress notifications, a server's sampling request) is handed to the SDK's session,
+which handles it as before; a redirect sends the call the SDK's way. Checked on a bundled Counter server (SSE answers,
+``mcp-gym serve``'s way) and on the Node server-everything (TypeScript SDK, SSE answers with event ids).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from anyio.streams import memory
+from conftest import free_port, npm_bin, stop_process, wait_for_port
+
+from mcp_gym import MCPEnv
+from mcp_gym.client.specs import Http
+
+STEPS = 10
+
+
+@pytest.fixture(scope="module")
+def counter_url() -> Iterator[str]:
+    """A bundled Counter server over Streamable HTTP (SSE answers)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.envs.counter.server", "--transport", "http", "--port",
+                             str(port), "--diagnostics"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def everything_url() -> Iterator[str]:
+    """The Node server-everything over Streamable HTTP."""
+    port = free_port()
+    proc = subprocess.Popen([npm_bin("mcp-server-everything"), "streamableHttp"], env={**os.environ, "PORT": str(port)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc=proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop_process(proc)
+
+
+def counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts httpx2 requests (the SDK's path) and memory-object streams made from now on."""
+    made = {"httpx2": 0, "streams": 0}
+    send, init = httpx2.AsyncClient.send, memory._MemoryObjectStreamState.__init__
+
+    async def counted_send(self: Any, request: Any, **kw: Any) -> Any:
+        made["httpx2"] += 1
+        return await send(self, request, **kw)
+
+    def counted_init(self: Any, *args: Any, **kw: Any) -> None:
+        made["streams"] += 1
+        init(self, *args, **kw)
+
+    monkeypatch.setattr(httpx2.AsyncClient, "send", counted_send)
+    monkeypatch.setattr(memory._MemoryObjectStreamState, "__init__", counted_init)
+    return made
+
+
+def test_counter_steps_take_the_lane(counter_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = MCPEnv({"c": Http(counter_url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0,
+                 observe_resources=["counter://state"])
+    try:
+        env.reset(seed=0)
+        env.step({"tool": "echo", "arguments": {"text": "warm"}})
+        made = counting(monkeypatch)
+        for i in range(STEPS):
+            obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": f"hi {i}"}})
+            assert info["error"] is None, info["error"]
+            assert obs["result"] == f"hi {i}" and "count=0 " in obs["resources"]["counter://state"], obs
+        obs, _, _, _, info = env.step({"tool": "add", "arguments": {"amount": 1}})
+        assert info["error"] is None and "count=1 " in obs["resources"]["counter://state"], obs
+        assert made == {"httpx2": 0, "streams": 0}, made  # main: an httpx2 request and a stream per request
+        wire = env.host.connections["c"].http_wire
+        assert wire.off is None
+        # the reset's mcp_gym_reset and resources/read, the warm-up, one tools/call per echo step (nothing changed: no
+        # resource read), add's call and the changed resource's read
+        assert wire.calls == 2 + 1 + STEPS + 2, wire.calls
+        assert wire.handed == 0
+    finally:
+        env.close()
+
+
+def test_an_unknown_tool_comes_back_as_on_the_sdk_path(counter_url: str) -> None:
+    env = MCPEnv({"c": Http(counter_url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        conn = env.host.connections["c"]
+        calls = conn.http_wire.calls
+
+        async def unknown() -> Any:
+            return await conn.call_tool("no_such_tool", {}, timeout=30.0)
+
+        out = env.runtime.call(unknown)
+        assert out.is_error and "no_such_tool" in str(out.content), out
+        assert conn.http_wire.calls == calls + 1
+    finally:
+        env.close()
+
+
+def test_progress_in_an_sse_answer_is_handed_to_the_sdk(everything_url: str) -> None:
+    """server-everything sends progress notifications in the POST's SSE stream before the answer (event ids on
+    every event): the lane hands them to the SDK's session, whose progress callback records them."""
+    env = MCPEnv({"e": Http(everything_url)}, ["Wait."], max_steps=1000, call_timeout=60.0)
+    try:
+        env.reset(seed=0)
+        wire = env.host.connections["e"].http_wire
+        calls, handed = wire.calls, wire.handed
+        _, _, _, _, info = env.step({"tool": "trigger-long-running-operation", "arguments": {"duration": 1,
+                                                                                            "steps": 2}})
+        assert info["error"] is None, info["error"]
+        assert [p["progress"] for p in info["progress"]] == [1, 2], info["progress"]
+        assert wire.calls == calls + 1 and wire.handed >= handed + 2 and wire.off is None
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"message": "after"}})
+        assert info["error"] is None and "after" in str(obs["result"]), info["error"]
+        assert wire.calls == calls + 2
+    finally:
+        env.close()
+
+
+def test_a_sampling_request_in_an_sse_answer_is_answered_by_the_sdk(everything_url: str) -> None:
+    """A server request in the answer's stream (sampling/createMessage) goes to the SDK's session, which answers it
+    through the host's sampling callable; the tool's answer then comes back on the lane."""
+    asked: list[Any] = []
+
+    def sample(messages: Any, params: Any) -> str:
+        asked.append(messages)
+        return "sampled hello"
+
+    env = MCPEnv({"e": Http(everything_url)}, ["Sample."], max_steps=1000, call_timeout=60.0, sampling=sample)
+    try:
+        env.reset(seed=0)
+        wire = env.host.connections["e"].http_wire
+        calls, handed = wire.calls, wire.handed
+        obs, _, _, _, info = env.step({"tool": "trigger-sampling-request", "arguments": {"prompt": "Say hi",
+                                                                                        "maxTokens": 20}})
+        assert info["error"] is None, info["error"]
+        assert "sampled hello" in str(obs["result"]) and len(asked) == 1, obs
+        assert wire.calls == calls + 1 and wire.handed == handed + 1
+    finally:
+        env.close()
+
+
+class _Redirect(threading.Thread):
+    """An HTTP server on 127.0.0.1 whose every POST and GET is answered ``307`` to ``target`` (same origin rules: a
+    307 to another port is not followed by the SDK either)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(daemon=True)
+        self.target = target
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/mcp"
+        self.posts = 0
+
+    def run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                self.posts += 1
+                conn.sendall(f"HTTP/1.1 307 Temporary Redirect\r\nlocation: {self.target}\r\ncontent-length: 0\r\n"
+                             "connection: close\r\n\r\n".encode())
+
+
+def test_a_redirect_sends_the_call_the_sdk_s_way(counter_url: str) -> None:
+    """A POST the server redirects ran nothing: the lane steps aside for good and the SDK's path, which follows a
+    same-origin redirect, makes the call (here the redirect is to another origin: the SDK's error names it)."""
+    env = MCPEnv({"c": Http(counter_url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        conn = env.host.connections["c"]
+        wire = conn.http_wire
+        redirect = _Redirect(counter_url)
+        redirect.start()
+        wire.url = redirect.url  # the lane's next POST meets a redirect; the SDK's path still reaches the server
+        obs, _, _, _, info = env.step({"tool": "add", "arguments": {"amount": 1}})
+        assert redirect.posts == 1 and wire.off is not None and "redirect" in wire.off
+        assert info["error"] is None and not wire.open(), info["error"]
+        obs, _, _, _, info = env.step({"tool": "add", "arguments": {"amount": 1}})
+        assert info["error"] is None and redirect.posts == 1
+        redirect.sock.close()
+    finally:
+        env.close()
+
+
+@pytest.fixture()
+def resumable_url() -> Iterator[str]:
+    """A real ``MCPServer`` (uvicorn, 127.0.0.1) behind an ASGI layer that, for ``echo("resume me")``, ends the POST's
+    SSE answer after a priming event (an event id, no data) and gives the answer to the ``GET`` that resumes it with
+    ``Last-Event-ID`` (what a server with an event store may do, e.g. to free a connection during a long call)."""
+    import asyncio
+    import json
+
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    srv = MCPServer("resumable", log_level="WARNING")
+
+    @srv.tool()
+    async def echo(text: str) -> str:
+        """Echo the text."""
+        return text
+
+    inner = srv.streamable_http_app(host="127.0.0.1")
+    asked: dict[str, Any] = {}
+    sse = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store")]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await inner(scope, receive, send)
+        headers = dict(scope["headers"])
+        if scope["method"] == "GET" and headers.get(b"last-event-id") == b"ev-1":
+            asked["resumed"] = asked.get("resumed", 0) + 1
+            answer = {"jsonrpc": "2.0", "id": asked["id"],
+                      "result": {"content": [{"type": "text", "text": "resumed answer"}], "isError": False,
+                                 "structuredContent": {"result": "resumed answer"}}}
+            await send({"type": "http.response.start", "status": 200, "headers": sse})
+            await send({"type": "http.response.body", "body": b"id: ev-2\ndata: " + json.dumps(answer).encode()
+                        + b"\n\n"})
+            return
+        if scope["method"] != "POST":
+            return await inner(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        data = json.loads(body) if body else None
+        if isinstance(data, dict) and data.get("method") == "tools/call" and \
+                data["params"].get("arguments") == {"text": "resume me"}:
+            asked["id"] = data["id"]
+            await send({"type": "http.response.start", "status": 200, "headers": sse})
+            await send({"type": "http.response.body", "body": b"id: ev-1\nretry: 10\ndata: \n\n"})
+            return
+        replayed = [False]
+
+        async def replay() -> Any:
+            if not replayed[0]:
+                replayed[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await inner(scope, replay, send)
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
+    thread.start()
+    for _ in range(300):
+        if server.started:
+            break
+        threading.Event().wait(0.1)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", asked  # type: ignore[misc]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def test_an_sse_answer_that_ends_early_is_resumed_with_last_event_id(resumable_url: Any) -> None:
+    url, asked = resumable_url
+    env = MCPEnv({"r": Http(url, protocol="legacy")}, ["Echo."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        wire = env.host.connections["r"].http_wire
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "plain"}})
+        assert info["error"] is None and obs["result"] == "plain", info["error"]
+        calls = wire.calls
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "resume me"}})
+        assert info["error"] is None, info["error"]
+        assert obs["result"] == "resumed answer" and asked.get("resumed") == 1, (obs, asked)
+        assert wire.calls == calls + 1 and wire.off is None
+    finally:
+        env.close()
+
+
+def test_the_lane_steps_aside_when_an_sdk_name_it_uses_moved(counter_url: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the SDK's read-stream internals the lane cannot hand messages to the session: it is not used (said
+    once with a CompatWarning) and every request takes the SDK's path, with the same answers."""
+    import mcp_gym._compat as compat
+    from mcp_gym._compat import CompatWarning
+    from mcp_gym._compat import mcp as mcp_compat
+
+    real = mcp_compat.read_stream_inner
+    monkeypatch.setattr(compat, "_warned", set())
+    monkeypatch.setattr(mcp_compat, "read_stream_inner", lambda read: real(object()))  # as if `_inner` were gone
+    with pytest.warns(CompatWarning, match="ContextReceiveStream._inner"):
+        env = MCPEnv({"c": Http(counter_url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        made = counting(monkeypatch)
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "aside"}})
+        assert info["error"] is None and obs["result"] == "aside", info["error"]
+        assert made["httpx2"] >= 1 and env.host.connections["c"].http_wire.calls == 0
+    finally:
+        env.close()
