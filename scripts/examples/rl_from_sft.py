@@ -50,11 +50,11 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
+from trl import GRPOConfig, SFTConfig, SFTTrainer  # noqa: E402
 
 from mcp_gym import sft  # noqa: E402
 from mcp_gym.envs import load_env_tasks  # noqa: E402
-from mcp_gym.trl import environment_factory, prepare_tokenizer, task_dataset  # noqa: E402
+from mcp_gym.trl import GRPOTrainer, environment_factory, prepare_tokenizer, task_dataset  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sft_from_scratch import TEMPLATE, cli, eval_summary, tiny_model, train_tokenizer  # noqa: E402
