@@ -52,7 +52,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is flagged experimental in TRL 1.x
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, SFTConfig, SFTTrainer  # noqa: E402
 
 from mcp_gym import sft  # noqa: E402
@@ -60,7 +60,16 @@ from mcp_gym.envs import load_env_tasks  # noqa: E402
 from mcp_gym.trl import GRPOTrainer, environment_factory, prepare_tokenizer, task_dataset  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sft_from_scratch import TEMPLATE, cli, eval_summary, tiny_model, train_tokenizer  # noqa: E402
+from sft_from_scratch import (  # noqa: E402
+    TEMPLATE,
+    Validate,
+    cli,
+    eval_summary,
+    evaluate,
+    tiny_model,
+    train_tokenizer,
+    validate,
+)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -103,52 +112,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--random-samples", type=int, default=2, help="random-policy episodes per test task")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for a model this small)")
     return p.parse_args(argv)
-
-
-def evaluate(out: Path, model: Path, common: list[str], *extra: str) -> dict[str, Any]:
-    """``mcp-gym eval policy=hf`` (greedy) of a saved model into a fresh run directory ``out``; its summary."""
-    shutil.rmtree(out, ignore_errors=True)
-    cli("eval", *common, "policy=hf", f"policy.model={model}", "policy.temperature=0", "policy.no_call=end",
-        "samples=1", "launcher.num_envs=1", "plots=false", f"out={out}", *extra)
-    return eval_summary(out)
-
-
-def validate(out: Path, model: Path, common: list[str], val_tasks: int) -> float:
-    """Greedy success of a saved model on the validation slice: the first ``val_tasks`` tasks of the train split."""
-    return evaluate(out, model, common, "split=train", f"episodes={val_tasks}")["success_rate"]
-
-
-class Validate(TrainerCallback):
-    """Every ``every`` steps (from ``first`` on, and at the last step): save the model to ``run/checkpoints``,
-    evaluate it greedily on the validation slice and remember the best; with ``stop_at``, stop training at the first
-    validation success >= ``stop_at``."""
-
-    def __init__(self, run: Path, tokenizer: Any, common: list[str], val_tasks: int, every: int, first: int = 0,
-                 stop_at: float | None = None, start: float | None = None) -> None:
-        self.run, self.tokenizer, self.common, self.val_tasks = run, tokenizer, common, val_tasks
-        self.every, self.first, self.stop_at = every, first, stop_at
-        self.curve: list[tuple[int, float]] = [] if start is None else [(0, start)]
-        self.best = (-1.0, 0) if start is None else (start, 0)
-        self.seconds = 0.0
-
-    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        step = state.global_step
-        if step != state.max_steps and (step < self.first or (step - self.first) % self.every):
-            return
-        t = time.perf_counter()
-        path = self.run / "checkpoints" / f"step-{step:04d}"
-        model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
-        val = validate(self.run / "val" / path.name, path, self.common, self.val_tasks)
-        self.curve.append((step, val))
-        if val > self.best[0]:
-            self.best = (val, step)
-        if self.stop_at is not None and val >= self.stop_at:
-            control.should_training_stop = True
-        model.train()
-        self.seconds += time.perf_counter() - t
-        print(f"validation at step {step}: success {val:.2f} (best {self.best[0]:.2f} at step {self.best[1]})",
-              flush=True)
 
 
 def plot_curves(out: Path, steps: list[dict[str, Any]], val: list[tuple[int, float]],
