@@ -106,7 +106,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=384, help="tokens per training example")
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model reply at evaluation")
     p.add_argument("--random-samples", type=int, default=4, help="random-policy episodes per test task")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for a model this small)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the results as JSON to this file")
     return p.parse_args(argv)
