@@ -7,8 +7,8 @@ Google-style docstrings), and an optional ``get_reward()`` scores the finished r
 builds such a class from any :class:`~mcp_gym.env.MCPEnv`, generating one method per MCP tool with a real
 ``inspect.Signature``, annotations derived from the tool's JSON Schema and an ``Args:`` docstring::
 
-    from trl import GRPOConfig, GRPOTrainer
-    from mcp_gym.trl import environment_factory, task_dataset
+    from trl import GRPOConfig
+    from mcp_gym.trl import GRPOTrainer, environment_factory, task_dataset
 
     trainer = GRPOTrainer(
         model="Qwen/Qwen3-0.6B",
@@ -24,7 +24,9 @@ the verifier's grade of the final server state even without ``submit``.
 
 With a chat template TRL does not ship (a tokenizer built in code, a fine-tuned model's own template), pass the
 tokenizer through :func:`prepare_tokenizer` first: ``GRPOTrainer`` otherwise refuses it ("Unrecognized chat template").
-``GRPOConfig(max_tool_calling_iterations=Env.max_steps)`` gives rollouts the env's own step budget.
+``GRPOConfig(max_tool_calling_iterations=Env.max_steps)`` gives rollouts the env's own step budget. This module's
+``GRPOTrainer`` (TRL's, imported on first use) ends each rollout when its episode ends: TRL's own loop would append
+the ending call's result and let the model reply again until a reply has no call.
 
 Limits: TRL fixes the tool list per class, so the class offers the tools listed at the start of a probe episode
 (``submit`` included); tools a server reveals mid-episode (``tools/list_changed``) are not offered, and calling a tool
@@ -48,7 +50,7 @@ from mcp_gym.graders.episode import verifier_score
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.textenv import _message_text, reset_options, resolve_env_factory
 
-__all__ = ["environment_factory", "prepare_tokenizer", "task_dataset"]
+__all__ = ["GRPOTrainer", "environment_factory", "prepare_tokenizer", "task_dataset"]  # noqa: F822 - GRPOTrainer: __getattr__
 
 RewardMode = Literal["return", "verifier"]
 RESERVED_NAMES = frozenset({"reset", "get_reward"})
@@ -552,3 +554,67 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
                          f"(installed: {transformers.__version__})")
     tokenizer.response_template = template
     return tokenizer
+
+
+# -- the trainer: a rollout ends where its episode ends ----------------------------------------------------------------
+def _episode_grpo_trainer() -> type:
+    """TRL's ``GRPOTrainer`` with rollouts that end when their :class:`MCPToolEnvironment` episode ends.
+
+    TRL's tool loop knows nothing of episodes: after the call that ends one (``submit``, the verifier, the step limit)
+    it appends the result and lets the model reply again, until a reply has no tool call, and those tokens share the
+    rollout's advantage. Here the loop's tool-result hook reports the turn after an ended episode as past the
+    completion budget, which is TRL's own way of ending a rollout: the ending call's result is not appended and the
+    model is not asked again (the result stays in ``env.last_info``; the reward comes from the env, as before).
+    """
+    import trl
+
+    base = trl.GRPOTrainer
+    for hook in ("_tool_call_loop", "_get_tool_suffix_ids"):
+        if not callable(getattr(base, hook, None)):
+            raise ImportError(f"mcp_gym.trl.GRPOTrainer: trl {trl.__version__}'s GRPOTrainer has no {hook}(); "
+                              f"use trl.GRPOTrainer (rollouts then continue after the episode ends)")
+
+    class GRPOTrainer(base):  # type: ignore[misc, valid-type]  # trl is untyped here
+        __doc__ = _episode_grpo_trainer.__doc__
+        _episode_completions: list[list[dict[str, Any]]] | None = None
+
+        def _tool_call_loop(self, prompts: Any, prompt_ids: Any, completion_ids: Any, completions: Any,
+                            *args: Any, **kwargs: Any) -> Any:
+            self._episode_completions = completions  # each rollout's messages, to find whose tool result this is
+            try:
+                return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *args, **kwargs)
+            finally:
+                self._episode_completions = None
+
+        def _get_tool_suffix_ids(self, tool_messages: list[dict[str, Any]]) -> list[int]:
+            env = self._episode_env(tool_messages)
+            if env is not None and env.done:  # past the budget: TRL drops this turn's results and ends the rollout
+                return [self._tokenizer.pad_token_id or 0] * (self.max_completion_length + 1)
+            return cast("list[int]", super()._get_tool_suffix_ids(tool_messages))
+
+        def _episode_env(self, tool_messages: list[dict[str, Any]]) -> MCPToolEnvironment | None:
+            """The environment of the rollout whose messages end with ``tool_messages`` (None: not an mcp-gym one)."""
+            if not tool_messages or not self._episode_completions or not self.environments:
+                return None
+            last = tool_messages[-1]
+            for i, messages in enumerate(self._episode_completions):
+                if messages and messages[-1] is last:
+                    env = self.environments[i]
+                    return env if isinstance(env, MCPToolEnvironment) else None
+            return None
+
+    GRPOTrainer.__module__ = __name__
+    GRPOTrainer.__qualname__ = "GRPOTrainer"
+    return GRPOTrainer
+
+
+_LAZY: dict[str, Callable[[], Any]] = {"GRPOTrainer": _episode_grpo_trainer}
+
+
+def __getattr__(name: str) -> Any:
+    """``GRPOTrainer`` is built on first use, so importing this module needs no torch or TRL."""
+    if name in _LAZY:
+        value = _LAZY[name]()
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,9 @@
 """scripts/examples/rl_from_sft.py with a reduced budget: GRPO through ``mcp_gym.trl.environment_factory`` against the
 live Lookup env raises the training reward of a weak SFT start (needs the [train] extra).
 
-The SFT phase stops at the first validation check where the model solves >= 10 % of the validation tasks, so every
-run starts RL from a policy that succeeds sometimes; the RL phase's rewards are the verifier's grades of real episodes.
+The SFT phase stops at the first validation check where the model solves >= 20 % of the validation tasks, so every
+run starts RL from a policy that succeeds sometimes; the RL phase's rewards are the verifier's grades of real episodes,
+and each rollout ends where its episode ends (mcp_gym.trl.GRPOTrainer).
 The assertion compares the mean reward of the last RL steps with that of the first ones (no wall-clock bound: the run
 is sized for a loaded 2-core machine and only has a generous timeout against hangs)."""
 
@@ -39,7 +40,7 @@ def test_rl_raises_the_training_reward_of_a_weak_sft_start(tmp_path: Path) -> No
 
     assert summary["env"] == "lookup" and summary["seed"] == 0
     assert summary["test_episodes"] == 200 and summary["test_success"]["random"] == 0.0
-    assert summary["validation"]["sft"][-1][1] >= 0.1, summary["validation"]  # SFT stopped at its target
+    assert summary["validation"]["sft"][-1][1] >= 0.2, summary["validation"]  # SFT stopped at its target
     rewards = [s["reward"] for s in summary["rl_steps"]]
     assert len(rewards) == 150
     first, last = sum(rewards[:30]) / 30, sum(rewards[-30:]) / 30

@@ -26,25 +26,29 @@ pytest.importorskip("trl")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# 300 training steps (~1 min on 2 quiet cores, a few times that loaded; the bound is against hangs only). With
-# transformers 5.25 / TRL 1.16, 900 steps over-train these 24 examples (300 epochs): test success fell to 0.00,
-# while 300 steps reach ~0.4 (2026-12-04); see the note on issue 28.
+# 900 training steps (~3 min on 2 quiet cores, a few times that loaded; the bound is against hangs only). With
+# transformers 5.25 / TRL 1.16, 900 steps over-train these 24 examples (300 epochs) until the model writes garbage:
+# test success 0.00 for the final model, while 300 steps reach ~0.4 (2026-12-04). The script keeps the checkpoint that
+# a validation slice (12 held-out train tasks, every 100 steps) prefers, so the run that collapses still beats random.
 @pytest.mark.timeout(3600)
 def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONWARNINGS": "ignore"}
     out = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "scripts" / "examples" / "sft_from_scratch.py"), "--out", str(out),
-           "--env", "counter", "--batch-size", "8", "--steps", "300", "--random-samples", "2",
+           "--env", "counter", "--batch-size", "8", "--steps", "900", "--val-tasks", "12", "--eval-every", "100",
+           "--random-samples", "2",
            "--json", str(tmp_path / "results.json")]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
 
-    # Every test task was evaluated once (greedy) and twice with the random policy; nothing from the test split was
-    # trained on (the export holds train tasks only).
+    # Every test task was evaluated once (greedy) and twice with the random policy; nothing from the test split or
+    # the validation slice was trained on (the export holds the other train tasks only).
     assert results["episodes_trained"] == 24 and results["episodes_random"] == 48
     assert results["train_examples"] == 24
     assert results["success_trained"] >= results["success_random"] + 0.1, results
+    assert [step for step, _ in results["validation"]] == list(range(100, 1000, 100)), results["validation"]
+    assert results["kept_step"] in range(100, 1000, 100) and (out / "model" / "config.json").is_file()
     assert "| trained from scratch (greedy) |" in proc.stdout
-    assert "| 300/300 [" in proc.stderr  # the training phase (most of the time) shows TRL's progress bar
+    assert "| 900/900 [" in proc.stderr  # the training phase (most of the time) shows TRL's progress bar

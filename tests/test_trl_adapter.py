@@ -240,15 +240,10 @@ HERMES_TEMPLATE = """{% for m in messages %}<|im_start|>{{ 'user' if m.role == '
 {% endif %}{% for t in tools or [] %}{% endfor %}"""
 
 
-@pytest.mark.train
-def test_prepare_tokenizer_lets_grpo_run_tools_with_an_unknown_template(tmp_path: Path) -> None:
-    """TRL sets a tool-call parser only for the chat templates it ships; prepare_tokenizer derives one from how the
-    template renders a call, so GRPOTrainer accepts the tokenizer and the generated calls parse."""
-    pytest.importorskip("torch")
-    trl = pytest.importorskip("trl")
+def hermes_tokenizer() -> Any:
+    """A byte-level BPE tokenizer with HERMES_TEMPLATE, built in code (nothing downloaded)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-    from trl.chat_template_utils import add_response_schema, parse_response
+    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -258,6 +253,20 @@ def test_prepare_tokenizer_lets_grpo_run_tools_with_an_unknown_template(tmp_path
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tok.chat_template = HERMES_TEMPLATE
+    return tok
+
+
+@pytest.mark.train
+def test_prepare_tokenizer_lets_grpo_run_tools_with_an_unknown_template(tmp_path: Path) -> None:
+    """TRL sets a tool-call parser only for the chat templates it ships; prepare_tokenizer derives one from how the
+    template renders a call, so GRPOTrainer accepts the tokenizer and the generated calls parse."""
+    pytest.importorskip("torch")
+    trl = pytest.importorskip("trl")
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    tok = hermes_tokenizer()
+    bpe = tok.backend_tokenizer
     with pytest.raises(ValueError, match="Unrecognized chat template"):
         add_response_schema(tok)  # what GRPOTrainer calls without a parser
     assert prepare_tokenizer(tok) is tok
@@ -280,3 +289,44 @@ def test_prepare_tokenizer_lets_grpo_run_tools_with_an_unknown_template(tmp_path
     bad.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
     with pytest.raises(ValueError, match="does not write Hermes"):
         prepare_tokenizer(bad)
+
+
+@pytest.mark.train
+def test_grpo_trainer_ends_each_rollout_where_its_episode_ends(tmp_path: Path) -> None:
+    """TRL's tool loop lets the model reply again after the call that ends the episode (here every reply submits, so
+    it calls until max_tool_calling_iterations); mcp_gym.trl.GRPOTrainer ends the rollout at the ending call: one
+    call and one generation per rollout, the completion stops at that call, and the reward is the env's grade."""
+    pytest.importorskip("torch")
+    trl = pytest.importorskip("trl")
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import mcp_gym.trl
+
+    tok = prepare_tokenizer(hermes_tokenizer())
+    reply = tok('<tool_call>\n{"name": "submit", "arguments": {"answer": "9"}}\n</tool_call><|im_end|>')["input_ids"]
+
+    def run(base: type) -> tuple[Any, list[int]]:
+        generations: list[int] = []
+
+        class Scripted(base):  # type: ignore[misc, valid-type]  # the model's replies, scripted: always submit
+            def _generate_single_turn(self, prompt_ids: list[list[int]], *args: Any, **kwargs: Any) -> Any:
+                generations.append(len(prompt_ids))
+                return [list(reply) for _ in prompt_ids], None
+
+        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+        args = trl.GRPOConfig(output_dir=str(tmp_path / base.__module__), use_cpu=True, bf16=False, report_to=[],
+                              max_steps=1, logging_steps=1, num_generations=2, per_device_train_batch_size=2,
+                              max_completion_length=4096, max_tool_calling_iterations=3, disable_tqdm=True)
+        trainer = Scripted(model=model, processing_class=tok, args=args, train_dataset=task_dataset(
+            "Counter", "train", limit=1), environment_factory=environment_factory("Counter", reward="verifier"))
+        trainer.train()
+        for env in (e for pool in trainer._environment_pool.values() for e in pool):
+            env._close()
+        return trainer.state.log_history[0], generations
+
+    log, generations = run(trl.GRPOTrainer)  # TRL's loop: the call, then 3 more rounds after the episode ended
+    assert log["tools/call_frequency"] == 3 and generations == [2, 2, 2, 2], (log, generations)
+    log, generations = run(mcp_gym.trl.GRPOTrainer)
+    assert log["tools/call_frequency"] == 1 and generations == [2], (log, generations)
+    assert log["completions/mean_length"] == len(reply) and log["completions/clipped_ratio"] == 0, log

@@ -5,7 +5,8 @@ expects: one method per MCP tool (signature and docstring generated from the too
 the tool schemas into the chat template), ``reset(**row)`` starting the dataset row's task, and ``get_reward()``
 scoring the rollout (here the task verifier's grade of the final server state; ``--reward return`` uses the episode
 return). TRL generates, parses the model's ``<tool_call>`` blocks, calls the methods (real MCP calls) and feeds the
-results back until the model stops calling tools; the env's reward then drives GRPO.
+results back until the model stops calling tools or the episode ends (``mcp_gym.trl.GRPOTrainer``: TRL's, ending
+each rollout with its episode); the env's reward then drives GRPO.
 
 By default the model is a *tiny randomly initialised* Qwen2-architecture model (~0.14 M parameters) with a byte-level
 BPE tokenizer trained in a second on the env's rendered conversations, all built here in code: no download, so the
@@ -171,8 +172,10 @@ def sft_warmup(model: Any, tokenizer: Any, env_cls: type, dataset: Any, steps: i
 # -- main -----------------------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Train and return the final log entry (TRL's metrics of the last step)."""
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
     from trl.chat_template_utils import qwen2_5_chat_template
+
+    from mcp_gym.trl import GRPOTrainer  # TRL's, with each rollout ending where its episode ends
 
     args = parse_args(argv)
     if args.threads or args.model == TINY:

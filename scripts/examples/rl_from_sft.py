@@ -8,12 +8,14 @@ Phases, top to bottom:
    trained on, they pick the RL checkpoint.
 2. **SFT start**: a tiny Qwen2-architecture model from random initialisation (the tokenizer, template and model of
    ``sft_from_scratch.py``) trained with TRL's ``SFTTrainer`` on those episodes until it first solves
-   ``--sft-target`` (10 %) of the validation slice (checked every ``--sft-check-every`` steps from
-   ``--sft-min-steps`` on): a start that succeeds sometimes but not reliably, whatever the seed's loss plateau.
+   ``--sft-target`` (20 %) of the first ``--sft-val-tasks`` validation tasks (checked every ``--sft-check-every``
+   steps from ``--sft-min-steps`` on): a start that succeeds sometimes but not reliably, whatever the seed's loss
+   plateau.
    Saved to ``DIR/model-sft`` (``--start DIR`` starts from a saved model instead).
-3. **RL**: TRL's ``GRPOTrainer`` with :func:`mcp_gym.trl.environment_factory`: every rollout is a real episode of the
-   env on a *train* task (validation slice excluded), the reward is the task verifier's grade of the final state
-   (``reward="verifier"``: 1 if solved, else 0). Every ``--eval-every`` steps the model is evaluated greedily on the
+3. **RL**: :class:`mcp_gym.trl.GRPOTrainer` (TRL's, with each rollout ending where its episode ends) with
+   :func:`mcp_gym.trl.environment_factory`: every rollout is a real episode of the env on a *train* task (validation
+   slice excluded), the reward is the task verifier's grade of the final state (``reward="verifier"``: 1 if solved,
+   else 0). Every ``--eval-every`` steps the model is evaluated greedily on the
    validation slice (``mcp-gym eval policy=hf split=train``); the best checkpoint (earliest on ties, the SFT start
    included) is kept as ``DIR/model-rl``.
 4. **evaluate**: ``mcp-gym eval policy=hf`` (greedy) of both models and ``policy=random`` on the *test* split;
@@ -22,7 +24,8 @@ Phases, top to bottom:
 
 One step budget and one feedback rule for training and evaluation: a training rollout runs at most the env's
 ``max_steps`` tool-calling rounds (``Env.max_steps``, the same limit ``eval`` applies), and a reply without a tool call
-ends it in both (TRL's tool loop stops there; ``eval`` runs ``policy.no_call=end``).
+ends it in both (TRL's tool loop stops there; ``eval`` runs ``policy.no_call=end``); so does the end of the episode
+(``submit``): ``mcp_gym.trl.GRPOTrainer`` stops the rollout there, as ``eval`` stops the episode.
 
 ``--env lookup`` (default): ``lookup(account)`` named in the prompt, then ``submit`` the ``colour-animal`` code its
 result shows. The 200 test tasks ask (account, code) pairs that never occur in training, so the code can only come
@@ -49,15 +52,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is flagged experimental in TRL 1.x
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from trl import GRPOConfig, SFTConfig, SFTTrainer  # noqa: E402
 
 from mcp_gym import sft  # noqa: E402
 from mcp_gym.envs import load_env_tasks  # noqa: E402
-from mcp_gym.trl import environment_factory, prepare_tokenizer, task_dataset  # noqa: E402
+from mcp_gym.trl import GRPOTrainer, environment_factory, prepare_tokenizer, task_dataset  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sft_from_scratch import TEMPLATE, cli, eval_summary, tiny_model, train_tokenizer  # noqa: E402
+from sft_from_scratch import (  # noqa: E402
+    TEMPLATE,
+    Validate,
+    cli,
+    eval_summary,
+    evaluate,
+    tiny_model,
+    train_tokenizer,
+    validate,
+)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -66,13 +78,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="runs/rl-from-sft", help="directory for runs, models, curves and the summary")
     p.add_argument("--env", default="lookup", help="bundled env config name (mcp_gym/conf/env)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--val-tasks", type=int, default=50, help="first train tasks kept out of training (validation)")
+    p.add_argument("--val-tasks", type=int, default=100,
+                   help="first train tasks kept out of training (validation: picks the RL checkpoint)")
+    p.add_argument("--sft-val-tasks", type=int, default=50,
+                   help="the first N of the validation tasks that decide when SFT stops (checked often: kept small)")
     p.add_argument("--sft-tasks", type=int, default=800, help="oracle episodes in the SFT slice")
     p.add_argument("--start", default=None, help="an SFT model directory to start RL from (skips phases 1-2)")
     p.add_argument("--sft-max-steps", type=int, default=1500, help="SFT optimisation steps at most")
     p.add_argument("--sft-min-steps", type=int, default=200, help="SFT steps before the first validation")
     p.add_argument("--sft-check-every", type=int, default=25, help="validate the SFT model every N steps")
-    p.add_argument("--sft-target", type=float, default=0.1,
+    p.add_argument("--sft-target", type=float, default=0.2,
                    help="stop SFT at the first validation success >= this (the weak start)")
     p.add_argument("--sft-batch-size", type=int, default=16)
     p.add_argument("--sft-learning-rate", type=float, default=3e-3)
@@ -80,7 +95,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=128, help="model width")
     p.add_argument("--layers", type=int, default=2, help="transformer layers")
     p.add_argument("--heads", type=int, default=8, help="attention heads per layer")
-    p.add_argument("--rl-steps", type=int, default=300, help="GRPO optimisation steps")
+    p.add_argument("--rl-steps", type=int, default=600, help="GRPO optimisation steps")
     p.add_argument("--num-generations", type=int, default=8, help="rollouts per task (the GRPO group)")
     p.add_argument("--prompts-per-step", type=int, default=4, help="distinct tasks per GRPO step")
     p.add_argument("--rl-learning-rate", type=float, default=3e-4)
@@ -92,57 +107,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-iterations", type=int, default=1, help="optimisation passes over each batch of rollouts")
     p.add_argument("--temperature", type=float, default=0.5, help="sampling temperature of the rollouts")
     p.add_argument("--max-completion-length", type=int, default=192, help="tokens per rollout (all turns)")
-    p.add_argument("--eval-every", type=int, default=50, help="validate (and maybe keep) every N GRPO steps")
+    p.add_argument("--eval-every", type=int, default=100, help="validate (and maybe keep) every N GRPO steps")
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model reply at evaluation")
     p.add_argument("--random-samples", type=int, default=2, help="random-policy episodes per test task")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for a model this small)")
     return p.parse_args(argv)
-
-
-def evaluate(out: Path, model: Path, common: list[str], *extra: str) -> dict[str, Any]:
-    """``mcp-gym eval policy=hf`` (greedy) of a saved model into a fresh run directory ``out``; its summary."""
-    shutil.rmtree(out, ignore_errors=True)
-    cli("eval", *common, "policy=hf", f"policy.model={model}", "policy.temperature=0", "policy.no_call=end",
-        "samples=1", "launcher.num_envs=1", "plots=false", f"out={out}", *extra)
-    return eval_summary(out)
-
-
-def validate(out: Path, model: Path, common: list[str], val_tasks: int) -> float:
-    """Greedy success of a saved model on the validation slice: the first ``val_tasks`` tasks of the train split."""
-    return evaluate(out, model, common, "split=train", f"episodes={val_tasks}")["success_rate"]
-
-
-class Validate(TrainerCallback):
-    """Every ``every`` steps (from ``first`` on, and at the last step): save the model to ``run/checkpoints``,
-    evaluate it greedily on the validation slice and remember the best; with ``stop_at``, stop training at the first
-    validation success >= ``stop_at``."""
-
-    def __init__(self, run: Path, tokenizer: Any, common: list[str], val_tasks: int, every: int, first: int = 0,
-                 stop_at: float | None = None, start: float | None = None) -> None:
-        self.run, self.tokenizer, self.common, self.val_tasks = run, tokenizer, common, val_tasks
-        self.every, self.first, self.stop_at = every, first, stop_at
-        self.curve: list[tuple[int, float]] = [] if start is None else [(0, start)]
-        self.best = (-1.0, 0) if start is None else (start, 0)
-        self.seconds = 0.0
-
-    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        step = state.global_step
-        if step != state.max_steps and (step < self.first or (step - self.first) % self.every):
-            return
-        t = time.perf_counter()
-        path = self.run / "checkpoints" / f"step-{step:04d}"
-        model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
-        val = validate(self.run / "val" / path.name, path, self.common, self.val_tasks)
-        self.curve.append((step, val))
-        if val > self.best[0]:
-            self.best = (val, step)
-        if self.stop_at is not None and val >= self.stop_at:
-            control.should_training_stop = True
-        model.train()
-        self.seconds += time.perf_counter() - t
-        print(f"validation at step {step}: success {val:.2f} (best {self.best[0]:.2f} at step {self.best[1]})",
-              flush=True)
 
 
 def plot_curves(out: Path, steps: list[dict[str, Any]], val: list[tuple[int, float]],
@@ -202,7 +171,7 @@ def sft_start(args: argparse.Namespace, out: Path, common: list[str], val_ids: s
                        assistant_only_loss=True, max_length=512, use_cpu=True, bf16=False, report_to=[],
                        logging_steps=50, save_strategy="no", seed=args.seed, dataloader_num_workers=0,
                        disable_tqdm=True)
-    check = Validate(out / "sft", tokenizer, common, args.val_tasks, args.sft_check_every, args.sft_min_steps,
+    check = Validate(out / "sft", tokenizer, common, args.sft_val_tasks, args.sft_check_every, args.sft_min_steps,
                      stop_at=args.sft_target)
     SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer, callbacks=[check]).train()
     model.save_pretrained(out / "model-sft")
@@ -228,11 +197,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(model_sft, ignore_errors=True)
         shutil.copytree(args.start, model_sft)
         tokenizer = AutoTokenizer.from_pretrained(model_sft)
-        sft_curve = [(0, validate(out / "val" / "sft", model_sft, common, args.val_tasks))]
+        sft_curve = []
     else:
         tokenizer, _, check = sft_start(args, out, common, val_ids, times)
         sft_curve = check.curve
-    print(f"SFT start: validation success {sft_curve[-1][1]:.2f}", flush=True)
+    t = time.perf_counter()
+    start_val = validate(out / "val" / "sft", model_sft, common, args.val_tasks)  # the RL curve's step 0
+    times["sft validation"] = times.get("sft validation", 0.0) + time.perf_counter() - t
+    print(f"SFT start: validation success {start_val:.2f} ({args.val_tasks} tasks)", flush=True)
 
     # 3. RL: GRPO on the train split's tasks (validation slice excluded), reward = the verifier's grade ---------------
     t = time.perf_counter()
@@ -247,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             return reward
 
     dataset = task_dataset(args.env, "train").filter(lambda row: row["task_id"] not in val_ids)
-    validate_rl = Validate(out / "rl", tokenizer, common, args.val_tasks, args.eval_every, start=sft_curve[-1][1])
+    validate_rl = Validate(out / "rl", tokenizer, common, args.val_tasks, args.eval_every, start=start_val)
     grpo = GRPOConfig(output_dir=str(out / "trainer-rl"), max_steps=args.rl_steps, learning_rate=args.rl_learning_rate,
                       lr_scheduler_type="constant_with_warmup", warmup_steps=args.rl_warmup_steps,
                       num_generations=args.num_generations,

@@ -9,7 +9,11 @@ Phases, top to bottom:
 3. **tokenizer**: a byte-level BPE (``tokenizers``) trained on the exported conversations rendered by a compact
    Qwen-style chat template (tools as signatures, Hermes ``<tool_call>`` blocks, ``{% generation %}`` markers).
 4. **train**: a tiny Qwen2-architecture model, randomly initialised, with TRL's ``SFTTrainer`` and
-   ``assistant_only_loss`` (loss on the model's own turns only: its tool calls, never tool output or prompt).
+   ``assistant_only_loss`` (loss on the model's own turns only: its tool calls, never tool output or prompt). Every
+   ``--eval-every`` steps (and at the last) the model is evaluated greedily on a validation slice, the first
+   ``--val-tasks`` train tasks (never trained on); the best checkpoint (earliest on ties) is kept as ``DIR/model``: a
+   long run on few examples can over-train and collapse (``--env counter --steps 900``: test success 0.00 with
+   transformers 5.25 / TRL 1.16, where 300 steps reach ~0.4).
 5. **evaluate**: ``policy=hf`` (the trained model, greedy decoding, the same chat view and parser) and ``policy=random``
    on the env's *test* split with the ``eval`` job; a table of success rates and wall time per phase.
 
@@ -45,7 +49,7 @@ try:
     import datasets
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 except ModuleNotFoundError as e:  # one line, not a traceback
     raise SystemExit(f"sft_from_scratch.py needs the [train] extra (no module {e.name!r}): "
@@ -94,12 +98,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=2, help="transformer layers")
     p.add_argument("--heads", type=int, default=8, help="attention heads per layer")
     p.add_argument("--steps", type=int, default=1200, help="SFT optimisation steps")
+    p.add_argument("--val-tasks", type=int, default=50,
+                   help="first train tasks kept out of training: the validation slice that picks the checkpoint")
+    p.add_argument("--eval-every", type=int, default=100, help="validate (and maybe keep) the model every N steps")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--learning-rate", type=float, default=3e-3)
     p.add_argument("--max-length", type=int, default=384, help="tokens per training example")
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model reply at evaluation")
     p.add_argument("--random-samples", type=int, default=4, help="random-policy episodes per test task")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for a model this small)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the results as JSON to this file")
     return p.parse_args(argv)
@@ -115,6 +122,52 @@ def cli(*overrides: str) -> None:
 def eval_summary(out: Path) -> dict[str, Any]:
     """The summary an ``eval`` job wrote (success rate, episodes, steps, ...)."""
     return json.loads((out / "report" / "results.json").read_text(encoding="utf-8"))["summary"]
+
+
+def evaluate(out: Path, model: Path, common: list[str], *extra: str) -> dict[str, Any]:
+    """``mcp-gym eval policy=hf`` (greedy) of a saved model into a fresh run directory ``out``; its summary."""
+    shutil.rmtree(out, ignore_errors=True)
+    cli("eval", *common, "policy=hf", f"policy.model={model}", "policy.temperature=0", "policy.no_call=end",
+        "samples=1", "launcher.num_envs=1", "plots=false", f"out={out}", *extra)
+    return eval_summary(out)
+
+
+def validate(out: Path, model: Path, common: list[str], val_tasks: int) -> float:
+    """Greedy success of a saved model on the validation slice: the first ``val_tasks`` tasks of the train split."""
+    return evaluate(out, model, common, "split=train", f"episodes={val_tasks}")["success_rate"]
+
+
+class Validate(TrainerCallback):
+    """Every ``every`` steps (from ``first`` on, and at the last step): save the model to ``run/checkpoints``,
+    evaluate it greedily on the validation slice and remember the best; with ``stop_at``, stop training at the first
+    validation success >= ``stop_at``."""
+
+    def __init__(self, run: Path, tokenizer: Any, common: list[str], val_tasks: int, every: int, first: int = 0,
+                 stop_at: float | None = None, start: float | None = None) -> None:
+        self.run, self.tokenizer, self.common, self.val_tasks = run, tokenizer, common, val_tasks
+        self.every, self.first, self.stop_at = every, first, stop_at
+        self.curve: list[tuple[int, float]] = [] if start is None else [(0, start)]
+        self.best = (-1.0, 0) if start is None else (start, 0)
+        self.seconds = 0.0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        step = state.global_step
+        if step != state.max_steps and (step < self.first or (step - self.first) % self.every):
+            return
+        t = time.perf_counter()
+        path = self.run / "checkpoints" / f"step-{step:04d}"
+        model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        val = validate(self.run / "val" / path.name, path, self.common, self.val_tasks)
+        self.curve.append((step, val))
+        if val > self.best[0]:
+            self.best = (val, step)
+        if self.stop_at is not None and val >= self.stop_at:
+            control.should_training_stop = True
+        model.train()
+        self.seconds += time.perf_counter() - t
+        print(f"validation at step {step}: success {val:.2f} (best {self.best[0]:.2f} at step {self.best[1]})",
+              flush=True)
 
 
 def render(tokenizer: Any, example: dict[str, Any], template: str) -> str:
@@ -163,12 +216,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     # 2. export: the chat dataset (successful episodes, deduplicated) --------------------------------------------------
     t = time.perf_counter()
-    ds = sft.export(out / "oracle", out / "data", overwrite=True)  # a rerun replaces the earlier export
+    train_ids = [task.id for task in load_env_tasks(args.env, "train")]
+    if not 0 < args.val_tasks <= len(train_ids) // 2:
+        raise SystemExit(f"--val-tasks {args.val_tasks}: {args.env} has {len(train_ids)} train tasks; keep between 1 "
+                         f"and half of them for validation")
+    val_ids = set(train_ids[: args.val_tasks])  # what `eval split=train episodes=N` runs: the first N train tasks
+    ds = sft.export(out / "oracle", out / "data", overwrite=True,  # a rerun replaces the earlier export
+                    task_ids=[i for i in train_ids if i not in val_ids])
     times["export"] = time.perf_counter() - t
-    print(f"export: {len(ds)} distinct successful episodes, tasks {len(set(ds['task_id']))}")
-    leaked = set(ds["task_id"]) & {task.id for task in load_env_tasks(args.env, "test")}
+    print(f"export: {len(ds)} distinct successful episodes, tasks {len(set(ds['task_id']))}; validation: the first "
+          f"{args.val_tasks} train tasks")
+    leaked = set(ds["task_id"]) & ({task.id for task in load_env_tasks(args.env, "test")} | val_ids)
     if leaked:  # the evaluation would be meaningless
-        raise SystemExit(f"test tasks in the training data: {sorted(leaked)}")
+        raise SystemExit(f"test or validation tasks in the training data: {sorted(leaked)}")
 
     # 3. tokenizer: BPE trained on the rendered export -----------------------------------------------------------------
     t = time.perf_counter()
@@ -191,14 +251,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                        bf16=False, report_to=[], logging_steps=max(1, args.steps // 10), save_strategy="no",
                        gradient_checkpointing=False, seed=args.seed, dataloader_num_workers=0,
                        disable_tqdm=False)  # the training progress bar (on stderr): most of the script's time
-    trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer)
+    check = Validate(out / "val", tokenizer, common, args.val_tasks, args.eval_every)
+    trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer, callbacks=[check])
     result = trainer.train()
-    model_dir = out / "model"
-    trainer.model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    times["train"] = time.perf_counter() - t
+    model_dir = out / "model"  # the checkpoint the validation slice prefers (a long run can over-train and collapse)
+    shutil.rmtree(model_dir, ignore_errors=True)
+    shutil.copytree(out / "val" / "checkpoints" / f"step-{check.best[1]:04d}", model_dir)
+    times["train"] = time.perf_counter() - t - check.seconds
+    times["validation"] = check.seconds
     print(f"train: {params / 1e6:.2f} M parameters, {result.global_step} steps, final loss "
-          f"{[log['loss'] for log in trainer.state.log_history if 'loss' in log][-1]:.4f}")
+          f"{[log['loss'] for log in trainer.state.log_history if 'loss' in log][-1]:.4f}; kept step "
+          f"{check.best[1]} (validation success {check.best[0]:.2f}; curve {check.curve})")
 
     # 5. evaluate: the trained model (greedy) and the random policy on the unseen test tasks ---------------------------
     for old in ("eval-hf", "eval-random"):  # a fresh evaluation of this run's model (a rerun would refuse anyway:
@@ -213,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     trained, rand = eval_summary(out / "eval-hf"), eval_summary(out / "eval-random")
     results = {"env": args.env, "params": params, "train_examples": len(ds), "steps": result.global_step,
+               "kept_step": check.best[1], "validation": check.curve,
                "success_trained": trained["success_rate"], "episodes_trained": trained["episodes"],
                "success_random": rand["success_rate"], "episodes_random": rand["episodes"],
                "seconds": {**times, "total": sum(times.values())}}
