@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import httpx2
 import pytest
 from anyio.streams import memory
-from conftest import free_port, npm_bin, stop_process, wait_for_port
+from conftest import free_port, npm_bin, start_http_server, stop_process, wait_for_port
 
 from mcp_gym import MCPEnv
 from mcp_gym.client.specs import Http
@@ -31,12 +30,9 @@ STEPS = 10
 @pytest.fixture(scope="module")
 def counter_url() -> Iterator[str]:
     """A bundled Counter server over Streamable HTTP (SSE answers)."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.envs.counter.server", "--transport", "http", "--port",
-                             str(port), "--diagnostics"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url = start_http_server("mcp_gym.envs.counter.server", "--diagnostics")
     try:
-        wait_for_port(port, proc=proc)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield url
     finally:
         stop_process(proc)
 

@@ -12,25 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from test_benchmarks import FS, FS_SERVER, RUN
+from test_benchmarks import fs_benchmark as benchmark
 from test_viewer import browser  # noqa: F401 - the headless Chromium fixture
 
 from mcp_gym.cli import main
 from mcp_gym.recording import read_tables
 from mcp_gym.tasks import load_task_source
-
-FS_SERVER = ROOT / "tests" / "servers" / "fs_server.py"
-FS = f'+env.servers.fs="{sys.executable} {FS_SERVER} {{workspace}}"'
-RUN = ["launcher.progress=false", "plots=false"]
-
-
-def benchmark(folder: Path, rows: list[dict[str, Any]]) -> Path:
-    """``tasks.jsonl`` and its initial folder ``initial/`` (holding ``in.txt``) in ``folder``."""
-    (folder / "initial").mkdir(parents=True)
-    (folder / "initial" / "in.txt").write_text("hello", encoding="utf-8")
-    tasks = folder / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({"fixture": "initial", **r}) + "\n" for r in rows), encoding="utf-8")
-    return tasks
 
 
 def write_task(i: int, text: str, written: str | None = None, tags: list[str] | None = None) -> dict[str, Any]:
