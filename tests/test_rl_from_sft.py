@@ -40,7 +40,11 @@ def test_rl_raises_the_training_reward_of_a_weak_sft_start(tmp_path: Path) -> No
 
     assert summary["env"] == "lookup" and summary["seed"] == 0
     assert summary["test_episodes"] == 200 and summary["test_success"]["random"] == 0.0
-    assert summary["validation"]["sft"][-1][1] >= 0.2, summary["validation"]  # SFT stopped at its target
+    stop_step, stop_val = summary["validation"]["sft"][-1]
+    assert stop_val >= 0.2, summary["validation"]  # SFT stopped at its target
+    # validation ran in a second process while SFT went on: the start kept is the checkpoint that met the target
+    kept = out / "sft" / "checkpoints" / f"step-{stop_step:04d}" / "model.safetensors"
+    assert (out / "model-sft" / "model.safetensors").read_bytes() == kept.read_bytes()
     rewards = [s["reward"] for s in summary["rl_steps"]]
     assert len(rewards) == 150
     first, last = sum(rewards[:30]) / 30, sum(rewards[-30:]) / 30

@@ -11,7 +11,9 @@ Phases, top to bottom:
    ``--sft-target`` (20 %) of the first ``--sft-val-tasks`` validation tasks (checked every ``--sft-check-every``
    steps from ``--sft-min-steps`` on): a start that succeeds sometimes but not reliably, whatever the seed's loss
    plateau.
-   Saved to ``DIR/model-sft`` (``--start DIR`` starts from a saved model instead).
+   The checkpoint that met the target is saved to ``DIR/model-sft`` (``--start DIR`` starts from a saved model
+   instead). Validation runs in a second process while training goes on (``--no-background-validation``: in the
+   training process); the checkpoints and their scores are the same, the run takes less wall time on 2 cores.
 3. **RL**: :class:`mcp_gym.trl.GRPOTrainer` (TRL's, with each rollout ending where its episode ends) with
    :func:`mcp_gym.trl.environment_factory`: every rollout is a real episode of the env on a *train* task (validation
    slice excluded), the reward is the task verifier's grade of the final state (``reward="verifier"``: 1 if solved,
@@ -111,6 +113,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens per model reply at evaluation")
     p.add_argument("--random-samples", type=int, default=2, help="random-policy episodes per test task")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for a model this small)")
+    p.add_argument("--background-validation", action=argparse.BooleanOptionalAction, default=True,
+                   help="validate in a second process while training goes on (same checkpoints, same scores)")
     return p.parse_args(argv)
 
 
@@ -170,12 +174,13 @@ def sft_start(args: argparse.Namespace, out: Path, common: list[str], val_ids: s
                        lr_scheduler_type="constant_with_warmup", warmup_steps=50, weight_decay=0.0,
                        assistant_only_loss=True, max_length=512, use_cpu=True, bf16=False, report_to=[],
                        logging_steps=50, save_strategy="no", seed=args.seed, dataloader_num_workers=0,
-                       disable_tqdm=True)
+                       disable_tqdm=True, gradient_checkpointing=False)
     check = Validate(out / "sft", tokenizer, common, args.sft_val_tasks, args.sft_check_every, args.sft_min_steps,
-                     stop_at=args.sft_target)
+                     stop_at=args.sft_target, background=args.background_validation)
     SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer, callbacks=[check]).train()
-    model.save_pretrained(out / "model-sft")
-    tokenizer.save_pretrained(out / "model-sft")
+    kept = check.stop_step if check.stop_step is not None else check.curve[-1][0]  # the target met, else the last step
+    shutil.rmtree(out / "model-sft", ignore_errors=True)
+    shutil.copytree(out / "sft" / "checkpoints" / f"step-{kept:04d}", out / "model-sft")
     times["sft"] = time.perf_counter() - t - check.seconds
     times["sft validation"] = check.seconds
     return tokenizer, model, check
@@ -219,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             return reward
 
     dataset = task_dataset(args.env, "train").filter(lambda row: row["task_id"] not in val_ids)
-    validate_rl = Validate(out / "rl", tokenizer, common, args.val_tasks, args.eval_every, start=start_val)
+    validate_rl = Validate(out / "rl", tokenizer, common, args.val_tasks, args.eval_every, start=start_val,
+                           background=args.background_validation)
     grpo = GRPOConfig(output_dir=str(out / "trainer-rl"), max_steps=args.rl_steps, learning_rate=args.rl_learning_rate,
                       lr_scheduler_type="constant_with_warmup", warmup_steps=args.rl_warmup_steps,
                       num_generations=args.num_generations,
@@ -228,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                       temperature=args.temperature, beta=args.beta, loss_type=args.loss_type,
                       scale_rewards=args.scale_rewards, num_iterations=args.num_iterations,
                       logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=args.seed,
-                      disable_tqdm=True, dataloader_num_workers=0)
+                      disable_tqdm=True, dataloader_num_workers=0, gradient_checkpointing=False)
     trainer = GRPOTrainer(model=model, processing_class=prepare_tokenizer(tokenizer), args=grpo,
                           train_dataset=dataset, environment_factory=Env, callbacks=[validate_rl])
     trainer.train()

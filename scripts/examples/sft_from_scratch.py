@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -140,32 +142,69 @@ def validate(out: Path, model: Path, common: list[str], val_tasks: int) -> float
 class Validate(TrainerCallback):
     """Every ``every`` steps (from ``first`` on, and at the last step): save the model to ``run/checkpoints``,
     evaluate it greedily on the validation slice and remember the best; with ``stop_at``, stop training at the first
-    validation success >= ``stop_at``."""
+    validation success >= ``stop_at`` (:attr:`stop_step` names that checkpoint).
+
+    ``background=True`` runs the evaluations in one worker process, in step order, while training goes on (the second
+    CPU core's work); a result ``>= stop_at`` stops training a few steps later, and the checkpoint it measured is the
+    one to keep. The checkpoints and their scores are the same either way; only the wall time differs.
+    """
 
     def __init__(self, run: Path, tokenizer: Any, common: list[str], val_tasks: int, every: int, first: int = 0,
-                 stop_at: float | None = None, start: float | None = None) -> None:
+                 stop_at: float | None = None, start: float | None = None, background: bool = False) -> None:
         self.run, self.tokenizer, self.common, self.val_tasks = run, tokenizer, common, val_tasks
         self.every, self.first, self.stop_at = every, first, stop_at
         self.curve: list[tuple[int, float]] = [] if start is None else [(0, start)]
         self.best = (-1.0, 0) if start is None else (start, 0)
-        self.seconds = 0.0
+        self.stop_step: int | None = None
+        self.seconds = 0.0  # time training waited for validation (saving, and evaluating unless in the background)
+        self._pool: ProcessPoolExecutor | None = None
+        if background:  # spawn: a fresh interpreter (no forked torch or event-loop state), one torch thread
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=torch.set_num_threads, initargs=(1,))
+        self._pending: list[tuple[int, Future[float]]] = []
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         step = state.global_step
-        if step != state.max_steps and (step < self.first or (step - self.first) % self.every):
-            return
         t = time.perf_counter()
-        path = self.run / "checkpoints" / f"step-{step:04d}"
-        model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
-        val = validate(self.run / "val" / path.name, path, self.common, self.val_tasks)
+        if step == state.max_steps or (step >= self.first and (step - self.first) % self.every == 0):
+            path = self.run / "checkpoints" / f"step-{step:04d}"
+            model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+            args_ = (self.run / "val" / path.name, path, self.common, self.val_tasks)
+            if self._pool is None:
+                self._record(step, validate(*args_))
+                model.train()
+            else:
+                self._pending.append((step, self._pool.submit(validate, *args_)))
+        self._harvest(wait=step == state.max_steps)
+        if self.stop_step is not None:
+            control.should_training_stop = True
+        self.seconds += time.perf_counter() - t
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        t = time.perf_counter()
+        self._harvest(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+        self.seconds += time.perf_counter() - t
+
+    def _harvest(self, wait: bool) -> None:
+        """Record the background results that are in, in step order (all of them with ``wait``); after a stop, the
+        checks of later steps are dropped."""
+        while self._pending and self.stop_step is None and (wait or self._pending[0][1].done()):
+            step, future = self._pending.pop(0)
+            self._record(step, future.result())
+        if self.stop_step is not None:
+            for _, future in self._pending:
+                future.cancel()
+            self._pending.clear()
+
+    def _record(self, step: int, val: float) -> None:
         self.curve.append((step, val))
         if val > self.best[0]:
             self.best = (val, step)
-        if self.stop_at is not None and val >= self.stop_at:
-            control.should_training_stop = True
-        model.train()
-        self.seconds += time.perf_counter() - t
+        if self.stop_at is not None and val >= self.stop_at and self.stop_step is None:
+            self.stop_step = step
         print(f"validation at step {step}: success {val:.2f} (best {self.best[0]:.2f} at step {self.best[1]})",
               flush=True)
 
