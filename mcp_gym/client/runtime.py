@@ -270,10 +270,11 @@ class Runtime:
 
     def _drive(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
         coro = _call(fn, args)
-        task = self.loop.create_task(coro if timeout is None else asyncio.wait_for(coro, timeout))
+        stop = _Stop(self.loop)
+        task = self.loop.create_task(stop.after(coro if timeout is None else asyncio.wait_for(coro, timeout)))
         if threading.current_thread() is not threading.main_thread() or \
                 signals.getsignal(_SIGINT) is not signal.default_int_handler:
-            return self._run(task)
+            return stop.run(task)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
 
@@ -287,7 +288,7 @@ class Runtime:
 
         previous = signals.signal(_SIGINT, on_sigint)
         try:
-            return self._run(task)
+            return stop.run(task)
         except asyncio.CancelledError:
             if interrupted:
                 raise KeyboardInterrupt from None
@@ -418,6 +419,41 @@ class Runtime:
 
 async def _call(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
     return await fn(*args)
+
+
+class _Stop:
+    """Runs the loop until one call's task is done, the loop stopped by the task's own last step: the stop takes no
+    loop iteration of its own, where ``run_until_complete``'s done callback takes one more turn (a select) per call."""
+
+    __slots__ = ("loop", "armed")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.armed = True
+
+    async def after(self, aw: Awaitable[T]) -> T:
+        """Await ``aw``, then stop the loop (in the iteration that finishes the task)."""
+        try:
+            return await aw
+        finally:
+            self.stop()
+
+    def stop(self, _task: Any = None) -> None:
+        """Stop the loop once (also the task's done callback: a task cancelled before its first step never runs
+        :meth:`after`'s ``finally``)."""
+        if self.armed:
+            self.armed = False
+            self.loop.stop()
+
+    def run(self, task: asyncio.Task[T]) -> T:
+        """Run the loop until ``task`` (made of :meth:`after`) is done and return its result."""
+        task.add_done_callback(self.stop)
+        try:
+            while not task.done():  # a stop left by an earlier, abandoned call ends a run early: run again
+                self.loop.run_forever()
+        finally:
+            self.armed = False  # the done callback, if still queued, does nothing at the next run
+        return task.result()
 
 
 _default: Runtime | None = None
