@@ -495,7 +495,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     # -- step -----------------------------------------------------------------------------------------------------
     async def _astep(self, action: Any) -> StepResult:
         """A step: ``{workspace}`` in arguments is the real path; the real path in what comes back, ``{workspace}``."""
-        if self.workspace is None:
+        if self._episode is None or self._episode.workspace is None:
             return await self._play(action)
         return _ws.mask_workspace(await self._play(_ws.expand_workspace(action, self.workspace)), self.workspace)
 
@@ -656,16 +656,18 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return {"task": ep.task.prompt, "result": text, "resources": dict(self.observed.texts)}
 
     def _info(self, **kw: Any) -> StepInfo:
+        ep = self._episode  # (read once: the FromEpisode properties each look it up)
+        task = ep.task if ep is not None else None
         info: StepInfo = {
-            "episode_id": self.episode_id,
-            "task_id": self.task.id if self.task else None,
-            "step": self.steps,
+            "episode_id": ep.id if ep is not None else None,
+            "task_id": task.id if task else None,
+            "step": ep.steps if ep is not None else 0,
             "error": None,
             "tools_changed": False,
             "logs": self.host.drain_logs(),
         }
         info.update(cast(StepInfo, kw))
-        if self.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
+        if ep is not None and ep.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
             info["summary"] = {"return": self.episode_return, "length": self.steps,
                                  "termination": kw.get("termination"), **self.budget.used()}
         return info

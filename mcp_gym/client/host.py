@@ -460,10 +460,17 @@ class MCPHost:
     async def poll_changes(self, *, timeout: float | None = None) -> bool:
         """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing
         waits at most ``timeout`` seconds (see :meth:`refresh_tools`)."""
-        if not all([c.quiet() for c in self.connections.values()]):  # (a list: every connection's mark is taken)
+        conns = self.connections
+        quiet = True
+        for c in conns.values():
+            quiet = c.quiet() and quiet  # every connection's mark is taken
+        if not quiet:
             await anyio.sleep(0)  # let notification handlers that are already queued run
-        dirty = [a for a, c in self.connections.items() if c.events.tools_changed]
-        dead = any(c.status != "ready" and c.alias in self.all_tools for c in self.connections.values())
+        dirty = [a for a, c in conns.items() if c.events.tools_changed]
+        dead = False
+        for c in conns.values():
+            if c.status != "ready" and c.alias in self.all_tools:
+                dead = True
         if not dirty and not dead:
             return False
         if dead:

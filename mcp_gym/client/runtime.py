@@ -62,11 +62,7 @@ _SIGINT = int(signal.SIGINT)
 
 def _foreign_loop_running() -> bool:
     """True when this thread already runs an event loop (then it cannot run the runtime's)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return asyncio._get_running_loop() is not None  # asyncio's low-level getter: no exception raised per call
 
 
 class Runtime:
