@@ -330,6 +330,18 @@ def _text_blocks(annotation: Any) -> bool:
     return not any(required for alias, (_, required) in fields.items() if alias not in ("type", "text"))
 
 
+def _open_object(annotation: Any) -> bool:
+    """Whether ``annotation`` is an optional model that takes any JSON object: extra keys allowed, every field
+    optional and of any type (2026-07-28's ``_meta``)."""
+    args = get_args(annotation)
+    if not isinstance(annotation, types.UnionType) or len(args) != 2 or type(None) not in args:
+        return False
+    model = next(a for a in args if a is not type(None))
+    fields = _plain_fields(model)
+    return fields is not None and getattr(model, "model_config", {}).get("extra") == "allow" and all(
+        not required and repr(annotation) == "typing.Any | None" for annotation, required in fields.values())
+
+
 def _is_text_block(block: Any) -> bool:
     return type(block) is dict and len(block) == 2 and block.get("type") == "text" and \
         type(block.get("text")) is str
@@ -343,8 +355,8 @@ def _text_list(value: Any) -> bool:
 def _quick_surface(method: str, version: str) -> Callable[[dict[str, Any]], bool] | None:
     """For ``method``'s result under ``version``: a check that answers True only for results its schema accepts
     (then pydantic's check of them is not repeated): every key a field of a plain type (a string, an optional bool or
-    object, any JSON value, or text blocks only), every required field there. ``None``: no such check (the schema
-    has validators, or a required field of another type)."""
+    object, an optional model open to any object, any JSON value, or text blocks only), every required field there.
+    ``None``: no such check (the schema has validators, or a required field of another type)."""
     row = _methods.SERVER_RESULTS.get((method, version))
     members = get_args(row) if isinstance(row, types.UnionType) else (row,)
     fields = _plain_fields(members[0]) if members else None  # a union passes where its first member does
@@ -357,6 +369,8 @@ def _quick_surface(method: str, version: str) -> Callable[[dict[str, Any]], bool
             checks[alias] = simple
         elif _text_blocks(annotation):
             checks[alias] = _text_list
+        elif _open_object(annotation):
+            checks[alias] = _SIMPLE["dict[str, typing.Any] | None"]
     required = frozenset(alias for alias, (_, req) in fields.items() if req)
     if not required <= checks.keys():
         return None
