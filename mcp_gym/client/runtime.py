@@ -62,7 +62,11 @@ _SIGINT = int(signal.SIGINT)
 
 def _foreign_loop_running() -> bool:
     """True when this thread already runs an event loop (then it cannot run the runtime's)."""
-    return asyncio._get_running_loop() is not None  # asyncio's low-level getter: no exception raised per call
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class Runtime:
