@@ -214,3 +214,29 @@ def test_the_stateful_server_key_is_made_once(tmp_path: Path, monkeypatch: pytes
     finally:
         db.close()
     assert made[0] == 1, f"the key was built {made[0]} times for 6 steps"
+
+
+# -- the driven loop stops itself: also for a call cancelled by Ctrl-C before its first step --------------------------
+@pytest.mark.timeout(60)
+def test_ctrl_c_before_a_call_starts_ends_it_and_the_runtime_goes_on() -> None:
+    import os
+    import signal
+
+    from mcp_gym.client.runtime import Runtime
+
+    rt = Runtime("ctrl-c")
+    ran: list[int] = []
+
+    async def call(n: int) -> int:
+        ran.append(n)
+        return n
+
+    try:
+        rt.loop.call_soon(os.kill, os.getpid(), signal.SIGINT)  # runs ahead of the call's first step
+        with pytest.raises(KeyboardInterrupt):
+            rt.call(call, 1)
+        assert ran == []  # cancelled before it began, and the loop stopped anyway (no hang)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert [rt.call(call, n) for n in (2, 3)] == [2, 3]
+    finally:
+        rt.close()

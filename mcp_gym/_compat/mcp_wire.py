@@ -172,7 +172,7 @@ def answer_of(obj: Any, waiting: Mapping[int, Any]) -> int | None:
 class Wire(ProgressOnly):
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
-    __slots__ = ("waiting", "send", "closed", "delivered", "sent", "_seen", "_due", "_watch")
+    __slots__ = ("waiting", "send", "loop", "closed", "delivered", "sent", "_seen", "_due", "_watch")
 
     def __init__(self) -> None:
         super().__init__()
@@ -183,6 +183,8 @@ class Wire(ProgressOnly):
         """One timer for all of them, due at the earliest (a call costs no timer of its own)."""
         self.send: Callable[[bytes], Awaitable[None]] | None = None
         """Writes one line to the server's stdin (set by the transport once the process runs)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the transport runs on (set with ``send``)."""
         self.closed = False
         self.delivered = 0
         """Messages the transport passed to the SDK (the transport counts them)."""
@@ -247,7 +249,7 @@ class Wire(ProgressOnly):
                        method: str) -> dict[str, Any]:
         """Write the request line, wait for the reader to resolve its future (:class:`Lane`)."""
         assert self.send is not None
-        loop = asyncio.get_running_loop()
+        loop = self.loop or asyncio.get_running_loop()
         fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.waiting[rid] = fut
         try:

@@ -287,7 +287,7 @@ async def stdio_transport(
         else:
             stdin.write(line)
 
-    wire.send = send_line
+    wire.send, wire.loop = send_line, asyncio.get_running_loop()
 
     async def deliver(item: SessionMessage | Exception) -> bool:
         repeat[0] = b""

@@ -269,9 +269,8 @@ class Runtime:
         return self._wait(fut, timeout)
 
     def _drive(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
-        coro = _call(fn, args)
         stop = _Stop(self.loop)
-        task = self.loop.create_task(stop.after(coro if timeout is None else asyncio.wait_for(coro, timeout)))
+        task = self.loop.create_task(stop.after(fn, args, timeout))
         if threading.current_thread() is not threading.main_thread() or \
                 signals.getsignal(_SIGINT) is not signal.default_int_handler:
             return stop.run(task)
@@ -284,7 +283,7 @@ class Runtime:
                 raise KeyboardInterrupt
             interrupted = True
             task.cancel()
-            self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
+            self.loop.call_soon_threadsafe(stop.stop_if_done, task)  # wakes the loop if it waits in select()
 
         previous = signals.signal(_SIGINT, on_sigint)
         try:
@@ -431,28 +430,35 @@ class _Stop:
         self.loop = loop
         self.armed = True
 
-    async def after(self, aw: Awaitable[T]) -> T:
-        """Await ``aw``, then stop the loop (in the iteration that finishes the task)."""
+    async def after(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
+        """Await ``fn(*args)`` (at most ``timeout`` seconds), then stop the loop (in the iteration that finishes the
+        task)."""
         try:
-            return await aw
+            if timeout is None:
+                return await fn(*args)
+            return await asyncio.wait_for(_call(fn, args), timeout)
         finally:
             self.stop()
 
-    def stop(self, _task: Any = None) -> None:
-        """Stop the loop once (also the task's done callback: a task cancelled before its first step never runs
-        :meth:`after`'s ``finally``)."""
+    def stop(self) -> None:
+        """Stop the loop, once."""
         if self.armed:
             self.armed = False
             self.loop.stop()
 
+    def stop_if_done(self, task: asyncio.Task[Any]) -> None:
+        """Scheduled after cancelling ``task`` (Ctrl-C): a task cancelled before its first step never runs
+        :meth:`after`'s ``finally``, so stop for it (it runs behind that first step)."""
+        if task.done():
+            self.stop()
+
     def run(self, task: asyncio.Task[T]) -> T:
         """Run the loop until ``task`` (made of :meth:`after`) is done and return its result."""
-        task.add_done_callback(self.stop)
         try:
             while not task.done():  # a stop left by an earlier, abandoned call ends a run early: run again
                 self.loop.run_forever()
         finally:
-            self.armed = False  # the done callback, if still queued, does nothing at the next run
+            self.armed = False  # a call abandoned here (a second Ctrl-C) stops nothing when it ends later
         return task.result()
 
 
