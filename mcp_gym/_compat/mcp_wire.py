@@ -344,13 +344,14 @@ def _open_object(annotation: Any) -> bool:
         not required and repr(annotation) == "typing.Any | None" for annotation, required in fields.values())
 
 
-def _is_text_block(block: Any) -> bool:
-    return type(block) is dict and len(block) == 2 and block.get("type") == "text" and \
-        type(block.get("text")) is str
-
-
 def _text_list(value: Any) -> bool:
-    return type(value) is list and all(_is_text_block(b) for b in value)
+    if type(value) is not list:
+        return False
+    for block in value:
+        if type(block) is not dict or len(block) != 2 or block.get("type") != "text" or \
+                type(block.get("text")) is not str:
+            return False
+    return True
 
 
 @functools.cache
@@ -378,7 +379,13 @@ def _quick_surface(method: str, version: str) -> Callable[[dict[str, Any]], bool
         return None
 
     def plain(raw: dict[str, Any]) -> bool:
-        return required.issubset(raw) and all(key in checks and checks[key](value) for key, value in raw.items())
+        if not required.issubset(raw):
+            return False
+        for key, value in raw.items():
+            check = checks.get(key)
+            if check is None or not check(value):
+                return False
+        return True
 
     return plain
 

@@ -47,7 +47,10 @@ from typing import Any, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
-from mcp_gym._compat.stdlib import signals  # signal's functions without its enum conversions (~10 µs a call)
+from mcp_gym._compat.stdlib import (
+    running_loop,  # the running loop or None, without an exception per call
+    signals,  # signal's functions without its enum conversions (~10 µs a call)
+)
 
 T = TypeVar("T")
 
@@ -62,11 +65,7 @@ _SIGINT = int(signal.SIGINT)
 
 def _foreign_loop_running() -> bool:
     """True when this thread already runs an event loop (then it cannot run the runtime's)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return running_loop() is not None
 
 
 class Runtime:
