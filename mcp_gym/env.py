@@ -559,7 +559,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._sync_space()
             ep.catalogue_changes.append({"step": ep.steps, "tools": self.tool_catalogue(),
                                            "hash": self.host.catalogue_hash()})
-        await self.observed.refresh(self.call_timeout, self.max_observation_chars)
+        if any(c.events.updated for c in self.host.connections.values()):  # else refresh() has nothing to do
+            await self.observed.refresh(self.call_timeout, self.max_observation_chars)
         cut = ep.budget.cut(ep.steps, self.max_steps, out is not None)  # counts the call
         truncated = False
         termination = "done" if terminated else None
@@ -592,7 +593,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             info["success"] = False if self.graded else None
         if terminated and not self.graded:  # the reward convention: the server's `done` and the return
             info["success"] = ep.episode_return >= self.success_threshold - _SUCCESS_TOLERANCE
-        await grade_step_end(self, info, terminated)
+        if terminated or ep.done:  # else grade_step_end() has nothing to do
+            await grade_step_end(self, info, terminated)
         return obs, reward, terminated, truncated, info
 
     @property

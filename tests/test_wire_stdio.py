@@ -240,3 +240,19 @@ def test_ctrl_c_before_a_call_starts_ends_it_and_the_runtime_goes_on() -> None:
         assert [rt.call(call, n) for n in (2, 3)] == [2, 3]
     finally:
         rt.close()
+
+
+# -- a subscription (2026-07-28: the listen stream) is acknowledged before the first step ----------------------------
+def test_the_listen_stream_is_acknowledged_when_reset_returns() -> None:
+    """The first step's resource update must reach the client: a step no longer gives the loop enough turns to send
+    a stream's request before the step's own (which goes straight onto the pipe)."""
+    spec = Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics", listen=True)
+    env = MCPEnv({"c": spec}, ["Move the counter."], observe_resources=["counter://state"], call_timeout=20.0)
+    try:
+        for seed in range(3):
+            env.reset(seed=seed)
+            assert env.host.connections["c"]._listening == 1, f"episode {seed}: no acknowledged listen stream"
+            _, _, _, _, info = env.step({"tool": "add", "arguments": {"amount": 2}})
+            assert info["error"] is None, info["error"]
+    finally:
+        env.close()

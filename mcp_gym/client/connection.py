@@ -48,6 +48,8 @@ __all__ = ["ServerConnection", "ConnectionLost", "Tap", "TapFactory"]
 
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
+_LISTEN_ACK_WAIT = 10.0
+"""Seconds a subscription waits, at most, for its listen stream's acknowledgment when given no timeout."""
 
 
 class ConnectionLost(Exception):
@@ -147,6 +149,7 @@ class ServerConnection:
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
         self._listening = 0  # listen streams (2026-07-28) open and delivering events
+        self._listen_ready: anyio.Event | None = None  # set once the latest listen stream is acknowledged (or gone)
         # the server reports changes in result _meta (an mcp-gym server); None until the first listing tells
         self.hints: bool | None = None
         self.tap_factory = tap
@@ -413,6 +416,12 @@ class ServerConnection:
         caps = self.capabilities
         if self.modern:
             self._restart_listener()
+            # The stream is the subscription: a call sent before the server acknowledges it would change the resource
+            # unseen (with fewer loop turns per call, a step can overtake the stream's request on the pipe).
+            ready = self._listen_ready
+            if ready is not None:
+                with anyio.move_on_after(_LISTEN_ACK_WAIT if timeout is None or math.isinf(timeout) else timeout):
+                    await ready.wait()
         elif caps is not None and caps.resources is not None and caps.resources.subscribe:
             for uri in new:
                 with contextlib.suppress(Exception):
@@ -458,9 +467,17 @@ class ServerConnection:
             return
         scope = anyio.CancelScope()
         self._listen_scope = scope
-        self._listen_tg.start_soon(self._listen, scope, self._subscriptions)
+        self._listen_ready = anyio.Event()
+        self._listen_tg.start_soon(self._listen, scope, self._subscriptions, self._listen_ready)
 
-    async def _listen(self, scope: anyio.CancelScope, uris: tuple[str, ...]) -> None:
+    async def _listen(self, scope: anyio.CancelScope, uris: tuple[str, ...], ready: anyio.Event) -> None:
+        try:
+            await self._listen_until_cancelled(scope, uris, ready)
+        finally:
+            ready.set()  # acknowledged, refused, or ended: nobody waits for it any longer
+
+    async def _listen_until_cancelled(self, scope: anyio.CancelScope, uris: tuple[str, ...],
+                                      ready: anyio.Event) -> None:
         caps = self.capabilities
         want_tools = bool(caps and caps.tools and caps.tools.list_changed)
         want_res = bool(caps and caps.resources)
@@ -474,6 +491,7 @@ class ServerConnection:
                     resource_subscriptions=list(uris) if want_res else [],
                 ) as sub:
                     self._listening += 1
+                    ready.set()
                     try:
                         async for ev in sub:
                             kind = type(ev).__name__
