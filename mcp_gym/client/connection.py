@@ -416,12 +416,7 @@ class ServerConnection:
         caps = self.capabilities
         if self.modern:
             self._restart_listener()
-            # The stream is the subscription: a call sent before the server acknowledges it would change the resource
-            # unseen (with fewer loop turns per call, a step can overtake the stream's request on the pipe).
-            ready = self._listen_ready
-            if ready is not None:
-                with anyio.move_on_after(_LISTEN_ACK_WAIT if timeout is None or math.isinf(timeout) else timeout):
-                    await ready.wait()
+            await self.listener_acknowledged(timeout)
         elif caps is not None and caps.resources is not None and caps.resources.subscribe:
             for uri in new:
                 with contextlib.suppress(Exception):
@@ -431,6 +426,18 @@ class ServerConnection:
                         mt.SubscribeRequest(params=mt.SubscribeRequestParams(uri=uri)), mt.EmptyResult,
                         request_read_timeout_seconds=None if timeout is None or math.isinf(timeout) else timeout,
                     )
+
+    async def listener_acknowledged(self, timeout: float | None = None) -> None:
+        """Wait (at most ``timeout`` seconds, 10 without one) until the latest listen stream (2026-07-28) is
+        acknowledged, refused or gone. The stream is the subscription: a call sent before the server acknowledges
+        it would change a resource or the tools unseen (a step's request goes straight onto the pipe, and can
+        overtake the stream's)."""
+        ready = self._listen_ready
+        if ready is not None and not ready.is_set():
+            with anyio.move_on_after(_LISTEN_ACK_WAIT if timeout is None or math.isinf(timeout) else timeout) as cs:
+                await ready.wait()
+            if cs.cancelled_caught and self._listen_ready is ready:
+                self._listen_ready = None  # a server that does not answer it: waited for once, not at every reset
 
     def set_hints(self, hints: bool) -> None:
         """Record whether the server piggy-backs changes on results (the host calls this after each listing). With

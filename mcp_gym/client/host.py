@@ -413,6 +413,7 @@ class MCPHost:
         conn.tools_error = None
         self.all_tools[alias] = {t.name: t for t in tools}
         conn.set_hints(RESET_TOOL in self.all_tools[alias])  # mcp-gym servers report changes in result _meta
+        await conn.listener_acknowledged(timeout)  # a change the next call makes is then reported
 
     def rebuild(self) -> bool:
         """Rebuild :attr:`catalogue` from the ready servers' tools (after :attr:`all_tools` or a connection's status
