@@ -5,6 +5,7 @@ tool, is not restarted per episode, and a tool not annotated read-only just chan
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any
 
 from mcp_gym.protocol import RESET_TOOL
@@ -15,6 +16,8 @@ README_SECTION = "Benchmark your own MCP server > Stateful servers: one world pe
 """The README section on isolating stateful servers (named in the warning)."""
 
 _warned: set[tuple[str, str]] = set()
+_keys: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
+"""Each connection's key in ``_warned`` (its spec's repr, made once: a step after the warning costs two lookups)."""
 
 
 class StatefulServerWarning(UserWarning):
@@ -27,15 +30,21 @@ def note_state_change(env: Any, out: Any) -> None:
     ``mcp_gym_reset`` tool under ``reset_mode=auto``, no ``{workspace}`` in its command line)."""
     alias = getattr(out, "server", None)
     result = getattr(out, "result", None)
-    if alias is None or result is None or result.is_error or env.reset_mode != "auto" or alias in env.workspace_servers:
+    if alias is None or result is None or result.is_error:
+        return
+    entry = env.host.resolve(out.tool)
+    if entry is None or getattr(entry.tool.annotations, "read_only_hint", None) is True:
+        return
+    conn = env.host.connections[alias]
+    key = _keys.get(conn)
+    if key in _warned or env.reset_mode != "auto" or alias in env.workspace_servers:
         return
     if env.host.has_tool(alias, RESET_TOOL):
         return
-    entry = env.host.resolve(out.tool)
-    if entry is None or entry.annotations.get("readOnlyHint") is True:
-        return
-    spec = env.host.connections[alias].spec  # its repr masks secrets: the key holds the values (in memory only)
-    key = (alias, repr((str(spec), getattr(spec, "args", None), sorted((getattr(spec, "env", None) or {}).items()))))
+    if key is None:
+        spec = conn.spec  # its repr masks secrets: the key holds the values (in memory only)
+        key = _keys[conn] = (alias, repr((str(spec), getattr(spec, "args", None),
+                                          sorted((getattr(spec, "env", None) or {}).items()))))
     if key in _warned:
         return
     _warned.add(key)

@@ -495,7 +495,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     # -- step -----------------------------------------------------------------------------------------------------
     async def _astep(self, action: Any) -> StepResult:
         """A step: ``{workspace}`` in arguments is the real path; the real path in what comes back, ``{workspace}``."""
-        if self.workspace is None:
+        if self._episode is None or self._episode.workspace is None:
             return await self._play(action)
         return _ws.mask_workspace(await self._play(_ws.expand_workspace(action, self.workspace)), self.workspace)
 
@@ -559,7 +559,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._sync_space()
             ep.catalogue_changes.append({"step": ep.steps, "tools": self.tool_catalogue(),
                                            "hash": self.host.catalogue_hash()})
-        await self.observed.refresh(self.call_timeout, self.max_observation_chars)
+        if any(c.events.updated for c in self.host.connections.values()):  # else refresh() has nothing to do
+            await self.observed.refresh(self.call_timeout, self.max_observation_chars)
         cut = ep.budget.cut(ep.steps, self.max_steps, out is not None)  # counts the call
         truncated = False
         termination = "done" if terminated else None
@@ -592,7 +593,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             info["success"] = False if self.graded else None
         if terminated and not self.graded:  # the reward convention: the server's `done` and the return
             info["success"] = ep.episode_return >= self.success_threshold - _SUCCESS_TOLERANCE
-        await grade_step_end(self, info, terminated)
+        if terminated or ep.done:  # else grade_step_end() has nothing to do
+            await grade_step_end(self, info, terminated)
         return obs, reward, terminated, truncated, info
 
     @property
@@ -656,16 +658,18 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return {"task": ep.task.prompt, "result": text, "resources": dict(self.observed.texts)}
 
     def _info(self, **kw: Any) -> StepInfo:
+        ep = self._episode  # (read once: the FromEpisode properties each look it up)
+        task = ep.task if ep is not None else None
         info: StepInfo = {
-            "episode_id": self.episode_id,
-            "task_id": self.task.id if self.task else None,
-            "step": self.steps,
+            "episode_id": ep.id if ep is not None else None,
+            "task_id": task.id if task else None,
+            "step": ep.steps if ep is not None else 0,
             "error": None,
             "tools_changed": False,
             "logs": self.host.drain_logs(),
         }
         info.update(cast(StepInfo, kw))
-        if self.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
+        if ep is not None and ep.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
             info["summary"] = {"return": self.episode_return, "length": self.steps,
                                  "termination": kw.get("termination"), **self.budget.used()}
         return info

@@ -51,10 +51,10 @@ def read_reward(
         with contextlib.suppress(ValueError):
             parsed = json.loads(text)
             structured = parsed if isinstance(parsed, dict) else None
-    if isinstance(structured, Mapping):
+    if structured is not None and isinstance(structured, Mapping):
         reward = _num(structured.get("reward"))
         done = structured.get("done") is True
-    if isinstance(meta, Mapping):
+    if meta is not None and isinstance(meta, Mapping):
         if reward is None:
             reward = _num(meta.get(REWARD_META_KEY))
         done = done or meta.get(DONE_META_KEY) is True

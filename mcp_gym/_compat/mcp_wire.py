@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import types
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 import anyio
 import mcp.types as mt
@@ -47,6 +48,14 @@ try:
     from mcp.shared._otel import inject_trace_context
 except ImportError:  # reported by missing(); the lane is then not used (usable())
     inject_trace_context = None  # type: ignore[assignment]  # checked by usable() before any call
+try:  # what the SDK's tracing runs on (a dependency of mcp, not of mcp-gym): see _inject()
+    from opentelemetry import context as _otel_context
+    from opentelemetry import propagate as _otel_propagate
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # then every request takes inject_trace_context
+    _otel_context = None  # type: ignore[assignment]
 
 __all__ = ["Wire", "Lane", "StepAside", "call_tool", "read_resource", "usable", "missing", "missing_on"]
 
@@ -163,13 +172,19 @@ def answer_of(obj: Any, waiting: Mapping[int, Any]) -> int | None:
 class Wire(ProgressOnly):
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
-    __slots__ = ("waiting", "send", "closed", "delivered", "sent", "_seen")
+    __slots__ = ("waiting", "send", "loop", "closed", "delivered", "sent", "_seen", "_due", "_watch")
 
     def __init__(self) -> None:
         super().__init__()
         self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._due: dict[int, tuple[float, asyncio.Future[dict[str, Any]]]] = {}
+        """The loop time past which each request with a timeout fails, and its future."""
+        self._watch: asyncio.TimerHandle | None = None
+        """One timer for all of them, due at the earliest (a call costs no timer of its own)."""
         self.send: Callable[[bytes], Awaitable[None]] | None = None
         """Writes one line to the server's stdin (set by the transport once the process runs)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the transport runs on (set with ``send``)."""
         self.closed = False
         self.delivered = 0
         """Messages the transport passed to the SDK (the transport counts them)."""
@@ -221,6 +236,10 @@ class Wire(ProgressOnly):
     def close(self) -> None:
         """The connection ended: every waiting request fails as the SDK fails them (``Connection closed``)."""
         self.closed = True
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        self._due.clear()
         for fut in self.waiting.values():
             if not fut.done():
                 fut.set_exception(MCPError(code=CONNECTION_CLOSED, message="Connection closed"))
@@ -230,10 +249,9 @@ class Wire(ProgressOnly):
                        method: str) -> dict[str, Any]:
         """Write the request line, wait for the reader to resolve its future (:class:`Lane`)."""
         assert self.send is not None
-        loop = asyncio.get_running_loop()
+        loop = self.loop or asyncio.get_running_loop()
         fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         self.waiting[rid] = fut
-        timer = None
         try:
             try:
                 await self.send(body + b"\n")
@@ -241,14 +259,34 @@ class Wire(ProgressOnly):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
             self.sent.add(rid)
             if timeout is not None:
-                timer = loop.call_later(timeout, _expire, fut)
+                self._expire_at(loop, rid, loop.time() + timeout, fut)
             return await fut
         finally:
-            if timer is not None:
-                timer.cancel()
+            self._due.pop(rid, None)
             self.sent.discard(rid)
             if self.waiting.get(rid) is fut:
                 del self.waiting[rid]
+
+
+    def _expire_at(self, loop: asyncio.AbstractEventLoop, rid: int, when: float, fut: asyncio.Future[Any]) -> None:
+        """Fail request ``rid`` with ``TimeoutError`` at loop time ``when`` (unless answered first)."""
+        self._due[rid] = (when, fut)
+        watch = self._watch
+        if watch is None or when < watch.when():
+            if watch is not None:
+                watch.cancel()
+            self._watch = loop.call_at(when, self._expire_due, loop)
+
+    def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The timer: fail the requests that are due, then wait for the next one."""
+        self._watch = None
+        now = loop.time()
+        for rid, (when, fut) in list(self._due.items()):
+            if when <= now:
+                del self._due[rid]
+                _expire(fut)
+        if self._due:
+            self._watch = loop.call_at(min(when for when, _ in self._due.values()), self._expire_due, loop)
 
 
 @functools.cache
@@ -257,6 +295,116 @@ def _surface(method: str, version: str) -> Any:
     _methods._check_known_version(version)
     row = _methods.SERVER_RESULTS.get((method, version))
     return None if row is None else _methods._adapter(row)
+
+
+# -- the negotiated version's schema, checked without pydantic for results of the plainest shape -------------------
+_SIMPLE: dict[str, Callable[[Any], bool]] = {
+    "<class 'str'>": lambda v: type(v) is str,
+    "bool | None": lambda v: v is None or type(v) is bool,
+    "dict[str, typing.Any] | None": lambda v: v is None or type(v) is dict,  # JSON: its keys are strings
+    "typing.Any | None": lambda v: True,
+}
+"""Field annotations (as ``repr``) whose values a check in Python accepts only where pydantic surely does too."""
+
+
+def _plain_fields(model: Any) -> dict[str, tuple[Any, bool]] | None:
+    """``{alias: (annotation, required)}`` of a pydantic model that validates no more than its fields' types (no
+    validators, not strict), else ``None``."""
+    decorators = getattr(model, "__pydantic_decorators__", None)
+    fields = getattr(model, "model_fields", None)
+    if decorators is None or fields is None or getattr(model, "model_config", {}).get("strict") or any(
+            (decorators.validators, decorators.field_validators, decorators.root_validators,
+             decorators.model_validators)):
+        return None
+    return {f.alias or n: (f.annotation, f.is_required()) for n, f in fields.items()}
+
+
+def _text_blocks(annotation: Any) -> bool:
+    """Whether ``annotation`` is a list of a union whose first member is a text block: ``{"type": "text", "text":
+    str}`` required, everything else optional."""
+    args = get_args(annotation)
+    if getattr(annotation, "__origin__", None) is not list or len(args) != 1:
+        return False
+    fields = _plain_fields((get_args(args[0]) or args)[0])
+    if fields is None or repr(fields.get("type")) != "(typing.Literal['text'], True)" or \
+            fields.get("text") != (str, True):
+        return False
+    return not any(required for alias, (_, required) in fields.items() if alias not in ("type", "text"))
+
+
+def _open_object(annotation: Any) -> bool:
+    """Whether ``annotation`` is an optional model that takes any JSON object: extra keys allowed, every field
+    optional and of any type (2026-07-28's ``_meta``)."""
+    args = get_args(annotation)
+    if not isinstance(annotation, types.UnionType) or len(args) != 2 or type(None) not in args:
+        return False
+    model = next(a for a in args if a is not type(None))
+    fields = _plain_fields(model)
+    return fields is not None and getattr(model, "model_config", {}).get("extra") == "allow" and all(
+        not required and repr(annotation) == "typing.Any | None" for annotation, required in fields.values())
+
+
+def _text_list(value: Any) -> bool:
+    if type(value) is not list:
+        return False
+    for block in value:
+        if type(block) is not dict or len(block) != 2 or block.get("type") != "text" or \
+                type(block.get("text")) is not str:
+            return False
+    return True
+
+
+@functools.cache
+def _quick_surface(method: str, version: str) -> Callable[[dict[str, Any]], bool] | None:
+    """For ``method``'s result under ``version``: a check that answers True only for results its schema accepts
+    (then pydantic's check of them is not repeated): every key a field of a plain type (a string, an optional bool or
+    object, an optional model open to any object, any JSON value, or text blocks only), every required field there.
+    ``None``: no such check (the schema has validators, or a required field of another type)."""
+    row = _methods.SERVER_RESULTS.get((method, version))
+    members = get_args(row) if isinstance(row, types.UnionType) else (row,)
+    fields = _plain_fields(members[0]) if members else None  # a union passes where its first member does
+    if fields is None:
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for alias, (annotation, _) in fields.items():
+        simple = _SIMPLE.get(repr(annotation))
+        if simple is not None:
+            checks[alias] = simple
+        elif _text_blocks(annotation):
+            checks[alias] = _text_list
+        elif _open_object(annotation):
+            checks[alias] = _SIMPLE["dict[str, typing.Any] | None"]
+    required = frozenset(alias for alias, (_, req) in fields.items() if req)
+    if not required <= checks.keys():
+        return None
+
+    def plain(raw: dict[str, Any]) -> bool:
+        if not required.issubset(raw):
+            return False
+        for key, value in raw.items():
+            check = checks.get(key)
+            if check is None or not check(value):
+                return False
+        return True
+
+    return plain
+
+
+_textmap: list[Any] = [None, False]  # the global propagator last looked at, and whether it is the default one
+
+
+def _inject(meta: dict[str, Any]) -> None:
+    """The SDK's ``inject_trace_context(meta)``, skipped where it writes nothing: OpenTelemetry's default propagators
+    (W3C trace context and baggage) with an empty current context (no span, no baggage)."""
+    if _otel_context is not None and not _otel_context.get_current():
+        textmap = _otel_propagate.get_global_textmap()
+        if textmap is not _textmap[0]:
+            parts = getattr(textmap, "_propagators", None) if type(textmap) is CompositePropagator else None
+            _textmap[:] = [textmap, parts is not None and all(
+                type(p) in (TraceContextTextMapPropagator, W3CBaggagePropagator) for p in parts)]
+        if _textmap[1]:
+            return
+    inject_trace_context(meta)
 
 
 def _expire(fut: asyncio.Future[Any]) -> None:
@@ -285,7 +433,7 @@ async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any
     out_meta = dict(params.get("_meta") or {})
     if progress is not None:
         out_meta["progressToken"] = rid
-    inject_trace_context(out_meta)
+    _inject(out_meta)
     if out_meta:
         params["_meta"] = out_meta
     else:
@@ -323,7 +471,7 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
     _session._clamp_inbound_ttl(raw)
     version = session._negotiated_version or "2025-11-25"
     surface = _surface(method, version)
-    if surface is not None:
+    if surface is not None and not ((quick := _quick_surface(method, version)) is not None and quick(raw)):
         surface.validate_python(raw, by_name=False)
     if not (foreign := _session._later_revision_fields(method, version)).isdisjoint(raw):
         raw = {key: value for key, value in raw.items() if key not in foreign}

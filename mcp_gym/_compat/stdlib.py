@@ -4,11 +4,14 @@
   (``JSONEncoder.encode`` builds one per call), for the values orjson refuses (:func:`c_json_encoders`);
 * ``_signal``: ``signal``'s functions without its enum conversions (~10 µs per synchronous env call, :data:`signals`);
 * ``re._parser`` (``sre_parse`` before Python 3.11): the parse tree of a regular expression, to sample strings that
-  match a schema's ``pattern`` (:data:`sre_parse`).
+  match a schema's ``pattern`` (:data:`sre_parse`);
+* ``asyncio._get_running_loop``: the running loop or ``None``, without the exception ``get_running_loop`` raises
+  when there is none (each synchronous env call asks, :func:`running_loop`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json.encoder
 import signal
 import sys
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_gym._compat import moved
 
-__all__ = ["c_json_encoders", "signals", "sre_parse", "missing"]
+__all__ = ["c_json_encoders", "signals", "sre_parse", "running_loop", "missing"]
 
 if sys.version_info >= (3, 11):
     import re._parser as sre_parse
@@ -35,6 +38,18 @@ else:
         signals = signal
 """``getsignal`` and ``signal`` without the enum conversions of the :mod:`signal` module."""
 
+
+def _running_loop_raising() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+running_loop: Callable[[], asyncio.AbstractEventLoop | None] = getattr(
+    asyncio, "_get_running_loop", _running_loop_raising)
+"""The event loop running in this thread, or ``None``."""
+
 _JSON_NAMES = ("c_make_encoder", "c_encode_basestring", "c_encode_basestring_ascii")
 
 Encoder = Callable[[Any, int], Iterator[str]]
@@ -45,6 +60,8 @@ def missing() -> list[str]:
     out = [f"json.encoder.{n}" for n in _JSON_NAMES if getattr(json.encoder, n, None) is None]
     if signals.__name__ != "_signal":
         out.append("_signal")
+    if not hasattr(asyncio, "_get_running_loop"):
+        out.append("asyncio._get_running_loop")
     if not hasattr(sre_parse, "parse"):
         out.append(f"{sre_parse.__name__}.parse")
     return out

@@ -21,12 +21,15 @@ transport feeds the same streams (``SessionMessage`` in, ``SessionMessage`` out)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -155,6 +158,77 @@ def _key(token: bytes) -> str:
         return ""
 
 
+class _Stdout(asyncio.Protocol):
+    """The server's stdout pipe, read by asyncio's pipe transport: chunks queued for the reader task and, while the
+    reader waits with nothing unfinished, fast-lane answers taken the moment they arrive (``take``: the part of a
+    chunk it did not take). The caller's future is then resolved in the loop iteration that read the pipe: no hop
+    through the reader task, and none through the subprocess protocol's deferred ``pipe_data_received``. Anything
+    else keeps its order: once a chunk is queued, later ones queue behind it."""
+
+    def __init__(self, take: Callable[[bytes], bytes], limit: int) -> None:
+        self.chunks: deque[bytes] = deque()
+        self.queued = 0
+        self.eof = False
+        self.idle = False  # the reader waits for data with no unfinished line: a chunk may be taken here
+        self._take, self._limit = take, limit
+        self._waiter: asyncio.Future[None] | None = None
+        self._transport: asyncio.ReadTransport | None = None
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102 - asyncio.Protocol's
+        self._transport = transport  # type: ignore[assignment]  # connect_read_pipe: a read transport
+
+    def data_received(self, data: bytes) -> None:  # noqa: D102 - asyncio.Protocol's
+        if self.idle and not self.chunks:
+            data = self._take(data)
+            if not data:
+                return
+        self.chunks.append(data)
+        self.queued += len(data)
+        if self.queued > self._limit and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()  # the reader is behind: the server's writes block, nothing piles up
+        self._wake()
+
+    def eof_received(self) -> bool:  # noqa: D102 - asyncio.Protocol's
+        self.eof = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102 - asyncio.Protocol's
+        self.eof = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def receive(self, idle: bool) -> bytes:
+        """The next chunk (``anyio.EndOfStream`` after the last); ``idle``: the caller has no unfinished line."""
+        while not self.chunks:
+            if self.eof:
+                raise anyio.EndOfStream
+            self._waiter = asyncio.get_running_loop().create_future()
+            self.idle = idle
+            try:
+                await self._waiter
+            finally:
+                self.idle, self._waiter = False, None
+        chunk = self.chunks.popleft()
+        self.queued -= len(chunk)
+        if self._paused and self.queued <= self._limit // 2 and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return chunk
+
+    def close(self) -> None:
+        """Close the pipe (a process the server left behind may hold its write end open)."""
+        if self._transport is not None:
+            self._transport.close()
+        self.eof = True
+        self._wake()
+
+
 @asynccontextmanager
 async def stdio_transport(
     params: StdioServerParameters, state: StdioState, *, max_message_bytes: int
@@ -166,13 +240,31 @@ async def stdio_transport(
         async with stdio_client(params) as streams:
             yield streams
         return
-    process = await anyio.open_process(
-        [params.command, *params.args],
-        env=get_default_environment() | (params.env or {}),
-        stderr=subprocess.PIPE,
-        cwd=params.cwd,
-        start_new_session=True,
-    )
+    stdout = _Stdout(lambda chunk: take_answers(chunk), _READ_BYTES)
+    out_read, out_write = os.pipe()  # the server's stdout, read by asyncio's pipe transport into `stdout`
+    try:
+        process = await anyio.open_process(
+            [params.command, *params.args],
+            env=get_default_environment() | (params.env or {}),
+            stdout=out_write,
+            stderr=subprocess.PIPE,
+            cwd=params.cwd,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(out_read)
+        raise
+    finally:
+        os.close(out_write)  # the server holds it: EOF arrives when the server (and its children) close it
+    pipe = open(out_read, "rb", buffering=0)  # noqa: SIM115 - the pipe transport closes it
+    try:
+        await asyncio.get_running_loop().connect_read_pipe(lambda: stdout, pipe)
+    except BaseException:
+        pipe.close()
+        with anyio.CancelScope(shield=True):
+            process.kill()
+            await process.aclose()
+        raise
     state.pid = process.pid
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
@@ -195,7 +287,7 @@ async def stdio_transport(
         else:
             stdin.write(line)
 
-    wire.send = send_line
+    wire.send, wire.loop = send_line, asyncio.get_running_loop()
 
     async def deliver(item: SessionMessage | Exception) -> bool:
         repeat[0] = b""
@@ -264,8 +356,22 @@ async def stdio_transport(
         error = mt.ErrorData(code=MESSAGE_TOO_LARGE, message=f"result too large: {what} (the result was discarded)")
         return await deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
 
+    def take_answers(chunk: bytes) -> bytes:
+        """Fast-lane answers at the head of ``chunk`` (whole lines) taken at once, while the reader is idle; the rest
+        (from the first line that is not one) goes to the reader, in order. What :func:`deliver_line` would do."""
+        if not wire.waiting:
+            return chunk
+        pos = 0
+        while (nl := chunk.find(b"\n", pos)) >= 0 and nl - pos <= max_message_bytes:
+            line = chunk[pos:nl]
+            if line and not line.isspace():
+                if not wire.take_line(line):
+                    break
+                repeat[0] = b""
+            pos = nl + 1
+        return chunk[pos:] if pos else chunk
+
     async def stdout_reader() -> None:
-        assert process.stdout is not None
         parts: list[bytes] = []  # the unfinished line, joined once when its newline arrives
         size = 0
         head: bytes | None = None  # set while an oversized line is being discarded
@@ -274,7 +380,7 @@ async def stdio_transport(
             async with read_writer:
                 try:
                     while True:
-                        chunk = await process.stdout.receive(_READ_BYTES)
+                        chunk = await stdout.receive(idle=live and not parts and head is None)
                         if not live:
                             continue
                         pos = 0
@@ -343,6 +449,7 @@ async def stdio_transport(
             if not await _exited(process, _KILL_GRACE):
                 logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
         reader_scope.cancel()
+        stdout.close()
         stderr_scope.cancel()
         with anyio.move_on_after(_KILL_GRACE):
             await process.aclose()

@@ -48,6 +48,8 @@ __all__ = ["ServerConnection", "ConnectionLost", "Tap", "TapFactory"]
 
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
+_LISTEN_ACK_WAIT = 10.0
+"""Seconds a subscription waits, at most, for its listen stream's acknowledgment when given no timeout."""
 
 
 class ConnectionLost(Exception):
@@ -147,6 +149,7 @@ class ServerConnection:
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
         self._listening = 0  # listen streams (2026-07-28) open and delivering events
+        self._listen_ready: anyio.Event | None = None  # set once the latest listen stream is acknowledged (or gone)
         # the server reports changes in result _meta (an mcp-gym server); None until the first listing tells
         self.hints: bool | None = None
         self.tap_factory = tap
@@ -413,6 +416,7 @@ class ServerConnection:
         caps = self.capabilities
         if self.modern:
             self._restart_listener()
+            await self.listener_acknowledged(timeout)
         elif caps is not None and caps.resources is not None and caps.resources.subscribe:
             for uri in new:
                 with contextlib.suppress(Exception):
@@ -422,6 +426,18 @@ class ServerConnection:
                         mt.SubscribeRequest(params=mt.SubscribeRequestParams(uri=uri)), mt.EmptyResult,
                         request_read_timeout_seconds=None if timeout is None or math.isinf(timeout) else timeout,
                     )
+
+    async def listener_acknowledged(self, timeout: float | None = None) -> None:
+        """Wait (at most ``timeout`` seconds, 10 without one) until the latest listen stream (2026-07-28) is
+        acknowledged, refused or gone. The stream is the subscription: a call sent before the server acknowledges
+        it would change a resource or the tools unseen (a step's request goes straight onto the pipe, and can
+        overtake the stream's)."""
+        ready = self._listen_ready
+        if ready is not None and not ready.is_set():
+            with anyio.move_on_after(_LISTEN_ACK_WAIT if timeout is None or math.isinf(timeout) else timeout) as cs:
+                await ready.wait()
+            if cs.cancelled_caught and self._listen_ready is ready:
+                self._listen_ready = None  # a server that does not answer it: waited for once, not at every reset
 
     def set_hints(self, hints: bool) -> None:
         """Record whether the server piggy-backs changes on results (the host calls this after each listing). With
@@ -458,9 +474,17 @@ class ServerConnection:
             return
         scope = anyio.CancelScope()
         self._listen_scope = scope
-        self._listen_tg.start_soon(self._listen, scope, self._subscriptions)
+        self._listen_ready = anyio.Event()
+        self._listen_tg.start_soon(self._listen, scope, self._subscriptions, self._listen_ready)
 
-    async def _listen(self, scope: anyio.CancelScope, uris: tuple[str, ...]) -> None:
+    async def _listen(self, scope: anyio.CancelScope, uris: tuple[str, ...], ready: anyio.Event) -> None:
+        try:
+            await self._listen_until_cancelled(scope, uris, ready)
+        finally:
+            ready.set()  # acknowledged, refused, or ended: nobody waits for it any longer
+
+    async def _listen_until_cancelled(self, scope: anyio.CancelScope, uris: tuple[str, ...],
+                                      ready: anyio.Event) -> None:
         caps = self.capabilities
         want_tools = bool(caps and caps.tools and caps.tools.list_changed)
         want_res = bool(caps and caps.resources)
@@ -474,6 +498,7 @@ class ServerConnection:
                     resource_subscriptions=list(uris) if want_res else [],
                 ) as sub:
                     self._listening += 1
+                    ready.set()
                     try:
                         async for ev in sub:
                             kind = type(ev).__name__

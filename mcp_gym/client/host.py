@@ -413,6 +413,7 @@ class MCPHost:
         conn.tools_error = None
         self.all_tools[alias] = {t.name: t for t in tools}
         conn.set_hints(RESET_TOOL in self.all_tools[alias])  # mcp-gym servers report changes in result _meta
+        await conn.listener_acknowledged(timeout)  # a change the next call makes is then reported
 
     def rebuild(self) -> bool:
         """Rebuild :attr:`catalogue` from the ready servers' tools (after :attr:`all_tools` or a connection's status
@@ -460,10 +461,17 @@ class MCPHost:
     async def poll_changes(self, *, timeout: float | None = None) -> bool:
         """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing
         waits at most ``timeout`` seconds (see :meth:`refresh_tools`)."""
-        if not all([c.quiet() for c in self.connections.values()]):  # (a list: every connection's mark is taken)
+        conns = self.connections
+        quiet = True
+        for c in conns.values():
+            quiet = c.quiet() and quiet  # every connection's mark is taken
+        if not quiet:
             await anyio.sleep(0)  # let notification handlers that are already queued run
-        dirty = [a for a, c in self.connections.items() if c.events.tools_changed]
-        dead = any(c.status != "ready" and c.alias in self.all_tools for c in self.connections.values())
+        dirty = [a for a, c in conns.items() if c.events.tools_changed]
+        dead = False
+        for c in conns.values():
+            if c.status != "ready" and c.alias in self.all_tools:
+                dead = True
         if not dirty and not dead:
             return False
         if dead:
