@@ -48,14 +48,14 @@ try:
     from mcp.shared._otel import inject_trace_context
 except ImportError:  # reported by missing(); the lane is then not used (usable())
     inject_trace_context = None  # type: ignore[assignment]  # checked by usable() before any call
-try:  # what the SDK's tracing runs on (a dependency of mcp, not of mcp-gym): see _inject()
+try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too): see _inject()
     from opentelemetry import context as _otel_context
     from opentelemetry import propagate as _otel_propagate
     from opentelemetry.baggage.propagation import W3CBaggagePropagator
     from opentelemetry.propagators.composite import CompositePropagator
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # then every request takes inject_trace_context
-    _otel_context = None  # type: ignore[assignment]
+    _otel_context = None  # type: ignore[assignment]  # _inject() then always takes the SDK's inject
 
 __all__ = ["Wire", "Lane", "StepAside", "call_tool", "read_resource", "usable", "missing", "missing_on"]
 
