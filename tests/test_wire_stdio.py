@@ -44,10 +44,10 @@ def steps(env: MCPEnv, n: int = STEPS, action: dict[str, Any] = ECHO) -> None:
         assert info["error"] is None, info["error"]
 
 
-def test_a_step_takes_three_loop_iterations(env: MCPEnv, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Start the step's task (it writes the request), read the pipe (the answer is taken there), finish the step (the
-    task stops the loop itself). Before: also the subprocess protocol's deferred delivery, the reader task's hop and
-    ``run_until_complete``'s stop callback (six)."""
+def test_a_step_takes_four_loop_iterations(env: MCPEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start the step's task (it writes the request), read the pipe (the answer is taken there), finish the step,
+    ``run_until_complete``'s stop callback. Before: also the subprocess protocol's deferred delivery and the reader
+    task's hop (six)."""
     selector = env.runtime.loop._selector  # type: ignore[attr-defined]  # asyncio's selector: one select per iteration
     selects = [0]
     select = selector.select
@@ -58,7 +58,7 @@ def test_a_step_takes_three_loop_iterations(env: MCPEnv, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(selector, "select", counting)
     steps(env)
-    assert selects[0] <= 3 * STEPS, f"{selects[0]} loop iterations for {STEPS} steps"
+    assert selects[0] <= 4 * STEPS, f"{selects[0]} loop iterations for {STEPS} steps"
 
 
 def test_notifications_sent_before_an_answer_are_seen_in_its_step(env: MCPEnv) -> None:
@@ -216,7 +216,7 @@ def test_the_stateful_server_key_is_made_once(tmp_path: Path, monkeypatch: pytes
     assert made[0] == 1, f"the key was built {made[0]} times for 6 steps"
 
 
-# -- the driven loop stops itself: also for a call cancelled by Ctrl-C before its first step --------------------------
+# -- a call cancelled by Ctrl-C before its first step: no hang, the runtime goes on ------------------------------------
 @pytest.mark.timeout(60)
 def test_ctrl_c_before_a_call_starts_ends_it_and_the_runtime_goes_on() -> None:
     import os

@@ -5,11 +5,11 @@ mcp-gym therefore runs all sessions on one :class:`Runtime`: an asyncio event lo
 each connection's owner task lives. The loop runs in one of three modes:
 
 * **driven** (the start): nobody runs the loop between calls. A sync call (``env.step``) runs it in the caller's own
-  thread until the call is done (``run_forever``, stopped by the call's own last step), so a step pays no thread
-  hop. Owner tasks sleep between calls; what servers send meanwhile (notifications, a crash) is handled at the next
-  call. A Ctrl-C during a call cancels that call (the sessions stay up) and raises ``KeyboardInterrupt``. Calls from
-  other threads while one thread drives are run by the same loop, concurrently; the waiting thread takes over when
-  the driver is done.
+  thread until the call is done (``run_until_complete``: its done callback makes the call's task the root task anyio
+  stops its worker threads with), so a step pays no thread hop. Owner tasks sleep between calls; what servers send
+  meanwhile (notifications, a crash) is handled at the next call. A Ctrl-C during a call cancels that call (the
+  sessions stay up) and raises ``KeyboardInterrupt``. Calls from other threads while one thread drives are run by the
+  same loop, concurrently; the waiting thread takes over when the driver is done.
 * **threaded**: a daemon thread runs the loop for good and sync calls hop onto it (~100-350 µs per call on a 2-core
   VM; ``scripts/bench/step_overhead.py`` measures both modes). The runtime switches, once and for all, as soon as
   something needs the loop to run on its own: async code on another event loop (``await env.astep(...)`` under
@@ -269,11 +269,11 @@ class Runtime:
         return self._wait(fut, timeout)
 
     def _drive(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
-        stop = _Stop(self.loop)
-        task = self.loop.create_task(stop.after(fn, args, timeout))
+        coro = _call(fn, args)
+        task = self.loop.create_task(coro if timeout is None else asyncio.wait_for(coro, timeout))
         if threading.current_thread() is not threading.main_thread() or \
                 signals.getsignal(_SIGINT) is not signal.default_int_handler:
-            return stop.run(task)
+            return self._run(task)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
 
@@ -283,11 +283,11 @@ class Runtime:
                 raise KeyboardInterrupt
             interrupted = True
             task.cancel()
-            self.loop.call_soon_threadsafe(stop.stop_if_done, task)  # wakes the loop if it waits in select()
+            self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
 
         previous = signals.signal(_SIGINT, on_sigint)
         try:
-            return stop.run(task)
+            return self._run(task)
         except asyncio.CancelledError:
             if interrupted:
                 raise KeyboardInterrupt from None
@@ -418,48 +418,6 @@ class Runtime:
 
 async def _call(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
     return await fn(*args)
-
-
-class _Stop:
-    """Runs the loop until one call's task is done, the loop stopped by the task's own last step: the stop takes no
-    loop iteration of its own, where ``run_until_complete``'s done callback takes one more turn (a select) per call."""
-
-    __slots__ = ("loop", "armed")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.armed = True
-
-    async def after(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
-        """Await ``fn(*args)`` (at most ``timeout`` seconds), then stop the loop (in the iteration that finishes the
-        task)."""
-        try:
-            if timeout is None:
-                return await fn(*args)
-            return await asyncio.wait_for(_call(fn, args), timeout)
-        finally:
-            self.stop()
-
-    def stop(self) -> None:
-        """Stop the loop, once."""
-        if self.armed:
-            self.armed = False
-            self.loop.stop()
-
-    def stop_if_done(self, task: asyncio.Task[Any]) -> None:
-        """Scheduled after cancelling ``task`` (Ctrl-C): a task cancelled before its first step never runs
-        :meth:`after`'s ``finally``, so stop for it (it runs behind that first step)."""
-        if task.done():
-            self.stop()
-
-    def run(self, task: asyncio.Task[T]) -> T:
-        """Run the loop until ``task`` (made of :meth:`after`) is done and return its result."""
-        try:
-            while not task.done():  # a stop left by an earlier, abandoned call ends a run early: run again
-                self.loop.run_forever()
-        finally:
-            self.armed = False  # a call abandoned here (a second Ctrl-C) stops nothing when it ends later
-        return task.result()
 
 
 _default: Runtime | None = None
