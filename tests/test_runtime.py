@@ -201,3 +201,17 @@ def test_call_timeout_cancels_and_the_runtime_goes_on() -> None:
         assert rt.call(answer) == 42
         rt.close()
         assert cancelled.is_set()
+
+
+def test_a_worker_thread_started_during_a_driven_call_does_not_keep_the_process_alive() -> None:
+    """anyio stops its (non-daemon) worker threads when the root task ends, and finds that root task by
+    ``run_until_complete``'s done callback: a driven call run any other way left the worker waiting, and the process
+    hung at exit (the conformance client's elicitation scenario did)."""
+    import subprocess
+
+    code = ("import anyio\nfrom mcp_gym.client.runtime import Runtime\n"
+            "async def work():\n    return await anyio.to_thread.run_sync(lambda: 42)\n"
+            "assert Runtime().call(work) == 42\nprint('done', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
