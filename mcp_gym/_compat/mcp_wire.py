@@ -267,7 +267,6 @@ class Wire(ProgressOnly):
             if self.waiting.get(rid) is fut:
                 del self.waiting[rid]
 
-
     def _expire_at(self, loop: asyncio.AbstractEventLoop, rid: int, when: float, fut: asyncio.Future[Any]) -> None:
         """Fail request ``rid`` with ``TimeoutError`` at loop time ``when`` (unless answered first)."""
         self._due[rid] = (when, fut)

@@ -472,6 +472,7 @@ class MCPHost:
         for c in conns.values():
             if c.status != "ready" and c.alias in self.all_tools:
                 dead = True
+                break
         if not dirty and not dead:
             return False
         if dead:
