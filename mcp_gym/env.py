@@ -34,6 +34,7 @@ from mcp_gym.client.host import (
     MCPHost,
     SamplingFn,
     ToolEntry,
+    content_json,
     render_content,
 )
 from mcp_gym.client.runtime import Runtime, default_runtime
@@ -550,21 +551,25 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             text = "Error: " + (error or {}).get("message", "unknown error")
             structured = None
             signal = read_reward(None)
-        ctx = StepContext(name if isinstance(name, str) else None, arguments, is_error, error, structured, text,
-                          signal, ep.steps, ep.task)
-        reward = float(self.reward_fn(ctx))
+        reward_fn = self.reward_fn
+        if reward_fn.__class__ is ConventionReward:  # the default: what it reads, without a StepContext
+            reward = reward_fn.of(signal, is_error, error)
+        else:
+            reward = float(reward_fn(StepContext(name if isinstance(name, str) else None, arguments, is_error, error,
+                                                 structured, text, signal, ep.steps, ep.task)))
         terminated = signal.done
-        tools_changed = await self.host.poll_changes(timeout=self.call_timeout)
+        host = self.host
+        tools_changed = await host.poll_changes(timeout=self.call_timeout)
         if tools_changed:
             self._sync_space()
             ep.catalogue_changes.append({"step": ep.steps, "tools": self.tool_catalogue(),
-                                           "hash": self.host.catalogue_hash()})
-        if any(c.events.updated for c in self.host.connections.values()):  # else refresh() has nothing to do
+                                           "hash": host.catalogue_hash()})
+        if host.updates_pending():  # else refresh() has nothing to do
             await self.observed.refresh(self.call_timeout, self.max_observation_chars)
         cut = ep.budget.cut(ep.steps, self.max_steps, out is not None)  # counts the call
         truncated = False
         termination = "done" if terminated else None
-        if not any(c.status == "ready" for c in self.host.connections.values()):
+        if not host.any_ready():
             truncated, termination = True, "servers_dead"
         elif not terminated and cut is not None:
             truncated, termination = True, cut
@@ -580,8 +585,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             server=out.server if out else (error or {}).get("server"),
             server_tool=out.server_tool if out else None,
             is_error=is_error,
-            content=[c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content]
-            if result is not None else [],
+            content=content_json(result.content) if result is not None else [],
             structured_content=structured,
             duration=out.duration if out else 0.0,
             progress=out.progress if out else [],

@@ -88,7 +88,11 @@ class ConventionReward:
     error_penalty: float = 0.0
 
     def __call__(self, ctx: StepContext) -> float:
-        r = ctx.signal.reward or 0.0
-        if ctx.is_error or ctx.error is not None:
+        return self.of(ctx.signal, ctx.is_error, ctx.error)
+
+    def of(self, signal: RewardSignal, is_error: bool, error: Mapping[str, Any] | None) -> float:
+        """The reward from what it reads of a step: the convention reward, the error flag and the error."""
+        r = signal.reward or 0.0
+        if is_error or error is not None:
             r -= self.error_penalty
-        return r
+        return float(r)

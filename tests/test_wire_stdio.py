@@ -14,12 +14,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp.types as mt
 import pydantic
 import pytest
 
 import mcp_gym._compat.mcp_wire as mw
 import mcp_gym._stateful as stateful
 from mcp_gym import MCPEnv, Stdio
+from mcp_gym.client.host import content_json
+from mcp_gym.rewards import ConventionReward, StepContext
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 20
@@ -169,6 +172,90 @@ def test_a_plain_result_is_checked_by_pydantic_once(env: MCPEnv, monkeypatch: py
         mw._checked(env.host.connections["c"].client.session, "tools/call",  # type: ignore[union-attr]
                     {"content": [{"type": "text", "text": 5}], "resultType": "complete"},
                     env.host.connections["c"].client.session._call_tool_adapter)  # type: ignore[union-attr]
+
+
+ASKING = [
+    {"resultType": "input_required", "requestState": "s1"},
+    {"requestState": "s1"},
+    {"resultType": "input_required", "inputRequests": {}},
+    {"content": [TEXT], "requestState": "s1"},
+    {"content": [TEXT], "request_state": "s1"},
+    {"content": [TEXT], "inputRequests": {}},
+]
+
+
+def _outcome(check: Any) -> str:
+    try:
+        return repr(check())
+    except Exception as exc:  # noqa: BLE001 - the outcome compared is the exception itself
+        return f"{type(exc).__name__}: {exc}"
+
+
+def test_a_result_that_asks_for_nothing_is_validated_as_a_call_tool_result_only(
+        env: MCPEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's ``CallToolResult | InputRequiredResult`` union runs both arms (the second one's validator raises
+    for every plain result): a result without that arm's keys gets the first arm's adapter alone. Same model, same
+    error (the union still says why a bad one fails), and the union still decides everything that may ask."""
+    session: Any = env.host.connections["c"].client.session  # type: ignore[union-attr]
+    union = session._call_tool_adapter
+    unions = [0]
+
+    class Counting:
+        _type = union._type
+
+        def validate_python(self, *args: Any, **kw: Any) -> Any:
+            unions[0] += 1
+            return union.validate_python(*args, **kw)
+
+    counting = Counting()
+    monkeypatch.setattr(session, "_call_tool_adapter", counting)
+    steps(env)
+    assert unions[0] == 0, f"the union ran {unions[0]} times for {STEPS} plain results"
+    for raw in RESULTS + ASKING:
+        fast = _outcome(lambda: mw._checked(session, "tools/call", dict(raw), counting))  # noqa: B023
+        with monkeypatch.context() as m:
+            m.setattr(mw, "_not_asking", lambda adapter: None)  # the union for everything, as before
+            slow = _outcome(lambda: mw._checked(session, "tools/call", dict(raw), union))  # noqa: B023
+        assert fast == slow, raw
+    before = unions[0]
+    assert "InputRequiredResult" in _outcome(lambda: mw._checked(session, "tools/call", dict(ASKING[0]), counting))
+    assert unions[0] == before + 1
+
+
+def test_info_content_is_what_the_blocks_dump_to() -> None:
+    """``info["content"]`` takes plain text blocks without pydantic's serializer: the same dicts as ``model_dump``."""
+    blocks = [
+        mt.TextContent(type="text", text="hi"),
+        mt.TextContent.model_validate({"type": "text", "text": "hi", "annotations": {"priority": 0.5}}),
+        mt.TextContent.model_validate({"type": "text", "text": "hi", "_meta": {"k": 1}}),
+        mt.TextContent.model_validate({"type": "text", "text": "hi", "extra": 1}),
+        mt.ImageContent(type="image", data="AA==", mime_type="image/png"),
+        mt.EmbeddedResource(type="resource", resource=mt.TextResourceContents(uri="file:///a", text="t")),
+        mt.ResourceLink(type="resource_link", uri="file:///a", name="a"),
+    ]
+    assert content_json(blocks) == [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in blocks]
+
+
+def test_the_default_reward_reads_the_same_as_through_a_step_context() -> None:
+    """The default reward is computed without a ``StepContext``; a subclass is still called with one."""
+    seen: list[StepContext] = []
+
+    class Logged(ConventionReward):
+        def __call__(self, ctx: StepContext) -> float:
+            seen.append(ctx)
+            return super().__call__(ctx)
+
+    for fn in (ConventionReward(0.25), Logged(0.25)):
+        env = MCPEnv({"c": Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")}, ["Move the counter."],
+                     reward_fn=fn)
+        try:
+            env.reset(seed=0)
+            rewards = [env.step(a)[1] for a in (ECHO, {"tool": "echo", "arguments": {"text": 5}},
+                                                  {"tool": "add", "arguments": {"amount": 1}})]
+        finally:
+            env.close()
+        assert rewards[0] == 0.0 and rewards[1] == -0.25 and rewards[2] in (-0.01, 1.0), rewards
+    assert [(c.tool, c.is_error) for c in seen] == [("echo", False), ("echo", True), ("add", False)]
 
 
 # -- OpenTelemetry: nothing to inject, no injection; a context to carry, carried ------------------------------------

@@ -63,6 +63,7 @@ __all__ = [
     "ElicitationFn",
     "catalogue_hash",
     "render_content",
+    "content_json",
 ]
 
 SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
@@ -162,6 +163,18 @@ def render_content(blocks: Sequence[Any], limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[:limit] + f"\n…[truncated {len(text) - limit} characters]"
     return text
+
+
+def content_json(blocks: Sequence[Any]) -> list[dict[str, Any]]:
+    """Result content blocks as JSON dicts (by alias, ``None`` fields left out), as ``info["content"]`` gives them."""
+    out: list[dict[str, Any]] = []
+    for b in blocks:
+        # A plain text block (nothing but its text) is {"type": "text", "text": ...}: what model_dump below returns.
+        if b.__class__ is mt.TextContent and b.annotations is None and b.meta is None and not b.__pydantic_extra__:
+            out.append({"type": "text", "text": b.text})
+        else:
+            out.append(b.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return out
 
 
 @dataclass
@@ -457,6 +470,20 @@ class MCPHost:
     def resolve(self, name: str) -> ToolEntry | None:
         """The catalogue entry for an agent-facing tool name."""
         return self.catalogue.get(name)
+
+    def any_ready(self) -> bool:
+        """Whether some server is ready (connected and usable)."""
+        for c in self.connections.values():  # noqa: SIM110 - every step asks: a loop, not any()'s generator
+            if c.status == "ready":
+                return True
+        return False
+
+    def updates_pending(self) -> bool:
+        """Whether some server sent ``resources/updated`` for a resource not re-read yet."""
+        for c in self.connections.values():  # noqa: SIM110 - every step asks: a loop, not any()'s generator
+            if c.events.updated:
+                return True
+        return False
 
     async def poll_changes(self, *, timeout: float | None = None) -> bool:
         """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing

@@ -136,7 +136,12 @@ class ToolCallSpace(gymnasium.spaces.Space[dict[str, Any]]):
             return ActionError("malformed", None, None, _shorten(
                 f"action must be a dict with keys 'tool' and 'arguments', missing 'tool' (got keys: {keys})",
                 _MAX_MESSAGE))
-        if len(action) > 2 or not all(isinstance(k, str) and k in _ACTION_KEYS for k in action):
+        unexpected = len(action) > 2
+        for k in action:  # (a loop, not all(): this runs every step)
+            if unexpected or not (isinstance(k, str) and k in _ACTION_KEYS):
+                unexpected = True
+                break
+        if unexpected:
             extra = ", ".join(safe_repr(k) for k in action if not (isinstance(k, str) and k in _ACTION_KEYS))
             tool = action["tool"] if isinstance(action["tool"], str) else None
             return ActionError("malformed", tool, None, _shorten(
