@@ -210,8 +210,15 @@ def test_a_worker_thread_started_during_a_driven_call_does_not_keep_the_process_
     import subprocess
 
     code = ("import anyio\nfrom mcp_gym.client.runtime import Runtime\n"
+            "rt = Runtime()\n"
             "async def work():\n    return await anyio.to_thread.run_sync(lambda: 42)\n"
-            "assert Runtime().call(work) == 42\nprint('done', flush=True)\n")
+            "async def beside():\n"  # a worker started by another task while a call runs
+            "    done = anyio.Event()\n"
+            "    async def other():\n        await anyio.to_thread.run_sync(lambda: 1)\n        done.set()\n"
+            "    rt.task_group.start_soon(other)\n    await done.wait()\n    return 7\n"
+            "async def plain():\n    return 1\n"
+            "assert rt.call(work) == 42 and rt.call(plain) == 1 and rt.call(beside) == 7 and rt.call(plain) == 1\n"
+            "assert rt.call(work) == 42\nprint('done', flush=True)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]

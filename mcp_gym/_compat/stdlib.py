@@ -6,7 +6,11 @@
 * ``re._parser`` (``sre_parse`` before Python 3.11): the parse tree of a regular expression, to sample strings that
   match a schema's ``pattern`` (:data:`sre_parse`);
 * ``asyncio._get_running_loop``: the running loop or ``None``, without the exception ``get_running_loop`` raises
-  when there is none (each synchronous env call asks, :func:`running_loop`).
+  when there is none (each synchronous env call asks, :func:`running_loop`);
+* ``asyncio.base_events._run_until_complete_cb`` and a task's ``_callbacks``: the done callback by which anyio
+  recognises the task a loop runs until complete (its root task, which stops its worker threads when done), and
+  whether anything else waits on a task; a synchronous env call's task stops the loop itself when nothing does,
+  one loop iteration fewer (:data:`until_complete_cb`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_gym._compat import moved
 
-__all__ = ["c_json_encoders", "signals", "sre_parse", "running_loop", "missing"]
+__all__ = ["c_json_encoders", "signals", "sre_parse", "running_loop", "until_complete_cb", "missing"]
 
 if sys.version_info >= (3, 11):
     import re._parser as sre_parse
@@ -50,6 +54,15 @@ running_loop: Callable[[], asyncio.AbstractEventLoop | None] = getattr(
     asyncio, "_get_running_loop", _running_loop_raising)
 """The event loop running in this thread, or ``None``."""
 
+until_complete_cb: Callable[[Any], None] | None = getattr(
+    getattr(asyncio, "base_events", None), "_run_until_complete_cb", None)
+"""``asyncio.base_events._run_until_complete_cb`` (``None``: not there; calls then use ``run_until_complete``)."""
+if until_complete_cb is not None and not hasattr(asyncio.Task, "_callbacks"):
+    until_complete_cb = None
+if until_complete_cb is None:  # pragma: no cover - every CPython 3.10-3.14 has both
+    moved("Python", "asyncio.base_events._run_until_complete_cb", "each synchronous env call takes one event-loop "
+          "iteration more")
+
 _JSON_NAMES = ("c_make_encoder", "c_encode_basestring", "c_encode_basestring_ascii")
 
 Encoder = Callable[[Any, int], Iterator[str]]
@@ -62,6 +75,8 @@ def missing() -> list[str]:
         out.append("_signal")
     if not hasattr(asyncio, "_get_running_loop"):
         out.append("asyncio._get_running_loop")
+    if until_complete_cb is None:
+        out.append("asyncio.base_events._run_until_complete_cb")
     if not hasattr(sre_parse, "parse"):
         out.append(f"{sre_parse.__name__}.parse")
     return out

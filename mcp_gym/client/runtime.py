@@ -5,8 +5,9 @@ mcp-gym therefore runs all sessions on one :class:`Runtime`: an asyncio event lo
 each connection's owner task lives. The loop runs in one of three modes:
 
 * **driven** (the start): nobody runs the loop between calls. A sync call (``env.step``) runs it in the caller's own
-  thread until the call is done (``run_until_complete``: its done callback makes the call's task the root task anyio
-  stops its worker threads with), so a step pays no thread hop. Owner tasks sleep between calls; what servers send
+  thread until the call is done (as ``run_until_complete`` does: its done callback makes the call's task the root task
+  anyio stops its worker threads with; when nothing else waits on the task, the task stops the loop itself as it
+  ends, one loop iteration fewer), so a step pays no thread hop. Owner tasks sleep between calls; what servers send
   meanwhile (notifications, a crash) is handled at the next call. A Ctrl-C during a call cancels that call (the
   sessions stay up) and raises ``KeyboardInterrupt``. Calls from other threads while one thread drives are run by the
   same loop, concurrently; the waiting thread takes over when the driver is done.
@@ -51,6 +52,7 @@ from anyio.abc import TaskGroup
 from mcp_gym._compat.stdlib import (
     running_loop,  # the running loop or None, without an exception per call
     signals,  # signal's functions without its enum conversions (~10 µs a call)
+    until_complete_cb,
 )
 
 T = TypeVar("T")
@@ -220,6 +222,25 @@ class Runtime:
         """Run the loop in this thread until ``fut`` is done (the caller has claimed the loop)."""
         return self.loop.run_until_complete(fut)
 
+    def _run_call(self, task: asyncio.Task[T]) -> T:
+        """``run_until_complete(task)`` for a task of :func:`_call_and_stop` (the caller has claimed the loop): the
+        same done callback (anyio finds its root task by it), and the task stops the loop as it ends when nothing
+        else waits on it."""
+        if until_complete_cb is None:
+            return self._run(task)
+        task.add_done_callback(until_complete_cb)
+        try:
+            self.loop.run_forever()
+        except BaseException:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: the error raised here is what the caller sees
+            raise
+        finally:
+            task.remove_done_callback(until_complete_cb)
+        if not task.done():
+            raise RuntimeError("Event loop stopped before Future completed.")
+        return task.result()
+
     @property
     def task_group(self) -> TaskGroup:
         """The task group owner tasks are started in (use only from the runtime's loop)."""
@@ -269,11 +290,15 @@ class Runtime:
         return self._wait(fut, timeout)
 
     def _drive(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
-        coro = _call(fn, args)
-        task = self.loop.create_task(coro if timeout is None else asyncio.wait_for(coro, timeout))
+        loop = self.loop
+        if until_complete_cb is None:
+            coro = _call(fn, args)
+            task = loop.create_task(coro if timeout is None else asyncio.wait_for(coro, timeout))
+        else:
+            task = loop.create_task(_call_and_stop(fn, args, timeout, loop))
         if threading.current_thread() is not threading.main_thread() or \
                 signals.getsignal(_SIGINT) is not signal.default_int_handler:
-            return self._run(task)
+            return self._run_call(task)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
 
@@ -287,7 +312,7 @@ class Runtime:
 
         previous = signals.signal(_SIGINT, on_sigint)
         try:
-            return self._run(task)
+            return self._run_call(task)
         except asyncio.CancelledError:
             if interrupted:
                 raise KeyboardInterrupt from None
@@ -418,6 +443,24 @@ class Runtime:
 
 async def _call(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
     return await fn(*args)
+
+
+async def _call_and_stop(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None,
+                         loop: asyncio.AbstractEventLoop) -> T:
+    """``await fn(*args)`` (bounded by ``timeout``) as the task :meth:`Runtime._run_call` runs: as it ends, when the
+    only done callback of its task is the loop's stop (not anyio's worker-thread stop, nor anything else), the
+    callback is taken off and the loop stopped here, instead of in one more iteration."""
+    task = asyncio.current_task()
+    try:
+        if timeout is None:
+            return await fn(*args)
+        return await asyncio.wait_for(_call(fn, args), timeout)
+    finally:
+        if task is not None and asyncio.current_task() is task:  # (not a close by the garbage collector)
+            callbacks = task._callbacks  # a private attribute (typeshed has it): see _compat.stdlib
+            if callbacks is not None and len(callbacks) == 1 and callbacks[0][0] is until_complete_cb:
+                task.remove_done_callback(until_complete_cb)
+                loop.stop()
 
 
 _default: Runtime | None = None
