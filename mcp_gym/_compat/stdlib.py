@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_gym._compat import moved
 
-__all__ = ["c_json_encoders", "signals", "sre_parse", "running_loop", "until_complete_cb", "missing"]
+__all__ = ["c_json_encoders", "signals", "sre_parse", "running_loop", "until_complete_cb", "only_until_complete",
+           "missing"]
 
 if sys.version_info >= (3, 11):
     import re._parser as sre_parse
@@ -62,6 +63,13 @@ if until_complete_cb is not None and not hasattr(asyncio.Task, "_callbacks"):
 if until_complete_cb is None:  # pragma: no cover - every CPython 3.10-3.14 has both
     moved("Python", "asyncio.base_events._run_until_complete_cb", "each synchronous env call takes one event-loop "
           "iteration more")
+
+
+def only_until_complete(task: asyncio.Task[Any]) -> bool:
+    """Whether :data:`until_complete_cb` is ``task``'s only done callback (``False`` without it)."""
+    callbacks = task._callbacks if until_complete_cb is not None else None  # (typeshed has _callbacks)
+    return callbacks is not None and len(callbacks) == 1 and callbacks[0][0] is until_complete_cb
+
 
 _JSON_NAMES = ("c_make_encoder", "c_encode_basestring", "c_encode_basestring_ascii")
 

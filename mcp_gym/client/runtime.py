@@ -50,9 +50,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from mcp_gym._compat.stdlib import (
+    only_until_complete,  # whether the loop's stop is a task's only done callback
     running_loop,  # the running loop or None, without an exception per call
     signals,  # signal's functions without its enum conversions (~10 µs a call)
-    until_complete_cb,
+    until_complete_cb,  # asyncio's run_until_complete stop callback (anyio finds its root task by it)
 )
 
 T = TypeVar("T")
@@ -456,11 +457,10 @@ async def _call_and_stop(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...],
             return await fn(*args)
         return await asyncio.wait_for(_call(fn, args), timeout)
     finally:
-        if task is not None and asyncio.current_task() is task:  # (not a close by the garbage collector)
-            callbacks = task._callbacks  # a private attribute (typeshed has it): see _compat.stdlib
-            if callbacks is not None and len(callbacks) == 1 and callbacks[0][0] is until_complete_cb:
-                task.remove_done_callback(until_complete_cb)
-                loop.stop()
+        # (the current task checked: not a close by the garbage collector)
+        if task is not None and asyncio.current_task() is task and only_until_complete(task):
+            task.remove_done_callback(until_complete_cb)  # type: ignore[arg-type]  # not None: only_until_complete
+            loop.stop()
 
 
 _default: Runtime | None = None
