@@ -559,7 +559,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                                                  structured, text, signal, ep.steps, ep.task)))
         terminated = signal.done
         host = self.host
-        tools_changed = await host.poll_changes(timeout=self.call_timeout)
+        tools_changed = host.poll_changes_now()
+        if tools_changed is None:
+            tools_changed = await host.poll_changes(timeout=self.call_timeout)
         if tools_changed:
             self._sync_space()
             ep.catalogue_changes.append({"step": ep.steps, "tools": self.tool_catalogue(),
@@ -664,15 +666,15 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def _info(self, **kw: Any) -> StepInfo:
         ep = self._episode  # (read once: the FromEpisode properties each look it up)
         task = ep.task if ep is not None else None
-        info: StepInfo = {
+        info = cast(StepInfo, {
             "episode_id": ep.id if ep is not None else None,
             "task_id": task.id if task else None,
             "step": ep.steps if ep is not None else 0,
             "error": None,
             "tools_changed": False,
             "logs": self.host.drain_logs(),
-        }
-        info.update(cast(StepInfo, kw))
+            **kw,
+        })
         if ep is not None and ep.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
             info["summary"] = {"return": self.episode_return, "length": self.steps,
                                  "termination": kw.get("termination"), **self.budget.used()}

@@ -33,6 +33,10 @@ class RewardSignal:
     done: bool = False
 
 
+_NO_SIGNAL = RewardSignal()
+"""What most results say (no reward, not done): one frozen instance."""
+
+
 def _num(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
@@ -58,7 +62,7 @@ def read_reward(
         if reward is None:
             reward = _num(meta.get(REWARD_META_KEY))
         done = done or meta.get(DONE_META_KEY) is True
-    return RewardSignal(reward, done)
+    return RewardSignal(reward, done) if reward is not None or done else _NO_SIGNAL
 
 
 @dataclass

@@ -70,6 +70,26 @@ def test_a_step_takes_three_loop_iterations(env: MCPEnv, monkeypatch: pytest.Mon
     assert selects[0] <= per_step * STEPS, f"{selects[0]} loop iterations for {STEPS} steps"
 
 
+def test_a_quiet_step_does_not_await_the_change_poll(env: MCPEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only fast-lane answers came and nothing changed: the step looks without awaiting ``poll_changes``. A log
+    notification or a tools change still gets the awaited poll, and the change is in the step that saw it."""
+    polls = [0]
+    poll = env.host.poll_changes
+
+    async def counting(**kw: Any) -> bool:
+        polls[0] += 1
+        return await poll(**kw)
+
+    monkeypatch.setattr(env.host, "poll_changes", counting)
+    steps(env)
+    assert polls[0] == 0, f"{polls[0]} awaited polls in {STEPS} quiet steps"
+    _, _, _, _, info = env.step({"tool": "log", "arguments": {"message": "note"}})
+    assert polls[0] == 1 and [entry["data"] for entry in info["logs"]] == ["note"], info["logs"]
+    _, _, _, _, info = env.step({"tool": "unlock_bonus", "arguments": {}})
+    assert info["tools_changed"] and "bonus" in env.action_space.tool_names, info
+    assert polls[0] == 2
+
+
 def test_notifications_sent_before_an_answer_are_seen_in_its_step(env: MCPEnv) -> None:
     for i in range(STEPS):
         _, _, _, _, info = env.step({"tool": "log", "arguments": {"message": f"note {i}"}})

@@ -196,11 +196,13 @@ class Wire(ProgressOnly):
         """Whether the process runs and its pipe is open."""
         return not self.closed and self.send is not None
 
-    def quiet(self) -> bool:
+    def quiet(self, take: bool = True) -> bool:
         """True when the transport passed nothing to the SDK since the last ask: only fast-lane answers came, so no
-        notification handler can be waiting for a loop turn (the host then skips its ``sleep(0)``)."""
+        notification handler can be waiting for a loop turn (the host then skips its ``sleep(0)``). ``take=False``:
+        look without making this the last ask."""
         quiet = self.delivered == self._seen and self.send is not None and not self.closed
-        self._seen = self.delivered
+        if take:
+            self._seen = self.delivered
         return quiet
 
     def take_line(self, line: bytes) -> bool:

@@ -322,9 +322,10 @@ class ServerConnection:
         """Process id of a stdio server (``None`` for other transports or before it started)."""
         return self._stdio.pid if self._stdio is not None else None
 
-    def quiet(self) -> bool:
-        """True when nothing reached the SDK since the last ask (a stdio fast lane): no notification handler waits."""
-        return self._stdio is not None and self._stdio.wire.quiet()
+    def quiet(self, take: bool = True) -> bool:
+        """True when nothing reached the SDK since the last ask (a stdio fast lane): no notification handler waits.
+        ``take=False``: look without making this the last ask."""
+        return self._stdio is not None and self._stdio.wire.quiet(take)
 
     def _http_why(self) -> str:
         if self.http_refusal is None:
@@ -585,6 +586,9 @@ class ServerConnection:
         t = None if timeout is None or math.isinf(timeout) else timeout
         arguments, sent = dict(arguments), cast(mt.RequestParamsMeta, dict(meta or {}))  # an open TypedDict
         wire = self._lane()
+        if wire is not None and self.tap is None:  # the fast lane, nothing to tap: request() without its frame
+            return await self._send(self._check(), lambda c: _wire.call_tool(
+                c, name, arguments, wire=wire, read_timeout_seconds=t, progress_callback=progress, meta=sent))
         call = Client.call_tool if wire is None else functools.partial(_wire.call_tool, wire=wire)  # the fast lane
         return await self.request(
             lambda c: call(c, name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=sent),

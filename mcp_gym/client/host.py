@@ -485,6 +485,14 @@ class MCPHost:
                 return True
         return False
 
+    def poll_changes_now(self) -> bool | None:
+        """:meth:`poll_changes` where it has nothing to do, without awaiting: ``False`` (no connection passed anything
+        to the SDK since the last poll, none has a tools change pending, none died); ``None``: await it."""
+        for c in self.connections.values():
+            if not c.quiet(take=False) or c.events.tools_changed or (c.status != "ready" and c.alias in self.all_tools):
+                return None
+        return False
+
     async def poll_changes(self, *, timeout: float | None = None) -> bool:
         """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing
         waits at most ``timeout`` seconds (see :meth:`refresh_tools`)."""
