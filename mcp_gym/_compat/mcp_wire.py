@@ -499,9 +499,9 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
     if not (foreign := _session._later_revision_fields(method, version)).isdisjoint(raw):
         raw = {key: value for key, value in raw.items() if key not in foreign}
     # The SDK's adapters are `X | InputRequiredResult`: pydantic tries both arms, and the second one's validator
-    # raises for every result that asks for nothing (about three quarters of this call's CPU). A result with neither
-    # of the keys that arm requires can only be an X: X's own adapter gives the same model. When it fails, the
-    # union's adapter runs, so the error is the SDK's own.
+    # raises for every result that asks for nothing (this whole function, timed in a stdio step: 20 -> 16.5 µs). A
+    # result with neither of the keys that arm requires can only be an X: X's own validator gives the same model. When
+    # it fails, the union's adapter runs, so the error is the SDK's own.
     arm = _not_asking(adapter)
     if arm is not None and arm[1].isdisjoint(raw):
         try:
