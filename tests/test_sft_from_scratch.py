@@ -52,3 +52,24 @@ def test_model_trained_from_scratch_beats_random_on_test_tasks(tmp_path: Path) -
     assert results["kept_step"] in range(100, 1000, 100) and (out / "model" / "config.json").is_file()
     assert "| trained from scratch (greedy) |" in proc.stdout
     assert "| 900/900 [" in proc.stderr  # the training phase (most of the time) shows TRL's progress bar
+
+
+def test_a_background_validation_that_hangs_is_bounded(tmp_path: Path) -> None:
+    """The example's background validation waits ``bound`` seconds for a result: then its worker process is killed
+    and training stops with a ``TimeoutError`` naming the checkpoint (here the worker sleeps instead of evaluating)."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("sft_from_scratch_example",
+                                                  ROOT / "scripts" / "examples" / "sft_from_scratch.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    check = example.Validate(tmp_path, None, [], 1, every=1, background=True, bound=2.0)
+    check._submit(7, time.sleep, 120)
+    assert len(check._workers) == 1 and check._workers[0].is_alive()
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="step-0007 gave no result within 2 s"):
+        check._harvest(wait=True)
+    check._workers[0].join(30)
+    assert not check._workers[0].is_alive() and time.monotonic() - t0 < 60

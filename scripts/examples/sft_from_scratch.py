@@ -41,6 +41,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,11 @@ def validate(out: Path, model: Path, common: list[str], val_tasks: int) -> float
     return evaluate(out, model, common, "split=train", f"episodes={val_tasks}")["success_rate"]
 
 
+VALIDATION_BOUND_S = 1800.0
+"""Seconds training waits for one background validation (each is an ``mcp-gym eval`` of a few seconds here): past it
+the worker process is killed and training stops with a ``TimeoutError`` naming the checkpoint."""
+
+
 class Validate(TrainerCallback):
     """Every ``every`` steps (from ``first`` on, and at the last step): save the model to ``run/checkpoints``,
     evaluate it greedily on the validation slice and remember the best; with ``stop_at``, stop training at the first
@@ -146,11 +152,13 @@ class Validate(TrainerCallback):
 
     ``background=True`` runs the evaluations in one worker process, in step order, while training goes on (the second
     CPU core's work); a result ``>= stop_at`` stops training a few steps later, and the checkpoint it measured is the
-    one to keep. The checkpoints and their scores are the same either way; only the wall time differs.
+    one to keep. The checkpoints and their scores are the same either way; only the wall time differs. ``bound``:
+    seconds to wait for one background result (then the worker is killed and ``TimeoutError`` raised).
     """
 
     def __init__(self, run: Path, tokenizer: Any, common: list[str], val_tasks: int, every: int, first: int = 0,
-                 stop_at: float | None = None, start: float | None = None, background: bool = False) -> None:
+                 stop_at: float | None = None, start: float | None = None, background: bool = False,
+                 bound: float = VALIDATION_BOUND_S) -> None:
         self.run, self.tokenizer, self.common, self.val_tasks = run, tokenizer, common, val_tasks
         self.every, self.first, self.stop_at = every, first, stop_at
         self.curve: list[tuple[int, float]] = [] if start is None else [(0, start)]
@@ -162,6 +170,8 @@ class Validate(TrainerCallback):
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=torch.set_num_threads, initargs=(1,))
         self._pending: list[tuple[int, Future[float]]] = []
+        self.bound = bound
+        self._workers: list[multiprocessing.process.BaseProcess] = []  # the pool's process, once it started it
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         step = state.global_step
@@ -175,7 +185,7 @@ class Validate(TrainerCallback):
                 self._record(step, validate(*args_))
                 model.train()
             else:
-                self._pending.append((step, self._pool.submit(validate, *args_)))
+                self._submit(step, validate, *args_)
         self._harvest(wait=step == state.max_steps)
         if self.stop_step is not None:
             control.should_training_stop = True
@@ -188,12 +198,28 @@ class Validate(TrainerCallback):
             self._pool.shutdown(cancel_futures=True)
         self.seconds += time.perf_counter() - t
 
+    def _submit(self, step: int, fn: Any, *args: Any) -> None:
+        """Queue ``fn(*args)`` (a validation) on the worker process as the check of ``step``."""
+        assert self._pool is not None
+        before = set(multiprocessing.active_children())
+        self._pending.append((step, self._pool.submit(fn, *args)))
+        if not self._workers:  # the pool starts its process at the first submit
+            self._workers = [p for p in multiprocessing.active_children() if p not in before]
+
     def _harvest(self, wait: bool) -> None:
         """Record the background results that are in, in step order (all of them with ``wait``); after a stop, the
-        checks of later steps are dropped."""
+        checks of later steps are dropped. A result not in within ``bound`` seconds: the worker is killed and
+        ``TimeoutError`` raised."""
         while self._pending and self.stop_step is None and (wait or self._pending[0][1].done()):
             step, future = self._pending.pop(0)
-            self._record(step, future.result())
+            try:
+                val = future.result(timeout=self.bound)
+            except FutureTimeout:
+                for worker in self._workers:
+                    worker.kill()  # (the pool then fails what is queued: BrokenProcessPool, and shuts down at once)
+                raise TimeoutError(f"validation of checkpoint step-{step:04d} gave no result within {self.bound:g} s: "
+                                   "its worker process was killed") from None
+            self._record(step, val)
         if self.stop_step is not None:
             for _, future in self._pending:
                 future.cancel()
