@@ -68,8 +68,7 @@ def test_a_background_validation_that_hangs_is_bounded(tmp_path: Path) -> None:
     check = example.Validate(tmp_path, None, [], 1, every=1, background=True, bound=2.0)
     check._submit(7, time.sleep, 120)
     assert len(check._workers) == 1 and check._workers[0].is_alive()
-    t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="step-0007 gave no result within 2 s"):
         check._harvest(wait=True)
     check._workers[0].join(30)
-    assert not check._workers[0].is_alive() and time.monotonic() - t0 < 60
+    assert not check._workers[0].is_alive()

@@ -467,25 +467,20 @@ async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any
     return answer["result"]
 
 
-_NOT_ASKING: dict[int, tuple[Any, Any, frozenset[str]]] = {}
-"""Per SDK result adapter of the form ``X | InputRequiredResult`` (held so its id stays its own): ``X``'s adapter
-and the keys without which a result cannot be an ``InputRequiredResult``."""
+_ASKING_KEYS = frozenset(("inputRequests", "requestState", "input_requests", "request_state"))
+"""The keys an ``InputRequiredResult`` needs one of (by alias or by name)."""
 
 
-def _not_asking(adapter: Any) -> tuple[Any, frozenset[str]] | None:
-    """For an adapter of ``X | InputRequiredResult``: ``(X's adapter, the keys an InputRequiredResult needs one of)``,
-    else ``None``."""
-    entry = _NOT_ASKING.get(id(adapter))
-    if entry is None or entry[0] is not adapter:
-        arms = get_args(getattr(adapter, "_type", None))
-        plain = None
-        if len(arms) == 2 and arms[1] is mt.InputRequiredResult and isinstance(arms[0], type) and \
-                issubclass(arms[0], mt.Result) and set(mt.InputRequiredResult.model_fields) == {
-                    "meta", "result_type", "input_requests", "request_state"}:
-            plain = TypeAdapter(arms[0]).validator  # (its validator: TypeAdapter.validate_python adds ~0.4 µs)
-        keys = frozenset(("inputRequests", "requestState", "input_requests", "request_state"))
-        entry = _NOT_ASKING[id(adapter)] = (adapter, plain, keys)
-    return None if entry[1] is None else (entry[1], entry[2])
+@functools.cache
+def _not_asking(adapter: Any) -> Any:
+    """For an SDK adapter of ``X | InputRequiredResult``: ``X``'s own validator (a result with none of
+    :data:`_ASKING_KEYS` can only be an ``X``), else ``None``."""
+    arms = get_args(getattr(adapter, "_type", None))
+    if len(arms) == 2 and arms[1] is mt.InputRequiredResult and isinstance(arms[0], type) and \
+            issubclass(arms[0], mt.Result) and set(mt.InputRequiredResult.model_fields) == {
+                "meta", "result_type", "input_requests", "request_state"}:
+        return TypeAdapter(arms[0]).validator  # (its validator: TypeAdapter.validate_python adds ~0.4 µs)
+    return None
 
 
 def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
@@ -503,9 +498,9 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
     # result with neither of the keys that arm requires can only be an X: X's own validator gives the same model. When
     # it fails, the union's adapter runs, so the error is the SDK's own.
     arm = _not_asking(adapter)
-    if arm is not None and arm[1].isdisjoint(raw):
+    if arm is not None and _ASKING_KEYS.isdisjoint(raw):
         try:
-            return arm[0].validate_python(raw, by_name=False)
+            return arm.validate_python(raw, by_name=False)
         except ValidationError:
             pass
     return adapter.validate_python(raw, by_name=False)

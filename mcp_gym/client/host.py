@@ -489,9 +489,13 @@ class MCPHost:
         """:meth:`poll_changes` where it has nothing to do, without awaiting: ``False`` (no connection passed anything
         to the SDK since the last poll, none has a tools change pending, none died); ``None``: await it."""
         for c in self.connections.values():
-            if not c.quiet(take=False) or c.events.tools_changed or (c.status != "ready" and c.alias in self.all_tools):
+            if not c.quiet(take=False) or c.events.tools_changed or self._died_listed(c):
                 return None
         return False
+
+    def _died_listed(self, c: ServerConnection) -> bool:
+        """Whether ``c`` is no longer ready while its tools are still listed (the next poll drops them)."""
+        return c.status != "ready" and c.alias in self.all_tools
 
     async def poll_changes(self, *, timeout: float | None = None) -> bool:
         """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing
@@ -505,7 +509,7 @@ class MCPHost:
         dirty = [a for a, c in conns.items() if c.events.tools_changed]
         dead = False
         for c in conns.values():
-            if c.status != "ready" and c.alias in self.all_tools:
+            if self._died_listed(c):
                 dead = True
                 break
         if not dirty and not dead:
