@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -181,3 +183,65 @@ def fresh_default_runtime() -> Iterator[None]:
     rt = runtime._default
     if rt is not None and not rt.closed:
         rt.close(timeout=10)
+
+
+CI_FULL_ENV = "MCP_GYM_CI_FULL"
+"""Set to ``1`` by ``.ci/run`` once it has installed every extra and system tool: from then on a test that would skip
+for a missing one fails instead (the README's test command, run first, skips them as on a user's machine)."""
+
+
+def skip_unless_ci_full(reason: str) -> None:
+    """Skip with ``reason``, or fail with it where everything is meant to be installed (:data:`CI_FULL_ENV`)."""
+    if os.environ.get(CI_FULL_ENV) == "1":
+        pytest.fail(f"{reason} ({CI_FULL_ENV}=1: .ci/run installed everything, so nothing may be missing)")
+    pytest.skip(reason)
+
+
+@functools.cache
+def os_sandbox_missing() -> str | None:
+    """Why the Code env's server refuses to start here (no usable bubblewrap), or ``None`` when it can."""
+    from mcp_gym.envs.code._bwrap import SandboxUnavailable, detect_isolation
+
+    try:
+        detect_isolation()
+    except SandboxUnavailable as e:
+        return str(e).split(". ", 1)[0]
+    return None
+
+
+def with_code_marked(names: Iterable[str]) -> list[Any]:
+    """Parameters for a test over bundled envs: ``Code`` (agent code in bubblewrap) carries the ``bwrap`` mark."""
+    return [pytest.param(n, marks=pytest.mark.bwrap) if n == "Code" else n for n in names]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``bwrap`` (it starts the Code env's server) skips where bubblewrap cannot sandbox (the server
+    refuses to start there), except under :data:`CI_FULL_ENV`."""
+    if item.get_closest_marker("bwrap") is not None and (why := os_sandbox_missing()) is not None:
+        skip_unless_ci_full(f"needs the Code env's OS sandbox: {why} (apt-get install bubblewrap)")
+
+
+MISSING_SAYS = ("could not import", "needs the [", "needs verifiers", "not installed", "is missing")
+"""What a skip's reason says when an extra or a tool is missing (``pytest.importorskip`` says "could not import")."""
+
+
+def _missing_made_a_failure(report: pytest.CollectReport | pytest.TestReport) -> None:
+    """Under :data:`CI_FULL_ENV`, a skip for a missing extra or tool is a failure (everything is installed there)."""
+    if os.environ.get(CI_FULL_ENV) != "1" or not report.skipped or not isinstance(report.longrepr, tuple):
+        return
+    reason = str(report.longrepr[2])
+    if any(s in reason for s in MISSING_SAYS):
+        report.outcome = "failed"
+        report.longrepr = f"{reason} ({CI_FULL_ENV}=1: .ci/run installed everything, so nothing may be missing)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    _missing_made_a_failure(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    outcome = yield
+    _missing_made_a_failure(outcome.get_result())
