@@ -97,6 +97,10 @@ def extract_zip(archive: str | Path, target: str | Path, *, limits: ZipLimits = 
         infos = [i for i in z.infolist() if not i.filename.startswith("__MACOSX/")]
         if len(infos) > limits.max_files:
             raise UntrustedInput(f"{where}: {len(infos)} members, over the limit of {limits.max_files}")
+        declared = sum(i.file_size for i in infos if i.filename.startswith(prefix))
+        if declared > limits.max_total_bytes:
+            raise UntrustedInput(f"{where}: declares {declared} bytes in all, over the limit of "
+                                 f"{limits.max_total_bytes}")
         for info in infos:
             name = info.filename
             parts = PurePosixPath(name.replace("\\", "/")).parts
