@@ -218,3 +218,109 @@ def test_mcpmark_refuses_a_zip_bomb_state_with_an_override(tmp_path: Path) -> No
     code, _, err = run_import(checkout, tmp_path / "bench", "--states", str(small), "--max-state-ratio", "100000")
     assert code == 0, err
     assert (tmp_path / "bench" / "states" / "cat" / "zeros.bin").stat().st_size == 2 * 2**20
+
+
+ENV_VERIFY = '''import os, sys
+from pathlib import Path
+seen = sorted(os.environ)
+root = Path(os.environ["FILESYSTEM_TEST_DIR"])
+home = Path(os.environ["HOME"])
+if "OPENAI_API_KEY" in os.environ or "MCP_GYM_CALLER_SECRET" in os.environ:
+    print("verify.py sees the caller's variables:", seen); sys.exit(1)
+if list(home.iterdir()) or os.environ["TMPDIR"] != str(home):
+    print("HOME is not a fresh empty folder"); sys.exit(1)
+if not (root / "{source}").is_file() or Path.cwd() != root.resolve():
+    print("not run in the workspace"); sys.exit(1)
+print("ENV", " ".join(seen))
+'''
+
+
+def two_level_checkout(root: Path) -> Path:
+    """MCPMark's layout at 89d7967, in small: ``easy/`` and ``standard/`` levels sharing a category and a task name,
+    one initial state in test_environments/, one category without any."""
+    for level in ("easy", "standard"):
+        mcpmark_task(root, f"{level}/file_context/uppercase", verify=ENV_VERIFY.format(source="file_01.txt"))
+    mcpmark_task(root, "standard/papers/find_math_paper")
+    (root / "tasks" / "filesystem" / "easy" / ".gitkeep").write_text("")
+    (root / "test_environments" / "file_context").mkdir(parents=True)
+    (root / "test_environments" / "file_context" / "file_01.txt").write_text("hello\n")
+    return root
+
+
+def printed_command(stdout: str, out: Path) -> list[str]:
+    """The eval command the import printed, as argv, with our Python filesystem server for npx's (same tools)."""
+    import shlex
+    import sys
+
+    from test_benchmarks import FS, RUN
+
+    line = next(x.strip() for x in stdout.splitlines() if x.strip().startswith("mcp-gym eval "))
+    argv = shlex.split(line)
+    assert any(a.startswith("+env.servers.fs=") for a in argv) and "env.trust_task_code=true" in argv
+    assert sys.executable  # the server the printed command names is npm's; the test's is its Python twin
+    return [FS if a.startswith("+env.servers.fs=") else a for a in argv[1:]] + [f"out={out}", *RUN]
+
+
+def results(out: Path) -> dict[str, object]:
+    return json.loads((out / "report" / "results.json").read_text(encoding="utf-8"))["summary"]
+
+
+def test_mcpmark_two_levels_import_and_the_printed_command_grades_every_episode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from mcp_gym.cli import main
+    from mcp_gym.tasks import load_task_source
+
+    checkout = two_level_checkout(tmp_path / "mcpmark")
+    out = tmp_path / "bench"
+    code, stdout, err = run_import(checkout, out)
+    assert code == 0, err
+    tasks = {t.id: t for t in load_task_source(out / "tasks.jsonl")}
+    assert set(tasks) == {"easy__file_context__uppercase", "standard__file_context__uppercase"}
+    assert "level:easy" in tasks["easy__file_context__uppercase"].tags
+    assert ("skipped tasks/filesystem/standard/papers/find_math_paper: no initial state for category 'papers'"
+            in stdout) and "2 tasks (file_context 2); 1 skipped" in stdout
+    assert "runs each task's own verify.py" in stdout  # the printed text says the command runs task code
+    # the ids are stable: a second import gives the same ones
+    assert run_import(checkout, tmp_path / "bench2")[0] == 0
+    assert [t.id for t in load_task_source(tmp_path / "bench2" / "tasks.jsonl")] == list(tasks)
+
+    (tmp_path / "caller-home").mkdir()
+    (tmp_path / "caller-home" / ".netrc").write_text("machine x password y\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "caller-home"))  # verify.py's HOME is a fresh empty folder instead
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-caller-secret")
+    monkeypatch.setenv("MCP_GYM_CALLER_SECRET", "x")
+    argv = printed_command(stdout, tmp_path / "eval")
+    capsys.readouterr()
+    assert main(argv) == 0
+    summary = results(tmp_path / "eval")
+    assert (summary["episodes"], summary["graded"], summary["grading_errors"]) == (8, 8, 0)  # 4 samples each
+    assert summary["success_rate"] == 1.0  # verify.py saw neither key, a fresh HOME, and ran in the workspace
+    from mcp_gym.recording import read_tables
+
+    steps, _ = read_tables(tmp_path / "eval")
+    reasons = [json.loads(i)["grade"]["reason"] for i in steps.column("info").to_pylist() if i and '"grade"' in i]
+    env_line = next(r for r in reasons if "ENV" in r)
+    assert env_line.split("ENV ", 1)[1].split() == ["FILESYSTEM_TEST_DIR", "HOME", "LANG", "PATH",
+                                                    "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "TMPDIR"]
+
+
+def test_eval_says_why_when_no_episode_or_some_fail_to_grade(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from mcp_gym.cli import main
+
+    checkout = two_level_checkout(tmp_path / "mcpmark")
+    out = tmp_path / "bench"
+    code, stdout, _ = run_import(checkout, out)
+    assert code == 0
+    argv = [a for a in printed_command(stdout, tmp_path / "untrusted") if a != "env.trust_task_code=true"]
+    capsys.readouterr()
+    assert main(argv) == 1  # the grader is task code: without the flag nothing is graded, and eval says so
+    err = capsys.readouterr().err
+    assert "no episode was graded: 8 of 8 episodes failed to grade" in err and "shared by 8" in err
+    assert "env.trust_task_code=true" in err  # the first error's own line says what to do
+    assert results(tmp_path / "untrusted")["grading_errors"] == 8  # the report is still written
+
+    (out / "verify" / "easy__file_context__uppercase.py").unlink()  # one task's grader breaks
+    assert main(printed_command(stdout, tmp_path / "some")) == 0
+    err = capsys.readouterr().err
+    assert "warning: 4 of 8 episodes failed to grade" in err and "easy__file_context__uppercase" in err
