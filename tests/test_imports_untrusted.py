@@ -70,6 +70,13 @@ def test_extract_zip_refuses_a_zip_bomb_and_bad_members(tmp_path: Path) -> None:
     honest = bomb(tmp_path / "honest.zip", mb=3)
     assert extract_zip(honest, tmp_path / "out3", prefix="cat/", limits=ZipLimits(max_ratio=1e9)) == 3 * 2**20
     assert (tmp_path / "out3" / "zeros.bin").stat().st_size == 3 * 2**20
+    dated = tmp_path / "dated.zip"
+    with zipfile.ZipFile(dated, "w") as z:
+        z.writestr(zipfile.ZipInfo("old.txt", date_time=(2001, 2, 3, 4, 5, 6)), "x")
+    extract_zip(dated, tmp_path / "out7")
+    import time
+
+    assert time.localtime((tmp_path / "out7" / "old.txt").stat().st_mtime)[:6] == (2001, 2, 3, 4, 5, 6)
     for name, what in (("../evil.txt", "leads out"), ("/abs.txt", "leads out")):
         bad = tmp_path / "bad.zip"
         with zipfile.ZipFile(bad, "w") as z:
