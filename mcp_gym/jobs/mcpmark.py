@@ -112,6 +112,7 @@ class _Task:
     prompt: str
     verify: bytes
     tags: list[str]
+    state_url: str | None = None
 
 
 def _safe(name: str) -> str:
@@ -165,8 +166,9 @@ def _tasks(root: Path) -> list[_Task]:
         tags = [category, *([f"level:{level}"] if level else []),
                 *([str(meta["difficulty"])] if meta.get("difficulty") else []),
                 *(str(t) for t in meta.get("tags") or ())]
+        url = (meta.get("meta_data") or {}).get("stateUrl") if isinstance(meta.get("meta_data"), dict) else None
         found.append(_Task(who, task_id, level, category, prompt, _read(root, rel, "verify.py", who),
-                           list(dict.fromkeys(tags))))
+                           list(dict.fromkeys(tags)), str(url) if url else None))
     return found
 
 
@@ -223,8 +225,8 @@ def import_mcpmark(path: str | Path, out: str | Path = "mcpmark-filesystem", *, 
             source, looked = _state_source(root, states_dir, t.category, t.source)
             if source is None:
                 result.skipped.append((t.source, f"no initial state for category {t.category!r}: none of "
-                                       f"{', '.join(str(p) for p in looked)} exists (download it from the task's "
-                                       "meta.json stateUrl)"))
+                                       f"{', '.join(str(p) for p in looked)} exists (download "
+                                       f"{t.state_url or 'it'} into --states)"))
                 continue
             sources[t.category] = source
         chosen.append(t)
