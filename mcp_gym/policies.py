@@ -100,7 +100,11 @@ class RandomPolicy(Policy):
 # -- oracle -----------------------------------------------------------------------------------------------------------
 class _OracleAgent(Agent):
     def __init__(self, task: Any) -> None:
-        self.calls = deque(dict(c) for c in getattr(task, "solution", ()) or ())
+        if getattr(task, "turns", ()):  # a conversation: each turn's calls, then submit of the turn's answer
+            self.calls = deque(call for calls, answer in task.turn_plan()
+                               for call in (*calls, {"tool": "submit", "arguments": {"answer": _text(answer)}}))
+        else:
+            self.calls = deque(dict(c) for c in getattr(task, "solution", ()) or ())
         self.answer = getattr(task, "answer", None)
 
     async def act(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,8 +113,16 @@ class _OracleAgent(Agent):
         return {"tool": "submit", "arguments": {"answer": self.answer or ""}}
 
 
+def _text(answer: Any) -> str:
+    """An answer as ``submit`` sends it: a string as it is, ``None`` as ``""``, anything else as JSON."""
+    if answer is None or isinstance(answer, str):
+        return answer or ""
+    return json.dumps(answer, ensure_ascii=False)
+
+
 class OraclePolicy(Policy):
-    """The task's reference solution (``task.solution``), then ``submit(task.answer)`` if it did not end."""
+    """The task's reference solution (``task.solution``), then ``submit(task.answer)`` if it did not end; in a
+    multi-turn task, each turn's ``solution`` then ``submit`` of the turn's ``answer``, turn by turn."""
 
     name = "oracle"
 

@@ -1,0 +1,103 @@
+"""Conversations: a task of several user turns. The env gives the next user message when the agent ends a turn with
+``submit``, calls the servers' hidden turn hook (``mcp_gym_turn``), offers the tools the hook added, and ends the
+episode after the last turn; graders see the calls grouped by turn; the oracle and ``tasks validate`` play each turn's
+reference solution. The server is real: an in-process or stdio MCP server (``tests/_turns_server.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from _turns_server import TASK, grade_turns, make_server
+from conftest import ROOT
+
+from mcp_gym import InProcess, MCPEnv
+from mcp_gym.cli import main
+from mcp_gym.tasks import Task, TaskDataError, load_tasks, save_tasks
+
+SERVER = f'+env.servers.t="{sys.executable} {ROOT / "tests" / "_turns_server.py"}"'
+RUN = ["env=custom", SERVER, "env.grader=_turns_server:grade_turns", "launcher.progress=false", "plots=false"]
+TURN1 = "Also add 'eggs', then tell me how many notes there are."
+
+
+def test_task_turns_round_trip_and_checks(tmp_path: Path) -> None:
+    assert TASK.prompt == "Add a note 'milk'." and TASK.multi_turn and not Task(id="x", prompt="p").multi_turn
+    assert Task.from_record(TASK.to_record()) == TASK
+    assert Task(id="x", prompt="p").to_record()["turns"] is None  # a single-turn record as before (plus a null)
+    save_tasks([TASK], tmp_path / "t.jsonl")
+    assert load_tasks(tmp_path / "t.jsonl") == [TASK]
+    assert TASK.turn_plan() == [([{"tool": "add_note", "arguments": {"text": "milk"}}], "Added milk."),
+                                ([{"tool": "add_note", "arguments": {"text": "eggs"}},
+                                  {"tool": "count_notes", "arguments": {}}], "2")]
+    with pytest.raises(TaskDataError, match=r"task 'x': 'prompt' differs from turns\[0\]"):
+        Task(id="x", prompt="other", turns=({"prompt": "p"},))
+    with pytest.raises(TaskDataError, match=r"task 'x': turns\[1\] has no 'prompt'"):
+        Task(id="x", prompt="", turns=({"prompt": "p"}, {"solution": []}))
+    with pytest.raises(TaskDataError, match=r"turns\[0\]: 'solution' must be a list"):
+        Task.from_record({"id": "x", "turns": json.dumps([{"prompt": "p", "solution": "add"}])})
+
+
+def test_env_plays_turns_with_a_tool_added_at_turn_1() -> None:
+    env = MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns)
+    try:
+        obs, info = env.reset(seed=0)
+        assert (obs["task"], obs["turn"], info["turn"], info["turns"]) == ("Add a note 'milk'.", 0, 0, 2)
+        assert info["tools"] == ["add_note", "submit"]  # count_notes is not offered yet; the hook is hidden
+        env.step({"tool": "add_note", "arguments": {"text": "milk"}})
+        obs, reward, terminated, truncated, info = env.step({"tool": "submit", "arguments": {"answer": "Added."}})
+        assert (reward, terminated, truncated, info["termination"]) == (0.0, False, False, None)
+        assert (obs["task"], obs["result"], obs["turn"], info["turn"], info["turns"]) == (TURN1, TURN1, 1, 1, 2)
+        assert info["turn_answer"] == "Added." and info["tools_changed"]
+        assert env.action_space.tool_names == ["add_note", "count_notes", "submit"]  # before the turn's first step
+        _, _, _, _, info = env.step({"tool": "add_note", "arguments": {"text": "eggs"}})
+        _, _, _, _, info = env.step({"tool": "count_notes", "arguments": {}})
+        assert info["error"] is None and info["turn"] == 1
+        obs, reward, terminated, truncated, info = env.step({"tool": "submit", "arguments": {"answer": "2"}})
+        assert (reward, terminated, info["termination"], info["success"]) == (1.0, True, "submit", True)
+        assert [(c["tool"], c["turn"]) for c in env.transcript] == [
+            ("add_note", 0), ("submit", 0), ("add_note", 1), ("count_notes", 1), ("submit", 1)]
+        # a fresh episode starts at turn 0, without the turn-1 tool
+        obs, info = env.reset(seed=1)
+        assert obs["turn"] == 0 and info["tools"] == ["add_note", "submit"]
+        _, _, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": ""}})
+        assert not terminated and info["turn"] == 1
+        _, _, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": "2"}})
+        assert terminated and info["success"] is False and "calls by turn [[], []]" in info["grade"]["reason"]
+    finally:
+        env.close()
+
+
+def test_max_steps_counts_every_turn() -> None:
+    env = MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns, max_steps=3)
+    try:
+        env.reset(seed=0)
+        env.step({"tool": "add_note", "arguments": {"text": "milk"}})
+        _, _, _, truncated, info = env.step({"tool": "submit", "arguments": {"answer": "ok"}})
+        assert not truncated and info["turn"] == 1
+        _, _, terminated, truncated, info = env.step({"tool": "add_note", "arguments": {"text": "eggs"}})
+        assert (terminated, truncated, info["termination"], info["success"]) == (False, True, "max_steps", False)
+    finally:
+        env.close()
+
+
+def _summary(out: Path) -> dict[str, object]:
+    return json.loads((out / "report" / "results.json").read_text())["summary"]
+
+
+def test_eval_oracle_and_noop_and_validate(tmp_path: Path) -> None:
+    task = dataclasses.replace(TASK, split="test")
+    tasks = save_tasks([task, Task(id="conv-1", prompt="", answer="1", split="test", turns=(
+        {"prompt": "Nothing yet.", "answer": "ok"},
+        {"prompt": "Add 'tea' and count.", "solution": [{"tool": "add_note", "arguments": {"text": "tea"}},
+                                                         {"tool": "count_notes", "arguments": {}}]}))],
+        tmp_path / "tasks.jsonl")
+    assert main(["eval", *RUN, f"env.tasks={tasks}", "policy=oracle", f"out={tmp_path / 'oracle'}"]) == 0
+    assert _summary(tmp_path / "oracle")["success_rate"] == 1.0
+    assert main(["eval", *RUN, f"env.tasks={tasks}", "policy=noop", f"out={tmp_path / 'noop'}"]) == 0
+    assert _summary(tmp_path / "noop")["success_rate"] == 0.0
+    assert main(["tasks", "validate", *RUN[:3], f"env.tasks={tasks}", f"out={tmp_path / 'v'}"]) == 0
+    checks = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert [c["status"] for c in checks] == ["passed", "passed"]
