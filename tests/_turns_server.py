@@ -12,7 +12,7 @@ from mcp_gym.protocol import HIDDEN_META_KEY, TURN_TOOL
 from mcp_gym.serverkit import EpisodeServer
 from mcp_gym.tasks import Task
 
-TASK = Task(id="conv-0", prompt="", answer="2", split="test", turns=(
+TASK = Task(id="conv-0", prompt="", answer="2", turns=(
     {"prompt": "Add a note 'milk'.", "solution": [{"tool": "add_note", "arguments": {"text": "milk"}}],
      "answer": "Added milk."},
     {"prompt": "Also add 'eggs', then tell me how many notes there are.",

@@ -10,12 +10,15 @@ import json
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from _turns_server import TASK, grade_turns, make_server
 from conftest import ROOT
 
 from mcp_gym import InProcess, MCPEnv
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.cli import main
+from mcp_gym.recording import load
 from mcp_gym.tasks import Task, TaskDataError, load_tasks, save_tasks
 
 SERVER = f'+env.servers.t="{sys.executable} {ROOT / "tests" / "_turns_server.py"}"'
@@ -101,3 +104,33 @@ def test_eval_oracle_and_noop_and_validate(tmp_path: Path) -> None:
     assert main(["tasks", "validate", *RUN[:3], f"env.tasks={tasks}", f"out={tmp_path / 'v'}"]) == 0
     checks = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert [c["status"] for c in checks] == ["passed", "passed"]
+
+
+def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path) -> None:
+    tasks = save_tasks([TASK], tmp_path / "tasks.jsonl")
+    run, sft = tmp_path / "run", tmp_path / "sft"
+    assert main(["collect", *RUN[:4], f"env.tasks={tasks}", "policy=oracle", "episodes=1", f"out={run}"]) == 0
+    steps = load(run).steps.to_list()
+    assert [(s["tool"], s["user_turn"]) for s in sorted(steps, key=lambda s: s["step_index"])] == [
+        ("add_note", 0), ("submit", 0), ("add_note", 1), ("count_notes", 1), ("submit", 1)]
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 0
+    rows = pq.read_table(next((sft / "data").glob("train-*.parquet"))).to_pylist()
+    messages = [json.loads(m) for m in rows[0]["messages"]]
+
+    def call(turn: int, name: str, arguments: dict[str, object]) -> dict[str, object]:
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"call_{turn}_0", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+    def result(turn: int, name: str, content: str) -> dict[str, object]:
+        return {"role": "tool", "tool_call_id": f"call_{turn}_0", "name": name, "content": content}
+
+    assert messages == [
+        {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
+        {"role": "user", "content": "Add a note 'milk'."},
+        call(0, "add_note", {"text": "milk"}), result(0, "add_note", "added 'milk'"),
+        {"role": "assistant", "content": "Added milk."},  # the submit that ended turn 0: the turn's reply
+        {"role": "user", "content": TURN1},
+        call(2, "add_note", {"text": "eggs"}), result(2, "add_note", "added 'eggs'"),
+        call(3, "count_notes", {}), result(3, "count_notes", "2"),
+        call(4, "submit", {"answer": "2"}),  # the final submit, as in a single-turn episode
+    ]
