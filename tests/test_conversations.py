@@ -5,10 +5,13 @@ reference solution. The server is real: an in-process or stdio MCP server (``tes
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -18,8 +21,13 @@ from conftest import ROOT
 from mcp_gym import InProcess, MCPEnv
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.cli import main
-from mcp_gym.recording import load
+from mcp_gym.parsing import ParseResult, parse_tool_calls
+from mcp_gym.policies import ChatPolicy
+from mcp_gym.recording import RecordTrajectories, load
+from mcp_gym.recording.conversation import conversation
 from mcp_gym.tasks import Task, TaskDataError, load_tasks, save_tasks
+from mcp_gym.textenv import TextEnvBatch
+from mcp_gym.trl import environment_factory
 
 SERVER = f'+env.servers.t="{sys.executable} {ROOT / "tests" / "_turns_server.py"}"'
 RUN = ["env=custom", SERVER, "env.grader=_turns_server:grade_turns", "launcher.progress=false", "plots=false"]
@@ -134,3 +142,78 @@ def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path
         call(3, "count_notes", {}), result(3, "count_notes", "2"),
         call(4, "submit", {"answer": "2"}),  # the final submit, as in a single-turn episode
     ]
+
+
+def test_trl_face_gives_the_next_user_message_as_submits_result() -> None:
+    cls = environment_factory(lambda: MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns))
+    assert list(cls._tool_specs) == ["add_note", "count_notes", "submit"]  # the probe saw turn 1's tool too
+    env: Any = cls()
+    try:
+        assert env.reset(task_id="conv-0") == "Add a note 'milk'."
+        assert env.add_note(text="milk") == "added 'milk'"
+        assert env.submit(answer="Added milk.") == TURN1 and not env.done
+        assert env.add_note(text="eggs") == "added 'eggs'" and env.count_notes() == "2"
+        env.submit(answer="2")
+        assert env.done and env.get_reward() == 1.0
+    finally:
+        env._close()
+
+
+def _call(name: str, **arguments: object) -> str:
+    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+
+
+def test_text_env_batch_carries_the_turns() -> None:
+    batch = TextEnvBatch(lambda: MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns), n=1)
+    try:
+        batch.reset(["conv-0"])
+        out = batch.step([_call("add_note", text="milk") + _call("submit", answer="Added milk.")])[0]
+        assert not out.done and (out.info["turn"], out.info["turns"]) == (1, 2)
+        assert out.messages[-1] == {"role": "user", "content": TURN1}  # the next user message
+        history = batch.histories[0]
+        assert history[2]["tool_calls"][0]["function"]["name"] == "add_note" and len(history[2]["tool_calls"]) == 1
+        assert history[-2:] == [{"role": "assistant", "content": "Added milk."}, {"role": "user", "content": TURN1}]
+        assert "count_notes" in [t["function"]["name"] for t in batch.tools_of(0)]
+        batch.step([_call("add_note", text="eggs")])
+        batch.step([_call("count_notes")])
+        out = batch.step([_call("submit", answer="2")])[0]
+        assert out.done and out.info["success"] is True and batch.returns[0] == 1.0
+    finally:
+        batch.close()
+
+
+class Scripted(ChatPolicy):
+    """A chat policy whose replies are scripted texts (the model's side; the env, server and recording are real)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+        self.requests: list[tuple[list[dict[str, Any]], list[str]]] = []
+
+    async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> ParseResult:
+        self.requests.append((copy.deepcopy(messages), [t["function"]["name"] for t in tools]))
+        return parse_tool_calls(self.replies.pop(0))
+
+
+def test_a_chat_policy_sees_the_conversation_sft_exports(tmp_path: Path) -> None:
+    policy = Scripted([_call("add_note", text="milk"), "Noted. " + _call("submit", answer="Added milk."),
+                       _call("add_note", text="eggs") + _call("count_notes"), _call("submit", answer="2")])
+    env = RecordTrajectories(MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns), tmp_path / "r",
+                             policy="scripted")
+    try:
+        obs, info = env.reset(seed=0, options={"task_id": "conv-0"})
+        agent = policy.agent(env.unwrapped, obs, info, 0)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(asyncio.run(agent.act(obs, info)))
+            done = terminated or truncated
+        assert info["success"] is True
+    finally:
+        env.close()
+    shown, tools = policy.requests[-1]
+    assert "count_notes" in tools and "count_notes" not in policy.requests[0][1]
+    assert [m["role"] for m in shown] == ["system", "user", "assistant", "tool", "assistant", "user", "assistant",
+                                          "tool", "tool"]
+    assert shown[4] == {"role": "assistant", "content": "Noted.\n\nAdded milk."}  # turn 0's reply: text, answer
+    rec = load(tmp_path / "r")
+    steps = sorted(rec.steps.to_list(), key=lambda s: s["step_index"])
+    assert conversation(rec.episodes.to_list()[0], steps)[:-1] == shown  # SFT trains on what the model was shown
