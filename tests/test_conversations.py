@@ -9,6 +9,7 @@ import asyncio
 import copy
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from mcp_gym.recording.conversation import conversation
 from mcp_gym.tasks import Task, TaskDataError, load_tasks, save_tasks
 from mcp_gym.textenv import TextEnvBatch
 from mcp_gym.trl import environment_factory
+from mcp_gym.viewer import write_view
 
 SERVER = f'+env.servers.t="{sys.executable} {ROOT / "tests" / "_turns_server.py"}"'
 RUN = ["env=custom", SERVER, "env.grader=_turns_server:grade_turns", "launcher.progress=false", "plots=false"]
@@ -121,6 +123,10 @@ def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path
     steps = load(run).steps.to_list()
     assert [(s["tool"], s["user_turn"]) for s in sorted(steps, key=lambda s: s["step_index"])] == [
         ("add_note", 0), ("submit", 0), ("add_note", 1), ("count_notes", 1), ("submit", 1)]
+    page = write_view([run], tmp_path / "view.html").read_text(encoding="utf-8")  # the viewer shows each user turn
+    episode = json.loads(re.search(r'<script type="application/json" id="ep-0">(.*?)</script>', page, re.S)[1])
+    assert episode["turns"] == ["Add a note 'milk'.", TURN1]
+    assert [s["user_turn"] for s in episode["steps"]] == [0, 0, 1, 1, 1]
     assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 0
     rows = pq.read_table(next((sft / "data").glob("train-*.parquet"))).to_pylist()
     messages = [json.loads(m) for m in rows[0]["messages"]]
