@@ -1,16 +1,18 @@
 """``mcp-gym tasks generate`` on real third-party servers (npm server-memory and server-filesystem, PyPI
-mcp-server-git): the explore generator's tasks pass ``tasks validate`` and the oracle, fail ``policy=noop``, and the same seed gives the
-same file; the llm generator against a scripted chat-completions server keeps exactly the good proposals."""
+mcp-server-git): the explore generator's tasks pass ``tasks validate`` and the oracle, fail ``policy=noop``, and the
+same seed gives the same file; the llm generator against a scripted chat-completions server keeps exactly the good proposals."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import npm_bin
+from _chat_server import chat_completion, serve_chat_completions
+from conftest import ROOT, npm_bin
 
 from mcp_gym.cli import main
 
@@ -103,8 +105,8 @@ def files_fixture(tmp: Path) -> Path:
 
 SERVERS = {
     "memory": (memory_server, lambda tmp: []),
-    "filesystem": (filesystem_server, lambda tmp: [f"fixture={files_fixture(tmp)}", "generator.values=[{workspace}]"]),
-    "git": (git_server, lambda tmp: [f"fixture={git_fixture(tmp)}", "+generator.fixed.repo_path={workspace}"]),
+    "filesystem": (filesystem_server, lambda tmp: [f"fixture={files_fixture(tmp)}", 'generator.values=["{workspace}"]']),
+    "git": (git_server, lambda tmp: [f"fixture={git_fixture(tmp)}", '+generator.fixed.repo_path="{workspace}"']),
 }
 
 
@@ -121,3 +123,71 @@ def test_explore_fifty_tasks(tmp_path: Path, name: str) -> None:
     assert (passed, noop) == (1.0, 0.0)
     again = generate(tmp_path / "b", server(), "n=50", "seed=0", *args)
     assert again == rows
+
+
+def _entity(name: str, obs: str = "likes tea") -> dict[str, Any]:
+    return {"tool": "memory__create_entities", "arguments": {"entities": [{"name": name, "entityType": "person",
+                                                                   "observations": [obs]}]}}
+
+
+READ_GRAPH = {"tool": "memory__read_graph", "arguments": {}}
+PROPOSALS: list[tuple[str | None, Any]] = [  # (the reason it is dropped, or None: kept), the proposal
+    (None, {"prompt": "Record that Alice (a person) likes tea.", "solution": [_entity("Alice")],
+            "check": {"state": READ_GRAPH}}),
+    (None, {"prompt": "Create Bob (a person who likes jazz), remove that observation, and report the message the "
+                      "server answers the removal with.",
+            "solution": [_entity("Bob", "likes jazz"), {"tool": "memory__delete_observations", "arguments": {
+                "deletions": [{"entityName": "Bob", "observations": ["likes jazz"]}]}}],
+            "check": {"answer": {"step": 2, "path": "$.message"}}, "answer": "a guess, ignored"}),
+    ("solution failed", {"prompt": "Call a tool that does not take these arguments.",
+                         "solution": [{"tool": "memory__delete_relations", "arguments": {"relations": [
+                             {"from": "Nobody", "to": "Nowhere", "relationType": "knows"}]}}, {
+                             "tool": "memory__add_observations", "arguments": {"observations": [
+                                 {"entityName": "Nobody", "contents": ["x"]}]}}],
+                         "check": {"state": READ_GRAPH}}),
+    ("passes with no action", {"prompt": "Report what read_graph returns for relations.", "solution": [READ_GRAPH],
+                               "check": {"state": READ_GRAPH}}),
+    ("duplicate", {"prompt": "Store that Alice (a person) likes tea.", "solution": [_entity("Alice")],
+                   "check": {"state": READ_GRAPH}}),
+    ("malformed", {"prompt": "No solution at all", "check": {"state": READ_GRAPH}}),
+    ("flaky", {"prompt": "Get a token and report it.", "solution": [{"tool": "clock__token", "arguments": {}}],
+               "check": {"answer": {"step": 1, "path": "text"}}}),
+    ("check not derivable", {"prompt": "Create Carol and report a field her result does not have.",
+                             "solution": [_entity("Carol")],
+                             "check": {"answer": {"step": 1, "path": "$.entities[0].age"}}}),
+]
+
+
+def test_llm_generator_keeps_exactly_the_good_proposals(tmp_path: Path) -> None:
+    """A scripted chat-completions server proposes good tasks, malformed JSON, a failing solution, a task that passes
+    with no action, a flaky check (a token that differs in every run) and duplicates: exactly the good ones are kept,
+    every drop has its reason."""
+    requests: list[dict[str, Any]] = []
+    clock = f'+env.servers.clock="{sys.executable} {ROOT / "tests" / "servers" / "clock_server.py"}"'
+
+    def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        requests.append(body)
+        if len(requests) == 1:
+            return chat_completion(body, {"role": "assistant", "content": "here are tasks: [{oops"})
+        if len(requests) == 2:
+            content = "```json\n" + json.dumps([p for _, p in PROPOSALS]) + "\n```"
+            return chat_completion(body, {"role": "assistant", "content": content})
+        return chat_completion(body, {"role": "assistant", "content": "[]"})
+
+    with serve_chat_completions(reply) as url:
+        rows = generate(tmp_path / "out", memory_server(), clock, "generator=llm", f"generator.base_url={url}",
+                        "generator.model=proposer", "generator.rounds=3", "n=5")
+    assert sorted(r["prompt"] for r in rows) == sorted(p["prompt"] for reason, p in PROPOSALS if reason is None)
+    bob = next(r for r in rows if r["prompt"].startswith("Create Bob"))
+    assert bob["answer"] == "Observations deleted successfully"  # from the real result, not the proposer's guess
+    ledger = [json.loads(line) for line in (tmp_path / "out" / "proposals.jsonl").read_text().splitlines()]
+    verdicts = [r["verdict"] for r in ledger]
+    assert verdicts[0] == "malformed"  # the reply that is not JSON
+    assert verdicts[1:] == ["kept" if reason is None else reason for reason, _ in PROPOSALS]
+    assert all(r.get("detail") for r in ledger if r["verdict"] != "kept")
+    # the proposer saw the tools and, in later requests, the kept tasks
+    assert "memory__create_entities" in requests[0]["messages"][1]["content"]
+    assert "Record that Alice" in requests[2]["messages"][1]["content"]
+    assert "tools" not in requests[0]
+    passed, noop = rates(tmp_path, memory_server(), tmp_path / "out" / "tasks.jsonl", clock)
+    assert (passed, noop) == (1.0, 0.0)

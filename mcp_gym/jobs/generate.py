@@ -313,6 +313,9 @@ class _Checker:
                 raise _Drop("check not derivable", f"no value at {path} in what call {k} returned")
             if answer.casefold() in p.prompt.casefold() or answer.casefold() in ("", "null"):
                 raise _Drop("check not derivable", f"the answer {answer!r} is given in the prompt")
+            again = extract(self._play(self.runner.session(), p)[k - 1], path)
+            if again != answer:
+                raise _Drop("flaky", f"two fresh runs return {answer!r} and {again!r} at {path}"[:300])
             return {"kind": "exact"}, answer, "answer"
         reads = [r for r in p.check["state"] if r == "files" or isinstance(r, dict)]
         if not reads:
@@ -325,6 +328,8 @@ class _Checker:
         after = [s.read(r) for r in reads]
         found = [(r, e) for r, b, a in zip(reads, before, after, strict=True) if (e := _expectation(r, b, a))]
         if not found:
+            if any(b is not None and b == a for b, a in zip(before, after, strict=True)):
+                raise _Drop("passes with no action", "the reads return the same before and after the solution")
             raise _Drop("check not derivable", "no read's value changes with the solution")
         s2 = self.runner.session()
         self._play(s2, p)
@@ -416,7 +421,8 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     try:
         if len(existing) < want or dry:
             have = 0 if dry else len(existing)
-            for count, p in enumerate(_proposals(cfg, runner, checker, existing + result.kept)):
+            shown = list(existing)  # what the llm proposer is shown: grows as tasks are kept
+            for count, p in enumerate(_proposals(cfg, runner, checker, shown)):
                 if have >= want or count >= cap:
                     break
                 sig = checker.signature(p)
@@ -433,6 +439,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
                 else:
                     result.counts["kept"] += 1
                     result.kept.append(task)
+                    shown.append(task)
                     have += 1
                     bar.update(1)
                     rec.update(verdict="kept", task_id=task.id)
