@@ -165,5 +165,5 @@ def job_help(command: str, job: str, overrides: Sequence[str] = ()) -> str:
             lines += _wrap(f"other options: {'; '.join(others)}", "  ")
     groups = f"mcp-gym {command} <group>=<option> --help shows that option's keys; " if JOB_GROUPS.get(job) else ""
     lines += ["", *_wrap(f"{groups}--cfg job prints the composed config; --hydra-help shows Hydra's own flags. "
-                         "README.md, section 'Jobs', has examples.")]
+                         "docs/jobs.md has examples.")]
     return "\n".join(lines)
