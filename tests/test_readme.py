@@ -4,8 +4,9 @@ Per page, the ```python blocks run in document order, in one namespace, from an 
 own (one test item per page, so xdist spreads them). A block that cannot run here (it downloads a model, or stands for
 the reader's own LLM) is preceded by a visible ``<!-- not-run: reason -->`` line; those are listed and counted so they
 stay few. A block that needs an optional extra (a trainer framework) is preceded by ``<!-- needs: MODULE (how to
-install it) -->``: it runs where ``MODULE`` imports, and is left out (and named) where it does not, except in .ci/run's second
-stage (``MCP_GYM_CI_FULL=1``), which installs them all. The ```bash blocks' ``mcp-gym`` commands name commands the CLI has.
+install it) -->``: it runs where ``MODULE`` imports, and is left out (and named) where it does not, except in .ci/run's
+second stage (``MCP_GYM_CI_FULL=1``), which installs them all. The ```bash blocks' ``mcp-gym`` commands name commands
+the CLI has.
 """
 
 from __future__ import annotations
