@@ -125,11 +125,11 @@ def test_tool_call_error_is_the_one_error_shape() -> None:
         protocol.ToolCallError("oops", "x")
 
 
-def test_the_readme_layout_names_every_folder_and_module() -> None:
-    """The README's layout section (Development) names every folder and module of the package, so it cannot fall
+def test_the_docs_layout_names_every_folder_and_module() -> None:
+    """The layout section of docs/development.md names every folder and module of the package, so it cannot fall
     behind the folders: package folders as ``name/``, modules by their name (``specs``, ``_stdio``), the bundled envs'
     folders and files as ``counter/`` and ``server.py``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
     section = text[text.index("Layout: the folders"):text.index("- `mcp_gym/conf/`")]
     named = set(re.findall(r"`([^`]+)`", section))
     named |= {Path(n).name + ("/" if n.endswith("/") else "") for n in named} | {Path(n).stem for n in named}
