@@ -34,7 +34,7 @@ from typing import Any
 
 from mcp_gym.jobs._untrusted import UniqueIds, UntrustedInput, ZipLimits, check_tree, contained_path, extract_zip
 
-__all__ = ["import_mcpmark", "main", "ImportResult", "GRADER_ENV"]
+__all__ = ["import_mcpmark", "main"]
 
 GRADER_MODULE = "mcpmark_grader"
 PROMPT_SUFFIX = "\n\nThe files of this task are in the directory {workspace}."
