@@ -90,7 +90,7 @@ def task_env(task: Task, alias: str, spec: Any) -> dict[str, str]:
 
 
 def fill_task(task: Task, workspace: Path) -> Task:
-    """``task`` with ``{workspace}`` replaced in its prompt, reference solution, answer and data."""
+    """``task`` with ``{workspace}`` replaced in its prompt, reference solution, answer, data and turns."""
 
     def fill(v: Any) -> Any:
         if isinstance(v, str):
@@ -102,7 +102,7 @@ def fill_task(task: Task, workspace: Path) -> Task:
         return v
 
     return dataclasses.replace(task, prompt=fill(task.prompt), solution=fill(task.solution), answer=fill(task.answer),
-                               data=fill(dict(task.data)))
+                               data=fill(dict(task.data)), turns=fill(task.turns))
 
 
 def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
