@@ -75,7 +75,8 @@ __all__ = ["MCPGymEnvironment", "MCPGymClient", "ResetObservation", "StepObserva
 DEFAULT_IDLE_TIMEOUT = 300.0
 """Seconds a session may sit idle (no ``reset`` or ``step``) before the server closes it and frees its slot (OpenEnv's
 idle-session reaper, which looks every ``max(timeout / 4, 5)`` seconds): without it, ``max_sessions`` idle sockets
-would lock every new client out."""
+would lock every new client out. Keep it above the longest ``reset`` or ``step`` (OpenEnv counts a request's activity
+when it ends)."""
 
 log = logging.getLogger(__name__)
 
