@@ -12,6 +12,7 @@ multirun work as usual)::
     mcp-gym collect --cfg job                            # show the composed config
     mcp-gym tasks validate env=custom '+env.servers.x="cmd"' env.tasks=tasks.jsonl  # reference solutions pass?
     mcp-gym tasks import mcpmark ~/mcpmark --out bench  # MCPMark's filesystem tasks (a local checkout) as a task file
+    mcp-gym tasks generate env=custom '+env.servers.x="cmd {workspace}"' n=50 out=gen  # tasks checked by running them
 
 Servers::
 
@@ -49,7 +50,7 @@ from typing import Any, ClassVar
 __all__ = ["main"]
 
 JOBS = {"collect": "collect", "eval": "eval", "export-sft": "export_sft", "demo": "demo",
-        "tasks-validate": "validate_tasks"}
+        "tasks-validate": "validate_tasks", "tasks-generate": "generate_tasks"}
 """Command -> option of the ``job`` config group."""
 INTERRUPTED = 130
 REFUSED = 2
@@ -60,8 +61,9 @@ HIDDEN_NOTE = "(hidden: mcp-gym episode control)"
 
 def _usage() -> str:
     body = (__doc__ or "").split("\n", 2)[2].replace("``", "").replace("::", ":")
-    commands = [c for c in JOBS if c != "tasks-validate"]
-    names = [*commands, "tasks validate", "tasks import", "serve", "serve-openenv", "inspect", "diff-tools", "view"]
+    commands = [c for c in JOBS if not c.startswith("tasks-")]
+    names = [*commands, "tasks validate", "tasks generate", "tasks import", "serve", "serve-openenv", "inspect",
+             "diff-tools", "view"]
     return f"usage: mcp-gym {{{','.join(names)}}} [arguments]\n\n{body}"
 
 
@@ -139,6 +141,10 @@ def _run_job(cfg: Any) -> None:
             checks = validate_tasks(cfg, out)
             if any(c.status in ("failed", "error") for c in checks):
                 raise SystemExit(1)
+        elif cfg.command == "tasks-generate":
+            from mcp_gym.jobs.generate import generate_tasks
+
+            generate_tasks(cfg, out)
         else:
             raise ValueError(f"unknown command {cfg.command!r}")
     except jobs.JobInterrupted as e:
@@ -187,7 +193,7 @@ def _job(command: str, args: Sequence[str]) -> int:
     if "--help" in args or "-h" in args:
         from mcp_gym.conf.help import job_help
 
-        name = "tasks validate" if command == "tasks-validate" else command
+        name = command.replace("-", " ", 1) if command.startswith("tasks-") else command
         print(job_help(name, JOBS[command], [a for a in args if not a.startswith("-")]))
         return 0
     return _hydra(command, args)
@@ -455,12 +461,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from mcp_gym.jobs.mcpmark import main as import_tasks
 
                 return import_tasks(rest[1:])
+            if rest and rest[0] == "generate":
+                return _job("tasks-generate", rest[1:])
             if not rest or rest[0] != "validate":
                 print("usage: mcp-gym tasks validate env=... [overrides] | mcp-gym tasks import mcpmark PATH",
                       file=sys.stderr)
                 return 2
             return _job("tasks-validate", rest[1:])
-        if command in JOBS and command != "tasks-validate":
+        if command in JOBS and not command.startswith("tasks-"):
             return _job(command, rest)
     except SystemExit as e:  # argparse, Hydra and interrupted jobs exit this way
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

@@ -199,6 +199,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=max_argument_bytes)
         self._space_of: dict[str, ToolEntry] | None = None  # the host catalogue the action space was built from
         self.observation_space = gym.spaces.Dict({"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()})
+        self._turn_obs = any(t.turns for t in self.tasks)  # conversations: every observation says its user turn
+        if self._turn_obs:
+            self.observation_space["turn"] = gym.spaces.Discrete(max(len(t.turns) for t in self.tasks) or 1)
         if self.spec is None:  # real servers answer with timings and ids: declare it (check_env honours this)
             self.spec = gym.envs.registration.EnvSpec(
                 id=env_id or "mcp_gym/MCPEnv-v0", entry_point="mcp_gym.env:MCPEnv", nondeterministic=True,
@@ -237,7 +240,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         - ``servers`` (per-server status) when the catalogue changed or every server died;
         - at the end: ``success`` (``True``/``False``, ``None`` when unknown), ``summary`` (``return``, ``length``,
           ``termination``, ``turns``, ``tool_calls``) and, graded, ``grade``; a ``submit`` adds ``final_answer`` and
-          ``verifier_reward``.
+          ``verifier_reward``;
+        - a multi-turn task (``task.turns``): ``turn`` (0-based, the user turn now) and ``turns`` (their count) on
+          every step; a ``submit`` that ends a turn before the last starts the next one (the observation's ``task``
+          and ``result`` are the next user message) and adds ``turn_answer``.
         """
         return self._rt.call(self._astep, action)
 
@@ -387,8 +393,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise
         self._sync_space()
         self._episode = ep
-        obs = {"task": ep.task.prompt, "result": self.host.report_unavailable(reset_errors),
-               "resources": dict(self.observed.texts)}
+        obs = self._obs(self.host.report_unavailable(reset_errors))  # {task, result, resources} (and turn 0)
         ep.last_text = ep.task.prompt
         info = {
             "episode_id": ep.id,
@@ -403,6 +408,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "logs": self.host.drain_logs(),
             "startup_seconds": self.host.startup_seconds(since),  # servers (re)started for this episode
         }
+        if ep.task.turns:
+            info["turn"], info["turns"] = 0, ep.turn_count
         return _ws.mask_workspace((obs, info), ep.workspace)  # the agent and the recording see {workspace}
 
     async def _prepare_episode(self, ep: Episode) -> list[dict[str, Any]]:
@@ -532,7 +539,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return await self._finish_step(out, name, arguments, out.error)
 
     async def _finish_step(
-        self, out: CallOutcome | None, name: Any, arguments: dict[str, Any], error: dict[str, Any] | None
+        self, out: CallOutcome | None, name: Any, arguments: dict[str, Any], error: dict[str, Any] | None,
+        next_turn: str | None = None,
     ) -> StepResult:
         ep = self._episode
         assert ep is not None
@@ -548,7 +556,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 error = ToolCallError("tool_error", f"tool '{out.tool}' on server '{out.server}' returned an error: "
                                       + text[:500], tool=out.tool, server=out.server).as_dict()
         else:
-            text = "Error: " + (error or {}).get("message", "unknown error")
+            text = "Error: " + (error or {}).get("message", "unknown error") if next_turn is None else next_turn
             structured = None
             signal = read_reward(None)
         reward_fn = self.reward_fn
@@ -578,7 +586,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         ep.episode_return += reward
         if terminated or truncated:
             ep.end()
-        ep.record_call(name if isinstance(name, str) else None, arguments, text)
+        if next_turn is None:  # (Episode.next_turn recorded the submit that ended the turn)
+            ep.record_call(name if isinstance(name, str) else None, arguments, text)
         obs = self._obs(text)
         info = self._info(
             error=error,
@@ -638,9 +647,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         answer = dict.get(args, "answer") if isinstance(args, dict) else None
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
-        reward, error, graded = await grade_submit(self, answer)
         ep = self._episode
         assert ep is not None
+        if not ep.last_turn:  # a conversation: this submit ends a user turn; the servers' turn hook starts the next
+            error = await ep.next_turn(answer, self.host, self.call_timeout)
+            result = await self._finish_step(None, "submit", {"answer": answer}, error, ep.turn_prompt())
+            result[4]["turn_answer"] = answer
+            return result
+        reward, error, graded = await grade_submit(self, answer)
         ep.episode_return += reward
         ep.end()
         success = reward >= self.success_threshold if self.verifier is not None else None
@@ -661,7 +675,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         ep = self._episode
         assert ep is not None
         ep.last_text = text
-        return {"task": ep.task.prompt, "result": text, "resources": dict(self.observed.texts)}
+        obs = {"task": ep.turn_prompt(), "result": text, "resources": dict(self.observed.texts)}
+        if self._turn_obs or ep.task.turns:
+            obs["turn"] = ep.turn
+        return obs
 
     def _info(self, **kw: Any) -> StepInfo:
         ep = self._episode  # (read once: the FromEpisode properties each look it up)
@@ -675,6 +692,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "logs": self.host.drain_logs(),
             **kw,
         })
+        if task is not None and task.turns:
+            info["turn"], info["turns"] = ep.turn, ep.turn_count  # type: ignore[union-attr]  # a task: an episode
         if ep is not None and ep.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
             info["summary"] = {"return": self.episode_return, "length": self.steps,
                                  "termination": kw.get("termination"), **self.budget.used()}

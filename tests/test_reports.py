@@ -7,6 +7,7 @@ episode on ``{workspace}``): an initial folder (``fixture``) and a ``files`` gra
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -286,17 +287,17 @@ def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with
                  "--states", str(checkout / "downloads")]) == 0
     assert "2 tasks (letters 1, notes 1)" in capsys.readouterr().out
     tasks = {t.id: t for t in load_task_source(out / "tasks.jsonl")}
-    assert set(tasks) == {"notes__shout", "letters__upper"}
-    shout = tasks["notes__shout"]
-    assert shout.tags == ("notes", "L1", "content transformation") and shout.prompt.endswith("in the directory "
-                                                                                             "{workspace}.")
+    assert set(tasks) == {"standard__notes__shout", "letters__upper"}  # the level, where there is one, in the id
+    shout = tasks["standard__notes__shout"]
+    assert shout.tags == ("notes", "level:standard", "L1", "content transformation")
+    assert shout.prompt.endswith("in the directory {workspace}.")
     assert (Path(shout.fixture) / "note.txt").read_text() == "quiet please\n"
     assert (Path(tasks["letters__upper"].fixture) / "a.txt").read_text() == "abc\n"  # from the zip
 
     monkeypatch.syspath_prepend(str(out))  # the grader module written next to the task file
     env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, list(tasks.values()))
     try:
-        env.reset(seed=0, options={"task_id": "notes__shout"})
+        env.reset(seed=0, options={"task_id": "standard__notes__shout"})
         env.step({"tool": "write_file", "arguments": {"path": "{workspace}/answer.txt", "content": "QUIET PLEASE"}})
         *_, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})
         assert info["success"] is True and "PASS" in info["grade"]["reason"]
@@ -308,7 +309,13 @@ def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with
 
 
 def test_tasks_import_mcpmark_names_a_missing_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A task whose category has no initial state is skipped and listed with the reason; none imported is an error."""
     checkout = mcpmark_checkout(tmp_path / "mcpmark")
-    assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench")]) == 1
-    err = capsys.readouterr().err
-    assert "no initial state for category 'letters'" in err and "letters.zip" in err
+    assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped tasks/filesystem/letters/upper: no initial state for category 'letters'" in out
+    assert "letters.zip" in out and "1 tasks (notes 1); 1 skipped" in out
+    assert [t.id for t in load_task_source(tmp_path / "bench" / "tasks.jsonl")] == ["standard__notes__shout"]
+    shutil.rmtree(checkout / "test_environments")
+    assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench2")]) == 1
+    assert "no task imported" in capsys.readouterr().err
