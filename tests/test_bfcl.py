@@ -166,6 +166,7 @@ def test_the_grader_refuses_task_data_that_differ_from_bfcls(bfcl_root: Path, im
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 480 episodes, each graded in its own checker process
 def test_mcp_gym_verdict_equals_bfcls_own_on_120_tasks(bfcl_root: Path) -> None:
     """Ground truth and perturbed trajectories (a dropped call, a changed argument, a later turn's call done early)
     played through the server and graded by mcp-gym equal BFCL's checker run directly on the same calls."""
@@ -181,3 +182,32 @@ def test_mcp_gym_verdict_equals_bfcls_own_on_120_tasks(bfcl_root: Path) -> None:
     assert all(r["mcp_gym"] for r in rows if r["kind"] == "ground_truth")
     for kind in ("dropped", "changed", "early"):
         assert any(not r["bfcl"] for r in rows if r["kind"] == kind), kind
+
+
+def test_a_conversation_plays_through_the_env_and_is_graded_by_bfcl(bfcl_root: Path, imported) -> None:
+    """A miss_func task through MCPEnv: the held-back function appears at its turn, the ground truth played turn by
+    turn passes, and ending every turn at once fails with BFCL's reason."""
+    from mcp_gym.client.specs import Stdio
+    from mcp_gym.env import MCPEnv
+    from mcp_gym.tasks import load_tasks
+
+    tasks = [t for t in load_tasks(imported.files["miss_func"]) if t.id == "multi_turn_miss_func_0"]
+    spec = Stdio(sys.executable, ["-m", "mcp_gym.envs.bfcl.server", "--bfcl", str(bfcl_root)])
+    env = MCPEnv({"bfcl": spec}, tasks, max_steps=168)
+    try:
+        obs, info = env.reset(options={"task_id": "multi_turn_miss_func_0"})
+        assert (info["turn"], info["turns"]) == (0, 5) and "sort" not in env.action_space.tool_names
+        for n, turn in enumerate(tasks[0].turns):
+            assert ("sort" in env.action_space.tool_names) == (n >= 3)
+            for call in turn["solution"]:
+                obs, reward, terminated, truncated, info = env.step(dict(call))
+                assert info["error"] is None, info["error"]
+            obs, reward, terminated, truncated, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})
+        assert terminated and info["success"] is True and info["grade"]["reason"] == "BFCL: valid"
+        env.reset(options={"task_id": "multi_turn_miss_func_0"})
+        for _ in tasks[0].turns:
+            obs, reward, terminated, truncated, info = env.step({"tool": "submit", "arguments": {"answer": ""}})
+        assert terminated and info["success"] is False
+        assert info["grade"]["reason"].startswith("BFCL multi_turn:empty_turn_model_response")
+    finally:
+        env.close()

@@ -36,13 +36,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from mcp_gym.envs.bfcl import check
-from mcp_gym.protocol import HIDDEN_META_KEY
+from mcp_gym.protocol import HIDDEN_META_KEY, TURN_TOOL
 from mcp_gym.serverkit import EpisodeServer
 
-__all__ = ["BFCLServer", "build_server", "tool_schema", "TURN_TOOL", "main"]
+__all__ = ["BFCLServer", "build_server", "tool_schema", "main"]
 
-TURN_TOOL = "mcp_gym_turn"
-"""The hidden tool the env calls when turn ``i >= 1`` of a conversation starts (``{"turn": i}``)."""
 FORBIDDEN = ("kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run")
 """Function names BFCL's ``execute_multi_turn_func_call`` refuses to run."""
 _TYPES_FALLBACK = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "any": "string",
