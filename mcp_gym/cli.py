@@ -468,6 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return diff_tools(rest)
         if command == "tasks":
+            if rest[:2] == ["import", "bfcl"]:
+                from mcp_gym.jobs.bfcl import main as import_bfcl
+
+                return import_bfcl(rest[2:])
             if rest and rest[0] == "import":
                 from mcp_gym.jobs.mcpmark import main as import_tasks
 
