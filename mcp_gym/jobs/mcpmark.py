@@ -136,8 +136,8 @@ def _tasks(root: Path) -> list[_Task]:
         for name in dirnames + filenames:
             entry = Path(dirpath) / name
             if entry.is_symlink() and not entry.resolve().is_relative_to(root):
-                rel = entry.relative_to(root).as_posix()
-                who = f"folder {rel}" if name in dirnames else f"task {Path(rel).parent.as_posix()}: {name}"
+                where = entry.relative_to(root).as_posix()
+                who = f"folder {where}" if name in dirnames else f"task {Path(where).parent.as_posix()}: {name}"
                 raise UntrustedInput(f"{who} leads out of {root} (through a symlink to {entry.resolve()})")
     ids, found = UniqueIds(), []
     for desc in sorted(base.rglob("description.md")):
