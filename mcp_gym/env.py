@@ -12,6 +12,7 @@ loop thread once it has one).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -210,6 +211,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._rt = runtime or default_runtime()
         self._started = False
         self._closed = False
+        self._closing: asyncio.Task[None] | None = None  # the close, once started (on the runtime's loop)
         self._episode: Episode | None = None
         self.observed = ObservedResources(self.host, self._waiting_on)
         """The resources the episode observes and their latest texts."""
@@ -253,14 +255,16 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self
 
     def close(self) -> None:
-        """Close every server connection (stops stdio servers)."""
-        if self._closed:
-            return
-        self._closed = True
-        if not (self._rt.in_loop() or self._rt.closed):
-            self._rt.call(self.host.close)
-        if self._episode is not None:
-            self._episode.drop_workspace()
+        """Close every server connection (stops stdio servers). On the runtime's own event loop (async code on a
+        hosted runtime), which it cannot block, the close starts as a task there (``await aclose()`` waits for it)."""
+        if not self._closed and self._rt.in_loop():
+            self._start_close()
+        elif not (self._closed or self._rt.closed):
+            self._rt.call(self._close_once)
+        elif not self._closed:  # the runtime ended, and the sessions with it
+            self._closed = True
+            if self._episode is not None:
+                self._episode.drop_workspace()
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -275,10 +279,24 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return await self._rt.acall(self._astep, action)
 
     async def aclose(self) -> None:
-        """Async :meth:`close`."""
+        """Async :meth:`close` (waits for a close already started)."""
         if not self._closed:
+            await self._rt.acall(self._close_once)
+
+    def _start_close(self) -> asyncio.Task[None]:
+        """The env's one closing task on the runtime's loop (started on the first call; call on that loop)."""
+        if self._closing is None:
+            self._closing = self._rt.loop.create_task(self._close_sessions(), name="mcp-gym-env-close")
+        return self._closing
+
+    async def _close_once(self) -> None:
+        await asyncio.shield(self._start_close())
+
+    async def _close_sessions(self) -> None:
+        try:
+            await self.host.close()
+        finally:
             self._closed = True
-            await self._rt.acall(self.host.close)
             if self._episode is not None:
                 self._episode.drop_workspace()
 

@@ -276,8 +276,10 @@ class OpenAIPolicy(ChatPolicy):
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
         """One chat completion; returns the assistant message (raises ``httpx2.HTTPError`` once retries are spent)."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "tools": tools,
-                                "temperature": self.temperature, **self.extra_body}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature,
+                                **self.extra_body}
+        if tools:  # a request without tools (a task proposer's) leaves the key out: OpenAI refuses an empty list
+            body["tools"] = tools
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         if self.tool_choice is not None:

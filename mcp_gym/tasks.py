@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "TaskDataError",
+__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "NETWORK_ENV",
+           "TaskDataError",
            "normalise_answer"]
 
 
@@ -291,7 +292,8 @@ def load_task_source(
 
     A task source is data, never code or host paths: a ``fixture`` is a directory inside the source's own folder
     (not absolute, no ``..`` or symlink out of it, no symlink inside it pointing out of it), and an ``env`` key that
-    changes how a program loads code (:data:`CODE_LOADING_ENV`) is refused unless ``allow_env`` (names or patterns,
+    changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes (proxies, CA
+    bundles, base URLs: :data:`NETWORK_ENV`) is refused unless ``allow_env`` (names or patterns,
     from the caller's own config, never from the task source) allows it; both raise :class:`TaskDataError` naming
     the task, the source and the key or fixture. Raises ``ValueError`` naming the source when no task matches
     ``split`` or a mapped column is missing.
@@ -359,9 +361,26 @@ which program runs or what code a program loads (``NODE_OPTIONS=--require x.js``
 ``HOME`` with a fixture holding start-up files, ...). Every other name (a server's own settings) is allowed."""
 
 
+NETWORK_ENV: tuple[str, ...] = (
+    # proxies (curl, requests, httpx, Node, Go read them in either case)
+    "*_PROXY", "PROXY",
+    # which certificates a program trusts, and where it writes its TLS session keys
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "*_CA_BUNDLE", "*_CA_CERT", "*_CA_CERTS",
+    "*_CA_FILE", "*_CA_PATH", "SSLKEYLOGFILE",
+    # where a server sends its requests (and the user's credentials with them)
+    "*BASE_URL", "*API_BASE", "*API_URL", "*ENDPOINT", "*ENDPOINT_URL", "*ENDPOINTS", "HOST", "*_HOST", "*_HOSTNAME",
+    "URL", "*_URL", "URI", "*_URI", "*_SERVER", "*_SERVER_URL", "*_ADDR", "*_ADDRESS", "*_DOMAIN",
+)
+"""Environment variable names (``fnmatch`` patterns, matched case-insensitively) a task file may not set either: each
+changes where a program's network traffic goes or whom it trusts (``HTTPS_PROXY``, ``SSL_CERT_FILE``,
+``SSLKEYLOGFILE``, ``OPENAI_BASE_URL``, ``API_BASE``, ``DB_HOST``, ``DATABASE_URL``, ...), so a server that calls out
+with the user's credentials could send them elsewhere. The user's own config allows names (``env.task_env_allow``)."""
+
+
 class TaskDataError(ValueError):
     """A task source asks for something a task file may not: a ``fixture`` outside its folder or an ``env`` key that
-    changes how a program loads code."""
+    changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes
+    (:data:`NETWORK_ENV`)."""
 
 
 class _TaskDataCheck:
@@ -377,12 +396,17 @@ class _TaskDataCheck:
 
     def __call__(self, task: Task) -> Task:
         for key in task.env:
-            denied = next((p for p in CODE_LOADING_ENV if fnmatch.fnmatchcase(key.upper(), p)), None)
-            if denied is not None and not any(fnmatch.fnmatchcase(key.upper(), a) for a in self.allow):
-                raise TaskDataError(
-                    f"task {task.id!r} of {self.source}: env key {key!r} changes how a program loads code "
-                    f"(matches {denied!r}); a task file may not set it (allow it in the job config, e.g. "
-                    f"'env.task_env_allow=[{key}]', only for a task file you trust)")
+            upper = str(key).upper()
+            if any(fnmatch.fnmatchcase(upper, a) for a in self.allow):
+                continue
+            for patterns, what in ((CODE_LOADING_ENV, "changes how a program loads code"),
+                                   (NETWORK_ENV, "changes where a program's network traffic goes or whom it trusts")):
+                denied = next((p for p in patterns if fnmatch.fnmatchcase(upper, p)), None)
+                if denied is not None:
+                    raise TaskDataError(
+                        f"task {task.id!r} of {self.source}: env key {key!r} {what} (matches {denied!r}); a task file "
+                        f"may not set it (allow it in the job config, e.g. 'env.task_env_allow=[{key}]', only for a "
+                        "task file you trust)")
         if task.fixture:
             task = replace(task, fixture=self.fixture(task))
         return task

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from _chat_server import serve_chat_completions
+from conftest import with_code_marked
 from episodes import MAZE_TEXTS, TextPolicy, hermes, recorded_episode, run_policy
 
 from mcp_gym import chat, protocol, sft
@@ -122,7 +123,7 @@ def expected_final(reply: Mapping[str, Any]) -> dict[str, Any]:
                       **({"tool_calls": calls} if calls else {})})
 
 
-@pytest.mark.parametrize("name", list(BUNDLED_ENVS))
+@pytest.mark.parametrize("name", with_code_marked(BUNDLED_ENVS))
 def test_export_equals_the_last_request_of_each_episode(name: str, tmp_path: Path) -> None:
     run = tmp_path / "run"
     results, script = collect(name, run)
@@ -232,6 +233,7 @@ def test_textenv_records_the_policy_episode(name: str, task_id: str, texts: list
     assert got["messages"] == history[:len(got["messages"])]
 
 
+@pytest.mark.extras  # transformers (the [train] extra)
 def test_trl_adapter_renders_like_the_policy(tmp_path: Path) -> None:
     """The TRL adapter's prompt (dataset row + reset text) and tool returns equal the policy's user and tool turns."""
     pytest.importorskip("transformers")

@@ -47,7 +47,7 @@ def validate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> li
     checks: list[TaskCheck] = []
     try:
         for task in tqdm(tasks, desc="tasks validate", unit="task", disable=not show, dynamic_ncols=True):
-            checks.append(_check(env, task))
+            checks.append(check_task(env, task))
     finally:
         env.close()
     out = Path(out)
@@ -58,7 +58,8 @@ def validate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> li
     return checks
 
 
-def _check(env: Any, task: Any) -> TaskCheck:
+def check_task(env: Any, task: Any) -> TaskCheck:
+    """Play ``task``'s reference solution in a fresh episode of ``env`` (which holds the task) and grade it."""
     if task.turns:
         if not any("solution" in t or "answer" in t for t in task.turns):
             return TaskCheck(task.id, "skipped", "no reference solution")
