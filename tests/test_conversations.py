@@ -251,3 +251,26 @@ def test_a_failing_turn_hook_is_reported_and_the_turn_still_starts() -> None:
         assert terminated and info["termination"] == "submit"
     finally:
         env.close()
+
+
+def test_a_reply_without_a_call_ends_the_turn_with_its_text_under_trls_rule(tmp_path: Path) -> None:
+    policy = Scripted([_call("add_note", text="milk"), "Added milk.", _call("add_note", text="eggs"),
+                       _call("count_notes"), "2"])
+    policy.no_call = "end"  # TRL's tool-loop rule: a reply without a call ends the turn (the episode at the last)
+    env = RecordTrajectories(MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns), tmp_path / "r",
+                             policy="scripted")
+    try:
+        obs, info = env.reset(seed=0, options={"task_id": "conv-0"})
+        agent = policy.agent(env.unwrapped, obs, info, 0)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(asyncio.run(agent.act(obs, info)))
+            done = terminated or truncated
+        assert info["success"] is True and info["final_answer"] == "2"
+    finally:
+        env.close()
+    shown, _ = policy.requests[-1]
+    assert shown[4:6] == [{"role": "assistant", "content": "Added milk."}, {"role": "user", "content": TURN1}]
+    rec = load(tmp_path / "r")
+    steps = sorted(rec.steps.to_list(), key=lambda s: s["step_index"])
+    assert conversation(rec.episodes.to_list()[0], steps)[:-1] == shown
