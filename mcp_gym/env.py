@@ -693,7 +693,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         ep = self._episode
         assert ep is not None
         ep.last_text = text
-        obs = {"task": ep.turn_prompt(), "result": text, "resources": dict(self.observed.texts)}
+        obs: dict[str, Any] = {"task": ep.turn_prompt(), "result": text, "resources": dict(self.observed.texts)}
         if self._turn_obs or ep.task.turns:
             obs["turn"] = ep.turn
         return obs
