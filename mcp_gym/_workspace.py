@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import anyio
+
+from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
 from mcp_gym.episode import Episode, EpisodeState
@@ -24,7 +27,7 @@ from mcp_gym.tasks import Task
 
 __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "task_env", "TaskEnvIgnored",
            "fill_task",
-           "prepare_episode_servers", "mask_workspace", "expand_workspace"]
+           "prepare_episode_servers", "mask_workspace", "expand_workspace", "SpareServers"]
 
 PLACEHOLDER = "{workspace}"
 
@@ -46,6 +49,115 @@ def make_workspace(task: Task) -> Path:
             raise ValueError(f"task '{task.id}': fixture {fixture} is not a directory")
         shutil.copytree(fixture, workspace, symlinks=True, dirs_exist_ok=True)
     return workspace
+
+
+def setup_key(env: _EpisodeServers, task: Task) -> tuple[Any, ...]:
+    """What a task's per-episode servers depend on besides the workspace path: its fixture and, per server naming
+    ``{workspace}``, the task's env variables. Two tasks with one key can run on the same prepared servers."""
+    envs = tuple((a, tuple(sorted(task_env(task, a, env.server_templates[a]).items())))
+                 for a in sorted(env.workspace_servers))
+    return (str(task.fixture) if task.fixture else None, envs)
+
+
+@dataclasses.dataclass(eq=False)
+class _Spare:
+    key: tuple[Any, ...]
+    workspace: Path | None = None
+    conns: dict[str, ServerConnection] = dataclasses.field(default_factory=dict)
+    ready: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    error: BaseException | None = None
+    scope: anyio.CancelScope = dataclasses.field(default_factory=anyio.CancelScope)
+
+
+class SpareServers:
+    """A bounded pool of spare per-episode servers, prepared ahead of the env's next reset.
+
+    After each reset the env asks for one spare with the set-up key (:func:`setup_key`) of the task just started: a
+    fresh workspace (the fixture copied in) and the servers naming ``{workspace}`` started in it and initialized, in
+    the background while the episode runs. The next reset whose task has the same key takes it (a task with another
+    key closes it and starts its servers as without a pool). At most ``size`` spares exist at once; :meth:`aclose`
+    (the env's close) stops every one and removes its workspace, so no spare process outlives the env."""
+
+    def __init__(self, size: int = 1) -> None:
+        self.size = max(0, int(size))
+        self._spares: list[_Spare] = []
+        self._closed = False
+        self.taken = 0
+        """Resets that took a prepared spare (for benchmarks and tests)."""
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the spare stdio servers now running (for tests)."""
+        return [c.pid for s in self._spares for c in s.conns.values() if c.pid is not None]
+
+    def prepare(self, env: _EpisodeServers, task: Task) -> None:
+        """Start preparing spares for tasks like ``task``, up to ``size``, in the env runtime's task group (returns at
+        once)."""
+        while not self._closed and len(self._spares) < self.size:
+            spare = _Spare(setup_key(env, task))
+            self._spares.append(spare)
+            env.runtime.task_group.start_soon(self._fill, env, task, spare, name="mcp-gym-spare")
+
+    async def _fill(self, env: _EpisodeServers, task: Task, spare: _Spare) -> None:
+        try:
+            with spare.scope:
+                spare.workspace = await anyio.to_thread.run_sync(make_workspace, task)
+                async with anyio.create_task_group() as tg:
+                    for alias in env.workspace_servers:
+                        template, own = env.server_templates[alias], env.host.connections[alias]
+                        spec = episode_spec(template, spare.workspace, task_env(task, alias, template))
+                        conn = spare.conns[alias] = ServerConnection(alias, spec, own.callbacks, own.tap_factory)
+                        tg.start_soon(conn.start, env.runtime.task_group)
+        except BaseException as e:  # noqa: BLE001 - a spare that fails is not used; the reset starts its own
+            spare.error = e
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            spare.ready.set()
+
+    async def take(self, key: tuple[Any, ...]) -> _Spare | None:
+        """The spare prepared for ``key`` once it is ready (its servers started or failed), or ``None``; spares for
+        other keys are closed."""
+        found = next((s for s in self._spares if s.key == key), None)  # the oldest: the most likely to be ready
+        for spare in [s for s in self._spares if s.key != key]:
+            await self._drop(spare)
+        if found is None:
+            return None
+        await found.ready.wait()  # bounded: each server's connect_timeout (and the reset's reset_timeout)
+        self._spares.remove(found)
+        if found.error is not None or any(c.status != "ready" for c in found.conns.values()):
+            await self._discard(found)
+            return None
+        self.taken += 1
+        return found
+
+    async def _drop(self, spare: _Spare) -> None:
+        self._spares.remove(spare)
+        await self._discard(spare)
+
+    @staticmethod
+    async def _discard(spare: _Spare) -> None:
+        with anyio.CancelScope(shield=True):
+            spare.scope.cancel()
+            await spare.ready.wait()
+            for conn in spare.conns.values():
+                await conn.close()
+            if spare.workspace is not None:
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(spare.workspace or "", ignore_errors=True))
+
+    def forget(self) -> None:
+        """Remove the spares' workspaces without stopping their servers (the runtime that ran them has ended)."""
+        self._closed = True
+        for spare in self._spares:
+            if spare.workspace is not None:
+                shutil.rmtree(spare.workspace, ignore_errors=True)
+        self._spares.clear()
+
+    async def aclose(self) -> None:
+        """Stop every spare server and remove its workspace (idempotent; no new spares afterwards)."""
+        self._closed = True
+        for spare in list(self._spares):
+            await self._drop(spare)
 
 
 def episode_spec(spec: Any, workspace: Path | None, env: Mapping[str, str]) -> Any:
@@ -158,10 +270,21 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
     task = episode.task
     if task.fixture and not env.workspace_servers:
         raise ValueError(f"task '{task.id}' has a fixture but no server command line names {{workspace}}")
-    if env.workspace_servers:
-        episode.workspace = make_workspace(task)
     restarted: set[str] = set()
+    spares: SpareServers | None = getattr(env, "spares", None)
+    own = spares is not None and not any(getattr(env.host.connections[a], "shared", False)
+                                         for a in env.workspace_servers)
+    spare = await spares.take(setup_key(env, task)) if spares is not None and own and env.workspace_servers else None
+    if spare is not None:  # a workspace and servers prepared while the last episode ran
+        episode.workspace = spare.workspace
+        for alias, conn in spare.conns.items():
+            await env.host.adopt(alias, conn, env.runtime.task_group)
+            restarted.add(alias)
+    elif env.workspace_servers:
+        episode.workspace = make_workspace(task)
     for alias, template in env.server_templates.items():
+        if alias in restarted:
+            continue
         spec = episode_spec(template, episode.workspace, task_env(task, alias, template))
         conn = env.host.connections[alias]
         if spec == conn.spec and alias not in env.workspace_servers:

@@ -112,6 +112,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             *Success* table is the whole rule: a grader grades a cut-off episode as it stands).
         env_id: Name recorded with trajectories.
         runtime: The event-loop runtime owning the sessions (default: the process-wide one).
+        spare_servers: Spare per-episode servers prepared ahead of the next reset (a workspace with the fixture
+            copied in and the servers naming ``{workspace}`` started in it, while the current episode runs; see
+            :class:`~mcp_gym._workspace.SpareServers`); ``0`` turns the pool off. Used only by envs with such servers
+            and no recording tap; spares are stopped by :meth:`close`.
 
     Example (an in-process server; :class:`Stdio` and :class:`Http` specs work the same)::
 
@@ -161,6 +165,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         env_id: str | None = None,
         runtime: Runtime | None = None,
         render_mode: str | None = None,
+        spare_servers: int = 1,
     ) -> None:
         init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.tasks: list[Task] = [as_task(t, i) for i, t in enumerate(tasks or [])]
@@ -197,6 +202,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             prefix_tools=prefix_tools,
             block_destructive=block_destructive,
         )
+        self.spares = _ws.SpareServers(spare_servers if self.workspace_servers and tap is None else 0)
+        """The pool of spare per-episode servers (size 0: off)."""
         self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=max_argument_bytes)
         self._space_of: dict[str, ToolEntry] | None = None  # the host catalogue the action space was built from
         self.observation_space = gym.spaces.Dict({"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()})
@@ -224,7 +231,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start an episode: pick the task, restore server state, return the first observation and info."""
         super().reset(seed=seed)
-        return self._rt.call(self._areset, seed, options)
+        out = self._rt.call(self._areset, seed, options)
+        if self.spares.size and self._rt.mode == "driven":  # spares start while the episode runs: the loop must run
+            self._rt.submit(asyncio.sleep(0))  # between calls (threaded mode from now on)
+        return out
 
     def step(  # type: ignore[override]  # Env.step's info is dict[str, Any]: StepInfo is that dict, typed
         self, action: Any
@@ -263,6 +273,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._rt.call(self._close_once)
         elif not self._closed:  # the runtime ended, and the sessions with it
             self._closed = True
+            self.spares.forget()
             if self._episode is not None:
                 self._episode.drop_workspace()
 
@@ -294,6 +305,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     async def _close_sessions(self) -> None:
         try:
+            with anyio.CancelScope(shield=True):
+                await self.spares.aclose()
             await self.host.close()
         finally:
             self._closed = True
@@ -411,6 +424,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise
         self._sync_space()
         self._episode = ep
+        self.spares.prepare(self, task)  # the next episode's servers start while this one runs
         obs = self._obs(self.host.report_unavailable(reset_errors))  # {task, result, resources} (and turn 0)
         ep.last_text = ep.task.prompt
         info = {

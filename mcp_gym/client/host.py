@@ -302,6 +302,21 @@ class MCPHost:
         await self._connect(new, task_group)
         self._rebuild()
 
+    async def adopt(self, alias: str, conn: ServerConnection, task_group: Any) -> None:
+        """Replace one server's connection with ``conn``, started already (a spare server): close the old one, list
+        the new one's tools within its ``connect_timeout`` (a reused discovery answer that did not hold: restart)."""
+        await self.connections[alias].close()
+        self.connections[alias] = conn
+        if conn.status == "ready":
+            mark = conn.events.tool_changes
+            await self._list(conn, conn.spec.connect_timeout, bound=f"connect_timeout={conn.spec.connect_timeout:g} s")
+            if conn.stale_discover:
+                await self.restart(alias, task_group)
+                return
+            if self.episode_id is not None:
+                self._episode_listing[alias] = (conn, mark)
+        self._rebuild()
+
     async def revive(self, alias: str, task_group: Any) -> None:
         """Restart a failed or dead server for a new episode, saying so on the ``mcp_gym.client`` logger. A server
         whose :meth:`start` just failed is not retried by the reset that follows (that would double the wait, e.g.
