@@ -1,0 +1,170 @@
+"""Spare per-episode servers (issue 40): while an episode runs, the next episode's workspace is prepared and its
+``{workspace}`` server started, so the next reset takes a server that is up; no spare outlives the env or the job.
+
+The server is ``tests/servers/pid_server.py`` (a stdio MCP server writing files in its workspace and its pid into a
+folder, so a test sees every process it ever started); npm ``server-filesystem`` is in the thirdparty test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from mcp_gym import MCPEnv, Stdio
+from mcp_gym.cli import main
+
+PID_SERVER = ROOT / "tests" / "servers" / "pid_server.py"
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, exited and not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def pids(folder: Path) -> list[int]:
+    return [int(p.name) for p in folder.iterdir()]
+
+
+def wait_for(what: Callable[[], Any], bound: float = 120.0) -> Any:
+    """Poll ``what()`` until it is truthy (a bound on hangs only: nothing here depends on how long it takes)."""
+    deadline = time.monotonic() + bound
+    while not (value := what()):
+        assert time.monotonic() < deadline, "gave up waiting"
+        time.sleep(0.02)
+    return value
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Folders: ``pids`` (the servers'), ``tmp`` (where workspaces are made), fixtures ``a`` and ``b``."""
+    folders = {name: tmp_path / name for name in ("pids", "tmp", "a", "b")}
+    for folder in folders.values():
+        folder.mkdir()
+    (folders["a"] / "in.txt").write_text("hello a")
+    (folders["b"] / "in.txt").write_text("hello b")
+    monkeypatch.setattr(tempfile, "tempdir", str(folders["tmp"]))
+    return folders
+
+
+def make_env(f: dict[str, Path], spare_servers: int = 1) -> MCPEnv:
+    tasks = [{"id": "a1", "prompt": "p", "fixture": str(f["a"])}, {"id": "a2", "prompt": "p", "fixture": str(f["a"])},
+             {"id": "b1", "prompt": "p", "fixture": str(f["b"])}]
+    server = Stdio(command=sys.executable, args=[str(PID_SERVER), "{workspace}", str(f["pids"])], connect_timeout=120)
+    return MCPEnv({"s": server}, tasks, spare_servers=spare_servers)
+
+
+def read(env: MCPEnv, name: str) -> str:
+    _, _, _, _, info = env.step({"tool": "read_file", "arguments": {"name": name}})
+    assert info["error"] is None, info["error"]
+    return str(info["content"][0]["text"])
+
+
+def test_the_next_reset_takes_a_started_server_in_a_fresh_copy_of_the_fixture(setup: dict[str, Path]) -> None:
+    env = make_env(setup)
+    try:
+        env.reset(options={"task_id": "a1"})
+        first_ws, first_pid = env.workspace, env.host.connections["s"].pid
+        assert first_ws is not None and first_pid is not None
+        env.step({"tool": "write_file", "arguments": {"name": "in.txt", "content": "changed"}})
+        assert (first_ws / "in.txt").read_text() == "changed"
+        spare = wait_for(lambda: env.spares.pids)  # started while the episode runs
+        env.reset(options={"task_id": "a2"})
+        assert env.spares.taken == 1
+        assert env.host.connections["s"].pid == spare[0] != first_pid
+        assert env.workspace is not None and env.workspace != first_ws and not first_ws.exists()
+        assert read(env, "in.txt") == "hello a"  # a fresh copy: the last episode's write is not seen
+        env.step({"tool": "write_file", "arguments": {"name": "out.txt", "content": "x"}})
+        assert (env.workspace / "out.txt").read_text() == "x"  # the server serves this episode's workspace
+        assert (setup["a"] / "in.txt").read_text() == "hello a" and not (setup["a"] / "out.txt").exists()
+        assert not alive(first_pid)
+        wait_for(lambda: env.spares.pids)  # the next spare: three servers in all
+        assert len(wait_for(lambda: pids(setup["pids"]) if len(pids(setup["pids"])) >= 3 else None)) == 3
+    finally:
+        env.close()
+    assert not any(alive(p) for p in pids(setup["pids"]))
+    assert list(setup["tmp"].iterdir()) == []  # every workspace, the spare's too, is removed
+
+
+def test_a_task_with_another_fixture_gets_its_own_server_and_the_spare_is_stopped(setup: dict[str, Path]) -> None:
+    env = make_env(setup)
+    try:
+        env.reset(options={"task_id": "a1"})
+        spare = wait_for(lambda: env.spares.pids)
+        env.reset(options={"task_id": "b1"})
+        assert env.spares.taken == 0
+        assert read(env, "in.txt") == "hello b"
+        assert env.host.connections["s"].pid not in spare and not alive(spare[0])
+    finally:
+        env.close()
+    assert not any(alive(p) for p in pids(setup["pids"]))
+
+
+def test_spare_servers_0_turns_the_pool_off(setup: dict[str, Path]) -> None:
+    env = make_env(setup, spare_servers=0)
+    try:
+        for task in ("a1", "a2"):
+            env.reset(options={"task_id": task})
+            assert env.spares.pids == []
+            assert read(env, "in.txt") == "hello a"
+        assert env.spares.taken == 0 and len(pids(setup["pids"])) == 2  # one server per episode, none ahead
+    finally:
+        env.close()
+
+
+def test_no_spare_process_is_left_after_an_exception(setup: dict[str, Path]) -> None:
+    with pytest.raises(RuntimeError, match="the job broke"), make_env(setup) as env:
+        env.reset(options={"task_id": "a1"})
+        wait_for(lambda: env.spares.pids)
+        raise RuntimeError("the job broke")
+    assert len(pids(setup["pids"])) == 2 and not any(alive(p) for p in pids(setup["pids"]))
+    assert list(setup["tmp"].iterdir()) == []
+
+
+def _eval_args(setup: dict[str, Path], tmp: Path, samples: int) -> list[str]:
+    tasks = tmp / "tasks.jsonl"
+    rows = [{"id": f"t{i}", "prompt": "Write out.txt.", "fixture": "a",  # setup["a"], beside the task file
+             "grader": {"kind": "files", "expect": {"out.txt": f"text {i}"}},
+             "solution": [{"tool": "write_file", "arguments": {"name": "out.txt", "content": f"text {i}"}}]}
+            for i in range(2)]
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    server = f'+env.servers.s="{sys.executable} {PID_SERVER} {{workspace}} {setup["pids"]}"'
+    return ["eval", "env=custom", server, f"env.tasks={tasks}", "policy=oracle", f"samples={samples}",
+            "launcher.num_envs=2", "launcher.progress=false", "plots=false", f"out={tmp / 'run'}"]
+
+
+def test_an_eval_job_uses_spares_and_leaves_no_process(setup: dict[str, Path], tmp_path: Path) -> None:
+    assert main(_eval_args(setup, tmp_path, samples=3)) == 0
+    results = json.loads((tmp_path / "run" / "report" / "results.json").read_text())
+    assert results["summary"]["success_rate"] == 1.0
+    assert not any(alive(p) for p in pids(setup["pids"]))
+    assert list(setup["tmp"].iterdir()) == []
+
+
+def test_ctrl_c_in_an_eval_job_leaves_no_server_process(setup: dict[str, Path], tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "mcp_gym.cli", *_eval_args(setup, tmp_path, samples=200)]
+    env = {**os.environ, "TMPDIR": str(setup["tmp"])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_for(lambda: len(pids(setup["pids"])) >= 6 or proc.poll() is not None, bound=300)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert not any(alive(p) for p in pids(setup["pids"])), output
+    assert list(setup["tmp"].iterdir()) == [], output
