@@ -101,7 +101,8 @@ class SpareServers:
     async def _fill(self, env: _EpisodeServers, task: Task, spare: _Spare) -> None:
         try:
             with spare.scope:
-                spare.workspace = await anyio.to_thread.run_sync(make_workspace, task)
+                with anyio.CancelScope(shield=True):  # a copy made is a folder to remove
+                    spare.workspace = await anyio.to_thread.run_sync(make_workspace, task)
                 async with anyio.create_task_group() as tg:
                     for alias in env.workspace_servers:
                         template, own = env.server_templates[alias], env.host.connections[alias]
@@ -277,9 +278,8 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
     spare = await spares.take(setup_key(env, task)) if spares is not None and own and env.workspace_servers else None
     if spare is not None:  # a workspace and servers prepared while the last episode ran
         episode.workspace = spare.workspace
-        for alias, conn in spare.conns.items():
-            await env.host.adopt(alias, conn, env.runtime.task_group)
-            restarted.add(alias)
+        restarted.update(spare.conns)
+        await env.host.adopt(spare.conns, env.runtime.task_group)
     elif env.workspace_servers:
         episode.workspace = make_workspace(task)
     for alias, template in env.server_templates.items():

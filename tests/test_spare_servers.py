@@ -166,5 +166,10 @@ def test_ctrl_c_in_an_eval_job_leaves_no_server_process(setup: dict[str, Path], 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, output
-    assert not any(alive(p) for p in pids(setup["pids"])), output
+    assert not [p for p in pids(setup["pids"]) if alive(p)], output
     assert list(setup["tmp"].iterdir()) == [], output
+
+
+def test_env_spare_servers_0_turns_the_pool_off_in_a_job(setup: dict[str, Path], tmp_path: Path) -> None:
+    assert main([*_eval_args(setup, tmp_path, samples=2), "env.spare_servers=0"]) == 0
+    assert len(pids(setup["pids"])) == 4  # one server per episode, none ahead

@@ -302,18 +302,23 @@ class MCPHost:
         await self._connect(new, task_group)
         self._rebuild()
 
-    async def adopt(self, alias: str, conn: ServerConnection, task_group: Any) -> None:
-        """Replace one server's connection with ``conn``, started already (a spare server): close the old one, list
-        the new one's tools within its ``connect_timeout`` (a reused discovery answer that did not hold: restart)."""
-        await self.connections[alias].close()
-        self.connections[alias] = conn
-        if conn.status == "ready":
+    async def adopt(self, conns: Mapping[str, ServerConnection], task_group: Any) -> None:
+        """Replace servers' connections with ``conns`` (by alias), started already (spare servers), all at once before
+        anything is awaited (a cancelled adoption leaves every process owned by the host); then close the old ones
+        and list the new ones' tools within their ``connect_timeout`` (a reused discovery answer that did not hold:
+        restart)."""
+        old = [self.connections[alias] for alias in conns]
+        self.connections.update(conns)
+        for conn in old:
+            await conn.close()
+        for alias, conn in conns.items():
+            if conn.status != "ready":
+                continue
             mark = conn.events.tool_changes
             await self._list(conn, conn.spec.connect_timeout, bound=f"connect_timeout={conn.spec.connect_timeout:g} s")
             if conn.stale_discover:
                 await self.restart(alias, task_group)
-                return
-            if self.episode_id is not None:
+            elif self.episode_id is not None:
                 self._episode_listing[alias] = (conn, mark)
         self._rebuild()
 

@@ -56,6 +56,8 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
         servers = normalise_servers(to_dict(env_cfg["servers"]), connect_timeout=connect_timeout)
         grading = custom_grading(env_cfg)
         kwargs["reset_mode"] = env_cfg.get("reset_mode") or "auto"
+        if env_cfg.get("spare_servers") is not None:
+            kwargs["spare_servers"] = int(env_cfg["spare_servers"])
         return lambda: MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}",
                               grader=grading, **kwargs)
     from mcp_gym.envs import make_env

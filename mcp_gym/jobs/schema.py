@@ -149,6 +149,7 @@ class _CustomEnv(_Env):
     grader_timeout: float | None = MISSING
     judge: _Judge = field(default_factory=_Judge)
     reset_mode: str = MISSING
+    spare_servers: int = MISSING
 
 
 # Keys a policy's YAML leaves out (its constructor's other parameters) default to None: added with +policy.<key>=...
