@@ -173,3 +173,26 @@ def test_ctrl_c_in_an_eval_job_leaves_no_server_process(setup: dict[str, Path], 
 def test_env_spare_servers_0_turns_the_pool_off_in_a_job(setup: dict[str, Path], tmp_path: Path) -> None:
     assert main([*_eval_args(setup, tmp_path, samples=2), "env.spare_servers=0"]) == 0
     assert len(pids(setup["pids"])) == 4  # one server per episode, none ahead
+
+
+@pytest.mark.thirdparty
+def test_npm_server_filesystem_runs_on_a_spare_rooted_in_the_next_workspace(setup: dict[str, Path]) -> None:
+    from conftest import npm_bin
+
+    server = Stdio(command=npm_bin("mcp-server-filesystem"), args=["{workspace}"], connect_timeout=120)
+    env = MCPEnv({"fs": server}, [{"id": "a", "prompt": "p", "fixture": str(setup["a"])}])
+    started: list[int] = []
+    try:
+        env.reset(options={"task_id": "a"})
+        first = env.workspace
+        started += [env.host.connections["fs"].pid or 0, *wait_for(lambda: env.spares.pids)]
+        env.reset(options={"task_id": "a"})
+        assert env.spares.taken == 1 and env.host.connections["fs"].pid == started[1]
+        _, _, _, _, info = env.step({"tool": "read_text_file", "arguments": {"path": "{workspace}/in.txt"}})
+        assert info["error"] is None and info["content"][0]["text"] == "hello a"
+        _, _, _, _, info = env.step({"tool": "write_file", "arguments": {"path": f"{first}/x.txt", "content": "x"}})
+        assert info["is_error"] or info["error"] is not None  # the last episode's workspace is not this server's root
+        started += wait_for(lambda: env.spares.pids)
+    finally:
+        env.close()
+    assert not any(alive(p) for p in started) and list(setup["tmp"].iterdir()) == []
