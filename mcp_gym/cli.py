@@ -464,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if rest and rest[0] == "generate":
                 return _job("tasks-generate", rest[1:])
             if not rest or rest[0] != "validate":
-                print("usage: mcp-gym tasks validate env=... [overrides] | mcp-gym tasks import mcpmark PATH",
+                print("usage: mcp-gym tasks validate env=... [overrides] | mcp-gym tasks import mcpmark|bfcl PATH",
                       file=sys.stderr)
                 return 2
             return _job("tasks-validate", rest[1:])
