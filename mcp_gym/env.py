@@ -211,7 +211,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._rt = runtime or default_runtime()
         self._started = False
         self._closed = False
-        self._closing: asyncio.Task[None] | None = None  # the close, once started (on the runtime's loop)
+        self._closing: asyncio.Future[None] | None = None  # the close, once started (on the runtime's loop)
         self._episode: Episode | None = None
         self.observed = ObservedResources(self.host, self._waiting_on)
         """The resources the episode observes and their latest texts."""
@@ -255,16 +255,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self
 
     def close(self) -> None:
-        """Close every server connection (stops stdio servers). On the runtime's own event loop (async code on a
-        hosted runtime), which it cannot block, the close starts as a task there (``await aclose()`` waits for it)."""
-        if not self._closed and self._rt.in_loop():
-            self._start_close()
-        elif not (self._closed or self._rt.closed):
+        """Close every server connection (stops stdio servers); on the runtime's own event loop, which it cannot
+        block (async code on a hosted runtime), the close starts as a task there (``await aclose()`` waits for it)."""
+        if self._closed or self._rt.closed:  # a closed runtime ended the sessions
+            self._ended()
+        elif self._rt.in_loop():
+            self._rt.loop.create_task(self._close_once())
+        else:
             self._rt.call(self._close_once)
-        elif not self._closed:  # the runtime ended, and the sessions with it
-            self._closed = True
-            if self._episode is not None:
-                self._episode.drop_workspace()
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -283,22 +281,15 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not self._closed:
             await self._rt.acall(self._close_once)
 
-    def _start_close(self) -> asyncio.Task[None]:
-        """The env's one closing task on the runtime's loop (started on the first call; call on that loop)."""
-        if self._closing is None:
-            self._closing = self._rt.loop.create_task(self._close_sessions(), name="mcp-gym-env-close")
-        return self._closing
-
     async def _close_once(self) -> None:
-        await asyncio.shield(self._start_close())
+        self._closing = self._closing or asyncio.ensure_future(self.host.close())
+        await asyncio.shield(self._closing)
+        self._ended()
 
-    async def _close_sessions(self) -> None:
-        try:
-            await self.host.close()
-        finally:
-            self._closed = True
-            if self._episode is not None:
-                self._episode.drop_workspace()
+    def _ended(self) -> None:
+        self._closed = True
+        if self._episode is not None:
+            self._episode.drop_workspace()
 
     # -- public helpers -------------------------------------------------------------------------------------------
     @property
