@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import logging
 import os
 import shutil
 import socket
@@ -245,3 +246,31 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
     outcome = yield
     _missing_made_a_failure(outcome.get_result())
+
+
+class _Records(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__(logging.WARNING)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def client_log() -> Iterator[list[logging.LogRecord]]:
+    """The WARNING (and worse) records of the ``mcp_gym.client`` logger during the test, each once: a handler on that
+    logger itself, so neither whether it propagates (an in-process CLI job earlier in the session leaves Hydra's
+    ``propagate: false``) nor where pytest's ``caplog`` attaches its handlers (root, and non-propagating loggers since
+    pytest 9: a record counted twice once the test set ``propagate`` back) changes what is seen."""
+    logger = logging.getLogger("mcp_gym.client")
+    records: list[logging.LogRecord] = []
+    handler, level = _Records(records), logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -7,6 +7,7 @@ episode on ``{workspace}``): an initial folder (``fixture``) and a ``files`` gra
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -220,17 +221,13 @@ def test_eval_reports_the_time_spent_starting_servers(tmp_path: Path, capsys: py
     assert "server start-up share" in capsys.readouterr().out
 
 
-def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, client_log: list[logging.LogRecord],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import logging
-
     from mcp_gym import MCPEnv
     from mcp_gym.client import _notice
 
     monkeypatch.setattr(_notice, "SLOW_CONNECT_NOTICE", 0.0)  # every start not yet known to work is announced
     monkeypatch.setattr(_notice, "_STARTED", set())  # no server of an earlier test is known to work
-    monkeypatch.setattr(logging.getLogger("mcp_gym.client"), "propagate", True)
-    caplog.set_level(logging.WARNING, logger="mcp_gym.client")
     tasks = benchmark(tmp_path / "bench", [write_task(0, "a")])
     env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, load_task_source(tasks))
     try:
@@ -239,7 +236,7 @@ def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, caplog: 
             assert info["servers"]["fs"]["status"] == "ready" and info["startup_seconds"] > 0
     finally:
         env.close()
-    waits = [r.getMessage() for r in caplog.records if "waiting for server 'fs'" in r.getMessage()]
+    waits = [r.getMessage() for r in client_log if "waiting for server 'fs'" in r.getMessage()]
     assert len(waits) == 1, waits  # the first start; the next ones are known to work (their slowness is load)
 
 
@@ -295,6 +292,7 @@ def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with
     assert (Path(tasks["letters__upper"].fixture) / "a.txt").read_text() == "abc\n"  # from the zip
 
     monkeypatch.syspath_prepend(str(out))  # the grader module written next to the task file
+    monkeypatch.delitem(sys.modules, "mcpmark_grader", raising=False)  # not another test's import of it
     env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, list(tasks.values()))
     try:
         env.reset(seed=0, options={"task_id": "standard__notes__shout"})
