@@ -447,3 +447,56 @@ def test_stderr_flood_keeps_a_bounded_tail(tmp_path: Path, monkeypatch: pytest.M
         assert tail.endswith("dying on purpose") and len(tail.encode()) <= 4096
     finally:
         env.close()
+
+
+# -- stray response ids (issue 36) -----------------------------------------------------------------------------------
+STRAY_IDS = ['"²"', '"' + "9" * 5000 + '"', "9" * 5000, '"abc"', "1.5", "[1]", "true", "null", '"٣"']
+
+
+def test_stray_response_ids_are_not_answers_and_the_real_answer_in_the_chunk_arrives(tmp_path: Path) -> None:
+    # "²" passes str.isdigit but not int(); 5,000 digits pass neither int() nor orjson. On the pipe's read callback
+    # such an id raised, the chunk (with the real answer after it) was lost and the call waited out its timeout.
+    env = MCPEnv({"s": spec(tmp_path, [ECHO, tool("stray")])}, ["t"], call_timeout=60)
+    try:
+        env.reset(seed=0)
+        pid = pid_of(tmp_path)
+        for ids in (['"²"'], STRAY_IDS):
+            _, _, _, truncated, info = env.step({"tool": "stray", "arguments": {"ids": ids}})
+            assert info["error"] is None, info["error"]
+            assert info["content"][0]["text"] == "answer" and not truncated
+        state = env.host.connections["s"]._stdio
+        assert state is not None and state.stray_responses == 4 and state.failure is None  # "²" twice, 9*5000 and "abc"
+        assert env.host.connections["s"].status == "ready" and env.host.connections["s"].pid == pid
+        echo(env)
+    finally:
+        env.close()
+
+
+def test_a_failure_while_reading_output_marks_the_server_dead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    # anything unforeseen while reading the server's output (here: a fault put into the answer check) ends the
+    # connection with the reason, instead of a chunk silently lost and every later call waiting out its timeout
+    from mcp_gym._compat import mcp_wire
+
+    real = mcp_wire.answer_of
+
+    def broken(obj: Any, waiting: Any) -> int | None:
+        if isinstance(obj, dict) and obj.get("result", {}).get("content", [{}])[0].get("text") == "boom":
+            raise RuntimeError("boom in the answer check")
+        return real(obj, waiting)
+
+    monkeypatch.setattr(mcp_wire, "answer_of", broken)
+    env = MCPEnv({"s": spec(tmp_path, [ECHO])}, ["t"], call_timeout=60)
+    try:
+        env.reset(seed=0)
+        pid = pid_of(tmp_path)
+        _, _, _, truncated, info = env.step({"tool": "echo", "arguments": {"text": "boom"}})
+        assert info["error"]["kind"] == "server_dead", info["error"]
+        srv = info["servers"]["s"]
+        assert srv["status"] == "dead" and "reading the server's output failed (RuntimeError: boom" in srv["error"]
+        assert truncated
+        assert_gone(pid)
+        env.reset(seed=1)
+        echo(env)
+    finally:
+        env.close()

@@ -4,8 +4,9 @@ Per page, the ```python blocks run in document order, in one namespace, from an 
 own (one test item per page, so xdist spreads them). A block that cannot run here (it downloads a model, or stands for
 the reader's own LLM) is preceded by a visible ``<!-- not-run: reason -->`` line; those are listed and counted so they
 stay few. A block that needs an optional extra (a trainer framework) is preceded by ``<!-- needs: MODULE (how to
-install it) -->``: it runs where ``MODULE`` imports, and is left out (and named) where it does not, except in CI
-(``CI=true``), which installs them all. The ```bash blocks' ``mcp-gym`` commands name commands the CLI has.
+install it) -->``: it runs where ``MODULE`` imports, and is left out (and named) where it does not, except in .ci/run's
+second stage (``MCP_GYM_CI_FULL=1``), which installs them all. The ```bash blocks' ``mcp-gym`` commands name commands
+the CLI has.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import NPM_DIR, npm_bin
+from conftest import CI_FULL_ENV, NPM_DIR, npm_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -131,11 +132,12 @@ def runnable(page: str, blocks: list[dict[str, object]]) -> tuple[list[dict[str,
             return True
 
     missing = [b for b in blocks if "needs" in b and absent(str(b["needs"]))]
-    if os.environ.get("CI") == "true":
+    if os.environ.get(CI_FULL_ENV) == "1":  # .ci/run's second stage: every extra is installed
         assert not missing, [f"{page}:{b['line']} needs {b['needs']}: {b['install']}" for b in missing]
     return [b for b in blocks if b not in missing], [f"line {b['line']}: {b['install']}" for b in missing]
 
 
+@pytest.mark.extras  # the blocks marked <!-- needs: MODULE --> run where their extra is installed
 @pytest.mark.thirdparty  # the quickstart's filesystem server (npx) and the cassette example's memory server
 @pytest.mark.parametrize("item", list(ITEMS))
 def test_page_python_examples_run_in_order(item: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

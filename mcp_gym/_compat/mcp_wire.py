@@ -39,6 +39,7 @@ import orjson
 from mcp import MCPError
 from mcp.client import session as _session
 from mcp.shared import jsonrpc_dispatcher as _jd
+from mcp.shared.jsonrpc_dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from mcp_types import methods as _methods
 from pydantic import TypeAdapter, ValidationError
@@ -58,7 +59,7 @@ try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too)
 except ImportError:  # then every request takes inject_trace_context
     _otel_context = None  # type: ignore[assignment]  # _inject() then always takes the SDK's inject
 
-__all__ = ["Wire", "Lane", "StepAside", "call_tool", "read_resource", "usable", "missing", "missing_on"]
+__all__ = ["Wire", "Lane", "StepAside", "request_key", "call_tool", "read_resource", "usable", "missing", "missing_on"]
 
 # The SDK's private names the lane uses (mcp 2.3): where it lives, what. missing() / missing_on() list the gone ones,
 # tests/test_compat.py fails naming them, and usable() then sends every call the SDK's own way (said once).
@@ -153,15 +154,22 @@ class ProgressOnly:
         return _jd._Pending(send=self._dummy[0], receive=self._dummy[1], on_progress=on_progress)
 
 
+def request_key(rid: Any) -> int | None:
+    """The request id a response's ``id`` names, as the SDK's dispatcher correlates it (``"7"`` is 7), or ``None``:
+    no request of this client can have it (every id it sends is an int). Never raises: a hostile id (``"²"``, which
+    ``str.isdigit`` accepts and ``int`` refuses, or 5,000 digits, past ``int``'s limit) is just not an answer."""
+    if type(rid) is str:
+        rid = coerce_request_id(rid)  # the SDK's own coercion: it catches int()'s ValueError
+    return rid if type(rid) is int else None
+
+
 def answer_of(obj: Any, waiting: Mapping[int, Any]) -> int | None:
     """The waiting request id ``obj`` (a decoded JSON value) is the plain answer of, or ``None``: not a dict, a
     request or notification, an unknown id, or a malformed answer (the SDK's path then makes an error of it)."""
     if type(obj) is not dict or "method" in obj:
         return None
-    rid = obj.get("id")
-    if type(rid) is str and rid.isdigit():  # the SDK correlates "7" with 7 too
-        rid = int(rid)
-    if type(rid) is not int or rid not in waiting:
+    rid = request_key(obj.get("id"))
+    if rid is None or rid not in waiting:
         return None
     result, error = obj.get("result"), obj.get("error")
     ok = (type(result) is dict and error is None) or (
@@ -226,10 +234,8 @@ class Wire(ProgressOnly):
         message = getattr(item, "message", None) if isinstance(item, SessionMessage) else None
         if not isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)):
             return False
-        rid = message.id
-        if isinstance(rid, str) and rid.isdigit():
-            rid = int(rid)
-        fut = self.waiting.get(rid) if type(rid) is int else None
+        rid = request_key(message.id)
+        fut = self.waiting.get(rid) if rid is not None else None
         if fut is None:
             return False
         if not fut.done():

@@ -12,6 +12,11 @@ transport feeds the same streams (``SessionMessage`` in, ``SessionMessage`` out)
 * reads a line the SDK's strict parser rejects (lone surrogate escapes, invalid UTF-8, nesting deeper than 200) with
   Python's ``json`` and U+FFFD for what is not Unicode; a response that is still unreadable gets a JSON-RPC error
   (:data:`INVALID_MESSAGE`) for its request at once, instead of leaving the request to time out;
+* ignores a response whose ``id`` no request of this client can have (a string that is not a number, ``"²"``, 5,000
+  digits: counted in :attr:`StdioState.stray_responses`, logged once), and reads on past it;
+* ends the connection with the reason in :attr:`StdioState.failure` when reading the server's output raises anything
+  unforeseen (in the pipe's read callback or the reader task), so nothing is silently dropped and no call waits out
+  its timeout on a reader that stopped;
 * passes a ``*/list_changed`` notification repeated back to back (no other message either way in between) once: a
   flood of them costs a byte comparison each, not a parse and a dispatch;
 * drains the server's stderr through a pipe into a ring buffer of ``stderr_tail_bytes`` (nothing on disk);
@@ -40,7 +45,7 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
 from mcp_gym._compat.anyio import stdin_writer as asyncio_stdin
-from mcp_gym._compat.mcp_wire import Wire
+from mcp_gym._compat.mcp_wire import Wire, request_key
 
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
 
@@ -69,6 +74,7 @@ class StdioState:
         self.stderr_bytes = 0  # total seen (only the tail is kept)
         self.dropped_messages = 0  # oversized notifications and server requests
         self.unreadable_lines = 0  # stdout lines that are not JSON-RPC
+        self.stray_responses = 0  # responses with an id no request of ours can have (ignored)
         self.wire = Wire()  # the fast lane for tools/call (mcp_gym._compat.mcp_wire)
         self._tail = bytearray()
 
@@ -158,6 +164,10 @@ def _key(token: bytes) -> str:
         return ""
 
 
+class _ReadFailed(Exception):
+    """Raised by :meth:`_Stdout.receive` when the pipe's read callback failed (the cause is the exception)."""
+
+
 class _Stdout(asyncio.Protocol):
     """The server's stdout pipe, read by asyncio's pipe transport: chunks queued for the reader task and, while the
     reader waits with nothing unfinished, fast-lane answers taken the moment they arrive (``take``: the part of a
@@ -170,6 +180,7 @@ class _Stdout(asyncio.Protocol):
         self.queued = 0
         self.eof = False
         self.idle = False  # the reader waits for data with no unfinished line: a chunk may be taken here
+        self.failed: Exception | None = None  # what `take` raised: the reader ends the connection with it
         self._take, self._limit = take, limit
         self._waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.ReadTransport | None = None
@@ -179,8 +190,13 @@ class _Stdout(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]  # connect_read_pipe: a read transport
 
     def data_received(self, data: bytes) -> None:  # noqa: D102 - asyncio.Protocol's
-        if self.idle and not self.chunks:
-            data = self._take(data)
+        if self.idle and not self.chunks and self.failed is None:
+            try:
+                data = self._take(data)
+            except Exception as exc:  # unforeseen: the reader fails the connection (raising here would lose the chunk)
+                self.failed = exc
+                self._wake()
+                return
             if not data:
                 return
         self.chunks.append(data)
@@ -206,6 +222,8 @@ class _Stdout(asyncio.Protocol):
     async def receive(self, idle: bool) -> bytes:
         """The next chunk (``anyio.EndOfStream`` after the last); ``idle``: the caller has no unfinished line."""
         while not self.chunks:
+            if self.failed is not None:
+                raise _ReadFailed from self.failed
             if self.eof:
                 raise anyio.EndOfStream
             self._waiter = asyncio.get_running_loop().create_future()
@@ -314,11 +332,21 @@ async def stdio_transport(
             message = _lenient(line)
             if message is None:
                 return await deliver_unreadable(line, exc)
+        if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and request_key(message.id) is None:
+            return stray(message.id)
         method = message.__dict__.get("method")  # a response has no such field (pydantic's getattr miss is slow)
         ok = await deliver(SessionMessage(message))
         if isinstance(method, str) and method.endswith("/list_changed") and len(line) < 4096:
             repeat[0] = line
         return ok
+
+    def stray(rid: Any) -> bool:
+        """A response no request of ours can have asked for: not an answer, ignored (said once per server)."""
+        state.stray_responses += 1
+        if state.stray_responses == 1:
+            logger.warning("server %s sent a response with id %.40r, which no request has (ignored; further ones are "
+                           "counted, not logged)", params.command, rid)
+        return True
 
     async def deliver_unreadable(line: bytes, exc: Exception) -> bool:
         """A response that is not JSON-RPC fails its request at once; anything else is reported as the SDK does."""
@@ -332,6 +360,8 @@ async def stdio_transport(
             rid = json.loads(keys.get("id", b"") or b"null")
         if "method" in keys or isinstance(rid, bool) or not isinstance(rid, (int, str)):
             return await deliver(exc)
+        if request_key(rid) is None:
+            return stray(rid)
         message = f"the server's response is not valid JSON-RPC: {_reason(exc)}"
         error = mt.ErrorData(code=INVALID_MESSAGE, message=message)
         return await deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
@@ -353,6 +383,8 @@ async def stdio_transport(
         if isinstance(rid, bool) or not isinstance(rid, (int, str)):
             state.failure = f"{what} and its id is not in its first {_HEAD_BYTES // 1024} kB"
             return None
+        if request_key(rid) is None:
+            return stray(rid)
         error = mt.ErrorData(code=MESSAGE_TOO_LARGE, message=f"result too large: {what} (the result was discarded)")
         return await deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
 
@@ -376,39 +408,59 @@ async def stdio_transport(
         size = 0
         head: bytes | None = None  # set while an oversized line is being discarded
         live = True  # False: the session is gone or the connection failed; only drain
+
+        async def fail(exc: BaseException) -> None:
+            """Reading raised something unforeseen: the connection ends with the reason (the server is then dead)."""
+            detail = str(exc).splitlines()[0][:200] if str(exc) else "no detail"
+            state.failure = f"reading the server's output failed ({type(exc).__name__}: {detail})"
+            logger.error("server %s: %s; the connection is closed", params.command, state.failure, exc_info=exc)
+            wire.close()
+            await read_writer.aclose()  # the session sees the connection end
+
         with reader_scope:
             async with read_writer:
                 try:
                     while True:
-                        chunk = await stdout.receive(idle=live and not parts and head is None)
+                        try:
+                            chunk = await stdout.receive(idle=live and not parts and head is None)
+                        except _ReadFailed as exc:
+                            stdout.failed, live = None, False  # reported once; from now on only drain
+                            await fail(exc.__cause__ or exc)
+                            continue
                         if not live:
                             continue
                         pos = 0
-                        while live and pos < len(chunk):
-                            nl = chunk.find(b"\n", pos)
-                            end = len(chunk) if nl < 0 else nl
-                            n = end - pos
-                            if head is None and size + n > max_message_bytes:
-                                head = (b"".join(parts) + chunk[pos : pos + _HEAD_BYTES])[:_HEAD_BYTES]
-                                parts = []
-                            elif head is None:
-                                parts.append(chunk[pos:end])
-                            size += n
-                            if nl < 0:
-                                break
-                            if head is None:
-                                line = parts[0] if len(parts) == 1 else b"".join(parts)
-                                parts = []
-                                live = await deliver_line(line)
-                            else:
-                                ok = await deliver_oversized(head, size)
-                                head = None
-                                if ok is None:
-                                    wire.close()
-                                    await read_writer.aclose()  # the session sees the connection end
-                                live = bool(ok)
-                            size = 0
-                            pos = nl + 1
+                        try:
+                            while live and pos < len(chunk):
+                                nl = chunk.find(b"\n", pos)
+                                end = len(chunk) if nl < 0 else nl
+                                n = end - pos
+                                if head is None and size + n > max_message_bytes:
+                                    head = (b"".join(parts) + chunk[pos : pos + _HEAD_BYTES])[:_HEAD_BYTES]
+                                    parts = []
+                                elif head is None:
+                                    parts.append(chunk[pos:end])
+                                size += n
+                                if nl < 0:
+                                    break
+                                if head is None:
+                                    line = parts[0] if len(parts) == 1 else b"".join(parts)
+                                    parts = []
+                                    live = await deliver_line(line)
+                                else:
+                                    ok = await deliver_oversized(head, size)
+                                    head = None
+                                    if ok is None:
+                                        wire.close()
+                                        await read_writer.aclose()  # the session sees the connection end
+                                    live = bool(ok)
+                                size = 0
+                                pos = nl + 1
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            raise
+                        except Exception as exc:  # unforeseen: fail the connection rather than drop what follows
+                            live = False
+                            await fail(exc)
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                     pass
                 finally:

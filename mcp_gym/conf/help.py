@@ -21,9 +21,10 @@ JOB_GROUPS: dict[str, tuple[str, ...]] = {
     "demo": ("env", "launcher"),
     "export_sft": (),
     "validate_tasks": ("env",),
+    "generate_tasks": ("env", "generator", "policy"),
 }
 """Per job (option of the ``job`` group): the config groups it reads."""
-DEFAULTS = {"env": "sql", "policy": "random", "recorder": "parquet", "launcher": "local"}
+DEFAULTS = {"env": "sql", "policy": "random", "recorder": "parquet", "launcher": "local", "generator": "explore"}
 SKIP = ("defaults", "hydra")  # Hydra's own blocks: not job keys
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*):(?P<rest>.*)$")
 _COMMENTED_KEY = re.compile(r"^(?P<key>[a-z_]+): (?P<doc>.+)$")  # "# system_prompt: ..." documents an optional key

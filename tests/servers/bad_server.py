@@ -17,7 +17,8 @@ result), ``change`` (sends ``notifications/tools/list_changed`` first), ``flood`
 ``big_notice`` (a ``mb``-megabyte log notification first), ``die`` (a line on stderr, then exit 3), ``mcp_gym_reset``
 (never answers), ``stderr`` (``mb`` megabytes to stderr, then a result), ``garbage`` (a response line that is not
 JSON), ``deep`` (structured content nested ``depth`` lists deep), ``surrogate`` (a text with a lone surrogate escape),
-``noise`` (``n`` lines of plain text on stdout first).
+``noise`` (``n`` lines of plain text on stdout first), ``stray`` (first, in the same write as the answer, a response
+for each id in ``ids``, raw JSON texts of ids no request has, such as ``'"²"'``).
 """
 
 from __future__ import annotations
@@ -134,6 +135,12 @@ def main() -> None:
             elif name == "noise":
                 sys.stdout.buffer.write(b"a log line on stdout, not JSON-RPC\n" * int(args.get("n", 1000)))
                 send({"jsonrpc": "2.0", "id": rid, "result": text_result("noisy")})
+            elif name == "stray":
+                strays = b"".join(b'{"jsonrpc": "2.0", "id": ' + raw.encode() + b', "result": ' +
+                                  json.dumps(text_result("stray")).encode() + b"}\n" for raw in args.get("ids", []))
+                answer = json.dumps({"jsonrpc": "2.0", "id": rid, "result": text_result("answer")}).encode()
+                sys.stdout.buffer.write(strays + answer + b"\n")  # one write: the answer shares the chunk
+                sys.stdout.buffer.flush()
             elif name == "mcp_gym_reset":
                 pass  # never answers
             else:
