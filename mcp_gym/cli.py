@@ -262,7 +262,9 @@ def _serve(argv: Sequence[str]) -> int:
         serve_replay(a.replay, a.transport, a.host, a.port, strict=a.strict, json_response=a.json_response)
         return 0
     name = a.name
-    if name not in BUNDLED_SERVERS:
+    from mcp_gym.envs.packages import installed_env
+
+    if name not in BUNDLED_SERVERS and installed_env(name) is None:  # an installed env's server goes by its name
         from mcp_gym.envs import env_module
 
         name = env_module(name).SERVER

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from conftest import free_port, stop_process, wait_for_port
 
 from mcp_gym.cli import main
 from mcp_gym.envs import make_env, register_all
@@ -97,6 +98,26 @@ def test_env_name_runs_an_installed_env_as_a_job(demo_env: Path, tmp_path: Path,
     assert main(["eval", "env=demo-env", "env.transport=inprocess", "policy=oracle", f"out={out}"]) == 0
     summary = json.loads((out / "report" / "results.json").read_text())["summary"]
     assert (summary["tasks"], summary["success_rate"]) == (2, 1.0)  # eval's split: test
+
+
+def test_mcp_gym_serve_runs_an_installed_envs_server_over_http(demo_env: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.cli", "serve", "demo-env", "--transport", "http", "--port",
+                             str(port)], env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc=proc)
+        env = make_env("demo-env", url=f"http://127.0.0.1:{port}/mcp")
+        try:
+            for task in env.tasks:
+                env.reset(options={"task_id": task.id})
+                for call in task.solution:
+                    *_, info = env.step(dict(call))
+                assert info["success"], task.id
+        finally:
+            env.close()
+    finally:
+        stop_process(proc)
 
 
 def test_a_broken_entry_point_is_one_line_and_the_others_are_listed(
