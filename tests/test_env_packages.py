@@ -67,7 +67,8 @@ def test_envs_new_refuses_a_bad_name_or_an_existing_folder(tmp_path: Path, capsy
     assert main(["envs", "new", "Demo_Env", "--dir", str(tmp_path)]) == 2
     assert "env name 'Demo_Env'" in capsys.readouterr().err
     assert main(["envs", "new", "counter", "--dir", str(tmp_path)]) == 2
-    assert "bundled env" in capsys.readouterr().err
+    assert "mcp-gym's own envs" in capsys.readouterr().err
+    assert main(["envs", "new", "custom", "--dir", str(tmp_path)]) == 2
     assert main(["envs", "new", "demo-env", "--dir", str(tmp_path)]) == 0
     assert main(["envs", "new", "demo-env", "--dir", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err
@@ -135,6 +136,20 @@ def test_a_broken_entry_point_is_one_line_and_the_others_are_listed(
     assert err.count("\n") == 1 and "package broken-env 0.1.0" in err
     with pytest.raises(ValueError, match="package broken-env 0.1.0"):
         make_env("broken")
+
+
+def test_a_shadowed_or_twice_declared_name_is_reported(demo_env: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _declare(tmp_path / "other", "other-env", {"demo-env": "demo_env", "counter": "demo_env"})
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path / "other")])  # found after demo-env
+    assert installed_envs()["demo-env"].package == "demo-env 0.1.0"  # the first found is used
+    rows, errors = list_envs()
+    assert [r["source"] for r in rows if r["env"] == "counter"] == [rows[0]["source"]]  # the bundled one only
+    assert sorted(errors) == [
+        "installed env 'counter' (package other-env 0.1.0, entry point counter = 'demo_env'): the name is mcp-gym's "
+        "own env; the installed one is ignored",
+        "installed env 'demo-env' (package other-env 0.1.0, entry point demo-env = 'demo_env'): also declared by "
+        "package demo-env 0.1.0, which is used"]
 
 
 @pytest.mark.slow

@@ -87,20 +87,37 @@ def _package_of(ep: EntryPoint) -> str:
     return f"{dist.name} {dist.version}" if dist is not None else "?"
 
 
+def _reserved() -> set[str]:
+    """Names an installed env cannot take: the bundled envs' and the ``env`` configs' (``custom``)."""
+    from importlib.resources import files
+
+    from mcp_gym.envs import BUNDLED_ENVS
+
+    configs = {p.name.removesuffix(".yaml") for p in files("mcp_gym.conf").joinpath("env").iterdir()}
+    return {n.lower() for n in BUNDLED_ENVS} | configs
+
+
+def _declared() -> tuple[dict[str, InstalledEnv], list[str]]:
+    found: dict[str, InstalledEnv] = {}
+    conflicts: list[str] = []
+    reserved = _reserved()
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        env = InstalledEnv(ep.name, ep.value, _package_of(ep))
+        if ep.name.lower() in reserved:
+            conflicts.append(str(env._fail("the name is mcp-gym's own env; the installed one is ignored")))
+        elif ep.name in found:
+            conflicts.append(str(env._fail(f"also declared by package {found[ep.name].package}, which is used")))
+        else:
+            found[ep.name] = env
+    return found, conflicts
+
+
 def installed_envs() -> dict[str, InstalledEnv]:
     """The envs installed packages declare (entry-point group ``mcp_gym.envs``), by name; nothing is imported.
 
-    Names of bundled envs are left out (a bundled env always wins); of two packages declaring one name, the first
-    found is kept."""
-    from mcp_gym.envs import BUNDLED_ENVS
-
-    bundled = {n.lower() for n in BUNDLED_ENVS}
-    found: dict[str, InstalledEnv] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name.lower() in bundled or ep.name in found:
-            continue
-        found[ep.name] = InstalledEnv(ep.name, ep.value, _package_of(ep))
-    return found
+    Names of bundled envs and ``env`` configs are left out (mcp-gym's own env wins); of two packages declaring one
+    name, the first found is kept (``mcp-gym envs list`` reports both cases)."""
+    return _declared()[0]
 
 
 def installed_env(name: str) -> InstalledEnv | None:
@@ -130,10 +147,8 @@ def scaffold(name: str, directory: str | Path = ".") -> Path:
 
     if not _NAME.match(name):
         raise ValueError(f"env name {name!r}: use lower-case letters and digits, words joined by '-' (e.g. demo-env)")
-    from mcp_gym.envs import BUNDLED_ENVS
-
-    if name in {n.lower() for n in BUNDLED_ENVS}:
-        raise ValueError(f"env name {name!r} is a bundled env's name; choose another")
+    if name in _reserved():
+        raise ValueError(f"env name {name!r} is the name of one of mcp-gym's own envs; choose another")
     root = Path(directory) / name
     if root.exists():
         raise ValueError(f"{root} already exists; choose another name or --dir")
@@ -157,7 +172,7 @@ def _bundled_transport(folder: str) -> str:
 
 def list_envs() -> tuple[list[dict[str, object]], list[str]]:
     """Every bundled and installed env as a row (``env``, ``id``, ``source``, ``tasks``, ``transport``), and one error
-    line per installed env that cannot be loaded (it is left out of the rows; the others are listed)."""
+    line per installed env that cannot be loaded or is shadowed (it is left out of the rows; the others are listed)."""
     from mcp_gym._version import __version__
     from mcp_gym.envs import BUNDLED_ENVS, load_env_tasks
 
@@ -165,8 +180,8 @@ def list_envs() -> tuple[list[dict[str, object]], list[str]]:
     for name, folder in BUNDLED_ENVS.items():
         rows.append({"env": folder, "id": f"mcp_gym/{name}-v0", "source": f"mcp-gym {__version__} (bundled)",
                      "tasks": len(load_env_tasks(name)), "transport": _bundled_transport(folder)})
-    errors: list[str] = []
-    for name, env in installed_envs().items():
+    installed, errors = _declared()
+    for name, env in installed.items():
         try:
             n = len(env.tasks_module().generate_tasks(0))
         except EnvPackageError as e:
