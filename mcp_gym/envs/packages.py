@@ -93,7 +93,7 @@ def _reserved() -> set[str]:
 
     from mcp_gym.envs import BUNDLED_ENVS
 
-    configs = {p.name.removesuffix(".yaml") for p in files("mcp_gym.conf").joinpath("env").iterdir()}
+    configs = {p.name.removesuffix(".yaml") for p in (files("mcp_gym.conf") / "env").iterdir()}
     return {n.lower() for n in BUNDLED_ENVS} | configs
 
 
@@ -164,10 +164,13 @@ def scaffold(name: str, directory: str | Path = ".") -> Path:
 def _bundled_transport(folder: str) -> str:
     from importlib.resources import files
 
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
-    conf = files("mcp_gym.conf").joinpath("env", f"{folder}.yaml")
-    return str(OmegaConf.create(conf.read_text(encoding="utf-8")).get("transport", "stdio")) if conf.is_file() else "?"
+    conf = files("mcp_gym.conf") / "env" / f"{folder}.yaml"
+    if not conf.is_file():
+        return "?"
+    cfg = OmegaConf.create(conf.read_text(encoding="utf-8"))
+    return str(cfg.get("transport", "stdio")) if isinstance(cfg, DictConfig) else "?"
 
 
 def list_envs() -> tuple[list[dict[str, object]], list[str]]:
@@ -219,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, errors = list_envs()
     cols = ("env", "id", "source", "tasks", "transport")
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    for r in [{c: c for c in cols}, *rows]:
+    header: dict[str, object] = {c: c for c in cols}
+    for r in [header, *rows]:
         print("  ".join(str(r[c]).ljust(widths[c]) for c in cols).rstrip())
     for line in errors:
         print(f"mcp-gym envs list: {line}", file=sys.stderr)
