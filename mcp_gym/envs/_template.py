@@ -38,7 +38,7 @@ packages = ["{{package}}"]
 README = """\
 # {{name}}
 
-An [mcp-gym](https://github.com/) environment: a small MCP server (`{{package}}/server.py`), tasks with reference
+An mcp-gym environment: a small MCP server (`{{package}}/server.py`), tasks with reference
 solutions (`{{package}}/tasks.jsonl`) and a verifier (`{{package}}/tasks.py`).
 
 ```bash
