@@ -91,6 +91,12 @@ def test_an_installed_env_is_found_and_its_oracle_succeeds(demo_env: Path) -> No
         assert info["success"] is False
     finally:
         env.close()
+    envs = gym.make_vec("mcp_gym/demo-env-v0", num_envs=2)  # Gymnasium's vector entry point finds it too
+    try:
+        obs, info = envs.reset(seed=0)
+        assert len(obs["task"]) == 2 and all("times" in t for t in obs["task"])
+    finally:
+        envs.close()
 
 
 def test_env_name_runs_an_installed_env_as_a_job(demo_env: Path, tmp_path: Path,
