@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.protocol import SERVER_ERROR_KINDS, openai_tools
@@ -554,8 +555,13 @@ def _write_files(splits: dict[str, datasets.Dataset], data: Path, format: Output
             ds.to_json(str(data / f"{name}-{tag}.jsonl"), force_ascii=False)
             continue
         n = max(1, math.ceil(len(ds) / max_shard_rows))
+        table = ds.with_format("arrow")[:]  # the features' schema (with their metadata), as to_parquet writes
+        div, mod = divmod(len(ds), n)  # Dataset.shard(n, i, contiguous=True)'s rows
         for i in range(n):
-            ds.shard(n, i, contiguous=True).to_parquet(str(data / f"{name}-{i:05d}-of-{n:05d}-{tag}.parquet"))
+            # Arrow's own file writer, not to_parquet's: through a Python file object (fsspec) a full disk aborts the
+            # process inside Arrow's C++ writer; to a path it raises OSError, which export-sft says in one line.
+            shard = table.slice(i * div + min(i, mod), div + (i < mod))
+            pq.write_table(shard, str(data / f"{name}-{i:05d}-of-{n:05d}-{tag}.parquet"))
 
 
 _CARD_TAG = "mcp-gym-sft"
