@@ -12,8 +12,8 @@ from mcp_gym.protocol import RESET_TOOL
 
 __all__ = ["StatefulServerWarning", "note_state_change", "README_SECTION"]
 
-README_SECTION = "Benchmark your own MCP server > Stateful servers: one world per episode"
-"""The README section on isolating stateful servers (named in the warning)."""
+README_SECTION = "docs/benchmarks.md, 'Stateful servers: one world per episode'"
+"""The docs section on isolating stateful servers (named in the warning)."""
 
 _warned: set[tuple[str, str]] = set()
 _keys: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
@@ -51,5 +51,5 @@ def note_state_change(env: Any, out: Any) -> None:
     warnings.warn(
         f"mcp-gym: server '{alias}' has no {RESET_TOOL} tool and is not restarted per episode, and tool "
         f"'{out.server_tool}' may have changed its state: later episodes (and runs) see it. Give each episode its "
-        f"own world: README, '{README_SECTION}' (a {{workspace}} in its command line or environment, or "
+        f"own world: {README_SECTION} (a {{workspace}} in its command line or environment, or "
         "env.reset_mode=restart)", StatefulServerWarning, stacklevel=2)

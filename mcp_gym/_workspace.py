@@ -12,6 +12,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -21,7 +22,8 @@ from mcp_gym.client.specs import Stdio
 from mcp_gym.episode import Episode, EpisodeState
 from mcp_gym.tasks import Task
 
-__all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "fill_task",
+__all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "task_env", "TaskEnvIgnored",
+           "fill_task",
            "prepare_episode_servers", "mask_workspace", "expand_workspace"]
 
 PLACEHOLDER = "{workspace}"
@@ -60,8 +62,35 @@ def episode_spec(spec: Any, workspace: Path | None, env: Mapping[str, str]) -> A
                                cwd=fill(os.fspath(spec.cwd)) if spec.cwd else None)
 
 
+class TaskEnvIgnored(UserWarning):
+    """A task's ``env`` names a variable the user's own server config sets: the user's value is kept."""
+
+
+_ignored: set[tuple[str, str, str]] = set()
+"""``(task, server, key)`` already warned about (once per process)."""
+
+
+def task_env(task: Task, alias: str, spec: Any) -> dict[str, str]:
+    """The task's ``env`` for server ``alias`` without the variables its spec (the user's own config) already sets:
+    the user's value wins, and each ignored key is warned about once (naming task, server and key)."""
+    own = getattr(spec, "env", None) or {}
+    if not task.env or not isinstance(spec, Stdio):
+        return dict(task.env)
+    kept: dict[str, str] = {}
+    for key, value in task.env.items():
+        if key not in own:
+            kept[key] = value
+            continue
+        if (task.id, alias, key) not in _ignored:
+            _ignored.add((task.id, alias, key))
+            warnings.warn(f"mcp-gym: task '{task.id}' sets env key {key!r} of server '{alias}', which the server's "
+                          "own config sets: the config's value is kept, the task's ignored", TaskEnvIgnored,
+                          stacklevel=2)
+    return kept
+
+
 def fill_task(task: Task, workspace: Path) -> Task:
-    """``task`` with ``{workspace}`` replaced in its prompt, reference solution, answer and data."""
+    """``task`` with ``{workspace}`` replaced in its prompt, reference solution, answer, data and turns."""
 
     def fill(v: Any) -> Any:
         if isinstance(v, str):
@@ -73,7 +102,7 @@ def fill_task(task: Task, workspace: Path) -> Task:
         return v
 
     return dataclasses.replace(task, prompt=fill(task.prompt), solution=fill(task.solution), answer=fill(task.answer),
-                               data=fill(dict(task.data)))
+                               data=fill(dict(task.data)), turns=fill(task.turns))
 
 
 def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
@@ -123,7 +152,8 @@ class _EpisodeServers(EpisodeState, Protocol):
 
 async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set[str]:
     """Per-task server set-up of the env's next ``episode``: a fresh workspace (the task's ``fixture`` copied in) when
-    a server command line names ``{workspace}`` (``episode.workspace``), the task's ``env`` variables; servers whose
+    a server command line names ``{workspace}`` (``episode.workspace``), the task's ``env`` variables (never over one
+    the server's own config sets: :func:`task_env`); servers whose
     spec changes restart. Returns them."""
     task = episode.task
     if task.fixture and not env.workspace_servers:
@@ -132,7 +162,7 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
         episode.workspace = make_workspace(task)
     restarted: set[str] = set()
     for alias, template in env.server_templates.items():
-        spec = episode_spec(template, episode.workspace, task.env)
+        spec = episode_spec(template, episode.workspace, task_env(task, alias, template))
         conn = env.host.connections[alias]
         if spec == conn.spec and alias not in env.workspace_servers:
             continue

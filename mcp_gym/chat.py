@@ -29,6 +29,11 @@ The rules:
 * **Final answer**: the model ends an episode by calling the ``submit`` tool, which is always in the tools
   (:func:`openai_tools`, from :mod:`mcp_gym.protocol`). Plain text is never a final answer; it is a reply without a
   usable call.
+* **Conversations** (a task with several user turns): a ``submit`` that ends a user turn before the last becomes the
+  assistant's text reply of that turn (:meth:`ChatView.end_turn`): the ``submit`` call leaves its message, whose
+  content becomes its text then the answer (or, when the reply also made other calls, a new assistant message holds
+  the answer after their results); the next user message follows (the turn's prompt, then the resources that
+  changed).
 """
 
 from __future__ import annotations
@@ -209,6 +214,28 @@ class ChatView:
                    "content": _join(no_call_feedback(parse_status), render_resources(self._changed(resources)))}
         self.messages.append(message)
         return message
+
+    def end_turn(self, prompt: str, resources: Mapping[str, str] | None = None, *, id: str | None = None,
+                 answer: str | None = None) -> list[dict[str, Any]]:
+        """A user turn ended with ``submit``: the call ``id`` of the last reply (``None``: the reply was a text the
+        caller submitted, already in the view) becomes the assistant's text reply ``answer``, and the next user
+        message (``prompt``, then the resources that changed) follows. Returns the messages appended."""
+        added: list[dict[str, Any]] = []
+        if id is not None:
+            message = next(m for m in reversed(self.messages) if m["role"] == "assistant")
+            calls = message.get("tool_calls") or []
+            kept = calls[:next((k for k, c in enumerate(calls) if c["id"] == id), len(calls))]
+            if kept:  # calls before the submit ran: the answer follows their results
+                message["tool_calls"] = kept
+                added.append({"role": "assistant", "content": answer or ""})
+                self.messages.append(added[-1])
+            else:
+                message.pop("tool_calls", None)
+                if answer and not message["content"].endswith(answer):  # (a text reply submitted is its own answer)
+                    message["content"] = _join(message["content"], answer)
+        added.append({"role": "user", "content": user_content(prompt, self._changed(resources))})
+        self.messages.append(added[-1])
+        return added
 
     def wire(self) -> list[dict[str, Any]]:
         """The conversation in OpenAI wire form (see :func:`to_wire`)."""

@@ -12,6 +12,7 @@ multirun work as usual)::
     mcp-gym collect --cfg job                            # show the composed config
     mcp-gym tasks validate env=custom '+env.servers.x="cmd"' env.tasks=tasks.jsonl  # reference solutions pass?
     mcp-gym tasks import mcpmark ~/mcpmark --out bench  # MCPMark's filesystem tasks (a local checkout) as a task file
+    mcp-gym tasks generate env=custom '+env.servers.x="cmd {workspace}"' n=50 out=gen  # tasks checked by running them
 
 Servers::
 
@@ -49,7 +50,7 @@ from typing import Any, ClassVar
 __all__ = ["main"]
 
 JOBS = {"collect": "collect", "eval": "eval", "export-sft": "export_sft", "demo": "demo",
-        "tasks-validate": "validate_tasks"}
+        "tasks-validate": "validate_tasks", "tasks-generate": "generate_tasks"}
 """Command -> option of the ``job`` config group."""
 INTERRUPTED = 130
 REFUSED = 2
@@ -60,8 +61,9 @@ HIDDEN_NOTE = "(hidden: mcp-gym episode control)"
 
 def _usage() -> str:
     body = (__doc__ or "").split("\n", 2)[2].replace("``", "").replace("::", ":")
-    commands = [c for c in JOBS if c != "tasks-validate"]
-    names = [*commands, "tasks validate", "tasks import", "serve", "serve-openenv", "inspect", "diff-tools", "view"]
+    commands = [c for c in JOBS if not c.startswith("tasks-")]
+    names = [*commands, "tasks validate", "tasks generate", "tasks import", "serve", "serve-openenv", "inspect",
+             "diff-tools", "view"]
     return f"usage: mcp-gym {{{','.join(names)}}} [arguments]\n\n{body}"
 
 
@@ -139,6 +141,10 @@ def _run_job(cfg: Any) -> None:
             checks = validate_tasks(cfg, out)
             if any(c.status in ("failed", "error") for c in checks):
                 raise SystemExit(1)
+        elif cfg.command == "tasks-generate":
+            from mcp_gym.jobs.generate import generate_tasks
+
+            generate_tasks(cfg, out)
         else:
             raise ValueError(f"unknown command {cfg.command!r}")
     except jobs.JobInterrupted as e:
@@ -187,7 +193,7 @@ def _job(command: str, args: Sequence[str]) -> int:
     if "--help" in args or "-h" in args:
         from mcp_gym.conf.help import job_help
 
-        name = "tasks validate" if command == "tasks-validate" else command
+        name = command.replace("-", " ", 1) if command.startswith("tasks-") else command
         print(job_help(name, JOBS[command], [a for a in args if not a.startswith("-")]))
         return 0
     return _hydra(command, args)
@@ -270,6 +276,11 @@ def _serve_openenv(argv: Sequence[str]) -> int:
     p.add_argument("--max-sessions", type=int, default=64, help="most WebSocket sessions at once")
     p.add_argument("--record-to", metavar="DIR", help="record every session's episodes into this run directory")
     p.add_argument("--policy", default="openenv", help="the recorded policy name")
+    p.add_argument("--token", default=os.environ.get("MCP_GYM_OPENENV_TOKEN"),
+                   help="bearer token every request must carry (default: $MCP_GYM_OPENENV_TOKEN; set it when --host "
+                        "is not a loopback address)")
+    p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="close a session idle this long and free its slot (default 300; 0: never)")
     a = p.parse_args(argv)
     try:
         env_kwargs = json.loads(a.env_kwargs)
@@ -277,17 +288,27 @@ def _serve_openenv(argv: Sequence[str]) -> int:
         p.error(f"--env-kwargs is not JSON: {e}")
     if not isinstance(env_kwargs, dict):
         p.error("--env-kwargs must be a JSON object")
+    if not a.idle_timeout >= 0:
+        p.error("--idle-timeout must be 0 (never) or a positive number of seconds")
+    print(f"mcp-gym serve-openenv: starting {a.env} (a line follows when it listens)", file=sys.stderr, flush=True)
     try:
         from mcp_gym.openenv import create_app
     except ImportError as e:
         print(f"mcp-gym serve-openenv: {e}", file=sys.stderr)
         return 2
-    import uvicorn
+    from mcp_gym.serverkit import LOCAL_HOSTS, serve_http
 
+    if a.host not in LOCAL_HOSTS and not a.token:
+        print(f"mcp-gym serve-openenv: warning: {a.host} is not a loopback address and no --token is set: anyone who "
+              "reaches the port can drive sessions", file=sys.stderr, flush=True)
     app = create_app(a.env, env_kwargs=env_kwargs, max_sessions=a.max_sessions, record_to=a.record_to,
-                     policy=a.policy)
-    print(f"serving {a.env} as an OpenEnv environment on ws://{a.host}:{a.port}/ws", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
+                     policy=a.policy, host=a.host, token=a.token, idle_timeout=a.idle_timeout or None)
+
+    def listening() -> None:
+        print(f"serving {a.env} as an OpenEnv environment on ws://{a.host}:{a.port}/ws (http://{a.host}:{a.port})",
+              file=sys.stderr, flush=True)
+
+    serve_http(app, a.host, a.port, ready=listening)
     return 0
 
 
@@ -447,16 +468,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return diff_tools(rest)
         if command == "tasks":
+            if rest[:2] == ["import", "bfcl"]:
+                from mcp_gym.jobs.bfcl import main as import_bfcl
+
+                return import_bfcl(rest[2:])
             if rest and rest[0] == "import":
                 from mcp_gym.jobs.mcpmark import main as import_tasks
 
                 return import_tasks(rest[1:])
+            if rest and rest[0] == "generate":
+                return _job("tasks-generate", rest[1:])
             if not rest or rest[0] != "validate":
                 print("usage: mcp-gym tasks validate env=... [overrides] | mcp-gym tasks import mcpmark PATH",
                       file=sys.stderr)
                 return 2
             return _job("tasks-validate", rest[1:])
-        if command in JOBS and command != "tasks-validate":
+        if command in JOBS and not command.startswith("tasks-"):
             return _job(command, rest)
     except SystemExit as e:  # argparse, Hydra and interrupted jobs exit this way
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

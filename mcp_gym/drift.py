@@ -37,7 +37,7 @@ from typing import Any, Literal
 import mcp.types as mt
 
 from mcp_gym.client.host import ToolEntry
-from mcp_gym.protocol import HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL, redact_text
+from mcp_gym.protocol import HIDDEN_META_KEY, HIDDEN_TOOLS, redact_text
 
 __all__ = [
     "Change",
@@ -54,7 +54,7 @@ Catalogue = dict[str, dict[str, Any]]
 """tool name -> ``{"description", "input_schema", "output_schema", "annotations"}`` (a tool's recorded form,
 :meth:`mcp_gym.client.host.ToolEntry.to_record`, without its routing fields)."""
 
-_HIDDEN = frozenset({RESET_TOOL, STATE_TOOL})
+_HIDDEN = frozenset(HIDDEN_TOOLS)
 _COSMETIC = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
 _LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
 _UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"})

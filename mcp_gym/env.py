@@ -12,6 +12,7 @@ loop thread once it has one).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -199,6 +200,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=max_argument_bytes)
         self._space_of: dict[str, ToolEntry] | None = None  # the host catalogue the action space was built from
         self.observation_space = gym.spaces.Dict({"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()})
+        self._turn_obs = any(t.turns for t in self.tasks)  # conversations: every observation says its user turn
+        if self._turn_obs:
+            self.observation_space["turn"] = gym.spaces.Discrete(max(len(t.turns) for t in self.tasks) or 1)
         if self.spec is None:  # real servers answer with timings and ids: declare it (check_env honours this)
             self.spec = gym.envs.registration.EnvSpec(
                 id=env_id or "mcp_gym/MCPEnv-v0", entry_point="mcp_gym.env:MCPEnv", nondeterministic=True,
@@ -207,6 +211,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._rt = runtime or default_runtime()
         self._started = False
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None  # the close, once started (on the runtime's loop)
         self._episode: Episode | None = None
         self.observed = ObservedResources(self.host, self._waiting_on)
         """The resources the episode observes and their latest texts."""
@@ -237,7 +242,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         - ``servers`` (per-server status) when the catalogue changed or every server died;
         - at the end: ``success`` (``True``/``False``, ``None`` when unknown), ``summary`` (``return``, ``length``,
           ``termination``, ``turns``, ``tool_calls``) and, graded, ``grade``; a ``submit`` adds ``final_answer`` and
-          ``verifier_reward``.
+          ``verifier_reward``;
+        - a multi-turn task (``task.turns``): ``turn`` (0-based, the user turn now) and ``turns`` (their count) on
+          every step; a ``submit`` that ends a turn before the last starts the next one (the observation's ``task``
+          and ``result`` are the next user message) and adds ``turn_answer``.
         """
         return self._rt.call(self._astep, action)
 
@@ -247,14 +255,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self
 
     def close(self) -> None:
-        """Close every server connection (stops stdio servers)."""
-        if self._closed:
-            return
-        self._closed = True
-        if not (self._rt.in_loop() or self._rt.closed):
-            self._rt.call(self.host.close)
-        if self._episode is not None:
-            self._episode.drop_workspace()
+        """Close every server connection (stops stdio servers); on the runtime's own event loop, which it cannot
+        block (async code on a hosted runtime), the close starts as a task there (``await aclose()`` waits for it)."""
+        if self._closed or self._rt.closed:  # a closed runtime ended the sessions
+            self._ended()
+        elif self._rt.in_loop():
+            self._rt.loop.create_task(self._close_once())
+        else:
+            self._rt.call(self._close_once)
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -269,12 +277,19 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return await self._rt.acall(self._astep, action)
 
     async def aclose(self) -> None:
-        """Async :meth:`close`."""
+        """Async :meth:`close` (waits for a close already started)."""
         if not self._closed:
-            self._closed = True
-            await self._rt.acall(self.host.close)
-            if self._episode is not None:
-                self._episode.drop_workspace()
+            await self._rt.acall(self._close_once)
+
+    async def _close_once(self) -> None:
+        self._closing = self._closing or asyncio.ensure_future(self.host.close())
+        await asyncio.shield(self._closing)
+        self._ended()
+
+    def _ended(self) -> None:
+        self._closed = True
+        if self._episode is not None:
+            self._episode.drop_workspace()
 
     # -- public helpers -------------------------------------------------------------------------------------------
     @property
@@ -387,8 +402,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise
         self._sync_space()
         self._episode = ep
-        obs = {"task": ep.task.prompt, "result": self.host.report_unavailable(reset_errors),
-               "resources": dict(self.observed.texts)}
+        obs = self._obs(self.host.report_unavailable(reset_errors))  # {task, result, resources} (and turn 0)
         ep.last_text = ep.task.prompt
         info = {
             "episode_id": ep.id,
@@ -403,6 +417,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "logs": self.host.drain_logs(),
             "startup_seconds": self.host.startup_seconds(since),  # servers (re)started for this episode
         }
+        if ep.task.turns:
+            info["turn"], info["turns"] = 0, ep.turn_count
         return _ws.mask_workspace((obs, info), ep.workspace)  # the agent and the recording see {workspace}
 
     async def _prepare_episode(self, ep: Episode) -> list[dict[str, Any]]:
@@ -532,7 +548,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return await self._finish_step(out, name, arguments, out.error)
 
     async def _finish_step(
-        self, out: CallOutcome | None, name: Any, arguments: dict[str, Any], error: dict[str, Any] | None
+        self, out: CallOutcome | None, name: Any, arguments: dict[str, Any], error: dict[str, Any] | None,
+        next_turn: str | None = None,
     ) -> StepResult:
         ep = self._episode
         assert ep is not None
@@ -548,7 +565,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 error = ToolCallError("tool_error", f"tool '{out.tool}' on server '{out.server}' returned an error: "
                                       + text[:500], tool=out.tool, server=out.server).as_dict()
         else:
-            text = "Error: " + (error or {}).get("message", "unknown error")
+            text = "Error: " + (error or {}).get("message", "unknown error") if next_turn is None else next_turn
             structured = None
             signal = read_reward(None)
         reward_fn = self.reward_fn
@@ -578,7 +595,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         ep.episode_return += reward
         if terminated or truncated:
             ep.end()
-        ep.record_call(name if isinstance(name, str) else None, arguments, text)
+        if next_turn is None:  # (Episode.next_turn recorded the submit that ended the turn)
+            ep.record_call(name if isinstance(name, str) else None, arguments, text)
         obs = self._obs(text)
         info = self._info(
             error=error,
@@ -638,9 +656,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         answer = dict.get(args, "answer") if isinstance(args, dict) else None
         if not isinstance(answer, str):
             answer = json.dumps(answer, ensure_ascii=False) if answer is not None else None
-        reward, error, graded = await grade_submit(self, answer)
         ep = self._episode
         assert ep is not None
+        if not ep.last_turn:  # a conversation: this submit ends a user turn; the servers' turn hook starts the next
+            error = await ep.next_turn(answer, self.host, self.call_timeout)
+            result = await self._finish_step(None, "submit", {"answer": answer}, error, ep.turn_prompt())
+            result[4]["turn_answer"] = answer
+            return result
+        reward, error, graded = await grade_submit(self, answer)
         ep.episode_return += reward
         ep.end()
         success = reward >= self.success_threshold if self.verifier is not None else None
@@ -661,7 +684,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         ep = self._episode
         assert ep is not None
         ep.last_text = text
-        return {"task": ep.task.prompt, "result": text, "resources": dict(self.observed.texts)}
+        obs: dict[str, Any] = {"task": ep.turn_prompt(), "result": text, "resources": dict(self.observed.texts)}
+        if self._turn_obs or ep.task.turns:
+            obs["turn"] = ep.turn
+        return obs
 
     def _info(self, **kw: Any) -> StepInfo:
         ep = self._episode  # (read once: the FromEpisode properties each look it up)
@@ -675,6 +701,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "logs": self.host.drain_logs(),
             **kw,
         })
+        if task is not None and task.turns:
+            info["turn"], info["turns"] = ep.turn, ep.turn_count  # type: ignore[union-attr]  # a task: an episode
         if ep is not None and ep.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
             info["summary"] = {"return": self.episode_return, "length": self.steps,
                                  "termination": kw.get("termination"), **self.budget.used()}

@@ -18,6 +18,7 @@ from mcp import MCPError
 from mcp_gym._budget import Budget
 from mcp_gym.client.connection import ConnectionLost
 from mcp_gym.client.host import MCPHost, render_content
+from mcp_gym.protocol import TURN_TOOL, ToolCallError
 from mcp_gym.tasks import Task
 
 __all__ = ["Episode", "FromEpisode", "StepInfo", "StepResult", "EpisodeState", "ObservedResources"]
@@ -73,6 +74,13 @@ class StepInfo(TypedDict, total=False):
     """A ``submit`` step's answer (JSON text for a non-string answer)."""
     verifier_reward: float
     """A ``submit`` step's reward from the verifier or grader."""
+    turn: int
+    """A multi-turn task's user turn the episode is in now (0-based; after a ``submit`` that ended a turn, the new
+    one)."""
+    turns: int
+    """A multi-turn task's number of user turns."""
+    turn_answer: str | None
+    """A ``submit`` that ended a user turn (not the last): its answer (the agent's reply of that turn)."""
 
 
 StepResult = tuple[dict[str, Any], float, bool, bool, StepInfo]
@@ -112,10 +120,61 @@ class Episode:
         """``{"step", "tools", "hash"}`` for each change of the tool catalogue during the episode."""
         self.last_text: str = task.prompt
         """The last observation's text (``render()``)."""
+        self.turn: int = 0
+        """The user turn the episode is in (0-based; always 0 for a single-turn task)."""
+        self.turn_answers: list[str | None] = []
+        """The answers (``submit``) that ended each finished user turn, in order."""
+
+    @property
+    def turn_count(self) -> int:
+        """How many user turns the task has (1 for a single-turn task)."""
+        return max(1, len(self.task.turns))
+
+    @property
+    def last_turn(self) -> bool:
+        """The episode is in its task's last user turn (always, for a single-turn task)."""
+        return self.turn >= self.turn_count - 1
+
+    def turn_prompt(self, turn: int | None = None) -> str:
+        """The user message of ``turn`` (default: the current one)."""
+        i = self.turn if turn is None else turn
+        return str(self.task.turns[i]["prompt"]) if self.task.turns else self.task.prompt
 
     def record_call(self, tool: str | None, arguments: Mapping[str, Any], result: str) -> None:
-        """Add a call to the transcript (its result text cut to :data:`TRANSCRIPT_CHARS` characters)."""
-        self.transcript.append({"tool": tool, "arguments": dict(arguments), "result": result[:TRANSCRIPT_CHARS]})
+        """Add a call to the transcript (its result text cut to :data:`TRANSCRIPT_CHARS` characters; in a multi-turn
+        task each entry also has its ``turn``)."""
+        entry: dict[str, Any] = {"tool": tool, "arguments": dict(arguments), "result": result[:TRANSCRIPT_CHARS]}
+        if self.task.turns:
+            entry["turn"] = self.turn
+        self.transcript.append(entry)
+
+    async def next_turn(self, answer: str | None, host: MCPHost, timeout: float | None) -> dict[str, Any] | None:
+        """End the current user turn with ``answer`` (recorded as its ``submit``) and start the next: every ready
+        server that lists the hidden :data:`~mcp_gym.protocol.TURN_TOOL` is called with ``{"turn": i}``. Returns the
+        first hook failure as an ``info["error"]`` dict, else ``None``."""
+        self.record_call("submit", {"answer": answer}, "")
+        self.turn_answers.append(answer)
+        self.turn += 1
+        error = None
+        for alias, conn in list(host.connections.items()):
+            if conn.status == "ready" and host.has_tool(alias, TURN_TOOL):
+                out = await host.call_server(alias, TURN_TOOL, {"turn": self.turn}, timeout=timeout)
+                if error is None and (out.error or (out.result is not None and out.result.is_error)):
+                    error = out.error or ToolCallError(
+                        "tool_error", f"tool '{TURN_TOOL}' on server '{alias}' returned an error: " + render_content(
+                            out.result.content if out.result else [], 500), tool=TURN_TOOL, server=alias).as_dict()
+        return error
+
+    def turns_view(self, final_answer: str | None = None) -> list[dict[str, Any]]:
+        """The episode's calls grouped by user turn, for graders: one ``{"turn", "prompt", "calls", "answer"}`` per
+        turn reached (``calls``: the transcript entries of that turn without its ``submit``; ``answer``: the
+        ``submit`` that ended it, ``final_answer`` for the current turn, ``None`` if it did not end with one)."""
+        out: list[dict[str, Any]] = []
+        for i in range(self.turn + 1):
+            calls = [dict(c) for c in self.transcript if c.get("turn", 0) == i and c.get("tool") != "submit"]
+            answer = self.turn_answers[i] if i < len(self.turn_answers) else final_answer
+            out.append({"turn": i, "prompt": self.turn_prompt(i), "calls": calls, "answer": answer})
+        return out
 
     def end(self) -> None:
         """Mark the episode over (a ``submit`` graded it, or a budget or the server ended it)."""

@@ -100,7 +100,11 @@ class RandomPolicy(Policy):
 # -- oracle -----------------------------------------------------------------------------------------------------------
 class _OracleAgent(Agent):
     def __init__(self, task: Any) -> None:
-        self.calls = deque(dict(c) for c in getattr(task, "solution", ()) or ())
+        if getattr(task, "turns", ()):  # a conversation: each turn's calls, then submit of the turn's answer
+            self.calls = deque(call for calls, answer in task.turn_plan()
+                               for call in (*calls, {"tool": "submit", "arguments": {"answer": _text(answer)}}))
+        else:
+            self.calls = deque(dict(c) for c in getattr(task, "solution", ()) or ())
         self.answer = getattr(task, "answer", None)
 
     async def act(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,8 +113,16 @@ class _OracleAgent(Agent):
         return {"tool": "submit", "arguments": {"answer": self.answer or ""}}
 
 
+def _text(answer: Any) -> str:
+    """An answer as ``submit`` sends it: a string as it is, ``None`` as ``""``, anything else as JSON."""
+    if answer is None or isinstance(answer, str):
+        return answer or ""
+    return json.dumps(answer, ensure_ascii=False)
+
+
 class OraclePolicy(Policy):
-    """The task's reference solution (``task.solution``), then ``submit(task.answer)`` if it did not end."""
+    """The task's reference solution (``task.solution``), then ``submit(task.answer)`` if it did not end; in a
+    multi-turn task, each turn's ``solution`` then ``submit`` of the turn's ``answer``, turn by turn."""
 
     name = "oracle"
 
@@ -139,8 +151,11 @@ class _ChatAgent(Agent):
     """One conversation in the chat view (:class:`mcp_gym.chat.ChatView`): one model request per reply, one env step
     per call of the reply, and a feedback turn for a reply without a usable call (an invalid action for the env)."""
 
-    def __init__(self, policy: ChatPolicy, env: Any, obs: Mapping[str, Any], seed: int) -> None:
+    def __init__(self, policy: ChatPolicy, env: Any, obs: Mapping[str, Any], seed: int,
+                 info: Mapping[str, Any] | None = None) -> None:
         self.policy = policy
+        self.user_turn = int((info or {}).get("turn") or 0)  # a conversation's user turn (0 for a single-turn task)
+        self.multi_turn = "turns" in (info or {})
         self.env = env
         self.seed = seed
         self.view = ChatView(str(obs.get("task", "")), obs.get("resources") or {}, system_prompt=policy.system_prompt,
@@ -152,7 +167,7 @@ class _ChatAgent(Agent):
 
     async def act(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
         if self.reply is not None:
-            self._observe(obs)
+            self._observe(obs, info)
         if not self.pending:
             turn = self.view.turn
             self.reply = await self.policy.respond(self.view.messages, env_tools(self.env), self.seed)
@@ -164,15 +179,24 @@ class _ChatAgent(Agent):
                            "assistant_content": content}
             if not self.reply.calls:
                 self.current = None
-                if self.policy.no_call == "end":  # TRL's tool loop rule: the episode ends, graded as it stands
-                    return {"tool": "submit", "arguments": {"answer": ""}, **self.extras}
+                if self.policy.no_call == "end":  # TRL's tool loop rule: the episode (a conversation: the turn) ends
+                    answer = content if self.multi_turn else ""  # a conversation's turn reply is its text
+                    return {"tool": "submit", "arguments": {"answer": answer}, **self.extras}
                 return {"tool": "", "arguments": {}, **self.extras}
         self.current = self.pending.popleft()
         return {**self.current[0].to_action(), **self.extras}
 
-    def _observe(self, obs: Mapping[str, Any]) -> None:
-        """Append what the last action produced: a tool turn, or feedback on a reply without a usable call."""
+    def _observe(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+        """Append what the last action produced: a tool turn, feedback on a reply without a usable call, or (a
+        ``submit`` that ended a user turn) the assistant's reply of that turn and the next user message."""
         resources = obs.get("resources") or {}
+        turn = int(info.get("turn") or 0)
+        if turn != self.user_turn:
+            self.user_turn = turn
+            self.view.end_turn(str(obs.get("task", "")), resources, id=self.current[1] if self.current else None,
+                               answer=info.get("turn_answer"))
+            self.pending.clear()  # calls the reply made after its submit are not run in the next turn
+            return
         if self.current is None:
             self.view.no_call(self.reply.status if self.reply is not None else None, resources)
         else:
@@ -190,7 +214,7 @@ class ChatPolicy(Policy):
     tool loop, which stops a rollout at a reply without a call)."""
 
     def agent(self, env: Any, obs: Mapping[str, Any], info: Mapping[str, Any], seed: int) -> Agent:
-        return _ChatAgent(self, env, obs, seed)
+        return _ChatAgent(self, env, obs, seed, info)
 
     async def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> ParseResult:
         """The model's next reply to the conversation (chat-view messages, arguments as objects), parsed."""
@@ -252,8 +276,10 @@ class OpenAIPolicy(ChatPolicy):
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> dict[str, Any]:
         """One chat completion; returns the assistant message (raises ``httpx2.HTTPError`` once retries are spent)."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "tools": tools,
-                                "temperature": self.temperature, **self.extra_body}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature,
+                                **self.extra_body}
+        if tools:  # a request without tools (a task proposer's) leaves the key out: OpenAI refuses an empty list
+            body["tools"] = tools
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         if self.tool_choice is not None:

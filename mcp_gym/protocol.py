@@ -49,6 +49,7 @@ __all__ = [
     "DONE_META_KEY",
     "RESET_TOOL",
     "STATE_TOOL",
+    "TURN_TOOL",
     "HIDDEN_TOOLS",
     "ERROR_KINDS",
     "ACTION_ERROR_KINDS",
@@ -81,7 +82,10 @@ RESET_TOOL: Final = "mcp_gym_reset"
 """Name of the hidden reset tool: ``mcp_gym_reset(task_id, seed)`` makes the initial state of a task reproducibly."""
 STATE_TOOL: Final = "mcp_gym_state"
 """Name of the hidden state-snapshot tool: ``mcp_gym_state()`` returns the JSON state task verifiers grade."""
-HIDDEN_TOOLS: Final = (RESET_TOOL, STATE_TOOL)
+TURN_TOOL: Final = "mcp_gym_turn"
+"""Name of the hidden turn hook: ``mcp_gym_turn(turn)`` is called at the start of each user turn ``turn >= 1`` of a
+multi-turn task (a server may add tools for that turn and send ``tools/list_changed``)."""
+HIDDEN_TOOLS: Final = (RESET_TOOL, STATE_TOOL, TURN_TOOL)
 """The tools an mcp-gym server adds that the agent never sees."""
 
 # -- error kinds (info["error"]["kind"]) ------------------------------------------------------------------------------

@@ -277,7 +277,7 @@ def _run_paths(runs: RunSource | Iterable[RunSource]) -> list[Path | Recording]:
 
 
 _STEP_COLUMNS = ("episode_id", "step_index", "tool", "arguments", "observation", "content", "is_error", "error",
-                 "raw_text", "parse_status", "resources", "turn", "assistant_content")
+                 "raw_text", "parse_status", "resources", "turn", "assistant_content", "user_turn")
 _EPISODE_COLUMNS = ("episode_id", "env_id", "task_id", "task_prompt", "seed", "policy", "total_reward", "success",
                     "termination", "final_answer", "tools", "catalogue_changes", "initial_observation")
 

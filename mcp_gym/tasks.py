@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "TaskDataError",
+__all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "NETWORK_ENV",
+           "TaskDataError",
            "normalise_answer"]
 
 
@@ -41,6 +42,11 @@ class Task:
         fixture: A directory copied into a fresh per-episode workspace (``{workspace}`` in server command lines).
         env: Environment variables for the stdio servers of this task's episodes (``{workspace}`` substituted).
         tags: Labels of the task (category, difficulty, ...); evaluation reports success and pass^k per tag.
+        turns: A conversation's user turns, in order (empty: a single-turn task). Each is ``{"prompt": str,
+            "solution": [calls] (optional: that turn's reference calls, without its ``submit``), "answer": ...
+            (optional: the reply that ends the turn)}``; ``prompt`` is ``turns[0]["prompt"]`` (filled from it when
+            empty). The env gives turn ``i + 1`` when the agent ends turn ``i`` with ``submit`` (see
+            ``docs/conversations.md``).
     """
 
     id: str
@@ -55,6 +61,34 @@ class Task:
     fixture: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
+    turns: tuple[Mapping[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.turns:
+            return
+        turns = tuple(_turn(self.id, i, t) for i, t in enumerate(self.turns))
+        object.__setattr__(self, "turns", turns)
+        first = turns[0]["prompt"]
+        if not self.prompt:
+            object.__setattr__(self, "prompt", first)
+        elif self.prompt != first:
+            raise TaskDataError(f"task {self.id!r}: 'prompt' differs from turns[0]['prompt'] (leave 'prompt' empty in "
+                                "a multi-turn task: it is the first turn's)")
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether the task is a conversation of several user turns (``turns`` is not empty)."""
+        return bool(self.turns)
+
+    def turn_plan(self) -> list[tuple[list[dict[str, Any]], Any]]:
+        """What the reference plays, turn by turn: ``(calls, answer)`` per user turn, the calls without the turn's
+        ``submit``; the answer is the turn's ``answer`` (the last turn's falls back to the task's ``answer``). A
+        single-turn task is one turn: its ``solution`` and ``answer``."""
+        if not self.turns:
+            return [([dict(c) for c in self.solution], self.answer)]
+        last = len(self.turns) - 1
+        return [([dict(c) for c in t.get("solution") or ()],
+                 t.get("answer", self.answer if i == last else None)) for i, t in enumerate(self.turns)]
 
     def to_record(self) -> dict[str, Any]:
         """A flat JSON-able record with nested fields as JSON strings (stable Arrow schema for ``datasets``)."""
@@ -65,6 +99,8 @@ class Task:
         d["grader"] = json.dumps(self.grader, ensure_ascii=False, sort_keys=True) if self.grader is not None else None
         d["env"] = json.dumps(dict(self.env), ensure_ascii=False, sort_keys=True) if self.env else None
         d["tags"] = list(self.tags)
+        d["turns"] = json.dumps([dict(t) for t in self.turns], ensure_ascii=False, sort_keys=True) if self.turns \
+            else None
         return d
 
     @classmethod
@@ -82,6 +118,12 @@ class Task:
         env = rec.get("env") or {}
         if isinstance(env, str):
             env = json.loads(env)
+        turns = rec.get("turns") or ()
+        if isinstance(turns, str):
+            turns = json.loads(turns) if turns.strip() else ()
+        if not isinstance(turns, (list, tuple)):
+            raise TaskDataError(f"task {rec.get('id')!r}: 'turns' must be a list of {{'prompt', 'solution', "
+                                f"'answer'}} objects, got {type(turns).__name__}")
         return cls(
             id=str(rec["id"]),
             prompt=str(rec.get("prompt", "")),
@@ -95,7 +137,29 @@ class Task:
             fixture=str(rec["fixture"]) if rec.get("fixture") else None,
             env={str(k): str(v) for k, v in dict(env).items()},
             tags=_tags(rec.get("tags")),
+            turns=tuple(turns),
         )
+
+
+def _turn(task_id: str, i: int, turn: Any) -> dict[str, Any]:
+    """One user turn of a task, checked: a mapping with a string ``prompt``, an optional list ``solution`` of calls
+    and an optional ``answer`` (:class:`TaskDataError` naming the task and the turn otherwise)."""
+    where = f"task {task_id!r}: turns[{i}]"
+    if not isinstance(turn, Mapping):
+        raise TaskDataError(f"{where} must be an object {{'prompt', 'solution', 'answer'}}, got {type(turn).__name__}")
+    if not isinstance(turn.get("prompt"), str):
+        raise TaskDataError(f"{where} has no 'prompt' string")
+    extra = set(turn) - {"prompt", "solution", "answer", "check"}
+    if extra:
+        raise TaskDataError(f"{where}: unknown key(s) {sorted(extra)} (keys: prompt, solution, answer, check)")
+    out = dict(turn)
+    sol = out.get("solution")
+    if sol is not None:
+        if not isinstance(sol, (list, tuple)) or not all(isinstance(c, Mapping) and isinstance(c.get("tool"), str)
+                                                         for c in sol):
+            raise TaskDataError(f"{where}: 'solution' must be a list of {{'tool', 'arguments'}} calls")
+        out["solution"] = [dict(c) for c in sol]
+    return out
 
 
 def _tags(value: Any) -> tuple[str, ...]:
@@ -180,6 +244,7 @@ def select(tasks: Sequence[Task], split: str | None = None, ids: Iterable[str] |
 
 _TASK_FIELDS = (
     "id", "prompt", "split", "solution", "answer", "data", "resources", "grader", "rubric", "fixture", "env", "tags",
+    "turns",
 )
 
 
@@ -227,7 +292,8 @@ def load_task_source(
 
     A task source is data, never code or host paths: a ``fixture`` is a directory inside the source's own folder
     (not absolute, no ``..`` or symlink out of it, no symlink inside it pointing out of it), and an ``env`` key that
-    changes how a program loads code (:data:`CODE_LOADING_ENV`) is refused unless ``allow_env`` (names or patterns,
+    changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes (proxies, CA
+    bundles, base URLs: :data:`NETWORK_ENV`) is refused unless ``allow_env`` (names or patterns,
     from the caller's own config, never from the task source) allows it; both raise :class:`TaskDataError` naming
     the task, the source and the key or fixture. Raises ``ValueError`` naming the source when no task matches
     ``split`` or a mapped column is missing.
@@ -253,7 +319,7 @@ def load_task_source(
         if rec.get("id") in (None, ""):
             rec["id"] = f"task-{i}"
         if not isinstance(rec.get("prompt", ""), str):
-            rec["prompt"] = str(rec["prompt"])
+            rec["prompt"] = "" if rec["prompt"] is None else str(rec["prompt"])
         if rec.get("split"):
             splits.add(str(rec["split"]))
             if split is not None and str(rec["split"]) != split:
@@ -295,9 +361,26 @@ which program runs or what code a program loads (``NODE_OPTIONS=--require x.js``
 ``HOME`` with a fixture holding start-up files, ...). Every other name (a server's own settings) is allowed."""
 
 
+NETWORK_ENV: tuple[str, ...] = (
+    # proxies (curl, requests, httpx, Node, Go read them in either case)
+    "*_PROXY", "PROXY",
+    # which certificates a program trusts, and where it writes its TLS session keys
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "*_CA_BUNDLE", "*_CA_CERT", "*_CA_CERTS",
+    "*_CA_FILE", "*_CA_PATH", "SSLKEYLOGFILE",
+    # where a server sends its requests (and the user's credentials with them)
+    "*BASE_URL", "*API_BASE", "*API_URL", "*ENDPOINT", "*ENDPOINT_URL", "*ENDPOINTS", "HOST", "*_HOST", "*_HOSTNAME",
+    "URL", "*_URL", "URI", "*_URI", "*_SERVER", "*_SERVER_URL", "*_ADDR", "*_ADDRESS", "*_DOMAIN",
+)
+"""Environment variable names (``fnmatch`` patterns, matched case-insensitively) a task file may not set either: each
+changes where a program's network traffic goes or whom it trusts (``HTTPS_PROXY``, ``SSL_CERT_FILE``,
+``SSLKEYLOGFILE``, ``OPENAI_BASE_URL``, ``API_BASE``, ``DB_HOST``, ``DATABASE_URL``, ...), so a server that calls out
+with the user's credentials could send them elsewhere. The user's own config allows names (``env.task_env_allow``)."""
+
+
 class TaskDataError(ValueError):
     """A task source asks for something a task file may not: a ``fixture`` outside its folder or an ``env`` key that
-    changes how a program loads code."""
+    changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes
+    (:data:`NETWORK_ENV`)."""
 
 
 class _TaskDataCheck:
@@ -313,12 +396,17 @@ class _TaskDataCheck:
 
     def __call__(self, task: Task) -> Task:
         for key in task.env:
-            denied = next((p for p in CODE_LOADING_ENV if fnmatch.fnmatchcase(key.upper(), p)), None)
-            if denied is not None and not any(fnmatch.fnmatchcase(key.upper(), a) for a in self.allow):
-                raise TaskDataError(
-                    f"task {task.id!r} of {self.source}: env key {key!r} changes how a program loads code "
-                    f"(matches {denied!r}); a task file may not set it (allow it in the job config, e.g. "
-                    f"'env.task_env_allow=[{key}]', only for a task file you trust)")
+            upper = str(key).upper()
+            if any(fnmatch.fnmatchcase(upper, a) for a in self.allow):
+                continue
+            for patterns, what in ((CODE_LOADING_ENV, "changes how a program loads code"),
+                                   (NETWORK_ENV, "changes where a program's network traffic goes or whom it trusts")):
+                denied = next((p for p in patterns if fnmatch.fnmatchcase(upper, p)), None)
+                if denied is not None:
+                    raise TaskDataError(
+                        f"task {task.id!r} of {self.source}: env key {key!r} {what} (matches {denied!r}); a task file "
+                        f"may not set it (allow it in the job config, e.g. 'env.task_env_allow=[{key}]', only for a "
+                        "task file you trust)")
         if task.fixture:
             task = replace(task, fixture=self.fixture(task))
         return task

@@ -29,7 +29,13 @@ truncated), or, with ``no_tool_call="submit"``, the text is submitted as the fin
 policies and the SFT export end an episode only with the ``submit`` tool).
 
 An assistant *message* (a dict with ``content`` and OpenAI ``tool_calls``, as an inference server returns it) is
-accepted in place of a text. Episodes that are done are skipped (empty messages, reward 0, ``done=True``).
+accepted in place of a text.
+
+Conversations (tasks with several user turns): a ``submit`` that ends a user turn becomes the assistant's reply of that
+turn in the history (:meth:`ChatView.end_turn <mcp_gym.chat.ChatView.end_turn>`; calls after it in the same reply are
+not run) and the step's ``messages`` end with the next ``user`` message; ``info`` has ``turn`` and ``turns``.
+
+Episodes that are done are skipped (empty messages, reward 0, ``done=True``).
 
 Recording: give ``TextEnvBatch`` envs wrapped in :class:`~mcp_gym.recording.RecordTrajectories`; each step is recorded
 with the reply it came from, so the run's episodes, viewer pages and SFT export show this batch's conversations.
@@ -373,9 +379,11 @@ class TextEnvBatch:
         reward = 0.0
         if not calls:
             if self.no_tool_call == "submit":
-                r, _ = await self._apply(i, {"tool": "submit", "arguments": {"answer": parsed.content}, **record},
-                                         info)
+                r, obs = await self._apply(i, {"tool": "submit", "arguments": {"answer": parsed.content}, **record},
+                                           info)
                 reward += r
+                if info.pop("turn_ended", False):  # a conversation's user turn ended: the next user message
+                    messages.extend(view.end_turn(obs["task"], obs["resources"]))
             else:
                 error = ToolCallError("parse_error", parsed.error or "no tool call found", code=parsed.status).as_dict()
                 r, obs = await self._apply(i, {"tool": "", "arguments": {}, **record}, info, error)  # as the policies
@@ -390,6 +398,9 @@ class TextEnvBatch:
             else:
                 r, obs = await self._apply(i, {**call.to_action(), **record}, info)
                 reward += r
+                if info.pop("turn_ended", False):  # the submit became the turn's reply; later calls are not run
+                    messages.extend(view.end_turn(obs["task"], obs["resources"], id=id, answer=info["turn_answer"]))
+                    break
                 message = view.tool_result(id, call.name, obs["result"], obs["resources"])
             messages.append(message)
         info.update(self._base_info(i))
@@ -411,9 +422,11 @@ class TextEnvBatch:
         if error is not None or step_info.get("error"):
             info["errors"].append(error or step_info["error"])
         info["tools_changed"] = info["tools_changed"] or bool(step_info.get("tools_changed"))
-        for key in ("success", "final_answer"):
+        for key in ("success", "final_answer", "turn", "turns", "turn_answer"):
             if key in step_info:
                 info[key] = step_info[key]
+        if "turn_answer" in step_info:  # a submit ended a user turn of a conversation
+            info["turn_ended"] = True
         if terminated or truncated:
             self.dones[i] = True
             info.update(terminated=bool(terminated), truncated=bool(truncated),

@@ -28,9 +28,14 @@ tokenizer through :func:`prepare_tokenizer` first: ``GRPOTrainer`` otherwise ref
 ``GRPOTrainer`` (TRL's, imported on first use) ends each rollout when its episode ends: TRL's own loop would append
 the ending call's result and let the model reply again until a reply has no call.
 
-Limits: TRL fixes the tool list per class, so the class offers the tools listed at the start of a probe episode
-(``submit`` included); tools a server reveals mid-episode (``tools/list_changed``) are not offered, and calling a tool
-absent from the current episode returns the env's error text.
+Conversations (a task with several user turns, ``Task.turns``): ``submit`` ends a user turn, and its result -- the
+tool message TRL appends -- is the next user message; the ``submit`` of the last turn ends the episode. The probe
+episode plays through every user turn (submitting empty answers), so the class also offers the tools a server adds at
+a later turn (the ``mcp_gym_turn`` hook); called before their turn, they return the env's error text.
+
+Limits: TRL fixes the tool list per class, so the class offers the tools listed at the start of a probe episode (and
+at each of its user turns; ``submit`` included); tools a server reveals mid-episode (``tools/list_changed``) are not
+offered, and calling a tool absent from the current episode returns the env's error text.
 """
 
 from __future__ import annotations
@@ -419,6 +424,10 @@ def environment_factory(
         task_ids = [t.id for t in probe.tasks]
         probe.reset(options={"task_id": probe_task or task_ids[0]} if (probe_task or task_ids) else None)
         entries = [(e.name, e.tool.description or "", e.input_schema) for e in probe.tools]
+        while probe.episode is not None and not probe.done and not probe.episode.last_turn:  # a conversation's tools
+            probe.step({"tool": "submit", "arguments": {"answer": ""}})  # of its later user turns
+            seen = {name for name, _, _ in entries}
+            entries += [(e.name, e.tool.description or "", e.input_schema) for e in probe.tools if e.name not in seen]
         env_id = probe.env_id
         max_steps = probe.max_steps
     finally:

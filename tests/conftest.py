@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
+import fcntl
+import functools
+import logging
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,29 +32,85 @@ NPM_TOOLS = {"conformance": ("@modelcontextprotocol/conformance", "0.1.16")}
 their dependencies never move the servers' (the conformance suite brings its own ``@modelcontextprotocol/sdk``)."""
 
 
+NPM_LOCK_WAIT_S = 900.0
+"""How long a test waits for another process's npm install (the lock) before it fails naming the lock file."""
+
+COMPLETE_MARKER = ".mcp-gym-complete"
+"""File written into an npm prefix only after ``npm install`` finished there; it names the pinned package set. A prefix
+without it (an install killed half-way, another package set) is discarded and installed again."""
+
+
 def npm_bin(name: str) -> str:
     """Path of an npm server's or tool's executable, installing the pinned servers into .mcp-gym-cache/npm (a tool of
-    :data:`NPM_TOOLS` into ``.mcp-gym-cache/npm/<name>``) on first use."""
+    :data:`NPM_TOOLS` into ``.mcp-gym-cache/npm/<name>``) on first use.
+
+    Safe under pytest-xdist and between concurrent runs: one installer at a time (an exclusive ``flock`` on
+    ``.mcp-gym-cache/npm.lock``, waited for at most :data:`NPM_LOCK_WAIT_S`), and a prefix counts as installed only
+    when its :data:`COMPLETE_MARKER` names exactly the pinned packages."""
     if name in NPM_TOOLS:
         package, version = NPM_TOOLS[name]
         prefix, pkgs = NPM_DIR / name, [f"{package}@{version}"]
-        manifest = prefix / "node_modules" / package / "package.json"
-        installed = manifest.exists() and json.loads(manifest.read_text()).get("version") == version
     else:
         prefix, pkgs = NPM_DIR, [f"{p}@{v}" for p, v in NPM_SERVERS.items()]
-        installed = True
     exe = prefix / "node_modules" / ".bin" / name
-    if not exe.exists() or not installed:
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.fail("npm is needed for the third-party server tests (install Node.js >= 18)")
-        prefix.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(prefix), *pkgs],
-            check=True,
-            timeout=600,
-        )
+    if not _npm_complete(prefix, pkgs):
+        with _npm_lock():
+            if not _npm_complete(prefix, pkgs):  # another process may have installed it while this one waited
+                _npm_install(prefix, pkgs)
+    if not exe.exists():
+        pytest.fail(f"npm installed {' '.join(pkgs)} into {prefix} but {exe} is missing")
     return str(exe)
+
+
+def _npm_complete(prefix: Path, pkgs: list[str]) -> bool:
+    marker = prefix / COMPLETE_MARKER
+    try:
+        return marker.read_text() == "\n".join(sorted(pkgs)) + "\n"
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _npm_lock() -> Iterator[None]:
+    """Hold the exclusive npm-install lock (``<NPM_DIR>.lock``), waiting for it at most :data:`NPM_LOCK_WAIT_S`."""
+    lock_path = NPM_DIR.parent / f"{NPM_DIR.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as lock:
+        deadline = time.monotonic() + NPM_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another process held the npm install lock {lock_path} "
+                                f"for over {NPM_LOCK_WAIT_S:.0f} s")
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _npm_install(prefix: Path, pkgs: list[str]) -> None:
+    """Install ``pkgs`` into ``prefix`` from scratch (the caller holds the lock), then write its completion marker."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.fail("npm is needed for the third-party server tests (install Node.js >= 18)")
+    prefix.mkdir(parents=True, exist_ok=True)
+    (prefix / COMPLETE_MARKER).unlink(missing_ok=True)
+    # Whatever an earlier, unfinished install left (a tool's own prefix below the servers' one stays).
+    shutil.rmtree(prefix / "node_modules", ignore_errors=True)
+    for leftover in ("package.json", "package-lock.json"):
+        (prefix / leftover).unlink(missing_ok=True)
+    subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(prefix), *pkgs],
+        check=True,
+        timeout=600,
+    )
+    tmp = prefix / f"{COMPLETE_MARKER}.tmp"
+    tmp.write_text("\n".join(sorted(pkgs)) + "\n")
+    os.replace(tmp, prefix / COMPLETE_MARKER)
 
 
 def free_port() -> int:
@@ -124,3 +184,93 @@ def fresh_default_runtime() -> Iterator[None]:
     rt = runtime._default
     if rt is not None and not rt.closed:
         rt.close(timeout=10)
+
+
+CI_FULL_ENV = "MCP_GYM_CI_FULL"
+"""Set to ``1`` by ``.ci/run`` once it has installed every extra and system tool: from then on a test that would skip
+for a missing one fails instead (the README's test command, run first, skips them as on a user's machine)."""
+
+
+def skip_unless_ci_full(reason: str) -> None:
+    """Skip with ``reason``, or fail with it where everything is meant to be installed (:data:`CI_FULL_ENV`)."""
+    if os.environ.get(CI_FULL_ENV) == "1":
+        pytest.fail(f"{reason} ({CI_FULL_ENV}=1: .ci/run installed everything, so nothing may be missing)")
+    pytest.skip(reason)
+
+
+@functools.cache
+def os_sandbox_missing() -> str | None:
+    """Why the Code env's server refuses to start here (no usable bubblewrap), or ``None`` when it can."""
+    from mcp_gym.envs.code._bwrap import SandboxUnavailable, detect_isolation
+
+    try:
+        detect_isolation()
+    except SandboxUnavailable as e:
+        return str(e).split(". ", 1)[0]
+    return None
+
+
+def with_code_marked(names: Iterable[str]) -> list[Any]:
+    """Parameters for a test over bundled envs: ``Code`` (agent code in bubblewrap) carries the ``bwrap`` mark."""
+    return [pytest.param(n, marks=pytest.mark.bwrap) if n == "Code" else n for n in names]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``bwrap`` (it starts the Code env's server) skips where bubblewrap cannot sandbox (the server
+    refuses to start there), except under :data:`CI_FULL_ENV`."""
+    if item.get_closest_marker("bwrap") is not None and (why := os_sandbox_missing()) is not None:
+        skip_unless_ci_full(f"needs the Code env's OS sandbox: {why} (apt-get install bubblewrap)")
+
+
+MISSING_SAYS = ("could not import", "needs the [", "needs verifiers", "not installed", "is missing")
+"""What a skip's reason says when an extra or a tool is missing (``pytest.importorskip`` says "could not import")."""
+
+
+def _missing_made_a_failure(report: pytest.CollectReport | pytest.TestReport) -> None:
+    """Under :data:`CI_FULL_ENV`, a skip for a missing extra or tool is a failure (everything is installed there)."""
+    if os.environ.get(CI_FULL_ENV) != "1" or not report.skipped or not isinstance(report.longrepr, tuple):
+        return
+    reason = str(report.longrepr[2])
+    if any(s in reason for s in MISSING_SAYS):
+        report.outcome = "failed"
+        report.longrepr = f"{reason} ({CI_FULL_ENV}=1: .ci/run installed everything, so nothing may be missing)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    _missing_made_a_failure(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    outcome = yield
+    _missing_made_a_failure(outcome.get_result())
+
+
+class _Records(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__(logging.WARNING)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def client_log() -> Iterator[list[logging.LogRecord]]:
+    """The WARNING (and worse) records of the ``mcp_gym.client`` logger during the test, each once: a handler on that
+    logger itself, so neither whether it propagates (an in-process CLI job earlier in the session leaves Hydra's
+    ``propagate: false``) nor where pytest's ``caplog`` attaches its handlers (root, and non-propagating loggers since
+    pytest 9: a record counted twice once the test set ``propagate`` back) changes what is seen."""
+    logger = logging.getLogger("mcp_gym.client")
+    records: list[logging.LogRecord] = []
+    handler, level = _Records(records), logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -144,6 +144,7 @@ def _write(task: Task, content: str) -> dict[str, Any]:
     return {"tool": "write_file", "arguments": {"path": task.data["file"], "content": content}}
 
 
+@pytest.mark.bwrap
 def test_code_env_ignores_run_tests_step_rewards() -> None:
     env = gym.make("mcp_gym/Code-v0")
     try:

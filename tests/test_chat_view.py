@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from _chat_server import serve_chat_completions
+from conftest import with_code_marked
 from episodes import MAZE_TEXTS, TextPolicy, hermes, recorded_episode, run_policy
 
 from mcp_gym import chat, protocol, sft
@@ -122,7 +123,7 @@ def expected_final(reply: Mapping[str, Any]) -> dict[str, Any]:
                       **({"tool_calls": calls} if calls else {})})
 
 
-@pytest.mark.parametrize("name", list(BUNDLED_ENVS))
+@pytest.mark.parametrize("name", with_code_marked(BUNDLED_ENVS))
 def test_export_equals_the_last_request_of_each_episode(name: str, tmp_path: Path) -> None:
     run = tmp_path / "run"
     results, script = collect(name, run)
@@ -232,6 +233,7 @@ def test_textenv_records_the_policy_episode(name: str, task_id: str, texts: list
     assert got["messages"] == history[:len(got["messages"])]
 
 
+@pytest.mark.extras  # transformers (the [train] extra)
 def test_trl_adapter_renders_like_the_policy(tmp_path: Path) -> None:
     """The TRL adapter's prompt (dataset row + reset text) and tool returns equal the policy's user and tool turns."""
     pytest.importorskip("transformers")
@@ -335,11 +337,11 @@ def test_a_killed_run_of_schema_1_0_still_loads(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "new", old, ignore=shutil.ignore_patterns("*.parquet"))
     (old / ".wal").mkdir(exist_ok=True)
     wal = WalFile(old / ".wal" / "oldwriter-0.wal", fsync=False)
-    old_steps = rows(steps, steps.num_columns - 2)  # schema 1.0: no turn, assistant_content
+    old_steps = rows(steps, steps.num_columns - 3)  # schema 1.0: no turn, assistant_content (1.1), user_turn (1.2)
     for ep in rows(episodes, episodes.num_columns):
         wal.append((ep, [s for s in old_steps if s[0] == ep[0]]))
     wal.close()
     rec = load(old)
     assert sorted(rec.episodes["episode_id"]) == sorted(episodes.column("episode_id").to_pylist())
-    assert len(rec.steps) == steps.num_rows and set(rec.steps["turn"]) == {None}
+    assert len(rec.steps) == steps.num_rows and set(rec.steps["turn"]) == set(rec.steps["user_turn"]) == {None}
     assert len(sft.build(old, success_only=False, drop_errors=False)) == TASKS_PER_ENV

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import mcp.types as mt
 import pytest
-from conftest import ROOT, npm_bin
+from conftest import ROOT, npm_bin, skip_unless_ci_full
 from mcp.server.mcpserver import MCPServer, Resolve
 from mcp.server.mcpserver.resolve import Elicit
 from pydantic import BaseModel
@@ -83,9 +83,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     a time (each is mostly the client's Python start-up)."""
     node = shutil.which("node")
     if node is None:
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail("node is missing (the conformance suite needs Node.js >= 20)")
-        pytest.skip("node is missing (the conformance suite needs Node.js >= 20)")
+        skip_unless_ci_full("node is missing (the conformance suite needs Node.js >= 20)")
     argv = [node, "--import", NODE20_SHIM.as_uri(), npm_bin("conformance")]
     root = tmp_path_factory.mktemp("conformance")
     with ThreadPoolExecutor(max_workers=2) as pool:

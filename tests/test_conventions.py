@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import with_code_marked
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel
 
@@ -156,7 +157,7 @@ def test_eval_with_done_and_no_verifier(tmp_path: Path, capsys: pytest.CaptureFi
 BUNDLED = ["Counter", "Notes", "Files", "SQL", "Code", "Maze", "Lookup"]
 
 
-@pytest.mark.parametrize("name", BUNDLED)
+@pytest.mark.parametrize("name", with_code_marked(BUNDLED))
 def test_standard_wrappers_on_every_bundled_env(name: str) -> None:
     """gymnasium.make adds TimeLimit (at the env's own limit), OrderEnforcing and the env checker; with
     RecordEpisodeStatistics on top, an episode ended by the env (the reference solution: submit, or the server's

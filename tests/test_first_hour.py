@@ -68,25 +68,22 @@ def test_a_stdio_command_that_exits_is_reported_with_its_stderr() -> None:
 
 # -- a server that never answers is announced, and not retried at once ------------------------------------------------
 def test_a_server_that_never_answers_is_announced_and_not_retried_by_the_first_reset(
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        client_log: list[logging.LogRecord]) -> None:
     mute = Stdio(sys.executable, ["-c", "import time; time.sleep(600)"], connect_timeout=1.5)
-    caplog.set_level(logging.WARNING, logger="mcp_gym.client")
-    # An in-process CLI job earlier in the session may have left Hydra's logging config (stderr, no propagation).
-    monkeypatch.setattr(logging.getLogger("mcp_gym.client"), "propagate", True)
     env = MCPEnv({"mute": mute}, TASKS)
     try:
-        waits = [r.getMessage() for r in caplog.records if "waiting for server" in r.getMessage()]
+        waits = [r.getMessage() for r in client_log if "waiting for server" in r.getMessage()]
         assert waits == [f"mcp-gym: waiting for server 'mute' ({mute.describe()}) to answer the MCP handshake "
                          "(up to connect_timeout=1.5 s)"]
         with pytest.warns(ServerUnavailableWarning, match="could not connect within 1.5 s"):
             obs, info = env.reset(seed=0)
-        messages = [r.getMessage() for r in caplog.records]
+        messages = [r.getMessage() for r in client_log]
         assert sum("waiting for server 'mute'" in m for m in messages) == 1  # the first reset did not retry
         assert not any("restarting server" in m for m in messages)
         assert info["servers"]["mute"]["status"] == "failed"
         with pytest.warns(ServerUnavailableWarning):
             env.reset(seed=1)  # a later reset retries, and says so
-        messages = [r.getMessage() for r in caplog.records]
+        messages = [r.getMessage() for r in client_log]
         assert "mcp-gym: restarting server 'mute' (failed: could not connect within 1.5 s)" in messages
         assert sum("waiting for server 'mute'" in m for m in messages) == 2
     finally:
@@ -221,15 +218,12 @@ def test_a_plotting_eval_keeps_matplotlib_notes_off_stdout(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_sessions_of_one_slow_server_starting_together_are_announced_once(
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        client_log: list[logging.LogRecord]) -> None:
     import anyio
 
     from mcp_gym.client.connection import ServerConnection
 
     mute = Stdio(sys.executable, ["-c", "import time; time.sleep(600)"], connect_timeout=1.5)
-    caplog.set_level(logging.WARNING, logger="mcp_gym.client")
-    # An in-process CLI job earlier in the session may have left Hydra's logging config (stderr, no propagation).
-    monkeypatch.setattr(logging.getLogger("mcp_gym.client"), "propagate", True)
     conns = [ServerConnection("mute", mute) for _ in range(3)]
 
     async def main() -> None:
@@ -242,4 +236,4 @@ def test_sessions_of_one_slow_server_starting_together_are_announced_once(
 
     anyio.run(main)
     assert [c.status for c in conns] == ["failed"] * 3
-    assert sum("waiting for server 'mute'" in r.getMessage() for r in caplog.records) == 1
+    assert sum("waiting for server 'mute'" in r.getMessage() for r in client_log) == 1

@@ -1,6 +1,6 @@
 """Graders on real third-party MCP servers (npm server-everything, server-memory, server-filesystem; a stdio SQLite
 server), the LLM judge against a scripted chat-completions endpoint on 127.0.0.1, pass^k, task sources, ``mcp-gym
-tasks validate`` and the README's "Benchmark your own MCP server" commands."""
+tasks validate`` and the docs' benchmark commands (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def get_sum(a: float, b: float) -> dict[str, Any]:
     return {"tool": "get-sum", "arguments": {"a": a, "b": b}}
 
 
-# -- answer matchers (stateless server) -------------------------------------------------------------------------------
+# -- answer matchers (stateless server) --------------------------------------------------------------------------------
 @pytest.mark.thirdparty
 def test_answer_matchers_on_everything(make_env: Callable[..., MCPEnv]) -> None:
     tasks = [
@@ -139,7 +139,7 @@ def test_no_answer_no_grade_and_truncation(make_env: Callable[..., MCPEnv]) -> N
     assert truncated and info["success"] is False and info["grade"]["reason"] == "no answer submitted"
 
 
-# -- python verifier -----------------------------------------------------------------------------------------------
+# -- python verifier ---------------------------------------------------------------------------------------------------
 def sum_verifier(task: Task, answer: str | None, state: Any) -> float:
     """(task, answer, state): half credit for an even answer, full credit for the task's own answer."""
     assert state == {}  # server-everything has no mcp_gym_state tool
@@ -175,7 +175,7 @@ def test_python_verifier_by_import_path(make_env: Callable[..., MCPEnv]) -> None
         make_grader("no_such_module_xyz:fn")
 
 
-# -- state checks ---------------------------------------------------------------------------------------------------
+# -- state checks ------------------------------------------------------------------------------------------------------
 @pytest.mark.thirdparty
 def test_files_grader_with_fixture_on_filesystem(make_env: Callable[..., MCPEnv], tmp_path: Path) -> None:
     fixture = tmp_path / "fixture"
@@ -259,7 +259,7 @@ def test_subset_match() -> None:
     assert normalise_answer("  “Hello   World.”  ") == "hello world" and normalise_answer("3.5") == "3.5"
 
 
-# -- LLM judge --------------------------------------------------------------------------------------------------------
+# -- LLM judge ---------------------------------------------------------------------------------------------------------
 class ScriptedJudge:
     """A chat-completions endpoint that judges: fail when the rubric says STRICT, pass otherwise; replies fenced."""
 
@@ -338,7 +338,7 @@ def test_unreachable_judge_leaves_the_episode_ungraded(make_env: Callable[..., M
     assert "judge gpt-4o-mini" in info["error"]["message"]
 
 
-# -- combinations -----------------------------------------------------------------------------------------------------
+# -- combinations ------------------------------------------------------------------------------------------------------
 @pytest.mark.thirdparty
 def test_combinations(make_env: Callable[..., MCPEnv]) -> None:
     tasks = [
@@ -362,7 +362,7 @@ def test_combinations(make_env: Callable[..., MCPEnv]) -> None:
     assert list(flat) == ["all", "all/exact", "all/num"]
 
 
-# -- metrics --------------------------------------------------------------------------------------------------------
+# -- metrics -----------------------------------------------------------------------------------------------------------
 def test_pass_hat_k_matches_counting_subsets() -> None:
     for n, c, k in [(5, 0, 1), (5, 2, 1), (5, 2, 2), (5, 2, 3), (6, 5, 2), (4, 4, 4), (10, 7, 5)]:
         subsets = list(itertools.combinations([True] * c + [False] * (n - c), k))
@@ -384,7 +384,7 @@ def test_judge_agreement_counts_pairs() -> None:
     assert judge_agreement([{"grader": "exact", "kind": "exact", "score": 1, "passed": True, "reason": ""}]) is None
 
 
-# -- task sources and validation --------------------------------------------------------------------------------------
+# -- task sources and validation ---------------------------------------------------------------------------------------
 @pytest.mark.thirdparty
 def test_task_sources_with_column_mapping(tmp_path: Path) -> None:
     import datasets
@@ -469,10 +469,12 @@ def test_workspace_in_a_grader_without_a_workspace_is_refused() -> None:
         ctx.fill("{workspace}/x")
 
 
-# -- the README's example ----------------------------------------------------------------------------------------------
+# -- the docs' example (docs/benchmarks.md) ----------------------------------------------------------------------------
 def _readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Benchmark your own MCP server", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    section = text.split("## Making a benchmark reproducible", 1)[0]
+    head, _, rest = section.partition("## Your benchmark as a config file")  # its file: tests/test_readme.py
+    section = head + rest.split("\n## ", 1)[-1]
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
     lines = []
     for block in blocks:
@@ -485,7 +487,7 @@ def _readme_commands() -> list[str]:
 @pytest.mark.thirdparty
 def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's commands, as written, from a copy of the repository's examples/ (outputs under runs/)."""
+    """The benchmarks page's commands, as written, from a copy of the repository's examples/ (outputs under runs/)."""
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(Path(npm_bin("mcp-server-everything")).parent) + os.pathsep + os.environ["PATH"])
@@ -503,7 +505,7 @@ def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     capsys.readouterr()
     oracle = json.loads((tmp_path / "runs/eval/custom-oracle/report/results.json").read_text())["summary"]
     rand = json.loads((tmp_path / "runs/eval/custom-random/report/results.json").read_text())["summary"]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     assert oracle["success_rate"] == 1.0 and oracle["pass^4"] == 1.0
     memory = json.loads((tmp_path / "runs/eval/memory-oracle/report/results.json").read_text())["summary"]
     assert (memory["episodes"], memory["success_rate"]) == (4, 1.0)  # one knowledge graph per episode

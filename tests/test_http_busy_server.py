@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -209,16 +212,23 @@ class BreakingProxy:
         self.sockets: list[socket.socket] = []
         self.accepting = threading.Event()  # cleared: connections wait in the listen backlog (1), then are dropped
         self.accepting.set()
+        self.parked = threading.Event()  # set while the accepting thread waits for `accepting`, not in accept()
         self.listener = socket.create_server(("127.0.0.1", 0), backlog=1)
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/mcp"
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
         while True:
-            self.accepting.wait()
-            try:
+            if not self.accepting.is_set():
+                self.parked.set()  # outside accept(): connections now stay in the listen backlog
+                self.accepting.wait()
+                self.parked.clear()
+            try:  # a short wait for a connection, so that a pause takes effect without one
+                ready, _, _ = select.select([self.listener], [], [], 0.05)
+                if not ready:
+                    continue
                 client, _ = self.listener.accept()
-            except OSError:
+            except (OSError, ValueError):  # closed
                 return
             self.accepted += 1
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
@@ -247,6 +257,11 @@ class BreakingProxy:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
+
+    def pause(self) -> None:
+        """Stop accepting; returns once the accepting thread is parked (no connection accepted from now on)."""
+        self.accepting.clear()
+        assert self.parked.wait(STALL_BOUND), "the proxy's accepting thread did not park"
 
     def close(self) -> None:
         """Stop listening and end every proxied connection (``shutdown`` wakes the pipes blocked reading it)."""
@@ -294,7 +309,8 @@ def test_an_idle_connection_is_not_reused_past_the_keepalive_expiry(
     call after a longer pause opens a new connection, one right after the last reuses it."""
     from mcp_gym.client import _http
 
-    monkeypatch.setattr(_http, "KEEPALIVE_EXPIRY", 0.3)
+    # 2 s (uvicorn closes at 5 s): two steps in a row stay within it however busy the machine is
+    monkeypatch.setattr(_http, "KEEPALIVE_EXPIRY", 2.0)
     port = int(served.url.rsplit(":", 1)[1].split("/")[0])
     proxy = BreakingProxy(port, b"never-sent", "close", False)
     env = MCPEnv({"busy": Http(proxy.url)}, ["Ping."], call_timeout=60.0)
@@ -304,7 +320,7 @@ def test_an_idle_connection_is_not_reused_past_the_keepalive_expiry(
         accepted = proxy.accepted
         _, _, _, _, info = env.step({"tool": "ping", "arguments": {}})
         assert info["error"] is None and proxy.accepted == accepted  # kept alive
-        threading.Event().wait(1.0)
+        threading.Event().wait(2.5)
         _, _, _, _, info = env.step({"tool": "ping", "arguments": {}})
         assert info["error"] is None and proxy.accepted > accepted  # expired: a new connection
     finally:
@@ -395,32 +411,63 @@ def test_a_session_that_dies_leaves_the_other_sessions_alone(served: Served) -> 
     assert out["c"]["error"] is None and out["c"]["structured_content"] == {"result": "pong"}, out["c"]
 
 
+def _connecting_ports(port: int) -> set[int]:
+    """Local ports of this machine's TCP sockets waiting in connect (SYN_SENT) to 127.0.0.1:``port``."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if state == "02" and remote == f"0100007F:{port:04X}":
+            found.add(int(local.split(":")[1], 16))
+    return found
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads connection states from Linux's /proc/net/tcp")
 def test_a_connect_timeout_is_tried_again_within_the_read_timeout(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """The server stops accepting connections and its listen backlog is full (what thousands of sessions reconnecting
     at once do to it): a new connection attempt times out after ``http_timeout`` (1 s here). Nothing was sent, so the
-    request tries again while its ``read_timeout`` lasts, and the step succeeds once the server accepts again (2.5 s
-    later). It used to fail at the first connect timeout (kind ``timeout``; at 10,000 sessions, 269 steps per run)."""
+    request tries again while its ``read_timeout`` lasts, and the step succeeds once the server accepts again. It used
+    to fail at the first connect timeout (kind ``timeout``; at 10,000 sessions, 269 steps per run).
+
+    Nothing here depends on timing: the proxy is parked outside ``accept()`` before the backlog is filled, and it
+    accepts again only once the client has been seen waiting in connect on two different sockets (its first attempt
+    timed out and it tried again)."""
     from mcp_gym.client import _http
 
     monkeypatch.setattr(_http, "KEEPALIVE_EXPIRY", 0.2)  # the step below needs a new connection
     port = int(served.url.rsplit(":", 1)[1].split("/")[0])
     proxy = BreakingProxy(port, b"never-sent", "close", False)
+    proxy_port = int(proxy.url.split(":")[2].split("/")[0])
     env = MCPEnv({"busy": Http(proxy.url, http_timeout=1.0, read_timeout=60.0)}, ["Ping."], call_timeout=120.0)
     fillers: list[socket.socket] = []
+    attempts: set[int] = set()
+    stepped = threading.Event()
+
+    def resume_after_a_retry() -> None:
+        deadline = time.monotonic() + STALL_BOUND
+        while len(attempts) < 2 and not stepped.is_set() and time.monotonic() < deadline:
+            attempts.update(_connecting_ports(proxy_port))
+            time.sleep(0.02)
+        proxy.accepting.set()
+
     try:
         env.reset(seed=0)
-        proxy.accepting.clear()
-        threading.Event().wait(0.5)  # the session's idle connections expire; the proxy is parked before accept()
+        proxy.pause()
+        time.sleep(0.5)  # longer than KEEPALIVE_EXPIRY: the session's idle connections are not used again
         accepted = proxy.accepted
-        for _ in range(3):  # fill the listen backlog: further connection attempts are dropped by the kernel
-            fillers.append(socket.create_connection(("127.0.0.1", int(proxy.url.split(":")[2].split("/")[0]))))
-        timer = threading.Timer(2.5, proxy.accepting.set)
-        timer.start()
-        _, _, _, _, info = env.step({"tool": "ping", "arguments": {}})
-        timer.join()
+        # Fill the listen backlog (Linux queues backlog + 1 = 2 connections): the kernel drops further attempts.
+        for _ in range(2):
+            fillers.append(socket.create_connection(("127.0.0.1", proxy_port), timeout=STALL_BOUND))
+        resumer = threading.Thread(target=resume_after_a_retry)
+        resumer.start()
+        try:
+            _, _, _, _, info = env.step({"tool": "ping", "arguments": {}})
+        finally:
+            stepped.set()
+            resumer.join()
         assert info["error"] is None, info["error"]
+        assert len(attempts) >= 2, f"the client never tried to connect twice: {attempts}"
         assert info["structured_content"] == {"result": "pong"}
         assert proxy.accepted > accepted + len(fillers)  # it came over a connection accepted after the pause
     finally:

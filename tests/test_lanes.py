@@ -15,6 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("slow", "train", "browser")
 """The markers of the heavy lane (what the fast lane leaves out), in the order the commands name them."""
+NEEDS = ("ray", "openenv", "skyrl", "verl", "verifiers", "bwrap", "extras")
+"""The markers of fast-lane tests that need an optional extra or a system tool (they skip without it): ``.ci/run``
+runs them again once it has installed everything."""
+NOT_NEEDS = {"thirdparty"}  # npm/PyPI servers: the tests install them themselves, in the first stage too
+INSTALLS = ("pip install", "apt-get", "npm", "pytest", "venv")
 
 
 def _pytest_options() -> dict:
@@ -60,9 +65,45 @@ def test_ci_runs_the_readme_test_command_exactly_and_then_the_heavy_lane() -> No
     assert commands.index(_heavy_lane_command()) > commands.index(readme_command)
 
 
-def test_the_readme_says_how_to_run_the_heavy_lane() -> None:
-    readme = (ROOT / "README.md").read_text()
-    development = readme.split("\n## Development\n", 1)[1].split("\n## ", 1)[0]
+def _ci_commands() -> list[str]:
+    return [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _second_stage_command() -> str:
+    fast = _fast_lane_expression()
+    return f'python -m pytest -m "{fast} and ({" or ".join(NEEDS)})"'
+
+
+def test_ci_runs_the_readme_test_command_before_it_installs_anything() -> None:
+    """CI sees what a user sees: the README's command runs first, on the fresh machine (no extra, no system tool, no
+    npm server installed yet); the rule that nothing may be missing (``MCP_GYM_CI_FULL=1``) starts after it."""
+    commands = _ci_commands()
+    first = commands.index(_readme_test_command())
+    before = [c for c in commands[:first] if any(word in c for word in INSTALLS)]
+    assert not before, f".ci/run installs or tests something before the README's test command: {before}"
+    assert "export MCP_GYM_CI_FULL=1" in commands[first + 1:]
+    full = commands.index("export MCP_GYM_CI_FULL=1")
+    assert full < commands.index(_heavy_lane_command()) and full < commands.index(_second_stage_command())
+
+
+def test_ci_runs_the_tests_that_need_an_extra_again_once_it_is_installed() -> None:
+    """Every registered marker that says what a test needs is in the second stage's selection (a new one must be)."""
+    assert _second_stage_command() in _ci_commands(), f".ci/run does not run: {_second_stage_command()}"
+    registered = {m.split(":", 1)[0] for m in _pytest_options()["markers"]}
+    assert set(NEEDS) <= registered, set(NEEDS) - registered
+    assert registered - set(HEAVY) - set(NEEDS) - NOT_NEEDS == set(), "a new marker: add it to NEEDS or NOT_NEEDS"
+
+
+def test_ci_runs_the_lowest_and_the_newest_core_versions() -> None:
+    commands = _ci_commands()
+    assert "./.ci/lowest" in commands and "./.ci/newest" in commands
+    core_tests = [re.findall(r"tests/test_\w+\.py", (ROOT / ".ci" / name).read_text()) for name in ("lowest", "newest")]
+    assert core_tests[0] == core_tests[1] and len(core_tests[0]) >= 5, core_tests
+
+
+def test_the_docs_say_how_to_run_the_heavy_lane() -> None:
+    development = (ROOT / "docs" / "development.md").read_text()
     assert _heavy_lane_command() in development
 
 

@@ -34,7 +34,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str, subprocess_run: bool) -
     return code, capsys.readouterr().err
 
 
-# -- item 7: a value of the wrong type names the key and the type -----------------------------------------------------
+# -- item 7: a value of the wrong type names the key and the type ------------------------------------------------------
 @pytest.mark.parametrize(("command", "override", "line"), [
     ("collect", "episodes=abc", "episodes must be an integer or null, not 'abc'"),
     ("eval", "samples=two", "samples must be an integer, not 'two'"),
@@ -54,7 +54,7 @@ def test_a_value_of_the_wrong_type_is_refused_in_one_line_naming_key_and_type(
     assert not (out / ".hydra").exists()
 
 
-# -- item 8: Hydra's advice after a typo (+key) does not silently drop the key ----------------------------------------
+# -- item 8: Hydra's advice after a typo (+key) does not silently drop the key -----------------------------------------
 @pytest.mark.parametrize(("override", "line"), [
     ("+episods=5", "unknown key 'episods' (did you mean 'episodes'?)"),
     ("+env.max_step=5", "unknown key 'env.max_step' (did you mean 'env.max_steps'?)"),
@@ -104,7 +104,7 @@ def test_every_policy_option_of_the_constructors_is_a_declared_key() -> None:
         assert declared == set(inspect.signature(cls).parameters), kind
 
 
-# -- item 9: a job whose server never started fails, and says why in its last line ------------------------------------
+# -- item 9: a job whose server never started fails, and says why in its last line -------------------------------------
 def test_a_collect_whose_server_never_started_exits_non_zero_with_the_reason_last(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "t1", "prompt": "Say hi", "answer": "hi"}\n{"id": "t2", "prompt": "Say ho", "answer": '
@@ -123,7 +123,7 @@ def test_a_collect_whose_server_never_started_exits_non_zero_with_the_reason_las
     assert "mcp-gym: server 'db' is unavailable" in done.stderr.splitlines()[0]
 
 
-# -- item 10: job help does not import the jobs (it took 7-14 s on a busy machine) ------------------------------------
+# -- item 10: job help does not import the jobs (it took 7-14 s on a busy machine) -------------------------------------
 def test_job_help_reads_the_config_files_without_importing_the_jobs_or_the_mcp_sdk() -> None:
     code = ("import sys; from mcp_gym.cli import main; main(['eval', 'policy=openai', '--help']); "
             "print('loaded:', *sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'hydra', 'omegaconf') "
@@ -190,19 +190,20 @@ def test_an_sse_url_without_sse_plus_says_to_add_it(tmp_path: Path, capsys: pyte
         stop_process(proc)
 
 
-# -- item 10: the README's promises -----------------------------------------------------------------------------------
+# -- item 10: the README's and the docs' promises ----------------------------------------------------------------------
 def test_the_readme_counts_the_bundled_envs_and_names_what_the_full_suite_and_the_examples_need() -> None:
     import re
 
     from mcp_gym.envs import BUNDLED_ENVS
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").rglob("*.md")))
     numbers = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
-    counts = [numbers[w.lower()] for w in re.findall(r"\b(\w+) real MCP servers", readme)]
+    counts = [numbers[w.lower()] for w in re.findall(r"\b(\w+) real MCP servers", readme + docs)]
     assert counts and set(counts) == {len(BUNDLED_ENVS)}, counts
-    intro = readme[: readme.index("## Quickstart")]
+    intro = readme[: readme.index("## What it does")]
     assert "bubblewrap" in intro and "chromium" in intro.lower()  # the full suite's system packages
-    training = readme[readme.index("## Training"):]
+    training = (ROOT / "docs" / "training" / "trl.md").read_text(encoding="utf-8")
     for script in ("grpo_trl.py", "sft_from_scratch.py"):
         first = training.index(f"python scripts/examples/{script}")
         assert 'pip install -e ".[train]"' in training[first - 200:first], script

@@ -17,7 +17,13 @@ import mcp_gym
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-OPTIONAL = {"mcp_gym.skyrl": "skyrl_gym", "mcp_gym.openenv": "openenv.core"}
+def taught_text() -> str:
+    """README.md and every docs page: where the public names are taught."""
+    docs = sorted(README.parent.joinpath("docs").rglob("*.md"))
+    return "\n".join(p.read_text(encoding="utf-8") for p in [README, *docs])
+
+
+OPTIONAL = {"mcp_gym.skyrl": "skyrl_gym", "mcp_gym.openenv": "openenv.core", "mcp_gym.verl": "verl"}
 """Modules that need an extra to import (module -> the package it needs): checked where that package is installed."""
 
 
@@ -35,6 +41,18 @@ def public_modules() -> list[str]:
     return names
 
 
+def _resolves(mod: object, name: str) -> bool:
+    """``mod.name`` exists: it resolves, or it is a lazy name whose optional extra is missing here (the module's
+    ``__getattr__`` knows it and raises ``ImportError`` for the extra; an unknown name raises ``AttributeError``)."""
+    try:
+        getattr(mod, name)
+    except AttributeError:
+        return False
+    except ImportError:
+        return True
+    return True
+
+
 def test_every_public_module_declares_its_exports() -> None:
     missing, undefined = [], []
     for name in public_modules():
@@ -47,25 +65,25 @@ def test_every_public_module_declares_its_exports() -> None:
             if defined:  # an empty package __init__ (``mcp_gym.client``, an env folder) has nothing to declare
                 missing.append(name)
             continue
-        undefined += [f"{name}.{n}" for n in exports if not hasattr(mod, n)]
+        undefined += [f"{name}.{n}" for n in exports if not _resolves(mod, n)]
     assert not missing, f"modules without __all__: {missing}"
     assert not undefined, f"__all__ names that do not exist: {undefined}"
 
 
 def test_the_package_exports_what_the_readme_teaches() -> None:
-    """Every name of ``mcp_gym.__all__`` resolves and appears in the README, and every ``mcp_gym.<Name>`` and
-    ``from mcp_gym import ...`` the README uses is exported."""
-    text = README.read_text(encoding="utf-8")
+    """Every name of ``mcp_gym.__all__`` resolves and appears in the README or the docs, and every ``mcp_gym.<Name>``
+    and ``from mcp_gym import ...`` they use is exported."""
+    text = taught_text()
     for name in mcp_gym.__all__:
         assert getattr(mcp_gym, name) is not None
-        assert re.search(rf"\b{name}\b", text), f"mcp_gym.{name} is exported but the README never mentions it"
+        assert re.search(rf"\b{name}\b", text), f"mcp_gym.{name} is exported but neither README nor docs mention it"
     used = set(re.findall(r"\bmcp_gym\.([A-Za-z_]\w*)\b", text))
     for imports in re.findall(r"^from mcp_gym import ([\w, ]+)$", text, flags=re.M):
         used |= {n.strip() for n in imports.split(",")}
     modules = {m.name for m in pkgutil.iter_modules(mcp_gym.__path__)}
     not_python = {"schema_version"}  # ``mcp_gym.schema_version``: a key of the Parquet files' metadata
     taught = {n for n in used if n not in modules | not_python}
-    assert taught <= set(mcp_gym.__all__), f"README uses names mcp_gym does not export: {taught - set(mcp_gym.__all__)}"
+    assert taught <= set(mcp_gym.__all__), f"README/docs use names not exported: {taught - set(mcp_gym.__all__)}"
 
 
 def _signature(value: object) -> str:
@@ -101,7 +119,7 @@ def _outside_uses(package: str) -> set[str]:
 def test_exports_are_what_users_or_other_packages_need(package: str) -> None:
     """A name in the ``__all__`` of these packages (and their modules) is taught by the README or the configs, imported
     across a package boundary, or a type in the signature of such a name; internal helpers stay out of ``__all__``."""
-    readme = set(re.findall(r"\w+", README.read_text(encoding="utf-8")))
+    readme = set(re.findall(r"\w+", taught_text()))
     needed = readme | _outside_uses(package)
     top = importlib.import_module(f"mcp_gym.{package}")
     modules = [top] + [importlib.import_module(m.name) for m in

@@ -7,6 +7,8 @@ episode on ``{workspace}``): an initial folder (``fixture``) and a ``files`` gra
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -219,17 +221,13 @@ def test_eval_reports_the_time_spent_starting_servers(tmp_path: Path, capsys: py
     assert "server start-up share" in capsys.readouterr().out
 
 
-def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, client_log: list[logging.LogRecord],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import logging
-
     from mcp_gym import MCPEnv
     from mcp_gym.client import _notice
 
     monkeypatch.setattr(_notice, "SLOW_CONNECT_NOTICE", 0.0)  # every start not yet known to work is announced
     monkeypatch.setattr(_notice, "_STARTED", set())  # no server of an earlier test is known to work
-    monkeypatch.setattr(logging.getLogger("mcp_gym.client"), "propagate", True)
-    caplog.set_level(logging.WARNING, logger="mcp_gym.client")
     tasks = benchmark(tmp_path / "bench", [write_task(0, "a")])
     env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, load_task_source(tasks))
     try:
@@ -238,7 +236,7 @@ def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, caplog: 
             assert info["servers"]["fs"]["status"] == "ready" and info["startup_seconds"] > 0
     finally:
         env.close()
-    waits = [r.getMessage() for r in caplog.records if "waiting for server 'fs'" in r.getMessage()]
+    waits = [r.getMessage() for r in client_log if "waiting for server 'fs'" in r.getMessage()]
     assert len(waits) == 1, waits  # the first start; the next ones are known to work (their slowness is load)
 
 
@@ -286,17 +284,18 @@ def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with
                  "--states", str(checkout / "downloads")]) == 0
     assert "2 tasks (letters 1, notes 1)" in capsys.readouterr().out
     tasks = {t.id: t for t in load_task_source(out / "tasks.jsonl")}
-    assert set(tasks) == {"notes__shout", "letters__upper"}
-    shout = tasks["notes__shout"]
-    assert shout.tags == ("notes", "L1", "content transformation") and shout.prompt.endswith("in the directory "
-                                                                                             "{workspace}.")
+    assert set(tasks) == {"standard__notes__shout", "letters__upper"}  # the level, where there is one, in the id
+    shout = tasks["standard__notes__shout"]
+    assert shout.tags == ("notes", "level:standard", "L1", "content transformation")
+    assert shout.prompt.endswith("in the directory {workspace}.")
     assert (Path(shout.fixture) / "note.txt").read_text() == "quiet please\n"
     assert (Path(tasks["letters__upper"].fixture) / "a.txt").read_text() == "abc\n"  # from the zip
 
     monkeypatch.syspath_prepend(str(out))  # the grader module written next to the task file
+    monkeypatch.delitem(sys.modules, "mcpmark_grader", raising=False)  # not another test's import of it
     env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, list(tasks.values()))
     try:
-        env.reset(seed=0, options={"task_id": "notes__shout"})
+        env.reset(seed=0, options={"task_id": "standard__notes__shout"})
         env.step({"tool": "write_file", "arguments": {"path": "{workspace}/answer.txt", "content": "QUIET PLEASE"}})
         *_, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})
         assert info["success"] is True and "PASS" in info["grade"]["reason"]
@@ -308,7 +307,13 @@ def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with
 
 
 def test_tasks_import_mcpmark_names_a_missing_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A task whose category has no initial state is skipped and listed with the reason; none imported is an error."""
     checkout = mcpmark_checkout(tmp_path / "mcpmark")
-    assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench")]) == 1
-    err = capsys.readouterr().err
-    assert "no initial state for category 'letters'" in err and "letters.zip" in err
+    assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped tasks/filesystem/letters/upper: no initial state for category 'letters'" in out
+    assert "letters.zip" in out and "1 tasks (notes 1); 1 skipped" in out
+    assert [t.id for t in load_task_source(tmp_path / "bench" / "tasks.jsonl")] == ["standard__notes__shout"]
+    shutil.rmtree(checkout / "test_environments")
+    assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench2")]) == 1
+    assert "no task imported" in capsys.readouterr().err

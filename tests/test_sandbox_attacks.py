@@ -42,7 +42,7 @@ from mcp_gym.envs.code._sandbox import (
 )
 from mcp_gym.envs.code.server import server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.bwrap]
 REPO = Path(__file__).resolve().parents[1]
 TASK = env.generate_tasks(0)[0]  # sum_above with K = -3
 DISABLE_HOOK = """

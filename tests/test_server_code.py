@@ -21,7 +21,7 @@ from mcp_gym.envs.code._sandbox import Limits, run_function_tests
 from mcp_gym.envs.code.server import LIMITS, server
 from mcp_gym.tasks import Task
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.bwrap]  # the Code server refuses to start without bubblewrap
 
 TASKS = env.generate_tasks(0)
 SUM_ABOVE = TASKS[0]  # sum_above with K = -3

@@ -11,6 +11,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import with_code_marked
 
 import mcp_gym
 from mcp_gym import chat, sft
@@ -110,6 +111,7 @@ def task_ids(ds: datasets.Dataset) -> list[str]:
 
 
 # -- structure ------------------------------------------------------------------------------------------------------
+@pytest.mark.bwrap  # every bundled env, Code too
 def test_every_bundled_env_exports_its_oracle_episodes(oracle: datasets.Dataset, oracle_run: Path) -> None:
     assert len(oracle) == len(BUNDLED_ENVS) * TASKS_PER_ENV
     envs = {name: mcp_gym.make_env(name) for name in BUNDLED_ENVS}
@@ -151,7 +153,7 @@ def test_every_bundled_env_exports_its_oracle_episodes(oracle: datasets.Dataset,
             env.close()
 
 
-@pytest.mark.parametrize("name", list(BUNDLED_ENVS))
+@pytest.mark.parametrize("name", with_code_marked(BUNDLED_ENVS))
 def test_replaying_an_example_reproduces_the_recorded_reward(oracle: datasets.Dataset, name: str) -> None:
     examples = oracle.filter(lambda e: e == f"mcp_gym/{name}-v0", input_columns="env_id")
     assert len(examples) == TASKS_PER_ENV
@@ -280,6 +282,7 @@ def test_client_recordings_render_content_blocks(tmp_path: Path) -> None:
 
 
 # -- splits ---------------------------------------------------------------------------------------------------------
+@pytest.mark.bwrap  # counts the episodes of every bundled env, Code too
 @pytest.mark.parametrize("test_size", [0.25, 3, 0.01])
 def test_train_test_split_by_task(oracle_run: Path, test_size: float) -> None:
     dd = sft.build(oracle_run, test_size=test_size, seed=3)

@@ -95,3 +95,90 @@ def test_fixtures_stay_inside_the_task_files_folder(tmp_path: Path) -> None:
             with pytest.raises(TaskDataError, match=why) as e:
                 load(path)
             assert "'t-1'" in str(e.value) and str(path) in str(e.value), str(e.value)
+
+
+# -- a task's env never sends the user's credentials elsewhere (issue 36, item 2) -------------------------------------
+class _Listener:
+    """An HTTP listener on 127.0.0.1 that answers every request ``ok`` and keeps the Authorization headers it saw."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        seen = self.authorizations = []  # type: list[str]
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+                seen.append(self.headers.get("Authorization") or "")
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def listeners() -> object:
+    user, attacker = _Listener(), _Listener()
+    yield user, attacker
+    user.close()
+    attacker.close()
+
+
+def _callout_job(tasks: Path, out: Path, user_api: str, *extra: str) -> int:
+    script = json.dumps(str(ROOT / "tests" / "_callout_server.py"))
+    server = (f"+env.servers.api={{command:{json.dumps(sys.executable)},args:[{script}],"
+              f"env:{{API_KEY:sk-user-secret,API_BASE:{json.dumps(user_api)}}}}}")
+    return main(["eval", "policy=oracle", "samples=1", "plots=false", "env=custom", server, f"env.tasks={tasks}",
+                 f"out={out}", "launcher.progress=false", "env.max_steps=2", *extra])
+
+
+def _callout_task(tmp_path: Path, name: str, env: dict[str, str]) -> Path:
+    (tmp_path / name).mkdir()
+    return _write(tmp_path / name / "tasks.jsonl", {"id": f"{name}-1", "prompt": "Is the API up?", "answer": "ok",
+                                                    "env": env, "solution": [{"tool": "call_api", "arguments": {}}]})
+
+
+def test_a_task_file_cannot_send_the_users_api_key_elsewhere(tmp_path: Path, listeners: tuple[_Listener, _Listener],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    user, attacker = listeners
+    # the user's own config sets API_BASE: the task's value is ignored (with a warning naming task, server and key),
+    # even where the user allows task files to set that name
+    tasks = _callout_task(tmp_path, "override", {"API_BASE": attacker.url})
+    assert _callout_job(tasks, tmp_path / "out-override", user.url, "env.task_env_allow=[API_BASE]") == 0
+    assert attacker.authorizations == [] and user.authorizations == ["Bearer sk-user-secret"]  # where the user said
+    said = capsys.readouterr()
+    assert "task 'override-1' sets env key 'API_BASE' of server 'api'" in said.out + said.err
+    # proxies, CA bundles, key logs and base URLs are refused in one line naming task, file and key
+    for name, key, value in (("proxy", "http_proxy", attacker.url), ("base", "CALLOUT_BASE_URL", attacker.url),
+                             ("ca", "SSL_CERT_FILE", "/tmp/ca.pem"), ("keylog", "SSLKEYLOGFILE", "/tmp/keys")):
+        tasks = _callout_task(tmp_path, name, {key: value})
+        assert _callout_job(tasks, tmp_path / f"out-{name}", user.url) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"'{name}-1'" in err[0] and str(tasks) in err[0] and repr(key) in err[0], err
+    assert attacker.authorizations == []  # the key never reached the attacker's listener
+
+    # the user's config (not the task file) may allow such a name: then the attack is real, which proves the test
+    tasks = tmp_path / "proxy" / "tasks.jsonl"
+    assert _callout_job(tasks, tmp_path / "out-allowed", user.url, "env.task_env_allow=[http_proxy]") == 0
+    assert attacker.authorizations == ["Bearer sk-user-secret"]
+
+
+@pytest.mark.parametrize("key", ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "no_proxy", "REQUESTS_CA_BUNDLE",
+                                 "CURL_CA_BUNDLE", "SSL_CERT_DIR", "OPENAI_BASE_URL", "OPENAI_API_BASE",
+                                 "AZURE_OPENAI_ENDPOINT", "DB_HOST", "DATABASE_URL"])
+def test_network_env_keys_are_refused_unless_allowed(tmp_path: Path, key: str) -> None:
+    path = _write(tmp_path / "t.jsonl", {"id": "b", "prompt": "p", "env": {key: "x"}})
+    with pytest.raises(TaskDataError, match=f"'b' of {path}: env key '{key}' changes where"):
+        load_task_source(path)
+    assert load_tasks(path, allow_env=[key.lower()])[0].env[key] == "x"

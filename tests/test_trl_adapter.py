@@ -77,6 +77,7 @@ def test_counter_class_has_class_level_tool_methods(counter_cls: type[MCPToolEnv
     assert inspect.signature(counter_cls.submit).parameters["answer"].annotation is str
 
 
+@pytest.mark.extras  # transformers (the [train] extra) builds the schemas
 def test_transformers_builds_the_tool_schemas(counter_cls: type[MCPToolEnvironment]) -> None:
     get_json_schema = pytest.importorskip("transformers.utils").get_json_schema
     env = counter_cls()
@@ -155,6 +156,7 @@ def test_reward_modes_and_options() -> None:
         environment_factory("Counter", reward="best")  # type: ignore[arg-type]
 
 
+@pytest.mark.extras  # transformers (the [train] extra) builds the schemas
 def test_tool_method_edge_cases() -> None:
     """Names that are not identifiers, keywords, optional/nullable parameters, defaults."""
     schema = {

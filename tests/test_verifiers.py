@@ -98,15 +98,14 @@ def test_many_tasks_and_a_reply_that_is_no_action(tmp_path: Path, serve: Any) ->
     assert sorted(episodes["task_id"]) == sorted(t.id for t in tasks[:2]) and all(episodes["success"])
 
 
-def test_the_readme_config(tmp_path: Path, serve: Any) -> None:
-    """The README's verifiers section: its ``eval.toml`` passes ``vf-eval --dry-run`` (the command as written, a model
-    named), and its taskset, pointed at a server here, plays its tasks."""
+def test_the_docs_config(tmp_path: Path, serve: Any) -> None:
+    """The verifiers page (docs/training/verifiers.md): its ``eval.toml`` passes ``vf-eval --dry-run`` (the command as
+    written, a model named), and its taskset, pointed at a server here, plays its tasks."""
     from mcp_gym.envs import load_env_tasks
 
     tomllib = pytest.importorskip("tomllib")
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("**verifiers** (prime-rl"):]
+    section = (Path(__file__).resolve().parents[1] / "docs" / "training" / "verifiers.md").read_text(encoding="utf-8")
     toml = re.search(r"cat > eval.toml <<'EOF'\n(.*?)\nEOF\n", section, re.S)
     command = re.search(r"^vf/bin/(vf-eval @ eval.toml .*)$", section, re.M)
     assert toml is not None and command is not None

@@ -28,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 import mcp.types as mt
 import pytest
+from conftest import skip_unless_ci_full
 from mcp.server.mcpserver import MCPServer
 
 import mcp_gym  # noqa: F401 - registers the bundled envs
@@ -333,9 +334,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``load(page, hash, screenshot=None) -> Dom`` in headless Chromium (skip without it, except in CI)."""
     if CHROMIUM is None:
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail("chromium is missing (CI installs it: apt-get install chromium)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+        skip_unless_ci_full("chromium is not installed (apt-get install chromium)")
     profile = tmp_path_factory.mktemp("chromium-profile")
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",

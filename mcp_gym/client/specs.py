@@ -121,7 +121,7 @@ class _Hosted(_SpecBase):
     bound. Thousands of sessions that each open a connection at once can overflow the server's listen backlog
     (connections dropped by the kernel); without a bound, connect timeouts are tried again until ``read_timeout``
     and 10,000 sessions finished with 0 errors. Not the default because waiting sessions let their connections
-    expire and reconnect: at 1,000 sessions 256 slots ran at 0.65x the raw SDK's steps/s (README, Performance). A
+    expire and reconnect: at 1,000 sessions 256 slots ran at 0.65x the raw SDK's steps/s (docs/performance.md). A
     request holds its slot until the answer's headers arrive."""
 
     def __post_init__(self) -> None:

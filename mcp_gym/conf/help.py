@@ -21,9 +21,10 @@ JOB_GROUPS: dict[str, tuple[str, ...]] = {
     "demo": ("env", "launcher"),
     "export_sft": (),
     "validate_tasks": ("env",),
+    "generate_tasks": ("env", "generator", "policy"),
 }
 """Per job (option of the ``job`` group): the config groups it reads."""
-DEFAULTS = {"env": "sql", "policy": "random", "recorder": "parquet", "launcher": "local"}
+DEFAULTS = {"env": "sql", "policy": "random", "recorder": "parquet", "launcher": "local", "generator": "explore"}
 SKIP = ("defaults", "hydra")  # Hydra's own blocks: not job keys
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*):(?P<rest>.*)$")
 _COMMENTED_KEY = re.compile(r"^(?P<key>[a-z_]+): (?P<doc>.+)$")  # "# system_prompt: ..." documents an optional key
@@ -164,5 +165,5 @@ def job_help(command: str, job: str, overrides: Sequence[str] = ()) -> str:
             lines += _wrap(f"other options: {'; '.join(others)}", "  ")
     groups = f"mcp-gym {command} <group>=<option> --help shows that option's keys; " if JOB_GROUPS.get(job) else ""
     lines += ["", *_wrap(f"{groups}--cfg job prints the composed config; --hydra-help shows Hydra's own flags. "
-                         "README.md, section 'Jobs', has examples.")]
+                         "docs/jobs.md has examples.")]
     return "\n".join(lines)

@@ -92,6 +92,8 @@ class EpisodeContext:
         task_dir: The folder of the task file (``None`` for tasks not loaded from a file).
         termination: How the episode ended: ``submit``, ``done``, ``max_steps``, ``max_turns``, ...
         state: The servers' ``mcp_gym_state`` snapshot (``{}`` when none has the tool).
+        turns: The calls grouped by user turn: ``{"turn", "prompt", "calls", "answer"}`` per turn the episode reached
+            (one for a single-turn task; see ``docs/conversations.md``).
     """
 
     task: Task
@@ -102,6 +104,7 @@ class EpisodeContext:
     task_dir: Path | None
     termination: str | None
     state: Mapping[str, Any]
+    turns: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def data(self) -> Mapping[str, Any]:
@@ -142,12 +145,15 @@ class GradeContext:
     servers: tuple[str, ...] = ()
     task_dir: Path | None = None
     termination: str | None = None
+    turns: Sequence[Mapping[str, Any]] = ()
+    """The calls grouped by user turn: ``{"turn", "prompt", "calls", "answer"}`` per turn reached, ``calls`` being
+    that turn's transcript entries without its ``submit`` and ``answer`` the ``submit`` that ended it."""
     _state: Mapping[str, Any] | None = None
 
     async def episode(self) -> EpisodeContext:
         """The :class:`EpisodeContext` Python graders receive (the state snapshot read now)."""
         return EpisodeContext(self.task, self.answer, self.workspace, tuple(self.servers), tuple(self.transcript),
-                              self.task_dir, self.termination, await self.state())
+                              self.task_dir, self.termination, await self.state(), tuple(self.turns))
 
     async def state(self) -> Mapping[str, Any]:
         """The servers' ``mcp_gym_state`` snapshot (``{}`` when none has the tool); read once."""

@@ -60,7 +60,8 @@ async def grade_episode(env: _GradedEpisode, info: StepInfo, answer: str | None,
     assert env.grading is not None
     session = SessionAccess(env.host, env.call_timeout)
     ctx = GradeContext(ep.task, answer, ep.workspace, list(ep.transcript), env.state_snapshot,
-                       session.call, session.read, tuple(env.host.connections), env.grading.task_dir, termination)
+                       session.call, session.read, tuple(env.host.connections), env.grading.task_dir, termination,
+                       ep.turns_view(answer))
     try:
         grader = env.grading.for_task(ep.task)
         assert grader is not None

@@ -17,8 +17,9 @@ from omegaconf import DictConfig
 from mcp_gym.jobs.collect import CollectResult, collect
 from mcp_gym.jobs.config import run_location, run_metadata
 from mcp_gym.jobs.identity import hold_run
-from mcp_gym.jobs.metrics import per_task, summarize
+from mcp_gym.jobs.metrics import grading_failures, per_task, summarize
 from mcp_gym.jobs.report import print_summary, write_report
+from mcp_gym.jobs.results import JobFailed
 from mcp_gym.recording import RunStore, read_tables
 
 __all__ = ["evaluate", "EvalResult"]
@@ -68,4 +69,27 @@ def _evaluate(cfg: DictConfig, out: Path, show: bool) -> EvalResult:
     if show:
         print_summary({str(cfg.policy.kind): summary}, title=f"Evaluation of {out}")
         print(f"report: {report}" + (f"  ({missing} planned episodes missing: rerun to complete)" if missing else ""))
+    _check_grading(run.read_tables()[0], episodes, summary, report)
     return EvalResult(summary, tasks, report, collection)
+
+
+def _check_grading(steps: pa.Table, episodes: pa.Table, summary: dict[str, Any], report: Path) -> None:
+    """Say why grading failed: every episode ungraded raises :class:`JobFailed` (the first error's line and how many
+    share it); some ungraded prints that on stderr."""
+    failures = grading_failures(steps, [str(e) for e in episodes.column("episode_id").to_pylist()])
+    if not failures:
+        return
+    import re
+    import sys
+
+    def why(line: str) -> str:
+        return re.sub(r"task '[^']*'", "task", line)  # the same error on other tasks
+
+    first = failures[0]
+    alike = sum(why(f) == why(first) for f in failures)
+    total = len(failures) + int(summary.get("graded") or 0)
+    text = (f"{len(failures)} of {total} episodes failed to grade (their success is unknown); the first error, "
+            f"shared by {alike}: {first}")
+    if not summary.get("graded"):
+        raise JobFailed(f"no episode was graded: {text} (report: {report})")
+    print(f"warning: {text}", file=sys.stderr)

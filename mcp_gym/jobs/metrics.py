@@ -71,6 +71,33 @@ def episode_grades(steps: pa.Table) -> dict[str, dict[str, Any] | None]:
     return out
 
 
+def grading_failures(steps: pa.Table, ids: Iterable[str] | None = None) -> list[str]:
+    """Why grading failed, one line per episode whose final step recorded no grade (``info["grade"]`` ``None``): the
+    step's error message (``info["error"]``, which the recorder keeps in the ``error`` column), or a placeholder when
+    none was recorded (only the episodes in ``ids``, unless ``None``), in the table's order."""
+    keep = None if ids is None else set(ids)
+    names = ["episode_id", "terminated", "truncated", "info"] + (["error"] if "error" in steps.column_names else [])
+    cols = steps.select(names).to_pydict()
+    errors = cols.get("error") or [None] * len(cols["info"])
+    out: list[str] = []
+    for eid, term, trunc, info, err in zip(cols["episode_id"], cols["terminated"], cols["truncated"], cols["info"],
+                                           errors, strict=True):
+        if not (term or trunc) or not info or '"grade"' not in info or (keep is not None and str(eid) not in keep):
+            continue
+        data = json.loads(info)
+        if "grade" not in data or data["grade"] is not None:
+            continue
+        error = data.get("error")
+        if not isinstance(error, dict) and err:
+            try:
+                error = json.loads(err)
+            except ValueError:
+                error = {"message": err}
+        message = error.get("message") if isinstance(error, dict) else None
+        out.append(" ".join(str(message).split()) if message else "no reason recorded")
+    return out
+
+
 def _leaves(grade: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     parts = grade.get("parts") or ()
     return [leaf for p in parts for leaf in _leaves(p)] if parts else [grade]

@@ -96,8 +96,20 @@ class _ValidateTasks(_Job):
     split: str | None = MISSING
 
 
+@dataclass
+class _GenerateTasks(_Job):
+    n: int = MISSING
+    fixture: str | None = MISSING
+    splits: dict[str, float] = MISSING
+    dry_run: bool = MISSING
+    samples: int = MISSING
+    max_proposals: int | None = MISSING
+    generator: dict[str, Any] = MISSING  # the generator's options (checked by the generator)
+
+
 JOBS: dict[str, type] = {"collect": _Collect, "eval": _Eval, "demo": _Demo, "export-sft": _ExportSft,
-                         "tasks-validate": _ValidateTasks}
+                         "tasks-validate": _ValidateTasks,
+                         "tasks-generate": _GenerateTasks}
 """``command`` -> the schema of the job's own keys (the root of the config, groups aside)."""
 
 

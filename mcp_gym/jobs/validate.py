@@ -47,7 +47,7 @@ def validate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> li
     checks: list[TaskCheck] = []
     try:
         for task in tqdm(tasks, desc="tasks validate", unit="task", disable=not show, dynamic_ncols=True):
-            checks.append(_check(env, task))
+            checks.append(check_task(env, task))
     finally:
         env.close()
     out = Path(out)
@@ -58,7 +58,12 @@ def validate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> li
     return checks
 
 
-def _check(env: Any, task: Any) -> TaskCheck:
+def check_task(env: Any, task: Any) -> TaskCheck:
+    """Play ``task``'s reference solution in a fresh episode of ``env`` (which holds the task) and grade it."""
+    if task.turns:
+        if not any("solution" in t or "answer" in t for t in task.turns):
+            return TaskCheck(task.id, "skipped", "no reference solution")
+        return _check_turns(env, task)
     if not task.solution:
         return TaskCheck(task.id, "skipped", "no reference solution")
     failed: dict[str, Any] | None = None
@@ -91,6 +96,38 @@ def _check(env: Any, task: Any) -> TaskCheck:
         status, reason = ("error" if status == "error" else "failed"), f"cut short by {limit}; {reason}"
     if failed is not None and status != "passed":
         reason += f"; first failed call: step {failed['step']} {failed['tool']}: {failed['error']}"
+    return TaskCheck(task.id, status, reason, check.score, failed, limit)
+
+
+def _check_turns(env: Any, task: Any) -> TaskCheck:
+    """A multi-turn task: each turn's reference calls, then ``submit`` of the turn's answer, turn by turn."""
+    failed: dict[str, Any] | None = None
+    limit: str | None = None
+    try:
+        obs, info = env.reset(seed=0, options={"task_id": task.id})
+        if info.get("error"):
+            return TaskCheck(task.id, "error", f"reset: {info['error']['message']}")
+        plan = env.unwrapped.task.turn_plan()  # {workspace} filled
+        calls = [(i, c) for i, (turn_calls, answer) in enumerate(plan)
+                 for c in (*turn_calls, {"tool": "submit", "arguments": {"answer": _answer(answer)}})]
+        for n, (turn, call) in enumerate(calls, 1):
+            obs, reward, terminated, truncated, info = env.step(dict(call))
+            if failed is None and info.get("error"):
+                failed = {"step": n, "turn": turn, "tool": call.get("tool"), "arguments": call.get("arguments"),
+                          "error": str(info["error"].get("message", ""))[:500]}
+            if terminated or truncated:
+                if n < len(calls):
+                    limit = f"{info.get('termination')} after {n} of {len(calls)} solution calls (turn {turn})"
+                break
+    except Exception as e:  # noqa: BLE001 - one broken task must not hide the others
+        return TaskCheck(task.id, "error", f"{type(e).__name__}: {e}", failed_call=failed, limit=limit)
+    check = _verdict(task.id, info)
+    status, reason = check.status, check.reason
+    if limit is not None:
+        status, reason = ("error" if status == "error" else "failed"), f"cut short by {limit}; {reason}"
+    if failed is not None and status != "passed":
+        reason += f"; first failed call: step {failed['step']} (turn {failed['turn']}) {failed['tool']}: " \
+                  f"{failed['error']}"
     return TaskCheck(task.id, status, reason, check.score, failed, limit)
 
 

@@ -4,6 +4,9 @@
 The rules of the view are :mod:`mcp_gym.chat`'s; this module only reads the recorded columns (``turn``,
 ``assistant_content``, ``raw_text``, ``parse_status``, ``observation``/``content``, ``resources``) and replays them into
 a :class:`~mcp_gym.chat.ChatView`. Runs recorded before schema 1.1 (no ``turn``/``assistant_content``) still convert.
+A multi-turn task's episode (schema 1.2 ``user_turn``) is one chat: a ``submit`` after which the user turn moves on
+becomes the assistant's reply of that turn and the next user message (that step's observation) follows
+(:meth:`ChatView.end_turn <mcp_gym.chat.ChatView.end_turn>`).
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ def conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
     view = ChatView(task, initial.get("resources") or {}, system_prompt=system_prompt, notice=notice)
     _resources = _Resources()
     groups = turns(steps)
+    ends = _turn_ends(steps)
     for k, group in enumerate(groups):
         last = k == len(groups) - 1
         first = group[0]
@@ -134,5 +138,21 @@ def conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
         if last:  # the final reply: what it produced was never shown to the model
             break
         for step, id in zip(group, ids, strict=True):
+            if step["step_index"] in ends:  # a submit that ended a user turn: the turn's reply, the next user message
+                answer = _loads(step["arguments"]).get("answer")
+                view.end_turn(_tool_content(step), _resources(step), id=id,
+                              answer=answer if answer is None or isinstance(answer, str) else json.dumps(answer))
+                break
             view.tool_result(id, step["tool"], _tool_content(step), _resources(step))
     return view.messages
+
+
+def _turn_ends(steps: Sequence[Mapping[str, Any]]) -> set[int]:
+    """The ``step_index`` of each ``submit`` that ended a user turn: the next step is in a later turn (recorded
+    ``user_turn``; rows of runs before schema 1.2 have none)."""
+    out: set[int] = set()
+    for step, after in zip(steps, steps[1:], strict=False):
+        turn, next_turn = step.get("user_turn"), after.get("user_turn")
+        if step["tool"] == "submit" and turn is not None and next_turn is not None and next_turn > turn:
+            out.add(step["step_index"])
+    return out

@@ -42,7 +42,7 @@ __all__ = [
     "dumps",
 ]
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """``major.minor`` of the file format. A minor bump only adds nullable columns (older files read with nulls); a major
 bump changes meaning, and readers refuse files of another major version."""
 
@@ -170,6 +170,9 @@ class StepRecord(_Record):
     assistant_content: str | None = column(pa.string(), "The reply's own text as the chat view shows it back: "
                                            "content without tool-call markup, or the whole text of a reply without a "
                                            "call (null if not from a model).")
+    # 1.2
+    user_turn: int | None = column(pa.int32(), "0-based user turn of a multi-turn task the step was taken in (a "
+                                   "submit that ends a turn belongs to it; null for a single-turn task).")
 
 
 @_table("episodes")

@@ -98,6 +98,7 @@ class RecordTrajectories(AsyncWrapper):
         self._last_resources_json: str | None = None
         self._catalogue: tuple[str | None, Catalogue] | None = None
         self._tasks: dict[str, tuple[Any, str]] = {}
+        self._user_turn: Any = None  # a multi-turn task's user turn the next step is taken in (info["turn"])
 
     # -- sync face ------------------------------------------------------------------------------------------------
     def reset(
@@ -199,6 +200,7 @@ class RecordTrajectories(AsyncWrapper):
         if info.get("startup_seconds"):  # the time this episode's reset spent starting servers (MCPEnv)
             metadata["startup_seconds"] = info["startup_seconds"]
         self._last_resources = obs.get("resources") if isinstance(obs, Mapping) else None
+        self._user_turn = info.get("turn")
         self._last_resources_json = dumps(self._last_resources) if self._last_resources else None
         self.episode = self.writer.start_episode(
             episode_id=info.get("episode_id"),
@@ -312,6 +314,7 @@ class RecordTrajectories(AsyncWrapper):
         else:
             observation = None
         error = get("error")
+        user_turn, self._user_turn = self._user_turn, get("turn", self._user_turn)  # a turn's submit: the turn ended
         ep.add_step(
             tool,
             mask_workspace(arguments, getattr(self.env.unwrapped, "workspace", None)),  # e.g. the oracle's real paths
@@ -332,6 +335,7 @@ class RecordTrajectories(AsyncWrapper):
             parse_status=extras.get("parse_status"),
             turn=extras.get("turn"),
             assistant_content=extras.get("assistant_content"),
+            user_turn=user_turn,
             info={k: v for k, v in info.items() if k not in _COLUMN_KEYS},
         )
 

@@ -210,6 +210,7 @@ class EpisodeWriter:
         info: Mapping[str, Any] | None = None,
         turn: int | None = None,
         assistant_content: str | None = None,
+        user_turn: int | None = None,
     ) -> None:
         """Record one tool call.
 
@@ -273,6 +274,7 @@ class EpisodeWriter:
             dumps(info) if info is not None else None,
             turn,
             _text(assistant_content),
+            user_turn if user_turn.__class__ is int else None,
         ))
 
     def _refused(self, refused: Mapping[str, str]) -> None:

@@ -55,7 +55,7 @@ _SECRET_WORDS = ("key", "token", "secret", "password", "auth", "header", "cookie
 _STEP_COLUMNS = ["episode_id", "step_index", "tool", "server", "server_tool", "arguments", "content",
                  "structured_content", "is_error", "error", "error_code", "reward", "terminated", "truncated",
                  "duration", "observation", "resources", "raw_text", "parse_status", "result_truncated",
-                 "result_bytes", "info"]
+                 "result_bytes", "info", "user_turn"]
 
 
 @dataclass
@@ -222,6 +222,7 @@ def _step(row: dict[str, Any], previous: dict[str, Any] | None, limit: int, max_
         "result_truncated": bool(row["result_truncated"]), "result_bytes": row["result_bytes"],
         "logs": [_pretty(x, limit) for x in (info.get("logs") or [])] if isinstance(info, dict) else [],
         "tools_changed": bool(info.get("tools_changed")) if isinstance(info, dict) else False,
+        "user_turn": row["user_turn"],  # a multi-turn task's user turn (null: a single-turn task)
     }
 
 
@@ -340,7 +341,8 @@ def load_run(
         started, ended = e["started_at"], e["ended_at"]
         task = _json(e["task"])
         if isinstance(task, dict):
-            task = {k: _json(v) if k in ("solution", "data") and isinstance(v, str) else v for k, v in task.items()}
+            task = {k: _json(v) if k in ("solution", "data", "turns") and isinstance(v, str) else v
+                    for k, v in task.items()}
         servers = _json(e["servers"], {}) or {}
         rows.append({  # the table's row (kept small: every episode's row is parsed when the page opens)
             "id": e["episode_id"], "key": e["episode_key"], "env": e["env_id"], "task": e["task_id"],
@@ -363,6 +365,8 @@ def load_run(
             "answer": _cap(e["final_answer"], max_text), "servers": servers if isinstance(servers, dict) else {},
             "resources": {k: _pretty(v, max_text) for k, v in start_res.items()} if isinstance(start_res, dict) else {},
             "metadata": _pretty(_json(e["metadata"]), max_text), "grade": grade,
+            "turns": [_cap(str(t.get("prompt", "")), max_text) for t in task.get("turns") or () if isinstance(t, dict)]
+            if isinstance(task, dict) and isinstance(task.get("turns"), list) else [],  # each user message
         }
 
     kind = []

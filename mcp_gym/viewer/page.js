@@ -221,7 +221,16 @@ function detailOf(e) {  // the episode's own JSON, parsed on first use
 function steps(e) {
   const list = detailOf(e).steps;
   if (!list.length) return h("div", {class: "empty"}, "no steps recorded");
-  return h("ol", {class: "steps"}, list.map(s => step(s)));
+  const turns = detailOf(e).turns || [], items = [];
+  let last = 0;
+  for (const s of list) {  // a conversation: each user message before the first step of its turn
+    if (s.user_turn !== null && s.user_turn !== undefined && s.user_turn !== last && s.user_turn < turns.length)
+      items.push(h("li", {class: "userturn", "data-turn": s.user_turn},
+        h("div", {class: "lbl"}, `user turn ${s.user_turn + 1} of ${turns.length}`), fold(turns[s.user_turn])));
+    if (s.user_turn !== null && s.user_turn !== undefined) last = s.user_turn;
+    items.push(step(s));
+  }
+  return h("ol", {class: "steps"}, items);
 }
 function step(s) {
   const head = h("div", {class: "head"}, h("span", {class: "muted"}, "#" + s.i), h("span", {class: "tool"}, s.tool),

@@ -217,6 +217,10 @@ class Validate(TrainerCallback):
             except FutureTimeout:
                 for worker in self._workers:
                     worker.kill()  # (the pool then fails what is queued: BrokenProcessPool, and shuts down at once)
+                assert self._pool is not None
+                # Reaped here, not some time later: the pool's manager thread joins its (killed) process, and this
+                # waits for that thread, so the worker is dead and reaped (exitcode set) once the error is raised.
+                self._pool.shutdown(wait=True, cancel_futures=True)
                 raise TimeoutError(f"validation of checkpoint step-{step:04d} gave no result within {self.bound:g} s: "
                                    "its worker process was killed") from None
             self._record(step, val)

@@ -1,0 +1,177 @@
+"""Containment checks shared by the benchmark importers (``mcp-gym tasks import ...``).
+
+A benchmark checkout is untrusted data: a file in it may be a symlink to ``~/.ssh/id_rsa``, a field used as a path
+(MCPMark's ``meta.json`` ``category_id``) may be absolute or hold ``..``, two tasks may map to the same id, and a
+state zip may be a zip bomb. An importer reads the checkout only through these helpers, so none of that reaches a
+task file, a prompt or an episode's workspace:
+
+- :func:`contained_path` joins a relative name from the checkout to a folder and refuses an absolute name, a ``..``,
+  or a path that (through a symlink anywhere on the way) resolves outside the folder.
+- :func:`check_tree` refuses a folder holding a symlink that resolves outside it (before it is copied).
+- :func:`extract_zip` extracts a zip within :class:`ZipLimits` (total uncompressed bytes, members, bytes per member,
+  compression ratio), refusing absolute or ``..`` member names and symlink members; bytes are counted as they are
+  written, so a member whose header under-states its size is stopped too. Files keep the members' modification
+  times.
+- :class:`UniqueIds` refuses two tasks mapping to one id (or to ids equal but for case, which share a file name on a
+  case-insensitive disk), naming both.
+
+Every refusal is an :class:`UntrustedInput` (a ``ValueError``) whose message is one line naming the task and the path.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+__all__: list[str] = []  # internal to mcp_gym.jobs: the importers' shared helpers (tasks import mcpmark, bfcl, ...)
+
+
+class UntrustedInput(ValueError):
+    """A benchmark checkout holds something an importer refuses (the message is one line naming the task and path)."""
+
+
+def _who(task: str | None) -> str:
+    return f"task {task}: " if task else ""
+
+
+def contained_path(root: str | Path, rel: str | Path, *, what: str, task: str | None = None) -> Path:
+    """``root / rel`` if it stays inside ``root``: ``rel`` is relative, has no ``..`` part, and the joined path does
+    not resolve (through a symlink at any level) outside ``root``. ``what`` names the field or file in the error
+    (e.g. ``"meta.json category_id"``), ``task`` the task. The path need not exist. Raises :class:`UntrustedInput`."""
+    base = Path(root).resolve()
+    text = str(rel)
+    if not text or "\x00" in text:
+        raise UntrustedInput(f"{_who(task)}{what} {text!r} is not a usable relative path")
+    parts = PurePosixPath(text.replace("\\", "/")).parts
+    if (PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute() or PureWindowsPath(text).drive
+            or text.startswith(("/", "\\", "~")) or ".." in parts):
+        raise UntrustedInput(f"{_who(task)}{what} {text!r} leads out of {base} (absolute, '~' or '..')")
+    path = base.joinpath(*[p for p in parts if p not in ("", ".")])
+    if not path.resolve().is_relative_to(base):
+        raise UntrustedInput(f"{_who(task)}{what} {path} leads out of {base} (through a symlink)")
+    return path
+
+
+def check_tree(root: str | Path, folder: str | Path, *, what: str, task: str | None = None) -> Path:
+    """``folder`` (resolved) if it and everything in it stays inside ``root`` and ``folder``: no symlink in it
+    resolves outside ``folder``. Raises :class:`UntrustedInput` naming the first one that does."""
+    base, top = Path(root).resolve(), Path(folder)
+    real = top.resolve()
+    if not real.is_relative_to(base):
+        raise UntrustedInput(f"{_who(task)}{what} {top} leads out of {base} (through a symlink)")
+    for entry in [real, *real.rglob("*")]:
+        if entry.is_symlink() and not entry.resolve().is_relative_to(real):
+            raise UntrustedInput(f"{_who(task)}{what}: symlink {entry} points out of {real}")
+    return real
+
+
+@dataclass(frozen=True)
+class ZipLimits:
+    """Bounds on what :func:`extract_zip` writes (each a refusal when crossed). The defaults fit MCPMark's states
+    (the largest, a code repository, is tens of MB) and stop a zip bomb."""
+
+    max_total_bytes: int = 512 * 2**20
+    """Uncompressed bytes of all members together (default 512 MiB)."""
+    max_files: int = 20_000
+    """Members (files and folders; default 20,000)."""
+    max_file_bytes: int = 256 * 2**20
+    """Uncompressed bytes of one member (default 256 MiB)."""
+    max_ratio: float = 200.0
+    """Uncompressed / compressed size of a member over 1 MiB (default 200; a zip bomb is ~1,000)."""
+
+
+_CHUNK = 1 << 16
+
+
+def extract_zip(archive: str | Path, target: str | Path, *, limits: ZipLimits = ZipLimits(), prefix: str = "",
+                task: str | None = None) -> int:
+    """Extract the members of ``archive`` whose names start with ``prefix`` (stripped) into ``target``, within
+    ``limits``; ``__MACOSX/`` members are skipped. Returns the bytes written. Raises :class:`UntrustedInput` for a
+    member named absolutely or with ``..``, a symlink member, or a crossed limit (what is already written stays:
+    the caller removes ``target``); ``zipfile.BadZipFile`` for a damaged archive."""
+    archive, target = Path(archive), Path(target)
+    where = f"{_who(task)}{archive}"
+    written = 0
+    with zipfile.ZipFile(archive) as z:
+        infos = [i for i in z.infolist() if not i.filename.startswith("__MACOSX/")]
+        if len(infos) > limits.max_files:
+            raise UntrustedInput(f"{where}: {len(infos)} members, over the limit of {limits.max_files}")
+        declared = sum(i.file_size for i in infos if i.filename.startswith(prefix))
+        if declared > limits.max_total_bytes:
+            raise UntrustedInput(f"{where}: declares {declared} bytes in all, over the limit of "
+                                 f"{limits.max_total_bytes}")
+        for info in infos:
+            name = info.filename
+            parts = PurePosixPath(name.replace("\\", "/")).parts
+            if name.startswith(("/", "\\")) or PureWindowsPath(name).drive or ".." in parts:
+                raise UntrustedInput(f"{where}: member {name!r} leads out of the folder (absolute or '..')")
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise UntrustedInput(f"{where}: member {name!r} is a symlink")
+            if not name.startswith(prefix) or info.is_dir():
+                continue
+            rel = [p for p in PurePosixPath(name[len(prefix):]).parts if p not in ("", ".")]
+            if not rel:
+                continue
+            if info.file_size > limits.max_file_bytes:
+                raise UntrustedInput(f"{where}: member {name!r} is {info.file_size} bytes, over the limit of "
+                                     f"{limits.max_file_bytes}")
+            ratio = info.file_size / max(info.compress_size, 1)
+            if info.file_size > 2**20 and ratio > limits.max_ratio:
+                raise UntrustedInput(f"{where}: member {name!r} expands {ratio:.0f} times, over the limit of "
+                                     f"{limits.max_ratio:g} (a zip bomb?)")
+            dest = target.joinpath(*rel)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            mine = 0
+            with z.open(info) as src, dest.open("wb") as out:
+                while chunk := src.read(_CHUNK):
+                    mine += len(chunk)
+                    written += len(chunk)
+                    if mine > limits.max_file_bytes:
+                        raise UntrustedInput(f"{where}: member {name!r} expands past the limit of "
+                                             f"{limits.max_file_bytes} bytes")
+                    if written > limits.max_total_bytes:
+                        raise UntrustedInput(f"{where}: expands past the limit of {limits.max_total_bytes} bytes "
+                                             "in all")
+                    out.write(chunk)
+            _keep_mtime(dest, info)
+    return written
+
+
+def _keep_mtime(path: Path, info: zipfile.ZipInfo) -> None:
+    """Give ``path`` the member's modification time (local time, as ``unzip`` reads it): some benchmarks' checks
+    sort or group files by it (MCPMark's ``file_property``)."""
+    try:
+        when = time.mktime((*info.date_time, 0, 0, -1))
+        os.utime(path, (when, when))
+    except (OverflowError, ValueError, OSError):
+        pass  # a member dated outside what the platform represents keeps the extraction time
+
+
+class UniqueIds:
+    """The ids an import has given, each with the task it came from; :meth:`add` refuses a second task mapping to an
+    id already given (or to one equal but for case), naming both tasks."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[str, str]] = {}
+
+    def add(self, task_id: str, source: str) -> str:
+        """Record ``task_id`` for the task ``source`` (e.g. its folder in the checkout) and return it; raises
+        :class:`UntrustedInput` if another task already has it."""
+        key = task_id.casefold()
+        if key in self._seen:
+            other_id, other = self._seen[key]
+            raise UntrustedInput(f"tasks {other} and {source} both map to the id {task_id!r}"
+                                 + ("" if other_id == task_id else f" (as {other_id!r}: ids differing only in case)")
+                                 + "; refusing to import either over the other")
+        self._seen[key] = (task_id, source)
+        return task_id
+
+    def __contains__(self, task_id: object) -> bool:
+        return isinstance(task_id, str) and task_id.casefold() in self._seen
+
+    def __len__(self) -> int:
+        return len(self._seen)

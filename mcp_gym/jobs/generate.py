@@ -1,0 +1,515 @@
+"""``mcp-gym tasks generate``: tasks for any MCP server, proposed by a generator and kept only if running them says so.
+
+Every proposal (:class:`~mcp_gym.jobs.proposers.Proposal`) is run against fresh servers (a fresh episode: a fresh
+workspace when a server command line names ``{workspace}``) before it is kept:
+
+1. its reference solution runs without a tool error (else ``solution failed``);
+2. the check comes from the real results: an answer task's answer is the value its solution's call returned at the
+   named place; a state task's check is the first named read (a read-only tool call, a resource, the workspace's
+   files) whose value after the solution differs from before it, reduced to the part that is the same in a second
+   fresh run (else ``check not derivable``, or ``flaky`` when two runs disagree);
+3. the task, as written to the file, passes with its solution (as ``mcp-gym tasks validate`` runs it) and fails with no
+   action (``policy=noop``: else ``passes with no action``);
+4. it is not a near-duplicate of a kept task (same calls and check, or same tools, check and answer).
+
+Kept tasks go to ``OUT/tasks.jsonl`` (splits ``train``/``validation``/``test`` by a seeded hash of the solution, so
+tasks sharing a solution share a split); every proposal and its verdict to ``OUT/proposals.jsonl``. A rerun extends
+the file: proposals already judged are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import zlib
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from mcp_gym.jobs.config import env_factory, to_dict
+from mcp_gym.jobs.proposers import ExploreProposer, Proposal, as_text, extract, result_value
+from mcp_gym.tasks import Task, load_tasks, save_tasks
+
+__all__ = ["GenerateResult", "generate_tasks"]
+
+DROP_REASONS = ("malformed", "solution failed", "passes with no action", "flaky", "duplicate",
+                "check not derivable")
+"""Why a proposal is dropped (the summary table's rows)."""
+_MAX_FILE_BYTES = 100_000
+
+
+@dataclass
+class GenerateResult:
+    """What a generation did: the tasks file, the tasks kept now and before, and the verdict counts of this run."""
+
+    out: Path
+    kept: list[Task]
+    already: int
+    counts: Counter[str] = field(default_factory=Counter)
+    drops: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Drop(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+# -- running calls in fresh episodes -----------------------------------------------------------------------------------
+class _Session:
+    """One fresh episode: calls played one at a time."""
+
+    def __init__(self, runner: _Runner, task: Task) -> None:
+        self.env = runner.env
+        self.runner = runner
+        obs, info = self.env.reset(seed=0, options={"task": task})
+        if info.get("error"):
+            raise RuntimeError(f"reset failed: {info['error']['message']}")
+
+    def step(self, call: Mapping[str, Any]) -> tuple[bool, Any]:
+        obs, _, terminated, truncated, info = self.env.step({"tool": call["tool"],
+                                                             "arguments": dict(call["arguments"])})
+        ok = not info.get("error") and not info.get("is_error") and not (terminated or truncated)
+        self.runner.last_error = None if ok else str((info.get("error") or {}).get("message") or obs["result"])[:300]
+        return ok, result_value(info.get("structured_content"), str(obs.get("result", "")))
+
+    def read(self, read: Any) -> Any:
+        """A state read as the ``mcp``/``files`` graders see it (``{workspace}`` masked), or ``None`` if it fails."""
+        from mcp_gym._workspace import expand_workspace, mask_workspace
+        from mcp_gym.graders.session import SessionAccess
+
+        env = self.env
+        if read == "files":
+            return _files(env.workspace) if env.workspace is not None else None
+        access = SessionAccess(env.host, env.call_timeout)
+        try:
+            if "resource" in read:
+                value = env.runtime.call(access.read, read.get("server"), str(read["resource"]))
+            else:
+                entry = env.host.resolve(read["tool"])
+                if entry is None:
+                    return None
+                args = expand_workspace({"tool": "x", "arguments": dict(read.get("arguments") or {})},
+                                        env.workspace)["arguments"]
+                value = env.runtime.call(access.call, entry.server, entry.server_tool, args)
+        except Exception:  # noqa: BLE001 - a read that fails is no check
+            return None
+        return mask_workspace(value, env.workspace)
+
+    def close(self) -> None:
+        pass
+
+
+def _files(root: Path) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames):
+            p = Path(dirpath, name)
+            if p.is_symlink() or p.stat().st_size > _MAX_FILE_BYTES:
+                continue
+            try:
+                out[p.relative_to(root).as_posix()] = p.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+    return out
+
+
+class _Runner:
+    """Plays calls in fresh episodes of one env (the tasks' own workspace and fixture)."""
+
+    def __init__(self, env: Any, fixture: str | None) -> None:
+        self.env = env
+        self.fixture = fixture
+        self.last_error: str | None = None
+        self.episodes = 0
+
+    def task(self, prompt: str = "explore") -> Task:
+        return Task(id="proposal", prompt=prompt, fixture=self.fixture)
+
+    def session(self) -> _Session:
+        self.episodes += 1
+        return _Session(self, self.task())
+
+    def __call__(self, calls: Sequence[Mapping[str, Any]]) -> list[tuple[bool, Any]]:
+        s = self.session()
+        return [s.step(c) for c in calls]
+
+
+# -- the checks --------------------------------------------------------------------------------------------------------
+def _diff(before: Any, after: Any) -> Any:
+    """What ``after`` has that ``before`` has not (``None``: nothing): new keys and changed values of a dict, new
+    items of a list, a changed scalar."""
+    if isinstance(after, dict) and isinstance(before, dict):
+        out = {}
+        for k, v in after.items():
+            if k not in before:
+                out[k] = v
+            elif before[k] != v and (d := _diff(before[k], v)) is not None:
+                out[k] = d
+        return out or None
+    if isinstance(after, list) and isinstance(before, list):
+        old = [json.dumps(x, sort_keys=True) for x in before]
+        new = [x for x in after if json.dumps(x, sort_keys=True) not in old]
+        return new or None
+    return None if before == after else after
+
+
+def _expectation(read: Any, before: Any, after: Any) -> dict[str, Any] | None:
+    """How a check on ``read`` tells ``after`` from ``before`` (an ``mcp`` grader's ``subset``/``contains``, or the
+    ``files`` grader's ``expect``)."""
+    if before is None or after is None:
+        return None
+    if read == "files":
+        exp: dict[str, Any] = {k: v for k, v in after.items() if before.get(k) != v}
+        exp.update({k: None for k in before if k not in after})
+        return {"expect": exp} if exp else None
+    if isinstance(after, (dict, list)) and isinstance(before, (dict, list)):
+        d = _diff(before, after)
+        return {"subset": d} if d is not None else None
+    old = {line.strip() for line in as_text(before).splitlines()}
+    new = list(dict.fromkeys(line.strip() for line in as_text(after).splitlines()
+                             if line.strip() and line.strip() not in old))
+    return {"contains": new} if new else None
+
+
+def _holds(exp: Mapping[str, Any], value: Any) -> bool:
+    from mcp_gym.graders.state import subset_match
+
+    if "subset" in exp:
+        return subset_match(exp["subset"], value)
+    if "contains" in exp:
+        return all(s in as_text(value) for s in exp["contains"])
+    return isinstance(value, dict) and all(value.get(k) == v for k, v in exp["expect"].items())
+
+
+def _narrow(exp: dict[str, Any], value: Any) -> dict[str, Any] | None:
+    """The part of ``exp`` that also holds for ``value`` (a second run), or ``None``."""
+    if _holds(exp, value):
+        return exp
+    if "contains" in exp:
+        keep = [s for s in exp["contains"] if s in as_text(value)]
+        return {"contains": keep} if keep else None
+    if "expect" in exp:
+        keep2 = {k: v for k, v in exp["expect"].items() if isinstance(value, dict) and value.get(k) == v}
+        return {"expect": keep2} if keep2 else None
+    sub = exp["subset"]
+    if isinstance(sub, list):
+        keep3 = [x for x in sub if _holds({"subset": [x]}, value)]
+        return {"subset": keep3} if keep3 else None
+    if isinstance(sub, dict):
+        keep4 = {k: v for k, v in sub.items() if _holds({"subset": {k: v}}, value)}
+        return {"subset": keep4} if keep4 else None
+    return None
+
+
+class _Checker:
+    """Runs proposals and decides: a kept :class:`Task`, or a :class:`_Drop` with its reason."""
+
+    def __init__(self, runner: _Runner, prefix: str, seed: int, splits: Mapping[str, float],
+                 fixture_rel: str | None) -> None:
+        self.runner = runner
+        self.env = runner.env
+        self.prefix = prefix
+        self.seed = seed
+        self.splits = dict(splits)
+        self.fixture_rel = fixture_rel
+        self.seen: set[str] = set()
+        self.near: set[str] = set()
+
+    def signature(self, p: Proposal) -> str:
+        return hashlib.sha1(json.dumps([p.solution, p.check], sort_keys=True, default=str).encode()).hexdigest()
+
+    def check(self, p: Proposal) -> Task:
+        if p.malformed:
+            raise _Drop("flaky" if "differs between two fresh runs" in p.malformed else "malformed", p.malformed)
+        names = set(self.env.action_space.tool_names) - {"submit"}
+        unknown = sorted({c["tool"] for c in p.solution} - names)
+        if unknown:
+            raise _Drop("malformed", f"unknown tool(s) {unknown}")
+        for c in p.solution:
+            problem = self.env.action_space.validation_error({"tool": c["tool"], "arguments": c["arguments"]})
+            if problem is not None:
+                raise _Drop("malformed", f"{c['tool']}: {problem.message}"[:300])
+        sig = self.signature(p)
+        if sig in self.seen:
+            raise _Drop("duplicate", "the same calls and check as an earlier proposal")
+        self.seen.add(sig)
+        grader, answer, kind = self._derive(p)
+        task = Task(id="", prompt=p.prompt, solution=tuple(p.solution), answer=answer, grader=grader,
+                    fixture=self.runner.fixture, tags=())
+        near = json.dumps([[c["tool"] for c in p.solution], grader, answer], sort_keys=True, default=str)
+        if near in self.near:
+            raise _Drop("duplicate", "same tools, check and answer as a kept task")
+        from mcp_gym.jobs.validate import check_task
+
+        tid = f"{self.prefix}-{hashlib.sha1(near.encode()).hexdigest()[:10]}"
+        task = replace(task, id=tid)
+        self.env.tasks.append(task)
+        try:
+            result = check_task(self.env, task)
+            self.runner.episodes += 1
+            if result.status != "passed":
+                if result.failed_call:
+                    raise _Drop("solution failed", result.reason[:300])
+                raise _Drop("flaky", f"the task fails in a fresh run: {result.reason}"[:300])
+            if self._noop(task):
+                raise _Drop("passes with no action", "the check passes before any call")
+        finally:
+            self.env.tasks.remove(task)
+        self.near.add(near)
+        n = len(p.solution)
+        level = "easy" if n == 1 else "medium" if n <= 3 else "hard"
+        tags = (*p.tags, f"kind:{kind}", f"calls:{n}", f"difficulty:{level}", f"generator:{p.source}")
+        key = json.dumps(p.solution, sort_keys=True)
+        return replace(task, split=self._split(key), tags=tags, fixture=self.fixture_rel)
+
+    def _split(self, key: str) -> str:
+        """The split of a solution: a seeded hash, so tasks with the same solution share a split (any order, any
+        rerun)."""
+        u = (zlib.crc32(f"{self.seed}:{key}".encode()) & 0xFFFFFFFF) / 2**32
+        acc = 0.0
+        total = sum(self.splits.values()) or 1.0
+        for name, share in self.splits.items():
+            acc += share / total
+            if u < acc:
+                return name
+        return list(self.splits)[-1]
+
+    def _noop(self, task: Task) -> bool:
+        env = self.env
+        env.reset(seed=0, options={"task_id": task.id})
+        self.runner.episodes += 1
+        _, _, _, _, info = env.step({"tool": "submit", "arguments": {"answer": ""}})
+        grade = info.get("grade")
+        return bool(grade and grade.get("passed"))
+
+    def _play(self, s: Any, p: Proposal) -> list[Any]:
+        values = []
+        for n, c in enumerate(p.solution, 1):
+            ok, value = s.step(c)
+            if not ok:
+                raise _Drop("solution failed", f"call {n} {c['tool']}: {self.runner.last_error}")
+            values.append(value)
+        return values
+
+    def _derive(self, p: Proposal) -> tuple[Any, Any, str]:
+        """Run the solution in fresh episodes; the grader spec and answer the real results give."""
+        if "answer" in p.check:
+            spec = p.check["answer"]
+            k, path = spec["step"], spec["path"]
+            if not 1 <= k <= len(p.solution):
+                raise _Drop("malformed", f"answer step {k} is not a call of the solution")
+            values = self._play(self.runner.session(), p)
+            answer = extract(values[k - 1], path)
+            if answer is None:
+                raise _Drop("check not derivable", f"no value at {path} in what call {k} returned")
+            if answer.casefold() in p.prompt.casefold() or answer.casefold() in ("", "null"):
+                raise _Drop("check not derivable", f"the answer {answer!r} is given in the prompt")
+            again = extract(self._play(self.runner.session(), p)[k - 1], path)
+            if again != answer:
+                raise _Drop("flaky", f"two fresh runs return {answer!r} and {again!r} at {path}"[:300])
+            return dict(kind="exact"), answer, "answer"
+        reads = [r for r in p.check["state"] if r == "files" or isinstance(r, dict)]
+        if not reads:
+            raise _Drop("malformed", "state check names no read")
+        if "files" in reads and self.env.workspace_servers == frozenset():
+            reads.remove("files")
+        s = self.runner.session()
+        before = [s.read(r) for r in reads]
+        self._play(s, p)
+        after = [s.read(r) for r in reads]
+        found = [(r, e) for r, b, a in zip(reads, before, after, strict=True) if (e := _expectation(r, b, a))]
+        if not found:
+            if any(b is not None and b == a for b, a in zip(before, after, strict=True)):
+                raise _Drop("passes with no action", "the reads return the same before and after the solution")
+            raise _Drop("check not derivable", "no read's value changes with the solution")
+        s2 = self.runner.session()
+        self._play(s2, p)
+        for read, exp in found:
+            narrowed = _narrow(exp, s2.read(read))
+            if narrowed is not None:
+                return self._grader(read, narrowed), None, "state"
+        raise _Drop("flaky", "what the solution changes differs between two fresh runs")
+
+    def _grader(self, read: Any, exp: dict[str, Any]) -> dict[str, Any]:
+        if read == "files":
+            return dict(kind="files", **exp)
+        spec: dict[str, Any] = dict(kind="mcp")
+        if "resource" in read:
+            spec["resource"] = read["resource"]
+            server = read.get("server")
+        else:
+            entry = self.env.host.resolve(read["tool"])
+            spec.update(tool=entry.server_tool, arguments=dict(read.get("arguments") or {}))
+            server = entry.server
+        if len(self.env.host.connections) > 1 and server:
+            spec["server"] = server
+        return {**spec, **exp}
+
+
+# -- the job -----------------------------------------------------------------------------------------------------------
+def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[Task]) -> Iterator[Proposal]:
+    gen = to_dict(cfg.generator)
+    kind = gen.pop("kind", "explore")
+    if kind == "explore":
+        explorer = ExploreProposer(seed=int(cfg.seed), **gen)
+        w = 0
+        while True:
+            walk = explorer.walk(runner, runner.env, w)
+            yield from explorer.proposals(walk, w)
+            w += 1
+    elif kind == "llm":
+        from mcp_gym.jobs.proposers import LLMProposer
+
+        llm = LLMProposer(**gen)
+        try:
+            yield from llm.proposals(runner.env, kept, seed=int(cfg.seed))
+        finally:
+            runner.env.runtime.call(llm.aclose)
+    else:
+        raise ValueError(f"generator.kind must be explore or llm, not {kind!r}")
+
+
+def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> GenerateResult:
+    """Propose tasks with ``cfg.generator``, keep those the checks pass, write ``out/tasks.jsonl``."""
+    out = Path(out)
+    n = int(cfg.n)
+    dry = bool(cfg.get("dry_run"))
+    env_cfg = to_dict(cfg.env)
+    if not env_cfg.get("servers"):
+        raise ValueError("tasks generate needs a custom env with servers (env=custom '+env.servers.NAME=\"cmd\"')")
+    path = out / "tasks.jsonl"
+    ledger = out / "proposals.jsonl"
+    existing = load_tasks(path) if path.exists() and not dry else []
+    judged: set[str] = set()
+    if ledger.exists() and not dry:
+        judged = {json.loads(line)["signature"] for line in ledger.read_text(encoding="utf-8").splitlines()
+                  if line.strip()}
+    fixture_rel = fixture_abs = None
+    if cfg.get("fixture"):
+        src = Path(str(cfg.fixture)).expanduser()
+        if not src.is_dir():
+            raise FileNotFoundError(f"tasks generate: fixture {src} is not a directory")
+        fixture_rel = "fixture"
+        fixture_abs = str((out / fixture_rel).resolve()) if not dry else str(src.resolve())
+        if not dry and not (out / fixture_rel).exists():
+            shutil.copytree(src, out / fixture_rel, symlinks=True)
+    env_cfg.setdefault("reset_mode", "restart")
+    if not any("{workspace}" in str(v) for v in env_cfg["servers"].values()):
+        env_cfg["reset_mode"] = "restart"  # a fresh server for every run
+    env = env_factory(env_cfg, [])()
+    runner = _Runner(env, fixture_abs)
+    checker = _Checker(runner, str(env_cfg.get("name") or "task"), int(cfg.seed), to_dict(cfg.splits), fixture_rel)
+    for t in existing:
+        checker.near.add(json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
+                                    default=str))
+    checker.seen |= judged
+    want = min(n, 3) if dry else n
+    cap = int(cfg.get("max_proposals") or 30 * max(n, 1))
+    result = GenerateResult(path, [], len(existing))
+    bar = tqdm(total=want, desc="tasks generate", unit="task", disable=not show, dynamic_ncols=True,
+               initial=0 if dry else min(len(existing), want))
+    records: list[dict[str, Any]] = []
+    try:
+        if len(existing) < want or dry:
+            have = 0 if dry else len(existing)
+            shown = list(existing)  # what the llm proposer is shown: grows as tasks are kept
+            for count, p in enumerate(_proposals(cfg, runner, checker, shown)):
+                if have >= want or count >= cap:
+                    break
+                sig = checker.signature(p)
+                if sig in judged:
+                    continue
+                rec: dict[str, Any] = {"signature": sig, "source": p.source, "prompt": p.prompt,
+                                       "solution": p.solution, "check": p.check}
+                try:
+                    task = checker.check(p)
+                except _Drop as d:
+                    result.counts[d.reason] += 1
+                    rec.update(verdict=d.reason, detail=d.detail)
+                    result.drops.append({"reason": d.reason, "detail": d.detail, "prompt": p.prompt[:200]})
+                else:
+                    result.counts["kept"] += 1
+                    result.kept.append(task)
+                    shown.append(task)
+                    have += 1
+                    bar.update(1)
+                    rec.update(verdict="kept", task_id=task.id)
+                records.append(rec)
+        samples = int(cfg.get("samples") or 0)
+        if samples > 0 and result.kept:
+            result.kept = _measure(cfg, env, result.kept, samples, fixture_abs)
+    finally:
+        bar.close()
+        env.close()
+        if not dry:
+            out.mkdir(parents=True, exist_ok=True)
+            save_tasks([*existing, *result.kept], path)
+            with ledger.open("a", encoding="utf-8") as f:
+                for rec in records:
+                    f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+    if show:
+        _print(result, dry, runner.episodes)
+    return result
+
+
+def _measure(cfg: DictConfig, env: Any, tasks: list[Task], samples: int, fixture_abs: str | None) -> list[Task]:
+    """Each task's pass rate over ``samples`` episodes of ``cfg.policy`` (a ``pass_rate:X`` tag)."""
+    from mcp_gym.jobs.config import build_policy, episode_seed
+
+    policy = build_policy(to_dict(cfg.policy))
+    out = []
+    try:
+        for t in tasks:
+            run = replace(t, fixture=fixture_abs)
+            env.tasks.append(run)
+            passed = 0
+            for k in range(samples):
+                passed += bool(env.runtime.call(_episode, env, policy, run.id, episode_seed(int(cfg.seed),
+                                                                                             f"{t.id}#{k}")))
+            env.tasks.remove(run)
+            out.append(replace(t, tags=(*t.tags, f"pass_rate:{passed / samples:.2f}")))
+    finally:
+        env.runtime.call(policy.aclose)
+    return out
+
+
+async def _episode(env: Any, policy: Any, task_id: str, seed: int) -> bool:
+    obs, info = await env.areset(seed=seed, options={"task_id": task_id})
+    agent = policy.agent(env, obs, info, seed)
+    for _ in range(env.max_steps + 1):
+        action = await agent.act(obs, info)
+        action = {k: v for k, v in action.items() if k in ("tool", "arguments")}
+        obs, _, terminated, truncated, info = await env.astep(action)
+        if terminated or truncated:
+            return bool(info.get("success"))
+    return False
+
+
+def _print(result: GenerateResult, dry: bool, episodes: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if dry:
+        for t in result.kept[:3]:
+            console.print_json(json.dumps(t.to_record(), ensure_ascii=False, default=str))
+    table = Table(title="Proposals", title_justify="left")
+    table.add_column("verdict")
+    table.add_column("proposals", justify="right")
+    table.add_row("kept", str(result.counts["kept"]))
+    for reason in DROP_REASONS:
+        table.add_row(f"dropped: {reason}", str(result.counts[reason]))
+    console.print(table)
+    splits = Counter(t.split for t in result.kept)
+    where = "(dry run: nothing written)" if dry else str(result.out)
+    console.print(f"{len(result.kept)} new tasks ({', '.join(f'{k} {v}' for k, v in sorted(splits.items()))}), "
+                  f"{result.already} before; {episodes} fresh episodes run; {where}")

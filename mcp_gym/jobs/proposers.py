@@ -1,0 +1,498 @@
+"""Task proposers of ``mcp-gym tasks generate``: ``explore`` (no model: random walks over the tools' schemas, chained on
+what earlier results returned) and ``llm`` (any OpenAI-compatible chat endpoint proposes tasks as JSON).
+
+A proposer only *proposes*: a :class:`Proposal` is a prompt, a reference solution (tool calls) and what to check (an
+answer found at a place in a real result, or a read of the final state). Whether it becomes a task is decided by
+running it (:mod:`mcp_gym.jobs.generate`); nothing a proposer says about the expected value is trusted.
+
+Places in a result (``path`` of an answer check): a JSONPath (``$.entities[0].name``) into a JSON result, or for a
+text result ``line:N`` (the N-th non-empty line), ``field:KEY`` (the value after ``KEY:`` on a line), ``word:N``
+(the last word of line N) or ``text`` (all of it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules only
+
+MAX_ANSWER_CHARS = 100
+"""Longest answer (and chained value) an answer task asks for."""
+_PATHLIKE = re.compile(r"(path|dir|directory|file|folder|source|destination|root)s?$", re.IGNORECASE)
+
+
+# -- what a proposal is ------------------------------------------------------------------------------------------------
+@dataclass
+class Proposal:
+    """A proposed task: ``prompt``, ``solution`` (``[{"tool", "arguments"}]``) and ``check``:
+
+    * ``{"answer": {"step": k, "path": P}}``: the answer is what the k-th solution call (1-based) returned at ``P``;
+    * ``{"state": [read, ...]}``: a read of the final state whose value the solution changes, each read
+      ``{"tool", "arguments"}``, ``{"resource": uri}`` or ``"files"`` (the workspace's files); the first read whose
+      value changes, the same way in two fresh runs, is the check.
+
+    ``malformed`` says why a proposal could not be read (it is dropped as such); ``tags`` are added to the task.
+    """
+
+    prompt: str
+    solution: list[dict[str, Any]]
+    check: dict[str, Any]
+    source: str
+    malformed: str | None = None
+    tags: tuple[str, ...] = ()
+    raw: Any = None
+
+
+# -- values in results ------------------------------------------------------------------------------------------------
+def result_value(structured: Any, text: str) -> Any:
+    """What a call returned, as a JSON value: its structured content, else its text parsed as JSON, else the text."""
+    if structured is not None:
+        return structured
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _scalar(v: Any) -> str | None:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return json.dumps(v)
+    if isinstance(v, str) and v.strip() and len(v) <= MAX_ANSWER_CHARS and "\n" not in v:
+        return v.strip()
+    return None
+
+
+def as_text(value: Any) -> str:
+    """A value as text (a string itself, else its JSON)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def extract(value: Any, path: str) -> str | None:
+    """The answer at ``path`` in a result ``value`` (see the module docstring), or ``None`` if there is none."""
+    if not isinstance(path, str):
+        return None
+    if path.startswith("$"):
+        if isinstance(value, str):
+            return None
+        from jsonpath_ng.ext import parse as jsonpath
+
+        try:
+            matches = [m.value for m in jsonpath(path).find(value)]
+        except Exception:  # noqa: BLE001 - a bad path is the proposal's fault: no answer
+            return None
+        return _scalar(matches[0]) if len(matches) == 1 else None
+    text = as_text(value)
+    kind, _, arg = path.partition(":")
+    lines = _lines(text)
+    if kind == "text":
+        return _scalar(text.strip())
+    if kind in ("line", "word") and arg.isdigit() and 1 <= int(arg) <= len(lines):
+        line = lines[int(arg) - 1]
+        return _scalar(line if kind == "line" else line.split()[-1])
+    if kind == "field" and arg:
+        for line in lines:
+            m = re.match(rf"{re.escape(arg)}\s*[:=]\s*(.+)$", line)
+            if m:
+                return _scalar(m.group(1))
+    return None
+
+
+def describe_path(path: str) -> str:
+    """How a prompt names a place in a result."""
+    if path.startswith("$"):
+        return f"`{path[2:] if path.startswith('$.') else path}`"
+    kind, _, arg = path.partition(":")
+    return {"line": f"line {arg}", "word": f"the last word of line {arg}", "field": f"the `{arg}` field",
+            "text": "the whole text"}.get(kind, path)
+
+
+def fields(value: Any) -> Iterator[tuple[str, str]]:
+    """The places of a result that make answers: ``(path, answer)`` for each short scalar."""
+    if isinstance(value, (dict, list)):
+        yield from _json_fields(value, "$")
+        return
+    if isinstance(value, str):
+        lines = _lines(value)[:30]
+        seen_keys: set[str] = set()
+        for n, line in enumerate(lines, 1):
+            m = re.match(r"([A-Za-z][\w .-]{0,30}?)\s*:\s*(.+)$", line)
+            if m and m.group(1) not in seen_keys:
+                seen_keys.add(m.group(1))
+                if (a := _scalar(m.group(2))) is not None:
+                    yield f"field:{m.group(1)}", a
+                continue
+            if (a := _scalar(line)) is not None:
+                yield f"line:{n}", a
+            words = line.split()
+            if 1 < len(words) <= 4 and (w := _scalar(words[-1])) is not None:
+                yield f"word:{n}", w
+
+
+def _json_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key = f"{path}.{k}" if re.fullmatch(r"[A-Za-z_]\w*", str(k)) else None
+            if key is not None:
+                yield from _json_fields(v, key)
+    elif isinstance(value, list):
+        for i, v in enumerate(value[:20]):
+            yield from _json_fields(v, f"{path}[{i}]")
+    elif path != "$" and (a := _scalar(value)) is not None:
+        yield path, a
+
+
+# -- explore ----------------------------------------------------------------------------------------------------------
+@dataclass
+class _Token:
+    """A value an earlier call returned: ``prefix`` + what step ``origin`` returned at ``path``."""
+
+    value: str
+    origin: int
+    path: str
+    prefix: str = ""
+
+
+@dataclass
+class _Step:
+    call: dict[str, Any]
+    ok: bool
+    value: Any = None
+    uses: dict[str, _Token] = field(default_factory=dict)  # placeholder -> token
+    mutates: bool = False
+
+
+@dataclass
+class Walk:
+    """One random walk: its steps as run in a fresh episode, and which of them returned the same in a second one."""
+
+    steps: list[_Step]
+    stable: list[Any]  # the value of each step in the second run (None: failed there)
+
+
+class ExploreProposer:
+    """Random walks over the tools, chained on earlier results, turned into templated tasks.
+
+    Args:
+        seed: Walk ``w`` draws from ``numpy.random.default_rng([seed, w])``: the same seed gives the same walks.
+        walk_length: Calls per walk.
+        fields_per_call: Answer tasks made from one call's result (its fields drawn at random).
+        chain: Probability that a string argument takes a value an earlier result returned.
+        fixed: Argument name -> value for every tool declaring it (``{workspace}`` allowed).
+        values: Extra string values arguments may take (e.g. ``["{workspace}"]``).
+        exclude_tools: Tools never called.
+        read_tools: Tools that only read (``None``: those annotated ``readOnlyHint``).
+        max_calls: Most calls in a reference solution.
+    """
+
+    def __init__(self, *, seed: int = 0, walk_length: int = 6, fields_per_call: int = 2, chain: float = 0.7,
+                 fixed: Mapping[str, Any] | None = None, values: Sequence[str] = (),
+                 exclude_tools: Sequence[str] = (), read_tools: Sequence[str] | None = None,
+                 max_calls: int = 4) -> None:
+        self.seed = int(seed)
+        self.walk_length = int(walk_length)
+        self.fields_per_call = int(fields_per_call)
+        self.chain = float(chain)
+        self.fixed = dict(fixed or {})
+        self.values = [str(v) for v in values]
+        self.exclude = set(exclude_tools)
+        self.read_tools = set(read_tools) if read_tools is not None else None
+        self.max_calls = int(max_calls)
+
+    # the walk ---------------------------------------------------------------------------------------------------------
+    def tools(self, env: Any) -> list[str]:
+        """The tools a walk may call."""
+        return [t for t in env.action_space.tool_names if t != "submit" and t not in self.exclude]
+
+    def reads(self, env: Any, tool: str) -> bool:
+        """Whether ``tool`` only reads."""
+        if self.read_tools is not None:
+            return tool in self.read_tools
+        entry = env.host.resolve(tool)
+        ann = getattr(entry.tool, "annotations", None) if entry is not None else None
+        return bool(ann is not None and ann.read_only_hint)
+
+    def walk(self, run: Any, env: Any, w: int) -> Walk:
+        """Walk ``w``: ``run(calls)`` plays calls in a fresh episode and returns ``[(ok, value)]``; the walk is
+        sampled step by step (``run`` is given growing prefixes only through :meth:`_sample_walk`)."""
+        steps = self._sample_walk(run, env, w)
+        second = run([s.call for s in steps])
+        stable = [v2 if (s.ok and ok2 and v2 == s.value) else None for s, (ok2, v2) in zip(steps, second, strict=True)]
+        return Walk(steps, stable)
+
+    def _sample_walk(self, run: Any, env: Any, w: int) -> list[_Step]:
+        rng = np.random.default_rng([self.seed, w])
+        steps: list[_Step] = []
+        session = run.session()
+        tools = self.tools(env)  # after the reset: servers naming {workspace} start there
+        if not tools:
+            raise ValueError("tasks generate: the servers offer no tool to explore")
+        try:
+            for _ in range(self.walk_length):
+                tool = tools[int(rng.integers(len(tools)))]
+                call, uses = self._draw(env, rng, tool, steps)
+                ok, value = session.step(call)
+                steps.append(_Step(call, ok, value, uses, not self.reads(env, tool)))
+        finally:
+            session.close()
+        return steps
+
+    def _pool(self, steps: list[_Step]) -> list[_Token]:
+        pool = [_Token(v, -1, "") for v in self.values]
+        for i, s in enumerate(steps):
+            if not s.ok:
+                continue
+            base = [v for k, v in s.call["arguments"].items() if isinstance(v, str) and _PATHLIKE.search(k)]
+            for path, answer in fields(s.value):
+                pool.append(_Token(answer, i, path))
+                for b in base[:1]:
+                    if "/" not in answer:
+                        pool.append(_Token(f"{b.rstrip('/')}/{answer}", i, path, prefix=b.rstrip("/") + "/"))
+        return pool
+
+    def _draw(self, env: Any, rng: np.random.Generator, tool: str, steps: list[_Step]) -> tuple[dict[str, Any],
+                                                                                                dict[str, _Token]]:
+        env.action_space.seed(int(rng.integers(2**31 - 1)))
+        call = env.action_space.sample(mask={tool}, fixed=self.fixed)
+        pool = self._pool(steps)
+        if not pool:
+            return call, {}
+        uses: dict[str, _Token] = {}
+        fixed = set(self.fixed)
+
+        def chain(v: Any, key: str | None) -> Any:
+            if isinstance(v, str):
+                if key in fixed or rng.random() >= self.chain:
+                    return v
+                pathlike = key is not None and _PATHLIKE.search(key) is not None
+                options = [t for t in pool if (("/" in t.value) == pathlike) or t.origin < 0] or pool
+                tok = options[int(rng.integers(len(options)))]
+                uses[f"<{chr(65 + len(uses))}>"] = tok
+                return tok.value
+            if isinstance(v, dict):
+                return {k: chain(x, k) for k, x in v.items()}
+            if isinstance(v, list):
+                return [chain(x, key) for x in v]
+            return v
+
+        chained = {"tool": call["tool"], "arguments": chain(call["arguments"], None)}
+        if uses and env.action_space.validation_error(chained) is None:
+            return chained, uses
+        return call, {}
+
+    # walks to proposals -----------------------------------------------------------------------------------------------
+    def proposals(self, walk: Walk, w: int) -> Iterator[Proposal]:
+        """The answer and state tasks one walk makes."""
+        rng = np.random.default_rng([self.seed, w, 1])
+        steps = walk.steps
+        for i, s in enumerate(steps):
+            if walk.stable[i] is None:
+                continue
+            deps = self._closure(steps, i)
+            if deps is None or len(deps) > self.max_calls:
+                continue
+            if s.mutates:
+                yield self._proposal(steps, deps, walk, {"state": self._reads(steps)})
+            found = [(p, a) for p, a in fields(s.value) if extract(walk.stable[i], p) == a]
+            for k in rng.permutation(len(found))[: self.fields_per_call]:
+                path, _ = found[int(k)]
+                yield self._proposal(steps, deps, walk, {"answer": {"step": len(deps), "path": path}})
+
+    def _closure(self, steps: list[_Step], i: int) -> list[int] | None:
+        """Step ``i`` and what it needs: the steps whose results it uses and the changes made before it."""
+        need = {i}
+        todo = [i]
+        while todo:
+            j = todo.pop()
+            more = {t.origin for t in steps[j].uses.values() if t.origin >= 0}
+            more |= {k for k in range(j) if steps[k].mutates and steps[k].ok}
+            for k in more - need:
+                if not steps[k].ok:
+                    return None
+                need.add(k)
+                todo.append(k)
+        return sorted(need)
+
+    def _reads(self, steps: list[_Step]) -> list[Any]:
+        seen: list[Any] = []
+        for s in steps:
+            if s.ok and not s.mutates and s.call not in seen:
+                seen.append(s.call)
+        return [*seen, "files"]
+
+    def _proposal(self, steps: list[_Step], deps: list[int], walk: Walk, check: dict[str, Any]) -> Proposal:
+        number = {j: n for n, j in enumerate(deps, 1)}
+        lines = []
+        unstable = False
+        for j in deps:
+            s = steps[j]
+            text = json.dumps(s.call["arguments"], ensure_ascii=False, sort_keys=True)
+            where = []
+            for ph, tok in s.uses.items():
+                text = text.replace(json.dumps(tok.value, ensure_ascii=False)[1:-1], ph, 1)
+                if tok.origin < 0:
+                    where.append(f"{ph} is {tok.value}")
+                    continue
+                if tok.origin not in number or walk.stable[tok.origin] is None or \
+                        extract(walk.stable[tok.origin], tok.path) != extract(steps[tok.origin].value, tok.path):
+                    unstable = True
+                desc = f"{describe_path(tok.path)} of what step {number.get(tok.origin, '?')} returned"
+                where.append(f"{ph} is {tok.prefix}<{desc}>" if tok.prefix else f"{ph} is {desc}")
+            line = f"Step {number[j]}: call `{s.call['tool']}` with {text}"
+            lines.append(line + (f", where {'; '.join(where)}." if where else "."))
+        if "answer" in check:
+            a = check["answer"]
+            lines.append(f"Then answer with {describe_path(a['path'])} of what step {a['step']} returned.")
+        else:
+            lines.append("Then submit (any answer).")
+        solution = [dict(steps[j].call) for j in deps]
+        tools = sorted({c["tool"] for c in solution})
+        return Proposal("\n".join(lines), solution, check, "explore",
+                        malformed="a chained value differs between two fresh runs" if unstable else None,
+                        tags=tuple(f"tool:{t}" for t in tools))
+
+
+# -- llm --------------------------------------------------------------------------------------------------------------
+DEFAULT_PROPOSER_SYSTEM = """\
+You write tasks for training AI agents that use the tools of an MCP server. Every task you write is checked by \
+running it: its reference solution is executed on a fresh server, and the task is kept only if the solution runs \
+without errors, if the check you name has a value that comes from the real results, if doing nothing fails the \
+check, and if two fresh runs give the same value. Reply with JSON only."""
+
+DEFAULT_PROPOSER_PROMPT = """\
+The server's tools (name, description, JSON Schema of the arguments):
+{tools}
+
+Its resources:
+{resources}
+
+Tasks already kept (do not repeat them):
+{examples}
+
+Propose {count} new, varied tasks as a JSON array. Each item is an object:
+  "prompt": what the agent is asked, in plain words (it may name values the agent needs, never the answer),
+  "solution": the reference solution, a list of {{"tool": NAME, "arguments": {{...}}}} calls,
+  "check": how success is checked, either
+     {{"answer": {{"step": K, "path": P}}}}: the agent must answer with what solution call K (1-based) returns at P,
+       P a JSONPath such as "$.items[0].name" for a JSON result, or "line:N", "field:KEY", "word:N" or "text"
+       for a text result; or
+     {{"state": {{"tool": NAME, "arguments": {{...}}}}}}: a read-only call whose result the solution changes
+       (or {{"state": {{"resource": URI}}}}, or {{"state": "files"}} for files the solution writes).
+Do not give the expected value: it is taken from the real results."""
+
+
+def parse_proposals(text: str, source: str = "llm") -> list[Proposal]:
+    """The proposals in a model's reply: a JSON array of proposal objects (or one object, or ``{"tasks": [...]}``),
+    bare or in a fenced block. A reply that is not JSON gives one malformed proposal; so does each bad item."""
+    body = text.strip()
+    m = re.search(r"```(?:json)?\s*(.*?)```", body, re.DOTALL)
+    if m:
+        body = m.group(1).strip()
+    try:
+        data = json.loads(body)
+    except ValueError as e:
+        return [Proposal("", [], {}, source, malformed=f"reply is not JSON: {e}", raw=text[:2000])]
+    if isinstance(data, dict):
+        data = data.get("tasks", [data])
+    if not isinstance(data, list):
+        return [Proposal("", [], {}, source, malformed="reply is not a JSON array of tasks", raw=text[:2000])]
+    return [_proposal_item(item, source) for item in data]
+
+
+def _proposal_item(item: Any, source: str) -> Proposal:
+    if not isinstance(item, dict):
+        return Proposal("", [], {}, source, malformed="a task is not a JSON object", raw=item)
+    prompt, solution, check = item.get("prompt"), item.get("solution"), item.get("check")
+    bad = None
+    if not isinstance(prompt, str) or not prompt.strip():
+        bad = "no prompt"
+    elif not isinstance(solution, list) or not solution or not all(
+            isinstance(c, dict) and isinstance(c.get("tool"), str) and isinstance(c.get("arguments", {}), dict)
+            for c in solution):
+        bad = "solution is not a non-empty list of {tool, arguments} calls"
+    elif not isinstance(check, dict) or not ({"answer", "state"} & set(check)):
+        bad = "check is neither {answer: ...} nor {state: ...}"
+    elif "answer" in check and not (isinstance(check["answer"], dict)
+                                    and isinstance(check["answer"].get("step"), int)
+                                    and isinstance(check["answer"].get("path"), str)):
+        bad = "answer check needs {step: K, path: P}"
+    if bad is not None:
+        return Proposal(str(prompt or ""), [], {}, source, malformed=bad, raw=item)
+    calls = [{"tool": c["tool"], "arguments": dict(c.get("arguments") or {})} for c in solution]
+    if "answer" in check:
+        chk: dict[str, Any] = {"answer": {"step": check["answer"]["step"], "path": check["answer"]["path"]}}
+    else:
+        state = check["state"]
+        chk = {"state": state if isinstance(state, list) else [state]}
+    return Proposal(prompt.strip(), calls, chk, source, tags=tuple(f"tool:{t}" for t in sorted({c["tool"]
+                                                                                             for c in calls})),
+                    raw=item)
+
+
+class LLMProposer:
+    """Proposals from any OpenAI-compatible chat-completions endpoint (the settings of ``policy=openai``), shown the
+    servers' tools and resources and a few already-kept tasks.
+
+    Args:
+        model, base_url, api_key, temperature, max_tokens, timeout, retries: As :class:`~mcp_gym.policies.OpenAIPolicy`.
+        batch: Tasks asked for per request.
+        rounds: Most requests.
+        examples: Kept tasks shown per request.
+        system_prompt, prompt: The proposer's messages (``None``: :data:`DEFAULT_PROPOSER_SYSTEM`,
+            :data:`DEFAULT_PROPOSER_PROMPT`; ``{tools}``, ``{resources}``, ``{examples}``, ``{count}`` are filled).
+    """
+
+    def __init__(self, *, model: str | None = None, base_url: str | None = None, api_key: str | None = None,
+                 temperature: float = 0.7, max_tokens: int | None = 4096, timeout: float = 120.0, retries: int = 3,
+                 batch: int = 8, rounds: int = 20, examples: int = 3, system_prompt: str | None = None,
+                 prompt: str | None = None) -> None:
+        from mcp_gym.policies import OpenAIPolicy
+
+        self.client = OpenAIPolicy(model, base_url, api_key, temperature=temperature, max_tokens=max_tokens,
+                                   system_prompt=None, tool_choice=None, timeout=timeout, retries=retries,
+                                   send_seed=True)
+        self.batch, self.rounds, self.examples = int(batch), int(rounds), int(examples)
+        self.system_prompt = system_prompt or DEFAULT_PROPOSER_SYSTEM
+        self.prompt = prompt or DEFAULT_PROPOSER_PROMPT
+
+    def messages(self, env: Any, kept: Sequence[Any]) -> list[dict[str, Any]]:
+        """The request's messages: the tools, resources and the last kept tasks."""
+        tools = [{"name": e.name, "description": e.tool.description or "", "inputSchema": e.input_schema}
+                 for e in env.tools]
+        resources = []
+        for conn in env.host.connections.values():
+            try:
+                resources += [{"uri": str(r.uri), "name": r.name, "description": r.description or ""}
+                              for r in env.runtime.call(conn.list_resources, timeout=env.call_timeout)]
+            except Exception:  # noqa: BLE001 - a server without resources
+                continue
+        shown = [{"prompt": t.prompt, "solution": [dict(c) for c in t.solution],
+                  "check": ({"answer": "(from the results)"} if t.answer is not None else {"state": t.grader})}
+                 for t in list(kept)[-self.examples:]] if self.examples else []
+        user = self.prompt.format(tools=json.dumps(tools, ensure_ascii=False, indent=1),
+                                  resources=json.dumps(resources, ensure_ascii=False) if resources else "(none)",
+                                  examples=json.dumps(shown, ensure_ascii=False, indent=1) if shown else "(none yet)",
+                                  count=self.batch)
+        return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}]
+
+    def proposals(self, env: Any, kept: Sequence[Any], *, seed: int = 0) -> Iterator[Proposal]:
+        """Ask for proposals, round after round (``kept`` grows as the caller keeps tasks)."""
+        env.reset(seed=0)  # the servers' tools, listed
+        for r in range(self.rounds):
+            message = env.runtime.call(self.client.complete, self.messages(env, kept), [], seed + r)
+            yield from parse_proposals(str(message.get("content") or ""))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.client.aclose()

@@ -1,0 +1,195 @@
+"""``mcp-gym tasks generate`` on real third-party servers (npm server-memory and server-filesystem, PyPI
+mcp-server-git): the explore generator's tasks pass ``tasks validate`` and the oracle, fail ``policy=noop``, and the
+same seed gives the same file; the llm generator against a scripted chat-completions server keeps exactly the good
+proposals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _chat_server import chat_completion, serve_chat_completions
+from conftest import ROOT, npm_bin
+
+from mcp_gym.cli import main
+
+pytestmark = pytest.mark.thirdparty
+
+
+def memory_server() -> str:
+    return f'+env.servers.memory="env MEMORY_FILE_PATH={{workspace}}/m.jsonl {npm_bin("mcp-server-memory")}"'
+
+
+def filesystem_server() -> str:
+    return f'+env.servers.fs="{npm_bin("mcp-server-filesystem")} {{workspace}}"'
+
+
+def git_server() -> str:
+    return '+env.servers.git="mcp-server-git --repository {workspace}"'
+
+
+def generate(out: Path, server: str, *extra: str) -> list[dict[str, Any]]:
+    code = main(["tasks", "generate", "env=custom", server, f"out={out}", *extra])
+    assert code == 0
+    return [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+
+
+def rates(tmp: Path, server: str, tasks: Path, *extra: str) -> tuple[float, float]:
+    """validate's pass share and the noop policy's success rate on a task file."""
+    assert main(["tasks", "validate", "env=custom", server, f"env.tasks={tasks}", f"out={tmp / 'validate'}",
+                 *extra]) == 0
+    checks = json.loads((tmp / "validate" / "validation.json").read_text())
+    passed = sum(c["status"] == "passed" for c in checks) / len(checks)
+    out = {}
+    for policy in ("oracle", "noop"):
+        assert main(["eval", "env=custom", server, f"env.tasks={tasks}", "split=null", "samples=1",
+                     f"policy={policy}", f"out={tmp / policy}", "launcher.progress=false", "plots=false",
+                     *extra]) == 0
+        out[policy] = json.loads((tmp / policy / "report" / "results.json").read_text())["summary"]["success_rate"]
+    assert out["oracle"] == 1.0
+    return passed, out["noop"]
+
+
+def test_explore_memory_small(tmp_path: Path) -> None:
+    """The fast lane: a few tasks on server-memory pass validate and the oracle, fail noop; a rerun with a larger n
+    extends the file (no duplicates); same seed, same file; a dry run writes nothing."""
+    rows = generate(tmp_path / "a", memory_server(), "n=6", "seed=3")
+    assert len(rows) == 6 and len({r["id"] for r in rows}) == 6
+    assert all(any(t.startswith("calls:") for t in r["tags"]) and any(t.startswith("tool:") for t in r["tags"])
+               for r in rows)
+    assert {r["split"] for r in rows} <= {"train", "validation", "test"}
+    by_solution: dict[str, set[str]] = {}
+    for r in rows:
+        by_solution.setdefault(r["solution"], set()).add(r["split"])
+    assert all(len(s) == 1 for s in by_solution.values())  # no solution shared across splits
+    passed, noop = rates(tmp_path, memory_server(), tmp_path / "a" / "tasks.jsonl")
+    assert (passed, noop) == (1.0, 0.0)
+    assert (tmp_path / "b").exists() is False
+    rows_b = generate(tmp_path / "b", memory_server(), "n=6", "seed=3")
+    assert rows_b == rows
+    more = generate(tmp_path / "a", memory_server(), "n=8", "seed=3")
+    assert more[:6] == rows and len(more) == 8 and len({r["id"] for r in more}) == 8
+    ledger = [json.loads(line) for line in (tmp_path / "a" / "proposals.jsonl").read_text().splitlines()]
+    assert sum(r["verdict"] == "kept" for r in ledger) == 8
+    assert main(["tasks", "generate", "env=custom", memory_server(), f"out={tmp_path / 'dry'}", "dry_run=true"]) == 0
+    assert not (tmp_path / "dry" / "tasks.jsonl").exists()
+
+
+def git_fixture(tmp: Path) -> Path:
+    repo = tmp / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.com", "-C", str(repo)]
+    date = "2026-01-02T03:04:05Z"
+    env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "PATH": "/usr/bin:/bin"}
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    for i, name in enumerate(["alpha.txt", "beta.txt", "gamma.txt"]):
+        (repo / name).write_text(f"{name} line {i}\n")
+        subprocess.run([*git, "add", name], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", f"add {name}"], check=True, env=env)
+    (repo / "delta.txt").write_text("not tracked yet\n")
+    (repo / "alpha.txt").write_text("alpha changed\n")
+    return repo
+
+
+def files_fixture(tmp: Path) -> Path:
+    root = tmp / "files"
+    (root / "docs").mkdir(parents=True)
+    (root / "notes.txt").write_text("buy milk\ncall Ada\n")
+    (root / "docs" / "readme.md").write_text("# Project\nversion: 1.2\nowner: Ada\n")
+    (root / "docs" / "todo.txt").write_text("write tests\n")
+    return root
+
+
+SERVERS = {
+    "memory": (memory_server, lambda tmp: []),
+    "filesystem": (filesystem_server,
+                   lambda tmp: [f"fixture={files_fixture(tmp)}", 'generator.values=["{workspace}"]']),
+    "git": (git_server, lambda tmp: [f"fixture={git_fixture(tmp)}", '+generator.fixed.repo_path="{workspace}"']),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SERVERS))
+def test_explore_fifty_tasks(tmp_path: Path, name: str) -> None:
+    """The issue's bar: >= 50 tasks on each third-party server, validate 100 %, oracle 100 %, noop 0 %, the same seed
+    twice gives the same file."""
+    server, extra = SERVERS[name]
+    args = extra(tmp_path)
+    rows = generate(tmp_path / "a", server(), "n=50", "seed=0", *args)
+    assert len(rows) == 50
+    passed, noop = rates(tmp_path, server(), tmp_path / "a" / "tasks.jsonl")
+    assert (passed, noop) == (1.0, 0.0)
+    again = generate(tmp_path / "b", server(), "n=50", "seed=0", *args)
+    assert again == rows
+
+
+def _entity(name: str, obs: str = "likes tea") -> dict[str, Any]:
+    return {"tool": "memory__create_entities", "arguments": {"entities": [{"name": name, "entityType": "person",
+                                                                   "observations": [obs]}]}}
+
+
+READ_GRAPH = {"tool": "memory__read_graph", "arguments": {}}
+PROPOSALS: list[tuple[str | None, Any]] = [  # (the reason it is dropped, or None: kept), the proposal
+    (None, {"prompt": "Record that Alice (a person) likes tea.", "solution": [_entity("Alice")],
+            "check": {"state": READ_GRAPH}}),
+    (None, {"prompt": "Create Bob (a person who likes jazz), remove that observation, and report the message the "
+                      "server answers the removal with.",
+            "solution": [_entity("Bob", "likes jazz"), {"tool": "memory__delete_observations", "arguments": {
+                "deletions": [{"entityName": "Bob", "observations": ["likes jazz"]}]}}],
+            "check": {"answer": {"step": 2, "path": "$.message"}}, "answer": "a guess, ignored"}),
+    ("solution failed", {"prompt": "Call a tool that does not take these arguments.",
+                         "solution": [{"tool": "memory__delete_relations", "arguments": {"relations": [
+                             {"from": "Nobody", "to": "Nowhere", "relationType": "knows"}]}}, {
+                             "tool": "memory__add_observations", "arguments": {"observations": [
+                                 {"entityName": "Nobody", "contents": ["x"]}]}}],
+                         "check": {"state": READ_GRAPH}}),
+    ("passes with no action", {"prompt": "Report what read_graph returns for relations.", "solution": [READ_GRAPH],
+                               "check": {"state": READ_GRAPH}}),
+    ("duplicate", {"prompt": "Store that Alice (a person) likes tea.", "solution": [_entity("Alice")],
+                   "check": {"state": READ_GRAPH}}),
+    ("malformed", {"prompt": "No solution at all", "check": {"state": READ_GRAPH}}),
+    ("flaky", {"prompt": "Get a token and report it.", "solution": [{"tool": "clock__token", "arguments": {}}],
+               "check": {"answer": {"step": 1, "path": "text"}}}),
+    ("check not derivable", {"prompt": "Create Carol and report a field her result does not have.",
+                             "solution": [_entity("Carol")],
+                             "check": {"answer": {"step": 1, "path": "$.entities[0].age"}}}),
+]
+
+
+def test_llm_generator_keeps_exactly_the_good_proposals(tmp_path: Path) -> None:
+    """A scripted chat-completions server proposes good tasks, malformed JSON, a failing solution, a task that passes
+    with no action, a flaky check (a token that differs in every run) and duplicates: exactly the good ones are kept,
+    every drop has its reason."""
+    requests: list[dict[str, Any]] = []
+    clock = f'+env.servers.clock="{sys.executable} {ROOT / "tests" / "servers" / "clock_server.py"}"'
+
+    def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        requests.append(body)
+        if len(requests) == 1:
+            return chat_completion(body, {"role": "assistant", "content": "here are tasks: [{oops"})
+        if len(requests) == 2:
+            content = "```json\n" + json.dumps([p for _, p in PROPOSALS]) + "\n```"
+            return chat_completion(body, {"role": "assistant", "content": content})
+        return chat_completion(body, {"role": "assistant", "content": "[]"})
+
+    with serve_chat_completions(reply) as url:
+        rows = generate(tmp_path / "out", memory_server(), clock, "generator=llm", f"generator.base_url={url}",
+                        "generator.model=proposer", "generator.rounds=3", "n=5")
+    assert sorted(r["prompt"] for r in rows) == sorted(p["prompt"] for reason, p in PROPOSALS if reason is None)
+    bob = next(r for r in rows if r["prompt"].startswith("Create Bob"))
+    assert bob["answer"] == "Observations deleted successfully"  # from the real result, not the proposer's guess
+    ledger = [json.loads(line) for line in (tmp_path / "out" / "proposals.jsonl").read_text().splitlines()]
+    verdicts = [r["verdict"] for r in ledger]
+    assert verdicts[0] == "malformed"  # the reply that is not JSON
+    assert verdicts[1:] == ["kept" if reason is None else reason for reason, _ in PROPOSALS]
+    assert all(r.get("detail") for r in ledger if r["verdict"] != "kept")
+    # the proposer saw the tools and, in later requests, the kept tasks
+    assert "memory__create_entities" in requests[0]["messages"][1]["content"]
+    assert "Record that Alice" in requests[2]["messages"][1]["content"]
+    assert "tools" not in requests[0]
+    passed, noop = rates(tmp_path, memory_server(), tmp_path / "out" / "tasks.jsonl", clock)
+    assert (passed, noop) == (1.0, 0.0)
