@@ -39,6 +39,7 @@ The rules:
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -57,6 +58,7 @@ __all__ = [
     "to_wire",
     "neutralize_control_tokens",
     "control_tokens",
+    "unhandled_special_tokens",
 ]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -108,6 +110,22 @@ def neutralize_control_tokens(text: str) -> str:
     or close a turn. Idempotent; applied by :class:`ChatView` to everything that does not come from the model."""
     return _CONTROL.sub(lambda m: m.group()[0] + _BREAK + m.group()[1:], text) if "<" in text or "[" in text \
         else text
+
+
+def unhandled_special_tokens(tokenizer: Any = None, extra: Sequence[str] = ()) -> list[str]:
+    """The special tokens of ``tokenizer`` (an object, or a local path or name loaded with
+    ``transformers.AutoTokenizer``, never downloaded) and ``extra`` that :func:`neutralize_control_tokens` does not
+    break: text holding one was shown to the model as it is."""
+    tokens = list(extra)
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(os.fspath(tokenizer), local_files_only=True)
+    if tokenizer is not None:
+        tokens += list(getattr(tokenizer, "all_special_tokens", ()) or ())
+        decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        tokens += [str(t) for t in decoder.values() if getattr(t, "special", False)]
+    return sorted({t for t in tokens if t and not _CONTROL.fullmatch(t)})
 
 
 def _join(*parts: str) -> str:

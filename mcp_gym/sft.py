@@ -303,34 +303,6 @@ def _read(run: Path | Recording) -> tuple[str, list[dict[str, Any]], dict[str, l
     return source, _columns(episodes_t, _EPISODE_COLUMNS), by_episode
 
 
-# -- control tokens ---------------------------------------------------------------------------------------------------
-def _extra_tokens(opts: ExportOptions) -> list[str]:
-    """The special tokens of ``opts.tokenizer`` and ``opts.special_tokens`` that
-    :func:`mcp_gym.chat.neutralize_control_tokens` does not already break (the chat view showed them as they are)."""
-    tokens = list(opts.special_tokens or ())
-    tok = opts.tokenizer
-    if isinstance(tok, (str, os.PathLike)):
-        from transformers import AutoTokenizer  # a local tokenizer: nothing is downloaded
-
-        tok = AutoTokenizer.from_pretrained(os.fspath(tok), local_files_only=True)
-    if tok is not None:
-        tokens += list(getattr(tok, "all_special_tokens", ()) or ())
-        decoder = getattr(tok, "added_tokens_decoder", None) or {}
-        tokens += [str(t) for t in decoder.values() if getattr(t, "special", False)]
-    return sorted({t for t in tokens if t and not chat._CONTROL.fullmatch(t)})
-
-
-def _outside_text_tokens(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], extra: Sequence[str]
-                         ) -> tuple[int, int]:
-    """``(common control tokens, extra tokens)`` in the episode's text that did not come from the model: the task,
-    the reset's observation, the results and resources (the chat view neutralises the common ones)."""
-    texts = [ep["task_prompt"], ep["initial_observation"]]
-    for st in steps:
-        texts += [st["observation"], st["content"], st["resources"]]
-    text = "\x1e".join(t for t in texts if t)
-    return chat.control_tokens(text), sum(text.count(t) for t in extra)
-
-
 # -- one episode ------------------------------------------------------------------------------------------------------
 def _drop_reason(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts: ExportOptions) -> str | None:
     """Why a filter drops the episode (``None``: kept)."""
@@ -414,14 +386,15 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
     # share one
     catalogues: dict[tuple[str | None, str | None, int], tuple[bytes, list[dict[str, Any]]]] = {}
     numbers: dict[str, bytes] = {}
-    extra = _extra_tokens(opts)
+    extra = chat.unhandled_special_tokens(opts.tokenizer, opts.special_tokens or ())
     for run in _run_paths(runs):
         source, episodes, steps_by_episode = _read(run)
         report.runs[source] = len(episodes)
         for ep in episodes:
             steps = steps_by_episode.get(ep["episode_id"], [])
             reason = _drop_reason(ep, steps, opts)
-            found = _outside_text_tokens(ep, steps, extra) if reason is None else (0, 0)
+            text = recorded.outside_text(ep, steps) if reason is None else ""
+            found = (chat.control_tokens(text), sum(text.count(t) for t in extra))
             if found[1]:
                 reason = "control_tokens"  # a token of the tokenizer's own the chat view does not neutralise
             if reason is not None:
