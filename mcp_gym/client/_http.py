@@ -99,6 +99,7 @@ KEEPALIVE_MAX = 60.0
 _SLOTS: RunVar[dict[tuple[str, int], anyio.Semaphore]] = RunVar("mcp_gym_http_slots")
 
 redact_http_logs()  # httpx2 logs every request's URL at INFO: user info and query values are redacted
+httpx2_compat.spec_sse_retry()  # the SDK sleeps on any retry: httpx2 reads (-5, 400 digits): such a one is ignored
 
 
 def shared_ssl_context() -> ssl.SSLContext:

@@ -85,19 +85,6 @@ to the next request in O(1)."""
 
 
 
-MAX_RETRY_MS = 600_000
-"""The longest SSE ``retry:`` a server may ask for (10 minutes); a longer one is ignored, as a malformed one is."""
-
-
-def _retry_ms(value: str | None, current: int | None) -> int | None:
-    """The reconnection time after an SSE ``retry:`` field: ASCII digits only, as the SSE spec says (``"²"`` passes
-    ``str.isdigit`` and fails ``int``), and at most :data:`MAX_RETRY_MS` (400 digits would overflow the sleep);
-    anything else is ignored (``current`` stays)."""
-    if value is None or not (value.isascii() and value.isdigit()) or len(value) > len(str(MAX_RETRY_MS)):
-        return current
-    ms = int(value)
-    return ms if ms <= MAX_RETRY_MS else current
-
 
 class _Answer(Exception):
     """Ends reading a response with this answer (a JSON-RPC response or error, as a dict)."""
@@ -370,7 +357,8 @@ class HttpWire(ProgressOnly):
                     fields = _fields(event)
                     if "id" in fields:
                         last_id = fields["id"]
-                    retry = _retry_ms(fields.get("retry"), retry)
+                    if httpx2_compat.sse_retry_ok(fields.get("retry", "")):  # the spec's digits, bounded; else ignored
+                        retry = int(fields["retry"])
                     data = fields.get("data")
                     if fields.get("event", "message") != "message" or not data:
                         continue  # a priming event (an id, no data) or another kind: the SDK skips it too
