@@ -276,6 +276,11 @@ def _serve_openenv(argv: Sequence[str]) -> int:
     p.add_argument("--max-sessions", type=int, default=64, help="most WebSocket sessions at once")
     p.add_argument("--record-to", metavar="DIR", help="record every session's episodes into this run directory")
     p.add_argument("--policy", default="openenv", help="the recorded policy name")
+    p.add_argument("--token", default=os.environ.get("MCP_GYM_OPENENV_TOKEN"),
+                   help="bearer token every request must carry (default: $MCP_GYM_OPENENV_TOKEN; set it when --host "
+                        "is not a loopback address)")
+    p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="close a session idle this long and free its slot (default 300; 0: never)")
     a = p.parse_args(argv)
     try:
         env_kwargs = json.loads(a.env_kwargs)
@@ -283,17 +288,27 @@ def _serve_openenv(argv: Sequence[str]) -> int:
         p.error(f"--env-kwargs is not JSON: {e}")
     if not isinstance(env_kwargs, dict):
         p.error("--env-kwargs must be a JSON object")
+    if not a.idle_timeout >= 0:
+        p.error("--idle-timeout must be 0 (never) or a positive number of seconds")
+    print(f"mcp-gym serve-openenv: starting {a.env} (a line follows when it listens)", file=sys.stderr, flush=True)
     try:
         from mcp_gym.openenv import create_app
     except ImportError as e:
         print(f"mcp-gym serve-openenv: {e}", file=sys.stderr)
         return 2
-    import uvicorn
+    from mcp_gym.serverkit import LOCAL_HOSTS, serve_http
 
+    if a.host not in LOCAL_HOSTS and not a.token:
+        print(f"mcp-gym serve-openenv: warning: {a.host} is not a loopback address and no --token is set: anyone who "
+              "reaches the port can drive sessions", file=sys.stderr, flush=True)
     app = create_app(a.env, env_kwargs=env_kwargs, max_sessions=a.max_sessions, record_to=a.record_to,
-                     policy=a.policy)
-    print(f"serving {a.env} as an OpenEnv environment on ws://{a.host}:{a.port}/ws", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
+                     policy=a.policy, host=a.host, token=a.token, idle_timeout=a.idle_timeout or None)
+
+    def listening() -> None:
+        print(f"serving {a.env} as an OpenEnv environment on ws://{a.host}:{a.port}/ws (http://{a.host}:{a.port})",
+              file=sys.stderr, flush=True)
+
+    serve_http(app, a.host, a.port, ready=listening)
     return 0
 
 
@@ -453,6 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return diff_tools(rest)
         if command == "tasks":
+            if rest[:2] == ["import", "bfcl"]:
+                from mcp_gym.jobs.bfcl import main as import_bfcl
+
+                return import_bfcl(rest[2:])
             if rest and rest[0] == "import":
                 from mcp_gym.jobs.mcpmark import main as import_tasks
 
@@ -460,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if rest and rest[0] == "generate":
                 return _job("tasks-generate", rest[1:])
             if not rest or rest[0] != "validate":
-                print("usage: mcp-gym tasks validate env=... [overrides] | mcp-gym tasks import mcpmark PATH",
+                print("usage: mcp-gym tasks validate env=... [overrides] | mcp-gym tasks import mcpmark|bfcl PATH",
                       file=sys.stderr)
                 return 2
             return _job("tasks-validate", rest[1:])

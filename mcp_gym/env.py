@@ -12,6 +12,7 @@ loop thread once it has one).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -210,6 +211,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._rt = runtime or default_runtime()
         self._started = False
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None  # the close, once started (on the runtime's loop)
         self._episode: Episode | None = None
         self.observed = ObservedResources(self.host, self._waiting_on)
         """The resources the episode observes and their latest texts."""
@@ -253,14 +255,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self
 
     def close(self) -> None:
-        """Close every server connection (stops stdio servers)."""
-        if self._closed:
-            return
-        self._closed = True
-        if not (self._rt.in_loop() or self._rt.closed):
-            self._rt.call(self.host.close)
-        if self._episode is not None:
-            self._episode.drop_workspace()
+        """Close every server connection (stops stdio servers); on the runtime's own event loop, which it cannot
+        block (async code on a hosted runtime), the close starts as a task there (``await aclose()`` waits for it)."""
+        if self._closed or self._rt.closed:  # a closed runtime ended the sessions
+            self._ended()
+        elif self._rt.in_loop():
+            self._rt.loop.create_task(self._close_once())
+        else:
+            self._rt.call(self._close_once)
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -275,12 +277,19 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return await self._rt.acall(self._astep, action)
 
     async def aclose(self) -> None:
-        """Async :meth:`close`."""
+        """Async :meth:`close` (waits for a close already started)."""
         if not self._closed:
-            self._closed = True
-            await self._rt.acall(self.host.close)
-            if self._episode is not None:
-                self._episode.drop_workspace()
+            await self._rt.acall(self._close_once)
+
+    async def _close_once(self) -> None:
+        self._closing = self._closing or asyncio.ensure_future(self.host.close())
+        await asyncio.shield(self._closing)
+        self._ended()
+
+    def _ended(self) -> None:
+        self._closed = True
+        if self._episode is not None:
+            self._episode.drop_workspace()
 
     # -- public helpers -------------------------------------------------------------------------------------------
     @property
@@ -675,7 +684,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         ep = self._episode
         assert ep is not None
         ep.last_text = text
-        obs = {"task": ep.turn_prompt(), "result": text, "resources": dict(self.observed.texts)}
+        obs: dict[str, Any] = {"task": ep.turn_prompt(), "result": text, "resources": dict(self.observed.texts)}
         if self._turn_obs or ep.task.turns:
             obs["turn"] = ep.turn
         return obs

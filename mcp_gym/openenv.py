@@ -35,10 +35,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 try:
+    from openenv.core.client_types import StepResult
     from openenv.core.env_server.http_server import create_app as _openenv_app
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.mcp_types import (
@@ -50,21 +53,32 @@ try:
         ToolError,
         ToolErrorType,
     )
-    from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
+    from openenv.core.env_server.types import Action, ConcurrencyConfig, EnvironmentMetadata, Observation, State
+    from openenv.core.mcp_client import MCPToolClient
     from pydantic import Field
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("mcp_gym.openenv needs OpenEnv: pip install 'mcp-gym[openenv]'") from e
 
-from mcp_gym.async_env import areset, astep
+from mcp_gym.async_env import aclose, areset, astep
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, env_tools
 from mcp_gym.client.runtime import Runtime
 from mcp_gym.env import MCPEnv
 from mcp_gym.parsing import ACTION_EXTRA_KEYS, ToolCall
 from mcp_gym.protocol import SUBMIT_DESCRIPTION, SUBMIT_SCHEMA
 from mcp_gym.recording import RecordTrajectories
+from mcp_gym.serverkit import RequestGuard
 from mcp_gym.textenv import reset_options, resolve_env_factory
 
-__all__ = ["MCPGymEnvironment", "ResetObservation", "StepObservation", "create_app"]
+__all__ = ["MCPGymEnvironment", "MCPGymClient", "ResetObservation", "StepObservation", "create_app",
+           "DEFAULT_IDLE_TIMEOUT"]
+
+DEFAULT_IDLE_TIMEOUT = 300.0
+"""Seconds a session may sit idle (no ``reset`` or ``step``) before the server closes it and frees its slot (OpenEnv's
+idle-session reaper, which looks every ``max(timeout / 4, 5)`` seconds): without it, ``max_sessions`` idle sockets
+would lock every new client out. Keep it above the longest ``reset`` or ``step`` (OpenEnv counts a request's activity
+when it ends)."""
+
+log = logging.getLogger(__name__)
 
 _TOOL_ERRORS = {
     "unknown_tool": ToolErrorType.TOOL_NOT_FOUND,
@@ -113,14 +127,19 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
         system_prompt: The chat view's system message in the reset's ``messages`` (``None``: none).
         show_resources: Render observed resources into the user turn and changed ones into ``result``.
         serving: The app's serving loop (:func:`create_app` passes it): the env is made on the runtime it hosts.
+        idle_timeout: The server's idle-session timeout (seconds), named when an idle session is closed.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # every session has its own MCPEnv (bundled servers keep per-episode state)
 
     def __init__(self, make_env: Callable[[], MCPEnv], *, record_to: str | None = None, policy: str = "openenv",
                  system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True,
-                 serving: ServingLoop | None = None) -> None:
+                 serving: ServingLoop | None = None, idle_timeout: float | None = None) -> None:
         super().__init__()
+        self.serving = serving
+        self.idle_timeout = idle_timeout
+        self.last_active = time.monotonic()
+        self.closed = False
         rt = serving.runtime if serving is not None else None
         with rt.as_default() if rt is not None and not rt.closed else contextlib.nullcontext():
             inner = make_env()
@@ -147,6 +166,7 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
                           prompt: str | None = None, **kwargs: Any) -> Observation:
         """Start an episode on ``task_id`` (or the task whose prompt is ``prompt``, or one drawn with ``seed``)."""
+        self._active()
         spec = {"task_id": task_id} if task_id else ({"prompt": prompt} if prompt else None)
         options = reset_options(self.mcp_env, spec) or {}
         if episode_id is not None and self._recorded:
@@ -168,6 +188,7 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
 
     async def step_async(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
         """``list_tools`` -> the tools offered now; ``call_tool`` -> one env step (see the module docs)."""
+        self._active()
         if isinstance(action, ListToolsAction):
             if self.view is None:  # OpenEnv lists tools before any reset: start an episode to list them
                 await self.reset_async()
@@ -218,13 +239,40 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
             f"An mcp-gym environment ({len(env.tasks)} tasks) served with MCP tool actions (list_tools, call_tool)."))
 
     def close(self) -> None:
-        """Close the session's env (stops its stdio servers; a recorder drops an unfinished episode)."""
-        self.env.close()
+        """Close the session's env (stops its stdio servers; a recorder drops an unfinished episode). OpenEnv closes a
+        stateless request's env (``POST /reset``, ``/step``) on the serving loop, which cannot wait here: the close
+        runs as a task there (the app waits for it before it stops); a session's env is closed from OpenEnv's worker
+        thread, and waited for."""
+        if self.closed:
+            return
+        self.closed = True
+        idle = time.monotonic() - self.last_active
+        if self.idle_timeout is not None and idle > self.idle_timeout:
+            log.warning("mcp-gym serve-openenv: closed a session idle for %.0f s (idle timeout %g s)", idle,
+                        self.idle_timeout)
+        rt = self.mcp_env.runtime
+        if rt.in_loop():
+            task = rt.loop.create_task(aclose(self.env), name="mcp-gym-openenv-close")
+            if self.serving is not None:
+                self.serving.closing.add(task)
+                task.add_done_callback(self.serving.closing.discard)
+        else:
+            self.env.close()
+
+    def _active(self) -> None:
+        """A request of the session: refused once the session is closed (idle too long), else noted as activity."""
+        if self.closed:
+            raise RuntimeError("this OpenEnv session is closed (idle longer than the server's idle timeout, "
+                               f"{self.idle_timeout:g} s); open a new session" if self.idle_timeout is not None
+                               else "this OpenEnv session is closed; open a new session")
+        self.last_active = time.monotonic()
 
 
 def create_app(env: str | Callable[[], MCPEnv], *, env_kwargs: Mapping[str, Any] | None = None,
                max_sessions: int = 64, record_to: str | None = None, policy: str = "openenv",
-               system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True) -> Any:
+               system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True,
+               host: str = "127.0.0.1", token: str | None = None,
+               idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT) -> Any:
     """The OpenEnv server (a FastAPI app: ``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``, ``/health``, ...)
     of an mcp-gym env.
 
@@ -237,15 +285,26 @@ def create_app(env: str | Callable[[], MCPEnv], *, env_kwargs: Mapping[str, Any]
         policy: The recorded policy name.
         system_prompt: The system message of the reset's ``messages``.
         show_resources: Render observed resources into the messages and results.
+        host: The address the app is served on: on a loopback address a foreign ``Host`` header is answered 421
+            and a foreign ``Origin`` 403, over HTTP and on the WebSocket upgrade, as ``mcp-gym serve --transport
+            http`` answers (:class:`mcp_gym.serverkit.RequestGuard`).
+        token: A bearer token every request must carry (``Authorization: Bearer TOKEN``, or a client URL
+            ``http://user:TOKEN@host:port``); ``None``: none (fine on a loopback address).
+        idle_timeout: Seconds before an idle session is closed and its slot freed (:data:`DEFAULT_IDLE_TIMEOUT`;
+            ``None``: never).
     """
     factory = resolve_env_factory(env, env_kwargs)
     serving = ServingLoop()
     session = functools.partial(MCPGymEnvironment, factory, record_to=record_to, policy=policy,
-                                system_prompt=system_prompt, show_resources=show_resources, serving=serving)
+                                system_prompt=system_prompt, show_resources=show_resources, serving=serving,
+                                idle_timeout=idle_timeout)
+    limits = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout)
     app = _openenv_app(session, CallToolAction, StepObservation, env_name=env if isinstance(env, str) else None,
-                       max_concurrent_envs=max_sessions)
+                       concurrency_config=limits)
     app.add_middleware(_QuietDisconnect)
     app.add_middleware(_HostRuntime, serving=serving)
+    app.add_middleware(RequestGuard, host=host, token=token)
+    app.router.on_shutdown.append(serving.finish_closing)
     return app
 
 
@@ -255,6 +314,13 @@ class ServingLoop:
 
     def __init__(self) -> None:
         self.runtime: Runtime | None = None
+        self.closing: set[asyncio.Task[None]] = set()
+        """Closes of stateless requests' envs still running on the loop."""
+
+    async def finish_closing(self) -> None:
+        """Wait for the closes still running (the app's shutdown)."""
+        if self.closing:
+            await asyncio.wait(set(self.closing), timeout=30)
 
 
 class _HostRuntime:
@@ -286,3 +352,21 @@ class _QuietDisconnect:
 
         with contextlib.suppress(WebSocketDisconnect):
             await self.app(scope, receive, send)
+
+
+class MCPGymClient(MCPToolClient):
+    """OpenEnv's ``MCPToolClient`` (``list_tools``, ``call_tool``, ``step``) whose ``reset`` returns the episode's
+    opening as a :class:`ResetObservation` (``messages`` with the task prompt, ``tool_schemas``, ``task_id``,
+    ``episode_id``) and whose steps return a :class:`StepObservation` (``step_error``, ``success``,
+    ``episode_return``, ...): ``MCPToolClient`` itself keeps only OpenEnv's fields, so its reset carries no prompt."""
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[Observation]:
+        obs = payload.get("observation") or {}
+        fields = {"done": payload.get("done", False), "reward": payload.get("reward")}
+        if "messages" in obs and "tool_name" not in obs:
+            observation: Observation = ResetObservation(**{**obs, **fields})
+        elif "tool_name" in obs:
+            observation = StepObservation(**{**obs, **fields})
+        else:
+            return super()._parse_result(payload)
+        return StepResult(observation=observation, reward=payload.get("reward"), done=payload.get("done", False))

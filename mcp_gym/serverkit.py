@@ -23,7 +23,7 @@ import contextvars
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import anyio.to_thread
 from mcp.server.caching import CacheHint
@@ -42,7 +42,8 @@ from mcp.types import (
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
-__all__ = ["EpisodeServer", "current_episode", "HandlerResult", "DEFAULT_EPISODE", "serve_http", "SERVER_KEEPALIVE"]
+__all__ = ["EpisodeServer", "current_episode", "HandlerResult", "DEFAULT_EPISODE", "serve_http", "SERVER_KEEPALIVE",
+           "transport_security", "RequestGuard"]
 
 DEFAULT_EPISODE = "default"
 
@@ -337,12 +338,83 @@ def _with_meta(result: HandlerResult, meta: dict[str, Any]) -> HandlerResult:
 
 
 def serve_http(app: Any, host: str, port: int, *, log_level: str = "warning",
-               keep_alive: int = SERVER_KEEPALIVE) -> None:
+               keep_alive: int = SERVER_KEEPALIVE, ready: Callable[[], None] | None = None) -> None:
     """Serve the ASGI ``app`` (e.g. ``MCPServer.streamable_http_app()``) with uvicorn on ``host:port`` until stopped,
     keeping idle connections ``keep_alive`` seconds and saying so in each response's ``Keep-Alive`` header (what
-    :data:`SERVER_KEEPALIVE` is for)."""
+    :data:`SERVER_KEEPALIVE` is for). ``ready`` is called once the server listens."""
     import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and ready is not None:
+                ready()
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive,
                             headers=[("Keep-Alive", f"timeout={keep_alive}")])
-    anyio.run(uvicorn.Server(config).serve)
+    anyio.run(Server(config).serve)
+
+
+# -- who may talk to an HTTP server mcp-gym serves --------------------------------------------------------------------
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def transport_security(host: str) -> Any:
+    """The MCP SDK's ``TransportSecuritySettings`` for a server bound to ``host``: on a loopback address, DNS-rebinding
+    protection (only a local ``Host`` header and, when a browser sends one, a local ``Origin``); elsewhere ``None``
+    (no Host/Origin check: the address is meant to be reached by other names; use a token). The SDK picks the same
+    by itself for its own apps; every HTTP server mcp-gym serves (``mcp-gym serve --transport http``,
+    ``serve-openenv``) takes it from here."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if host not in LOCAL_HOSTS:
+        return None
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+                                     allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+
+
+class RequestGuard:
+    """ASGI middleware for HTTP and WebSocket requests (checked before a WebSocket is accepted): a foreign ``Host``
+    is answered 421 and a foreign ``Origin`` 403, by the MCP SDK's own check with :func:`transport_security`'s
+    settings (as ``mcp-gym serve --transport http`` answers); with a ``token``, a request without
+    ``Authorization: Bearer TOKEN`` (or HTTP Basic auth whose password is the token: ``http://user:TOKEN@host``,
+    which OpenEnv's and ``websockets``' clients send) is answered 401."""
+
+    def __init__(self, app: Any, host: str, token: str | None = None) -> None:
+        from mcp.server.transport_security import TransportSecurityMiddleware
+
+        self.app, self.token = app, token or None
+        self.check = TransportSecurityMiddleware(transport_security(host))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            from starlette.requests import HTTPConnection, Request
+            from starlette.responses import Response
+
+            conn = HTTPConnection(scope)
+            refused = await self.check.validate_request(cast(Request, conn))
+            if refused is None and self.token is not None and not self._authorized(conn.headers.get("authorization")):
+                refused = Response("Missing or wrong token (Authorization: Bearer TOKEN)", status_code=401,
+                                   headers={"WWW-Authenticate": "Bearer"})
+            if refused is not None:
+                if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
+                    await send({"type": "websocket.close", "code": 1008})  # the server answers the upgrade 403
+                else:
+                    await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, header: str | None) -> bool:
+        import base64
+        import hmac
+
+        scheme, _, value = (header or "").partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                value = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+            except ValueError:
+                return False
+        elif scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(value.strip().encode(), str(self.token).encode())

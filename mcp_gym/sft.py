@@ -66,7 +66,8 @@ log = logging.getLogger(__name__)
 
 
 class NothingToExport(ValueError):
-    """Every episode was dropped because its success is unknown (the message names the count and the option)."""
+    """Runs with episodes gave no example: every one was dropped (the message names the counts per filter, and the
+    option to change when their success is unknown)."""
 
 
 RunSource: TypeAlias = "str | os.PathLike[str] | Recording"
@@ -460,6 +461,11 @@ def _build(runs: RunSource | Iterable[RunSource], opts: ExportOptions) -> tuple[
         if not examples:
             raise NothingToExport(f"nothing to export: {why}; {fix}")
         log.warning("SFT export: %s; to keep them, %s", why, fix)
+    read = sum(report.runs.values())
+    if not examples and read:  # a non-empty run that gives nothing: say which filters took it, do not write it
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.dropped.items()))
+        raise NothingToExport(f"nothing to export: all {read} episodes read were dropped ({reasons}); see the sft.* "
+                              "filters (success_only, min_reward, max_turns, task_ids, drop_errors, drop_tool_errors)")
     splits = _split(examples, opts)
     return {name: _dataset(rows, feats, opts) for name, rows in splits.items()}, report
 

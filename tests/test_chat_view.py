@@ -337,11 +337,11 @@ def test_a_killed_run_of_schema_1_0_still_loads(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "new", old, ignore=shutil.ignore_patterns("*.parquet"))
     (old / ".wal").mkdir(exist_ok=True)
     wal = WalFile(old / ".wal" / "oldwriter-0.wal", fsync=False)
-    old_steps = rows(steps, steps.num_columns - 2)  # schema 1.0: no turn, assistant_content
+    old_steps = rows(steps, steps.num_columns - 3)  # schema 1.0: no turn, assistant_content (1.1), user_turn (1.2)
     for ep in rows(episodes, episodes.num_columns):
         wal.append((ep, [s for s in old_steps if s[0] == ep[0]]))
     wal.close()
     rec = load(old)
     assert sorted(rec.episodes["episode_id"]) == sorted(episodes.column("episode_id").to_pylist())
-    assert len(rec.steps) == steps.num_rows and set(rec.steps["turn"]) == {None}
+    assert len(rec.steps) == steps.num_rows and set(rec.steps["turn"]) == set(rec.steps["user_turn"]) == {None}
     assert len(sft.build(old, success_only=False, drop_errors=False)) == TASKS_PER_ENV

@@ -18,12 +18,15 @@ import pyarrow.parquet as pq
 import pytest
 from _turns_server import TASK, grade_turns, make_server
 from conftest import ROOT
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 from mcp_gym import InProcess, MCPEnv
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.cli import main
 from mcp_gym.parsing import ParseResult, parse_tool_calls
 from mcp_gym.policies import ChatPolicy
+from mcp_gym.protocol import HIDDEN_META_KEY, TURN_TOOL
 from mcp_gym.recording import RecordTrajectories, load
 from mcp_gym.recording.conversation import conversation
 from mcp_gym.tasks import Task, TaskDataError, load_tasks, save_tasks
@@ -223,3 +226,51 @@ def test_a_chat_policy_sees_the_conversation_sft_exports(tmp_path: Path) -> None
     rec = load(tmp_path / "r")
     steps = sorted(rec.steps.to_list(), key=lambda s: s["step_index"])
     assert conversation(rec.episodes.to_list()[0], steps)[:-1] == shown  # SFT trains on what the model was shown
+
+
+def test_a_failing_turn_hook_is_reported_and_the_turn_still_starts() -> None:
+    mcp = MCPServer("broken-hook", log_level="WARNING")
+
+    def hook(turn: int) -> str:
+        raise ToolError(f"cannot start turn {turn}")
+
+    def ping() -> str:
+        return "pong"
+
+    mcp.add_tool(hook, name=TURN_TOOL, meta={HIDDEN_META_KEY: True})
+    mcp.add_tool(ping)
+    env = MCPEnv({"b": InProcess(mcp)}, [Task(id="c", prompt="", turns=({"prompt": "one"}, {"prompt": "two"}))])
+    try:
+        _, info = env.reset(seed=0)
+        assert info["tools"] == ["ping", "submit"]  # the hook is hidden
+        obs, _, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": "a"}})
+        assert not terminated and (obs["task"], info["turn"]) == ("two", 1)
+        assert info["error"]["kind"] == "tool_error" and info["error"]["server"] == "b"
+        assert "mcp_gym_turn" in info["error"]["message"] and "cannot start turn 1" in info["error"]["message"]
+        _, _, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": "b"}})
+        assert terminated and info["termination"] == "submit"
+    finally:
+        env.close()
+
+
+def test_a_reply_without_a_call_ends_the_turn_with_its_text_under_trls_rule(tmp_path: Path) -> None:
+    policy = Scripted([_call("add_note", text="milk"), "Added milk.", _call("add_note", text="eggs"),
+                       _call("count_notes"), "2"])
+    policy.no_call = "end"  # TRL's tool-loop rule: a reply without a call ends the turn (the episode at the last)
+    env = RecordTrajectories(MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns), tmp_path / "r",
+                             policy="scripted")
+    try:
+        obs, info = env.reset(seed=0, options={"task_id": "conv-0"})
+        agent = policy.agent(env.unwrapped, obs, info, 0)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(asyncio.run(agent.act(obs, info)))
+            done = terminated or truncated
+        assert info["success"] is True and info["final_answer"] == "2"
+    finally:
+        env.close()
+    shown, _ = policy.requests[-1]
+    assert shown[4:6] == [{"role": "assistant", "content": "Added milk."}, {"role": "user", "content": TURN1}]
+    rec = load(tmp_path / "r")
+    steps = sorted(rec.steps.to_list(), key=lambda s: s["step_index"])
+    assert conversation(rec.episodes.to_list()[0], steps)[:-1] == shown

@@ -1,6 +1,7 @@
 """``mcp-gym tasks generate`` on real third-party servers (npm server-memory and server-filesystem, PyPI
 mcp-server-git): the explore generator's tasks pass ``tasks validate`` and the oracle, fail ``policy=noop``, and the
-same seed gives the same file; the llm generator against a scripted chat-completions server keeps exactly the good proposals."""
+same seed gives the same file; the llm generator against a scripted chat-completions server keeps exactly the good
+proposals."""
 
 from __future__ import annotations
 
@@ -105,7 +106,8 @@ def files_fixture(tmp: Path) -> Path:
 
 SERVERS = {
     "memory": (memory_server, lambda tmp: []),
-    "filesystem": (filesystem_server, lambda tmp: [f"fixture={files_fixture(tmp)}", 'generator.values=["{workspace}"]']),
+    "filesystem": (filesystem_server,
+                   lambda tmp: [f"fixture={files_fixture(tmp)}", 'generator.values=["{workspace}"]']),
     "git": (git_server, lambda tmp: [f"fixture={git_fixture(tmp)}", '+generator.fixed.repo_path="{workspace}"']),
 }
 

@@ -6,6 +6,7 @@ directly, on bundled envs and on server-everything."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -183,15 +184,23 @@ def test_many_sessions_at_once(tmp_path: Path, serve: Callable[..., Server]) -> 
 @pytest.mark.slow
 def test_serve_openenv_command(tmp_path: Path) -> None:
     """``mcp-gym serve-openenv ENV`` serves the env; OpenEnv's client plays an episode; bad arguments are named."""
+    import os
+
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.cli", "serve-openenv", "Counter", "--port", str(port),
                              "--env-kwargs", '{"max_steps": 2}', "--record-to", str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MCP_GYM_OPENENV_TOKEN": "t0ken"})
     try:
-        wait_for_port(port, timeout=120, proc=proc)
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # said at once, before the slow start-up: a first client knows to wait
+        assert first.startswith("mcp-gym serve-openenv: starting Counter"), first
+        listening = proc.stderr.readline()  # said once it listens
+        assert f"ws://127.0.0.1:{port}/ws" in listening, listening
+        assert _http(f"http://127.0.0.1:{port}/health", None)[0] == 401  # the token from the environment
 
         async def go() -> Any:
-            async with MCPToolClient(base_url=f"http://127.0.0.1:{port}") as client:
+            async with MCPToolClient(base_url=f"http://openenv:t0ken@127.0.0.1:{port}") as client:
                 await client.reset(task_id="counter-0000")
                 await client.step(CallToolAction(tool_name="add", arguments={"amount": 1}))
                 return await client.step(CallToolAction(tool_name="add", arguments={"amount": 1}))
@@ -201,7 +210,6 @@ def test_serve_openenv_command(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=60)
-    assert f"ws://127.0.0.1:{port}/ws" in err
     assert "Exception in ASGI application" not in err  # a client's normal disconnect is not an error
     bad = subprocess.run([sys.executable, "-m", "mcp_gym.cli", "serve-openenv", "Counter", "--env-kwargs", "{x"],
                          capture_output=True, text=True, timeout=120)
@@ -261,3 +269,178 @@ def test_sessions_step_on_the_servers_loop_with_no_thread_hop(serve: Callable[..
     assert len(steps) >= 3
     assert len(made) == 1 and made[0].runtime.mode == "hosted" and made[0].runtime.closed  # ended with the server
     assert len(hops) == 2  # the connection at the env's making, and its closing
+
+
+# -- hostile and careless clients (issue 36, items 3-5) and the first client's view (issue 39) -----------------------
+def _children() -> set[int]:
+    """This process's live child processes (the stdio servers of the envs it serves)."""
+    import os
+
+    me, out = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[1]) == me:
+                out.add(int(entry))
+    return out
+
+
+def _until(condition: Callable[[], bool], what: str, bound: float = 60.0) -> None:
+    """Wait (bounded) for ``condition``, an event the server brings about."""
+    import time
+
+    deadline = time.monotonic() + bound
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {bound} s: {what}"
+        time.sleep(0.1)
+
+
+def _http(url: str, body: bytes | None = b"{}", **headers: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_close_on_the_runtimes_own_loop_closes() -> None:
+    """``MCPEnv.close()`` in async code on its hosted runtime cannot wait: it starts the close there, and a later
+    ``aclose()`` waits for it; the env's server process is gone (it used to be marked closed and left running)."""
+    from mcp_gym.client.runtime import Runtime
+
+    async def go() -> tuple[set[int], set[int]]:
+        rt = await Runtime.hosted()
+        with rt.as_default():
+            env = make_env("Counter", transport="stdio")
+        await env.areset(seed=0)
+        running = _children()
+        env.close()
+        await env.aclose()
+        return running, _children()
+
+    before = _children()
+    running, after = asyncio.run(go())
+    assert running - before and not (running - before) & after
+
+
+def test_stateless_resets_leave_no_server_running(serve: Callable[..., Server]) -> None:
+    server = serve("Counter", env_kwargs={"transport": "stdio"})
+    before = _children()
+    for _ in range(10):
+        status, body = _http(f"{server.url}/reset", json.dumps({"task_id": "counter-0000"}).encode())
+        assert status == 200, body
+    _until(lambda: not (_children() - before), "the 10 stateless envs' servers closed")  # were left running
+
+
+def test_foreign_origin_and_host_are_refused_as_by_serve_http(serve: Callable[..., Server]) -> None:
+    """``serve-openenv`` answers a foreign Origin 403 and a foreign Host 421, over HTTP and on the WebSocket upgrade,
+    with the same check as ``mcp-gym serve --transport http``."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    server = serve("Counter")
+    port = free_port()
+    mcp = subprocess.Popen([sys.executable, "-m", "mcp_gym.cli", "serve", "counter", "--transport", "http", "--port",
+                            str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, timeout=120, proc=mcp)
+        for headers, code in (({"Origin": "http://evil.example"}, 403), ({"Host": "evil.example"}, 421),
+                              ({"Host": "rebound.example:80", "Origin": "http://rebound.example"}, 421)):
+            theirs = _http(f"http://127.0.0.1:{port}/mcp", **headers)
+            ours = _http(f"{server.url}/reset", **headers)
+            assert theirs[0] == ours[0] == code and theirs[1] == ours[1], (headers, theirs, ours)
+        assert _http(f"{server.url}/reset", Origin=f"http://localhost:{port}")[0] == 200  # a local page may
+
+        async def upgrade(origin: str) -> Any:
+            try:
+                async with connect(f"ws://127.0.0.1:{server.port}/ws", origin=origin):  # type: ignore[arg-type]
+                    return 101
+            except InvalidStatus as e:
+                return e.response.status_code
+
+        assert asyncio.run(upgrade("http://evil.example")) == 403
+        assert asyncio.run(upgrade(f"http://127.0.0.1:{server.port}")) == 101
+    finally:
+        mcp.terminate()
+        mcp.wait(60)
+
+
+def test_a_token_guards_every_request(serve: Callable[..., Server]) -> None:
+    """With a token, requests without it are answered 401 (HTTP and the WebSocket upgrade); OpenEnv's clients carry
+    it in the URL (``http://user:TOKEN@host:port``)."""
+    server = serve("Counter", token="s3cret")
+    assert _http(f"{server.url}/reset")[0] == 401
+    assert _http(f"{server.url}/reset", Authorization="Bearer wrong")[0] == 401
+    assert _http(f"{server.url}/reset", Authorization="Bearer s3cret")[0] == 200
+
+    async def play(url: str) -> Any:
+        async with GenericEnvClient(base_url=url) as client:
+            return await client.reset(task_id="counter-0000")
+
+    with pytest.raises(ConnectionError, match="401|403"):
+        asyncio.run(play(server.url))
+    assert asyncio.run(play(f"http://openenv:s3cret@127.0.0.1:{server.port}")).observation["task_id"] == "counter-0000"
+
+
+def test_idle_sessions_are_closed_and_free_their_slots(serve: Callable[..., Server],
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """``max_sessions`` idle sockets do not lock new clients out: the server closes a session idle longer than its
+    idle timeout (its env's servers stop), a refusal while full says so in one line, and the idle client is told."""
+    caplog.set_level("WARNING", logger="mcp_gym.openenv")
+    server = serve("Counter", env_kwargs={"transport": "stdio"}, max_sessions=1, idle_timeout=0.5)
+    before = _children()
+
+    async def go() -> tuple[str, str, Any]:
+        idle = GenericEnvClient(base_url=server.url)
+        await idle.connect()
+        await idle.reset(task_id="counter-0000")
+        from websockets.asyncio.client import connect
+
+        async with connect(f"ws://127.0.0.1:{server.port}/ws") as full:  # the server speaks first when it is full
+            refused = json.loads(await full.recv())["data"]["message"]
+        await asyncio.to_thread(_until, lambda: "closed a session idle" in caplog.text, "the idle session closed")
+        await asyncio.to_thread(_until, lambda: not (_children() - before), "its env's servers stopped")
+        try:
+            await idle.step({"type": "call_tool", "tool_name": "get_count", "arguments": {}})
+            told = ""
+        except Exception as e:  # noqa: BLE001
+            told = str(e)
+        await idle.disconnect()
+        async with GenericEnvClient(base_url=server.url) as late:
+            return refused, told, await late.reset(task_id="counter-0000")
+
+    refused, told, late = asyncio.run(go())
+    assert "Server at capacity: 1/1 sessions active" in refused and "\n" not in refused
+    assert "session is closed (idle longer than the server's idle timeout, 0.5 s)" in told
+    assert late.observation["task_id"] == "counter-0000"  # a new client gets in
+
+
+def test_mcpgym_client_reset_returns_the_task_prompt(serve: Callable[..., Server]) -> None:
+    """OpenEnv's ``MCPToolClient.reset`` keeps only OpenEnv's fields (no prompt); :class:`MCPGymClient` returns the
+    reset's messages (the task prompt) and mcp-gym's step fields."""
+    from mcp_gym.envs import load_env_tasks
+    from mcp_gym.openenv import MCPGymClient, ResetObservation, StepObservation
+
+    server = serve("Counter")
+    prompt = next(t.prompt for t in load_env_tasks("Counter") if t.id == "counter-0000")
+
+    async def go() -> tuple[Any, Any, Any]:
+        async with MCPToolClient(base_url=server.url) as plain:
+            bare = await plain.reset(task_id="counter-0000")
+        async with MCPGymClient(base_url=server.url) as client:
+            reset = await client.reset(task_id="counter-0000")
+            step = await client.step(CallToolAction(tool_name="add", arguments={"amount": 2}))
+        return bare, reset, step
+
+    bare, reset, step = asyncio.run(go())
+    assert prompt not in str(bare.observation)  # why MCPGymClient exists
+    assert isinstance(reset.observation, ResetObservation) and prompt in reset.observation.messages[-1]["content"]
+    assert isinstance(step.observation, StepObservation) and step.observation.step == 1

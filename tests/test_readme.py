@@ -42,17 +42,20 @@ def name(page: Path) -> str:
 
 # Runs every block in one namespace; a block with top-level ``await`` runs under asyncio (as in a notebook).
 RUNNER = r"""
-import ast, asyncio, inspect, json, sys, traceback
-page, blocks = sys.argv[2], json.load(open(sys.argv[1]))
-ns = {"__name__": "__main__"}
-for b in blocks:
-    print(f"--- {page} line {b['line']}", flush=True)
-    src = "\n" * b["line"] + b["code"]  # tracebacks name the page's own line numbers
-    code = compile(src, page, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    if code.co_flags & inspect.CO_COROUTINE:
-        asyncio.run(eval(code, ns))
-    else:
-        exec(code, ns)
+import ast, asyncio, inspect, json, os, sys, traceback
+for page, blocks in json.load(open(sys.argv[1])):
+    os.makedirs(page, exist_ok=True)  # each page from an empty folder of its own, in a namespace of its own
+    os.chdir(page)
+    ns = {"__name__": "__main__"}
+    for b in blocks:
+        print(f"--- {page} line {b['line']}", flush=True)
+        src = "\n" * b["line"] + b["code"]  # tracebacks name the page's own line numbers
+        code = compile(src, page, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        if code.co_flags & inspect.CO_COROUTINE:
+            asyncio.run(eval(code, ns))
+        else:
+            exec(code, ns)
+    os.chdir(os.path.dirname(os.path.abspath(sys.argv[1])) + "/empty")
 print("--- all blocks ran", flush=True)
 """
 
@@ -88,7 +91,18 @@ def page_blocks(page: Path) -> tuple[list[dict[str, object]], list[tuple[int, st
     return run, skipped
 
 
-PAGES_WITH_CODE = [name(p) for p in pages() if page_blocks(p)[0]]
+def page_items() -> dict[str, list[str]]:
+    """Test item -> its pages: one item per page, except the generated env pages (docs/envs/), which run together in
+    one process (the same few lines on each env: one interpreter start instead of seven)."""
+    items: dict[str, list[str]] = {}
+    for page in pages():
+        if page_blocks(page)[0]:
+            key = "docs/envs/" if page.parent == DOCS / "envs" else name(page)
+            items.setdefault(key, []).append(name(page))
+    return items
+
+
+ITEMS = page_items()
 
 
 def test_not_run_markers_are_few_and_give_a_reason() -> None:
@@ -125,27 +139,33 @@ def runnable(page: str, blocks: list[dict[str, object]]) -> tuple[list[dict[str,
 
 @pytest.mark.extras  # the blocks marked <!-- needs: MODULE --> run where their extra is installed
 @pytest.mark.thirdparty  # the quickstart's filesystem server (npx) and the cassette example's memory server
-@pytest.mark.parametrize("page", PAGES_WITH_CODE)
-def test_page_python_examples_run_in_order(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks, skipped_lines = page_blocks(ROOT / page)
-    blocks, absent = runnable(page, blocks)
-    skipped = [*skipped_lines, *absent]
-    if any("mcp-server-memory" in str(b["code"]) for b in blocks):
-        npm_bin("mcp-server-memory")  # the cassette example starts the npm reference server by name
-    (tmp_path / "blocks.json").write_text(json.dumps(blocks))
+@pytest.mark.parametrize("item", list(ITEMS))
+def test_page_python_examples_run_in_order(item: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs, skipped = [], []
+    for page in ITEMS[item]:
+        blocks, skipped_lines = page_blocks(ROOT / page)
+        blocks, absent = runnable(page, blocks)
+        skipped += [f"{page} {line}: {reason}" for line, reason in skipped_lines] + [f"{page} {a}" for a in absent]
+        runs.append((page, blocks))
+    code = " ".join(str(b["code"]) for _, blocks in runs for b in blocks)
+    for server in ("mcp-server-memory", "mcp-server-everything"):  # examples start npm reference servers by name
+        if server in code:
+            npm_bin(server)
+    (tmp_path / "blocks.json").write_text(json.dumps(runs))
     (tmp_path / "runner.py").write_text(RUNNER)
     cwd = tmp_path / "empty"
     cwd.mkdir()
     env = {**os.environ, "PATH": f"{NPM_DIR / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json"), page],
+    done = subprocess.run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    ran = re.findall(rf"^--- {re.escape(page)} line (\d+)$", done.stdout, re.M)
-    assert done.returncode == 0, f"{page}: the example at line {ran[-1] if ran else '?'} failed:\n{done.stderr[-4000:]}"
+    ran = re.findall(r"^--- (\S+) line (\d+)$", done.stdout, re.M)
+    where = ":".join(ran[-1]) if ran else "?"
+    assert done.returncode == 0, f"the example at {where} failed:\n{done.stderr[-4000:]}"
     assert "--- all blocks ran" in done.stdout
-    assert [int(x) for x in ran] == [b["line"] for b in blocks]
-    print(f"{page}: {len(blocks)} blocks ran; not run: {skipped}")
-    if page == "docs/recording.md":
-        export_cli_alternative(ROOT / page, cwd, monkeypatch)
+    assert [(p, int(n)) for p, n in ran] == [(page, b["line"]) for page, blocks in runs for b in blocks]
+    print(f"{item}: {sum(len(b) for _, b in runs)} blocks ran; not run: {skipped}")
+    if item == "docs/recording.md":
+        export_cli_alternative(ROOT / item, cwd / item, monkeypatch)
 
 
 def export_cli_alternative(page: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,3 +209,33 @@ def test_bash_blocks_name_commands_the_cli_has() -> None:
                     if words[1] not in commands and " ".join(words[1:3]) not in commands:
                         wrong.append(f"{name(page)}:{start + offset + 1}: {part.strip()}")
     assert not wrong, f"commands mcp-gym does not have: {wrong}"
+
+
+@pytest.mark.thirdparty  # server-everything from npm
+def test_the_benchmark_config_file_of_the_docs_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/benchmarks.md's config file, written where its first line says, and its commands as written, from a copy
+    of the checkout's examples/: the reference solutions pass and the oracle's evaluation is named after the file."""
+    import shutil
+
+    from mcp_gym.cli import main
+
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    section = text.split("## Your benchmark as a config file", 1)[1].split("\n## ", 1)[0]
+    yaml_block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    bash_block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert yaml_block is not None and bash_block is not None
+    path = re.match(r"# (\S+\.yaml):", yaml_block[1])
+    assert path is not None, "the config block's first line names its file"
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    (tmp_path / path[1]).parent.mkdir(parents=True)
+    (tmp_path / path[1]).write_text(yaml_block[1], encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(Path(npm_bin("mcp-server-everything")).parent) + os.pathsep + os.environ["PATH"])
+    commands = [ln.split("  #", 1)[0].strip() for ln in bash_block[1].splitlines() if ln.startswith("mcp-gym ")]
+    assert len(commands) == 3
+    for command in commands[:2]:  # the third asks an LLM endpoint
+        assert main(shlex.split(command)[1:]) == 0, command
+    assert "8 of 8 tasks pass" in capsys.readouterr().out
+    results = json.loads((tmp_path / "runs/eval/everything-oracle/report/results.json").read_text())
+    assert results["summary"]["success_rate"] == 1.0

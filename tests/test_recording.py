@@ -535,7 +535,7 @@ def test_add_step_fills_every_column_by_name(tmp_path: Path) -> None:
         "structured_content": {"s": 1}, "is_error": True, "error": {"kind": "k", "code": -32602}, "reward": 0.25,
         "terminated": False, "truncated": True, "duration": 0.5, "timestamp": 2.0, "observation": "obs",
         "resources": {"u": "r"}, "raw_text": "raw", "parse_status": "ok", "info": {"i": 1}, "turn": 3,
-        "assistant_content": "said",
+        "assistant_content": "said", "user_turn": 2,
     }
     with TrajectoryWriter(tmp_path, fsync="never") as w:
         e = w.start_episode(episode_id="ep", key="k")
@@ -550,7 +550,7 @@ def test_add_step_fills_every_column_by_name(tmp_path: Path) -> None:
         "error_code": -32602, "reward": 0.25, "terminated": False, "truncated": True, "duration": 0.5,
         "observation": "obs", "resources": '{"u":"r"}', "raw_text": "raw", "parse_status": "ok",
         "result_truncated": False, "result_bytes": len('[{"type":"text","text":"c"}]') + len('{"s":1}'),
-        "info": '{"i":1}', "turn": 3, "assistant_content": "said",
+        "info": '{"i":1}', "turn": 3, "assistant_content": "said", "user_turn": 2,
     }
     assert dataclasses.asdict(step) == expected and set(expected) == set(StepRecord.COLUMNS)
     shard = load(tmp_path).steps[0]

@@ -295,6 +295,7 @@ def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with
     assert (Path(tasks["letters__upper"].fixture) / "a.txt").read_text() == "abc\n"  # from the zip
 
     monkeypatch.syspath_prepend(str(out))  # the grader module written next to the task file
+    monkeypatch.delitem(sys.modules, "mcpmark_grader", raising=False)  # not another test's import of it
     env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, list(tasks.values()))
     try:
         env.reset(seed=0, options={"task_id": "standard__notes__shout"})

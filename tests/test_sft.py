@@ -257,7 +257,8 @@ def test_actions_without_a_tool_name_are_never_exported(tmp_path: Path) -> None:
     malformed = {"kind": "malformed", "tool": None, "server": None, "argument": None, "code": None, "message": "?"}
     with TrajectoryWriter(tmp_path / "run") as w:
         write_episode(w, "t", [{"tool": None, "arguments": "oops", "is_error": True, "error": malformed}, SUBMIT])
-    assert len(sft.build(tmp_path / "run", drop_errors=False)) == 0
+    with pytest.raises(sft.NothingToExport, match=r"all 1 episodes read were dropped \(malformed: 1\)"):
+        sft.build(tmp_path / "run", drop_errors=False)  # nothing kept of a non-empty run: said, not an empty dataset
 
 
 def test_tools_include_tools_that_appeared_during_the_episode(tmp_path: Path) -> None:

@@ -38,9 +38,10 @@ def serve_replay(
 
         anyio.run(run)
     elif transport in ("http", "streamable-http"):
-        from mcp_gym.serverkit import serve_http
+        from mcp_gym.serverkit import serve_http, transport_security
 
-        serve_http(server.streamable_http_app(json_response=json_response, host=host), host, port)
+        serve_http(server.streamable_http_app(json_response=json_response, host=host,
+                                                transport_security=transport_security(host)), host, port)
     else:
         raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
 

@@ -27,7 +27,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-__all__ = ["UntrustedInput", "contained_path", "check_tree", "ZipLimits", "extract_zip", "UniqueIds"]
+__all__: list[str] = []  # internal to mcp_gym.jobs: the importers' shared helpers (tasks import mcpmark, bfcl, ...)
 
 
 class UntrustedInput(ValueError):

@@ -37,7 +37,7 @@ from mcp_gym.jobs.config import env_factory, to_dict
 from mcp_gym.jobs.proposers import ExploreProposer, Proposal, as_text, extract, result_value
 from mcp_gym.tasks import Task, load_tasks, save_tasks
 
-__all__ = ["GenerateResult", "generate_tasks", "DROP_REASONS"]
+__all__ = ["GenerateResult", "generate_tasks"]
 
 DROP_REASONS = ("malformed", "solution failed", "passes with no action", "flaky", "duplicate",
                 "check not derivable")
@@ -316,7 +316,7 @@ class _Checker:
             again = extract(self._play(self.runner.session(), p)[k - 1], path)
             if again != answer:
                 raise _Drop("flaky", f"two fresh runs return {answer!r} and {again!r} at {path}"[:300])
-            return {"kind": "exact"}, answer, "answer"
+            return dict(kind="exact"), answer, "answer"
         reads = [r for r in p.check["state"] if r == "files" or isinstance(r, dict)]
         if not reads:
             raise _Drop("malformed", "state check names no read")
@@ -341,8 +341,8 @@ class _Checker:
 
     def _grader(self, read: Any, exp: dict[str, Any]) -> dict[str, Any]:
         if read == "files":
-            return {"kind": "files", **exp}
-        spec: dict[str, Any] = {"kind": "mcp"}
+            return dict(kind="files", **exp)
+        spec: dict[str, Any] = dict(kind="mcp")
         if "resource" in read:
             spec["resource"] = read["resource"]
             server = read.get("server")
@@ -483,12 +483,12 @@ def _measure(cfg: DictConfig, env: Any, tasks: list[Task], samples: int, fixture
 
 
 async def _episode(env: Any, policy: Any, task_id: str, seed: int) -> bool:
-    obs, info = await env._areset(seed, {"task_id": task_id})
+    obs, info = await env.areset(seed=seed, options={"task_id": task_id})
     agent = policy.agent(env, obs, info, seed)
     for _ in range(env.max_steps + 1):
         action = await agent.act(obs, info)
         action = {k: v for k, v in action.items() if k in ("tool", "arguments")}
-        obs, _, terminated, truncated, info = await env._astep(action)
+        obs, _, terminated, truncated, info = await env.astep(action)
         if terminated or truncated:
             return bool(info.get("success"))
     return False

@@ -64,6 +64,8 @@ def task_set_digest(tasks: Sequence[Any]) -> str | None:
         record = t.to_record()
         if not record.get("tags"):
             record.pop("tags", None)  # tasks without tags keep the digest they had before tasks had tags
+        if not record.get("turns"):
+            record.pop("turns", None)  # single-turn tasks keep the digest they had before tasks had turns
         h.update(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str).encode())
         h.update(b"\x1e")
     return h.hexdigest()

@@ -34,7 +34,7 @@ from typing import Any
 
 from mcp_gym.jobs._untrusted import UniqueIds, UntrustedInput, ZipLimits, check_tree, contained_path, extract_zip
 
-__all__ = ["import_mcpmark", "main", "ImportResult", "GRADER_ENV"]
+__all__ = ["import_mcpmark", "main"]
 
 GRADER_MODULE = "mcpmark_grader"
 PROMPT_SUFFIX = "\n\nThe files of this task are in the directory {workspace}."
@@ -136,8 +136,8 @@ def _tasks(root: Path) -> list[_Task]:
         for name in dirnames + filenames:
             entry = Path(dirpath) / name
             if entry.is_symlink() and not entry.resolve().is_relative_to(root):
-                rel = entry.relative_to(root).as_posix()
-                who = f"folder {rel}" if name in dirnames else f"task {Path(rel).parent.as_posix()}: {name}"
+                where = entry.relative_to(root).as_posix()
+                who = f"folder {where}" if name in dirnames else f"task {Path(where).parent.as_posix()}: {name}"
                 raise UntrustedInput(f"{who} leads out of {root} (through a symlink to {entry.resolve()})")
     ids, found = UniqueIds(), []
     for desc in sorted(base.rglob("description.md")):

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from mcp_gym.jobs.config import env_factory, load_job_tasks, to_dict
 
-__all__ = ["TaskCheck", "validate_tasks", "check_task"]
+__all__ = ["TaskCheck", "validate_tasks"]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from mcp_gym.recording.run import RunDirectory
 from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA, EpisodeRecord, StepRecord
-from mcp_gym.recording.shards import list_shards, read_shard, rows_to_batch
+from mcp_gym.recording.shards import check_unique, list_shards, read_shard, rows_to_batch
 from mcp_gym.recording.wal import read_frames
 
 if TYPE_CHECKING:
@@ -47,8 +47,12 @@ class Recording:
 def read_tables(path: str | os.PathLike[str], *, include_wal: bool = True) -> tuple[pa.Table, pa.Table]:
     """``(steps, episodes)`` Arrow tables of a run directory (see :func:`load`)."""
     root = RunDirectory(path, create=False).path
-    ep_tables = [read_shard(p, EPISODES_DIR) for p in list_shards(root, EPISODES_DIR)]
-    st_tables = [read_shard(p, STEPS_DIR) for p in list_shards(root, STEPS_DIR)]
+    ep_shards = [(str(p), read_shard(p, EPISODES_DIR)) for p in list_shards(root, EPISODES_DIR)]
+    st_shards = [(str(p), read_shard(p, STEPS_DIR)) for p in list_shards(root, STEPS_DIR)]
+    check_unique(ep_shards, EPISODES_DIR)  # a copied shard would count its episodes (and steps) twice
+    check_unique(st_shards, STEPS_DIR)
+    ep_tables = [t for _, t in ep_shards]
+    st_tables = [t for _, t in st_shards]
     episodes = pa.concat_tables(ep_tables) if ep_tables else EPISODES_SCHEMA.empty_table()
     steps = pa.concat_tables(st_tables) if st_tables else STEPS_SCHEMA.empty_table()
     ids = episodes.column("episode_id")

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA, check_version
@@ -179,7 +180,14 @@ FREE_BYTES = 256 << 20
 
 
 class ShardRefused(ValueError):
-    """A shard is refused before it is decoded (see :data:`MAX_INFLATION`); the message names it in one line."""
+    """A shard is refused: before it is decoded (see :data:`MAX_INFLATION`), without a key column (see
+    :data:`KEY_COLUMNS`) or repeating what another shard holds (:func:`check_unique`); the message names it in one
+    line."""
+
+
+KEY_COLUMNS: dict[str, tuple[str, ...]] = {STEPS_DIR: ("episode_id", "step_index"), EPISODES_DIR: ("episode_id",)}
+"""Columns every shard of a table has (since schema 1.0) and every row sets: a shard without them is refused (its
+rows would join no episode: a run that reads as episodes without steps)."""
 
 
 def _decoded_bytes(table: pa.Table) -> int:
@@ -226,6 +234,10 @@ def read_shard(
     md = pq.read_metadata(path, filesystem=filesystem)
     on_disk = md.schema.to_arrow_schema()
     check_version(on_disk, str(path))
+    lacking = [n for n in KEY_COLUMNS[table] if n not in on_disk.names]
+    if lacking:
+        raise ShardRefused(f"{path}: refusing to read this shard: it has no {' or '.join(lacking)} column (every "
+                           f"{table} shard has it): not an intact recording")
     present = [n for n in names if n in on_disk.names]
     strings = [n for n in present if pa.types.is_string(schema.field(n).type)]
     pf = pq.ParquetFile(path, filesystem=filesystem, metadata=md, read_dictionary=strings)
@@ -238,8 +250,41 @@ def read_shard(
     decoded = _decoded_bytes(t)
     if decoded > limit:
         raise _refuse(path, f"its data decodes to {decoded} bytes", size, limit)
+    for n in KEY_COLUMNS[table]:
+        if n in present and (nulls := t.column(n).null_count):
+            raise ShardRefused(f"{path}: refusing to read this shard: {nulls} of its {t.num_rows} rows have no {n} "
+                               "(every recorded row has one): not an intact recording")
     arrays = [
         t.column(n).cast(schema.field(n).type) if n in present else pa.nulls(t.num_rows, schema.field(n).type)
         for n in names
     ]
     return pa.Table.from_arrays(arrays, schema=pa.schema([schema.field(n) for n in names], metadata=schema.metadata))
+
+
+def check_unique(shards: Sequence[tuple[str, pa.Table]], table: str) -> None:
+    """Raise :class:`ShardRefused`, naming the file, when a row's key (:data:`KEY_COLUMNS`: an episode, or a step of
+    an episode) is in two of ``shards`` (``(path, table)`` pairs, e.g. a shard copied under another name) or twice in
+    one: a run read so would count its episodes or steps twice."""
+    keys = KEY_COLUMNS[table]
+    tables = [t.select(list(keys)) for _, t in shards if all(k in t.column_names for k in keys)]
+    if not tables:
+        return
+    every = pa.concat_tables(tables)
+    counts = every.group_by(list(keys)).aggregate([([], "count_all")])
+    if counts.num_rows == every.num_rows:
+        return  # the usual case: one pass in Arrow
+    repeated = counts.filter(pc.greater(counts.column("count_all"), 1)).slice(0, 1).to_pylist()[0]
+    key = tuple(repeated[k] for k in keys)
+    holders: list[tuple[str, int]] = []
+    for path, t in shards:
+        mask = pc.and_(*(pc.equal(t.column(k), v) for k, v in zip(keys, key, strict=True))) if len(keys) > 1 \
+            else pc.equal(t.column(keys[0]), key[0])
+        if n := pc.sum(mask.cast(pa.int64())).as_py() or 0:
+            holders.append((path, n))
+    what = f"episode {key[0]!r}" + (f" step {key[1]}" if len(key) > 1 else "")
+    first = holders[0][0]
+    if len(holders) > 1:
+        raise ShardRefused(f"{holders[1][0]}: refusing to read this run: {what} is also in {first} (a copied or "
+                           f"repeated shard: remove one)")
+    raise ShardRefused(f"{first}: refusing to read this run: {what} is in this shard {holders[0][1]} times (repeated "
+                       "rows: not an intact recording)")

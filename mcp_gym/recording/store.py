@@ -22,7 +22,7 @@ import pyarrow as pa
 from mcp_gym.recording.reader import read_tables
 from mcp_gym.recording.run import RunDirectory, new_manifest, planned_manifest
 from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, MANIFEST, STEPS_DIR, STEPS_SCHEMA
-from mcp_gym.recording.shards import read_shard
+from mcp_gym.recording.shards import check_unique, read_shard
 
 __all__ = ["RunStore"]
 
@@ -127,12 +127,16 @@ class RunStore:
         if self.is_local:
             return read_tables(self.root)
         names = self.shards(EPISODES_DIR)
-        episodes = [read_shard(self._path(EPISODES_DIR, n), EPISODES_DIR, filesystem=self.fs) for n in names]
-        ep = pa.concat_tables(episodes) if episodes else EPISODES_SCHEMA.empty_table()
+        ep_shards = [(self._path(EPISODES_DIR, n), read_shard(self._path(EPISODES_DIR, n), EPISODES_DIR,
+                                                              filesystem=self.fs)) for n in names]
         # Only the steps of published parts: a steps shard whose episodes shard is missing is an unfinished upload.
         published = set(names)
-        steps = [read_shard(self._path(STEPS_DIR, n), STEPS_DIR, filesystem=self.fs)
-                 for n in self.shards(STEPS_DIR) if n in published]
+        st_shards = [(self._path(STEPS_DIR, n), read_shard(self._path(STEPS_DIR, n), STEPS_DIR, filesystem=self.fs))
+                     for n in self.shards(STEPS_DIR) if n in published]
+        check_unique(ep_shards, EPISODES_DIR)  # a copied shard would count its episodes (and steps) twice
+        check_unique(st_shards, STEPS_DIR)
+        episodes, steps = [t for _, t in ep_shards], [t for _, t in st_shards]
+        ep = pa.concat_tables(episodes) if episodes else EPISODES_SCHEMA.empty_table()
         st = pa.concat_tables(steps) if steps else STEPS_SCHEMA.empty_table()
         return st.combine_chunks(), ep.combine_chunks()
 
