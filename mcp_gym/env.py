@@ -46,7 +46,7 @@ from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.graders.session import state_snapshot as read_state
 from mcp_gym.protocol import RESET_TOOL, SUBMIT_SCHEMA, ToolCallError, openai_tools
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
-from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
+from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
 
 __all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
@@ -218,7 +218,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._rt = runtime or default_runtime()
         self._started = False
         self._closed = False
-        self._closing: asyncio.Task[None] | None = None  # the close, once started (on the runtime's loop)
+        self._closing: asyncio.Future[None] | None = None  # the close, once started (on the runtime's loop)
         self._episode: Episode | None = None
         self.observed = ObservedResources(self.host, self._waiting_on)
         """The resources the episode observes and their latest texts."""
@@ -265,17 +265,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self
 
     def close(self) -> None:
-        """Close every server connection (stops stdio servers). On the runtime's own event loop (async code on a
-        hosted runtime), which it cannot block, the close starts as a task there (``await aclose()`` waits for it)."""
-        if not self._closed and self._rt.in_loop():
-            self._start_close()
-        elif not (self._closed or self._rt.closed):
+        """Close every server connection (stops stdio servers); on the runtime's own event loop, which it cannot
+        block (async code on a hosted runtime), the close starts as a task there (``await aclose()`` waits for it)."""
+        if self._closed or self._rt.closed:  # a closed runtime ended the sessions
+            self._ended()
+        elif self._rt.in_loop():
+            self._rt.loop.create_task(self._close_once())
+        else:
             self._rt.call(self._close_once)
-        elif not self._closed:  # the runtime ended, and the sessions with it
-            self._closed = True
-            self.spares.forget()
-            if self._episode is not None:
-                self._episode.drop_workspace()
 
     # -- async face -----------------------------------------------------------------------------------------------
     async def areset(
@@ -294,24 +291,20 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if not self._closed:
             await self._rt.acall(self._close_once)
 
-    def _start_close(self) -> asyncio.Task[None]:
-        """The env's one closing task on the runtime's loop (started on the first call; call on that loop)."""
-        if self._closing is None:
-            self._closing = self._rt.loop.create_task(self._close_sessions(), name="mcp-gym-env-close")
-        return self._closing
-
     async def _close_once(self) -> None:
-        await asyncio.shield(self._start_close())
+        self._closing = self._closing or asyncio.ensure_future(self._close_servers())
+        await asyncio.shield(self._closing)
+        self._ended()
 
-    async def _close_sessions(self) -> None:
-        try:
-            with anyio.CancelScope(shield=True):
-                await self.spares.aclose()
-            await self.host.close()
-        finally:
-            self._closed = True
-            if self._episode is not None:
-                self._episode.drop_workspace()
+    async def _close_servers(self) -> None:
+        await self.spares.aclose()
+        await self.host.close()
+
+    def _ended(self) -> None:
+        self._closed = True
+        self.spares.forget()  # after aclose, nothing left; after the runtime ended, the spares' workspaces
+        if self._episode is not None:
+            self._episode.drop_workspace()
 
     # -- public helpers -------------------------------------------------------------------------------------------
     @property
@@ -649,25 +642,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """Whether the current episode gets a success verdict (a verifier or a grader applies)."""
         return is_graded(self)
 
-    def _submit_problem(self, action: dict[str, Any]) -> dict[str, Any] | None:
-        """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
-        (or absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
-        args = dict.get(action, "arguments")  # dict.get: not a subclass's get
-        problem: ActionError | None = None
-        if args is not None and not isinstance(args, dict):
-            problem = ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON "
-                                  f"object) such as {{\"answer\": \"...\"}}, got {type(args).__name__}")
-        elif len(action) > 2 or not all(isinstance(k, str) and k in ("tool", "arguments") for k in action):
-            problem = self.action_space.validation_error(action)
-        elif args is not None:
-            problem = json_error(tool="submit", arguments=args, max_bytes=self.action_space.max_argument_bytes)
-        if problem is None:
-            return None
-        return ToolCallError(problem.kind, problem.message, tool="submit", argument=problem.argument).as_dict()
-
     async def _submit(self, action: dict[str, Any]) -> StepResult:
         try:
-            problem = self._submit_problem(action)
+            bad = self.action_space.submit_error(action)
+            problem = None if bad is None else ToolCallError(bad.kind, bad.message, tool="submit",
+                                                             argument=bad.argument).as_dict()
         except Exception as exc:  # noqa: BLE001 - e.g. a dict subclass whose methods raise
             problem = ToolCallError("malformed", f"the action could not be inspected: {type(exc).__name__} while "
                                     "reading it", tool="submit").as_dict()

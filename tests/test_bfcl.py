@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -211,3 +212,26 @@ def test_a_conversation_plays_through_the_env_and_is_graded_by_bfcl(bfcl_root: P
         assert info["grade"]["reason"].startswith("BFCL multi_turn:empty_turn_model_response")
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_the_printed_commands_run_as_printed(bfcl_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The printed ``tasks validate`` and ``eval`` commands, with another ``env.tasks=`` (three tasks of miss_func)
+    appended, run: the ground truth passes, noop scores 0 and both exit as they should."""
+    import shlex
+
+    assert bfcl_import.main([str(bfcl_root), "--out", str(tmp_path / "o")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    run = next(x for x in lines if x.startswith("evaluate with: ")).removeprefix("evaluate with: ")
+    validate = next(x for x in lines if x.startswith("check the ground truth with: ")).split(": ", 1)[1]
+    subset = tmp_path / "three.jsonl"
+    rows = _records(tmp_path / "o" / "multi_turn_miss_func.jsonl")[:3]
+    subset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cli = [sys.executable, "-m", "mcp_gym.cli"]
+    done = subprocess.run([*cli, *shlex.split(validate)[1:], f"env.tasks={subset}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "3 of 3 tasks pass" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    done = subprocess.run([*cli, *shlex.split(run)[1:], f"env.tasks={subset}", "samples=1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert re.search(r"success rate\s*│\s*0\.0%", done.stdout) and re.search(r"grading errors\s*│\s*0", done.stdout)

@@ -146,7 +146,7 @@ def test_the_docs_layout_names_every_folder_and_module() -> None:
             continue
         if want not in named:
             missing.append(rel.as_posix())
-    assert not missing, f"the README's layout section does not name: {sorted(missing)}"
+    assert not missing, f"the layout section of docs/development.md does not name: {sorted(missing)}"
 
 
 NOT_INSTALLED_DISTS = {"openenv": "openenv-core"}

@@ -91,7 +91,7 @@ def page_blocks(page: Path) -> tuple[list[dict[str, object]], list[tuple[int, st
     return run, skipped
 
 
-def test_items() -> dict[str, list[str]]:
+def page_items() -> dict[str, list[str]]:
     """Test item -> its pages: one item per page, except the generated env pages (docs/envs/), which run together in
     one process (the same few lines on each env: one interpreter start instead of seven)."""
     items: dict[str, list[str]] = {}
@@ -102,7 +102,7 @@ def test_items() -> dict[str, list[str]]:
     return items
 
 
-ITEMS = test_items()
+ITEMS = page_items()
 
 
 def test_not_run_markers_are_few_and_give_a_reason() -> None:
