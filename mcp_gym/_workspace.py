@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -154,11 +154,23 @@ class SpareServers:
                 shutil.rmtree(spare.workspace, ignore_errors=True)
         self._spares.clear()
 
-    async def aclose(self) -> None:
-        """Stop every spare server and remove its workspace (idempotent; no new spares afterwards)."""
+    def after_reset(self, runtime: Any, result: _T) -> _T:
+        """``result`` of a sync reset; with the pool on, a runtime driven by sync calls now runs its loop on its own
+        thread (threaded mode), so spares start between calls."""
+        if self.size and runtime.mode == "driven":
+            runtime.submit(anyio.sleep(0))
+        return result
+
+    async def aclose(self, then: Callable[[], Awaitable[Any]] | None = None) -> None:
+        """Stop every spare server and remove its workspace (idempotent; no new spares afterwards); then await
+        ``then()`` (the env's own sessions' close), whatever happened."""
         self._closed = True
-        for spare in list(self._spares):
-            await self._drop(spare)
+        try:
+            for spare in list(self._spares):
+                await self._drop(spare)
+        finally:
+            if then is not None:
+                await then()
 
 
 def episode_spec(spec: Any, workspace: Path | None, env: Mapping[str, str]) -> Any:
@@ -295,4 +307,6 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
         conn.spec = spec
         await env.host.restart(alias, env.runtime.task_group)
         restarted.add(alias)
+    if spares is not None and own:  # the next episode's servers start while this one runs
+        spares.prepare(env, task)
     return restarted

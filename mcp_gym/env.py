@@ -112,10 +112,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             *Success* table is the whole rule: a grader grades a cut-off episode as it stands).
         env_id: Name recorded with trajectories.
         runtime: The event-loop runtime owning the sessions (default: the process-wide one).
-        spare_servers: Spare per-episode servers prepared ahead of the next reset (a workspace with the fixture
-            copied in and the servers naming ``{workspace}`` started in it, while the current episode runs; see
-            :class:`~mcp_gym._workspace.SpareServers`); ``0`` turns the pool off. Used only by envs with such servers
-            and no recording tap; spares are stopped by :meth:`close`.
+        spare_servers: ``{workspace}`` servers started ahead of the next resets (docs/performance.md); ``0``: off.
 
     Example (an in-process server; :class:`Stdio` and :class:`Http` specs work the same)::
 
@@ -202,8 +199,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             prefix_tools=prefix_tools,
             block_destructive=block_destructive,
         )
-        self.spares = _ws.SpareServers(spare_servers if self.workspace_servers and tap is None else 0)
-        """The pool of spare per-episode servers (size 0: off)."""
+        self.spares = _ws.SpareServers(spare_servers if self.workspace_servers and tap is None else 0)  # 0: off
         self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=max_argument_bytes)
         self._space_of: dict[str, ToolEntry] | None = None  # the host catalogue the action space was built from
         self.observation_space = gym.spaces.Dict({"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()})
@@ -231,10 +227,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start an episode: pick the task, restore server state, return the first observation and info."""
         super().reset(seed=seed)
-        out = self._rt.call(self._areset, seed, options)
-        if self.spares.size and self._rt.mode == "driven":  # spares start while the episode runs: the loop must run
-            self._rt.submit(asyncio.sleep(0))  # between calls (threaded mode from now on)
-        return out
+        return self.spares.after_reset(self._rt, self._rt.call(self._areset, seed, options))
 
     def step(  # type: ignore[override]  # Env.step's info is dict[str, Any]: StepInfo is that dict, typed
         self, action: Any
@@ -292,13 +285,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             await self._rt.acall(self._close_once)
 
     async def _close_once(self) -> None:
-        self._closing = self._closing or asyncio.ensure_future(self._close_servers())
+        self._closing = self._closing or asyncio.ensure_future(self.spares.aclose(then=self.host.close))
         await asyncio.shield(self._closing)
         self._ended()
-
-    async def _close_servers(self) -> None:
-        await self.spares.aclose()
-        await self.host.close()
 
     def _ended(self) -> None:
         self._closed = True
@@ -417,7 +406,6 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise
         self._sync_space()
         self._episode = ep
-        self.spares.prepare(self, task)  # the next episode's servers start while this one runs
         obs = self._obs(self.host.report_unavailable(reset_errors))  # {task, result, resources} (and turn 0)
         ep.last_text = ep.task.prompt
         info = {

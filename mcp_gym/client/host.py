@@ -303,10 +303,8 @@ class MCPHost:
         self._rebuild()
 
     async def adopt(self, conns: Mapping[str, ServerConnection], task_group: Any) -> None:
-        """Replace servers' connections with ``conns`` (by alias), started already (spare servers), all at once before
-        anything is awaited (a cancelled adoption leaves every process owned by the host); then close the old ones
-        and list the new ones' tools within their ``connect_timeout`` (a reused discovery answer that did not hold:
-        restart)."""
+        """Put ``conns`` (started already: spare servers) in place at once (cancelled later, the host owns them all),
+        close the old ones, list the new ones' tools within ``connect_timeout`` (a stale discovery answer: restart)."""
         old = [self.connections[alias] for alias in conns]
         self.connections.update(conns)
         for conn in old:
