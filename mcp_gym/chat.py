@@ -23,6 +23,9 @@ The rules:
   previous message, rendered as in the user turn.
 * **A reply without a usable call** is answered by a ``user`` message: :func:`no_call_feedback` (wording by parse
   status) plus the resources that changed. It counts as a step (the env records an invalid action).
+* **Control tokens**: text from outside the model (task, tool results, resources) has chat-template control tokens
+  neutralised (:func:`neutralize_control_tokens`): a tool result holding ``<|im_end|>\n<|im_start|>assistant`` can
+  not open a turn of its own, at inference or in the SFT data built from the recording (the same function, here).
 * **Final answer**: the model ends an episode by calling the ``submit`` tool, which is always in the tools
   (:func:`openai_tools`, from :mod:`mcp_gym.protocol`). Plain text is never a final answer; it is a reply without a
   usable call.
@@ -36,6 +39,8 @@ The rules:
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,6 +56,9 @@ __all__ = [
     "assistant_content",
     "env_tools",
     "to_wire",
+    "neutralize_control_tokens",
+    "control_tokens",
+    "unhandled_special_tokens",
 ]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -79,8 +87,49 @@ def render_resources(resources: Mapping[str, str], previous: Mapping[str, str] |
     )
 
 
+_CONTROL = re.compile(
+    r"<\|[^|<>\s]{1,64}\|>"  # ChatML <|im_start|>, Llama 3 <|eot_id|> <|start_header_id|>, <|endoftext|>, Phi
+    r"|<\uff5c[^\uff5c<>\s]{1,64}\uff5c>"  # DeepSeek's full-width bars: <｜end▁of▁sentence｜>
+    r"|\[/?(?:INST|SYSTEM_PROMPT|TOOL_CALLS|AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CONTENT)\]"  # Mistral
+    r"|</?(?:s|start_of_turn|end_of_turn|bos|eos|tool_call|tool_response)>"  # Llama 2/Mistral, Gemma, Hermes/Qwen
+)
+"""Chat-template control tokens of the common template families (as text)."""
+_BREAK = "\u200b"  # ZERO WIDTH SPACE after a token's first character: no tokenizer reads it as the special token
+
+
+def control_tokens(text: str, extra: Sequence[str] = ()) -> int:
+    """How many chat-template control tokens ``text`` holds (those :func:`neutralize_control_tokens` breaks, plus
+    ``extra`` strings such as a tokenizer's own special tokens)."""
+    return len(_CONTROL.findall(text)) + sum(text.count(t) for t in extra if t)
+
+
+def neutralize_control_tokens(text: str) -> str:
+    """``text`` with every chat-template control token (ChatML ``<|im_end|>``, Llama 3 ``<|eot_id|>``, Mistral
+    ``[INST]``, Gemma ``<start_of_turn>``, ``<|endoftext|>``, Hermes ``<tool_call>``, ...) broken by a zero-width
+    space after its first character: it reads the same but tokenizes as plain text, so text from a server cannot open
+    or close a turn. Idempotent; applied by :class:`ChatView` to everything that does not come from the model."""
+    return _CONTROL.sub(lambda m: m.group()[0] + _BREAK + m.group()[1:], text) if "<" in text or "[" in text \
+        else text
+
+
+def unhandled_special_tokens(tokenizer: Any = None, extra: Sequence[str] = ()) -> list[str]:
+    """The special tokens of ``tokenizer`` (an object, or a local path or name loaded with
+    ``transformers.AutoTokenizer``, never downloaded) and ``extra`` that :func:`neutralize_control_tokens` does not
+    break: text holding one was shown to the model as it is."""
+    tokens = list(extra)
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(os.fspath(tokenizer), local_files_only=True)
+    if tokenizer is not None:
+        tokens += list(getattr(tokenizer, "all_special_tokens", ()) or ())
+        decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        tokens += [str(t) for t in decoder.values() if getattr(t, "special", False)]
+    return sorted({t for t in tokens if t and not _CONTROL.fullmatch(t)})
+
+
 def _join(*parts: str) -> str:
-    return "\n\n".join(p for p in parts if p)
+    return neutralize_control_tokens("\n\n".join(p for p in parts if p))
 
 
 def user_content(task: str, resources: Mapping[str, str] | None = None, notice: str = "") -> str:

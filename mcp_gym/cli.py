@@ -13,6 +13,8 @@ multirun work as usual)::
     mcp-gym tasks validate env=custom '+env.servers.x="cmd"' env.tasks=tasks.jsonl  # reference solutions pass?
     mcp-gym tasks import mcpmark ~/mcpmark --out bench  # MCPMark's filesystem tasks (a local checkout) as a task file
     mcp-gym tasks generate env=custom '+env.servers.x="cmd {workspace}"' n=50 out=gen  # tasks checked by running them
+    mcp-gym envs list                                    # bundled and installed envs (mcp_gym.envs.packages)
+    mcp-gym envs new demo-env --dir ~/src                # scaffold an installable env package
 
 Servers::
 
@@ -63,7 +65,7 @@ def _usage() -> str:
     body = (__doc__ or "").split("\n", 2)[2].replace("``", "").replace("::", ":")
     commands = [c for c in JOBS if not c.startswith("tasks-")]
     names = [*commands, "tasks validate", "tasks generate", "tasks import", "serve", "serve-openenv", "inspect",
-             "diff-tools", "view"]
+             "diff-tools", "view", "envs list", "envs new"]
     return f"usage: mcp-gym {{{','.join(names)}}} [arguments]\n\n{body}"
 
 
@@ -225,6 +227,9 @@ def _hydra(command: str, overrides: Sequence[str]) -> int:
         hydra_compat.rerun(parsed.experimental_rerun, parsed.overrides, _run_job)
         return 0
     GlobalHydra.instance().clear()
+    from mcp_gym.envs.packages import register_env_configs
+
+    register_env_configs()  # env=NAME for installed env packages
     try:
         with warnings.catch_warnings():  # restores showwarning
             warnings.showwarning = _log_own_warnings(warnings.showwarning)
@@ -257,7 +262,9 @@ def _serve(argv: Sequence[str]) -> int:
         serve_replay(a.replay, a.transport, a.host, a.port, strict=a.strict, json_response=a.json_response)
         return 0
     name = a.name
-    if name not in BUNDLED_SERVERS:
+    from mcp_gym.envs.packages import installed_env
+
+    if name not in BUNDLED_SERVERS and installed_env(name) is None:  # an installed env's server goes by its name
         from mcp_gym.envs import env_module
 
         name = env_module(name).SERVER
@@ -467,6 +474,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mcp_gym.drift import main as diff_tools
 
             return diff_tools(rest)
+        if command == "envs":
+            from mcp_gym.envs.packages import main as envs
+
+            return envs(rest)
         if command == "tasks":
             if rest[:2] == ["import", "bfcl"]:
                 from mcp_gym.jobs.bfcl import main as import_bfcl

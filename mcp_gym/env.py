@@ -46,7 +46,7 @@ from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.graders.session import state_snapshot as read_state
 from mcp_gym.protocol import RESET_TOOL, SUBMIT_SCHEMA, ToolCallError, openai_tools
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
-from mcp_gym.spaces import ActionError, TextMapping, ToolCallSpace, Utf8Text, json_error
+from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, Verifier, as_task
 
 __all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
@@ -626,25 +626,11 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """Whether the current episode gets a success verdict (a verifier or a grader applies)."""
         return is_graded(self)
 
-    def _submit_problem(self, action: dict[str, Any]) -> dict[str, Any] | None:
-        """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object
-        (or absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
-        args = dict.get(action, "arguments")  # dict.get: not a subclass's get
-        problem: ActionError | None = None
-        if args is not None and not isinstance(args, dict):
-            problem = ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON "
-                                  f"object) such as {{\"answer\": \"...\"}}, got {type(args).__name__}")
-        elif len(action) > 2 or not all(isinstance(k, str) and k in ("tool", "arguments") for k in action):
-            problem = self.action_space.validation_error(action)
-        elif args is not None:
-            problem = json_error(tool="submit", arguments=args, max_bytes=self.action_space.max_argument_bytes)
-        if problem is None:
-            return None
-        return ToolCallError(problem.kind, problem.message, tool="submit", argument=problem.argument).as_dict()
-
     async def _submit(self, action: dict[str, Any]) -> StepResult:
         try:
-            problem = self._submit_problem(action)
+            bad = self.action_space.submit_error(action)
+            problem = None if bad is None else ToolCallError(bad.kind, bad.message, tool="submit",
+                                                             argument=bad.argument).as_dict()
         except Exception as exc:  # noqa: BLE001 - e.g. a dict subclass whose methods raise
             problem = ToolCallError("malformed", f"the action could not be inspected: {type(exc).__name__} while "
                                     "reading it", tool="submit").as_dict()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ __all__ = [
     "REDACTED",
     "redact_url",
     "redact_text",
+    "RedactUrls",
+    "HTTP_LOGGERS",
+    "redact_http_logs",
     "SUBMIT_SCHEMA",
     "SUBMIT_DESCRIPTION",
     "SUBMIT_RECORD",
@@ -143,6 +147,34 @@ def redact_text(text: str) -> str:
     if "://" not in text:
         return text
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+class RedactUrls(logging.Filter):
+    """A logging filter passing every record's message through :func:`redact_text`: HTTP clients log the URLs they
+    request (httpx2 at INFO: ``HTTP Request: POST https://user:pw@host/mcp?api_key=...``), secrets included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102 - logging.Filter's
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted is the handler's to report
+            return True
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
+
+
+HTTP_LOGGERS: Final = ("httpx2", "httpx", "httpcore", "aiohttp.client", "aiohttp.internal", "urllib3.connectionpool",
+                       "mcp.client.streamable_http", "mcp.client.sse", "mcp.shared._httpx_utils")
+"""Loggers of the HTTP stacks mcp-gym reaches servers through (and their usual neighbours) that may log URLs."""
+
+
+def redact_http_logs() -> None:
+    """Put one :class:`RedactUrls` filter on each of :data:`HTTP_LOGGERS` (idempotent; the client layer calls it)."""
+    for name in HTTP_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactUrls) for f in logger.filters):
+            logger.addFilter(RedactUrls())
 
 
 @dataclass(frozen=True)

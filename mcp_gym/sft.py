@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from mcp_gym import chat
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.protocol import SERVER_ERROR_KINDS, openai_tools
 from mcp_gym.recording import conversation as recorded
@@ -176,6 +178,11 @@ class ExportOptions:
             with the feedback the model was given.
         drop_tool_errors: Also drop episodes with any failed step (tool errors, invalid calls).
         dedupe: Keep one of several identical examples (same messages and tools).
+        special_tokens: More control tokens (strings) than the common ones the chat view neutralises
+            (:func:`mcp_gym.chat.neutralize_control_tokens`): an episode whose task, results or resources hold one is
+            dropped (``control_tokens``), since the model was shown it as is.
+        tokenizer: The tokenizer the data is for (an object, or a local path or name loaded with
+            ``transformers.AutoTokenizer``, never downloaded): its special tokens count as ``special_tokens``.
         test_size: Hold out this fraction (float) or number (int) of task ids as a ``test`` split.
         seed: Seed of the train/test assignment of task ids.
     """
@@ -191,6 +198,8 @@ class ExportOptions:
     drop_errors: bool = True
     drop_tool_errors: bool = False
     dedupe: bool = True
+    special_tokens: Collection[str] | None = None
+    tokenizer: Any = None
     test_size: float | int | None = None
     seed: int = 0
 
@@ -203,6 +212,8 @@ class ExportOptions:
             (isinstance(self.test_size, int) and self.test_size >= 0) or 0.0 <= float(self.test_size) < 1.0
         ):
             raise ValueError(f"test_size must be a fraction in [0, 1) or a count >= 0, not {self.test_size!r}")
+        if isinstance(self.special_tokens, str):
+            object.__setattr__(self, "special_tokens", [self.special_tokens])
         if self.task_ids is not None:
             ids = [self.task_ids] if isinstance(self.task_ids, str) else self.task_ids
             object.__setattr__(self, "task_ids", frozenset(ids))
@@ -212,7 +223,9 @@ class ExportOptions:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "assistant_text":
+            if f.name == "tokenizer" and v is not None and not isinstance(v, str):
+                v = getattr(v, "name_or_path", type(v).__name__)
+            elif f.name == "assistant_text":
                 v = getattr(v, "__qualname__", repr(v)) if v is not None else None
             elif isinstance(v, frozenset):
                 v = sorted(v)
@@ -227,6 +240,7 @@ class _Report:
     runs: dict[str, int] = field(default_factory=dict)  # run -> episodes read
     kept: Counter[str] = field(default_factory=Counter)  # run -> examples kept
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> episodes
+    neutralized: int = 0  # examples kept whose task, results or resources held chat-template control tokens
 
 
 # -- reading runs -----------------------------------------------------------------------------------------------------
@@ -372,12 +386,17 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
     # share one
     catalogues: dict[tuple[str | None, str | None, int], tuple[bytes, list[dict[str, Any]]]] = {}
     numbers: dict[str, bytes] = {}
+    extra = chat.unhandled_special_tokens(opts.tokenizer, opts.special_tokens or ())
     for run in _run_paths(runs):
         source, episodes, steps_by_episode = _read(run)
         report.runs[source] = len(episodes)
         for ep in episodes:
             steps = steps_by_episode.get(ep["episode_id"], [])
             reason = _drop_reason(ep, steps, opts)
+            text = recorded.outside_text(ep, steps) if reason is None else ""
+            found = (chat.control_tokens(text), sum(text.count(t) for t in extra))
+            if found[1]:
+                reason = "control_tokens"  # a token of the tokenizer's own the chat view does not neutralise
             if reason is not None:
                 report.dropped[reason] += 1
                 continue
@@ -399,8 +418,16 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
                     continue
                 seen.add(digest)
             report.kept[source] += 1
+            report.neutralized += bool(found[0])  # kept: its text shows them broken, as the chat view showed the model
             examples.append(example)
     return examples
+
+
+def _tally(report: _Report) -> str:
+    """The counts a user should see: duplicates dropped, examples with control tokens neutralised or dropped."""
+    return (f"{report.dropped.get('dedupe', 0)} duplicate examples dropped (sft.dedupe), {report.neutralized} examples "
+            "with chat-template control tokens in task, result or resource text kept with them neutralised, "
+            f"{report.dropped.get('control_tokens', 0)} dropped for a tokenizer's own special tokens")
 
 
 def _split(examples: list[dict[str, Any]], opts: ExportOptions) -> dict[str, list[dict[str, Any]]]:
@@ -466,6 +493,8 @@ def _build(runs: RunSource | Iterable[RunSource], opts: ExportOptions) -> tuple[
         reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.dropped.items()))
         raise NothingToExport(f"nothing to export: all {read} episodes read were dropped ({reasons}); see the sft.* "
                               "filters (success_only, min_reward, max_turns, task_ids, drop_errors, drop_tool_errors)")
+    if report.dropped.get("dedupe") or report.neutralized or report.dropped.get("control_tokens"):
+        log.warning("SFT export: %s", _tally(report))
     splits = _split(examples, opts)
     return {name: _dataset(rows, feats, opts) for name, rows in splits.items()}, report
 
@@ -554,8 +583,13 @@ def _write_files(splits: dict[str, datasets.Dataset], data: Path, format: Output
             ds.to_json(str(data / f"{name}-{tag}.jsonl"), force_ascii=False)
             continue
         n = max(1, math.ceil(len(ds) / max_shard_rows))
+        table = ds.with_format("arrow")[:]  # the features' schema (with their metadata), as to_parquet writes
+        div, mod = divmod(len(ds), n)  # Dataset.shard(n, i, contiguous=True)'s rows
         for i in range(n):
-            ds.shard(n, i, contiguous=True).to_parquet(str(data / f"{name}-{i:05d}-of-{n:05d}-{tag}.parquet"))
+            # Arrow's own file writer, not to_parquet's: through a Python file object (fsspec) a full disk aborts the
+            # process inside Arrow's C++ writer; to a path it raises OSError, which export-sft says in one line.
+            shard = table.slice(i * div + min(i, mod), div + (i < mod))
+            pq.write_table(shard, str(data / f"{name}-{i:05d}-of-{n:05d}-{tag}.parquet"))
 
 
 _CARD_TAG = "mcp-gym-sft"
@@ -609,6 +643,8 @@ def _card(splits: dict[str, datasets.Dataset], report: _Report, opts: ExportOpti
         "## Fields", "", "| column | description |", "|---|---|", *fields, "",
         "## Source runs", "", "| run | episodes | examples |", "|---|---|---|", *runs, "",
         "## Filters and options", "", *options, "", f"Episodes dropped: {dropped}.", "",
+        "Examples whose task, results or resources held chat-template control tokens (kept, the tokens neutralised "
+        f"as the chat view shows them to the model): {report.neutralized}.", "",
         "## Use", "", "```python", "from datasets import load_dataset, load_from_disk", "",
         f"ds = {load}", "```", "",
         "Train with TRL (`assistant_only_loss` needs `{% generation %}` markers; TRL swaps them in for Qwen 2.5/3):",

@@ -22,6 +22,7 @@ def _installed(*modules: str) -> bool:
     return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
+@pytest.mark.extras  # .ci/run's second stage runs it with the [docs] extra installed
 @pytest.mark.skipif(not _installed("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"),
                     reason='the docs build needs the [docs] extra: pip install -e ".[docs]"')
 def test_the_site_builds_strictly_with_no_warning(tmp_path: Path) -> None:

@@ -113,6 +113,7 @@ SERVERS = {
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # two generations of 50 tasks (about 250 fresh server starts each), validate, eval
 @pytest.mark.parametrize("name", list(SERVERS))
 def test_explore_fifty_tasks(tmp_path: Path, name: str) -> None:
     """The issue's bar: >= 50 tasks on each third-party server, validate 100 %, oracle 100 %, noop 0 %, the same seed

@@ -243,7 +243,8 @@ def resumable_url() -> Iterator[str]:
                 data["params"].get("arguments") == {"text": "resume me"}:
             asked["id"] = data["id"]
             await send({"type": "http.response.start", "status": 200, "headers": sse})
-            await send({"type": "http.response.body", "body": b"id: ev-1\nretry: 10\ndata: \n\n"})
+            retry = asked.get("retry", b"10")  # a test may make it hostile
+            await send({"type": "http.response.body", "body": b"id: ev-1\nretry: " + retry + b"\ndata: \n\n"})
             return
         replayed = [False]
 
@@ -284,6 +285,27 @@ def test_an_sse_answer_that_ends_early_is_resumed_with_last_event_id(resumable_u
         assert info["error"] is None, info["error"]
         assert obs["result"] == "resumed answer" and asked.get("resumed") == 1, (obs, asked)
         assert wire.calls == calls + 1 and wire.off is None
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("sdk", [False, True], ids=["lane", "sdk"])
+@pytest.mark.parametrize("retry", ["²".encode(), b"9" * 400, b"-5", b"1e3"])
+def test_a_hostile_sse_retry_field_is_ignored(resumable_url: Any, retry: bytes, sdk: bool) -> None:
+    """Issue 36, item 10: a ``retry:`` of 400 digits overflowed the sleep before the resume, one of ``²`` (a digit
+    to ``str.isdigit``, not to ``int``) raised ValueError; both surfaced as the call's error. Ignored, as the SSE
+    spec says for a value that is not ASCII digits (and for one past 10 minutes): the answer is resumed, on the lane
+    and on the SDK's path (httpx2's SSE decoder)."""
+    url, asked = resumable_url
+    asked["retry"] = retry
+    env = MCPEnv({"r": Http(url, protocol="legacy")}, ["Echo."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        if sdk:
+            env.host.connections["r"].http_wire.off = "the test takes the SDK's path"
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "resume me"}})
+        assert info["error"] is None, info["error"]
+        assert obs["result"] == "resumed answer" and asked.get("resumed") == 1, (obs, asked)
     finally:
         env.close()
 

@@ -129,7 +129,7 @@ def test_random_calls_to_mcp_server_git_mostly_succeed_with_repo_path_fixed(tmp_
     (repo / "hello.txt").write_text("hello\n")
     subprocess.run([*git, "add", "hello.txt"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
-    env = MCPEnv({"git": Stdio("mcp-server-git", ["--repository", str(repo)])}, tasks=["explore"], call_timeout=5.0)
+    env = MCPEnv({"git": Stdio("mcp-server-git", ["--repository", str(repo)])}, tasks=["explore"], call_timeout=60.0)
     try:
         env.reset(seed=0)
         tools = [n for n in env.action_space.tool_names if n != "submit"]

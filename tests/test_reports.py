@@ -223,13 +223,16 @@ def test_eval_reports_the_time_spent_starting_servers(tmp_path: Path, capsys: py
 
 def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, client_log: list[logging.LogRecord],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_gym import MCPEnv
+    from mcp_gym import MCPEnv, Stdio
     from mcp_gym.client import _notice
 
     monkeypatch.setattr(_notice, "SLOW_CONNECT_NOTICE", 0.0)  # every start not yet known to work is announced
     monkeypatch.setattr(_notice, "_STARTED", set())  # no server of an earlier test is known to work
     tasks = benchmark(tmp_path / "bench", [write_task(0, "a")])
-    env = MCPEnv({"fs": f"{sys.executable} {FS_SERVER} {{workspace}}"}, load_task_source(tasks))
+    # A known server is announced after half its connect_timeout: 150 s here, which no start takes, however busy the
+    # machine (the default 30 s gives 15 s, which a loaded machine can reach).
+    fs = Stdio(sys.executable, [str(FS_SERVER), "{workspace}"], connect_timeout=300)
+    env = MCPEnv({"fs": fs}, load_task_source(tasks))
     try:
         for seed in range(2):  # two episodes, two server processes, two workspaces
             _, info = env.reset(seed=seed)

@@ -190,10 +190,40 @@ async def test_secrets_are_unreadable(transport: str) -> None:
     assert report["passed"] == 10
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates folders under /usr, /usr/local and /opt")
+async def test_only_allowlisted_host_paths_are_visible(transport: str) -> None:
+    """Issue 36: the sandbox exposes an allowlist (shared libraries, the interpreter and its standard library), not
+    "everything but a denylist": a folder of any other software (as an SDK's bundled site-packages under /usr/lib
+    was) is not there, wherever it sits, and the sandboxed code still runs."""
+    made = [Path(d) / "mcp-gym-secret-test" for d in ("/usr/lib", "/usr/share", "/usr/local", "/opt", "/usr/bin")]
+    secrets = {}
+    try:
+        for i, folder in enumerate(made):
+            folder.mkdir(exist_ok=True)
+            (folder / "secret.txt").write_text("host secret")
+            secrets[f"secret{i}"] = str(folder / "secret.txt")
+        gcloud = glob.glob("/usr/lib/google-cloud-sdk/platform/bundledpythonunix/lib/python3*/site-packages/*")
+        if gcloud:
+            secrets["gcloud"] = sorted(gcloud)[0]
+        program = "".join(f"attempt({n!r}, lambda: os.stat({p!r}))\n" for n, p in secrets.items())
+        program += "attempt('stdlib', lambda: __import__('json').dumps([1]) and __import__('_ctypes'))\n"
+        async with code_client(transport) as client:
+            report = await attack(client, "allowlist", program)
+    finally:
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+    expected = {name: "DENIED" for name in secrets} | {"stdlib": "DONE"}
+    assert outcomes(report["output"]) == expected, report["output"]
+    assert report["passed"] == 10  # the solution runs and passes its tests
+
+
 def test_package_is_hidden_where_its_parent_is_mounted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As if mcp_gym lay inside the mounted Python installation (a non-editable install): the checkout is mounted,
-    but the package (with every ``envs/<env>/tasks.py``) and the site-packages in it are empty."""
-    monkeypatch.setattr(sys, "base_prefix", str(REPO))
+    """As if mcp_gym lay inside the mounted standard library (a non-editable install into it): the checkout is
+    mounted, but the package (with every ``envs/<env>/tasks.py``) and the site-packages in it are empty."""
+    from mcp_gym.envs.code import _bwrap
+
+    real = _bwrap._python_files()
+    monkeypatch.setattr(_bwrap, "_python_files", lambda: [*real, str(REPO)])
     isolation = detect_isolation()
     assert isolation.bwrap is not None
     program = "import os\nfor p in map(os.fsdecode, os.sys.argv[1:]):\n    try:\n        open(p, 'rb').read(1)\n"

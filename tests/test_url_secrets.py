@@ -110,3 +110,29 @@ def test_inspect_and_diff_tools_do_not_print_a_url_secret(counter_url: str,
     shown = capsys.readouterr()
     assert '"add"' in shown.out and "api_key=<redacted>" in shown.out  # the server was reached, and named
     assert _leaks(shown.out + shown.err) == []
+
+
+def test_http_client_logs_at_info_never_show_a_url_secret(counter_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 36: httpx2 logs each request's URL at INFO (``HTTP Request: POST http://user@host/mcp?api_key=...``);
+    the client layer's filter (the same redact_text) masks user info and query values in every HTTP logger."""
+    import logging
+
+    import httpx2
+
+    from mcp_gym.protocol import HTTP_LOGGERS
+
+    with caplog.at_level(logging.INFO):
+        for name in HTTP_LOGGERS:
+            logging.getLogger(name).setLevel(logging.INFO)
+        env = MCPEnv({"c": Http(_with_secrets(counter_url))}, ["Move the counter."], call_timeout=30.0)
+        try:
+            env.reset(seed=0)
+            _, _, _, _, info = env.step({"tool": "add", "arguments": {"amount": 1}})
+            assert info["error"] is None, info["error"]
+        finally:
+            env.close()
+        with httpx2.Client() as client:  # any httpx2 client of the process, e.g. a policy's
+            client.get(_with_secrets(counter_url, "/health"))
+    requests = [r.getMessage() for r in caplog.records if r.name == "httpx2"]
+    assert requests and all("<redacted>@" in m and "api_key=<redacted>" in m for m in requests), requests
+    assert _leaks(caplog.text) == [] and _leaks("\n".join(r.getMessage() for r in caplog.records)) == []

@@ -5,7 +5,11 @@
   ``._keepalive_expiry``: how long idle connections are kept. httpcore2 has no public setter, and a server's
   ``Keep-Alive: timeout=N`` header says how long it keeps them (:func:`set_keepalive_expiry`); and the pool's
   ``._connections`` list and its queued ``._requests`` (a connection assigned to one is not idle), to close the idle
-  ones when a session's calls move to the HTTP fast lane (:func:`close_idle`).
+  ones when a session's calls move to the HTTP fast lane (:func:`close_idle`);
+* ``httpx2._sse._SSEEventDecoder.decode``: its ``retry:`` field takes whatever ``int()`` reads (``-5``, 400
+  digits), which the MCP SDK then sleeps on (a negative or overflowing sleep ends the connection);
+  :func:`spec_sse_retry` makes it ignore a value the SSE spec would (not ASCII digits) or one past
+  :data:`MAX_SSE_RETRY_MS`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,40 @@ import httpx2
 
 from mcp_gym._compat import moved
 
-__all__ = ["set_keepalive_expiry", "close_idle", "missing"]
+__all__ = ["set_keepalive_expiry", "close_idle", "missing", "spec_sse_retry", "MAX_SSE_RETRY_MS", "sse_retry_ok"]
+
+MAX_SSE_RETRY_MS = 600_000
+"""The longest SSE ``retry:`` a server may ask for (10 minutes); a longer one is ignored, as a malformed one is."""
+
+
+def sse_retry_ok(value: str) -> bool:
+    """Whether an SSE ``retry:`` value is one to obey: ASCII digits only, as the SSE spec says (``"²"`` passes
+    ``str.isdigit`` and fails ``int``), and at most :data:`MAX_SSE_RETRY_MS` (400 digits would overflow a sleep)."""
+    return value.isascii() and value.isdigit() and len(value) <= 7 and int(value) <= MAX_SSE_RETRY_MS
+
+
+def spec_sse_retry() -> None:
+    """Make httpx2's SSE decoder (the MCP SDK's Streamable HTTP and SSE transports read through it) ignore a
+    ``retry:`` field :func:`sse_retry_ok` refuses. Idempotent; said once if the name moved."""
+    from httpx2 import _sse
+
+    decoder = getattr(_sse, "_SSEEventDecoder", None)
+    decode = getattr(decoder, "decode", None)
+    if decoder is None or decode is None:
+        moved("httpx2", "_sse._SSEEventDecoder.decode", "a malformed SSE retry: field reaches the SDK as is")
+        return
+    if getattr(decode, "_mcp_gym_spec_retry", False):
+        return
+
+    def spec_decode(self: Any, line: str) -> Any:
+        if line.startswith("retry:"):
+            value = line[6:]
+            if not sse_retry_ok(value[1:] if value.startswith(" ") else value):
+                return None  # ignored, as the spec says (a blank line still ends the event)
+        return decode(self, line)
+
+    setattr(spec_decode, "_mcp_gym_spec_retry", True)  # noqa: B010 - a function attribute mypy does not know
+    decoder.decode = spec_decode
 
 _DIST = "httpcore2"
 

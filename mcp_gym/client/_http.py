@@ -65,6 +65,7 @@ from anyio.lowlevel import RunVar
 from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
+from mcp_gym.protocol import redact_http_logs
 
 __all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
            "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for", "request_slots",
@@ -96,6 +97,9 @@ KEEPALIVE_MAX = 60.0
 """The longest idle expiry a server's ``Keep-Alive`` header can ask for (:func:`keepalive_for`)."""
 
 _SLOTS: RunVar[dict[tuple[str, int], anyio.Semaphore]] = RunVar("mcp_gym_http_slots")
+
+redact_http_logs()  # httpx2 logs every request's URL at INFO: user info and query values are redacted
+httpx2_compat.spec_sse_retry()  # the SDK sleeps on any retry: httpx2 reads (-5, 400 digits): such a one is ignored
 
 
 def shared_ssl_context() -> ssl.SSLContext:

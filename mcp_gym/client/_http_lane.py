@@ -84,6 +84,8 @@ _CLIENTS: RunVar[dict[tuple[Any, ...], list[Any]]] = RunVar("mcp_gym_http_lane_c
 to the next request in O(1)."""
 
 
+
+
 class _Answer(Exception):
     """Ends reading a response with this answer (a JSON-RPC response or error, as a dict)."""
 
@@ -355,7 +357,7 @@ class HttpWire(ProgressOnly):
                     fields = _fields(event)
                     if "id" in fields:
                         last_id = fields["id"]
-                    if fields.get("retry", "").isdigit():
+                    if httpx2_compat.sse_retry_ok(fields.get("retry", "")):  # the spec's digits, bounded; else ignored
                         retry = int(fields["retry"])
                     data = fields.get("data")
                     if fields.get("event", "message") != "message" or not data:

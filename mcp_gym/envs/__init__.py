@@ -57,7 +57,12 @@ def env_module(name: str) -> ModuleType:
     name (``"notes"``)."""
     mod = BUNDLED_ENVS.get(name, name.lower())
     if mod not in BUNDLED_ENVS.values():
-        raise ValueError(f"unknown bundled env {name!r}; choose one of {', '.join(BUNDLED_ENVS)}")
+        from mcp_gym.envs.packages import installed_env, installed_envs
+
+        if (found := installed_env(name)) is not None:  # an installed env package (entry point group mcp_gym.envs)
+            return found.tasks_module()
+        names = [*BUNDLED_ENVS, *installed_envs()]
+        raise ValueError(f"unknown env {name!r}; choose one of {', '.join(names)} (or install an env package)")
     return importlib.import_module(f"{__name__}.{mod}.tasks")
 
 
@@ -67,10 +72,18 @@ def server_spec(name: str, transport: str = "inprocess", url: str | None = None)
     from mcp_gym.envs.serve import load_server, server_module
 
     server = env_module(name).SERVER
+    from mcp_gym.envs.packages import installed_env
+
+    installed = installed_env(name) if BUNDLED_ENVS.get(name, name.lower()) not in BUNDLED_ENVS.values() else None
     if url is not None or transport == "http":
         if url is None:
             raise ValueError("transport='http' needs url= (start one with `mcp-gym serve NAME --transport http`)")
         return Http(url)
+    if installed is not None:
+        if transport == "stdio":
+            return Stdio.python_module(installed.server_module())
+        if transport == "inprocess":
+            return InProcess(installed.load_server())
     if transport == "stdio":  # the Code server's isolation setting reaches its subprocess
         passed = {k: os.environ[k] for k in ("MCP_GYM_CODE_SANDBOX",) if k in os.environ}
         return Stdio.python_module(server_module(server), env=passed)
@@ -80,7 +93,7 @@ def server_spec(name: str, transport: str = "inprocess", url: str | None = None)
 
 
 def load_env_tasks(name: str, split: str | None = None, seed: int = 0) -> list[Any]:
-    """The task set of a bundled env (optionally one split)."""
+    """The task set of a bundled or installed env (optionally one split)."""
     tasks = env_module(name).generate_tasks(seed)
     return [t for t in tasks if split is None or t.split == split]
 
@@ -102,7 +115,7 @@ def make_env(
     connect_timeout: float | None = None,
     **kwargs: Any,
 ) -> Any:
-    """Build the :class:`~mcp_gym.env.MCPEnv` of a bundled env (the ``gymnasium.make`` entry point).
+    """Build the :class:`~mcp_gym.env.MCPEnv` of a bundled or installed env (the ``gymnasium.make`` entry point).
 
     ``record=DIR`` writes a cassette of every exchange with the server into ``DIR``; ``replay=PATH`` answers from a
     recorded cassette (a ``.jsonl`` file or a run's cassette directory) instead of the real server;
@@ -153,3 +166,11 @@ def register_all() -> None:
             nondeterministic=True,
             disable_env_checker=False,
         )
+    from mcp_gym.envs.packages import installed_envs
+
+    for name in installed_envs():  # installed env packages: entry points read, not imported
+        env_id = f"mcp_gym/{name}-v0"
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point="mcp_gym.envs:make_env",
+                         vector_entry_point="mcp_gym.vector:make_vector", kwargs={"name": name},
+                         nondeterministic=True, disable_env_checker=False)

@@ -1,4 +1,4 @@
-"""Running the bundled MCP servers (``mcp_gym/envs/<env>/server.py``).
+"""Running the bundled MCP servers (``mcp_gym/envs/<env>/server.py``) and those of installed env packages.
 
 Each ``server.py`` defines ``server``, an :class:`mcp_gym.serverkit.EpisodeServer`, and runs on its own::
 
@@ -26,12 +26,22 @@ _FOLDERS = {"testing": "counter"}
 def server_module(name: str) -> str:
     """The module of a bundled server, ``mcp_gym.envs.<env>.server`` (for ``python -m``)."""
     if name not in BUNDLED_SERVERS:
-        raise ValueError(f"unknown bundled server {name!r}; choose one of {', '.join(BUNDLED_SERVERS)}")
+        from mcp_gym.envs.packages import installed_env
+
+        if (found := installed_env(name)) is not None:  # an installed env package's server, by the env's name
+            return found.server_module()
+        raise ValueError(f"unknown server {name!r}; choose one of {', '.join(BUNDLED_SERVERS)} or an installed env")
     return f"mcp_gym.envs.{_FOLDERS.get(name, name)}.server"
 
 
 def load_server(name: str):  # -> EpisodeServer (typed loosely to keep imports light)
-    """Import the bundled server ``name`` (``mcp_gym.envs.<env>.server``) and return its ``server`` object."""
+    """Import the bundled server ``name`` (``mcp_gym.envs.<env>.server``), or the server of the installed env
+    ``name``, and return its ``server`` object."""
+    if name not in BUNDLED_SERVERS:
+        from mcp_gym.envs.packages import installed_env
+
+        if (found := installed_env(name)) is not None:
+            return found.load_server()
     return importlib.import_module(server_module(name)).server
 
 
@@ -47,20 +57,22 @@ def serve(
 
     exit_cleanly_on_sigterm()  # so atexit clean-up (e.g. temporary workspaces) runs when the server is terminated
     server = load_server(name)
+    mcp = getattr(server, "mcp", server)  # an EpisodeServer, or an installed env's plain MCPServer
     try:
-        server.preflight()
+        if hasattr(server, "preflight"):
+            server.preflight()
     except Exception as e:  # e.g. the Code server without an OS sandbox: one clear line, exit status 1
         raise SystemExit(f"{server_module(name)}: {e}") from None
     logging.getLogger("mcp").setLevel(logging.WARNING)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     if transport == "stdio":
-        server.mcp.run()
+        mcp.run()
     elif transport in ("http", "streamable-http"):
         from mcp_gym.serverkit import serve_http, transport_security
 
-        serve_http(server.mcp.streamable_http_app(json_response=json_response, host=host,
-                                                   transport_security=transport_security(host)), host, port,
-                   log_level=server.mcp.settings.log_level.lower())
+        serve_http(mcp.streamable_http_app(json_response=json_response, host=host,
+                                           transport_security=transport_security(host)), host, port,
+                   log_level=mcp.settings.log_level.lower())
     else:
         raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
 

@@ -413,7 +413,9 @@ def parse_proposals(text: str, source: str = "llm") -> list[Proposal]:
 def _proposal_item(item: Any, source: str) -> Proposal:
     if not isinstance(item, dict):
         return Proposal("", [], {}, source, malformed="a task is not a JSON object", raw=item)
-    prompt, solution, check = item.get("prompt"), item.get("solution"), item.get("check")
+    prompt: Any = item.get("prompt")
+    solution: Any = item.get("solution")
+    check: Any = item.get("check")
     bad = None
     if not isinstance(prompt, str) or not prompt.strip():
         bad = "no prompt"

@@ -75,6 +75,8 @@ class _ExportOptions:
     drop_errors: bool = MISSING
     drop_tool_errors: bool = MISSING
     dedupe: bool = MISSING
+    special_tokens: Any = MISSING  # a list of strings, or null
+    tokenizer: str | None = MISSING
     final_answer: str = MISSING
     layout: str = MISSING
     test_size: float | None = MISSING

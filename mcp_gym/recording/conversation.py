@@ -156,3 +156,12 @@ def _turn_ends(steps: Sequence[Mapping[str, Any]]) -> set[int]:
         if step["tool"] == "submit" and turn is not None and next_turn is not None and next_turn > turn:
             out.add(step["step_index"])
     return out
+
+
+def outside_text(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> str:
+    """The episode's recorded text that did not come from the model (task, reset observation, results, resources),
+    joined: where control tokens from a server or task file would be (:func:`mcp_gym.chat.control_tokens`)."""
+    texts = [ep["task_prompt"], ep["initial_observation"]]
+    for step in steps:
+        texts += [step["observation"], step["content"], step["resources"]]
+    return "\x1e".join(t for t in texts if t)

@@ -97,6 +97,34 @@ write-ahead log (an interrupted writer).
 """
 
 
+_MANIFEST_DEPTH = 64
+"""Nesting a manifest may have (its metadata holds a job's config: a few levels)."""
+
+
+def parse_manifest(text: str | bytes, where: object) -> dict[str, Any]:
+    """A run's ``manifest.json`` read as untrusted data: a JSON object with ``planned`` a list of strings (or null)
+    and ``metadata`` an object (or null), nested at most 64 deep; else ``ValueError`` in one line naming ``where``."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0][:120]
+        raise ValueError(f"{where}: not a readable {MANIFEST} ({reason})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: {MANIFEST} holds a JSON {type(data).__name__}, not an object")
+    planned = data.get("planned")
+    if planned is not None and not (isinstance(planned, list) and all(isinstance(k, str) for k in planned)):
+        raise ValueError(f"{where}: {MANIFEST} 'planned' is not a list of episode keys")
+    if data.get("metadata") is not None and not isinstance(data["metadata"], dict):
+        raise ValueError(f"{where}: {MANIFEST} 'metadata' is not an object")
+    level, depth = [data], 1
+    while level:  # iteratively: a deep one must not blow the stack of whoever walks it next
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
+        depth += bool(level)
+        if depth > _MANIFEST_DEPTH:
+            raise ValueError(f"{where}: {MANIFEST} is nested more than {_MANIFEST_DEPTH} levels deep")
+    return data
+
+
 def new_manifest() -> dict[str, Any]:
     """The manifest of a new run: format, schema and library versions, creation time, no plan yet."""
     from mcp_gym._version import __version__
@@ -382,10 +410,10 @@ class RunDirectory:
     def manifest(self) -> dict[str, Any]:
         """The manifest (``{}`` if the directory has none)."""
         try:
-            manifest: dict[str, Any] = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
-            return manifest
+            text = (self.path / MANIFEST).read_bytes()
         except FileNotFoundError:
             return {}
+        return parse_manifest(text, self.path / MANIFEST)
 
     def _write_manifest(self, data: dict[str, Any]) -> None:
         self._write_atomic(MANIFEST, json.dumps(data, ensure_ascii=False, indent=1))

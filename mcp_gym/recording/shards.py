@@ -227,6 +227,16 @@ def read_shard(
     million times is small on disk and in the metadata).
 
     ``filesystem``: a ``pyarrow.fs.FileSystem`` that ``path`` is in (default: the local one)."""
+    try:
+        return _read_shard(path, table, columns, filesystem)
+    except (pa.ArrowException, OSError) as exc:  # ArrowInvalid is a ValueError, ArrowIOError an OSError
+        if isinstance(exc, FileNotFoundError):
+            raise
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ShardRefused(f"{path}: refusing to read this shard: not a readable Parquet file ({detail})") from exc
+
+
+def _read_shard(path: Path | str, table: str, columns: Sequence[str] | None, filesystem: Any) -> pa.Table:
     schema = TABLES[table]
     size = filesystem.get_file_info(str(path)).size if filesystem is not None else os.path.getsize(path)
     limit = max(FREE_BYTES, MAX_INFLATION * size)

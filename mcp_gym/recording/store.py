@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from mcp_gym.recording.reader import read_tables
-from mcp_gym.recording.run import RunDirectory, new_manifest, planned_manifest
+from mcp_gym.recording.run import RunDirectory, new_manifest, parse_manifest, planned_manifest
 from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, MANIFEST, STEPS_DIR, STEPS_SCHEMA
 from mcp_gym.recording.shards import check_unique, read_shard
 
@@ -88,10 +88,10 @@ class RunStore:
         """The manifest (``{}`` if there is none yet)."""
         try:
             with self.fs.open_input_stream(self._path(MANIFEST)) as f:
-                manifest: dict[str, Any] = json.loads(f.read().decode("utf-8"))
-                return manifest
+                text = f.read()
         except FileNotFoundError:
             return {}
+        return parse_manifest(text, self._path(MANIFEST))
 
     def plan(self, keys: Sequence[str], *, metadata: dict[str, Any] | None = None, replace: bool = False) -> list[str]:
         """Record the planned episode keys, as :meth:`RunDirectory.plan` (same rules; the directory or manifest is

@@ -116,6 +116,19 @@ class ToolCallSpace(gymnasium.spaces.Space[dict[str, Any]]):
 
     # -- validation -----------------------------------------------------------------------------------------------
 
+    def submit_error(self, action: dict[str, Any]) -> ActionError | None:
+        """Why a ``submit`` action cannot be graded (``None`` if it can): its arguments must be a JSON object (or
+        absent), and a non-string answer must be JSON (it is graded as its JSON text)."""
+        args = dict.get(action, "arguments")  # dict.get: not a subclass's get
+        if args is not None and not isinstance(args, dict):
+            return ActionError("malformed", "submit", None, "tool 'submit': 'arguments' must be a dict (JSON object) "
+                               f"such as {{\"answer\": \"...\"}}, got {type(args).__name__}")
+        if len(action) > 2 or not all(isinstance(k, str) and k in ("tool", "arguments") for k in action):
+            return self.validation_error(action)
+        if args is not None:
+            return json_error(tool="submit", arguments=args, max_bytes=self.max_argument_bytes)
+        return None
+
     def validation_error(self, action: Any) -> ActionError | None:
         """Return ``None`` if ``action`` is valid, else a structured :class:`ActionError`. Never raises, whatever
         ``action`` holds (deep nesting, cycles, objects whose ``repr`` or ``__eq__`` raise, ...)."""

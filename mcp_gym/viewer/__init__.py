@@ -40,6 +40,7 @@ from mcp_gym.graders import Grade
 from mcp_gym.jobs.report import REPORT_DIR
 from mcp_gym.protocol import REDACTED, redact_text
 from mcp_gym.recording.reader import read_tables
+from mcp_gym.recording.run import parse_manifest
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 from mcp_gym.recording.store import RunStore
 
@@ -301,7 +302,8 @@ def load_run(
             raise FileNotFoundError(f"no run at {location!r}: no {MANIFEST} and no episodes shards there")
         steps, episodes = shared.read_tables()
     else:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8")) if (root / MANIFEST).is_file() else {}
+        manifest = parse_manifest((root / MANIFEST).read_bytes(), root / MANIFEST) if (root / MANIFEST).is_file() \
+            else {}
         steps, episodes = read_tables(root)
     import pyarrow as pa
     import pyarrow.compute as pc

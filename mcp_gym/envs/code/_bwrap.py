@@ -8,8 +8,10 @@ builds a minimal root holding what the second needs (the interpreter may sit und
 uid cannot traverse, such as ``/root``), and ``setpriv`` (util-linux) drops to that uid with no groups and no
 capabilities before the second one starts. A seccomp filter refuses the calls that would hold memory outside the
 run's address-space limit (System V shared memory and message queues, ``memfd_create``) and any syscall of another
-ABI. :func:`detect_isolation` runs a probe through the real command once per process and refuses (one line) unless the
-probe finds the host uid non-root, ``/proc/sys`` and ``/dev`` read-only and ``RLIMIT_NPROC`` holding.
+ABI. Agent code sees an allowlist of host paths: the shared-library directories, the interpreter and its standard
+library (site-packages hidden), nothing else of ``/usr`` or the Python prefix. :func:`detect_isolation` runs a probe
+through the real command once per process and refuses (one line) unless the probe finds the host uid non-root,
+``/proc/sys`` and ``/dev`` read-only and ``RLIMIT_NPROC`` holding.
 """
 
 from __future__ import annotations
@@ -128,6 +130,34 @@ def _system_dirs(args: list[str]) -> list[str]:
     return bound
 
 
+def _python_files() -> list[str]:
+    """What the interpreter needs of its installation: the standard library (extension modules included) and its
+    shared library, not the rest of the prefix (a prefix such as ``/usr`` or ``/usr/local`` holds much more)."""
+    paths = {os.path.dirname(os.__file__), sysconfig.get_config_var("DESTSHARED")}  # the base's (not a venv's)
+    libdir, soname = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if libdir and soname:
+        paths |= set(glob.glob(os.path.join(libdir, soname.split(".so")[0] + ".so*")))
+    return sorted(os.path.realpath(p) for p in paths if p and os.path.exists(p))
+
+
+def _library_dirs(args: list[str]) -> list[str]:
+    """Add the host's shared-library directories to ``args`` (read-only) and the top-level links (``/lib`` ->
+    ``usr/lib``); return the directories bound. An allowlist: ``/usr/lib/<multiarch>``, ``/usr/lib64`` and their
+    unmerged ``/lib`` twins, never all of ``/usr`` (whose ``lib/`` also holds other software, e.g. an SDK's own
+    site-packages)."""
+    bound: list[str] = []
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+    arch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+    for d in (f"/usr/lib/{arch}", "/usr/lib64", f"/lib/{arch}", "/lib64"):
+        real = os.path.realpath(d)
+        if os.path.isdir(real) and not _under(real, bound):
+            args += ["--ro-bind", real, real]
+            bound.append(real)
+    return bound
+
+
 def _bind_readonly(args: list[str], bound: list[str], paths: Sequence[str], parents: bool = False) -> None:
     """Add ``paths`` (read-only) to ``args`` unless already under ``bound``; with ``parents``, create their parent
     directories world-traversable first (bubblewrap run as root makes them 0700)."""
@@ -151,9 +181,9 @@ def bwrap_args(bwrap: str, limits: Limits) -> list[str]:
     args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox", "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "TMPDIR", WORKDIR, "--setenv", "HOME", WORKDIR]
-    bound = _system_dirs(args)
+    bound = _library_dirs(args)  # an allowlist: libraries, the interpreter and its standard library, nothing else
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    _bind_readonly(args, bound, [*_prefixes(), _python()])
+    _bind_readonly(args, bound, [*_python_files(), _python()])
     for hidden in _hidden_dirs():
         if _under(hidden, bound):
             args += ["--tmpfs", hidden, "--remount-ro", hidden]
