@@ -447,6 +447,18 @@ def _inspect(argv: Sequence[str]) -> int:
 
 
 # -- entry point ------------------------------------------------------------------------------------------------------
+TASKS_HELP = """usage: mcp-gym tasks COMMAND ...
+
+  validate env=... [overrides]          play every task's reference solution and grade it (a task set's self-test)
+  generate env=... generator=explore|llm n=N out=DIR [overrides]
+                                        tasks for any MCP server, each kept only when running it proves it
+  import mcpmark PATH --states DIR      MCPMark's filesystem tasks from a local checkout, as a task file
+  import bfcl PATH --out DIR            BFCL's multi-turn categories from a local copy, one task file each
+
+Each command's own --help says more (e.g. mcp-gym tasks generate --help, mcp-gym tasks import bfcl --help)."""
+"""What ``mcp-gym tasks`` (or ``tasks --help``) prints."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``mcp-gym <command> ...``; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -490,9 +502,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if rest and rest[0] == "generate":
                 return _job("tasks-generate", rest[1:])
             if not rest or rest[0] != "validate":
-                print("usage: mcp-gym tasks validate env=... [overrides] | mcp-gym tasks import mcpmark|bfcl PATH",
-                      file=sys.stderr)
-                return 2
+                asked = rest[:1] in (["--help"], ["-h"], ["help"])
+                print(TASKS_HELP, file=sys.stdout if asked else sys.stderr)
+                return 0 if asked else 2
             return _job("tasks-validate", rest[1:])
         if command in JOBS and not command.startswith("tasks-"):
             return _job(command, rest)

@@ -292,3 +292,14 @@ def test_ray_launcher_cleanup_suppresses_errors_but_not_ctrl_c() -> None:
     for stop in (KeyboardInterrupt, SystemExit):
         with pytest.raises(stop), _suppress():
             raise stop()
+
+
+def test_tasks_help_lists_every_tasks_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """``mcp-gym tasks --help`` is a help page naming each subcommand (exit 0); a bare ``mcp-gym tasks`` says the same
+    on stderr and exits 2."""
+    assert main(["tasks", "--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("validate", "generate", "import mcpmark", "import bfcl"):
+        assert f"\n  {command} " in out, command
+    assert main(["tasks"]) == 2
+    assert "import bfcl" in capsys.readouterr().err
