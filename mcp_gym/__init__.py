@@ -17,7 +17,7 @@ from mcp_gym._version import __version__ as __version__
 
 _EXPORTS: dict[str, str] = {
     "MCPEnv": "mcp_gym.env",
-    "MCPGymError": "mcp_gym.env",
+    "MCPGymError": "mcp_gym.errors",
     "InvalidAction": "mcp_gym.env",
     "ToolCallFailed": "mcp_gym.env",
     "Stdio": "mcp_gym.client.specs",
@@ -79,8 +79,9 @@ if TYPE_CHECKING:
     from mcp_gym.cassette import Replay
     from mcp_gym.client.host import ServerUnavailableWarning
     from mcp_gym.client.specs import Http, InProcess, Sse, Stdio
-    from mcp_gym.env import InvalidAction, MCPEnv, MCPGymError, ToolCallFailed
+    from mcp_gym.env import InvalidAction, MCPEnv, ToolCallFailed
     from mcp_gym.envs import make_env
+    from mcp_gym.errors import MCPGymError
     from mcp_gym.recording import RecordTrajectories
     from mcp_gym.rewards import ConventionReward, StepContext, read_reward
     from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text

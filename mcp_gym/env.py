@@ -41,6 +41,7 @@ from mcp_gym.client.host import (
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.client.specs import ServerSpec, normalise_servers, redact_text
 from mcp_gym.episode import Episode, FromEpisode, ObservedResources, StepInfo, StepResult
+from mcp_gym.errors import MCPGymError
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.graders.session import state_snapshot as read_state
@@ -55,14 +56,6 @@ ResetMode = Literal["auto", "tool", "restart", "none"]
 
 _SUCCESS_TOLERANCE = 1e-9  # float slack comparing a return with success_threshold (10 x 0.1 = 0.9999999999999999)
 _NO_TASK = Task(id="no-task", prompt="")  # the task of an env without tasks (its servers reset to their default)
-
-
-class MCPGymError(Exception):
-    """Base class of the errors strict mode raises."""
-
-    def __init__(self, error: Mapping[str, Any]) -> None:
-        super().__init__(error.get("message", "mcp-gym error"))
-        self.error = dict(error)
 
 
 class InvalidAction(MCPGymError):

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from mcp_gym import chat
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
+from mcp_gym.errors import MCPGymError
 from mcp_gym.protocol import SERVER_ERROR_KINDS, openai_tools
 from mcp_gym.recording import conversation as recorded
 from mcp_gym.recording.atomic import replace_dir, staging_dir, sweep_staging
@@ -67,7 +68,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class NothingToExport(ValueError):
+class NothingToExport(MCPGymError, ValueError):
     """Runs with episodes gave no example: every one was dropped (the message names the counts per filter, and the
     option to change when their success is unknown)."""
 

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mcp_gym.errors import MCPGymError
+
 __all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "NETWORK_ENV",
            "TaskDataError",
            "normalise_answer"]
@@ -377,7 +379,7 @@ changes where a program's network traffic goes or whom it trusts (``HTTPS_PROXY`
 with the user's credentials could send them elsewhere. The user's own config allows names (``env.task_env_allow``)."""
 
 
-class TaskDataError(ValueError):
+class TaskDataError(MCPGymError, ValueError):
     """A task source asks for something a task file may not: a ``fixture`` outside its folder or an ``env`` key that
     changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes
     (:data:`NETWORK_ENV`)."""

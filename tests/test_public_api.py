@@ -128,3 +128,27 @@ def test_exports_are_what_users_or_other_packages_need(package: str) -> None:
     signatures = " ".join(_signature(v) for (_, n), v in exported.items() if n in needed)
     extra = {f"{m}.{n}" for (m, n) in exported if n not in needed and not re.search(rf"\b{n}\b", signatures)}
     assert not extra, f"exported but neither taught nor imported by another package: {sorted(extra)}"
+
+
+def test_every_error_mcp_gym_raises_on_purpose_is_an_mcpgymerror(tmp_path: Path) -> None:
+    """One root to catch (``except mcp_gym.MCPGymError``), and each error is still the built-in it was."""
+    from mcp_gym.cassette.reader import CassetteError
+    from mcp_gym.client.connection import ConnectionLost, ListingTimeout
+    from mcp_gym.envs.code._bwrap import SandboxUnavailable
+    from mcp_gym.graders.base import GraderError
+    from mcp_gym.jobs.identity import JobRefused
+    from mcp_gym.jobs.schema import ConfigError
+    from mcp_gym.recording.shards import ShardRefused
+    from mcp_gym.sft import NothingToExport
+    from mcp_gym.tasks import TaskDataError
+
+    for cls, builtin in [(ConfigError, ValueError), (TaskDataError, ValueError), (ShardRefused, ValueError),
+                         (NothingToExport, ValueError), (JobRefused, ValueError), (CassetteError, ValueError),
+                         (ListingTimeout, TimeoutError), (SandboxUnavailable, RuntimeError),
+                         (ConnectionLost, Exception), (GraderError, Exception), (mcp_gym.InvalidAction, Exception)]:
+        assert issubclass(cls, mcp_gym.MCPGymError) and issubclass(cls, builtin), cls
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text('{"id": "t1", "turns": [{"answer": "no prompt"}]}\n')
+    with pytest.raises(mcp_gym.MCPGymError) as caught:  # a real refusal, caught by the root
+        mcp_gym.tasks.load_task_source(bad)
+    assert "t1" in str(caught.value) and caught.value.error["message"] == str(caught.value)

@@ -19,11 +19,12 @@ from mcp_gym.cassette.format import (
     canonical_json,
     canonical_params,
 )
+from mcp_gym.errors import MCPGymError
 
 __all__ = ["Exchange", "EpisodeTape", "Cassette", "CassetteError"]
 
 
-class CassetteError(ValueError):
+class CassetteError(MCPGymError, ValueError):
     """A cassette file that is not what the format says: the message (one line) and the attributes name the file,
     the line (1-based; ``None`` for the whole file) and the field at fault (``None``: the whole line)."""
 

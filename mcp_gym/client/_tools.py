@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from mcp_gym import _schema
 from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym.errors import MCPGymError
 
 try:
     from mcp_types import methods as _methods
@@ -38,7 +39,7 @@ MAX_PAGES = 1000
 """Most ``tools/list`` pages followed (a server whose cursors never end fails the listing instead of looping)."""
 
 
-class ListingError(Exception):
+class ListingError(MCPGymError):
     """The ``tools/list`` result as a whole is unusable (not a page of tools)."""
 
 

@@ -36,6 +36,7 @@ from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked
 from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio
+from mcp_gym.errors import MCPGymError
 from mcp_gym.protocol import redact_text, redact_url
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -52,11 +53,11 @@ _LISTEN_ACK_WAIT = 10.0
 """Seconds a subscription waits, at most, for its listen stream's acknowledgment when given no timeout."""
 
 
-class ConnectionLost(Exception):
+class ConnectionLost(MCPGymError):
     """The server is not reachable (failed to start, crashed or closed)."""
 
 
-class ListingTimeout(TimeoutError):
+class ListingTimeout(MCPGymError, TimeoutError):
     """``tools/list`` (all pages) took longer than its bound; the connection was failed and is being closed."""
 
 

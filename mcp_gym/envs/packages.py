@@ -24,6 +24,8 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import ModuleType
 
+from mcp_gym.errors import MCPGymError
+
 __all__ = ["ENTRY_POINT_GROUP", "InstalledEnv", "EnvPackageError", "installed_envs", "list_envs", "scaffold", "main"]
 
 ENTRY_POINT_GROUP = "mcp_gym.envs"
@@ -31,7 +33,7 @@ ENTRY_POINT_GROUP = "mcp_gym.envs"
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 
 
-class EnvPackageError(ValueError):
+class EnvPackageError(MCPGymError, ValueError):
     """An installed env that cannot be used (its entry point does not import or lacks the env's shape); the message
     is one line naming the env, its package and what is wrong."""
 

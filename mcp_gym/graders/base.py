@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcp_gym.errors import MCPGymError
 from mcp_gym.tasks import Task, normalise_answer
 
 __all__ = ["Grade", "EpisodeContext", "DEFAULT_GRADER_TIMEOUT", "normalise_answer"]
@@ -17,7 +18,7 @@ DEFAULT_GRADER_TIMEOUT = 60.0
 """Seconds a grader may take by default (``grader_timeout``); past it the grade is a failure saying so."""
 
 
-class GraderError(Exception):
+class GraderError(MCPGymError):
     """A grader could not grade the episode (its message names the grader and the task)."""
 
 

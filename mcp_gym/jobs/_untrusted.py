@@ -27,10 +27,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from mcp_gym.errors import MCPGymError
+
 __all__: list[str] = []  # internal to mcp_gym.jobs: the importers' shared helpers (tasks import mcpmark, bfcl, ...)
 
 
-class UntrustedInput(ValueError):
+class UntrustedInput(MCPGymError, ValueError):
     """A benchmark checkout holds something an importer refuses (the message is one line naming the task and path)."""
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mcp_gym.errors import MCPGymError
 from mcp_gym.protocol import redact_text
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ _POLICY_OPERATIONAL = frozenset({"api_key", "timeout", "retries", "max_concurren
 """Policy options that change how requests are made, not what the policy does."""
 
 
-class JobRefused(ValueError):
+class JobRefused(MCPGymError, ValueError):
     """A job refuses to run, for a reason given in one line (the CLI prints it without a traceback)."""
 
 

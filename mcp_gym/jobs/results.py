@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mcp_gym.errors import MCPGymError
 from mcp_gym.vector import EpisodeResult
 
 __all__ = ["CollectResult", "JobFailed", "JobInterrupted"]
@@ -15,7 +16,7 @@ class JobInterrupted(Exception):
     """The job was stopped by Ctrl-C after saving its finished episodes; rerun the same command to resume."""
 
 
-class JobFailed(RuntimeError):
+class JobFailed(MCPGymError, RuntimeError):
     """More episodes failed to run than ``launcher.max_errors`` allows (the finished episodes are saved: fix the cause
     and rerun the same command to resume), or every episode started with a server unavailable; the message quotes
     the first error."""

@@ -21,10 +21,12 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from mcp_gym.errors import MCPGymError
+
 __all__ = ["ConfigError", "check_job_config"]
 
 
-class ConfigError(ValueError):
+class ConfigError(MCPGymError, ValueError):
     """A job config key of the wrong type, or one no config declares; the message is one line naming the key."""
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcp_gym.errors import MCPGymError
 from mcp_gym.recording.schema import (
     EPISODES_DIR,
     MANIFEST,
@@ -195,7 +196,7 @@ that writes the run, shared by every :class:`~mcp_gym.recording.TrajectoryWriter
 _HOLDER_BYTES = 4096  # of a lock file read for its holder (it is untrusted data: a crafted one may be anything)
 
 
-class RunBusy(RuntimeError):
+class RunBusy(MCPGymError, RuntimeError):
     """Another process holds the run directory's job lock (:class:`RunLock`); the message names it in one line."""
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mcp_gym.errors import MCPGymError
 from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA, check_version
 
 __all__: list[str] = []  # internal to mcp_gym.recording: used by its sibling modules only
@@ -179,7 +180,7 @@ FREE_BYTES = 256 << 20
 """Decoded bytes every shard may have, whatever its size on disk."""
 
 
-class ShardRefused(ValueError):
+class ShardRefused(MCPGymError, ValueError):
     """A shard is refused: before it is decoded (see :data:`MAX_INFLATION`), without a key column (see
     :data:`KEY_COLUMNS`) or repeating what another shard holds (:func:`check_unique`); the message names it in one
     line."""

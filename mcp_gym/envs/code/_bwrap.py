@@ -32,6 +32,8 @@ import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mcp_gym.errors import MCPGymError
+
 SANDBOX_ENV = "MCP_GYM_CODE_SANDBOX"
 """Environment variable choosing the isolation: ``auto`` (default: bubblewrap, else refuse), ``bwrap`` (the same,
 stated) or ``unsafe`` (no OS isolation, only the in-process audit hook: trusted code only)."""
@@ -67,7 +69,7 @@ class Limits:
     user namespace, i.e. of this run (its init included), so the default 0 allows no new process or thread at all."""
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(MCPGymError, RuntimeError):
     """No OS sandbox is available and the user did not opt in to the unsafe mode (the message is one line)."""
 
 
