@@ -358,15 +358,20 @@ class MCPGymClient(MCPToolClient):
     """OpenEnv's ``MCPToolClient`` (``list_tools``, ``call_tool``, ``step``) whose ``reset`` returns the episode's
     opening as a :class:`ResetObservation` (``messages`` with the task prompt, ``tool_schemas``, ``task_id``,
     ``episode_id``) and whose steps return a :class:`StepObservation` (``step_error``, ``success``,
-    ``episode_return``, ...): ``MCPToolClient`` itself keeps only OpenEnv's fields, so its reset carries no prompt."""
+    ``episode_return``, ...): ``MCPToolClient`` itself keeps only OpenEnv's fields, so its reset carries no prompt.
+    Its ``list_tools`` cache is dropped at each reset and whenever a step says the tool list changed (a tool a
+    conversation's next user turn adds, a server's ``tools/list_changed``), so it never lists stale tools."""
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[Observation]:
         obs = payload.get("observation") or {}
         fields = {"done": payload.get("done", False), "reward": payload.get("reward")}
         if "messages" in obs and "tool_name" not in obs:
             observation: Observation = ResetObservation(**{**obs, **fields})
+            self._tools_cache = None
         elif "tool_name" in obs:
             observation = StepObservation(**{**obs, **fields})
+            if obs.get("tool_schemas") is not None:
+                self._tools_cache = None
         else:
             return super()._parse_result(payload)
         return StepResult(observation=observation, reward=payload.get("reward"), done=payload.get("done", False))

@@ -444,3 +444,40 @@ def test_mcpgym_client_reset_returns_the_task_prompt(serve: Callable[..., Server
     assert prompt not in str(bare.observation)  # why MCPGymClient exists
     assert isinstance(reset.observation, ResetObservation) and prompt in reset.observation.messages[-1]["content"]
     assert isinstance(step.observation, StepObservation) and step.observation.step == 1
+
+
+def test_a_conversation_through_openenv(serve: Callable[..., Server], tmp_path: Path) -> None:
+    """A multi-turn task over OpenEnv: ``submit`` ends a user turn and its result is the next user message (not
+    done), the tool the turn hook adds is listed for that turn, the last ``submit`` ends the episode graded, and the
+    recorded episode carries the user turns."""
+    from _turns_server import TASK, grade_turns, make_server
+
+    from mcp_gym import InProcess
+    from mcp_gym.openenv import MCPGymClient
+
+    turn1 = TASK.turns[1]["prompt"]
+    server = serve(lambda: MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns),
+                   record_to=str(tmp_path / "run"))
+
+    async def go() -> tuple[Any, list[Any], list[str], list[str]]:
+        async with MCPGymClient(base_url=server.url) as client:
+            reset = await client.reset(task_id=TASK.id)
+            before = [t.name for t in await client.list_tools()]
+            steps = [await client.step(CallToolAction(tool_name="add_note", arguments={"text": "milk"})),
+                     await client.step(CallToolAction(tool_name="submit", arguments={"answer": "Added milk."}))]
+            after = [t.name for t in await client.list_tools()]
+            for tool, args in [("add_note", {"text": "eggs"}), ("count_notes", {}), ("submit", {"answer": "2"})]:
+                steps.append(await client.step(CallToolAction(tool_name=tool, arguments=args)))
+        return reset, steps, before, after
+
+    reset, steps, before, after = asyncio.run(go())
+    assert TASK.prompt in reset.observation.messages[-1]["content"]
+    assert "count_notes" not in before and "count_notes" in after
+    assert turn1 in str(steps[1].observation.result) and not steps[1].done
+    assert [s.done for s in steps] == [False, False, False, False, True]
+    assert steps[-1].observation.success is True and steps[-1].reward == 1.0
+    from mcp_gym.recording import load
+
+    steps_table = load(tmp_path / "run").steps.to_list()
+    assert [(r["tool"], r["user_turn"]) for r in steps_table] == [
+        ("add_note", 0), ("submit", 0), ("add_note", 1), ("count_notes", 1), ("submit", 1)]
