@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from mcp_gym.parsing import ParseResult, ToolCall
@@ -112,7 +112,7 @@ def neutralize_control_tokens(text: str) -> str:
         else text
 
 
-def unhandled_special_tokens(tokenizer: Any = None, extra: Sequence[str] = ()) -> list[str]:
+def unhandled_special_tokens(tokenizer: Any = None, extra: Collection[str] = ()) -> list[str]:
     """The special tokens of ``tokenizer`` (an object, or a local path or name loaded with
     ``transformers.AutoTokenizer``, never downloaded) and ``extra`` that :func:`neutralize_control_tokens` does not
     break: text holding one was shown to the model as it is."""

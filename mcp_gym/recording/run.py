@@ -117,7 +117,8 @@ def parse_manifest(text: str | bytes, where: object) -> dict[str, Any]:
         raise ValueError(f"{where}: {MANIFEST} 'planned' is not a list of episode keys")
     if data.get("metadata") is not None and not isinstance(data["metadata"], dict):
         raise ValueError(f"{where}: {MANIFEST} 'metadata' is not an object")
-    level, depth = [data], 1
+    level: list[Any] = [data]
+    depth = 1
     while level:  # iteratively: a deep one must not blow the stack of whoever walks it next
         level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
         depth += bool(level)
