@@ -120,13 +120,17 @@ def make_env(
     ``record=DIR`` writes a cassette of every exchange with the server into ``DIR``; ``replay=PATH`` answers from a
     recorded cassette (a ``.jsonl`` file or a run's cassette directory) instead of the real server;
     ``connect_timeout`` (seconds, default 30) bounds starting and initialising the server, e.g. raise it when many
-    stdio servers start at once on a loaded machine. Other keywords go to :class:`~mcp_gym.env.MCPEnv`."""
+    stdio servers start at once on a loaded machine. Other keywords go to :class:`~mcp_gym.env.MCPEnv`: a setting left
+    unset there (a keyword not given, a ``limits=Limits(...)`` field left ``None``) is this env's own."""
     from mcp_gym.cassette.recorder import with_record
     from mcp_gym.cassette.spec import replay_spec
     from mcp_gym.client.specs import normalise_servers
     from mcp_gym.env import MCPEnv
 
+    from mcp_gym.options import split_settings
+
     mod = env_module(name)
+    given, rest = split_settings(kwargs, "make_env()")  # the settings set by keywords or limits=/scoring=/...
     kw: dict[str, Any] = {
         "max_steps": mod.MAX_STEPS,
         "observe_resources": list(mod.OBSERVE_RESOURCES) or None,
@@ -135,8 +139,9 @@ def make_env(
         "env_id": f"mcp_gym/{name}-v0",
     }
     if not getattr(mod, "STEP_REWARDS", True):
-        kw["reward_fn"] = PenaltyOnlyReward(float(kwargs.get("error_penalty", 0.0)))
-    kw.update(kwargs)  # an explicit reward_fn= wins
+        kw["reward_fn"] = PenaltyOnlyReward(float(given.get("error_penalty", 0.0)))
+    kw.update(given)  # what the caller set wins (an explicit reward_fn= too)
+    kw.update(rest)
     tasks = kw.pop("tasks", None) or load_env_tasks(name, split)
     spec = replay_spec(replay, mod.SERVER) if replay else server_spec(name, transport, url)
     if record:
