@@ -82,3 +82,17 @@ def test_the_commands_overrides_compose_as_on_the_command_line(tmp_path: Path) -
         env_config("custom", overrides=["+env.max_stepz=3"])
     with pytest.raises(ValueError, match="server 'x'"):
         server_specs({"servers": {"x": {"headers": {"a": "b"}}}})  # neither url nor command
+
+
+def test_env_config_works_inside_a_hydra_app_and_leaves_its_state() -> None:
+    """A trainer's entry point is often a Hydra app (verl's is): composing the env there neither fails nor ends the
+    app's own Hydra."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_module("mcp_gym.conf", version_base="1.3"):
+        outer = GlobalHydra.instance().hydra
+        assert env_config("counter")["name"] == "Counter"
+        assert GlobalHydra.instance().hydra is outer
+        assert compose("config", overrides=["env=sql"]).env.name == "SQL"  # the app's Hydra still composes
+    assert not GlobalHydra.instance().is_initialized()

@@ -61,12 +61,20 @@ def env_config(name: str, config_dir: str | Path | None = None, overrides: Seque
         ConfigError: a key of the wrong type or an unknown one (:mod:`mcp_gym.jobs.schema`).
     """
     from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
 
     from mcp_gym.jobs.schema import check_job_config
 
     extra = [f"hydra.searchpath=[file://{Path(config_dir).expanduser().resolve()}]"] if config_dir else []
-    with initialize_config_module("mcp_gym.conf", version_base="1.3"):
-        cfg = compose("config", overrides=[f"env={name}", *extra, *overrides])
+    outer = GlobalHydra.instance().hydra  # inside a Hydra app (a trainer's entry point): set aside, then restored
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module("mcp_gym.conf", version_base="1.3"):
+            cfg = compose("config", overrides=[f"env={name}", *extra, *overrides])
+    finally:
+        GlobalHydra.instance().clear()
+        if outer is not None:
+            GlobalHydra.instance().initialize(outer)
     check_job_config(cfg)
     return to_dict(cfg.env)
 
