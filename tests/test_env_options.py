@@ -138,3 +138,15 @@ def test_groups_reach_the_worker_processes_of_a_vector_env() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[[False, False], [True, True]]"
     assert mcp_gym.Limits is Limits
+
+
+def test_a_trainer_faces_env_kwargs_take_a_group_as_a_mapping() -> None:
+    """A trainer's YAML config gives the faces plain mappings: ``env_kwargs: {limits: {max_steps: 2}}``."""
+    from mcp_gym.textenv import resolve_env_factory
+
+    env = resolve_env_factory("Counter", {"limits": {"max_steps": 2}, "scoring": {"error_penalty": 0.5}})()
+    try:
+        assert (env.max_steps, env.error_penalty, env.verifier) == (2, 0.5, verify)
+        assert [(r, t) for r, _, t, _, _ in _play(env, [BAD, GET])] == [(-0.5, False), (0.0, True)]
+    finally:
+        env.close()
