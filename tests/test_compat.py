@@ -163,33 +163,30 @@ def stdio_client() -> Client:
     return Client(StdioServerParameters(command=sys.executable, args=["-m", "mcp_gym.envs.counter.server"]))
 
 
-def test_the_stdio_lane_names_are_on_a_stdio_session() -> None:
+def test_the_stdio_lane_uses_no_private_name_of_the_sdk() -> None:
+    """The fast lane speaks JSON-RPC itself (its own ids, read loop, progress, courtesy cancel, the result checked
+    with the SDK's public types): nothing of the SDK's it needs can move, except the input-request driver, listed
+    in ``mcp_gym._compat.mcp`` (and checked by ``test_no_private_name_moved``)."""
+    assert mcp_wire.missing() == []
+    assert hasattr(Client, "_drive_input_required")
+
+
+def test_a_moved_input_request_driver_says_what_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result asking for input, on an SDK without its driver: a one-line error naming the name (nothing else)."""
+    monkeypatch.delattr(Client, "_drive_input_required")
+    assert "mcp.Client._drive_input_required" in mcp_compat.missing()
+    first = mt.InputRequiredResult(request_state="s")
+
+    async def again(r: object, s: object) -> object:
+        raise AssertionError("not sent again")
+
     async def main() -> None:
         async with stdio_client() as client:
-            assert mcp_wire.missing_on(client) == [], "the stdio fast lane's Client/session/dispatcher names moved"
+            with pytest.raises(RuntimeError, match=r"has no Client\._drive_input_required"):
+                await mcp_compat.drive_input_required(client, first, again)
+            plain = mt.CallToolResult(content=[])
+            assert await mcp_compat.drive_input_required(client, plain, again) is plain
     anyio.run(main)
-
-
-def test_the_stdio_lane_steps_aside_when_a_name_moved(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A session without one of the lane's names: the call takes the SDK's way, and says so once."""
-    anyio.run(lane_steps_aside, monkeypatch)
-
-
-async def lane_steps_aside(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mcp_wire, "_usable", {})
-    async with stdio_client() as client:
-        monkeypatch.delattr(client.session._dispatcher.__class__, "_cancel_outbound")
-        with pytest.warns(CompatWarning, match="JSONRPCDispatcher._cancel_outbound"):
-            assert not mcp_wire.usable(client)
-        assert mcp_wire.missing_on(client) == ["JSONRPCDispatcher._cancel_outbound"]
-        tools = {t.name for t in (await client.list_tools()).tools}
-        name = sorted(tools - {"submit"})[0]
-        result = await mcp_wire.call_tool(client, name, {}, wire=mcp_wire.Wire(), read_timeout_seconds=5,
-                                          progress_callback=None, meta=None)
-        assert isinstance(result, mt.CallToolResult)  # answered the SDK's way (an error result is fine too)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            assert not mcp_wire.usable(client)  # said once
 
 
 def test_anyio_stdin_writer_is_asyncios_stream_writer() -> None:

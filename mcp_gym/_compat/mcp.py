@@ -11,6 +11,11 @@
 * ``ClientSession._tool_output_validators`` and ``._tool_output_schemas``: seed the session's per-tool output-schema
   validators with those compiled while checking the listing (:func:`seed_output_validators`).
 * ``mcp.shared._httpx_utils.MCP_DEFAULT_TIMEOUT`` and ``MCP_DEFAULT_SSE_READ_TIMEOUT``: the SDK's HTTP timeouts.
+* ``Client._drive_input_required``: a ``tools/call`` or ``resources/read`` the fast lane sent whose result asks for
+  input (2026-07-28) is finished by the SDK's own driver (its callbacks answer, the request is sent again), as
+  ``Client.call_tool`` finishes it (:func:`drive_input_required`).
+* ``ClientSession._stamp`` is also the Streamable HTTP fast lane's stamp of its requests (:func:`stamp`): the era's
+  ``_meta`` and the per-message headers (``Mcp-Method``, ``Mcp-Name``, a tool's ``x-mcp-header`` parameters).
 * ``MCPServer._lowlevel_server``: its request handler table, to acknowledge legacy ``resources/subscribe``.
 * ``ContextReceiveStream._inner``: the memory stream under a transport's read stream, whose items are
   ``(context, message)`` pairs (:func:`read_stream_inner`): the HTTP fast lane hands the SDK's session the messages of
@@ -32,8 +37,9 @@ try:
 except ImportError:  # reported by missing() and, when used, by default_http_timeouts()
     _httpx_utils = None  # type: ignore[assignment]  # the module is optional here: its absence is handled
 
-__all__ = ["set_discover_timeout", "page_shell", "raw_sender", "absorb_tool_listing", "seed_output_validators",
-           "default_http_timeouts", "lowlevel_server", "read_stream_inner", "missing", "missing_on_session"]
+__all__ = ["drive_input_required", "stamp", "set_discover_timeout", "page_shell", "raw_sender", "absorb_tool_listing",
+           "seed_output_validators", "default_http_timeouts", "lowlevel_server", "read_stream_inner", "missing",
+           "missing_on_session"]
 
 _DIST = "mcp"
 _SESSION_ATTRIBUTES = ("_dispatcher", "_stamp", "_absorb_tool_listing", "_tool_output_validators",
@@ -48,6 +54,10 @@ def missing() -> list[str]:
                                                 "_clamp_inbound_ttl")),
               (_httpx_utils, "mcp.shared._httpx_utils", ("MCP_DEFAULT_TIMEOUT", "MCP_DEFAULT_SSE_READ_TIMEOUT"))]
     out = [f"{where}.{name}" for module, where, names in wanted for name in names if not hasattr(module, name)]
+    from mcp import Client
+
+    if not hasattr(Client, "_drive_input_required"):
+        out.append("mcp.Client._drive_input_required")
     if not hasattr(MCPServer("probe"), "_lowlevel_server"):
         out.append("mcp.server.mcpserver.MCPServer()._lowlevel_server")
     from mcp.shared._context_streams import ContextReceiveStream
@@ -69,6 +79,30 @@ def read_stream_inner(read: Any) -> Any:
 def missing_on_session(session: Any) -> list[str]:
     """The private attributes used here that a connected SDK ``ClientSession`` lacks."""
     return [f"ClientSession.{name}" for name in _SESSION_ATTRIBUTES if not hasattr(session, name)]
+
+
+async def drive_input_required(client: Any, first: Any, again: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+    """Finish ``first`` (a result, maybe an ``InputRequiredResult``) as ``Client.call_tool`` does: the client's
+    callbacks answer each input request and ``again(responses, request_state)`` sends the request anew, until a
+    result asks for nothing. Raises ``RuntimeError`` naming the name when the SDK moved it."""
+    if not isinstance(first, mt.InputRequiredResult):
+        return first
+    drive = getattr(client, "_drive_input_required", None)
+    if drive is None:
+        raise RuntimeError("mcp-gym cannot answer a server's input request on this mcp SDK: it has no "
+                           "Client._drive_input_required (mcp_gym/_compat/mcp.py needs an update)")
+    return await drive(first, again)
+
+
+def stamp(session: Any, data: dict[str, Any], opts: dict[str, Any]) -> bool:
+    """Stamp a request (``{"method", "params"}``) as ``session`` stamps its own; ``False`` (warned once) when the
+    SDK moved its stamp (the caller then sends the request the SDK's way)."""
+    fn = getattr(session, "_stamp", None)
+    if fn is None:
+        moved(_DIST, "ClientSession._stamp", "Streamable HTTP calls take the SDK's own path (more client CPU)")
+        return False
+    fn(data, opts)
+    return True
 
 
 def set_discover_timeout(seconds: float) -> None:

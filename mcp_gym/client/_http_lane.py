@@ -51,7 +51,7 @@ from mcp.shared.message import SessionMessage
 from mcp_gym._compat import anyio as anyio_compat
 from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import mcp as mcp_compat
-from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, ProgressOnly, StepAside, answer_of
+from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, LaneIds, StepAside, answer_of
 from mcp_gym.client import _http
 from mcp_gym.client._http import (
     CONNECTION_LOST,
@@ -100,7 +100,7 @@ def _error(rid: int, code: int, message: str, data: Any = None) -> dict[str, Any
     return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
-class HttpWire(ProgressOnly):
+class HttpWire(LaneIds):
     """One Streamable HTTP session's fast lane (:class:`mcp_gym._compat.mcp_wire.Lane`): made with the connection,
     given the SDK-side HTTP client and a way into the session's read stream by :func:`streamable_http` once the
     transport runs."""
@@ -141,6 +141,12 @@ class HttpWire(ProgressOnly):
     def open(self) -> bool:
         """Whether the lane can send (the transport runs, nothing made it step aside for good)."""
         return self.inject is not None and self.off is None and not self.closed
+
+    def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
+        """The session's own stamp (the era's ``_meta``, the per-message headers): :func:`mcp_gym._compat.mcp.stamp`.
+        """
+        if not mcp_compat.stamp(client.session, data, opts):
+            raise StepAside("the SDK's stamp moved")
 
     async def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
                        method: str) -> dict[str, Any]:
@@ -383,6 +389,9 @@ class HttpWire(ProgressOnly):
             return _error(rid, PARSE_ERROR, f"Failed to parse SSE message: {e}")
         if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and message.id in (rid, str(rid)):
             return message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+        if isinstance(message, mt.JSONRPCNotification) and (call := self.progress_of(message.method,
+                                                                                      message.params)) is not None:
+            await call  # a lane request's progress: its callback, here (the answer waits for it, as it comes after)
         self.handed += 1
         assert self.inject is not None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -335,6 +335,8 @@ async def stdio_transport(
         if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and request_key(message.id) is None:
             return stray(message.id)
         method = message.__dict__.get("method")  # a response has no such field (pydantic's getattr miss is slow)
+        if wire.progress and method == "notifications/progress":
+            wire.route(message)  # a fast-lane request's progress: its callback (the SDK's session sees it too)
         ok = await deliver(SessionMessage(message))
         if isinstance(method, str) and method.endswith("/list_changed") and len(line) < 4096:
             repeat[0] = line
@@ -477,6 +479,7 @@ async def stdio_transport(
         try:
             async with write_reader:
                 async for message in write_reader:
+                    wire.observe(message.message)  # the session's stamp, for the fast lane's requests
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     repeat[0] = b""  # a list_changed after this request (e.g. a tools/list) may be news
                     await process.stdin.send(data.encode() + b"\n")
@@ -509,6 +512,7 @@ async def stdio_transport(
             s.close()
 
     async with anyio.create_task_group() as tg:
+        wire.spawn = tg.start_soon
         tg.start_soon(stdout_reader)
         tg.start_soon(stderr_reader)
         tg.start_soon(stdin_writer)
