@@ -187,11 +187,3 @@ def test_a_moved_input_request_driver_says_what_moved(monkeypatch: pytest.Monkey
             plain = mt.CallToolResult(content=[])
             assert await mcp_compat.drive_input_required(client, plain, again) is plain
     anyio.run(main)
-
-
-def test_anyio_stdin_writer_is_asyncios_stream_writer() -> None:
-    async def main() -> None:
-        async with await anyio.open_process(["cat"]) as process:
-            assert isinstance(anyio_compat.stdin_writer(process.stdin), __import__("asyncio").StreamWriter)
-            assert anyio_compat.stdin_writer(object()) is None
-    anyio.run(main)

@@ -30,7 +30,7 @@ STDLIB = {"stdlib"}
 """``_compat`` modules of the standard library (the language's own internals, counted apart from dependencies)."""
 
 EXPECTED: dict[str, list[str]] = {
-    "anyio": ["_asyncio", "_backends", "_state", "_stream"],
+    "anyio": ["_state"],
     "httpx2": ["_SSEEventDecoder", "_connection", "_connections", "_keepalive_expiry", "_requests", "_sse",
                "_transport"],
     "hydra": ["_flush_loggers", "_get_rerun_conf", "_internal", "_run_hydra"],
@@ -42,7 +42,7 @@ EXPECTED: dict[str, list[str]] = {
 }
 """The private names each ``_compat`` module reaches, by module (its file name)."""
 
-DEPENDENCY_CEILING = 28
+DEPENDENCY_CEILING = 25
 """The most private names of dependencies (the standard library apart) the package may use; the goal is 10."""
 
 STEP_PATH: dict[str, list[str]] = {

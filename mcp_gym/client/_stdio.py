@@ -44,7 +44,6 @@ import mcp.types as mt
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
-from mcp_gym._compat.anyio import stdin_writer as asyncio_stdin
 from mcp_gym._compat.mcp_wire import Wire, request_key
 
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
@@ -247,6 +246,62 @@ class _Stdout(asyncio.Protocol):
         self._wake()
 
 
+class _Stdin(asyncio.Protocol):
+    """The server's stdin pipe, written by asyncio's pipe transport: a line goes out in the call that sends it
+    (queued by the transport when the pipe is full, never interleaved with another), and :meth:`send` waits only
+    while the transport's queue is over its high-water mark (a loop turn per line otherwise: anyio's ``send`` drains
+    after each)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.WriteTransport | None = None
+        self.lost = False
+        self._paused = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102 - asyncio.Protocol's
+        self.transport = transport  # type: ignore[assignment]  # connect_write_pipe: a write transport
+
+    def pause_writing(self) -> None:  # noqa: D102 - asyncio.Protocol's
+        self._paused = True
+
+    def resume_writing(self) -> None:  # noqa: D102 - asyncio.Protocol's
+        self._paused = False
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102 - asyncio.Protocol's
+        self.lost, self._paused = True, False
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data``; ``anyio.BrokenResourceError`` when the pipe is closed (the server stopped reading)."""
+        transport = self.transport
+        if self.lost or transport is None or transport.is_closing():
+            raise anyio.BrokenResourceError
+        transport.write(data)
+        while self._paused and not self.lost:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            await fut
+        if self.lost:
+            raise anyio.BrokenResourceError
+
+    def close(self) -> None:
+        """Close the pipe once what is queued is written (the server then reads EOF)."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close the pipe now (the server is gone: nothing queued can be written); no-op once it is closed."""
+        if self.transport is not None and not self.lost:
+            self.transport.abort()
+
+
 @asynccontextmanager
 async def stdio_transport(
     params: StdioServerParameters, state: StdioState, *, max_message_bytes: int
@@ -259,11 +314,14 @@ async def stdio_transport(
             yield streams
         return
     stdout = _Stdout(lambda chunk: take_answers(chunk), _READ_BYTES)
+    stdin = _Stdin()
     out_read, out_write = os.pipe()  # the server's stdout, read by asyncio's pipe transport into `stdout`
+    in_read, in_write = os.pipe()  # the server's stdin, written by asyncio's pipe transport from `stdin`
     try:
         process = await anyio.open_process(
             [params.command, *params.args],
             env=get_default_environment() | (params.env or {}),
+            stdin=in_read,
             stdout=out_write,
             stderr=subprocess.PIPE,
             cwd=params.cwd,
@@ -271,14 +329,19 @@ async def stdio_transport(
         )
     except BaseException:
         os.close(out_read)
+        os.close(in_write)
         raise
     finally:
         os.close(out_write)  # the server holds it: EOF arrives when the server (and its children) close it
+        os.close(in_read)
     pipe = open(out_read, "rb", buffering=0)  # noqa: SIM115 - the pipe transport closes it
+    in_pipe = open(in_write, "wb", buffering=0)  # noqa: SIM115 - the pipe transport closes it
     try:
         await asyncio.get_running_loop().connect_read_pipe(lambda: stdout, pipe)
+        await asyncio.get_running_loop().connect_write_pipe(lambda: stdin, in_pipe)
     except BaseException:
         pipe.close()
+        in_pipe.close()
         with anyio.CancelScope(shield=True):
             process.kill()
             await process.aclose()
@@ -294,16 +357,10 @@ async def stdio_transport(
     repeat: list[bytes] = [b""]  # the last line delivered, if it was a */list_changed notification
     wire = state.wire
 
-    stdin = asyncio_stdin(process.stdin)  # asyncio's StreamWriter under anyio's wrapper
-
     async def send_line(line: bytes) -> None:
-        """The fast lane's requests: one write (lines never interleave), a drain (a loop turn) only when the pipe is
-        full (anyio's ``send`` always takes one)."""
+        """The fast lane's requests: one write (lines never interleave), a wait only when the pipe is full."""
         repeat[0] = b""
-        if stdin is None or stdin.is_closing() or stdin.transport.get_write_buffer_size():
-            await process.stdin.send(line)  # type: ignore[union-attr]  # stdin=PIPE: the process has one
-        else:
-            stdin.write(line)
+        await stdin.send(line)
 
     wire.send, wire.loop = send_line, asyncio.get_running_loop()
 
@@ -475,14 +532,13 @@ async def stdio_transport(
                 state.feed_stderr(await process.stderr.receive(65536))
 
     async def stdin_writer() -> None:
-        assert process.stdin is not None
         try:
             async with write_reader:
                 async for message in write_reader:
                     wire.observe(message.message)  # the session's stamp, for the fast lane's requests
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     repeat[0] = b""  # a list_changed after this request (e.g. a tools/list) may be news
-                    await process.stdin.send(data.encode() + b"\n")
+                    await stdin.send(data.encode() + b"\n")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             wire.close()
             await read_writer.aclose()  # the server stopped reading: end the session instead of hanging a request
@@ -495,8 +551,7 @@ async def stdio_transport(
         write_stream.close()
         with anyio.move_on_after(_WRITER_FLUSH):
             await writer_done.wait()
-        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()  # type: ignore[union-attr]  # started with stdin=PIPE
+        stdin.close()
         if not await _exited(process, _STOP_GRACE):
             from mcp.os.posix.utilities import terminate_posix_process_tree
 
@@ -504,6 +559,7 @@ async def stdio_transport(
             if not await _exited(process, _KILL_GRACE):
                 logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
         reader_scope.cancel()
+        stdin.abort()
         stdout.close()
         stderr_scope.cancel()
         with anyio.move_on_after(_KILL_GRACE):
