@@ -80,9 +80,13 @@ def test_discover_timeout_is_the_sdk_global(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_page_shell_drops_later_fields_and_clamps_ttl() -> None:
-    shell = mcp_compat.page_shell({"ttlMs": -5, "nextCursor": "c"}, "tools/list", "2025-06-18")
+    shell = mcp_wire.page_shell({"ttlMs": -5, "nextCursor": "c"}, "tools/list", "2025-06-18")
     assert shell == {"nextCursor": "c"}  # ttlMs belongs to the 2026-07-28 revision
-    assert mcp_compat.page_shell({"ttlMs": -5}, "tools/list", "2026-07-28") == {"ttlMs": 0}
+    assert mcp_wire.page_shell({"ttlMs": -5}, "tools/list", "2026-07-28") == {"ttlMs": 0}
+    for method, version in (("tools/list", "2025-06-18"), ("tools/call", "2024-11-05"), ("resources/read",
+                                                                                            "2025-11-25")):
+        # the SDK's own (private) answer, read by the test only: the lane's public redo agrees
+        assert mcp_wire._later_fields(method, version) == sdk_session._later_revision_fields(method, version)
 
 
 def test_keepalive_expiry_reaches_the_pool() -> None:
@@ -92,7 +96,12 @@ def test_keepalive_expiry_reaches_the_pool() -> None:
 
 
 def test_default_http_timeouts_are_the_sdks() -> None:
-    assert mcp_compat.default_http_timeouts() == (30.0, 300.0)
+    from mcp.shared import _httpx_utils  # the SDK's (private) defaults, read by the test only
+
+    from mcp_gym.client import _http
+
+    assert (_http.DEFAULT_TIMEOUT, _http.DEFAULT_SSE_READ_TIMEOUT) == (
+        _httpx_utils.MCP_DEFAULT_TIMEOUT, _httpx_utils.MCP_DEFAULT_SSE_READ_TIMEOUT), "the SDK changed its timeouts"
 
 
 def test_c_json_encoders_write_compact_json() -> None:
@@ -113,15 +122,12 @@ def warned(fn: object, *args: object) -> list[str]:
 
 
 def test_a_moved_sdk_name_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(sdk_session, "_clamp_inbound_ttl")
-    first = warned(mcp_compat.page_shell, {"ttlMs": -1}, "tools/list", None)
-    assert len(first) == 1 and "mcp.client.session._clamp_inbound_ttl is gone from mcp " in first[0]
-    assert warned(mcp_compat.page_shell, {"ttlMs": -1}, "tools/list", None) == []  # once
     monkeypatch.delattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS")
-    assert len(warned(mcp_compat.set_discover_timeout, 3.0)) == 1
+    first = warned(mcp_compat.set_discover_timeout, 3.0)
+    assert len(first) == 1 and "mcp.client.session.DISCOVER_TIMEOUT_SECONDS is gone from mcp " in first[0]
+    assert warned(mcp_compat.set_discover_timeout, 3.0) == []  # once
     assert not hasattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS")  # not created behind the SDK's back
-    assert mcp_compat.missing() == ["mcp.client.session.DISCOVER_TIMEOUT_SECONDS",
-                                    "mcp.client.session._clamp_inbound_ttl"]
+    assert mcp_compat.missing() == ["mcp.client.session.DISCOVER_TIMEOUT_SECONDS"]
 
 
 def test_a_moved_session_name_warns_once() -> None:

@@ -2,15 +2,11 @@
 
 * ``mcp.client.session.DISCOVER_TIMEOUT_SECONDS``: the ``server/discover`` probe's timeout is a module global the SDK
   reads when it sends the probe; there is no per-client setting (:func:`set_discover_timeout` writes it).
-* ``mcp.client.session._later_revision_fields`` and ``_clamp_inbound_ttl``: what the SDK does to a result's top-level
-  fields before validating it, redone on the raw ``tools/list`` pages mcp-gym checks tool by tool
-  (:func:`page_shell`).
 * ``ClientSession._dispatcher`` and ``._stamp``: a request sent without the SDK's whole-result validation
   (:func:`raw_sender`), so one bad tool definition costs only that tool.
 * ``ClientSession._absorb_tool_listing``: hand the checked tools to the session as its own ``list_tools`` does.
 * ``ClientSession._tool_output_validators`` and ``._tool_output_schemas``: seed the session's per-tool output-schema
   validators with those compiled while checking the listing (:func:`seed_output_validators`).
-* ``mcp.shared._httpx_utils.MCP_DEFAULT_TIMEOUT`` and ``MCP_DEFAULT_SSE_READ_TIMEOUT``: the SDK's HTTP timeouts.
 * ``Client._drive_input_required``: a ``tools/call`` or ``resources/read`` the fast lane sent whose result asks for
   input (2026-07-28) is finished by the SDK's own driver (its callbacks answer, the request is sent again), as
   ``Client.call_tool`` finishes it (:func:`drive_input_required`).
@@ -32,13 +28,8 @@ import mcp.types as mt
 
 from mcp_gym._compat import moved
 
-try:
-    import mcp.shared._httpx_utils as _httpx_utils
-except ImportError:  # reported by missing() and, when used, by default_http_timeouts()
-    _httpx_utils = None  # type: ignore[assignment]  # the module is optional here: its absence is handled
-
-__all__ = ["drive_input_required", "stamp", "set_discover_timeout", "page_shell", "raw_sender", "absorb_tool_listing",
-           "seed_output_validators", "default_http_timeouts", "lowlevel_server", "read_stream_inner", "missing",
+__all__ = ["drive_input_required", "stamp", "set_discover_timeout", "raw_sender", "absorb_tool_listing",
+           "seed_output_validators", "lowlevel_server", "read_stream_inner", "missing",
            "missing_on_session"]
 
 _DIST = "mcp"
@@ -50,9 +41,7 @@ def missing() -> list[str]:
     """The SDK's module-level names used here that the installed SDK lacks (``[]`` when all are there)."""
     from mcp.server.mcpserver import MCPServer
 
-    wanted = [(_session, "mcp.client.session", ("DISCOVER_TIMEOUT_SECONDS", "_later_revision_fields",
-                                                "_clamp_inbound_ttl")),
-              (_httpx_utils, "mcp.shared._httpx_utils", ("MCP_DEFAULT_TIMEOUT", "MCP_DEFAULT_SSE_READ_TIMEOUT"))]
+    wanted = [(_session, "mcp.client.session", ("DISCOVER_TIMEOUT_SECONDS",))]
     out = [f"{where}.{name}" for module, where, names in wanted for name in names if not hasattr(module, name)]
     from mcp import Client
 
@@ -115,25 +104,6 @@ def set_discover_timeout(seconds: float) -> None:
     _session.DISCOVER_TIMEOUT_SECONDS = seconds
 
 
-def page_shell(shell: Mapping[str, Any], method: str, version: str | None) -> dict[str, Any]:
-    """A raw result's top-level fields (``tools`` excluded) as the SDK sees them before validating: fields of later
-    protocol revisions than ``version`` dropped, a negative ``ttlMs`` clamped to 0."""
-    out = dict(shell)
-    later = getattr(_session, "_later_revision_fields", None)
-    if later is None:
-        moved(_DIST, "mcp.client.session._later_revision_fields",
-              "fields of later protocol revisions are checked against them too")
-    elif version is not None:
-        foreign = later(method, version)
-        out = {k: v for k, v in out.items() if k not in foreign}
-    clamp = getattr(_session, "_clamp_inbound_ttl", None)
-    if clamp is None:
-        moved(_DIST, "mcp.client.session._clamp_inbound_ttl", "a negative ttlMs makes the listing invalid")
-    else:
-        clamp(out)
-    return out
-
-
 def raw_sender(session: Any) -> Callable[[str, dict[str, Any]], Awaitable[Any]] | None:
     """A function sending a request (``{"method", "params"}``, as ``model_dump(by_alias=True, mode="json")`` makes
     it) on ``session`` the way the SDK does (stamped for the negotiated protocol) and returning the raw result,
@@ -184,15 +154,6 @@ def seed_output_validators(session: Any, tools: Iterable[mt.Tool], compiled: Map
         validator = compiled.get(tool.name)
         if validator is not None and tool.name not in cache and schemas.get(tool.name) is tool.output_schema:
             cache[tool.name] = validator
-
-
-def default_http_timeouts() -> tuple[float, float]:
-    """The SDK's HTTP timeouts: (any operation, reading an SSE stream), in seconds."""
-    try:
-        return float(_httpx_utils.MCP_DEFAULT_TIMEOUT), float(_httpx_utils.MCP_DEFAULT_SSE_READ_TIMEOUT)
-    except AttributeError:
-        moved(_DIST, "mcp.shared._httpx_utils.MCP_DEFAULT_TIMEOUT", "the SDK 2.3's timeouts, 30 s and 300 s, apply")
-        return 30.0, 300.0
 
 
 def lowlevel_server(server: Any) -> Any | None:

@@ -56,7 +56,8 @@ try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too)
 except ImportError:  # pragma: no cover - then no trace context is carried (the SDK needs it: never here)
     _otel_context = None  # type: ignore[assignment]  # _inject() then does nothing
 
-__all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "usable", "missing"]
+__all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "usable", "missing",
+           "page_shell"]
 
 logger = logging.getLogger(__name__)
 
@@ -370,6 +371,17 @@ def _clamp_ttl(raw: dict[str, Any]) -> None:
     ttl = raw.get("ttlMs")
     if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and ttl < 0:
         raw["ttlMs"] = 0
+
+
+def page_shell(shell: Mapping[str, Any], method: str, version: str | None) -> dict[str, Any]:
+    """A raw result's top-level fields (``tools`` excluded) as the SDK sees them before validating: fields of later
+    protocol revisions than ``version`` dropped, a negative ``ttlMs`` clamped to 0."""
+    out = dict(shell)
+    if version is not None:
+        foreign = _later_fields(method, version)
+        out = {k: v for k, v in out.items() if k not in foreign}
+    _clamp_ttl(out)
+    return out
 
 
 CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(mt.CallToolResult | mt.InputRequiredResult)
