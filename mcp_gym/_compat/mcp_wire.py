@@ -149,7 +149,8 @@ class LaneIds:
         token, progress = params.get("progressToken"), params.get("progress")
         if isinstance(token, bool) or isinstance(progress, bool) or not isinstance(progress, (int, float)):
             return None
-        fn = self.progress.get(request_key(token)) if isinstance(token, (int, str)) else None
+        key = request_key(token) if isinstance(token, (int, str)) else None
+        fn = self.progress.get(key) if key is not None else None
         if fn is None:
             return None
         total, message = params.get("total"), params.get("message")
@@ -342,7 +343,7 @@ def _surface(method: str, version: str) -> Any:
     if version not in KNOWN_PROTOCOL_VERSIONS:
         raise ValueError(f"unknown protocol version {version!r}")
     row = SERVER_RESULTS.get((method, version))
-    return None if row is None else TypeAdapter(row)
+    return None if row is None else TypeAdapter(row)  # type: ignore[arg-type]  # a model or a union of models
 
 
 def _wire_fields(row: Any) -> frozenset[str]:
