@@ -18,7 +18,6 @@ from mcp.server.mcpserver import MCPServer
 
 import mcp_gym._compat
 from mcp_gym._compat import CompatWarning, mcp_wire
-from mcp_gym._compat import anyio as anyio_compat
 from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import hydra as hydra_compat
 from mcp_gym._compat import mcp as mcp_compat
@@ -34,7 +33,7 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
-@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, anyio_compat, httpx2_compat, hydra_compat, stdlib_compat,
+@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, httpx2_compat, hydra_compat, stdlib_compat,
                                     verl_compat],
                          ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:

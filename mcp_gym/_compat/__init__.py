@@ -9,7 +9,6 @@ name costs only what its function documents (speed, one check) and says so once,
 * :mod:`mcp_gym._compat.mcp_wire`: the fast lane for ``tools/call`` and ``resources/read`` (stdio, Streamable
   HTTP), which speaks JSON-RPC itself and uses the SDK's public API only (it lives here for its tests' imports; it
   reaches no private name);
-* :mod:`mcp_gym._compat.anyio`: a send end of the SDK's memory stream (the HTTP fast lane's hand-over);
 * :mod:`mcp_gym._compat.verl`: verl's in-process table of agent loops (the optional ``[verl]`` extra);
 * :mod:`mcp_gym._compat.httpx2`: httpx2's transport and its httpcore2 connection pool;
 * :mod:`mcp_gym._compat.hydra`: Hydra's run entry point (``hydra-core``);

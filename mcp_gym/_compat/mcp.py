@@ -13,9 +13,6 @@
 * ``ClientSession._stamp`` is also the Streamable HTTP fast lane's stamp of its requests (:func:`stamp`): the era's
   ``_meta`` and the per-message headers (``Mcp-Method``, ``Mcp-Name``, a tool's ``x-mcp-header`` parameters).
 * ``MCPServer._lowlevel_server``: its request handler table, to acknowledge legacy ``resources/subscribe``.
-* ``ContextReceiveStream._inner``: the memory stream under a transport's read stream, whose items are
-  ``(context, message)`` pairs (:func:`read_stream_inner`): the HTTP fast lane hands the SDK's session the messages of
-  an answer's stream that are not the answer.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ import mcp.types as mt
 from mcp_gym._compat import moved
 
 __all__ = ["drive_input_required", "stamp", "set_discover_timeout", "raw_sender", "absorb_tool_listing",
-           "seed_output_validators", "lowlevel_server", "read_stream_inner", "missing",
+           "seed_output_validators", "lowlevel_server", "missing",
            "missing_on_session"]
 
 _DIST = "mcp"
@@ -49,20 +46,7 @@ def missing() -> list[str]:
         out.append("mcp.Client._drive_input_required")
     if not hasattr(MCPServer("probe"), "_lowlevel_server"):
         out.append("mcp.server.mcpserver.MCPServer()._lowlevel_server")
-    from mcp.shared._context_streams import ContextReceiveStream
-
-    if "_inner" not in getattr(ContextReceiveStream, "__slots__", ()):
-        out.append("mcp.shared._context_streams.ContextReceiveStream._inner")
     return out
-
-
-def read_stream_inner(read: Any) -> Any:
-    """The memory stream under the SDK transport's read stream ``read`` (its items: ``(contextvars.Context,
-    message)``), or ``None`` (said once with a :class:`~mcp_gym._compat.CompatWarning`)."""
-    inner = getattr(read, "_inner", None)
-    if inner is None:
-        moved(_DIST, "mcp.shared._context_streams.ContextReceiveStream._inner", "the HTTP fast lane is not used")
-    return inner
 
 
 def missing_on_session(session: Any) -> list[str]:
