@@ -106,6 +106,13 @@ def test_explore_does_not_depend_on_the_clock(tmp_path: Path) -> None:
     assert not any(clocklike(json.dumps([r["answer"], r["grader"]])) for r in slow)
 
 
+def test_explore_ends_when_no_walk_proposes_anything(tmp_path: Path) -> None:
+    """A server whose every result differs between runs (a fresh random token) gives walks that propose nothing: the
+    run ends after ``max_proposals`` walks with what it has (here nothing), instead of walking forever."""
+    clock = f'+env.servers.clock="{sys.executable} {ROOT / "tests" / "servers" / "clock_server.py"}"'
+    assert generate(tmp_path / "out", clock, "n=2", "max_proposals=3") == []
+
+
 def git_fixture(tmp: Path) -> Path:
     repo = tmp / "repo"
     repo.mkdir()

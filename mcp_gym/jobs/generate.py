@@ -390,13 +390,14 @@ class _Checker:
 
 
 # -- the job -----------------------------------------------------------------------------------------------------------
-def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[Task]) -> Iterator[Proposal]:
+def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[Task],
+               max_walks: int) -> Iterator[Proposal]:
     gen = to_dict(cfg.generator)
     kind = gen.pop("kind", "explore")
     if kind == "explore":
         explorer = ExploreProposer(seed=int(cfg.seed), **gen)
         w = 0
-        while True:
+        while w < max_walks:  # bounded: walks whose results never agree between two runs propose nothing
             walk = explorer.walk(runner, runner.env, w)
             yield from explorer.proposals(walk, w)
             w += 1
@@ -456,7 +457,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         if len(existing) < want or dry:
             have = 0 if dry else len(existing)
             shown = list(existing)  # what the llm proposer is shown: grows as tasks are kept
-            for count, p in enumerate(_proposals(cfg, runner, checker, shown)):
+            for count, p in enumerate(_proposals(cfg, runner, checker, shown, cap)):
                 if have >= want or count >= cap:
                     break
                 sig = checker.signature(p)
