@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -23,7 +23,7 @@ _counter = Path(os.environ["STAMP_COUNTER"])
 _starts = int(_counter.read_text() or 0) if _counter.exists() else 0
 _counter.write_text(str(_starts + 1))
 NOW = datetime.fromtimestamp(int(os.environ.get("STAMP_EPOCH", "1767000000"))
-                             + _starts // int(os.environ.get("STAMP_EVERY", "1")), UTC)
+                             + _starts // int(os.environ.get("STAMP_EVERY", "1")), timezone.utc)
 
 server = MCPServer("stamp-test")
 READ = ToolAnnotations(readOnlyHint=True)
