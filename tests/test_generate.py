@@ -30,7 +30,11 @@ def filesystem_server() -> str:
 
 
 def git_server() -> str:
-    return '+env.servers.git="mcp-server-git --repository {workspace}"'
+    """mcp-server-git with its clock pinned for commits: a commit's hash depends on its time, and a hash is no date
+    the generator can recognise and set aside."""
+    date = "2026-01-03T00:00:00Z"
+    return f'+env.servers.git="env GIT_AUTHOR_DATE={date} GIT_COMMITTER_DATE={date} mcp-server-git --repository ' \
+        '{workspace}"'
 
 
 def generate(out: Path, server: str, *extra: str) -> list[dict[str, Any]]:
@@ -80,6 +84,35 @@ def test_explore_memory_small(tmp_path: Path) -> None:
     assert not (tmp_path / "dry" / "tasks.jsonl").exists()
 
 
+def stamp_server(tmp: Path, every: int) -> str:
+    """A server whose results carry "now" on a clock the test sets: ``every`` server starts share a second (1: a slow
+    machine, every fresh run in a later second; 10**6: a fast one, all runs in one second)."""
+    env = f"STAMP_COUNTER={tmp / f'starts-{every}'} STAMP_EVERY={every}"
+    server = ROOT / "tests" / "servers" / "stamp_server.py"
+    return f'+env.servers.notes="env {env} {sys.executable} {server} {{workspace}}"'
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # two generations on a Python server restarted for every fresh run
+def test_explore_does_not_depend_on_the_clock(tmp_path: Path) -> None:
+    """Results stamped with the time make neither answers nor checks, and runs are compared without them: a machine
+    where every fresh run falls in a later second and one where all fall in the same second keep the same tasks."""
+    args = ["n=3", "seed=1", '+generator.fixed.name="memo"', "generator.walk_length=3"]
+    slow = generate(tmp_path / "slow", stamp_server(tmp_path, 1), *args)
+    fast = generate(tmp_path / "fast", stamp_server(tmp_path, 10**6), *args)
+    assert len(slow) == 3 and fast == slow
+    from mcp_gym.jobs.proposers import clocklike
+
+    assert not any(clocklike(json.dumps([r["answer"], r["grader"]])) for r in slow)
+
+
+def test_explore_ends_when_no_walk_proposes_anything(tmp_path: Path) -> None:
+    """A server whose every result differs between runs (a fresh random token) gives walks that propose nothing: the
+    run ends after ``max_proposals`` walks with what it has (here nothing), instead of walking forever."""
+    clock = f'+env.servers.clock="{sys.executable} {ROOT / "tests" / "servers" / "clock_server.py"}"'
+    assert generate(tmp_path / "out", clock, "n=2", "max_proposals=3") == []
+
+
 def git_fixture(tmp: Path) -> Path:
     repo = tmp / "repo"
     repo.mkdir()
@@ -109,7 +142,8 @@ SERVERS = {
     "memory": (memory_server, lambda tmp: []),
     "filesystem": (filesystem_server,
                    lambda tmp: [f"fixture={files_fixture(tmp)}", 'generator.values=["{workspace}"]']),
-    "git": (git_server, lambda tmp: [f"fixture={git_fixture(tmp)}", '+generator.fixed.repo_path="{workspace}"']),
+    "git": (git_server, lambda tmp: [f"fixture={git_fixture(tmp)}", '+generator.fixed.repo_path="{workspace}"',
+                                     "+generator.fixed.branch_type=local"]),
 }
 
 
@@ -132,9 +166,6 @@ def test_explore_fifty_tasks(tmp_path: Path, name: str) -> None:
     passed, noop = rates(tmp_path, server(), tmp_path / "a" / "tasks.jsonl")
     assert (passed, noop) == (1.0, 0.0)
     again = generate(tmp_path / "b", server(), f"n={n}", "seed=0", *args)
-    if name == "filesystem" and again != rows:  # everything above held: only the rerun differs
-        pytest.xfail("known defect: on server-filesystem whether two fresh runs of a proposal agree can depend on "
-                     "timing (file times), so a rerun with the same seed may keep a different task")
     assert again == rows
 
 

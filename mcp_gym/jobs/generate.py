@@ -34,7 +34,16 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from mcp_gym.jobs.config import env_factory, to_dict
-from mcp_gym.jobs.proposers import ExploreProposer, Proposal, as_text, extract, result_value
+from mcp_gym.jobs.proposers import (
+    ExploreProposer,
+    Proposal,
+    as_text,
+    clocklike,
+    extract,
+    result_value,
+    steady,
+    unmasked,
+)
 from mcp_gym.tasks import Task, load_tasks, save_tasks
 
 __all__ = ["GenerateResult", "generate_tasks"]
@@ -164,20 +173,42 @@ def _diff(before: Any, after: Any) -> Any:
 
 def _expectation(read: Any, before: Any, after: Any) -> dict[str, Any] | None:
     """How a check on ``read`` tells ``after`` from ``before`` (an ``mcp`` grader's ``subset``/``contains``, or the
-    ``files`` grader's ``expect``)."""
+    ``files`` grader's ``expect``). Dates, times and timestamps are no part of it (:func:`steady`): a value that
+    changes only with the clock is no change, and is never checked."""
     if before is None or after is None:
         return None
     if read == "files":
-        exp: dict[str, Any] = {k: v for k, v in after.items() if before.get(k) != v}
+        exp: dict[str, Any] = {k: v for k, v in after.items() if steady(before.get(k)) != steady(v)
+                               and not clocklike(v or "")}
         exp.update({k: None for k in before if k not in after})
         return {"expect": exp} if exp else None
+    before, after = steady(before), steady(after)
     if isinstance(after, (dict, list)) and isinstance(before, (dict, list)):
-        d = _diff(before, after)
-        return {"subset": d} if d is not None else None
-    old = {line.strip() for line in as_text(before).splitlines()}
-    new = list(dict.fromkeys(line.strip() for line in as_text(after).splitlines()
-                             if line.strip() and line.strip() not in old))
+        d = unmasked(_diff(before, after))
+        if d is not None:
+            return {"subset": d}
+        # a changed text field whose new text carries a time: the new lines of that field, at its path
+        for k, v in after.items() if isinstance(after, dict) and isinstance(before, dict) else ():
+            if isinstance(v, str) and isinstance(before.get(k), str) and v != before[k] and k.isidentifier():
+                lines = _new_lines(before[k], v)
+                return {"path": f"$.{k}", "contains": lines} if lines else None
+        return None
+    new = _new_lines(as_text(before), as_text(after))
     return {"contains": new} if new else None
+
+
+def _new_lines(before: str, after: str) -> list[str]:
+    """The lines of ``after`` that ``before`` lacks, without those holding a masked time."""
+    old = {line.strip() for line in before.splitlines()}
+    return list(dict.fromkeys(line.strip() for line in after.splitlines()
+                              if line.strip() and line.strip() not in old and unmasked(line.strip()) is not None))
+
+
+def _at(exp: Mapping[str, Any], value: Any) -> Any:
+    """The part of a read's value an expectation is about (its ``path``, as the ``mcp`` grader takes it)."""
+    if "path" not in exp or not isinstance(value, dict):
+        return value
+    return value.get(exp["path"][2:])
 
 
 def _holds(exp: Mapping[str, Any], value: Any) -> bool:
@@ -186,7 +217,7 @@ def _holds(exp: Mapping[str, Any], value: Any) -> bool:
     if "subset" in exp:
         return subset_match(exp["subset"], value)
     if "contains" in exp:
-        return all(s in as_text(value) for s in exp["contains"])
+        return all(s in as_text(_at(exp, value)) for s in exp["contains"])
     return isinstance(value, dict) and all(value.get(k) == v for k, v in exp["expect"].items())
 
 
@@ -195,8 +226,8 @@ def _narrow(exp: dict[str, Any], value: Any) -> dict[str, Any] | None:
     if _holds(exp, value):
         return exp
     if "contains" in exp:
-        keep = [s for s in exp["contains"] if s in as_text(value)]
-        return {"contains": keep} if keep else None
+        keep = [s for s in exp["contains"] if s in as_text(_at(exp, value))]
+        return {**exp, "contains": keep} if keep else None
     if "expect" in exp:
         keep2 = {k: v for k, v in exp["expect"].items() if isinstance(value, dict) and value.get(k) == v}
         return {"expect": keep2} if keep2 else None
@@ -311,6 +342,9 @@ class _Checker:
             answer = extract(values[k - 1], path)
             if answer is None:
                 raise _Drop("check not derivable", f"no value at {path} in what call {k} returned")
+            if clocklike(answer):
+                raise _Drop("check not derivable", f"the answer {answer!r} is a date or time: it changes with the "
+                                                   "clock")
             if answer.casefold() in p.prompt.casefold() or answer.casefold() in ("", "null"):
                 raise _Drop("check not derivable", f"the answer {answer!r} is given in the prompt")
             again = extract(self._play(self.runner.session(), p)[k - 1], path)
@@ -328,7 +362,7 @@ class _Checker:
         after = [s.read(r) for r in reads]
         found = [(r, e) for r, b, a in zip(reads, before, after, strict=True) if (e := _expectation(r, b, a))]
         if not found:
-            if any(b is not None and b == a for b, a in zip(before, after, strict=True)):
+            if any(b is not None and steady(b) == steady(a) for b, a in zip(before, after, strict=True)):
                 raise _Drop("passes with no action", "the reads return the same before and after the solution")
             raise _Drop("check not derivable", "no read's value changes with the solution")
         s2 = self.runner.session()
@@ -356,13 +390,14 @@ class _Checker:
 
 
 # -- the job -----------------------------------------------------------------------------------------------------------
-def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[Task]) -> Iterator[Proposal]:
+def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[Task],
+               max_walks: int) -> Iterator[Proposal]:
     gen = to_dict(cfg.generator)
     kind = gen.pop("kind", "explore")
     if kind == "explore":
         explorer = ExploreProposer(seed=int(cfg.seed), **gen)
         w = 0
-        while True:
+        while w < max_walks:  # bounded: walks whose results never agree between two runs propose nothing
             walk = explorer.walk(runner, runner.env, w)
             yield from explorer.proposals(walk, w)
             w += 1
@@ -422,7 +457,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         if len(existing) < want or dry:
             have = 0 if dry else len(existing)
             shown = list(existing)  # what the llm proposer is shown: grows as tasks are kept
-            for count, p in enumerate(_proposals(cfg, runner, checker, shown)):
+            for count, p in enumerate(_proposals(cfg, runner, checker, shown, cap)):
                 if have >= want or count >= cap:
                     break
                 sig = checker.signature(p)

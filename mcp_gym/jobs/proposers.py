@@ -25,6 +25,16 @@ __all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules
 MAX_ANSWER_CHARS = 100
 """Longest answer (and chained value) an answer task asks for."""
 _PATHLIKE = re.compile(r"(path|dir|directory|file|folder|source|destination|root)s?$", re.IGNORECASE)
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*"
+_CLOCK = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"  # ISO 8601 dates, times
+    rf"|\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? )?(?:{_MONTH} \d{{1,2}},? \d{{4}}|\d{{1,2}} {_MONTH},? \d{{4}})"
+    r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"  # a time of day
+    r"|(?<![\d.])1\d{9}(?:\d{3})?(?:\.\d+)?(?![\d.])",  # Unix time in seconds or milliseconds (2001-2033)
+)
+"""What looks like a date, a time or a Unix timestamp: such values change from run to run (file times, "now"), so they
+never make an answer or a check, and runs are compared without them."""
+_MASK = "\ue000"
 
 
 # -- what a proposal is ------------------------------------------------------------------------------------------------
@@ -74,6 +84,38 @@ def _scalar(v: Any) -> str | None:
     return None
 
 
+def clocklike(text: str) -> bool:
+    """Whether ``text`` holds a date, a time or a Unix timestamp (a value that depends on when a run happened)."""
+    return _CLOCK.search(text) is not None
+
+
+def steady(value: Any) -> Any:
+    """``value`` with its dates, times and Unix timestamps masked: what two runs at different times can agree on."""
+    if isinstance(value, str):
+        return _CLOCK.sub(_MASK, value)
+    if isinstance(value, dict):
+        return {k: steady(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [steady(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and clocklike(json.dumps(value)):
+        return _MASK
+    return value
+
+
+def unmasked(value: Any) -> Any:
+    """What of a :func:`steady` value holds no mask (``None``: nothing): masked strings and list items are dropped, and
+    so are the keys of a dict whose values are."""
+    if isinstance(value, str):
+        return None if _MASK in value else value
+    if isinstance(value, dict):
+        out = {k: u for k, v in value.items() if (u := unmasked(v)) is not None}
+        return out or None
+    if isinstance(value, list):
+        items = [u for v in value if (u := unmasked(v)) is not None]
+        return items or None
+    return value
+
+
 def as_text(value: Any) -> str:
     """A value as text (a string itself, else its JSON)."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
@@ -119,7 +161,12 @@ def describe_path(path: str) -> str:
 
 
 def fields(value: Any) -> Iterator[tuple[str, str]]:
-    """The places of a result that make answers: ``(path, answer)`` for each short scalar."""
+    """The places of a result that make answers: ``(path, answer)`` for each short scalar that is not a date, a time
+    or a timestamp (:func:`clocklike`)."""
+    return ((path, answer) for path, answer in _fields(value) if not clocklike(answer))
+
+
+def _fields(value: Any) -> Iterator[tuple[str, str]]:
     if isinstance(value, (dict, list)):
         yield from _json_fields(value, "$")
         return
@@ -179,6 +226,7 @@ class Walk:
 
     steps: list[_Step]
     stable: list[Any]  # the value of each step in the second run (None: failed there)
+    reads: list[Any] = field(default_factory=list)  # state reads needing no walk value (ExploreProposer.standing)
 
 
 class ExploreProposer:
@@ -228,8 +276,40 @@ class ExploreProposer:
         sampled step by step (``run`` is given growing prefixes only through :meth:`_sample_walk`)."""
         steps = self._sample_walk(run, env, w)
         second = run([s.call for s in steps])
-        stable = [v2 if (s.ok and ok2 and v2 == s.value) else None for s, (ok2, v2) in zip(steps, second, strict=True)]
-        return Walk(steps, stable)
+        stable = [v2 if (s.ok and ok2 and steady(v2) == steady(s.value)) else None
+                  for s, (ok2, v2) in zip(steps, second, strict=True)]
+        return Walk(steps, stable, self.standing(env))
+
+    def standing(self, env: Any) -> list[dict[str, Any]]:
+        """The state reads any walk may check with: each read-only tool whose required arguments are all fixed
+        (:attr:`fixed`) or have a default, a ``const`` or an ``enum`` (its first value), called with those. A state
+        task is checked by the first read its solution changes: the walk's own reads first, then these, then the
+        workspace's files."""
+        out = []
+        for tool in self.tools(env):
+            entry = env.host.resolve(tool)
+            if entry is None or not self.reads(env, tool):
+                continue
+            schema = entry.input_schema
+            props = schema.get("properties") or {}
+            args: dict[str, Any] = {k: v for k, v in self.fixed.items() if k in props}
+            for name in schema.get("required") or ():
+                prop = props.get(name) if isinstance(props.get(name), dict) else {}
+                if name in args:
+                    continue
+                if "default" in prop:
+                    args[name] = prop["default"]
+                elif "const" in prop:
+                    args[name] = prop["const"]
+                elif prop.get("enum"):
+                    args[name] = prop["enum"][0]
+                else:
+                    break
+            else:
+                call = {"tool": tool, "arguments": args}
+                if env.action_space.validation_error(call) is None:
+                    out.append(call)
+        return out
 
     def _sample_walk(self, run: Any, env: Any, w: int) -> list[_Step]:
         rng = np.random.default_rng([self.seed, w])
@@ -303,7 +383,7 @@ class ExploreProposer:
             if deps is None or len(deps) > self.max_calls:
                 continue
             if s.mutates:
-                yield self._proposal(steps, deps, walk, {"state": self._reads(steps)})
+                yield self._proposal(steps, deps, walk, {"state": self._reads(steps, walk.reads)})
             found = [(p, a) for p, a in fields(s.value) if extract(walk.stable[i], p) == a]
             for k in rng.permutation(len(found))[: self.fields_per_call]:
                 path, _ = found[int(k)]
@@ -324,11 +404,11 @@ class ExploreProposer:
                 todo.append(k)
         return sorted(need)
 
-    def _reads(self, steps: list[_Step]) -> list[Any]:
+    def _reads(self, steps: list[_Step], standing: Sequence[Any] = ()) -> list[Any]:
         seen: list[Any] = []
-        for s in steps:
-            if s.ok and not s.mutates and s.call not in seen:
-                seen.append(s.call)
+        for call in [*(s.call for s in steps if s.ok and not s.mutates), *standing]:
+            if call not in seen:
+                seen.append(call)
         return [*seen, "files"]
 
     def _proposal(self, steps: list[_Step], deps: list[int], walk: Walk, check: dict[str, Any]) -> Proposal:

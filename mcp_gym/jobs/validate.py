@@ -59,12 +59,11 @@ def validate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> li
 
 
 def check_task(env: Any, task: Any) -> TaskCheck:
-    """Play ``task``'s reference solution in a fresh episode of ``env`` (which holds the task) and grade it."""
-    if task.turns:
-        if not any("solution" in t or "answer" in t for t in task.turns):
-            return TaskCheck(task.id, "skipped", "no reference solution")
-        return _check_turns(env, task)
-    if not task.solution:
+    """Play ``task``'s reference solution in a fresh episode of ``env`` (which holds the task) and grade it: turn by
+    turn (:meth:`~mcp_gym.tasks.Task.turn_plan`; a single-turn task is one turn), each turn's calls, then ``submit``
+    of the turn's answer, until the episode ends."""
+    multi = bool(task.turns)
+    if not (any("solution" in t or "answer" in t for t in task.turns) if multi else task.solution):
         return TaskCheck(task.id, "skipped", "no reference solution")
     failed: dict[str, Any] | None = None
     limit: str | None = None
@@ -72,22 +71,21 @@ def check_task(env: Any, task: Any) -> TaskCheck:
         obs, info = env.reset(seed=0, options={"task_id": task.id})
         if info.get("error"):
             return TaskCheck(task.id, "error", f"reset: {info['error']['message']}")
-        filled = env.unwrapped.task  # the task as the episode set it up: {workspace} is the real path
-        calls = [dict(c) for c in filled.solution]
-        ended = False
-        for n, call in enumerate(calls, 1):
+        plan = env.unwrapped.task.turn_plan()  # the task as the episode set it up: {workspace} is the real path
+        calls = [(i, c) for i, (turn_calls, answer) in enumerate(plan)
+                 for c in (*turn_calls, {"tool": "submit", "arguments": {"answer": _answer(answer)}})]
+        # a single-turn solution cut after its last call is graded as it stands, as in eval: its submit is optional
+        needed = len(calls) if multi else len(calls) - 1
+        for n, (turn, call) in enumerate(calls, 1):
             obs, reward, terminated, truncated, info = env.step(dict(call))
-            if failed is None and info.get("error"):
-                failed = {"step": n, "tool": call.get("tool"), "arguments": call.get("arguments"),
-                          "error": str(info["error"].get("message", ""))[:500]}
+            where = f" (turn {turn})" if multi else ""
+            if failed is None and info.get("error") and n <= needed:
+                failed = {"step": n, **({"turn": turn} if multi else {}), "tool": call.get("tool"),
+                          "arguments": call.get("arguments"), "error": str(info["error"].get("message", ""))[:500]}
             if terminated or truncated:
-                ended = True
-                if truncated and n < len(calls):  # cut after its last call: graded as it stands, as in eval
-                    limit = f"{info.get('termination')} after {n} of {len(calls)} solution calls"
+                if (truncated or multi) and n < needed:
+                    limit = f"{info.get('termination')} after {n} of {needed} solution calls{where}"
                 break
-        if not ended:
-            obs, reward, terminated, truncated, info = env.step(
-                {"tool": "submit", "arguments": {"answer": _answer(filled.answer)}})
     except Exception as e:  # noqa: BLE001 - one broken task must not hide the others
         return TaskCheck(task.id, "error", f"{type(e).__name__}: {e}", failed_call=failed, limit=limit)
     check = _verdict(task.id, info)
@@ -95,39 +93,8 @@ def check_task(env: Any, task: Any) -> TaskCheck:
     if limit is not None:  # a solution the limits cut short would be cut in eval too: never a pass
         status, reason = ("error" if status == "error" else "failed"), f"cut short by {limit}; {reason}"
     if failed is not None and status != "passed":
-        reason += f"; first failed call: step {failed['step']} {failed['tool']}: {failed['error']}"
-    return TaskCheck(task.id, status, reason, check.score, failed, limit)
-
-
-def _check_turns(env: Any, task: Any) -> TaskCheck:
-    """A multi-turn task: each turn's reference calls, then ``submit`` of the turn's answer, turn by turn."""
-    failed: dict[str, Any] | None = None
-    limit: str | None = None
-    try:
-        obs, info = env.reset(seed=0, options={"task_id": task.id})
-        if info.get("error"):
-            return TaskCheck(task.id, "error", f"reset: {info['error']['message']}")
-        plan = env.unwrapped.task.turn_plan()  # {workspace} filled
-        calls = [(i, c) for i, (turn_calls, answer) in enumerate(plan)
-                 for c in (*turn_calls, {"tool": "submit", "arguments": {"answer": _answer(answer)}})]
-        for n, (turn, call) in enumerate(calls, 1):
-            obs, reward, terminated, truncated, info = env.step(dict(call))
-            if failed is None and info.get("error"):
-                failed = {"step": n, "turn": turn, "tool": call.get("tool"), "arguments": call.get("arguments"),
-                          "error": str(info["error"].get("message", ""))[:500]}
-            if terminated or truncated:
-                if n < len(calls):
-                    limit = f"{info.get('termination')} after {n} of {len(calls)} solution calls (turn {turn})"
-                break
-    except Exception as e:  # noqa: BLE001 - one broken task must not hide the others
-        return TaskCheck(task.id, "error", f"{type(e).__name__}: {e}", failed_call=failed, limit=limit)
-    check = _verdict(task.id, info)
-    status, reason = check.status, check.reason
-    if limit is not None:
-        status, reason = ("error" if status == "error" else "failed"), f"cut short by {limit}; {reason}"
-    if failed is not None and status != "passed":
-        reason += f"; first failed call: step {failed['step']} (turn {failed['turn']}) {failed['tool']}: " \
-                  f"{failed['error']}"
+        where = f" (turn {failed['turn']})" if multi else ""
+        reason += f"; first failed call: step {failed['step']}{where} {failed['tool']}: {failed['error']}"
     return TaskCheck(task.id, status, reason, check.score, failed, limit)
 
 
