@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
+from mcp_gym._reroot import Rerooter
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
@@ -62,6 +63,7 @@ def setup_key(env: _EpisodeServers, task: Task) -> tuple[Any, ...]:
 @dataclasses.dataclass(eq=False)
 class _Spare:
     key: tuple[Any, ...]
+    servers: bool = True  # False: a workspace only (the servers are re-rooted to it)
     workspace: Path | None = None
     conns: dict[str, ServerConnection] = dataclasses.field(default_factory=dict)
     ready: anyio.Event = dataclasses.field(default_factory=anyio.Event)
@@ -84,6 +86,8 @@ class SpareServers:
         self._closed = False
         self.taken = 0
         """Resets that took a prepared spare (for benchmarks and tests)."""
+        self.rerooter = Rerooter()
+        """Warm servers re-rooted to the next workspace over MCP roots (:mod:`mcp_gym._reroot`)."""
 
     @property
     def pids(self) -> list[int]:
@@ -93,8 +97,9 @@ class SpareServers:
     def prepare(self, env: _EpisodeServers, task: Task) -> None:
         """Start preparing spares for tasks like ``task``, up to ``size``, in the env runtime's task group (returns at
         once)."""
-        while not self._closed and len(self._spares) < self.size:
-            spare = _Spare(setup_key(env, task))
+        servers = not all(env.host.connections[a] in self.rerooter.roots for a in env.workspace_servers)
+        while not self._closed and len(self._spares) < (self.size if servers else 1):
+            spare = _Spare(setup_key(env, task), servers)
             self._spares.append(spare)
             env.runtime.task_group.start_soon(self._fill, env, task, spare, name="mcp-gym-spare")
 
@@ -104,10 +109,10 @@ class SpareServers:
                 with anyio.CancelScope(shield=True):  # a copy made is a folder to remove
                     spare.workspace = await anyio.to_thread.run_sync(make_workspace, task)
                 async with anyio.create_task_group() as tg:
-                    for alias in env.workspace_servers:
+                    for alias in env.workspace_servers if spare.servers else ():
                         template, own = env.server_templates[alias], env.host.connections[alias]
                         spec = episode_spec(template, spare.workspace, task_env(task, alias, template))
-                        conn = spare.conns[alias] = ServerConnection(alias, spec, own.callbacks, own.tap_factory)
+                        conn = spare.conns[alias] = self.rerooter.connection(alias, spec, spare.workspace, own)
                         tg.start_soon(conn.start, env.runtime.task_group)
         except BaseException as e:  # noqa: BLE001 - a spare that fails is not used; the reset starts its own
             spare.error = e
@@ -287,13 +292,16 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
     spares: SpareServers | None = getattr(env, "spares", None)
     own = spares is not None and not any(getattr(env.host.connections[a], "shared", False)
                                          for a in env.workspace_servers)
-    spare = await spares.take(setup_key(env, task)) if spares is not None and own and env.workspace_servers else None
-    if spare is not None:  # a workspace and servers prepared while the last episode ran
+    pool = spares is not None and own and bool(spares.size) and bool(env.workspace_servers)
+    spare = await spares.take(setup_key(env, task)) if spares is not None and pool else None
+    if spare is not None:  # a workspace (and servers) prepared while the last episode ran
         episode.workspace = spare.workspace
         restarted.update(spare.conns)
         await env.host.adopt(spare.conns, env.runtime.task_group)
     elif env.workspace_servers:
         episode.workspace = make_workspace(task)
+    if spares is not None and pool and not restarted:  # warm servers re-rooted to this workspace (_reroot)
+        restarted.update(await _reroot_all(env, spares.rerooter, episode))
     for alias, template in env.server_templates.items():
         if alias in restarted:
             continue
@@ -305,8 +313,35 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
             raise ValueError(f"server '{alias}': per-episode set-up (workspace, task env) needs a session of its "
                              "own per episode; do not share sessions (share_servers=None)")
         conn.spec = spec
-        await env.host.restart(alias, env.runtime.task_group)
+        if spares is not None and pool and alias in spares.rerooter.learned and episode.workspace is not None:
+            new = spares.rerooter.connection(alias, spec, episode.workspace, conn)  # advertising roots
+            await new.start(env.runtime.task_group)
+            await env.host.adopt({alias: new}, env.runtime.task_group)
+        else:
+            await env.host.restart(alias, env.runtime.task_group)
         restarted.add(alias)
+    if spares is not None and pool and episode.workspace is not None:
+        for alias in restarted & env.workspace_servers:  # a first start: may this server be re-rooted next time?
+            await spares.rerooter.learn(alias, env.server_templates[alias], env.host.connections[alias],
+                                        episode.workspace)
     if spares is not None and own:  # the next episode's servers start while this one runs
         spares.prepare(env, task)
     return restarted
+
+
+async def _reroot_all(env: _EpisodeServers, rerooter: Rerooter, episode: Episode) -> set[str]:
+    """Re-root every ``{workspace}`` server to ``episode.workspace`` when each one can be (none otherwise); the
+    aliases re-rooted (one that fails to is restarted by the caller)."""
+    task, workspace = episode.task, episode.workspace
+    if workspace is None:
+        return set()
+    unfilled = {a: episode_spec(env.server_templates[a], None, task_env(task, a, env.server_templates[a]))
+                for a in env.workspace_servers}
+    if not all(rerooter.can_reroot(a, env.host.connections[a], unfilled[a]) for a in env.workspace_servers):
+        return set()
+    done = set()
+    for alias in env.workspace_servers:
+        spec = episode_spec(env.server_templates[alias], workspace, task_env(task, alias, env.server_templates[alias]))
+        if await rerooter.reroot(env.host.connections[alias], workspace, spec):
+            done.add(alias)
+    return done

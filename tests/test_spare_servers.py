@@ -192,7 +192,7 @@ def test_npm_server_filesystem_runs_on_a_spare_rooted_in_the_next_workspace(setu
         assert info["error"] is None and info["content"][0]["text"] == "hello a"
         _, _, _, _, info = env.step({"tool": "write_file", "arguments": {"path": f"{first}/x.txt", "content": "x"}})
         assert info["is_error"] or info["error"] is not None  # the last episode's workspace is not this server's root
-        started += wait_for(lambda: env.spares.pids)
+        assert wait_for(lambda: env.spares._spares) and env.spares.pids == []  # next: a workspace, re-rooted to
     finally:
         env.close()
     assert not any(alive(p) for p in started) and list(setup["tmp"].iterdir()) == []
