@@ -28,7 +28,7 @@ from mcp_gym.tasks import Task
 
 __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "task_env", "TaskEnvIgnored",
            "fill_task",
-           "prepare_episode_servers", "mask_workspace", "expand_workspace", "SpareServers"]
+           "prepare_episode_servers", "mask_workspace", "expand_workspace", "SpareServers", "SpareBudget"]
 
 PLACEHOLDER = "{workspace}"
 
@@ -64,11 +64,34 @@ def setup_key(env: _EpisodeServers, task: Task) -> tuple[Any, ...]:
 class _Spare:
     key: tuple[Any, ...]
     servers: bool = True  # False: a workspace only (the servers are re-rooted to it)
+    budgeted: bool = False  # holds one unit of the job's SpareBudget until its servers are closed or adopted
     workspace: Path | None = None
     conns: dict[str, ServerConnection] = dataclasses.field(default_factory=dict)
     ready: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     error: BaseException | None = None
     scope: anyio.CancelScope = dataclasses.field(default_factory=anyio.CancelScope)
+
+
+class SpareBudget:
+    """The spares (each one server per ``{workspace}`` alias) that the envs of one job may run at once: a job at
+    concurrency N so runs at most ``N + total`` servers per alias, plus none while a slot swaps its server (the old
+    one is closed before the unit is given back). Workspace-only spares (re-rooting) do not count."""
+
+    def __init__(self, total: int) -> None:
+        self.total = max(0, int(total))
+        self.used = 0
+        self.peak = 0
+        """The most units ever held at once (for tests)."""
+
+    def acquire(self) -> bool:
+        if self.used >= self.total:
+            return False
+        self.used += 1
+        self.peak = max(self.peak, self.used)
+        return True
+
+    def release(self) -> None:
+        self.used -= 1
 
 
 class SpareServers:
@@ -88,6 +111,8 @@ class SpareServers:
         """Resets that took a prepared spare (for benchmarks and tests)."""
         self.rerooter = Rerooter()
         """Warm servers re-rooted to the next workspace over MCP roots (:mod:`mcp_gym._reroot`)."""
+        self.budget: SpareBudget | None = None
+        """Shared by the envs of a job (``jobs.config.env_factory``): their spares count against its concurrency."""
 
     @property
     def pids(self) -> list[int]:
@@ -100,6 +125,10 @@ class SpareServers:
         servers = not all(env.host.connections[a] in self.rerooter.roots for a in env.workspace_servers)
         while not self._closed and len(self._spares) < (self.size if servers else 1):
             spare = _Spare(setup_key(env, task), servers)
+            if servers and self.budget is not None:
+                if not self.budget.acquire():
+                    return
+                spare.budgeted = True
             self._spares.append(spare)
             env.runtime.task_group.start_soon(self._fill, env, task, spare, name="mcp-gym-spare")
 
@@ -141,13 +170,19 @@ class SpareServers:
         self._spares.remove(spare)
         await self._discard(spare)
 
-    @staticmethod
-    async def _discard(spare: _Spare) -> None:
+    def release(self, spare: _Spare) -> None:
+        """``spare``'s servers are closed, or a slot's own now (its old ones closed): its budget unit is free."""
+        if spare.budgeted and self.budget is not None:
+            spare.budgeted = False
+            self.budget.release()
+
+    async def _discard(self, spare: _Spare) -> None:
         with anyio.CancelScope(shield=True):
             spare.scope.cancel()
             await spare.ready.wait()
             for conn in spare.conns.values():
                 await conn.close()
+            self.release(spare)
             if spare.workspace is not None:
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(spare.workspace or "", ignore_errors=True))
 
@@ -297,7 +332,11 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
     if spare is not None:  # a workspace (and servers) prepared while the last episode ran
         episode.workspace = spare.workspace
         restarted.update(spare.conns)
-        await env.host.adopt(spare.conns, env.runtime.task_group)
+        try:
+            await env.host.adopt(spare.conns, env.runtime.task_group)
+        finally:
+            if spares is not None:
+                spares.release(spare)
     elif env.workspace_servers:
         episode.workspace = make_workspace(task)
     if spares is not None and pool and not restarted:  # warm servers re-rooted to this workspace (_reroot)
@@ -315,6 +354,7 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
         conn.spec = spec
         if spares is not None and pool and alias in spares.rerooter.learned and episode.workspace is not None:
             new = spares.rerooter.connection(alias, spec, episode.workspace, conn)  # advertising roots
+            await conn.close()  # first, as a restart does: one server per slot
             await new.start(env.runtime.task_group)
             await env.host.adopt({alias: new}, env.runtime.task_group)
         else:

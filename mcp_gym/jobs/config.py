@@ -58,8 +58,17 @@ def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[
         kwargs["reset_mode"] = env_cfg.get("reset_mode") or "auto"
         if env_cfg.get("spare_servers") is not None:
             kwargs["spare_servers"] = int(env_cfg["spare_servers"])
-        return lambda: MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}",
-                              grader=grading, **kwargs)
+        from mcp_gym._workspace import SpareBudget
+
+        budget = SpareBudget(kwargs.get("spare_servers", 1))  # the job's envs share it: N + spare_servers servers
+
+        def make() -> MCPEnv:
+            env = MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}", grader=grading,
+                         **kwargs)
+            env.spares.budget = budget
+            return env
+
+        return make
     from mcp_gym.envs import make_env
 
     name, transport, url = env_cfg["name"], env_cfg.get("transport", "stdio"), env_cfg.get("url")
