@@ -10,12 +10,15 @@ A server qualifies when all of these hold (checked, never assumed):
   roots on ``notifications/roots/list_changed``), and reports the list through its ``list_allowed_directories`` tool;
 - its first start (without the roots capability, as without a pool) reports exactly the workspace as allowed.
 
-Such a server's next start advertises the roots capability and answers ``roots/list`` with its current workspace. A
-reset then re-roots it: the previous workspace must be gone already (the env removes it at the start of a reset; a
-re-root refuses otherwise), the new root is announced, and the re-root counts only once the server's own
-``list_allowed_directories`` reports exactly the new workspace, within ``connect_timeout``. A root update of the server
-still in flight for an older root cannot land afterwards: the server checks that a root exists before taking it, and
-every older root has been removed. Anything else (a refusal, a timeout, an error) falls back to a fresh start."""
+A server whose command line names ``server-filesystem`` starts with the roots capability but refuses ``roots/list``
+(an error answer: server-filesystem then keeps its command-line directories, as without roots) until those checks
+passed; another server that passes them does so from its next start. From then on ``roots/list`` is answered with the
+connection's current workspace, and a reset re-roots it: the previous workspace must be gone already (the env removes
+it at the start of a reset; a re-root refuses otherwise), the new root is announced, and the re-root counts only once
+the server's own ``list_allowed_directories`` reports exactly the new workspace, within ``connect_timeout``. A root
+update of the server still in flight for an older root cannot land afterwards: the server checks that a root exists
+before taking it, and every older root has been removed. Anything else (a refusal, a timeout, an error) falls back to
+a fresh start."""
 
 from __future__ import annotations
 
@@ -52,14 +55,18 @@ def rerootable_template(spec: Any) -> bool:
 
 
 class Roots:
-    """The roots one connection advertises: its current workspace (``roots/list`` answers with it)."""
+    """The roots one connection advertises: its current workspace (``roots/list`` answers with it) once ``armed``."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, armed: bool) -> None:
         self.workspace = workspace
+        self.armed = armed
+        """False: ``roots/list`` gets an error answer (the server keeps its command-line directories)."""
         self.answered = anyio.Event()
         """Set once a ``roots/list`` was answered with the current workspace."""
 
-    async def list_roots(self, context: Any) -> mt.ListRootsResult:
+    async def list_roots(self, context: Any) -> mt.ListRootsResult | mt.ErrorData:
+        if not self.armed:
+            return mt.ErrorData(code=mt.INVALID_REQUEST, message="mcp-gym offers no roots to this server yet")
         result = mt.ListRootsResult(roots=[mt.Root.model_validate({"uri": self.workspace.resolve().as_uri()})])
         self.answered.set()
         return result
@@ -81,6 +88,14 @@ async def allowed_directories(conn: ServerConnection, timeout: float) -> list[st
     return [line for line in texts[0].splitlines()[1:] if line]
 
 
+def own_roots_free(conn: Any) -> bool:
+    """No roots of the user's own (``MCPEnv(roots=...)``) are advertised on ``conn`` (a template: always true)."""
+    callbacks = getattr(conn, "callbacks", None)
+    if callbacks is None or callbacks.list_roots is None:
+        return True
+    return isinstance(getattr(callbacks.list_roots, "__self__", None), Roots)
+
+
 class Rerooter:
     """Which aliases of one env may be re-rooted, and the roots of their connections."""
 
@@ -92,11 +107,23 @@ class Rerooter:
         self.rerooted = 0
         """Resets that re-rooted a warm server instead of starting one (for benchmarks and tests)."""
 
-    def connection(self, alias: str, spec: Any, workspace: Path, own: ServerConnection) -> ServerConnection:
-        """A new (unstarted) connection of ``alias`` with ``own``'s callbacks and tap (advertising roots: learned)."""
-        if alias not in self.learned:
+    def advertises(self, alias: str, template: Any) -> bool:
+        """New connections of ``alias`` advertise roots: it was learned, or its command line names server-filesystem."""
+        return alias in self.learned or (rerootable_template(template) and any(
+            "server-filesystem" in x for x in (template.command, *template.args)))
+
+    def armed(self, conn: ServerConnection) -> bool:
+        """``conn`` answers ``roots/list`` with its workspace (it can be re-rooted)."""
+        roots = self.roots.get(conn)
+        return roots is not None and roots.armed
+
+    def connection(self, alias: str, template: Any, spec: Any, workspace: Path,
+                   own: ServerConnection) -> ServerConnection:
+        """A new (unstarted) connection of ``alias`` with ``own``'s callbacks and tap (advertising roots: see
+        :meth:`advertises`)."""
+        if not self.advertises(alias, template) or not own_roots_free(own):
             return ServerConnection(alias, spec, own.callbacks, own.tap_factory)
-        roots = Roots(workspace)
+        roots = Roots(workspace, alias in self.learned)
         conn = ServerConnection(alias, spec, roots.callbacks(own.callbacks), own.tap_factory)
         self.roots[conn] = roots
         return conn
@@ -105,19 +132,20 @@ class Rerooter:
         """Check a fresh server of ``alias`` (rooted in ``workspace``) against the module docstring's rules."""
         if alias in self.learned or conn.status != "ready" or not rerootable_template(template):
             return
-        if conn.callbacks.list_roots is not None and conn not in self.roots:  # the user's own roots= are advertised
-            return
-        if conn.info()["name"] not in FILESYSTEM_SERVERS:
+        if not own_roots_free(conn) or conn.info()["name"] not in FILESYSTEM_SERVERS:
             return
         report = await allowed_directories(conn, conn.spec.connect_timeout)
         if report == [os.path.realpath(workspace)]:
             self.learned.add(alias)
+            if conn in self.roots:
+                self.roots[conn].armed = True
 
     def can_reroot(self, alias: str, conn: ServerConnection, unfilled: Any) -> bool:
         """``conn`` is a ready, roots-advertising server of a learned alias whose spec is ``unfilled`` (the episode's
         spec with ``{workspace}`` not filled in) but for the workspace, and its previous workspace is gone."""
         roots = self.roots.get(conn)
-        if alias not in self.learned or roots is None or conn.status != "ready" or conn.client is None:
+        if alias not in self.learned or roots is None or not roots.armed or conn.status != "ready" \
+                or conn.client is None:
             return False
         old = str(roots.workspace)
         if os.path.lexists(old) or not isinstance(conn.spec, Stdio):

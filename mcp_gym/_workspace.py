@@ -122,7 +122,7 @@ class SpareServers:
     def prepare(self, env: _EpisodeServers, task: Task) -> None:
         """Start preparing spares for tasks like ``task``, up to ``size``, in the env runtime's task group (returns at
         once)."""
-        servers = not all(env.host.connections[a] in self.rerooter.roots for a in env.workspace_servers)
+        servers = not all(self.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers)
         while not self._closed and len(self._spares) < (self.size if servers else 1):
             spare = _Spare(setup_key(env, task), servers)
             if servers and self.budget is not None:
@@ -141,7 +141,8 @@ class SpareServers:
                     for alias in env.workspace_servers if spare.servers else ():
                         template, own = env.server_templates[alias], env.host.connections[alias]
                         spec = episode_spec(template, spare.workspace, task_env(task, alias, template))
-                        conn = spare.conns[alias] = self.rerooter.connection(alias, spec, spare.workspace, own)
+                        conn = spare.conns[alias] = self.rerooter.connection(alias, template, spec, spare.workspace,
+                                                                             own)
                         tg.start_soon(conn.start, env.runtime.task_group)
         except BaseException as e:  # noqa: BLE001 - a spare that fails is not used; the reset starts its own
             spare.error = e
@@ -352,9 +353,10 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
             raise ValueError(f"server '{alias}': per-episode set-up (workspace, task env) needs a session of its "
                              "own per episode; do not share sessions (share_servers=None)")
         conn.spec = spec
-        if spares is not None and pool and alias in spares.rerooter.learned and episode.workspace is not None:
-            new = spares.rerooter.connection(alias, spec, episode.workspace, conn)  # advertising roots
-            await conn.close()  # first, as a restart does: one server per slot
+        if spares is not None and pool and spares.rerooter.advertises(alias, template) and episode.workspace:
+            new = spares.rerooter.connection(alias, template, spec, episode.workspace, conn)  # advertising roots
+            if conn.status != "new":  # never started: adopt closes it (a second close would wait for its task)
+                await conn.close()  # first, as a restart does: one server per slot
             await new.start(env.runtime.task_group)
             await env.host.adopt({alias: new}, env.runtime.task_group)
         else:

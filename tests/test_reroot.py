@@ -53,17 +53,17 @@ def test_a_warm_server_is_re_rooted_and_the_old_workspace_is_unreachable(folders
     env = fs_env(folders)
     pids: set[int] = set()
     try:
-        for i in range(3):  # a cold start, a spare advertising roots, then a re-root
-            env.reset(options={"task_id": f"t{i}"})
+        for i in range(3):  # a cold start (the roots capability offered, roots/list refused until checked), then
+            env.reset(options={"task_id": f"t{i}"})  # re-roots
             pids.add(env.host.connections["fs"].pid or 0)
-        assert env.spares.rerooter.rerooted == 1 and env.spares.rerooter.learned == {"fs"}
+        assert env.spares.rerooter.rerooted == 2 and env.spares.rerooter.learned == {"fs"} and len(pids) == 1
         warm = env.host.connections["fs"].pid
         old = env.workspace
         assert old is not None
         text(call(env, "write_file", path="{workspace}/in.txt", content="changed by episode 3"))
         assert (old / "in.txt").read_text() == "changed by episode 3"
         env.reset(options={"task_id": "t3"})
-        assert env.spares.rerooter.rerooted == 2 and env.host.connections["fs"].pid == warm  # the same process
+        assert env.spares.rerooter.rerooted == 3 and env.host.connections["fs"].pid == warm  # the same process
         assert env.workspace is not None and env.workspace != old and not old.exists()
         assert text(call(env, "read_text_file", path="{workspace}/in.txt")) == "hello a"  # a fresh copy
         assert text(call(env, "read_text_file", path="{workspace}/sub/deep.txt")) == "deep"
@@ -94,7 +94,7 @@ def test_the_server_modifying_a_fixture_file_never_changes_the_fixture(folders: 
             call(env, "edit_file", path="{workspace}/sub/deep.txt", edits=[{"oldText": "deep", "newText": "edited"}])
             text(call(env, "create_directory", path="{workspace}/new"))
             assert env.workspace is not None and (env.workspace / "sub" / "deep.txt").read_text() == "edited"
-        assert env.spares.rerooter.rerooted == 3
+        assert env.spares.rerooter.rerooted == 4
     finally:
         env.close()
     assert (folders["a"] / "in.txt").read_text() == "hello a" and (folders["a"] / "sub" / "deep.txt").read_text() == \
