@@ -7,12 +7,14 @@ the episode's workspace, read before the next reset). The policy is scripted (th
 ``oracle`` policy plays them), so the numbers are the env's and the servers', not a model's.
 
 Two arms over the same tasks, in one process, their rounds interleaved so machine noise hits both alike: ``off``
-(``MCPEnv(..., spare_servers=0)``: the reset starts the episode's server) and ``on`` (the default, one spare server
-prepared while the episode runs). Per arm: episodes per second, start-up share (the time from the start of ``reset``
-to the episode's server answering ``initialize``, zero when it answered before the reset began, over the episode's
-time), time to first step (the start of ``reset`` to the first step's answer), the client's CPU per episode, and the
-ratios on/off. The server comes from ``tests/conftest.py``'s npm cache (``--server local``, installed on first use) or
-``npx -y`` (``--server npx``, what the MCPMark import prints).
+(``MCPEnv(..., spare_servers=0)``: the reset starts the episode's server) and ``on`` (the default pool: the warm
+server re-rooted to the next workspace over MCP roots, or a spare server prepared while the episode runs). Per arm:
+episodes per second, start-up share (the time from the start of ``reset`` to the episode's server answering
+``initialize``, zero when it answered before the reset began, over the episodes' time), reset share (the whole
+reset's time over the episodes'), time to first step (the start of ``reset`` to the first step's answer), the
+client's CPU per episode, the spares taken and re-roots, and the ratios on/off. The server comes from
+``tests/conftest.py``'s npm cache (``local``, installed on first use) and ``npx -y`` (``npx``, what the MCPMark import
+prints, resolved from the npm cache); ``--server both`` (the default) runs the two one after the other.
 
     python scripts/bench/startup.py --rounds 3 --episodes 6
     python scripts/bench/startup.py --think 0.5   # a policy taking 0.5 s per step, as a model does
