@@ -113,6 +113,7 @@ class SpareServers:
         """Warm servers re-rooted to the next workspace over MCP roots (:mod:`mcp_gym._reroot`)."""
         self.budget: SpareBudget | None = None
         """Shared by the envs of a job (``jobs.config.env_factory``): their spares count against its concurrency."""
+        self._removing: list[tuple[Path, anyio.Event]] = []  # old workspaces being deleted in a worker thread
 
     @property
     def pids(self) -> list[int]:
@@ -187,9 +188,43 @@ class SpareServers:
             if spare.workspace is not None:
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(spare.workspace or "", ignore_errors=True))
 
+    def drop_workspace(self, runtime: Any, episode: Episode) -> None:
+        """Remove the finished ``episode``'s workspace, with the pool on off the reset's path: renamed at once (its
+        path is gone before the next episode's servers are set up), deleted in a worker thread (:meth:`aclose` waits
+        for it). With the pool off, or if the rename fails, it is deleted here."""
+        workspace = episode.workspace
+        if workspace is None or not self.size or self._closed:
+            episode.drop_workspace()
+            return
+        trash = workspace.with_name(workspace.name + ".removing")
+        try:
+            os.rename(workspace, trash)
+        except OSError:
+            episode.drop_workspace()
+            return
+        episode.workspace = None
+        done = anyio.Event()
+
+        async def remove() -> None:
+            try:
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(trash, ignore_errors=True))
+            finally:
+                done.set()
+
+        self._removing = [(p, e) for p, e in self._removing if not e.is_set()]
+        self._removing.append((trash, done))
+        try:
+            runtime.task_group.start_soon(remove, name="mcp-gym-remove-workspace")
+        except Exception:  # noqa: BLE001 - no task group to run it on: delete it here
+            shutil.rmtree(trash, ignore_errors=True)
+            done.set()
+
     def forget(self) -> None:
         """Remove the spares' workspaces without stopping their servers (the runtime that ran them has ended)."""
         self._closed = True
+        for trash, _ in self._removing:
+            shutil.rmtree(trash, ignore_errors=True)
+        self._removing.clear()
         for spare in self._spares:
             if spare.workspace is not None:
                 shutil.rmtree(spare.workspace, ignore_errors=True)
@@ -209,6 +244,9 @@ class SpareServers:
         try:
             for spare in list(self._spares):
                 await self._drop(spare)
+            with anyio.CancelScope(shield=True):
+                for _, done in self._removing:
+                    await done.wait()  # bounded: a worker thread deleting a folder
         finally:
             if then is not None:
                 await then()
