@@ -212,8 +212,10 @@ def test_a_job_at_concurrency_n_runs_at_most_n_plus_spare_servers_servers(setup:
     assert not any(alive(p) for p in pids(setup["pids"]))
 
 
-def _kill_job_mid_run(setup: dict[str, Path], tmp_path: Path, server: str | None = None) -> list[int]:
-    """Start an eval job in its own process group, SIGKILL it once its servers and a spare run; the servers seen."""
+def _kill_job_mid_run(setup: dict[str, Path], tmp_path: Path, server: str | None = None,
+                      ctrl_c: bool = False) -> list[int]:
+    """Start an eval job in its own process group, SIGKILL it (``ctrl_c``: SIGINT to its whole process group, as a
+    terminal's Ctrl-C does, then wait for it) once its servers and a spare run; the servers seen."""
     args = _eval_args(setup, tmp_path, samples=200)
     if server is not None:
         args[2] = server
@@ -223,8 +225,12 @@ def _kill_job_mid_run(setup: dict[str, Path], tmp_path: Path, server: str | None
                             start_new_session=True)
     try:
         seen = wait_for(lambda: (s := _processes_naming(str(setup["tmp"]))) and len(s) >= 3 and s, bound=300)
-        proc.send_signal(signal.SIGKILL)  # a crash: no handler, no cleanup in the job
-        proc.wait(timeout=60)
+        if ctrl_c:
+            os.killpg(proc.pid, signal.SIGINT)
+            assert proc.wait(timeout=120) == 130
+        else:
+            proc.send_signal(signal.SIGKILL)  # a crash: no handler, no cleanup in the job
+            proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -283,3 +289,16 @@ def test_npm_server_filesystem_runs_on_a_spare_rooted_in_the_next_workspace(setu
     finally:
         env.close()
     assert not any(alive(p) for p in started) and list(setup["tmp"].iterdir()) == []
+
+
+@pytest.mark.thirdparty
+def test_ctrl_c_to_the_job_s_process_group_leaves_no_npx_server_filesystem(setup: dict[str, Path],
+                                                                           tmp_path: Path) -> None:
+    from conftest import npm_bin
+
+    npm_bin("mcp-server-filesystem")  # fills the npm cache npx resolves from
+    server = '+env.servers.s="npx -y @modelcontextprotocol/server-filesystem {workspace}"'
+    seen = _kill_job_mid_run(setup, tmp_path, server, ctrl_c=True)
+    wait_for(lambda: not _processes_naming(str(setup["tmp"])) and not any(_still_ours(p, str(tmp_path)) for p in seen),
+             bound=120)
+    assert list(setup["tmp"].iterdir()) == []  # the job removed every workspace, the spares' too
