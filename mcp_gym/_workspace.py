@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
+from mcp_gym._reroot import Rerooter
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
@@ -27,7 +28,7 @@ from mcp_gym.tasks import Task
 
 __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "task_env", "TaskEnvIgnored",
            "fill_task",
-           "prepare_episode_servers", "mask_workspace", "expand_workspace", "SpareServers"]
+           "prepare_episode_servers", "mask_workspace", "expand_workspace", "SpareServers", "SpareBudget"]
 
 PLACEHOLDER = "{workspace}"
 
@@ -62,11 +63,35 @@ def setup_key(env: _EpisodeServers, task: Task) -> tuple[Any, ...]:
 @dataclasses.dataclass(eq=False)
 class _Spare:
     key: tuple[Any, ...]
+    servers: bool = True  # False: a workspace only (the servers are re-rooted to it)
+    budgeted: bool = False  # holds one unit of the job's SpareBudget until its servers are closed or adopted
     workspace: Path | None = None
     conns: dict[str, ServerConnection] = dataclasses.field(default_factory=dict)
     ready: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     error: BaseException | None = None
     scope: anyio.CancelScope = dataclasses.field(default_factory=anyio.CancelScope)
+
+
+class SpareBudget:
+    """The spares (each one server per ``{workspace}`` alias) that the envs of one job may run at once: a job at
+    concurrency N so runs at most ``N + total`` servers per alias, plus none while a slot swaps its server (the old
+    one is closed before the unit is given back). Workspace-only spares (re-rooting) do not count."""
+
+    def __init__(self, total: int) -> None:
+        self.total = max(0, int(total))
+        self.used = 0
+        self.peak = 0
+        """The most units ever held at once (for tests)."""
+
+    def acquire(self) -> bool:
+        if self.used >= self.total:
+            return False
+        self.used += 1
+        self.peak = max(self.peak, self.used)
+        return True
+
+    def release(self) -> None:
+        self.used -= 1
 
 
 class SpareServers:
@@ -84,6 +109,11 @@ class SpareServers:
         self._closed = False
         self.taken = 0
         """Resets that took a prepared spare (for benchmarks and tests)."""
+        self.rerooter = Rerooter()
+        """Warm servers re-rooted to the next workspace over MCP roots (:mod:`mcp_gym._reroot`)."""
+        self.budget: SpareBudget | None = None
+        """Shared by the envs of a job (``jobs.config.env_factory``): their spares count against its concurrency."""
+        self._removing: list[tuple[Path, anyio.Event]] = []  # old workspaces being deleted in a worker thread
 
     @property
     def pids(self) -> list[int]:
@@ -93,8 +123,13 @@ class SpareServers:
     def prepare(self, env: _EpisodeServers, task: Task) -> None:
         """Start preparing spares for tasks like ``task``, up to ``size``, in the env runtime's task group (returns at
         once)."""
-        while not self._closed and len(self._spares) < self.size:
-            spare = _Spare(setup_key(env, task))
+        servers = not all(self.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers)
+        while not self._closed and len(self._spares) < (self.size if servers else 1):
+            spare = _Spare(setup_key(env, task), servers)
+            if servers and self.budget is not None:
+                if not self.budget.acquire():
+                    return
+                spare.budgeted = True
             self._spares.append(spare)
             env.runtime.task_group.start_soon(self._fill, env, task, spare, name="mcp-gym-spare")
 
@@ -104,10 +139,11 @@ class SpareServers:
                 with anyio.CancelScope(shield=True):  # a copy made is a folder to remove
                     spare.workspace = await anyio.to_thread.run_sync(make_workspace, task)
                 async with anyio.create_task_group() as tg:
-                    for alias in env.workspace_servers:
+                    for alias in env.workspace_servers if spare.servers else ():
                         template, own = env.server_templates[alias], env.host.connections[alias]
                         spec = episode_spec(template, spare.workspace, task_env(task, alias, template))
-                        conn = spare.conns[alias] = ServerConnection(alias, spec, own.callbacks, own.tap_factory)
+                        conn = spare.conns[alias] = self.rerooter.connection(alias, template, spec, spare.workspace,
+                                                                             own)
                         tg.start_soon(conn.start, env.runtime.task_group)
         except BaseException as e:  # noqa: BLE001 - a spare that fails is not used; the reset starts its own
             spare.error = e
@@ -136,19 +172,59 @@ class SpareServers:
         self._spares.remove(spare)
         await self._discard(spare)
 
-    @staticmethod
-    async def _discard(spare: _Spare) -> None:
+    def release(self, spare: _Spare) -> None:
+        """``spare``'s servers are closed, or a slot's own now (its old ones closed): its budget unit is free."""
+        if spare.budgeted and self.budget is not None:
+            spare.budgeted = False
+            self.budget.release()
+
+    async def _discard(self, spare: _Spare) -> None:
         with anyio.CancelScope(shield=True):
             spare.scope.cancel()
             await spare.ready.wait()
             for conn in spare.conns.values():
                 await conn.close()
+            self.release(spare)
             if spare.workspace is not None:
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(spare.workspace or "", ignore_errors=True))
+
+    def drop_workspace(self, runtime: Any, episode: Episode) -> None:
+        """Remove the finished ``episode``'s workspace, with the pool on off the reset's path: renamed at once (its
+        path is gone before the next episode's servers are set up), deleted in a worker thread (:meth:`aclose` waits
+        for it). With the pool off, or if the rename fails, it is deleted here."""
+        workspace = episode.workspace
+        if workspace is None or not self.size or self._closed:
+            episode.drop_workspace()
+            return
+        trash = workspace.with_name(workspace.name + ".removing")
+        try:
+            os.rename(workspace, trash)
+        except OSError:
+            episode.drop_workspace()
+            return
+        episode.workspace = None
+        done = anyio.Event()
+
+        async def remove() -> None:
+            try:
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(trash, ignore_errors=True))
+            finally:
+                done.set()
+
+        self._removing = [(p, e) for p, e in self._removing if not e.is_set()]
+        self._removing.append((trash, done))
+        try:
+            runtime.task_group.start_soon(remove, name="mcp-gym-remove-workspace")
+        except Exception:  # noqa: BLE001 - no task group to run it on: delete it here
+            shutil.rmtree(trash, ignore_errors=True)
+            done.set()
 
     def forget(self) -> None:
         """Remove the spares' workspaces without stopping their servers (the runtime that ran them has ended)."""
         self._closed = True
+        for trash, _ in self._removing:
+            shutil.rmtree(trash, ignore_errors=True)
+        self._removing.clear()
         for spare in self._spares:
             if spare.workspace is not None:
                 shutil.rmtree(spare.workspace, ignore_errors=True)
@@ -168,6 +244,9 @@ class SpareServers:
         try:
             for spare in list(self._spares):
                 await self._drop(spare)
+            with anyio.CancelScope(shield=True):
+                for _, done in self._removing:
+                    await done.wait()  # bounded: a worker thread deleting a folder
         finally:
             if then is not None:
                 await then()
@@ -287,13 +366,20 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
     spares: SpareServers | None = getattr(env, "spares", None)
     own = spares is not None and not any(getattr(env.host.connections[a], "shared", False)
                                          for a in env.workspace_servers)
-    spare = await spares.take(setup_key(env, task)) if spares is not None and own and env.workspace_servers else None
-    if spare is not None:  # a workspace and servers prepared while the last episode ran
+    pool = spares is not None and own and bool(spares.size) and bool(env.workspace_servers)
+    spare = await spares.take(setup_key(env, task)) if spares is not None and pool else None
+    if spare is not None:  # a workspace (and servers) prepared while the last episode ran
         episode.workspace = spare.workspace
         restarted.update(spare.conns)
-        await env.host.adopt(spare.conns, env.runtime.task_group)
+        try:
+            await env.host.adopt(spare.conns, env.runtime.task_group)
+        finally:
+            if spares is not None:
+                spares.release(spare)
     elif env.workspace_servers:
         episode.workspace = make_workspace(task)
+    if spares is not None and pool and not restarted:  # warm servers re-rooted to this workspace (_reroot)
+        restarted.update(await _reroot_all(env, spares.rerooter, episode))
     for alias, template in env.server_templates.items():
         if alias in restarted:
             continue
@@ -305,8 +391,37 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
             raise ValueError(f"server '{alias}': per-episode set-up (workspace, task env) needs a session of its "
                              "own per episode; do not share sessions (share_servers=None)")
         conn.spec = spec
-        await env.host.restart(alias, env.runtime.task_group)
+        if spares is not None and pool and spares.rerooter.advertises(alias, template) and episode.workspace:
+            new = spares.rerooter.connection(alias, template, spec, episode.workspace, conn)  # advertising roots
+            if conn.status != "new":  # never started: adopt closes it (a second close would wait for its task)
+                await conn.close()  # first, as a restart does: one server per slot
+            await new.start(env.runtime.task_group)
+            await env.host.adopt({alias: new}, env.runtime.task_group)
+        else:
+            await env.host.restart(alias, env.runtime.task_group)
         restarted.add(alias)
+    if spares is not None and pool and episode.workspace is not None:
+        for alias in restarted & env.workspace_servers:  # a first start: may this server be re-rooted next time?
+            await spares.rerooter.learn(alias, env.server_templates[alias], env.host.connections[alias],
+                                        episode.workspace)
     if spares is not None and own:  # the next episode's servers start while this one runs
         spares.prepare(env, task)
     return restarted
+
+
+async def _reroot_all(env: _EpisodeServers, rerooter: Rerooter, episode: Episode) -> set[str]:
+    """Re-root every ``{workspace}`` server to ``episode.workspace`` when each one can be (none otherwise); the
+    aliases re-rooted (one that fails to is restarted by the caller)."""
+    task, workspace = episode.task, episode.workspace
+    if workspace is None:
+        return set()
+    unfilled = {a: episode_spec(env.server_templates[a], None, task_env(task, a, env.server_templates[a]))
+                for a in env.workspace_servers}
+    if not all(rerooter.can_reroot(a, env.host.connections[a], unfilled[a]) for a in env.workspace_servers):
+        return set()
+    done = set()
+    for alias in env.workspace_servers:
+        spec = episode_spec(env.server_templates[alias], workspace, task_env(task, alias, env.server_templates[alias]))
+        if await rerooter.reroot(env.host.connections[alias], workspace, spec):
+            done.add(alias)
+    return done

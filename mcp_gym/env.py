@@ -356,7 +356,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         previous, self._episode = self._episode, None  # until this reset succeeds there is no episode to step
         if previous is not None:
-            previous.drop_workspace()
+            self.spares.drop_workspace(self._rt, previous)  # with the pool on, deleted off the reset's path
         ep = Episode(task, task_seed, Budget(self._limits.max_turns, self._limits.max_tool_calls))
         self.host.episode_id = ep.id
         self.host.drain_logs()

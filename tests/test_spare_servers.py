@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -175,11 +176,103 @@ def test_env_spare_servers_0_turns_the_pool_off_in_a_job(setup: dict[str, Path],
     assert len(pids(setup["pids"])) == 4  # one server per episode, none ahead
 
 
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line names ``text`` (a workspace folder: every per-episode server's does)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_job_at_concurrency_n_runs_at_most_n_plus_spare_servers_servers(setup: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    """Two slots, spare_servers=1 (job-wide): never more than 3 servers at once (sampled from /proc while it runs:
+    a sample can miss a peak but never invent one)."""
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], sum(alive(p) for p in pids(setup["pids"])))
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        assert main(_eval_args(setup, tmp_path, samples=6)) == 0
+    finally:
+        done.set()
+        sampler.join(timeout=60)
+    assert 2 <= peak[0] <= 3, peak
+    assert len(pids(setup["pids"])) >= 13  # 12 episodes, each on a server of its own (spares among them)
+    assert not any(alive(p) for p in pids(setup["pids"]))
+
+
+def _kill_job_mid_run(setup: dict[str, Path], tmp_path: Path, server: str | None = None,
+                      ctrl_c: bool = False) -> list[int]:
+    """Start an eval job in its own process group, SIGKILL it (``ctrl_c``: SIGINT to its whole process group, as a
+    terminal's Ctrl-C does, then wait for it) once its servers and a spare run; the servers seen."""
+    args = _eval_args(setup, tmp_path, samples=200)
+    if server is not None:
+        args[2] = server
+    cmd = [sys.executable, "-m", "mcp_gym.cli", *args]
+    env = {**os.environ, "TMPDIR": str(setup["tmp"])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    try:
+        seen = wait_for(lambda: (s := _processes_naming(str(setup["tmp"]))) and len(s) >= 3 and s, bound=300)
+        if ctrl_c:
+            os.killpg(proc.pid, signal.SIGINT)
+            assert proc.wait(timeout=120) == 130
+        else:
+            proc.send_signal(signal.SIGKILL)  # a crash: no handler, no cleanup in the job
+            proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return list(seen)
+
+
+def _still_ours(pid: int, text: str) -> bool:
+    """``pid`` runs and is still the server it was: its command line names ``text``, or is gone (it is exiting); a
+    reused pid (another program) is not."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return alive(pid) and (not cmdline or text.encode() in cmdline)
+
+
+def test_no_server_or_spare_outlives_a_sigkilled_job(setup: dict[str, Path], tmp_path: Path) -> None:
+    seen = _kill_job_mid_run(setup, tmp_path)
+    every = [*seen, *pids(setup["pids"])]
+    # they exit on their own once the job's end of their stdin is closed (by the kernel, with the job)
+    wait_for(lambda: not _processes_naming(str(setup["tmp"])) and not any(_still_ours(p, str(tmp_path)) for p in every),
+             bound=120)
+
+
+@pytest.mark.thirdparty
+def test_no_npx_server_filesystem_outlives_a_sigkilled_job(setup: dict[str, Path], tmp_path: Path) -> None:
+    """The same with server-filesystem under ``npx -y`` (npx and its node child), resolved from the npm cache."""
+    from conftest import npm_bin
+
+    npm_bin("mcp-server-filesystem")  # fills the npm cache npx resolves from
+    server = '+env.servers.s="npx -y @modelcontextprotocol/server-filesystem {workspace}"'
+    seen = _kill_job_mid_run(setup, tmp_path, server)
+    wait_for(lambda: not _processes_naming(str(setup["tmp"])) and not any(_still_ours(p, str(tmp_path)) for p in seen),
+             bound=120)
+
+
 @pytest.mark.thirdparty
 def test_npm_server_filesystem_runs_on_a_spare_rooted_in_the_next_workspace(setup: dict[str, Path]) -> None:
     from conftest import npm_bin
 
-    server = Stdio(command=npm_bin("mcp-server-filesystem"), args=["{workspace}"], connect_timeout=120)
+    server = Stdio(command=npm_bin("mcp-server-filesystem"), args=["{workspace}"], connect_timeout=120,
+                   env={"MCP_GYM_TEST_ROOT": "{workspace}"})  # the workspace in its environment: never re-rooted
     env = MCPEnv({"fs": server}, [{"id": "a", "prompt": "p", "fixture": str(setup["a"])}])
     started: list[int] = []
     try:
@@ -196,3 +289,16 @@ def test_npm_server_filesystem_runs_on_a_spare_rooted_in_the_next_workspace(setu
     finally:
         env.close()
     assert not any(alive(p) for p in started) and list(setup["tmp"].iterdir()) == []
+
+
+@pytest.mark.thirdparty
+def test_ctrl_c_to_the_job_s_process_group_leaves_no_npx_server_filesystem(setup: dict[str, Path],
+                                                                           tmp_path: Path) -> None:
+    from conftest import npm_bin
+
+    npm_bin("mcp-server-filesystem")  # fills the npm cache npx resolves from
+    server = '+env.servers.s="npx -y @modelcontextprotocol/server-filesystem {workspace}"'
+    seen = _kill_job_mid_run(setup, tmp_path, server, ctrl_c=True)
+    wait_for(lambda: not _processes_naming(str(setup["tmp"])) and not any(_still_ours(p, str(tmp_path)) for p in seen),
+             bound=120)
+    assert list(setup["tmp"].iterdir()) == []  # the job removed every workspace, the spares' too

@@ -118,8 +118,16 @@ def env_factory(env: Mapping[str, Any], tasks: Sequence[Task] | None = None, *,
         kwargs["reset_mode"] = env.get("reset_mode") or "auto"
         if env.get("spare_servers") is not None:
             kwargs["spare_servers"] = int(env["spare_servers"])
-        return lambda: MCPEnv(specs, list(tasks), env_id=f"mcp_gym/{env.get('name', 'custom')}", grader=grading,
-                              **kwargs)
+        from mcp_gym._workspace import SpareBudget
+
+        budget = SpareBudget(kwargs.get("spare_servers", 1))  # the factory's envs share it: N + spare_servers servers
+
+        def make() -> MCPEnv:
+            made = MCPEnv(specs, list(tasks), env_id=f"mcp_gym/{env.get('name', 'custom')}", grader=grading, **kwargs)
+            made.spares.budget = budget
+            return made
+
+        return make
     from mcp_gym.envs import make_env
 
     name = env["name"]  # each env its own specs: an in-process server object per env, as gymnasium.make gives

@@ -8,10 +8,11 @@ import os
 import sys
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+(Path(sys.argv[2]) / str(os.getpid())).touch()  # first: a test counting processes sees this one from its start
+
+from mcp.server.mcpserver import MCPServer  # noqa: E402 - after the pid file
 
 WORKSPACE = Path(sys.argv[1]).resolve()
-(Path(sys.argv[2]) / str(os.getpid())).touch()
 server = MCPServer("pid-test")
 
 
