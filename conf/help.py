@@ -1,6 +1,6 @@
 """``mcp-gym <job> --help``: one readable page of the job's config keys, their defaults and what they do.
 
-The page is built from the Hydra config files themselves (``mcp_gym/conf/``): a key's description is its trailing
+The page is built from the Hydra config files themselves (``conf/``): a key's description is its trailing
 ``# comment`` (comment lines just above a key add to it), an option's description is its file's first comment lines.
 So the help cannot drift from the defaults; ``tests/test_first_hour.py`` checks that every key has a description.
 """
@@ -56,7 +56,7 @@ def _split_comment(rest: str) -> tuple[str, str]:
 
 
 def read_conf(relpath: str) -> ConfFile:
-    """Parse ``mcp_gym/conf/<relpath>`` (simple Hydra YAML: ``key: value  # comment``, nested mappings)."""
+    """Parse ``conf/<relpath>`` (simple Hydra YAML: ``key: value  # comment``, nested mappings)."""
     text = resources.files("mcp_gym.conf").joinpath(relpath).read_text(encoding="utf-8")
     out = ConfFile(doc="")
     header: list[str] = []

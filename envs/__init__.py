@@ -1,4 +1,5 @@
-"""Bundled environments: one folder per env, ``mcp_gym/envs/<env>/`` with ``server.py`` and ``tasks.py``.
+"""Bundled environments: one folder per env, ``envs/<env>/`` with ``tasks.py``; the MCP server each one runs is
+``servers/<env>.py`` (:mod:`mcp_gym.servers`).
 
 Each ``tasks.py`` defines ``SERVER`` (the name of the server serving it), ``generate_tasks(seed)``, ``task_by_id``,
 ``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD`` and ``OBSERVE_RESOURCES``; optionally

@@ -6,7 +6,7 @@ An installed env package declares one entry point per env in its ``pyproject.tom
     demo-env = "demo_env"
 
 The name (``demo-env``) is the env's name; the value names a package in the shape of a bundled env folder
-``mcp_gym/envs/<env>/``: ``<package>.tasks`` (``SERVER``, ``generate_tasks(seed)``, ``task_by_id``,
+``envs/<env>/``: ``<package>.tasks`` (``SERVER``, ``generate_tasks(seed)``, ``task_by_id``,
 ``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD``, ``OBSERVE_RESOURCES``) and
 ``<package>.server`` (a module defining ``server``, an MCP server object, runnable on its own with ``python -m``).
 Installed, the env works as ``gymnasium.make("mcp_gym/<name>-v0")``, ``mcp_gym.make_env("<name>")`` and

@@ -1,9 +1,10 @@
-"""Running the bundled MCP servers (``mcp_gym/envs/<env>/server.py``) and those of installed env packages.
+"""Running the bundled MCP servers (``servers/<env>.py``, the package :mod:`mcp_gym.servers`) and those of installed
+env packages.
 
-Each ``server.py`` defines ``server``, an :class:`mcp_gym.serverkit.EpisodeServer`, and runs on its own::
+Each server module defines ``server``, an :class:`mcp_gym.serverkit.EpisodeServer`, and runs on its own::
 
-    python -m mcp_gym.envs.notes.server                   # stdio
-    python -m mcp_gym.envs.notes.server --transport http --port 8000
+    python -m mcp_gym.servers.notes                        # stdio
+    python -m mcp_gym.servers.notes --transport http --port 8000
     mcp-gym serve notes --transport http --port 8000
 """
 
@@ -20,22 +21,22 @@ BUNDLED_SERVERS = ("notes", "files", "sql", "code", "maze", "lookup", "testing")
 """Names of the bundled servers (the server aliases the envs use; ``testing`` is Counter's server)."""
 
 _FOLDERS = {"testing": "counter"}
-"""Server name -> env folder, where they differ."""
+"""Server name -> server module (``servers/<env>.py``, named after its env), where they differ."""
 
 
 def server_module(name: str) -> str:
-    """The module of a bundled server, ``mcp_gym.envs.<env>.server`` (for ``python -m``)."""
+    """The module of a bundled server, ``mcp_gym.servers.<env>`` (for ``python -m``)."""
     if name not in BUNDLED_SERVERS:
         from mcp_gym.envs.packages import installed_env
 
         if (found := installed_env(name)) is not None:  # an installed env package's server, by the env's name
             return found.server_module()
         raise ValueError(f"unknown server {name!r}; choose one of {', '.join(BUNDLED_SERVERS)} or an installed env")
-    return f"mcp_gym.envs.{_FOLDERS.get(name, name)}.server"
+    return f"mcp_gym.servers.{_FOLDERS.get(name, name)}"
 
 
 def load_server(name: str):  # -> EpisodeServer (typed loosely to keep imports light)
-    """Import the bundled server ``name`` (``mcp_gym.envs.<env>.server``), or the server of the installed env
+    """Import the bundled server ``name`` (``mcp_gym.servers.<env>``), or the server of the installed env
     ``name``, and return its ``server`` object."""
     if name not in BUNDLED_SERVERS:
         from mcp_gym.envs.packages import installed_env
@@ -43,6 +44,19 @@ def load_server(name: str):  # -> EpisodeServer (typed loosely to keep imports l
         if (found := installed_env(name)) is not None:
             return found.load_server()
     return importlib.import_module(server_module(name)).server
+
+
+def former_module(name: str, target: str) -> None:
+    """Make module ``name`` a former name of module ``target``: imported, it is ``target`` (``sys.modules``); run with
+    ``python -m``, it runs ``target`` as ``__main__``. The servers' former names (``mcp_gym.envs.<env>.server``,
+    before they moved to ``servers/``) use it, so command lines and imports written with them keep working."""
+    import runpy
+    import sys
+
+    if name == "__main__":
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        sys.modules[name] = importlib.import_module(target)
 
 
 def serve(
@@ -78,7 +92,7 @@ def serve(
 
 
 def main(name: str, argv: Sequence[str] | None = None) -> None:
-    """Command-line entry for ``python -m mcp_gym.envs.<env>.server``."""
+    """Command-line entry for ``python -m mcp_gym.servers.<env>``."""
     p = argparse.ArgumentParser(prog=f"python -m {server_module(name)}")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")

@@ -4,7 +4,7 @@
     env = MCPEnv(servers={"fs": Stdio("npx", ["-y", "@modelcontextprotocol/server-filesystem", "."])})
 
 Importing the package registers the bundled environments (``gymnasium.make("mcp_gym/SQL-v0")``). The public names
-below are imported on first use, so server processes (``python -m mcp_gym.envs.sql.server``) start without loading the
+below are imported on first use, so server processes (``python -m mcp_gym.servers.sql``) start without loading the
 client, the recorder or pyarrow.
 """
 

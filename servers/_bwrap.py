@@ -104,18 +104,19 @@ def _prefixes() -> list[str]:
 def _hidden_dirs() -> tuple[str, ...]:
     """Directories that must not be readable inside the sandbox although a parent is mounted: every site-packages
     and dist-packages (third-party code, and mcp_gym itself when installed: those of this environment and of every
-    Python under ``/usr``, ``/usr/local`` and the base installation) and the mcp_gym package (its
-    ``envs/<env>/tasks.py`` task generators and hidden tests). Only the outermost of nested ones (bubblewrap cannot
-    mount in a read-only tmpfs)."""
+    Python under ``/usr``, ``/usr/local`` and the base installation) and the mcp_gym package with the folders it
+    maps in (a checkout's ``envs/``, with the ``envs/<env>/tasks.py`` task generators and hidden tests, ``servers/``
+    and ``conf/``). Only the outermost of nested ones (bubblewrap cannot mount in a read-only tmpfs)."""
     dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
     dirs |= {sysconfig.get_path(k) for k in ("purelib", "platlib")}
     dirs |= {p for p in sys.path if "-packages" in p}
     for root in {"/usr", "/usr/local", *_prefixes()}:
         for pattern in ("lib*/python*/*-packages", "local/lib*/python*/*-packages"):
             dirs |= set(glob.glob(os.path.join(root, pattern)))
-    with contextlib.suppress(ImportError, ValueError):
-        spec = importlib.util.find_spec("mcp_gym")
-        dirs |= set(spec.submodule_search_locations or ()) if spec else set()
+    for package in ("mcp_gym", "mcp_gym.envs", "mcp_gym.servers", "mcp_gym.conf"):  # in a checkout, not in mcp_gym/
+        with contextlib.suppress(ImportError, ValueError):
+            spec = importlib.util.find_spec(package)
+            dirs |= set(spec.submodule_search_locations or ()) if spec else set()
     found = sorted({os.path.realpath(d) for d in dirs if d and os.path.isdir(d)})
     return tuple(d for d in found if not _under(d, [o for o in found if o != d]))
 

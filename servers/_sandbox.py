@@ -77,7 +77,7 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-from mcp_gym.envs.code._bwrap import (
+from mcp_gym.servers._bwrap import (
     SANDBOX_ENV,
     SANDBOX_UID_ENV,
     WORKDIR,

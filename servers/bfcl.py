@@ -1,6 +1,6 @@
 """BFCL multi-turn: the simulated APIs of a local copy of BFCL served as one MCP server.
 
-``python -m mcp_gym.envs.bfcl.server --bfcl PATH`` (PATH: an unpacked ``bfcl-eval`` wheel or sdist, or gorilla's
+``python -m mcp_gym.servers.bfcl --bfcl PATH`` (PATH: an unpacked ``bfcl-eval`` wheel or sdist, or gorilla's
 ``berkeley-function-call-leaderboard/``, see :func:`mcp_gym.envs.bfcl.check.find_root`) serves every function of
 BFCL's multi-turn API classes (``GorillaFileSystem``, ``MathAPI``, ``MessageAPI``, ``TwitterAPI``, ``TicketAPI``,
 ``TradingBot``, ``TravelAPI``, ``VehicleControlAPI``) as a tool, its schema from BFCL's ``multi_turn_func_doc/``.
@@ -254,12 +254,12 @@ def build_server(root: str | Path) -> BFCLServer:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m mcp_gym.envs.bfcl.server --bfcl PATH [--transport stdio|http] [--port N]``."""
+    """``python -m mcp_gym.servers.bfcl --bfcl PATH [--transport stdio|http] [--port N]``."""
     import logging
 
     from mcp_gym.envs._common import exit_cleanly_on_sigterm
 
-    p = argparse.ArgumentParser(prog="python -m mcp_gym.envs.bfcl.server",
+    p = argparse.ArgumentParser(prog="python -m mcp_gym.servers.bfcl",
                                 description="Serve BFCL's multi-turn APIs from a local copy of BFCL as MCP tools.")
     p.add_argument("--bfcl", required=True, help="the BFCL copy (holding bfcl_eval/)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         server = build_server(a.bfcl)
     except (OSError, ValueError, RuntimeError, ImportError) as e:
-        raise SystemExit(f"python -m mcp_gym.envs.bfcl.server: {e}") from None
+        raise SystemExit(f"python -m mcp_gym.servers.bfcl: {e}") from None
     logging.getLogger("mcp").setLevel(logging.WARNING)
     if a.transport == "stdio":
         server.mcp.run()

@@ -1,6 +1,6 @@
 """Code server: write Python files in a per-episode workspace and run hidden unit tests on them.
 
-See :mod:`mcp_gym.envs.code.tasks` for the tasks and :mod:`mcp_gym.envs.code._sandbox` for how code is run: always
+See :mod:`mcp_gym.envs.code.tasks` for the tasks and :mod:`mcp_gym.servers._sandbox` for how code is run: always
 in its own process, inside a bubblewrap sandbox (an unprivileged host uid even when the server runs as root, no network,
 its own PID namespace, no new processes, a read-only view of only the Python standard library, small private writable
 tmpfs, killed whole when the run ends) with CPU/memory/wall-clock/output limits. Without a sandbox that passes its
@@ -15,7 +15,7 @@ Grading: ``run_tests`` records ``{passed, failed, total, files_hash}`` as the ep
 reports it with the current ``files_hash``; the verifier pays ``passed / total`` only if the two hashes match (the final
 code was tested).
 
-Run: ``python -m mcp_gym.envs.code.server`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.servers.code`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from mcp_gym.envs.code._sandbox import Limits, RunResult, canonical_json, detect_isolation, run_function_tests
 from mcp_gym.envs.code.tasks import SOLUTION_FILE, generate_tasks, task_by_id
 from mcp_gym.serverkit import EpisodeServer
+from mcp_gym.servers._sandbox import Limits, RunResult, canonical_json, detect_isolation, run_function_tests
 from mcp_gym.tasks import Task
 
 __all__ = ["server"]

@@ -194,7 +194,7 @@ if __name__ == "__main__":
     if "--diagnostics" in sys.argv:
         sys.argv.remove("--diagnostics")
         server = make_server(diagnostics=True)
-        import mcp_gym.envs.counter.server as _self
+        import mcp_gym.servers.counter as _self
 
         _self.server = server
     from mcp_gym.envs.serve import main

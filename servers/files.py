@@ -22,7 +22,7 @@ Sandbox rules (checked on every path before anything is touched; a refused call 
   ``ListRoots`` resolver, so it works in both protocol eras) and only paths inside the workspace AND inside one of
   the ``file://`` roots are allowed. A client with no ``file://`` roots is not restricted further.
 
-Run: ``python -m mcp_gym.envs.files.server`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.servers.files`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations

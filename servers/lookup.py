@@ -4,7 +4,7 @@ Tool: ``lookup(account)`` returns the account's access code (an ``isError`` resu
 directories come from :mod:`mcp_gym.envs.lookup.tasks`; without a task, a plain client gets a directory drawn from the
 seed.
 
-Run: ``python -m mcp_gym.envs.lookup.server`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.servers.lookup`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ episode (then ``tools/list_changed`` is sent). Resource: ``maze://state`` (text 
 ``resources/updated`` after every change). ``move`` returns the reward convention ``{"reward", "done", ...}``:
 -0.01 per move, +1.0 on reaching the goal. Layouts come from :mod:`mcp_gym.envs.maze.tasks`.
 
-Run: ``python -m mcp_gym.envs.maze.server`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.servers.maze`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Tools: ``create_note``, ``search_notes``, ``read_note``, ``tag_note``, ``list_no
 Resources: ``notes://index`` (all titles) and the template ``notes://{title}`` (one note as text).
 Tasks and grading live in :mod:`mcp_gym.envs.notes.tasks`.
 
-Run: ``python -m mcp_gym.envs.notes.server`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.servers.notes`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ refuse more than :data:`MAX_TRIM_CHARS` characters to trim (their cost is length
 Queries run on worker threads, one at a time per episode (the episode's lock is taken before a thread is), so a slow
 query never blocks other episodes and one episode cannot occupy more than one worker thread.
 
-Run: ``python -m mcp_gym.envs.sql.server`` (stdio) or ``... --transport http --port 8000``.
+Run: ``python -m mcp_gym.servers.sql`` (stdio) or ``... --transport http --port 8000``.
 """
 
 from __future__ import annotations

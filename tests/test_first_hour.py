@@ -16,7 +16,7 @@ from conftest import npm_bin
 from mcp_gym import MCPEnv, ServerUnavailableWarning, Stdio
 from mcp_gym.chat import ChatView
 from mcp_gym.client.specs import InProcess
-from mcp_gym.envs.counter.server import server as counter_server
+from mcp_gym.servers.counter import server as counter_server
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = [{"id": "t1", "prompt": "Create hello.txt containing hi"}]

@@ -1,5 +1,7 @@
-"""The package's shape: import layers and no circles (import-linter contracts in pyproject.toml), small modules, import
-paths equal to source paths, and one vocabulary of error kinds (mcp_gym.protocol)."""
+"""The package's shape: the repository's top level (the design card's), the folders pyproject.toml maps into the package
+(envs/, servers/, conf/) and the wheel that carries them, import layers and no circles (import-linter contracts in
+pyproject.toml, checked on the package as installed), small modules, import paths equal to source paths, and one
+vocabulary of error kinds (mcp_gym.protocol)."""
 
 from __future__ import annotations
 
@@ -7,17 +9,23 @@ import importlib.resources
 import importlib.util
 import logging
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from importlinter import api as importlinter_api
 from importlinter import cli as importlinter_cli
+from package_layout import PACKAGE_DIRS, module_file, package_view, source_paths
 
 from mcp_gym.protocol import ERROR_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mcp_gym"
+CARD_TOP_LEVEL = {"pyproject.toml", "mcp_gym", "envs", "servers", "tests", "conf", "scripts", "README.md", "docs",
+                  "CHANGELOG.md"}
+"""The repository's top level: the design card's (``pyproject.toml, mcp_gym, envs, servers, tests, conf, scripts,
+README.md``), the documentation and the changelog; besides these only dotfiles (``.ci``, ``.gitignore``)."""
 
 MAX_LINES = 700
 
@@ -35,15 +43,45 @@ def _lint(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-def test_import_contracts_are_kept(capsys: pytest.CaptureFixture[str]) -> None:
-    """The layers (protocol -> client -> env core -> wrappers/faces -> products) hold and no import circle exists."""
+def _lint_view(view: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter on the package as installed (``scripts/package_view.py``: mcp_gym/ with envs/, servers/, conf/
+    in it), in a subprocess so the checkout's ``mcp_gym`` imported here is not the one it finds."""
+    cmd, cwd, env = package_view.command("lint-imports", ["--no-logo"], view)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_import_contracts_are_kept(tmp_path: Path) -> None:
+    """The layers (protocol -> client -> env core -> envs -> servers -> wrappers/faces -> products) hold and no import
+    circle exists, over the whole package: the mapped folders envs/ and servers/ included."""
     contracts = importlinter_api.read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
     assert {c["type"] for c in contracts} == {"layers", "acyclic_siblings"}
-    client_log = logging.getLogger("mcp_gym.client")
-    code, out = _lint(ROOT / "pyproject.toml", capsys)
-    assert code == 0, out
-    assert "2 kept, 0 broken" in out
-    assert not client_log.disabled  # linting left the package's loggers on (later tests read mcp_gym.client's records)
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    assert layers.index("mcp_gym.servers") == layers.index("mcp_gym.envs") - 1, layers
+    done = _lint_view(package_view.build(tmp_path / "view"))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "2 kept, 0 broken" in done.stdout
+    analysed = int(re.search(r"Analyzed (\d+) files", done.stdout)[1])  # type: ignore[index]
+    assert analysed == len(source_paths()), (analysed, len(source_paths()))  # it saw every module, mapped ones too
+
+
+def test_a_mapped_module_that_breaks_a_layer_breaks_the_contract(tmp_path: Path) -> None:
+    """A module in envs/ importing a server, or in servers/ importing the jobs, breaks the layers (so the test above
+    sees the mapped folders and can fail)."""
+    view = package_view.build(tmp_path / "view")
+    for folder, module, source in [("envs", "sql/_up.py", "from mcp_gym.servers import sql\n"),
+                                   ("servers", "_up.py", "from mcp_gym.jobs import collect\n")]:
+        link = view / "mcp_gym" / folder
+        link.unlink()
+        for path in sorted(PACKAGE_DIRS[f"mcp_gym.{folder}"].rglob("*.py")):  # a copy with one module more
+            rel = path.relative_to(PACKAGE_DIRS[f"mcp_gym.{folder}"])
+            if "__pycache__" not in rel.parts:
+                (link / rel).parent.mkdir(parents=True, exist_ok=True)
+                (link / rel).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        (link / module).write_text(source, encoding="utf-8")
+    done = _lint_view(view)
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "mcp_gym.envs.sql._up -> mcp_gym.servers.sql" in done.stdout, done.stdout[-4000:]
+    assert "mcp_gym.servers._up -> mcp_gym.jobs.collect" in done.stdout, done.stdout[-4000:]
 
 
 def test_the_circle_check_sees_a_circle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -63,39 +101,53 @@ def test_the_circle_check_sees_a_circle(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_no_module_over_700_lines() -> None:
-    sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
-             for p in PACKAGE.rglob("*.py")}
+    sizes = {rel: len(p.read_text(encoding="utf-8").splitlines()) for rel, p in source_paths().items()}
     assert len(sizes) > 50  # the scan sees the package
     too_big = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not too_big, f"modules over {MAX_LINES} lines: {too_big}"
 
 
-@pytest.mark.parametrize("module", ["mcp_gym.envs.sql.server", "mcp_gym.envs.counter.tasks",
-                                    "mcp_gym.envs.code._sandbox", "mcp_gym.client.connection", "mcp_gym.protocol"])
-def test_import_path_is_source_path(module: str) -> None:
+@pytest.mark.parametrize(("module", "path"), [
+    ("mcp_gym.servers.sql", "servers/sql.py"), ("mcp_gym.envs.counter.tasks", "envs/counter/tasks.py"),
+    ("mcp_gym.servers._sandbox", "servers/_sandbox.py"), ("mcp_gym.conf.help", "conf/help.py"),
+    ("mcp_gym.client.connection", "mcp_gym/client/connection.py"), ("mcp_gym.protocol", "mcp_gym/protocol.py")])
+def test_import_path_is_source_path(module: str, path: str) -> None:
+    """A module's import name is its path, with the card's top-level folders as ``mcp_gym.<folder>``."""
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin is not None
-    assert Path(spec.origin) == PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    assert Path(spec.origin) == ROOT / path == module_file(module)
 
 
 def test_every_package_folder_is_a_package_and_configs_ship() -> None:
-    """setuptools finds packages by their ``__init__.py`` (no remapping), and the Hydra configs are package data."""
-    folders = {p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"
-               and any(p.glob("*.py"))}
-    assert not [p for p in folders if not (p / "__init__.py").is_file()]
+    """Every folder of the package is a package (``__init__.py``), named in ``pyproject.toml``'s package list (it
+    maps envs/, servers/ and conf/ into mcp_gym), and the Hydra configs are package data."""
+    tomllib = pytest.importorskip("tomllib")
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {"mcp_gym.envs": "envs", "mcp_gym.servers": "servers", "mcp_gym.conf": "conf"}
+    folders = {rel: p for rel, p in source_paths("*", dirs=True).items() if any(p.glob("*.py"))}
+    assert not [rel for rel, p in folders.items() if not (p / "__init__.py").is_file()]
+    packages = ["mcp_gym", *(f"mcp_gym.{rel.replace('/', '.')}" for rel in folders)]
+    assert sorted(setuptools["packages"]) == sorted(packages)
     conf = importlib.resources.files("mcp_gym.conf")
     assert conf.joinpath("config.yaml").is_file() and conf.joinpath("env", "counter.yaml").is_file()
-    assert "package-dir" not in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_top_level_is_the_cards() -> None:
+    """``git ls-files`` shows the design card's top level (plus docs/, CHANGELOG.md and dotfiles), nothing else."""
+    done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        pytest.skip(f"not a git checkout: {done.stderr.strip()}")
+    top = {line.split("/", 1)[0] for line in done.stdout.splitlines()}
+    assert {t for t in top if not t.startswith(".")} == CARD_TOP_LEVEL
 
 
 def test_error_kinds_written_are_the_protocol_ones() -> None:
     """Every ``info["error"]["kind"]`` the package writes is listed in :data:`mcp_gym.protocol.ERROR_KINDS`."""
     pattern = re.compile(r'(?:"kind": |ActionError\(|ToolCallError\(|_error\()"([a-z_]+)"')
     found: dict[str, str] = {}
-    for p in PACKAGE.rglob("*.py"):
-        rel = p.relative_to(PACKAGE).as_posix()
+    for rel, p in source_paths().items():
         # task kinds, grader spec kinds and cassette event kinds are other things
-        if rel.startswith(("envs/", "graders/", "cassette/")):
+        if rel.startswith(("envs/", "servers/", "graders/", "cassette/")):
             continue
         for kind in pattern.findall(p.read_text(encoding="utf-8")):
             found.setdefault(kind, rel)
@@ -128,22 +180,19 @@ def test_tool_call_error_is_the_one_error_shape() -> None:
 def test_the_docs_layout_names_every_folder_and_module() -> None:
     """The layout section of docs/development.md names every folder and module of the package, so it cannot fall
     behind the folders: package folders as ``name/``, modules by their name (``specs``, ``_stdio``), the bundled envs'
-    folders and files as ``counter/`` and ``server.py``."""
+    folders and files as ``counter/`` and ``tasks.py``, the top-level folders mapped into the package (``envs/``,
+    ``servers/``) and the servers (``sql``)."""
     text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
-    section = text[text.index("Layout: the folders"):text.index("- `mcp_gym/conf/`")]
+    section = text[text.index("Layout: the folders"):text.index("- `conf/`")]
     named = set(re.findall(r"`([^`]+)`", section))
     named |= {Path(n).name + ("/" if n.endswith("/") else "") for n in named} | {Path(n).stem for n in named}
     missing = []
-    for path in PACKAGE.rglob("*"):
-        rel = path.relative_to(PACKAGE)
-        if "__pycache__" in rel.parts or rel.parts[0] == "conf" or path.name in ("__init__.py", "__main__.py"):
+    paths = {**source_paths(), **{rel: p for rel, p in source_paths("*", dirs=True).items() if any(p.glob("*.py"))}}
+    for rel_name, path in paths.items():
+        rel = Path(rel_name)
+        if rel.parts[0] == "conf" or path.name in ("__init__.py", "__main__.py"):
             continue
-        if path.is_dir() and any(path.glob("*.py")):
-            want = f"{path.name}/"
-        elif path.suffix == ".py":
-            want = path.name if rel.parts[0] == "envs" else path.stem
-        else:
-            continue
+        want = f"{path.name}/" if path.is_dir() else path.name if rel.parts[0] == "envs" else path.stem
         if want not in named:
             missing.append(rel.as_posix())
     assert not missing, f"the layout section of docs/development.md does not name: {sorted(missing)}"
@@ -168,7 +217,7 @@ def test_every_direct_import_is_declared() -> None:
         declared[name.lower().replace("_", "-")] = dep
     assert all(">=" in d or "==" in d for d in declared.values()), declared
     imported: set[str] = set()
-    for path in PACKAGE.rglob("*.py"):
+    for path in source_paths().values():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 imported |= {a.name.split(".")[0] for a in node.names}
@@ -247,8 +296,7 @@ def test_no_module_reaches_into_another_modules_private_names() -> None:
     """mcp_gym modules use each other's public names only, and dependencies' private names only through
     ``mcp_gym._compat`` (one module per dependency, each name tested in tests/test_compat.py)."""
     reaches = set()
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE).as_posix()
+    for rel, path in source_paths().items():
         reaches |= {(rel, r) for r in private_reaches(path.read_text(encoding="utf-8"), rel.startswith("_compat/"))}
     assert reaches - REACH_ALLOWED == set(), "private names reached from another module (use a public name, or " \
         "mcp_gym._compat for a dependency's)"

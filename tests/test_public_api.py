@@ -134,11 +134,11 @@ def test_every_error_mcp_gym_raises_on_purpose_is_an_mcpgymerror(tmp_path: Path)
     """One root to catch (``except mcp_gym.MCPGymError``), and each error is still the built-in it was."""
     from mcp_gym.cassette.reader import CassetteError
     from mcp_gym.client.connection import ConnectionLost, ListingTimeout
-    from mcp_gym.envs.code._bwrap import SandboxUnavailable
     from mcp_gym.graders.base import GraderError
     from mcp_gym.jobs.identity import JobRefused
     from mcp_gym.jobs.schema import ConfigError
     from mcp_gym.recording.shards import ShardRefused
+    from mcp_gym.servers._bwrap import SandboxUnavailable
     from mcp_gym.sft import NothingToExport
     from mcp_gym.tasks import TaskDataError
 

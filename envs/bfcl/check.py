@@ -6,7 +6,7 @@ any folder holding ``bfcl_eval/``. This module loads only the pieces the multi-t
 those files (the simulated API classes, ``multi_turn_utils``, ``multi_turn_checker`` and two constant modules), without
 running any package ``__init__`` and without BFCL's other dependencies (only ``MathAPI`` needs ``mpmath``).
 
-It is the BFCL server's loader (:mod:`mcp_gym.envs.bfcl.server`) and, run as a script in a subprocess with a minimal
+It is the BFCL server's loader (:mod:`mcp_gym.servers.bfcl`) and, run as a script in a subprocess with a minimal
 environment, the grader's checker (:mod:`mcp_gym.envs.bfcl.grade`): it reads ``{"root", "checks": [{"id", "turns"}]}``
 on stdin, where each turn is the list of ``{"tool", "arguments"}`` calls an episode made in that turn, and writes one
 verdict per check (``{"valid", "error_type", "error_message"}``, BFCL's own) as JSON on stdout. The task's initial

@@ -61,7 +61,7 @@ def _snapshot(state: Mapping[str, Any]) -> Mapping[str, Any]:
     found = [v["bfcl"] for v in state.values() if isinstance(v, Mapping) and isinstance(v.get("bfcl"), Mapping)]
     if len(found) != 1:
         raise RuntimeError("no BFCL server in the episode (want one server run as python -m "
-                           "mcp_gym.envs.bfcl.server)" if not found else "several BFCL servers in the episode")
+                           "mcp_gym.servers.bfcl)" if not found else "several BFCL servers in the episode")
     return found[0]
 
 

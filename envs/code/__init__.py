@@ -1,1 +1,2 @@
-"""The Code env: its MCP server (``server.py``, running solutions in ``_sandbox.py``) and its tasks (``tasks.py``)."""
+"""The Code env: its tasks (``tasks.py``); its MCP server is :mod:`mcp_gym.servers.code` (running solutions in
+:mod:`mcp_gym.servers._sandbox`)."""

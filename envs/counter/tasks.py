@@ -1,6 +1,6 @@
 """Counter: move a counter to a target number (the small env behind the core tests and the quickstart).
 
-Served by ``mcp_gym/envs/counter/server.py`` (server name ``testing``). Reward 1 on reaching the target (the
+Served by ``servers/counter.py`` (server name ``testing``). Reward 1 on reaching the target (the
 server's ``done``), -0.01 per other move.
 """
 

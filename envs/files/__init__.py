@@ -1,1 +1,1 @@
-"""The Files env: its MCP server (``server.py``) and its task set and verifier (``tasks.py``)."""
+"""The Files env: its task set and verifier (``tasks.py``); its MCP server is :mod:`mcp_gym.servers.files`."""

@@ -1,4 +1,4 @@
-"""Files environment: tasks in a sandboxed per-episode workspace served by ``mcp_gym.envs.files.server``.
+"""Files environment: tasks in a sandboxed per-episode workspace served by ``mcp_gym.servers.files``.
 
 Three task kinds, generated deterministically (no data files); ``Task.data["files"]`` is the initial tree
 ``{relative path: content}`` (plus ``data["dirs"]`` for empty folders):

@@ -1,6 +1,6 @@
 """Lookup: read an account's access code with a tool and submit it (copy a fact from a tool result into the answer).
 
-Served by ``mcp_gym/envs/lookup/server.py`` (server name ``lookup``). Each task seeds a small directory of accounts
+Served by ``servers/lookup.py`` (server name ``lookup``). Each task seeds a small directory of accounts
 (first names) with access codes (``colour-animal``, one of 400); the prompt names one account, only ``lookup`` reveals
 its code, and the verifier checks the submitted answer against that code (reward 1 at ``submit``, else 0). Codes are
 drawn per task, independently of the account, so no answer can be memorised from the train split: a policy has to read

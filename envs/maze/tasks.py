@@ -1,4 +1,4 @@
-"""Maze environment: a key-and-door gridworld served by ``mcp_gym.envs.maze.server``.
+"""Maze environment: a key-and-door gridworld served by ``mcp_gym.servers.maze``.
 
 Each task is one layout (5x5 to 7x7) generated from the task's own random stream and always solvable: the goal ``G``
 sits behind a locked door ``D`` (its only way in); the key ``K`` is reachable from the start ``S`` without passing

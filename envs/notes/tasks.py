@@ -1,4 +1,4 @@
-"""Notes environment: tasks over a small notebook served by ``mcp_gym.envs.notes.server``.
+"""Notes environment: tasks over a small notebook served by ``mcp_gym.servers.notes``.
 
 Three task kinds, generated deterministically (no data files):
 

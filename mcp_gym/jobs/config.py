@@ -1,4 +1,4 @@
-"""From a job config (the Hydra tree in ``mcp_gym/conf/``) to the objects a job runs: tasks, envs, a policy, a plan."""
+"""From a job config (the Hydra tree in ``conf/``) to the objects a job runs: tasks, envs, a policy, a plan."""
 
 from __future__ import annotations
 
