@@ -1,7 +1,8 @@
 '''The files ``mcp-gym envs new NAME`` writes (:func:`mcp_gym.envs.packages.scaffold`).
 
 Paths use ``{package}`` for the import package; contents use ``{{name}}`` (the env's name, ``demo-env``) and
-``{{package}}`` (``demo_env``). The package has the shape of a bundled env folder: ``server.py`` and ``tasks.py``.
+``{{package}}`` (``demo_env``). The package holds what a bundled env has in ``envs/<env>/tasks.py`` (``tasks.py``:
+tasks and verifier) and ``servers/<env>.py`` (``server.py``: the MCP server, runnable on its own).
 '''
 
 from __future__ import annotations

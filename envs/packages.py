@@ -5,9 +5,9 @@ An installed env package declares one entry point per env in its ``pyproject.tom
     [project.entry-points."mcp_gym.envs"]
     demo-env = "demo_env"
 
-The name (``demo-env``) is the env's name; the value names a package in the shape of a bundled env folder
-``envs/<env>/``: ``<package>.tasks`` (``SERVER``, ``generate_tasks(seed)``, ``task_by_id``,
-``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD``, ``OBSERVE_RESOURCES``) and
+The name (``demo-env``) is the env's name; the value names a package holding what a bundled env has in
+``envs/<env>/tasks.py`` and ``servers/<env>.py``: ``<package>.tasks`` (``SERVER``, ``generate_tasks(seed)``,
+``task_by_id``, ``verify(task, answer, state)``, ``MAX_STEPS``, ``SUCCESS_THRESHOLD``, ``OBSERVE_RESOURCES``) and
 ``<package>.server`` (a module defining ``server``, an MCP server object, runnable on its own with ``python -m``).
 Installed, the env works as ``gymnasium.make("mcp_gym/<name>-v0")``, ``mcp_gym.make_env("<name>")`` and
 ``mcp-gym eval env=<name>``. Entry points are only read (never imported) until an env is used, so a broken one

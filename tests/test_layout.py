@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import importlib.resources
 import importlib.util
+import json
 import logging
+import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -312,3 +315,90 @@ def test_the_private_name_check_sees_reaches() -> None:
     assert private_reaches(source) == ["env._rt", "import _signal", "import hydra._internal.utils",
                                        "import json._private", "pool._conns"]
     assert private_reaches(source, in_compat=True) == []
+
+
+# -- the wheel --------------------------------------------------------------------------------------------------------
+def _wheel(dest: Path) -> Path:
+    """Build mcp-gym's wheel (``pip wheel``, isolated build as a user's) from a copy of the checkout's files (tracked
+    and new, not ignored ones: a build in the checkout could pack a stale ``build/lib``) into ``dest``."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, timeout=60)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.decode().strip()}")
+    src = dest / "src"
+    for rel in filter(None, listed.stdout.decode().split("\0")):
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes((ROOT / rel).read_bytes())
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(dest)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = dest.glob("mcp_gym-*.whl")
+    return wheel
+
+
+@pytest.mark.timeout(900)  # a bound on a hang only (pip fetches setuptools for the isolated build)
+def test_the_wheel_carries_envs_servers_and_configs(tmp_path: Path) -> None:
+    """The wheel holds the whole package under ``mcp_gym/``: every module and config of mcp_gym/, envs/, servers/
+    and conf/ (the folders pyproject.toml maps in), the package data, and nothing at its top level besides."""
+    with zipfile.ZipFile(_wheel(tmp_path)) as z:
+        names = set(z.namelist())
+    want = {f"mcp_gym/{rel}" for pattern in ("*.py", "*.yaml") for rel in source_paths(pattern)}
+    assert {"mcp_gym/envs/sql/tasks.py", "mcp_gym/servers/sql.py", "mcp_gym/conf/env/sql.yaml",
+            "mcp_gym/envs/sql/server.py", "mcp_gym/conf/config.yaml"} <= want  # the scan sees the mapped folders
+    want |= {"mcp_gym/py.typed", "mcp_gym/viewer/page.css", "mcp_gym/viewer/page.js"}
+    assert not want - names, f"missing from the wheel: {sorted(want - names)}"
+    assert {n.split("/")[0] for n in names if not n.endswith("/")} == {"mcp_gym", "mcp_gym-0.1.0.dist-info"}
+
+
+@pytest.mark.slow  # a wheel build and a fresh venv: ~1-2 min
+@pytest.mark.timeout(1800)  # a bound on a hang only
+def test_the_installed_wheel_runs_from_an_empty_folder(tmp_path: Path) -> None:
+    """Installed from the wheel into a fresh venv (its dependencies: this interpreter's site-packages, after the
+    venv's own), from an empty folder: ``gym.make("mcp_gym/SQL-v0")`` runs an episode, ``mcp-gym eval env=sql
+    policy=oracle`` succeeds on every task, ``mcp-gym envs list`` lists the bundled envs, and the SQL server answers
+    over stdio by ``mcp-gym serve sql``, its module and its former name: all from the venv, none from the checkout."""
+    wheel = _wheel(tmp_path / "dist")
+    venv, work = tmp_path / "venv", tmp_path / "empty"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    py = bin_dir / "python"
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=600)
+    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    deps = [p for p in sys.path if p.endswith("-packages")]  # not this checkout (nor an editable finder: not a .pth)
+    Path(purelib, "mcp_gym_test_deps.pth").write_text("\n".join(deps) + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+    def run(*cmd: object, stdin: str | None = None) -> str:
+        done = subprocess.run([str(c) for c in cmd], cwd=work, env=env, input=stdin, capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, (cmd, done.stdout[-3000:], done.stderr[-3000:])
+        return done.stdout
+
+    episode = run(py, "-c", (
+        "import gymnasium as gym, mcp_gym, mcp_gym.envs, mcp_gym.servers.sql, mcp_gym.conf\n"
+        "print(*(m.__file__ for m in (mcp_gym, mcp_gym.envs, mcp_gym.servers.sql, mcp_gym.conf)))\n"
+        "env = gym.make('mcp_gym/SQL-v0')\n"
+        "task = env.unwrapped.tasks[0]\n"
+        "obs, info = env.reset(options={'task_id': task.id})\n"
+        "for call in task.solution:\n"
+        "    obs, reward, terminated, truncated, info = env.step(dict(call))\n"
+        "env.close()\n"
+        "print('success', info['success'])\n"))
+    files, _, result = episode.strip().rpartition("\n")
+    assert result == "success True", episode
+    assert all(f.startswith(purelib) for f in files.split()), files
+    out = work / "eval"
+    run(bin_dir / "mcp-gym", "eval", "env=sql", "policy=oracle", "samples=1", f"out={out}")
+    summary = json.loads((out / "report" / "results.json").read_text(encoding="utf-8"))["summary"]
+    assert summary["episodes"] > 0 and summary["success_rate"] == 1.0, summary
+    listing = run(bin_dir / "mcp-gym", "envs", "list")
+    assert all(f"mcp_gym/{name}-v0" in listing for name in ("Counter", "SQL", "Code", "Maze")), listing
+    hello = ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+             '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+    for cmd in ([bin_dir / "mcp-gym", "serve", "sql"], [py, "-m", "mcp_gym.servers.sql"],
+                [py, "-m", "mcp_gym.envs.sql.server"]):
+        answer = run(*cmd, stdin=hello)  # stdin then closes: the server answers and exits
+        assert '"serverInfo":{"name":"mcp-gym-sql"' in answer.replace(" ", ""), (cmd, answer)

@@ -165,7 +165,7 @@ attempt("workspace", lambda: open("scratch.txt", "w").write("fine"))
 
 
 async def test_secrets_are_unreadable(transport: str) -> None:
-    assert Path(env.__file__).parts[-4:] == ("mcp_gym", "envs", "code", "tasks.py")
+    assert Path(env.__file__).parts[-3:] == ("envs", "code", "tasks.py")
     secrets = {
         "generator": env.__file__,  # the task generator: references and hidden tests
         "server": code_server.__file__,
