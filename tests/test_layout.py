@@ -135,6 +135,23 @@ def test_every_package_folder_is_a_package_and_configs_ship() -> None:
     assert conf.joinpath("config.yaml").is_file() and conf.joinpath("env", "counter.yaml").is_file()
 
 
+def test_a_folder_left_in_mcp_gym_by_an_older_checkout_is_refused(tmp_path: Path) -> None:
+    """``mcp_gym/envs/`` left behind by a checkout from before the move (its ``__pycache__``: git leaves it) would
+    shadow the mapped ``envs/`` as an empty namespace package; importing mcp_gym says so in one line instead."""
+    package = tmp_path / "mcp_gym"
+    package.mkdir()
+    for entry in PACKAGE_DIRS["mcp_gym"].iterdir():
+        if entry.name != "__pycache__":
+            (package / entry.name).symlink_to(entry)
+    (package / "envs" / "__pycache__").mkdir(parents=True)
+    done = subprocess.run([sys.executable, "-c", "import mcp_gym"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"ImportError: {package / 'envs'} is left over from an older checkout (mcp_gym.envs is the top-level folder "
+        "envs/ now): remove it"), done.stderr[-2000:]
+
+
 def test_the_top_level_is_the_cards() -> None:
     """``git ls-files`` shows the design card's top level (plus docs/, CHANGELOG.md and dotfiles), nothing else."""
     done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, timeout=60)
