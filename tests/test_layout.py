@@ -121,6 +121,15 @@ def test_import_path_is_source_path(module: str, path: str) -> None:
     assert Path(spec.origin) == ROOT / path == module_file(module)
 
 
+@pytest.mark.parametrize("env", ["counter", "notes", "files", "sql", "code", "maze", "lookup", "bfcl"])
+def test_a_servers_former_name_is_the_server(env: str) -> None:
+    """``mcp_gym.envs.<env>.server`` (the servers' name before they moved to servers/, in saved configs and printed
+    commands) imports as the server module itself (``python -m`` with it: tests/test_layout.py's wheel test)."""
+    old = importlib.import_module(f"mcp_gym.envs.{env}.server")
+    assert old is importlib.import_module(f"mcp_gym.servers.{env}")
+    assert Path(old.__file__) == ROOT / "servers" / f"{env}.py"
+
+
 def test_every_package_folder_is_a_package_and_configs_ship() -> None:
     """Every folder of the package is a package (``__init__.py``), named in ``pyproject.toml``'s package list (it
     maps envs/, servers/ and conf/ into mcp_gym), and the Hydra configs are package data."""
