@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["BUNDLED_ENVS", "make_env", "load_env_tasks", "export_tasks", "server_spec", "env_module"]
+__all__ = ["BUNDLED_ENVS", "make_env", "load_env_tasks", "export_tasks", "server_spec", "env_servers", "env_module"]
 
 BUNDLED_ENVS: dict[str, str] = {
     "Counter": "counter",
@@ -93,6 +94,28 @@ def server_spec(name: str, transport: str = "inprocess", url: str | None = None)
     raise ValueError(f"unknown transport {transport!r}: use 'inprocess', 'stdio' or 'http'")
 
 
+def env_servers(
+    name: str,
+    transport: str = "inprocess",
+    url: str | None = None,
+    *,
+    record: str | Path | None = None,
+    replay: str | Path | None = None,
+    connect_timeout: float | None = None,
+) -> dict[str, Any]:
+    """``{alias: spec}`` of a bundled or installed env's server, as :func:`make_env` connects it: :func:`server_spec`
+    (or a cassette's replay), recording to ``record``, every spec's ``connect_timeout`` set when given."""
+    from mcp_gym.cassette.recorder import with_record
+    from mcp_gym.cassette.spec import replay_spec
+    from mcp_gym.client.specs import normalise_servers
+
+    alias = env_module(name).SERVER
+    spec = replay_spec(replay, alias) if replay else server_spec(name, transport, url)
+    if record:
+        spec = with_record(spec, record)
+    return normalise_servers({alias: spec}, connect_timeout=connect_timeout)
+
+
 def load_env_tasks(name: str, split: str | None = None, seed: int = 0) -> list[Any]:
     """The task set of a bundled or installed env (optionally one split)."""
     tasks = env_module(name).generate_tasks(seed)
@@ -114,6 +137,7 @@ def make_env(
     record: str | Path | None = None,
     replay: str | Path | None = None,
     connect_timeout: float | None = None,
+    servers: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Any:
     """Build the :class:`~mcp_gym.env.MCPEnv` of a bundled or installed env (the ``gymnasium.make`` entry point).
@@ -121,13 +145,15 @@ def make_env(
     ``record=DIR`` writes a cassette of every exchange with the server into ``DIR``; ``replay=PATH`` answers from a
     recorded cassette (a ``.jsonl`` file or a run's cassette directory) instead of the real server;
     ``connect_timeout`` (seconds, default 30) bounds starting and initialising the server, e.g. raise it when many
-    stdio servers start at once on a loaded machine. Other keywords go to :class:`~mcp_gym.env.MCPEnv`."""
-    from mcp_gym.cassette.recorder import with_record
-    from mcp_gym.cassette.spec import replay_spec
-    from mcp_gym.client.specs import normalise_servers
+    stdio servers start at once on a loaded machine; ``servers`` replaces the env's server specs altogether (what
+    :func:`mcp_gym.jobs.server_specs` makes of a job config; default: :func:`env_servers`). Other keywords go to
+    :class:`~mcp_gym.env.MCPEnv`: a setting left unset there (a keyword not given, a ``limits=Limits(...)`` field left
+    ``None``) is this env's own."""
     from mcp_gym.env import MCPEnv
+    from mcp_gym.options import split_settings
 
     mod = env_module(name)
+    given, rest = split_settings(kwargs, "make_env()")  # the settings set by keywords or limits=/scoring=/...
     kw: dict[str, Any] = {
         "max_steps": mod.MAX_STEPS,
         "observe_resources": list(mod.OBSERVE_RESOURCES) or None,
@@ -136,13 +162,13 @@ def make_env(
         "env_id": f"mcp_gym/{name}-v0",
     }
     if not getattr(mod, "STEP_REWARDS", True):
-        kw["reward_fn"] = PenaltyOnlyReward(float(kwargs.get("error_penalty", 0.0)))
-    kw.update(kwargs)  # an explicit reward_fn= wins
+        kw["reward_fn"] = PenaltyOnlyReward(float(given.get("error_penalty", 0.0)))
+    kw.update(given)  # what the caller set wins (an explicit reward_fn= too)
+    kw.update(rest)
     tasks = kw.pop("tasks", None) or load_env_tasks(name, split)
-    spec = replay_spec(replay, mod.SERVER) if replay else server_spec(name, transport, url)
-    if record:
-        spec = with_record(spec, record)
-    return MCPEnv(normalise_servers({mod.SERVER: spec}, connect_timeout=connect_timeout), tasks, **kw)
+    if servers is None:
+        servers = env_servers(name, transport, url, record=record, replay=replay, connect_timeout=connect_timeout)
+    return MCPEnv(servers, tasks, **kw)
 
 
 def register_all() -> None:

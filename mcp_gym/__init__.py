@@ -18,6 +18,9 @@ from mcp_gym._version import __version__ as __version__
 _EXPORTS: dict[str, str] = {
     "MCPEnv": "mcp_gym.env",
     "MCPGymError": "mcp_gym.errors",
+    "Limits": "mcp_gym.options",
+    "Scoring": "mcp_gym.options",
+    "Connection": "mcp_gym.options",
     "InvalidAction": "mcp_gym.env",
     "ToolCallFailed": "mcp_gym.env",
     "Stdio": "mcp_gym.client.specs",
@@ -45,6 +48,9 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "MCPEnv",
     "MCPGymError",
+    "Limits",
+    "Scoring",
+    "Connection",
     "InvalidAction",
     "ToolCallFailed",
     "Stdio",
@@ -82,6 +88,7 @@ if TYPE_CHECKING:
     from mcp_gym.env import InvalidAction, MCPEnv, ToolCallFailed
     from mcp_gym.envs import make_env
     from mcp_gym.errors import MCPGymError
+    from mcp_gym.options import Connection, Limits, Scoring
     from mcp_gym.recording import RecordTrajectories
     from mcp_gym.rewards import ConventionReward, StepContext, read_reward
     from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text

@@ -19,7 +19,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, SupportsFloat, cast
+from typing import TYPE_CHECKING, Any, Literal, SupportsFloat, cast
 
 import anyio
 import gymnasium as gym
@@ -31,9 +31,7 @@ from mcp_gym._workspace import fill_task, mentions_workspace, prepare_episode_se
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import (
     CallOutcome,
-    ElicitationFn,
     MCPHost,
-    SamplingFn,
     ToolEntry,
     content_json,
     render_content,
@@ -45,14 +43,16 @@ from mcp_gym.errors import MCPGymError
 from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.graders.session import state_snapshot as read_state
+from mcp_gym.options import Connection, EnvSettings, Limits, ResetMode, Scoring, resolve_settings, split_settings
 from mcp_gym.protocol import RESET_TOOL, SUBMIT_SCHEMA, ToolCallError, openai_tools
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
-from mcp_gym.tasks import Task, Verifier, as_task
+from mcp_gym.tasks import Task, as_task
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MCPEnv", "MCPGymError", "InvalidAction", "ToolCallFailed"]
-
-ResetMode = Literal["auto", "tool", "restart", "none"]
 
 _SUCCESS_TOLERANCE = 1e-9  # float slack comparing a return with success_threshold (10 x 0.1 = 0.9999999999999999)
 _NO_TASK = Task(id="no-task", prompt="")  # the task of an env without tasks (its servers reset to their default)
@@ -73,39 +73,20 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         servers: alias -> :class:`Stdio` / :class:`Http` / :class:`InProcess` (a single spec is named ``"server"``).
         tasks: Tasks (:class:`~mcp_gym.tasks.Task`, record dicts or prompt strings); ``reset`` draws one with the
             seeded RNG unless ``options={"task_id": ...}`` names it.
-        max_steps: Truncate after this many steps (tool calls, ``submit`` and invalid actions alike).
-        max_turns: Truncate after this many model replies (see :mod:`mcp_gym._budget`; ``None``: no limit).
-        max_tool_calls: Truncate after this many calls that reached a server (``None``: no limit).
+        limits: Budgets, timeouts and sizes (:class:`~mcp_gym.options.Limits`: ``max_steps`` 20, ``call_timeout``
+            30 s, ...).
+        scoring: Verifier, graders and rewards (:class:`~mcp_gym.options.Scoring`; default: exact match for tasks
+            with an ``answer``, the servers' reward convention).
+        connection: How the servers are treated (:class:`~mcp_gym.options.Connection`: roots, sampling,
+            elicitation, tool prefixes, reset mode, spare servers).
         observe_resources: Resource URIs to observe (templates such as ``notes://{title}`` are filled from the task's
             ``data``), ``"all"`` for every listed resource, or ``None``. The task's own ``resources`` are added.
-        call_timeout: Seconds per tool call (``None``: no limit); also bounds each re-listing of tools after
-            ``tools/list_changed`` and each resource read or listing.
-        reset_timeout: Seconds for all of :meth:`reset`'s server work (restarts, reset tools, listings, resource
-            reads; ``None``: no limit). Past it, ``reset`` returns with a ``timeout`` error in ``info["reset_errors"]``
-            and the servers it was still waiting on (or had not reset yet) are failed and restart at the next reset.
-        sampling: Answers the servers' sampling requests (default: a clear refusal).
-        elicitation: Answers elicitation requests (default: decline; omitted fields get the schema's defaults).
         strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
-        verifier: ``(task, answer, state) -> reward`` grading ``submit``; ``state`` is the servers' ``mcp_gym_state``.
-        grader: A grader spec or :class:`~mcp_gym.graders.Grading` (see :mod:`mcp_gym.graders`) grading every
-            episode's end; a task's own ``grader`` wins. Default (without ``verifier``): normalised exact match for
-            tasks with an ``answer``. The grade is ``info["grade"]``, its ``passed`` ``info["success"]``.
-        judge: Settings of LLM-judge graders (:class:`~mcp_gym.graders.JudgeSettings` fields).
-        reward_fn: Per-step reward (default :class:`~mcp_gym.rewards.ConventionReward` with ``error_penalty``).
-        error_penalty: Subtracted from the reward of a failed step (bad action, tool error, timeout, ...).
-        reset_mode: ``auto`` (the server's hidden reset tool if it has one, else nothing), ``tool``, ``restart``
-            (reconnect, restarting stdio servers) or ``none``.
-        roots: Root URIs/paths to advertise (default none).
-        prefix_tools: ``{server}__{tool}`` names (default: only with several servers).
-        block_destructive: Hide and refuse tools that may be destructive.
-        max_argument_bytes: Largest accepted JSON arguments.
-        max_observation_chars: Longest result/resource text in an observation (the full content stays in ``info``).
-        success_threshold: Success is a verifier's score at or above it; without a grader or verifier, an episode the
-            server ends with ``done`` succeeds when its return (the sum of its rewards) reaches it (the README's
-            *Success* table is the whole rule: a grader grades a cut-off episode as it stands).
         env_id: Name recorded with trajectories.
         runtime: The event-loop runtime owning the sessions (default: the process-wide one).
-        spare_servers: ``{workspace}`` servers started ahead of the next resets (docs/performance.md); ``0``: off.
+        render_mode: ``"ansi"`` (:meth:`render` returns the last observation's text) or ``None``.
+        **settings: Each field of the three groups as a keyword of its own (``max_steps=10``, ``verifier=...``:
+            :class:`~mcp_gym.options.EnvSettings`); a setting given both ways is a ``TypeError`` naming it.
 
     Example (an in-process server; :class:`Stdio` and :class:`Http` specs work the same)::
 
@@ -131,49 +112,38 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         servers: Mapping[str, ServerSpec] | ServerSpec,
         tasks: Sequence[Task | Mapping[str, Any] | str] | None = None,
         *,
-        max_steps: int = 20,
-        max_turns: int | None = None,
-        max_tool_calls: int | None = None,
+        limits: Limits | None = None,
+        scoring: Scoring | None = None,
+        connection: Connection | None = None,
         observe_resources: Sequence[str] | Literal["all"] | None = None,
-        call_timeout: float | None = 30.0,
-        reset_timeout: float | None = 120.0,
-        sampling: SamplingFn | None = None,
-        elicitation: ElicitationFn | None = None,
         strict: bool = False,
-        verifier: Verifier | None = None,
-        grader: Any = None,
-        judge: Mapping[str, Any] | None = None,
-        reward_fn: RewardFn | None = None,
-        error_penalty: float = 0.0,
-        reset_mode: ResetMode = "auto",
-        roots: Sequence[str] | None = None,
-        prefix_tools: bool | None = None,
-        block_destructive: bool = False,
-        max_argument_bytes: int = 1_000_000,
-        max_observation_chars: int = 20_000,
-        success_threshold: float = 1.0,
         env_id: str | None = None,
         runtime: Runtime | None = None,
         render_mode: str | None = None,
-        spare_servers: int = 1,
+        **settings: Unpack[EnvSettings],
     ) -> None:
-        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__", "settings")} | settings
+        given, unknown = split_settings({**settings, "limits": limits, "scoring": scoring, "connection": connection})
+        if unknown:
+            raise TypeError(f"MCPEnv() got an unexpected keyword argument {next(iter(unknown))!r}")
+        o = resolve_settings(given)  # every grouped setting: given, else its default
         self.tasks: list[Task] = [as_task(t, i) for i, t in enumerate(tasks or [])]
-        self.max_steps = max_steps
-        self._limits = Budget(max_turns, max_tool_calls)  # checks them; each episode counts on a fresh Budget
+        self.max_steps = o["max_steps"]
+        self._limits = Budget(o["max_turns"], o["max_tool_calls"])  # checks them; each episode counts on a fresh Budget
         self.observe_resources = observe_resources
-        self.call_timeout = call_timeout
-        self.reset_timeout = reset_timeout
+        self.call_timeout = o["call_timeout"]
+        self.reset_timeout = o["reset_timeout"]
         self._inflight: Counter[str] = Counter()  # servers a reset is waiting on (failed if the reset times out)
         self.strict = strict
-        self.verifier = verifier
+        self.verifier = o["verifier"]
+        grader = o["grader"]
         self.grading: Grading | None = grader if isinstance(grader, Grading) else (
-            Grading(grader, judge) if grader is not None or verifier is None else None)
-        self.reward_fn: RewardFn = reward_fn or ConventionReward(error_penalty)
-        self.error_penalty = error_penalty
-        self.reset_mode: ResetMode = reset_mode
-        self.max_observation_chars = max_observation_chars
-        self.success_threshold = success_threshold
+            Grading(grader, o["judge"]) if grader is not None or self.verifier is None else None)
+        self.reward_fn: RewardFn = o["reward_fn"] or ConventionReward(o["error_penalty"])
+        self.error_penalty = o["error_penalty"]
+        self.reset_mode: ResetMode = o["reset_mode"]
+        self.max_observation_chars = o["max_observation_chars"]
+        self.success_threshold = o["success_threshold"]
         self.env_id = env_id
         self.render_mode = render_mode
         self.server_templates: Mapping[str, ServerSpec] = normalise_servers(servers)
@@ -186,14 +156,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.host = MCPHost(
             self.server_templates,
             tap=tap,
-            sampling=sampling,
-            elicitation=elicitation,
-            roots=roots,
-            prefix_tools=prefix_tools,
-            block_destructive=block_destructive,
+            sampling=o["sampling"],
+            elicitation=o["elicitation"],
+            roots=o["roots"],
+            prefix_tools=o["prefix_tools"],
+            block_destructive=o["block_destructive"],
         )
-        self.spares = _ws.SpareServers(spare_servers if self.workspace_servers and tap is None else 0)  # 0: off
-        self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=max_argument_bytes)
+        self.spares = _ws.SpareServers(o["spare_servers"] if self.workspace_servers and tap is None else 0)  # 0: off
+        self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=o["max_argument_bytes"])
         self._space_of: dict[str, ToolEntry] | None = None  # the host catalogue the action space was built from
         self.observation_space = gym.spaces.Dict({"task": Utf8Text(), "result": Utf8Text(), "resources": TextMapping()})
         self._turn_obs = any(t.turns for t in self.tasks)  # conversations: every observation says its user turn

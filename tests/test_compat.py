@@ -18,7 +18,6 @@ from mcp.server.mcpserver import MCPServer
 
 import mcp_gym._compat
 from mcp_gym._compat import CompatWarning, mcp_wire
-from mcp_gym._compat import anyio as anyio_compat
 from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import hydra as hydra_compat
 from mcp_gym._compat import mcp as mcp_compat
@@ -34,7 +33,7 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
-@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, anyio_compat, httpx2_compat, hydra_compat, stdlib_compat,
+@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, httpx2_compat, hydra_compat, stdlib_compat,
                                     verl_compat],
                          ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:
@@ -80,9 +79,13 @@ def test_discover_timeout_is_the_sdk_global(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_page_shell_drops_later_fields_and_clamps_ttl() -> None:
-    shell = mcp_compat.page_shell({"ttlMs": -5, "nextCursor": "c"}, "tools/list", "2025-06-18")
+    shell = mcp_wire.page_shell({"ttlMs": -5, "nextCursor": "c"}, "tools/list", "2025-06-18")
     assert shell == {"nextCursor": "c"}  # ttlMs belongs to the 2026-07-28 revision
-    assert mcp_compat.page_shell({"ttlMs": -5}, "tools/list", "2026-07-28") == {"ttlMs": 0}
+    assert mcp_wire.page_shell({"ttlMs": -5}, "tools/list", "2026-07-28") == {"ttlMs": 0}
+    for method, version in (("tools/list", "2025-06-18"), ("tools/call", "2024-11-05"), ("resources/read",
+                                                                                            "2025-11-25")):
+        # the SDK's own (private) answer, read by the test only: the lane's public redo agrees
+        assert mcp_wire._later_fields(method, version) == sdk_session._later_revision_fields(method, version)
 
 
 def test_keepalive_expiry_reaches_the_pool() -> None:
@@ -92,7 +95,12 @@ def test_keepalive_expiry_reaches_the_pool() -> None:
 
 
 def test_default_http_timeouts_are_the_sdks() -> None:
-    assert mcp_compat.default_http_timeouts() == (30.0, 300.0)
+    from mcp.shared import _httpx_utils  # the SDK's (private) defaults, read by the test only
+
+    from mcp_gym.client import _http
+
+    assert (_http.DEFAULT_TIMEOUT, _http.DEFAULT_SSE_READ_TIMEOUT) == (
+        _httpx_utils.MCP_DEFAULT_TIMEOUT, _httpx_utils.MCP_DEFAULT_SSE_READ_TIMEOUT), "the SDK changed its timeouts"
 
 
 def test_c_json_encoders_write_compact_json() -> None:
@@ -113,15 +121,12 @@ def warned(fn: object, *args: object) -> list[str]:
 
 
 def test_a_moved_sdk_name_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(sdk_session, "_clamp_inbound_ttl")
-    first = warned(mcp_compat.page_shell, {"ttlMs": -1}, "tools/list", None)
-    assert len(first) == 1 and "mcp.client.session._clamp_inbound_ttl is gone from mcp " in first[0]
-    assert warned(mcp_compat.page_shell, {"ttlMs": -1}, "tools/list", None) == []  # once
     monkeypatch.delattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS")
-    assert len(warned(mcp_compat.set_discover_timeout, 3.0)) == 1
+    first = warned(mcp_compat.set_discover_timeout, 3.0)
+    assert len(first) == 1 and "mcp.client.session.DISCOVER_TIMEOUT_SECONDS is gone from mcp " in first[0]
+    assert warned(mcp_compat.set_discover_timeout, 3.0) == []  # once
     assert not hasattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS")  # not created behind the SDK's back
-    assert mcp_compat.missing() == ["mcp.client.session.DISCOVER_TIMEOUT_SECONDS",
-                                    "mcp.client.session._clamp_inbound_ttl"]
+    assert mcp_compat.missing() == ["mcp.client.session.DISCOVER_TIMEOUT_SECONDS"]
 
 
 def test_a_moved_session_name_warns_once() -> None:
@@ -163,38 +168,27 @@ def stdio_client() -> Client:
     return Client(StdioServerParameters(command=sys.executable, args=["-m", "mcp_gym.servers.counter"]))
 
 
-def test_the_stdio_lane_names_are_on_a_stdio_session() -> None:
+def test_the_stdio_lane_uses_no_private_name_of_the_sdk() -> None:
+    """The fast lane speaks JSON-RPC itself (its own ids, read loop, progress, courtesy cancel, the result checked
+    with the SDK's public types): nothing of the SDK's it needs can move, except the input-request driver, listed
+    in ``mcp_gym._compat.mcp`` (and checked by ``test_no_private_name_moved``)."""
+    assert mcp_wire.missing() == []
+    assert hasattr(Client, "_drive_input_required")
+
+
+def test_a_moved_input_request_driver_says_what_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result asking for input, on an SDK without its driver: a one-line error naming the name (nothing else)."""
+    monkeypatch.delattr(Client, "_drive_input_required")
+    assert "mcp.Client._drive_input_required" in mcp_compat.missing()
+    first = mt.InputRequiredResult(request_state="s")
+
+    async def again(r: object, s: object) -> object:
+        raise AssertionError("not sent again")
+
     async def main() -> None:
         async with stdio_client() as client:
-            assert mcp_wire.missing_on(client) == [], "the stdio fast lane's Client/session/dispatcher names moved"
-    anyio.run(main)
-
-
-def test_the_stdio_lane_steps_aside_when_a_name_moved(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A session without one of the lane's names: the call takes the SDK's way, and says so once."""
-    anyio.run(lane_steps_aside, monkeypatch)
-
-
-async def lane_steps_aside(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mcp_wire, "_usable", {})
-    async with stdio_client() as client:
-        monkeypatch.delattr(client.session._dispatcher.__class__, "_cancel_outbound")
-        with pytest.warns(CompatWarning, match="JSONRPCDispatcher._cancel_outbound"):
-            assert not mcp_wire.usable(client)
-        assert mcp_wire.missing_on(client) == ["JSONRPCDispatcher._cancel_outbound"]
-        tools = {t.name for t in (await client.list_tools()).tools}
-        name = sorted(tools - {"submit"})[0]
-        result = await mcp_wire.call_tool(client, name, {}, wire=mcp_wire.Wire(), read_timeout_seconds=5,
-                                          progress_callback=None, meta=None)
-        assert isinstance(result, mt.CallToolResult)  # answered the SDK's way (an error result is fine too)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            assert not mcp_wire.usable(client)  # said once
-
-
-def test_anyio_stdin_writer_is_asyncios_stream_writer() -> None:
-    async def main() -> None:
-        async with await anyio.open_process(["cat"]) as process:
-            assert isinstance(anyio_compat.stdin_writer(process.stdin), __import__("asyncio").StreamWriter)
-            assert anyio_compat.stdin_writer(object()) is None
+            with pytest.raises(RuntimeError, match=r"has no Client\._drive_input_required"):
+                await mcp_compat.drive_input_required(client, first, again)
+            plain = mt.CallToolResult(content=[])
+            assert await mcp_compat.drive_input_required(client, plain, again) is plain
     anyio.run(main)

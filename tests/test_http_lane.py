@@ -310,24 +310,17 @@ def test_a_hostile_sse_retry_field_is_ignored(resumable_url: Any, retry: bytes, 
         env.close()
 
 
-def test_the_lane_steps_aside_when_an_sdk_name_it_uses_moved(counter_url: str,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the SDK's read-stream internals the lane cannot hand messages to the session: it is not used (said
-    once with a CompatWarning) and every request takes the SDK's path, with the same answers."""
-    import mcp_gym._compat as compat
-    from mcp_gym._compat import CompatWarning
-    from mcp_gym._compat import mcp as mcp_compat
-
-    real = mcp_compat.read_stream_inner
-    monkeypatch.setattr(compat, "_warned", set())
-    monkeypatch.setattr(mcp_compat, "read_stream_inner", lambda read: real(object()))  # as if `_inner` were gone
-    with pytest.warns(CompatWarning, match="ContextReceiveStream._inner"):
-        env = MCPEnv({"c": Http(counter_url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
+def test_the_session_reads_the_transport_and_the_lane_through_public_streams(counter_url: str) -> None:
+    """The session's read stream is mcp-gym's own (a public anyio memory stream fed by the SDK transport's messages
+    and the lane's hand-over): the SDK's requests and the lane's calls both work on it, and closing ends it."""
+    env = MCPEnv({"c": Http(counter_url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
     try:
         env.reset(seed=0)
-        made = counting(monkeypatch)
-        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "aside"}})
-        assert info["error"] is None and obs["result"] == "aside", info["error"]
-        assert made["httpx2"] >= 1 and env.host.connections["c"].http_wire.calls == 0
+        conn = env.host.connections["c"]
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "mine"}})
+        assert info["error"] is None and obs["result"] == "mine", info["error"]
+        assert conn.http_wire is not None and conn.http_wire.calls >= 1  # on the lane
+        assert env.reset(seed=1)[1]["servers"]["c"]["status"] == "ready"  # the SDK's own traffic goes on
     finally:
         env.close()
+    assert env.host.connections["c"].status == "closed"

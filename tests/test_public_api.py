@@ -157,3 +157,22 @@ def test_every_error_mcp_gym_raises_on_purpose_is_an_mcpgymerror(tmp_path: Path)
     with pytest.raises(mcp_gym.MCPGymError) as caught:  # a real refusal, caught by the root
         mcp_gym.tasks.load_task_source(bad)
     assert "t1" in str(caught.value) and caught.value.error["message"] == str(caught.value)
+
+
+SERVER_SIDE_ERRORS = {"mcp_gym.servers.sql.FunctionRefused"}
+"""Error classes that never leave a server process: the SQL server's refusal inside an SQLite function (its client
+sees the tool's error result)."""
+
+
+def test_every_public_error_class_of_the_package_derives_from_the_root() -> None:
+    """Every exception class the package defines under a public name (warnings aside) is an ``MCPGymError``, so
+    ``except mcp_gym.MCPGymError`` catches what a user can meet; private ones (``_Answer``, ``StepAside``) are caught
+    inside the module that raises them."""
+    outside = []
+    for module in public_modules():  # private modules' classes (``_compat``'s ``StepAside``) are internal too
+        for name, value in vars(importlib.import_module(module)).items():
+            if (inspect.isclass(value) and issubclass(value, BaseException) and not issubclass(value, Warning)
+                    and value.__module__ == module and not name.startswith("_")
+                    and f"{module}.{name}" not in SERVER_SIDE_ERRORS and not issubclass(value, mcp_gym.MCPGymError)):
+                outside.append(f"{module}.{name}")
+    assert not outside, f"public error classes outside MCPGymError: {outside}"

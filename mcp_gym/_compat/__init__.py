@@ -6,10 +6,9 @@ why and what it costs without them). Only these modules touch them (``tests/test
 name costs only what its function documents (speed, one check) and says so once, with a :class:`CompatWarning`.
 
 * :mod:`mcp_gym._compat.mcp`: the MCP SDK (``mcp``);
-* :mod:`mcp_gym._compat.mcp_wire`: the stdio fast lane for ``tools/call``, which redoes around the pipe what the
-  SDK's ``ClientSession.call_tool`` does, with the SDK's own private pieces (its id allocation, stamping,
-  validation);
-* :mod:`mcp_gym._compat.anyio`: the asyncio writer under anyio's subprocess stdin;
+* :mod:`mcp_gym._compat.mcp_wire`: the fast lane for ``tools/call`` and ``resources/read`` (stdio, Streamable
+  HTTP), which speaks JSON-RPC itself and uses the SDK's public API only (it lives here for its tests' imports; it
+  reaches no private name);
 * :mod:`mcp_gym._compat.verl`: verl's in-process table of agent loops (the optional ``[verl]`` extra);
 * :mod:`mcp_gym._compat.httpx2`: httpx2's transport and its httpcore2 connection pool;
 * :mod:`mcp_gym._compat.hydra`: Hydra's run entry point (``hydra-core``);

@@ -2,19 +2,17 @@
 
 * ``mcp.client.session.DISCOVER_TIMEOUT_SECONDS``: the ``server/discover`` probe's timeout is a module global the SDK
   reads when it sends the probe; there is no per-client setting (:func:`set_discover_timeout` writes it).
-* ``mcp.client.session._later_revision_fields`` and ``_clamp_inbound_ttl``: what the SDK does to a result's top-level
-  fields before validating it, redone on the raw ``tools/list`` pages mcp-gym checks tool by tool
-  (:func:`page_shell`).
 * ``ClientSession._dispatcher`` and ``._stamp``: a request sent without the SDK's whole-result validation
   (:func:`raw_sender`), so one bad tool definition costs only that tool.
 * ``ClientSession._absorb_tool_listing``: hand the checked tools to the session as its own ``list_tools`` does.
 * ``ClientSession._tool_output_validators`` and ``._tool_output_schemas``: seed the session's per-tool output-schema
   validators with those compiled while checking the listing (:func:`seed_output_validators`).
-* ``mcp.shared._httpx_utils.MCP_DEFAULT_TIMEOUT`` and ``MCP_DEFAULT_SSE_READ_TIMEOUT``: the SDK's HTTP timeouts.
+* ``Client._drive_input_required``: a ``tools/call`` or ``resources/read`` the fast lane sent whose result asks for
+  input (2026-07-28) is finished by the SDK's own driver (its callbacks answer, the request is sent again), as
+  ``Client.call_tool`` finishes it (:func:`drive_input_required`).
+* ``ClientSession._stamp`` is also the Streamable HTTP fast lane's stamp of its requests (:func:`stamp`): the era's
+  ``_meta`` and the per-message headers (``Mcp-Method``, ``Mcp-Name``, a tool's ``x-mcp-header`` parameters).
 * ``MCPServer._lowlevel_server``: its request handler table, to acknowledge legacy ``resources/subscribe``.
-* ``ContextReceiveStream._inner``: the memory stream under a transport's read stream, whose items are
-  ``(context, message)`` pairs (:func:`read_stream_inner`): the HTTP fast lane hands the SDK's session the messages of
-  an answer's stream that are not the answer.
 """
 
 from __future__ import annotations
@@ -27,13 +25,9 @@ import mcp.types as mt
 
 from mcp_gym._compat import moved
 
-try:
-    import mcp.shared._httpx_utils as _httpx_utils
-except ImportError:  # reported by missing() and, when used, by default_http_timeouts()
-    _httpx_utils = None  # type: ignore[assignment]  # the module is optional here: its absence is handled
-
-__all__ = ["set_discover_timeout", "page_shell", "raw_sender", "absorb_tool_listing", "seed_output_validators",
-           "default_http_timeouts", "lowlevel_server", "read_stream_inner", "missing", "missing_on_session"]
+__all__ = ["drive_input_required", "stamp", "set_discover_timeout", "raw_sender", "absorb_tool_listing",
+           "seed_output_validators", "lowlevel_server", "missing",
+           "missing_on_session"]
 
 _DIST = "mcp"
 _SESSION_ATTRIBUTES = ("_dispatcher", "_stamp", "_absorb_tool_listing", "_tool_output_validators",
@@ -44,31 +38,44 @@ def missing() -> list[str]:
     """The SDK's module-level names used here that the installed SDK lacks (``[]`` when all are there)."""
     from mcp.server.mcpserver import MCPServer
 
-    wanted = [(_session, "mcp.client.session", ("DISCOVER_TIMEOUT_SECONDS", "_later_revision_fields",
-                                                "_clamp_inbound_ttl")),
-              (_httpx_utils, "mcp.shared._httpx_utils", ("MCP_DEFAULT_TIMEOUT", "MCP_DEFAULT_SSE_READ_TIMEOUT"))]
+    wanted = [(_session, "mcp.client.session", ("DISCOVER_TIMEOUT_SECONDS",))]
     out = [f"{where}.{name}" for module, where, names in wanted for name in names if not hasattr(module, name)]
+    from mcp import Client
+
+    if not hasattr(Client, "_drive_input_required"):
+        out.append("mcp.Client._drive_input_required")
     if not hasattr(MCPServer("probe"), "_lowlevel_server"):
         out.append("mcp.server.mcpserver.MCPServer()._lowlevel_server")
-    from mcp.shared._context_streams import ContextReceiveStream
-
-    if "_inner" not in getattr(ContextReceiveStream, "__slots__", ()):
-        out.append("mcp.shared._context_streams.ContextReceiveStream._inner")
     return out
-
-
-def read_stream_inner(read: Any) -> Any:
-    """The memory stream under the SDK transport's read stream ``read`` (its items: ``(contextvars.Context,
-    message)``), or ``None`` (said once with a :class:`~mcp_gym._compat.CompatWarning`)."""
-    inner = getattr(read, "_inner", None)
-    if inner is None:
-        moved(_DIST, "mcp.shared._context_streams.ContextReceiveStream._inner", "the HTTP fast lane is not used")
-    return inner
 
 
 def missing_on_session(session: Any) -> list[str]:
     """The private attributes used here that a connected SDK ``ClientSession`` lacks."""
     return [f"ClientSession.{name}" for name in _SESSION_ATTRIBUTES if not hasattr(session, name)]
+
+
+async def drive_input_required(client: Any, first: Any, again: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+    """Finish ``first`` (a result, maybe an ``InputRequiredResult``) as ``Client.call_tool`` does: the client's
+    callbacks answer each input request and ``again(responses, request_state)`` sends the request anew, until a
+    result asks for nothing. Raises ``RuntimeError`` naming the name when the SDK moved it."""
+    if not isinstance(first, mt.InputRequiredResult):
+        return first
+    drive = getattr(client, "_drive_input_required", None)
+    if drive is None:
+        raise RuntimeError("mcp-gym cannot answer a server's input request on this mcp SDK: it has no "
+                           "Client._drive_input_required (mcp_gym/_compat/mcp.py needs an update)")
+    return await drive(first, again)
+
+
+def stamp(session: Any, data: dict[str, Any], opts: dict[str, Any]) -> bool:
+    """Stamp a request (``{"method", "params"}``) as ``session`` stamps its own; ``False`` (warned once) when the
+    SDK moved its stamp (the caller then sends the request the SDK's way)."""
+    fn = getattr(session, "_stamp", None)
+    if fn is None:
+        moved(_DIST, "ClientSession._stamp", "Streamable HTTP calls take the SDK's own path (more client CPU)")
+        return False
+    fn(data, opts)
+    return True
 
 
 def set_discover_timeout(seconds: float) -> None:
@@ -79,25 +86,6 @@ def set_discover_timeout(seconds: float) -> None:
               "server/discover probes wait the SDK's own time, not the spec's discover_timeout")
         return
     _session.DISCOVER_TIMEOUT_SECONDS = seconds
-
-
-def page_shell(shell: Mapping[str, Any], method: str, version: str | None) -> dict[str, Any]:
-    """A raw result's top-level fields (``tools`` excluded) as the SDK sees them before validating: fields of later
-    protocol revisions than ``version`` dropped, a negative ``ttlMs`` clamped to 0."""
-    out = dict(shell)
-    later = getattr(_session, "_later_revision_fields", None)
-    if later is None:
-        moved(_DIST, "mcp.client.session._later_revision_fields",
-              "fields of later protocol revisions are checked against them too")
-    elif version is not None:
-        foreign = later(method, version)
-        out = {k: v for k, v in out.items() if k not in foreign}
-    clamp = getattr(_session, "_clamp_inbound_ttl", None)
-    if clamp is None:
-        moved(_DIST, "mcp.client.session._clamp_inbound_ttl", "a negative ttlMs makes the listing invalid")
-    else:
-        clamp(out)
-    return out
 
 
 def raw_sender(session: Any) -> Callable[[str, dict[str, Any]], Awaitable[Any]] | None:
@@ -150,15 +138,6 @@ def seed_output_validators(session: Any, tools: Iterable[mt.Tool], compiled: Map
         validator = compiled.get(tool.name)
         if validator is not None and tool.name not in cache and schemas.get(tool.name) is tool.output_schema:
             cache[tool.name] = validator
-
-
-def default_http_timeouts() -> tuple[float, float]:
-    """The SDK's HTTP timeouts: (any operation, reading an SSE stream), in seconds."""
-    try:
-        return float(_httpx_utils.MCP_DEFAULT_TIMEOUT), float(_httpx_utils.MCP_DEFAULT_SSE_READ_TIMEOUT)
-    except AttributeError:
-        moved(_DIST, "mcp.shared._httpx_utils.MCP_DEFAULT_TIMEOUT", "the SDK 2.3's timeouts, 30 s and 300 s, apply")
-        return 30.0, 300.0
 
 
 def lowlevel_server(server: Any) -> Any | None:

@@ -28,7 +28,10 @@ stays on the SDK.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import itertools
+import logging
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, get_args
@@ -37,69 +40,38 @@ import anyio
 import mcp.types as mt
 import orjson
 from mcp import MCPError
-from mcp.client import session as _session
-from mcp.shared import jsonrpc_dispatcher as _jd
 from mcp.shared.jsonrpc_dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
-from mcp_types import methods as _methods
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.methods import SERVER_RESULTS
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
-from mcp_gym._compat import moved
+from mcp_gym._compat import mcp as mcp_compat
 
-try:
-    from mcp.shared._otel import inject_trace_context
-except ImportError:  # reported by missing(); the lane is then not used (usable())
-    inject_trace_context = None  # type: ignore[assignment]  # checked by usable() before any call
 try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too): see _inject()
     from opentelemetry import context as _otel_context
     from opentelemetry import propagate as _otel_propagate
-    from opentelemetry.baggage.propagation import W3CBaggagePropagator
     from opentelemetry.propagators.composite import CompositePropagator
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError:  # then every request takes inject_trace_context
-    _otel_context = None  # type: ignore[assignment]  # _inject() then always takes the SDK's inject
+except ImportError:  # pragma: no cover - then no trace context is carried (the SDK needs it: never here)
+    _otel_context = None  # type: ignore[assignment]  # _inject() then does nothing
 
-__all__ = ["Wire", "Lane", "StepAside", "request_key", "call_tool", "read_resource", "usable", "missing", "missing_on"]
+__all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "usable", "missing",
+           "page_shell"]
 
-# The SDK's private names the lane uses (mcp 2.3): where it lives, what. missing() / missing_on() list the gone ones,
-# tests/test_compat.py fails naming them, and usable() then sends every call the SDK's own way (said once).
-_MODULE_NAMES = ((_jd, "mcp.shared.jsonrpc_dispatcher", ("_Pending", "_ABANDON_WRITE_TIMEOUT")),
-                 (_methods, "mcp_types.methods", ("_check_known_version", "_adapter", "SERVER_RESULTS")),
-                 (_session, "mcp.client.session", ("_clamp_inbound_ttl", "_later_revision_fields",
-                                                   "_ReadResourceResultAdapter")))
-_CLIENT_NAMES = ("_drive_input_required", "_folded_extensions")
-_SESSION_NAMES = ("_dispatcher", "_stamp", "_session_read_timeout_seconds", "_negotiated_version",
-                  "_call_tool_adapter")
-_DISPATCHER_NAMES = ("_closed", "_allocate_id", "_pending", "_final_write", "_cancel_outbound")
-_usable: dict[tuple[type, type], bool] = {}
+logger = logging.getLogger(__name__)
 
 
 def missing() -> list[str]:
-    """The SDK's module-level names the lane uses that the installed SDK lacks (``[]`` when all are there)."""
-    out = [f"{where}.{name}" for module, where, names in _MODULE_NAMES for name in names if not hasattr(module, name)]
-    return out + ([] if inject_trace_context is not None else ["mcp.shared._otel.inject_trace_context"])
-
-
-def missing_on(client: Any) -> list[str]:
-    """The private attributes the lane uses that a connected SDK ``Client``, its session or dispatcher lack."""
-    session = getattr(client, "session", None)
-    out = [f"Client.{n}" for n in _CLIENT_NAMES if not hasattr(client, n)]
-    out += [f"ClientSession.{n}" for n in _SESSION_NAMES if not hasattr(session, n)]
-    disp = getattr(session, "_dispatcher", None)
-    return out + [f"JSONRPCDispatcher.{n}" for n in _DISPATCHER_NAMES if not hasattr(disp, n)]
+    """The private names the lane uses: none (it speaks JSON-RPC itself and uses the SDK's public API); an input
+    request is finished by :func:`mcp_gym._compat.mcp.drive_input_required`, listed there."""
+    return []
 
 
 def usable(client: Any) -> bool:
-    """Whether the lane can serve ``client`` (checked once per client and session class); when not, each name gone
-    is said once with a :class:`~mcp_gym._compat.CompatWarning` and calls take ``Client.call_tool``."""
-    key = (type(client), type(getattr(client, "session", None)))
-    ok = _usable.get(key)
-    if ok is None:
-        gone = missing() + missing_on(client)
-        for name in gone:
-            moved("mcp", name, "tools/call and resources/read take the SDK's own path (more client CPU per call)")
-        ok = _usable[key] = not gone
-    return ok
+    """Whether the lane can serve ``client``: not when it has client extensions (a result they claim is theirs to
+    finish), nor before the handshake."""
+    return not getattr(client, "extensions", None) and getattr(client.session, "protocol_version", None) is not None
 
 _NESTING = 128
 """Lines with more brackets than this take the usual path (the SDK's parser refuses nesting past its limit; orjson's
@@ -113,17 +85,34 @@ class StepAside(Exception):
     ran on the server (e.g. a redirect): the call is made again on the SDK's own path."""
 
 
+LANE_IDS_FROM = 1 << 30
+"""The first request id of a lane: its ids never meet the SDK session's (which count up from 1) on one connection,
+and stay below 2**31 for servers that read ids as 32-bit integers."""
+ABANDON_WRITE_TIMEOUT = 2.0
+"""Seconds the courtesy ``notifications/cancelled`` of a request the caller stopped waiting for may take to send."""
+STAMP_KEYS = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY)
+"""The ``_meta`` keys the SDK stamps on each request of a 2026-07-28 session (constant over the session)."""
+
+
 class Lane(Protocol):
-    """What :func:`call_tool` / :func:`read_resource` need of a wire: stdio's :class:`Wire` or HTTP's ``HttpWire``."""
+    """What :func:`call_tool` / :func:`read_resource` need of a wire: stdio's :class:`Wire` or HTTP's ``HttpWire``
+    (both :class:`LaneIds`)."""
 
     sent: set[int]
-    """The ids of requests written and not yet answered (a cancelled one gets the SDK's courtesy cancel)."""
+    """The ids of requests written and not yet answered (a cancelled one gets the courtesy cancel)."""
+    progress: dict[int, Callable[[float, float | None, str | None], Awaitable[None]]]
+    """The progress callbacks of the lane's requests in flight, by progress token (the request's id)."""
 
     def open(self) -> bool:
         """Whether requests can be sent (the connection is up)."""
 
-    def pending(self, on_progress: Any) -> Any:
-        """A dispatcher ``_Pending`` entry that only routes progress notifications to ``on_progress``."""
+    def next_id(self) -> int:
+        """A request id of this lane's own (never one of the SDK session's)."""
+
+    def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
+        """Stamp a request (``{"method", "params"}``) as the SDK's session stamps its own: the protocol era's
+        ``_meta`` (into ``data``) and per-message headers (into ``opts["headers"]``). Raises :class:`StepAside` when
+        it cannot (nothing was sent)."""
 
     async def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
                        method: str) -> dict[str, Any]:
@@ -132,26 +121,41 @@ class Lane(Protocol):
         passed after it was sent, ``MCPError`` for a transport failure, :class:`StepAside` when nothing was sent."""
 
 
-def _closed_streams() -> tuple[Any, Any]:
-    send, receive = anyio.create_memory_object_stream[Any](0)
-    send.close()
-    receive.close()
-    return send, receive
+async def _progress_call(fn: Callable[[float, float | None, str | None], Awaitable[None]], progress: float,
+                         total: float | None, message: str | None) -> None:
+    """A progress callback, its failure logged (as the SDK's dispatcher does: it never ends the connection)."""
+    try:
+        await fn(progress, total, message)
+    except Exception:
+        logger.exception("progress callback raised")
 
 
-class ProgressOnly:
-    """Makes the dispatcher ``_Pending`` entries of lane requests: progress routed, the answer taken by the lane."""
-
-    __slots__ = ("_dummy",)
+class LaneIds:
+    """What every lane keeps: its own request ids and the progress callbacks of its requests in flight."""
 
     def __init__(self) -> None:
-        self._dummy: tuple[Any, Any] | None = None
+        self._ids = itertools.count(LANE_IDS_FROM)
+        self.progress: dict[int, Callable[[float, float | None, str | None], Awaitable[None]]] = {}
 
-    def pending(self, on_progress: Any) -> Any:
-        """A dispatcher ``_Pending`` entry that only routes progress (its answer comes through the lane)."""
-        if self._dummy is None:
-            self._dummy = _closed_streams()
-        return _jd._Pending(send=self._dummy[0], receive=self._dummy[1], on_progress=on_progress)
+    def next_id(self) -> int:
+        """A request id of this lane's own."""
+        return next(self._ids)
+
+    def progress_of(self, method: str, params: Any) -> Any:
+        """For a ``notifications/progress`` naming one of the lane's requests in flight: the call of its callback
+        (a coroutine to run), else ``None``. Checked as the SDK's dispatcher checks it (numbers, not booleans)."""
+        if method != "notifications/progress" or not self.progress or type(params) is not dict:
+            return None
+        token, progress = params.get("progressToken"), params.get("progress")
+        if isinstance(token, bool) or isinstance(progress, bool) or not isinstance(progress, (int, float)):
+            return None
+        key = request_key(token) if isinstance(token, (int, str)) else None
+        fn = self.progress.get(key) if key is not None else None
+        if fn is None:
+            return None
+        total, message = params.get("total"), params.get("message")
+        return _progress_call(fn, float(progress), float(total) if isinstance(total, (int, float)) and
+                              not isinstance(total, bool) else None, message if isinstance(message, str) else None)
 
 
 def request_key(rid: Any) -> int | None:
@@ -178,10 +182,11 @@ def answer_of(obj: Any, waiting: Mapping[int, Any]) -> int | None:
     return rid if ok else None
 
 
-class Wire(ProgressOnly):
+class Wire(LaneIds):
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
-    __slots__ = ("waiting", "send", "loop", "closed", "delivered", "sent", "_seen", "_due", "_watch")
+    __slots__ = ("waiting", "send", "loop", "closed", "delivered", "sent", "spawn", "stamped", "_seen", "_due",
+                 "_watch")
 
     def __init__(self) -> None:
         super().__init__()
@@ -198,11 +203,45 @@ class Wire(ProgressOnly):
         self.delivered = 0
         """Messages the transport passed to the SDK (the transport counts them)."""
         self.sent: set[int] = set()
+        self.spawn: Callable[..., Any] | None = None
+        """Starts a task beside the reader (a progress callback; set by the transport)."""
+        self.stamped: dict[str, Any] | None = None
+        """The era ``_meta`` of the SDK session's last request (:meth:`observe`); ``None`` before one."""
         self._seen = 0
 
     def open(self) -> bool:
         """Whether the process runs and its pipe is open."""
         return not self.closed and self.send is not None
+
+    def observe(self, message: Any) -> None:
+        """Note the stamp of a request the SDK's session writes (its ``_meta`` keys of :data:`STAMP_KEYS`)."""
+        if isinstance(message, mt.JSONRPCRequest) and message.method not in ("initialize", "server/discover"):
+            meta = (message.params or {}).get("_meta")
+            if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
+                self.stamped = {k: meta[k] for k in STAMP_KEYS if k in meta}
+
+    def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
+        """Over stdio a handshake-era request carries no stamp (the SDK's only adds HTTP headers); a 2026-07-28 one
+        carries the ``_meta`` the SDK's session stamped on its last request (constant over the session), and before
+        the session sent one the call takes the SDK's way (:class:`StepAside`)."""
+        if client.session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return
+        stamped = self.stamped
+        if stamped is None:
+            raise StepAside("no request of the SDK's session to take the stamp from yet")
+        meta = data["params"].setdefault("_meta", {})
+        for key, value in stamped.items():
+            if key == LOG_LEVEL_META_KEY:
+                meta.setdefault(key, value)  # the caller's own level wins, as with the SDK's stamp
+            else:
+                meta[key] = value
+
+    def route(self, message: Any) -> None:
+        """A notification passing to the SDK's session: a progress one of a lane request runs its callback."""
+        if self.progress and isinstance(message, mt.JSONRPCNotification):
+            call = self.progress_of(message.method, message.params)
+            if call is not None and self.spawn is not None:
+                self.spawn(lambda: call)
 
     def quiet(self, take: bool = True) -> bool:
         """True when the transport passed nothing to the SDK since the last ask: only fast-lane answers came, so no
@@ -299,10 +338,57 @@ class Wire(ProgressOnly):
 
 @functools.cache
 def _surface(method: str, version: str) -> Any:
-    """The adapter checking a ``method`` result against protocol ``version``'s schema (``None``: none)."""
-    _methods._check_known_version(version)
-    row = _methods.SERVER_RESULTS.get((method, version))
-    return None if row is None else _methods._adapter(row)
+    """The adapter checking a ``method`` result against protocol ``version``'s schema (``None``: none), as
+    ``mcp_types.methods.validate_server_result`` checks it."""
+    if version not in KNOWN_PROTOCOL_VERSIONS:
+        raise ValueError(f"unknown protocol version {version!r}")
+    row = SERVER_RESULTS.get((method, version))
+    return None if row is None else TypeAdapter(row)  # type: ignore[arg-type]  # a model or a union of models
+
+
+def _wire_fields(row: Any) -> frozenset[str]:
+    """The top-level keys a result type declares (its members', for a union)."""
+    members = get_args(row) if isinstance(row, types.UnionType) else (row,)
+    return frozenset(f.alias or n for m in members for n, f in getattr(m, "model_fields", {}).items())
+
+
+@functools.cache
+def _later_fields(method: str, version: str) -> frozenset[str]:
+    """Result keys a revision newer than ``version`` declares for ``method`` and ``version`` does not: outside the
+    negotiated contract, dropped before the version-free model reads the result (as the SDK's session does)."""
+    current = SERVER_RESULTS.get((method, version))
+    if current is None or version not in KNOWN_PROTOCOL_VERSIONS:
+        return frozenset()
+    later: set[str] = set()
+    for revision in KNOWN_PROTOCOL_VERSIONS[KNOWN_PROTOCOL_VERSIONS.index(version) + 1:]:
+        row = SERVER_RESULTS.get((method, revision))
+        if row is not None:
+            later |= _wire_fields(row)
+    return frozenset(later) - _wire_fields(current)
+
+
+def _clamp_ttl(raw: dict[str, Any]) -> None:
+    """A negative ``ttlMs`` read as 0 (2026-07-28 caching: a client SHOULD), as the SDK's session does."""
+    ttl = raw.get("ttlMs")
+    if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and ttl < 0:
+        raw["ttlMs"] = 0
+
+
+def page_shell(shell: Mapping[str, Any], method: str, version: str | None) -> dict[str, Any]:
+    """A raw result's top-level fields (``tools`` excluded) as the SDK sees them before validating: fields of later
+    protocol revisions than ``version`` dropped, a negative ``ttlMs`` clamped to 0."""
+    out = dict(shell)
+    if version is not None:
+        foreign = _later_fields(method, version)
+        out = {k: v for k, v in out.items() if k not in foreign}
+    _clamp_ttl(out)
+    return out
+
+
+CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(mt.CallToolResult | mt.InputRequiredResult)
+"""What a ``tools/call`` answers (a session without client extensions claims no other shape)."""
+READ_RESOURCE_RESULT: TypeAdapter[Any] = TypeAdapter(mt.ReadResourceResult | mt.InputRequiredResult)
+"""What a ``resources/read`` answers."""
 
 
 # -- the negotiated version's schema, checked without pydantic for results of the plainest shape -------------------
@@ -368,7 +454,7 @@ def _quick_surface(method: str, version: str) -> Callable[[dict[str, Any]], bool
     (then pydantic's check of them is not repeated): every key a field of a plain type (a string, an optional bool or
     object, an optional model open to any object, any JSON value, or text blocks only), every required field there.
     ``None``: no such check (the schema has validators, or a required field of another type)."""
-    row = _methods.SERVER_RESULTS.get((method, version))
+    row = SERVER_RESULTS.get((method, version))
     members = get_args(row) if isinstance(row, types.UnionType) else (row,)
     fields = _plain_fields(members[0]) if members else None  # a union passes where its first member does
     if fields is None:
@@ -399,17 +485,22 @@ def _quick_surface(method: str, version: str) -> Callable[[dict[str, Any]], bool
 
 
 _textmap: list[Any] = [None, False]  # the global propagator last looked at, and whether it is the default one
+_DEFAULT_FIELDS = frozenset(("traceparent", "tracestate", "baggage"))
+
+
+def inject_trace_context(meta: dict[str, Any]) -> None:
+    """W3C trace context (and baggage) into a request's ``_meta``, as the SDK's requests carry it."""
+    if _otel_context is not None:
+        _otel_propagate.inject(meta)
 
 
 def _inject(meta: dict[str, Any]) -> None:
-    """The SDK's ``inject_trace_context(meta)``, skipped where it writes nothing: OpenTelemetry's default propagators
-    (W3C trace context and baggage) with an empty current context (no span, no baggage)."""
+    """:func:`inject_trace_context`, skipped where it writes nothing: OpenTelemetry's default propagators (W3C trace
+    context and baggage: a composite writing only their fields) with an empty current context."""
     if _otel_context is not None and not _otel_context.get_current():
         textmap = _otel_propagate.get_global_textmap()
         if textmap is not _textmap[0]:
-            parts = getattr(textmap, "_propagators", None) if type(textmap) is CompositePropagator else None
-            _textmap[:] = [textmap, parts is not None and all(
-                type(p) in (TraceContextTextMapPropagator, W3CBaggagePropagator) for p in parts)]
+            _textmap[:] = [textmap, type(textmap) is CompositePropagator and set(textmap.fields) <= _DEFAULT_FIELDS]
         if _textmap[1]:
             return
     inject_trace_context(meta)
@@ -422,22 +513,19 @@ def _expire(fut: asyncio.Future[Any]) -> None:
 
 async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any], timeout: float | None,
                      progress: Any) -> dict[str, Any]:
-    """Send one request on the lane and return its raw result (what the dispatcher's ``send_raw_request`` returns):
-    the id from the session's dispatcher, the session's stamp (era ``_meta`` and per-message headers), the SDK's
-    courtesy cancel when the caller stops waiting."""
-    session = client.session
-    disp = session._dispatcher
-    if disp._closed or not wire.open():
+    """Send one request on the lane and return its raw result (what the SDK's ``send_raw_request`` returns): an id
+    of the lane's own, stamped as the SDK's session stamps its requests, its progress routed by the lane, and the
+    courtesy ``notifications/cancelled`` (sent through the session's public ``send_notification``) when the caller
+    stops waiting."""
+    if not wire.open():
         raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
     data: dict[str, Any] = {"method": method, "params": params}
     opts: dict[str, Any] = {}
-    session._stamp(data, opts)
+    wire.stamp(client, data, opts)
     params = data["params"]
     if timeout is None:
-        timeout = session._session_read_timeout_seconds
-    rid = disp._allocate_id()
-    while rid in disp._pending or rid in wire.sent:
-        rid = disp._allocate_id()
+        timeout = client.read_timeout_seconds
+    rid = wire.next_id()
     out_meta = dict(params.get("_meta") or {})
     if progress is not None:
         out_meta["progressToken"] = rid
@@ -448,24 +536,20 @@ async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any
         params.pop("_meta", None)
     body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
     if progress is not None:
-        disp._pending[rid] = wire.pending(progress)
+        wire.progress[rid] = progress
     try:
         try:
             answer = await wire.exchange(rid, body, opts.get("headers") or {}, timeout, method)
         except TimeoutError:
-            await disp._final_write(
-                lambda: disp._cancel_outbound(rid, f"timed out after {timeout}s", None), shield=False,
-                timeout=_jd._ABANDON_WRITE_TIMEOUT, describe=f"courtesy cancel for timed-out request {rid!r}")
+            await _courtesy_cancel(client, rid, f"timed out after {timeout}s", shield=False)
             raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
     except anyio.get_cancelled_exc_class():
         if rid in wire.sent:
-            await disp._final_write(
-                lambda: disp._cancel_outbound(rid, "caller cancelled", None), shield=True,
-                timeout=_jd._ABANDON_WRITE_TIMEOUT, describe=f"courtesy cancel for caller-cancelled request {rid!r}")
+            await _courtesy_cancel(client, rid, "caller cancelled", shield=True)
         raise
     finally:
         if progress is not None:
-            disp._pending.pop(rid, None)
+            wire.progress.pop(rid, None)
     error = answer.get("error")
     if error is not None:
         err = mt.ErrorData.model_validate(error)
@@ -473,31 +557,50 @@ async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any
     return answer["result"]
 
 
+async def _courtesy_cancel(client: Any, rid: int, reason: str, *, shield: bool) -> None:
+    """``notifications/cancelled`` for request ``rid``, through the session (which stamps it, and on a 2026-07-28
+    Streamable HTTP session swallows it: there closing the request's POST is the signal). Bounded: a wedged write
+    gives up with a warning, as the SDK's does."""
+    note = mt.CancelledNotification(params=mt.CancelledNotificationParams(request_id=rid, reason=reason))
+    with anyio.move_on_after(ABANDON_WRITE_TIMEOUT, shield=shield) as scope:
+        with contextlib.suppress(Exception):  # the session is gone: nothing to tell
+            await client.session.send_notification(note)
+    if scope.cancelled_caught:
+        logger.warning("courtesy cancel for request %r gave up: transport write blocked", rid)
+
+
 _ASKING_KEYS = frozenset(("inputRequests", "requestState", "input_requests", "request_state"))
 """The keys an ``InputRequiredResult`` needs one of (by alias or by name)."""
 
 
-@functools.cache
+def _arms() -> dict[int, Any]:
+    """The validator of ``X`` alone for each of the lane's ``X | InputRequiredResult`` adapters, by the adapter's id
+    (while ``InputRequiredResult`` has the fields :data:`_ASKING_KEYS` name: else none, and the union decides)."""
+    if set(mt.InputRequiredResult.model_fields) != {"meta", "result_type", "input_requests", "request_state"}:
+        return {}  # pragma: no cover - a later SDK's InputRequiredResult: the union checks every result
+    # (its validator: TypeAdapter.validate_python adds ~0.4 µs)
+    return {id(CALL_TOOL_RESULT): TypeAdapter(mt.CallToolResult).validator,
+            id(READ_RESOURCE_RESULT): TypeAdapter(mt.ReadResourceResult).validator}
+
+
+_ARMS = _arms()
+
+
 def _not_asking(adapter: Any) -> Any:
-    """For an SDK adapter of ``X | InputRequiredResult``: ``X``'s own validator (a result with none of
+    """For one of the lane's adapters of ``X | InputRequiredResult``: ``X``'s own validator (a result with none of
     :data:`_ASKING_KEYS` can only be an ``X``), else ``None``."""
-    arms = get_args(getattr(adapter, "_type", None))
-    if len(arms) == 2 and arms[1] is mt.InputRequiredResult and isinstance(arms[0], type) and \
-            issubclass(arms[0], mt.Result) and set(mt.InputRequiredResult.model_fields) == {
-                "meta", "result_type", "input_requests", "request_state"}:
-        return TypeAdapter(arms[0]).validator  # (its validator: TypeAdapter.validate_python adds ~0.4 µs)
-    return None
+    return _ARMS.get(id(adapter))
 
 
 def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
     """What the SDK's ``send_request`` does with a raw result: TTL clamp, the negotiated version's schema (without its
     dump of the result), a later revision's fields dropped, then ``adapter``."""
-    _session._clamp_inbound_ttl(raw)
-    version = session._negotiated_version or "2025-11-25"
+    _clamp_ttl(raw)
+    version = session.protocol_version or "2025-11-25"
     surface = _surface(method, version)
     if surface is not None and not ((quick := _quick_surface(method, version)) is not None and quick(raw)):
         surface.validate_python(raw, by_name=False)
-    if not (foreign := _session._later_revision_fields(method, version)).isdisjoint(raw):
+    if not (foreign := _later_fields(method, version)).isdisjoint(raw):
         raw = {key: value for key, value in raw.items() if key not in foreign}
     # The SDK's adapters are `X | InputRequiredResult`: pydantic tries both arms, and the second one's validator
     # raises for every result that asks for nothing (this whole function, timed in a stdio step: 20 -> 16.5 µs). A
@@ -514,7 +617,7 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
 
 async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str, Any] | None, timeout: float | None,
                         progress: Any, meta: Mapping[str, Any] | None) -> Any:
-    """What ``ClientSession.call_tool(..., allow_input_required=True, allow_claimed=True)`` does, on the lane."""
+    """What ``ClientSession.call_tool(..., allow_input_required=True)`` does, on the lane."""
     session = client.session
     params: dict[str, Any] = {"name": name}
     if arguments is not None:
@@ -522,7 +625,7 @@ async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str,
     if meta is not None:
         params["_meta"] = meta
     raw = await _roundtrip(client, wire, "tools/call", params, timeout, progress)
-    result = _checked(session, "tools/call", raw, session._call_tool_adapter)
+    result = _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
     if isinstance(result, mt.CallToolResult) and not result.is_error:
         await session.validate_tool_result(name, result)
     return result
@@ -531,8 +634,8 @@ async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str,
 async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Lane,
                     read_timeout_seconds: float | None, progress_callback: Any, meta: mt.RequestParamsMeta | None
                     ) -> mt.CallToolResult:
-    """``Client.call_tool`` with the first round on the lane; a result that needs more (input required, a claimed
-    shape) is finished by the SDK's own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
+    """``Client.call_tool`` with the first round on the lane; a result that asks for input is finished by the SDK's
+    own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
     if not usable(client):
         return await client.call_tool(name, arguments, read_timeout_seconds=read_timeout_seconds,
                                       progress_callback=progress_callback, meta=meta)
@@ -547,18 +650,9 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
     async def again(r: Any, s: Any) -> Any:
         return await client.session.call_tool(
             name, arguments, read_timeout_seconds=read_timeout_seconds, progress_callback=progress_callback,
-            input_responses=r, request_state=s, meta=meta, allow_input_required=True, allow_claimed=True)
+            input_responses=r, request_state=s, meta=meta, allow_input_required=True)
 
-    result = await client._drive_input_required(result, again)
-    if isinstance(result, mt.CallToolResult):
-        return result
-    from mcp.client.client import ClaimContext
-
-    claim = client._folded_extensions.by_model[type(result)]
-    final = await claim.resolve(result, ClaimContext(session=client.session, tool_name=name,
-                                                     read_timeout_seconds=read_timeout_seconds))
-    if not final.is_error:
-        await client.session.validate_tool_result(name, final)
+    final: mt.CallToolResult = await mcp_compat.drive_input_required(client, result, again)
     return final
 
 
@@ -575,7 +669,7 @@ async def read_resource(client: Any, uri: str, *, wire: Lane, meta: mt.RequestPa
         raw = await _roundtrip(client, wire, "resources/read", params, None, None)
     except StepAside:
         return await client.read_resource(uri, meta=meta)
-    result = _checked(client.session, "resources/read", raw, _session._ReadResourceResultAdapter)
+    result = _checked(client.session, "resources/read", raw, READ_RESOURCE_RESULT)
     if isinstance(result, mt.ReadResourceResult):
         return result
 
@@ -583,4 +677,5 @@ async def read_resource(client: Any, uri: str, *, wire: Lane, meta: mt.RequestPa
         return await client.session.read_resource(uri, input_responses=r, request_state=s, meta=meta,
                                                   allow_input_required=True)
 
-    return await client._drive_input_required(result, again)
+    final: mt.ReadResourceResult = await mcp_compat.drive_input_required(client, result, again)
+    return final

@@ -63,16 +63,22 @@ import httpx2
 from anyio.lowlevel import RunVar
 
 from mcp_gym._compat import httpx2 as httpx2_compat
-from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 from mcp_gym.protocol import redact_http_logs
 
-__all__ = ["session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_SSE_READ_TIMEOUT",
+           "session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
            "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for", "request_slots",
            "timeout_message", "connection_message", "too_large_message"]
 
 _ctx: ssl.SSLContext | None = None
 _lock = threading.Lock()
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds any HTTP operation of a session may take, unless its spec says: the MCP SDK's default (``mcp`` 2.3;
+``tests/test_compat.py`` fails when the SDK's changes)."""
+DEFAULT_SSE_READ_TIMEOUT = 300.0
+"""Seconds a session's SSE stream may stay silent, unless its spec says: the MCP SDK's default (as above)."""
 
 MAX_IN_FLIGHT = 256
 """Default bound on the requests to one server (origin) that wait for its answer at once, per event loop: below the
@@ -515,8 +521,7 @@ def session_http_client(
     wait (``None``: not bounded; module docstring). Extra keywords go to ``httpx2.AsyncClient``."""
     limits = kw.pop("limits", None)
     if timeout is None:
-        default, read = mcp_compat.default_http_timeouts()
-        timeout = httpx2.Timeout(default, read=read)
+        timeout = httpx2.Timeout(DEFAULT_TIMEOUT, read=DEFAULT_SSE_READ_TIMEOUT)
     return _SessionClient(
         headers=headers, auth=auth, verify=shared_ssl_context(), max_in_flight=max_in_flight,
         answer_errors=answer_errors, follow_keepalive=limits is None, max_message_bytes=max_message_bytes,

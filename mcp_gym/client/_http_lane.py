@@ -48,10 +48,9 @@ from anyio.lowlevel import RunVar
 from mcp import MCPError
 from mcp.shared.message import SessionMessage
 
-from mcp_gym._compat import anyio as anyio_compat
 from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import mcp as mcp_compat
-from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, ProgressOnly, StepAside, answer_of
+from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, LaneIds, StepAside, answer_of
 from mcp_gym.client import _http
 from mcp_gym.client._http import (
     CONNECTION_LOST,
@@ -100,7 +99,7 @@ def _error(rid: int, code: int, message: str, data: Any = None) -> dict[str, Any
     return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
-class HttpWire(ProgressOnly):
+class HttpWire(LaneIds):
     """One Streamable HTTP session's fast lane (:class:`mcp_gym._compat.mcp_wire.Lane`): made with the connection,
     given the SDK-side HTTP client and a way into the session's read stream by :func:`streamable_http` once the
     transport runs."""
@@ -141,6 +140,12 @@ class HttpWire(ProgressOnly):
     def open(self) -> bool:
         """Whether the lane can send (the transport runs, nothing made it step aside for good)."""
         return self.inject is not None and self.off is None and not self.closed
+
+    def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
+        """The session's own stamp (the era's ``_meta``, the per-message headers): :func:`mcp_gym._compat.mcp.stamp`.
+        """
+        if not mcp_compat.stamp(client.session, data, opts):
+            raise StepAside("the SDK's stamp moved")
 
     async def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
                        method: str) -> dict[str, Any]:
@@ -383,6 +388,9 @@ class HttpWire(ProgressOnly):
             return _error(rid, PARSE_ERROR, f"Failed to parse SSE message: {e}")
         if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and message.id in (rid, str(rid)):
             return message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+        if isinstance(message, mt.JSONRPCNotification) and (call := self.progress_of(message.method,
+                                                                                      message.params)) is not None:
+            await call  # a lane request's progress: its callback, here (the answer waits for it, as it comes after)
         self.handed += 1
         assert self.inject is not None
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -512,39 +520,90 @@ async def streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str
         timeout=httpx2.Timeout(spec.http_timeout, read=spec.read_timeout))
     async with http, streamable_http_client(spec.url, http_client=http,
                                             max_sse_event_size=spec.max_message_bytes) as (read, write):
-        inner = None if wire is None else mcp_compat.read_stream_inner(read)
-        if wire is None or inner is None or (probe := anyio_compat.sender_for(inner)) is None:
+        if wire is None:
             yield read, write  # the SDK's way for every request
             return
-        probe.close()
+        # The session reads one stream fed by two writers: a task forwarding the SDK transport's messages (each with
+        # the context it was sent in, which the SDK's dispatcher restores for its handlers) and the lane, handing over
+        # what its answers carried besides the answer. The forwarder's send end is the original: the lane sends on a
+        # clone closed at once, so the session sees the end when the transport's stream ends.
+        send, receive = anyio.create_memory_object_stream[tuple[Any, Any]](0)
 
         async def inject(message: SessionMessage) -> None:
-            # A send end of the session's own read stream, for this message: what the SDK's transport does with one
-            # (the items are (context, message) pairs); closed at once, so the session still sees the transport's end.
-            sender = anyio_compat.sender_for(inner)
-            try:
+            with send.clone() as sender:
                 await sender.send((contextvars.copy_context(), message))
-            finally:
-                sender.close()
 
         def release() -> bool:
-            # The SDK's reader holds the last message it took until the next one comes (its `async for` variable):
-            # after the SDK's own traffic (a tools/list answer, ~45 kB for the Counter) the lane's calls would leave
-            # it held for the session's life. A response to no request is dropped by the reader (a debug log line).
-            sender = anyio_compat.sender_for(inner)
+            # The session's reader holds the last message it took until the next one comes (its `async for`
+            # variable): after the SDK's own traffic (a tools/list answer, ~45 kB for the Counter) the lane's calls
+            # would leave it held for the session's life. A response to no request is dropped by the reader (a debug
+            # log line).
             try:
-                sender.send_nowait((contextvars.copy_context(), _RELEASE))
+                with send.clone() as sender:
+                    sender.send_nowait((contextvars.copy_context(), _RELEASE))
             except anyio.WouldBlock:
                 return False
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 pass
-            finally:
-                sender.close()
             return True
 
-        wire.http, wire.inject, wire.release = http, inject, release
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_forward, read, send)
+            wire.http, wire.inject, wire.release = http, inject, release
+            try:
+                yield _SessionReads(receive), write
+            finally:
+                wire.inject = wire.release = None
+                await wire.close()
+                tg.cancel_scope.cancel()
+
+
+async def _forward(read: Any, send: Any) -> None:
+    """The SDK transport's messages into the session's stream, each with the context it was sent in."""
+    async with send:
         try:
-            yield read, write
-        finally:
-            wire.inject = wire.release = None
-            await wire.close()
+            async for item in read:
+                await send.send((getattr(read, "last_context", None), item))
+                del item  # not held until the next one comes (a listing's answer is tens of kB)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the session is gone
+
+
+class _SessionReads:
+    """The session's read stream (what the SDK's dispatcher reads: it iterates, and restores ``last_context``, the
+    context each message was sent in, for the handlers it runs)."""
+
+    __slots__ = ("_receive", "last_context")
+
+    def __init__(self, receive: Any) -> None:
+        self._receive = receive
+        self.last_context: contextvars.Context | None = None
+
+    async def receive(self) -> Any:
+        """The next message (``anyio.EndOfStream`` after the last)."""
+        ctx, item = await self._receive.receive()
+        self.last_context = ctx
+        return item
+
+    def close(self) -> None:
+        """Stop reading (the writers then see the stream closed)."""
+        self._receive.close()
+
+    async def aclose(self) -> None:
+        """Stop reading."""
+        await self._receive.aclose()
+
+    def __aiter__(self) -> _SessionReads:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _SessionReads:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

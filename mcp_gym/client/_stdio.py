@@ -34,7 +34,7 @@ import re
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -44,7 +44,6 @@ import mcp.types as mt
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
-from mcp_gym._compat.anyio import stdin_writer as asyncio_stdin
 from mcp_gym._compat.mcp_wire import Wire, request_key
 
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
@@ -247,6 +246,380 @@ class _Stdout(asyncio.Protocol):
         self._wake()
 
 
+class _Stdin(asyncio.Protocol):
+    """The server's stdin pipe, written by asyncio's pipe transport: a line goes out in the call that sends it
+    (queued by the transport when the pipe is full, never interleaved with another), and :meth:`send` waits only
+    while the transport's queue is over its high-water mark (a loop turn per line otherwise: anyio's ``send`` drains
+    after each)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.WriteTransport | None = None
+        self.lost = False
+        self._paused = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102 - asyncio.Protocol's
+        self.transport = transport  # type: ignore[assignment]  # connect_write_pipe: a write transport
+
+    def pause_writing(self) -> None:  # noqa: D102 - asyncio.Protocol's
+        self._paused = True
+
+    def resume_writing(self) -> None:  # noqa: D102 - asyncio.Protocol's
+        self._paused = False
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102 - asyncio.Protocol's
+        self.lost, self._paused = True, False
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data``; ``anyio.BrokenResourceError`` when the pipe is closed (the server stopped reading)."""
+        transport = self.transport
+        if self.lost or transport is None or transport.is_closing():
+            raise anyio.BrokenResourceError
+        transport.write(data)
+        while self._paused and not self.lost:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            await fut
+        if self.lost:
+            raise anyio.BrokenResourceError
+
+    def close(self) -> None:
+        """Close the pipe once what is queued is written (the server then reads EOF)."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close the pipe now (the server is gone: nothing queued can be written); no-op once it is closed."""
+        if self.transport is not None and not self.lost:
+            self.transport.abort()
+
+
+class _Lines:
+    """Splits the server's output into lines, linearly (the chunks of an unfinished line are joined once, when its
+    newline comes) and bounded: past ``limit`` bytes the rest of a line is discarded as it arrives, its first
+    :data:`_HEAD_BYTES` kept to tell what it was."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []  # the unfinished line
+        self.size = 0
+        self.head: bytes | None = None  # set while an oversized line is being discarded
+
+    @property
+    def idle(self) -> bool:
+        """No unfinished line (a chunk may then be taken whole by the fast lane)."""
+        return not self.parts and self.head is None
+
+    def split(self, chunk: bytes) -> Iterator[tuple[bytes | None, bytes | None, int]]:
+        """The lines ``chunk`` ends: ``(line, None, 0)`` for a line, ``(None, head, size)`` for an oversized one."""
+        pos = 0
+        while pos < len(chunk):
+            nl = chunk.find(b"\n", pos)
+            end = len(chunk) if nl < 0 else nl
+            n = end - pos
+            if self.head is None and self.size + n > self.limit:
+                self.head = (b"".join(self.parts) + chunk[pos : pos + _HEAD_BYTES])[:_HEAD_BYTES]
+                self.parts = []
+            elif self.head is None:
+                self.parts.append(chunk[pos:end])
+            self.size += n
+            if nl < 0:
+                return
+            size, self.size = self.size, 0
+            pos = nl + 1
+            if self.head is None:
+                parts, self.parts = self.parts, []
+                yield parts[0] if len(parts) == 1 else b"".join(parts), None, 0
+            else:
+                head, self.head = self.head, None
+                yield None, head, size
+
+
+class _Link:
+    """One running server's pipes and the session's streams: what is read is framed (:class:`_Lines`) and handed to
+    the fast lane (:class:`~mcp_gym._compat.mcp_wire.Wire`) or the SDK's session, what the session sends is written.
+    """
+
+    def __init__(self, params: StdioServerParameters, state: StdioState, max_message_bytes: int, process: Any,
+                 stdin: _Stdin, stdout: _Stdout) -> None:
+        self.params, self.state, self.max_message_bytes = params, state, max_message_bytes
+        self.process, self.stdin, self.stdout = process, stdin, stdout
+        self.wire = state.wire
+        self.read_writer, self.read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        self.write_stream, self.write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+        self.writer_done = anyio.Event()
+        # Pipe readers run shielded (a server stuck writing must be drained until it dies) and are stopped explicitly.
+        self.reader_scope = anyio.CancelScope(shield=True)
+        self.stderr_scope = anyio.CancelScope(shield=True)
+        self.repeat = b""  # the last line delivered, if it was a */list_changed notification
+        self.lines = _Lines(max_message_bytes)
+
+    # -- to the fast lane and the session -----------------------------------------------------------------------------
+    async def send_line(self, line: bytes) -> None:
+        """The fast lane's requests: one write (lines never interleave), a wait only when the pipe is full."""
+        self.repeat = b""
+        await self.stdin.send(line)
+
+    def take_answers(self, chunk: bytes) -> bytes:
+        """Fast-lane answers at the head of ``chunk`` (whole lines) taken at once, while the reader is idle; the rest
+        (from the first line that is not one) goes to the reader, in order. What :meth:`deliver_line` would do."""
+        wire = self.wire
+        if not wire.waiting:
+            return chunk
+        pos = 0
+        while (nl := chunk.find(b"\n", pos)) >= 0 and nl - pos <= self.max_message_bytes:
+            line = chunk[pos:nl]
+            if line and not line.isspace():
+                if not wire.take_line(line):
+                    break
+                self.repeat = b""
+            pos = nl + 1
+        return chunk[pos:] if pos else chunk
+
+    async def deliver(self, item: SessionMessage | Exception) -> bool:
+        """To the waiting fast-lane request it answers, else to the session (``False``: the session is gone)."""
+        self.repeat = b""
+        if self.wire.waiting and self.wire.take_message(item):
+            return True
+        self.wire.delivered += 1
+        try:
+            await self.read_writer.send(item)
+            return True
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False  # the session is gone: keep draining
+
+    async def deliver_line(self, line: bytes) -> bool:
+        """One line of output: a fast-lane answer, a message for the session, or what :meth:`unreadable` says."""
+        if not line or line.isspace():
+            return True
+        if line == self.repeat:
+            return True  # the same list_changed again, with nothing in between: it changes nothing (a flood is free)
+        wire = self.wire
+        if wire.waiting and wire.take_line(line):
+            self.repeat = b""
+            return True
+        try:
+            message = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError as exc:
+            message = _lenient(line)
+            if message is None:
+                return await self.unreadable(line, exc)
+        if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and request_key(message.id) is None:
+            return self.stray(message.id)
+        method = message.__dict__.get("method")  # a response has no such field (pydantic's getattr miss is slow)
+        if wire.progress and method == "notifications/progress":
+            wire.route(message)  # a fast-lane request's progress: its callback (the SDK's session sees it too)
+        ok = await self.deliver(SessionMessage(message))
+        if isinstance(method, str) and method.endswith("/list_changed") and len(line) < 4096:
+            self.repeat = line
+        return ok
+
+    def stray(self, rid: Any) -> bool:
+        """A response no request of ours can have asked for: not an answer, ignored (said once per server)."""
+        state = self.state
+        state.stray_responses += 1
+        if state.stray_responses == 1:
+            logger.warning("server %s sent a response with id %.40r, which no request has (ignored; further ones are "
+                           "counted, not logged)", self.params.command, rid)
+        return True
+
+    async def answer_error(self, rid: Any, code: int, message: str) -> bool:
+        """Request ``rid`` gets a JSON-RPC error instead of its answer (a stray id is ignored)."""
+        if request_key(rid) is None:
+            return self.stray(rid)
+        error = mt.ErrorData(code=code, message=message)
+        return await self.deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
+
+    async def unreadable(self, line: bytes, exc: Exception) -> bool:
+        """A response that is not JSON-RPC fails its request at once; anything else is reported as the SDK does."""
+        state = self.state
+        state.unreadable_lines += 1
+        if state.unreadable_lines == 1:  # once per server: one that prints logs to stdout would flood the log
+            logger.warning("server %s sent a line that is not a JSON-RPC message (%d bytes; further ones are "
+                           "counted, not logged)", self.params.command, len(line))
+        keys = _top_level(line[:_HEAD_BYTES])
+        rid = _scalar_id(keys)
+        if "method" in keys or rid is None:
+            return await self.deliver(exc)
+        return await self.answer_error(rid, INVALID_MESSAGE,
+                                       f"the server's response is not valid JSON-RPC: {_reason(exc)}")
+
+    async def oversized(self, head: bytes, size: int) -> bool | None:
+        """A response gets an error, anything else is dropped; None: its id is unknown, end the connection."""
+        keys = _top_level(head)
+        what = f"a message of {size:,} bytes exceeds max_message_bytes={self.max_message_bytes:,}"
+        state = self.state
+        if "method" in keys:
+            state.dropped_messages += 1
+            if state.dropped_messages == 1:
+                method = keys["method"][:80].decode(errors="replace")
+                logger.warning("server %s: dropped %s (%s; further ones are counted, not logged)",
+                               self.params.command, what, method)
+            return True
+        rid = _scalar_id(keys)
+        if rid is None:
+            state.failure = f"{what} and its id is not in its first {_HEAD_BYTES // 1024} kB"
+            return None
+        return await self.answer_error(rid, MESSAGE_TOO_LARGE, f"result too large: {what} (the result was discarded)")
+
+    async def end(self) -> None:
+        """The connection is over for the session: waiting fast-lane requests fail, the session sees the end."""
+        self.wire.close()
+        await self.read_writer.aclose()
+
+    # -- the tasks ----------------------------------------------------------------------------------------------------
+    async def read_stdout(self) -> None:
+        """Read the server's output until it ends, keeping the session fed; drain only once the session is gone or
+        the connection failed."""
+        live = True  # False: the session is gone or the connection failed; only drain
+        with self.reader_scope:
+            async with self.read_writer:
+                try:
+                    while True:
+                        try:
+                            chunk = await self.stdout.receive(idle=live and self.lines.idle)
+                        except _ReadFailed as exc:
+                            self.stdout.failed, live = None, False  # reported once; from now on only drain
+                            await self.fail(exc.__cause__ or exc)
+                            continue
+                        if live:
+                            live = await self.read_chunk(chunk)
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    pass
+                finally:
+                    self.wire.close()
+
+    async def read_chunk(self, chunk: bytes) -> bool:
+        """Deliver the lines ``chunk`` ends; ``False``: the session is gone or the connection failed."""
+        try:
+            for line, head, size in self.lines.split(chunk):
+                if line is not None:
+                    live = await self.deliver_line(line)
+                else:
+                    assert head is not None
+                    ok = await self.oversized(head, size)
+                    if ok is None:
+                        await self.end()
+                    live = bool(ok)
+                if not live:
+                    return False
+            return True
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise
+        except Exception as exc:  # unforeseen: fail the connection rather than drop what follows
+            await self.fail(exc)
+            return False
+
+    async def fail(self, exc: BaseException) -> None:
+        """Reading raised something unforeseen: the connection ends with the reason (the server is then dead)."""
+        detail = str(exc).splitlines()[0][:200] if str(exc) else "no detail"
+        self.state.failure = f"reading the server's output failed ({type(exc).__name__}: {detail})"
+        logger.error("server %s: %s; the connection is closed", self.params.command, self.state.failure,
+                     exc_info=exc)
+        await self.end()
+
+    async def read_stderr(self) -> None:
+        """Keep the tail of the server's stderr until it ends."""
+        stderr = self.process.stderr
+        assert stderr is not None
+        with self.stderr_scope, suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError,
+                                         OSError):
+            while True:
+                self.state.feed_stderr(await stderr.receive(65536))
+
+    async def write_stdin(self) -> None:
+        """Write what the session sends, noting its stamp for the fast lane; a closed pipe ends the session."""
+        try:
+            async with self.write_reader:
+                async for message in self.write_reader:
+                    self.wire.observe(message.message)  # the session's stamp, for the fast lane's requests
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    self.repeat = b""  # a list_changed after this request (e.g. a tools/list) may be news
+                    await self.stdin.send(data.encode() + b"\n")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await self.end()  # the server stopped reading: end the session instead of hanging a request
+        finally:
+            self.writer_done.set()
+
+    async def shutdown(self) -> None:
+        """Stop the server as the SDK does (stdin closed, SIGTERM to its group, SIGKILL), every wait bounded."""
+        process = self.process
+        self.wire.close()
+        self.read_stream.close()
+        self.write_stream.close()
+        with anyio.move_on_after(_WRITER_FLUSH):
+            await self.writer_done.wait()
+        self.stdin.close()
+        if not await _exited(process, _STOP_GRACE):
+            from mcp.os.posix.utilities import terminate_posix_process_tree
+
+            await terminate_posix_process_tree(process, _KILL_GRACE)
+            if not await _exited(process, _KILL_GRACE):
+                logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
+        self.reader_scope.cancel()
+        self.stdin.abort()
+        self.stdout.close()
+        self.stderr_scope.cancel()
+        with anyio.move_on_after(_KILL_GRACE):
+            await process.aclose()
+        for s in (self.read_stream, self.write_stream, self.read_writer, self.write_reader):
+            s.close()
+
+
+def _scalar_id(keys: dict[str, bytes]) -> Any:
+    """The ``id`` of a message read from its first bytes (:func:`_top_level`) when it is a number or a string, else
+    ``None``."""
+    rid: Any = None
+    with suppress(ValueError):
+        rid = json.loads(keys.get("id", b"") or b"null")
+    return None if isinstance(rid, bool) or not isinstance(rid, (int, str)) else rid
+
+
+async def _spawn(params: StdioServerParameters, stdin: _Stdin, stdout: _Stdout) -> Any:
+    """Start the server in its own process group, its stdin and stdout pipes run by asyncio's pipe transports into
+    ``stdin`` and ``stdout``, its stderr a pipe; the process."""
+    out_read, out_write = os.pipe()  # the server's stdout, read by asyncio's pipe transport into `stdout`
+    in_read, in_write = os.pipe()  # the server's stdin, written by asyncio's pipe transport from `stdin`
+    try:
+        process = await anyio.open_process(
+            [params.command, *params.args],
+            env=get_default_environment() | (params.env or {}),
+            stdin=in_read,
+            stdout=out_write,
+            stderr=subprocess.PIPE,
+            cwd=params.cwd,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(out_read)
+        os.close(in_write)
+        raise
+    finally:
+        os.close(out_write)  # the server holds it: EOF arrives when the server (and its children) close it
+        os.close(in_read)
+    pipe = open(out_read, "rb", buffering=0)  # noqa: SIM115 - the pipe transport closes it
+    in_pipe = open(in_write, "wb", buffering=0)  # noqa: SIM115 - the pipe transport closes it
+    try:
+        await asyncio.get_running_loop().connect_read_pipe(lambda: stdout, pipe)
+        await asyncio.get_running_loop().connect_write_pipe(lambda: stdin, in_pipe)
+    except BaseException:
+        pipe.close()
+        in_pipe.close()
+        with anyio.CancelScope(shield=True):
+            process.kill()
+            await process.aclose()
+        raise
+    return process
+
+
 @asynccontextmanager
 async def stdio_transport(
     params: StdioServerParameters, state: StdioState, *, max_message_bytes: int
@@ -258,265 +631,23 @@ async def stdio_transport(
         async with stdio_client(params) as streams:
             yield streams
         return
-    stdout = _Stdout(lambda chunk: take_answers(chunk), _READ_BYTES)
-    out_read, out_write = os.pipe()  # the server's stdout, read by asyncio's pipe transport into `stdout`
-    try:
-        process = await anyio.open_process(
-            [params.command, *params.args],
-            env=get_default_environment() | (params.env or {}),
-            stdout=out_write,
-            stderr=subprocess.PIPE,
-            cwd=params.cwd,
-            start_new_session=True,
-        )
-    except BaseException:
-        os.close(out_read)
-        raise
-    finally:
-        os.close(out_write)  # the server holds it: EOF arrives when the server (and its children) close it
-    pipe = open(out_read, "rb", buffering=0)  # noqa: SIM115 - the pipe transport closes it
-    try:
-        await asyncio.get_running_loop().connect_read_pipe(lambda: stdout, pipe)
-    except BaseException:
-        pipe.close()
-        with anyio.CancelScope(shield=True):
-            process.kill()
-            await process.aclose()
-        raise
+    link: _Link | None = None
+    stdin, stdout = _Stdin(), _Stdout(lambda chunk: link.take_answers(chunk) if link is not None else chunk,
+                                      _READ_BYTES)
+    process = await _spawn(params, stdin, stdout)
     state.pid = process.pid
-    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    writer_done = anyio.Event()
-    # Pipe readers run shielded (a server stuck writing must be drained until it dies) and are stopped explicitly.
-    reader_scope = anyio.CancelScope(shield=True)
-    stderr_scope = anyio.CancelScope(shield=True)
-
-    repeat: list[bytes] = [b""]  # the last line delivered, if it was a */list_changed notification
-    wire = state.wire
-
-    stdin = asyncio_stdin(process.stdin)  # asyncio's StreamWriter under anyio's wrapper
-
-    async def send_line(line: bytes) -> None:
-        """The fast lane's requests: one write (lines never interleave), a drain (a loop turn) only when the pipe is
-        full (anyio's ``send`` always takes one)."""
-        repeat[0] = b""
-        if stdin is None or stdin.is_closing() or stdin.transport.get_write_buffer_size():
-            await process.stdin.send(line)  # type: ignore[union-attr]  # stdin=PIPE: the process has one
-        else:
-            stdin.write(line)
-
-    wire.send, wire.loop = send_line, asyncio.get_running_loop()
-
-    async def deliver(item: SessionMessage | Exception) -> bool:
-        repeat[0] = b""
-        if wire.waiting and wire.take_message(item):
-            return True
-        wire.delivered += 1
-        try:
-            await read_writer.send(item)
-            return True
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return False  # the session is gone: keep draining
-
-    async def deliver_line(line: bytes) -> bool:
-        if not line or line.isspace():
-            return True
-        if line == repeat[0]:
-            return True  # the same list_changed again, with nothing in between: it changes nothing (a flood is free)
-        if wire.waiting and wire.take_line(line):
-            repeat[0] = b""
-            return True
-        try:
-            message = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except ValueError as exc:
-            message = _lenient(line)
-            if message is None:
-                return await deliver_unreadable(line, exc)
-        if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and request_key(message.id) is None:
-            return stray(message.id)
-        method = message.__dict__.get("method")  # a response has no such field (pydantic's getattr miss is slow)
-        ok = await deliver(SessionMessage(message))
-        if isinstance(method, str) and method.endswith("/list_changed") and len(line) < 4096:
-            repeat[0] = line
-        return ok
-
-    def stray(rid: Any) -> bool:
-        """A response no request of ours can have asked for: not an answer, ignored (said once per server)."""
-        state.stray_responses += 1
-        if state.stray_responses == 1:
-            logger.warning("server %s sent a response with id %.40r, which no request has (ignored; further ones are "
-                           "counted, not logged)", params.command, rid)
-        return True
-
-    async def deliver_unreadable(line: bytes, exc: Exception) -> bool:
-        """A response that is not JSON-RPC fails its request at once; anything else is reported as the SDK does."""
-        state.unreadable_lines += 1
-        if state.unreadable_lines == 1:  # once per server: one that prints logs to stdout would flood the log
-            logger.warning("server %s sent a line that is not a JSON-RPC message (%d bytes; further ones are "
-                           "counted, not logged)", params.command, len(line))
-        keys = _top_level(line[:_HEAD_BYTES])
-        rid: Any = None
-        with suppress(ValueError):
-            rid = json.loads(keys.get("id", b"") or b"null")
-        if "method" in keys or isinstance(rid, bool) or not isinstance(rid, (int, str)):
-            return await deliver(exc)
-        if request_key(rid) is None:
-            return stray(rid)
-        message = f"the server's response is not valid JSON-RPC: {_reason(exc)}"
-        error = mt.ErrorData(code=INVALID_MESSAGE, message=message)
-        return await deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
-
-    async def deliver_oversized(head: bytes, size: int) -> bool | None:
-        """A response gets an error, anything else is dropped; None: its id is unknown, end the connection."""
-        keys = _top_level(head)
-        what = f"a message of {size:,} bytes exceeds max_message_bytes={max_message_bytes:,}"
-        if "method" in keys:
-            state.dropped_messages += 1
-            if state.dropped_messages == 1:
-                method = keys["method"][:80].decode(errors="replace")
-                logger.warning("server %s: dropped %s (%s; further ones are counted, not logged)",
-                               params.command, what, method)
-            return True
-        rid: Any = None
-        with suppress(ValueError):
-            rid = json.loads(keys.get("id", b"") or b"null")
-        if isinstance(rid, bool) or not isinstance(rid, (int, str)):
-            state.failure = f"{what} and its id is not in its first {_HEAD_BYTES // 1024} kB"
-            return None
-        if request_key(rid) is None:
-            return stray(rid)
-        error = mt.ErrorData(code=MESSAGE_TOO_LARGE, message=f"result too large: {what} (the result was discarded)")
-        return await deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))
-
-    def take_answers(chunk: bytes) -> bytes:
-        """Fast-lane answers at the head of ``chunk`` (whole lines) taken at once, while the reader is idle; the rest
-        (from the first line that is not one) goes to the reader, in order. What :func:`deliver_line` would do."""
-        if not wire.waiting:
-            return chunk
-        pos = 0
-        while (nl := chunk.find(b"\n", pos)) >= 0 and nl - pos <= max_message_bytes:
-            line = chunk[pos:nl]
-            if line and not line.isspace():
-                if not wire.take_line(line):
-                    break
-                repeat[0] = b""
-            pos = nl + 1
-        return chunk[pos:] if pos else chunk
-
-    async def stdout_reader() -> None:
-        parts: list[bytes] = []  # the unfinished line, joined once when its newline arrives
-        size = 0
-        head: bytes | None = None  # set while an oversized line is being discarded
-        live = True  # False: the session is gone or the connection failed; only drain
-
-        async def fail(exc: BaseException) -> None:
-            """Reading raised something unforeseen: the connection ends with the reason (the server is then dead)."""
-            detail = str(exc).splitlines()[0][:200] if str(exc) else "no detail"
-            state.failure = f"reading the server's output failed ({type(exc).__name__}: {detail})"
-            logger.error("server %s: %s; the connection is closed", params.command, state.failure, exc_info=exc)
-            wire.close()
-            await read_writer.aclose()  # the session sees the connection end
-
-        with reader_scope:
-            async with read_writer:
-                try:
-                    while True:
-                        try:
-                            chunk = await stdout.receive(idle=live and not parts and head is None)
-                        except _ReadFailed as exc:
-                            stdout.failed, live = None, False  # reported once; from now on only drain
-                            await fail(exc.__cause__ or exc)
-                            continue
-                        if not live:
-                            continue
-                        pos = 0
-                        try:
-                            while live and pos < len(chunk):
-                                nl = chunk.find(b"\n", pos)
-                                end = len(chunk) if nl < 0 else nl
-                                n = end - pos
-                                if head is None and size + n > max_message_bytes:
-                                    head = (b"".join(parts) + chunk[pos : pos + _HEAD_BYTES])[:_HEAD_BYTES]
-                                    parts = []
-                                elif head is None:
-                                    parts.append(chunk[pos:end])
-                                size += n
-                                if nl < 0:
-                                    break
-                                if head is None:
-                                    line = parts[0] if len(parts) == 1 else b"".join(parts)
-                                    parts = []
-                                    live = await deliver_line(line)
-                                else:
-                                    ok = await deliver_oversized(head, size)
-                                    head = None
-                                    if ok is None:
-                                        wire.close()
-                                        await read_writer.aclose()  # the session sees the connection end
-                                    live = bool(ok)
-                                size = 0
-                                pos = nl + 1
-                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                            raise
-                        except Exception as exc:  # unforeseen: fail the connection rather than drop what follows
-                            live = False
-                            await fail(exc)
-                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                    pass
-                finally:
-                    wire.close()
-
-    async def stderr_reader() -> None:
-        assert process.stderr is not None
-        with stderr_scope, suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            while True:
-                state.feed_stderr(await process.stderr.receive(65536))
-
-    async def stdin_writer() -> None:
-        assert process.stdin is not None
-        try:
-            async with write_reader:
-                async for message in write_reader:
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    repeat[0] = b""  # a list_changed after this request (e.g. a tools/list) may be news
-                    await process.stdin.send(data.encode() + b"\n")
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            wire.close()
-            await read_writer.aclose()  # the server stopped reading: end the session instead of hanging a request
-        finally:
-            writer_done.set()
-
-    async def shutdown() -> None:
-        wire.close()
-        read_stream.close()
-        write_stream.close()
-        with anyio.move_on_after(_WRITER_FLUSH):
-            await writer_done.wait()
-        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()  # type: ignore[union-attr]  # started with stdin=PIPE
-        if not await _exited(process, _STOP_GRACE):
-            from mcp.os.posix.utilities import terminate_posix_process_tree
-
-            await terminate_posix_process_tree(process, _KILL_GRACE)
-            if not await _exited(process, _KILL_GRACE):
-                logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
-        reader_scope.cancel()
-        stdout.close()
-        stderr_scope.cancel()
-        with anyio.move_on_after(_KILL_GRACE):
-            await process.aclose()
-        for s in (read_stream, write_stream, read_writer, write_reader):
-            s.close()
-
+    link = _Link(params, state, max_message_bytes, process, stdin, stdout)
+    state.wire.send, state.wire.loop = link.send_line, asyncio.get_running_loop()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(stdout_reader)
-        tg.start_soon(stderr_reader)
-        tg.start_soon(stdin_writer)
+        state.wire.spawn = tg.start_soon
+        tg.start_soon(link.read_stdout)
+        tg.start_soon(link.read_stderr)
+        tg.start_soon(link.write_stdin)
         try:
-            yield read_stream, write_stream
+            yield link.read_stream, link.write_stream
         finally:
             with anyio.CancelScope(shield=True):
-                await shutdown()
+                await link.shutdown()
             tg.cancel_scope.cancel()
 
 

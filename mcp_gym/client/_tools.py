@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from mcp_gym import _schema
 from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym._compat.mcp_wire import page_shell
 from mcp_gym.errors import MCPGymError
 
 try:
@@ -216,7 +217,7 @@ def check_page(raw: Any, version: str | None) -> tuple[list[Any], dict[str, Any]
     if not isinstance(tools, list):
         raise ListingError("tools/list result has no \"tools\" array")
     shell = {k: v for k, v in raw.items() if k != "tools"}
-    shell = mcp_compat.page_shell(shell, "tools/list", version)
+    shell = page_shell(shell, "tools/list", version)
     if _methods is not None and version is not None:
         try:
             _methods.validate_server_result("tools/list", version, {**shell, "tools": []})

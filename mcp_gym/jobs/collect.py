@@ -127,7 +127,7 @@ def _collect(cfg: DictConfig, out: Path, runtime: Runtime | None) -> CollectResu
         policy = build_policy(to_dict(cfg.policy))
 
         def env_fn(slot: int) -> Any:
-            env = make()
+            env: Any = make()
             if recording:
                 from mcp_gym.recording import RecordTrajectories
 

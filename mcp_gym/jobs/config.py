@@ -1,4 +1,10 @@
-"""From a job config (the Hydra tree in ``conf/``) to the objects a job runs: tasks, envs, a policy, a plan."""
+"""From a job config (the Hydra tree in ``conf/``) to the objects a job runs: tasks, envs, a policy, a plan.
+
+Public: the way from an env config (the ``env:`` node, e.g. a custom benchmark's config file) to an env, the one the
+jobs take: :func:`env_config` composes it as the ``mcp-gym`` command does, :func:`server_specs` turns it into server
+specs (the one place a config's servers become specs) and :func:`env_factory` into the zero-argument env factory the
+trainer faces take.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import logging
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -18,7 +24,11 @@ from mcp_gym.recording.store import RunStore
 from mcp_gym.tasks import Task, load_task_source
 from mcp_gym.vector import EpisodeSpec
 
-__all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules only
+if TYPE_CHECKING:
+    from mcp_gym.client.specs import ServerSpec
+    from mcp_gym.env import MCPEnv
+
+__all__ = ["env_config", "server_specs", "env_factory"]  # the rest: internal to mcp_gym.jobs (its sibling modules)
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +52,78 @@ def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
     return load_env_tasks(env_cfg["name"], split)
 
 
-def env_factory(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> Callable[[], Any]:
-    """A zero-argument function making the configured :class:`~mcp_gym.env.MCPEnv` over ``tasks``."""
-    kwargs: dict[str, Any] = {"call_timeout": env_cfg.get("call_timeout", 30.0)}
+def env_config(name: str, config_dir: str | Path | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``env:`` node of a job config, composed and checked as ``mcp-gym`` does for ``env=NAME`` (a bundled env,
+    ``custom``, or a file ``<config_dir>/env/NAME.yaml``, the command's ``--config-dir``), with the command's
+    ``overrides`` (``["env.max_steps=20"]``), as a plain dict.
+
+    Raises:
+        ConfigError: a key of the wrong type or an unknown one (:mod:`mcp_gym.jobs.schema`).
+    """
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mcp_gym.jobs.schema import check_job_config
+
+    extra = [f"hydra.searchpath=[file://{Path(config_dir).expanduser().resolve()}]"] if config_dir else []
+    outer = GlobalHydra.instance().hydra  # inside a Hydra app (a trainer's entry point): set aside, then restored
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module("mcp_gym.conf", version_base="1.3"):
+            cfg = compose("config", overrides=[f"env={name}", *extra, *overrides])
+    finally:
+        GlobalHydra.instance().clear()
+        if outer is not None:
+            GlobalHydra.instance().initialize(outer)
+    check_job_config(cfg)
+    return to_dict(cfg.env)
+
+
+def server_specs(env: Mapping[str, Any]) -> dict[str, ServerSpec]:
+    """``{alias: spec}`` of an env config (the ``env:`` node of a job config, a mapping or ``DictConfig``): a custom
+    env's ``servers`` (per alias a command line, an ``http(s)://`` or ``sse+http(s)://`` URL, or a mapping
+    ``{url:, headers:}`` / ``{command:, args:, env:}``), else the bundled or installed env ``name``'s server over
+    ``transport`` (``url`` for HTTP); ``connect_timeout`` set on every spec when given. ``{workspace}`` stays in
+    the specs: the env fills it per episode.
+
+    Every job builds its env from these specs (:func:`env_factory`); :class:`~mcp_gym.env.MCPEnv` takes them as they
+    are."""
+    from mcp_gym.client.specs import normalise_servers
+
+    env = to_dict(env)
+    if env.get("servers"):
+        return normalise_servers(env["servers"], connect_timeout=env.get("connect_timeout"))
+    from mcp_gym.envs import env_servers
+
+    return env_servers(env["name"], env.get("transport", "stdio"), env.get("url"),
+                       connect_timeout=env.get("connect_timeout"))
+
+
+def env_factory(env: Mapping[str, Any], tasks: Sequence[Task] | None = None, *,
+                split: str | None = None) -> Callable[[], MCPEnv]:
+    """A zero-argument function making the :class:`~mcp_gym.env.MCPEnv` of an env config (the ``env:`` node of a job
+    config: :func:`env_config`), over its :func:`server_specs`, its budgets and timeouts, and, for a custom env, its
+    grader, reset mode and spare servers. ``tasks``: the env's tasks (default: its task set or task file, the
+    ``split`` if given). The trainer faces take it as their ``env``."""
+    env = to_dict(env)
+    tasks = list(load_job_tasks(env, split) if tasks is None else tasks)
+    kwargs: dict[str, Any] = {"call_timeout": env.get("call_timeout", 30.0)}
     for budget in ("max_steps", "max_turns", "max_tool_calls"):
-        if env_cfg.get(budget) is not None:
-            kwargs[budget] = int(env_cfg[budget])
-    connect_timeout = env_cfg.get("connect_timeout")
-    if env_cfg.get("servers"):
-        from mcp_gym.client.specs import normalise_servers
+        if env.get(budget) is not None:
+            kwargs[budget] = int(env[budget])
+    if env.get("servers"):
         from mcp_gym.env import MCPEnv
 
-        servers = normalise_servers(to_dict(env_cfg["servers"]), connect_timeout=connect_timeout)
-        grading = custom_grading(env_cfg)
-        kwargs["reset_mode"] = env_cfg.get("reset_mode") or "auto"
-        if env_cfg.get("spare_servers") is not None:
-            kwargs["spare_servers"] = int(env_cfg["spare_servers"])
-        return lambda: MCPEnv(servers, list(tasks), env_id=f"mcp_gym/{env_cfg.get('name', 'custom')}",
-                              grader=grading, **kwargs)
+        specs, grading = server_specs(env), custom_grading(env)  # shared by the envs: a bad entry fails here
+        kwargs["reset_mode"] = env.get("reset_mode") or "auto"
+        if env.get("spare_servers") is not None:
+            kwargs["spare_servers"] = int(env["spare_servers"])
+        return lambda: MCPEnv(specs, list(tasks), env_id=f"mcp_gym/{env.get('name', 'custom')}", grader=grading,
+                              **kwargs)
     from mcp_gym.envs import make_env
 
-    name, transport, url = env_cfg["name"], env_cfg.get("transport", "stdio"), env_cfg.get("url")
-    return lambda: make_env(name, transport=transport, url=url, tasks=list(tasks) or None,
-                            connect_timeout=connect_timeout, **kwargs)
+    name = env["name"]  # each env its own specs: an in-process server object per env, as gymnasium.make gives
+    return lambda: make_env(name, servers=server_specs(env), tasks=list(tasks) or None, **kwargs)
 
 
 def custom_grading(env_cfg: Mapping[str, Any]) -> Any:
@@ -91,7 +150,9 @@ def needs_own_sessions(env_cfg: Mapping[str, Any], tasks: Sequence[Task]) -> boo
     grader that reads the world after the episode (third-party servers keep one state per session)."""
     if not env_cfg.get("servers"):
         return False
-    if any("{workspace}" in str(s) for s in dict(env_cfg["servers"]).values()):
+    from mcp_gym._workspace import mentions_workspace
+
+    if any(mentions_workspace(spec) for spec in server_specs(env_cfg).values()):
         return True
     if any(t.fixture or t.env for t in tasks):
         return True

@@ -12,7 +12,7 @@ from mcp_gym.vector import EpisodeResult
 __all__ = ["CollectResult", "JobFailed", "JobInterrupted"]
 
 
-class JobInterrupted(Exception):
+class JobInterrupted(MCPGymError):
     """The job was stopped by Ctrl-C after saving its finished episodes; rerun the same command to resume."""
 
 

@@ -1,0 +1,99 @@
+"""The fast lane owns its requests on the wire (issue 40): its own request ids beside the SDK session's, and the
+courtesy ``notifications/cancelled`` of a call that timed out reaches the server, on a real stdio server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcp_gym import MCPEnv, Stdio
+from mcp_gym._compat.mcp_wire import LANE_IDS_FROM
+
+SERVER = '''
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+
+mcp = MCPServer("owner")
+cancelled: list[str] = []
+
+
+@mcp.tool()
+async def request_id(ctx: Context) -> str:
+    """The id of this request, as the server read it."""
+    return ctx.request_id
+
+
+@mcp.tool()
+async def slow(ctx: Context) -> str:
+    """Waits a minute, noting a cancellation."""
+    try:
+        await anyio.sleep(60)
+    except anyio.get_cancelled_exc_class():
+        cancelled.append(ctx.request_id)
+        raise
+    return "done"
+
+
+@mcp.tool()
+async def cancellations() -> str:
+    """The ids of the cancelled requests (waits up to 20 s for a first one)."""
+    with anyio.move_on_after(20):
+        while not cancelled:
+            await anyio.sleep(0.01)
+    return ",".join(cancelled)
+
+
+mcp.run()
+'''
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[MCPEnv]:
+    script = tmp_path / "owner_server.py"
+    script.write_text(SERVER, encoding="utf-8")
+    e = MCPEnv({"s": Stdio(sys.executable, [str(script)])}, ["t"], max_steps=100, call_timeout=30.0)
+    e.reset(seed=0)
+    try:
+        yield e
+    finally:
+        e.close()
+
+
+def test_lane_requests_carry_ids_of_their_own(env: MCPEnv) -> None:
+    conn = env.host.connections["s"]
+    ids = []
+    for _ in range(3):
+        obs, _, _, _, info = env.step({"tool": "request_id", "arguments": {}})
+        assert info["error"] is None, info["error"]
+        ids.append(int(obs["result"]))
+    assert all(i >= LANE_IDS_FROM for i in ids) and len(set(ids)) == 3, ids
+    client = conn.client
+    assert client is not None
+
+    async def listing() -> list[str]:  # the SDK session's own requests go on beside them, with its own ids
+        return [t.name for t in (await client.list_tools()).tools]
+
+    assert "slow" in env.runtime.call(listing)
+    obs, _, _, _, info = env.step({"tool": "request_id", "arguments": {}})
+    assert info["error"] is None and int(obs["result"]) == ids[-1] + 1, (obs, info["error"])
+
+
+def test_a_timed_out_call_is_cancelled_on_the_server(env: MCPEnv) -> None:
+    conn = env.host.connections["s"]
+
+    async def timed_out() -> str:
+        from mcp import MCPError
+
+        with pytest.raises(MCPError) as caught:
+            await conn.call_tool("slow", {}, timeout=0.5)
+        return str(caught.value)
+
+    message = env.runtime.call(timed_out)
+    assert "timed out" in message, message
+    obs, _, _, _, info = env.step({"tool": "cancellations", "arguments": {}})
+    assert info["error"] is None, info["error"]
+    cancelled = [int(i) for i in obs["result"].split(",") if i]
+    assert len(cancelled) == 1 and cancelled[0] >= LANE_IDS_FROM, obs["result"]
