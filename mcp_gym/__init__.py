@@ -4,7 +4,7 @@
     env = MCPEnv(servers={"fs": Stdio("npx", ["-y", "@modelcontextprotocol/server-filesystem", "."])})
 
 Importing the package registers the bundled environments (``gymnasium.make("mcp_gym/SQL-v0")``). The public names
-below are imported on first use, so server processes (``python -m mcp_gym.envs.sql.server``) start without loading the
+below are imported on first use, so server processes (``python -m mcp_gym.servers.sql``) start without loading the
 client, the recorder or pyarrow.
 """
 
@@ -106,10 +106,25 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'mcp_gym' has no attribute {name!r}")
 
 
+def _refuse_left_over_folders() -> None:
+    """``mcp_gym.envs``, ``mcp_gym.servers`` and ``mcp_gym.conf`` are the top-level folders ``envs/``, ``servers/`` and
+    ``conf/`` (pyproject's package-dir). A folder of that name left inside ``mcp_gym/`` by an older checkout (its
+    ``__pycache__``, which git leaves behind) would shadow one as an empty namespace package: one clear line instead."""
+    import os
+
+    here = os.path.dirname(__file__)
+    for name in ("envs", "servers", "conf"):
+        left = os.path.join(here, name)
+        if os.path.isdir(left) and not os.path.isfile(os.path.join(left, "__init__.py")):
+            raise ImportError(f"{left} is left over from an older checkout (mcp_gym.{name} is the top-level folder "
+                              f"{name}/ now): remove it")
+
+
 def _register() -> None:
     from mcp_gym.envs import register_all
 
     register_all()
 
 
+_refuse_left_over_folders()
 _register()

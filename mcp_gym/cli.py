@@ -1,6 +1,6 @@
 """The ``mcp-gym`` command.
 
-Jobs, configured with Hydra (the package ``mcp_gym.conf``, folder ``mcp_gym/conf/``; overrides and ``-m``
+Jobs, configured with Hydra (the package ``mcp_gym.conf``, folder ``conf/``; overrides and ``-m``
 multirun work as usual)::
 
     mcp-gym demo                                         # end-to-end: collect, evaluate, export SFT (offline)
@@ -74,7 +74,7 @@ class KeepHydraFiles:
     """Hydra callback: snapshot the run directory's ``.hydra/*.yaml`` before Hydra rewrites them, so that a job that
     refuses the directory (another config's run) puts them back and they keep describing the recorded episodes.
 
-    Registered in ``mcp_gym/conf/config.yaml`` (``hydra.callbacks``); Hydra instantiates it and calls ``on_run_start``.
+    Registered in ``conf/config.yaml`` (``hydra.callbacks``); Hydra instantiates it and calls ``on_run_start``.
     """
 
     saved: ClassVar[tuple[Path, dict[Path, bytes]] | None] = None

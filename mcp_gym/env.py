@@ -91,7 +91,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     Example (an in-process server; :class:`Stdio` and :class:`Http` specs work the same)::
 
     >>> from mcp_gym import InProcess, MCPEnv
-    >>> from mcp_gym.envs.counter.server import make_server
+    >>> from mcp_gym.servers.counter import make_server
     >>> env = MCPEnv({"counter": InProcess(make_server())}, ["Move the counter to 3."])
     >>> obs, info = env.reset(seed=0)
     >>> env.action_space.tool_names                       # the server's tools, plus the built-in submit

@@ -80,7 +80,7 @@ def compare(root: Path, task_ids: list[str], seed: int = 0) -> list[dict[str, An
     """For each task: every trajectory of :func:`perturbations`, mcp-gym's verdict (server + grader) and BFCL's own."""
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
-    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_gym.envs.bfcl.server", "--bfcl", str(root)])
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_gym.servers.bfcl", "--bfcl", str(root)])
 
     async def main() -> None:
         async with Client(params) as client:

@@ -167,7 +167,7 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def http_counter() -> Iterator[str]:
     """URL of the Counter server (with diagnostic tools) over Streamable HTTP on 127.0.0.1."""
-    proc, url = start_http_server("mcp_gym.envs.counter.server", "--diagnostics")
+    proc, url = start_http_server("mcp_gym.servers.counter", "--diagnostics")
     try:
         yield url
     finally:
@@ -201,7 +201,7 @@ def skip_unless_ci_full(reason: str) -> None:
 @functools.cache
 def os_sandbox_missing() -> str | None:
     """Why the Code env's server refuses to start here (no usable bubblewrap), or ``None`` when it can."""
-    from mcp_gym.envs.code._bwrap import SandboxUnavailable, detect_isolation
+    from mcp_gym.servers._bwrap import SandboxUnavailable, detect_isolation
 
     try:
         detect_isolation()

@@ -120,13 +120,13 @@ def test_the_cli_prints_runnable_commands(bfcl_root: Path, tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert "wrote " in out and "200 tasks (multi_turn_miss_param)" in out
     run = next(line for line in out.splitlines() if line.startswith("evaluate with: "))
-    assert "mcp_gym.envs.bfcl.server --bfcl" in run and "multi_turn_miss_param.jsonl" in run
+    assert "mcp_gym.servers.bfcl --bfcl" in run and "multi_turn_miss_param.jsonl" in run
     assert run.endswith("policy=noop") and "env.max_steps=" in run
 
 
 def test_the_server_plays_a_task_and_shows_held_back_functions_at_their_turn(bfcl_root: Path) -> None:
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "mcp_gym.envs.bfcl.server", "--bfcl", str(bfcl_root)])
+                                   args=["-m", "mcp_gym.servers.bfcl", "--bfcl", str(bfcl_root)])
 
     async def main() -> None:
         async with Client(params) as client:
@@ -193,7 +193,7 @@ def test_a_conversation_plays_through_the_env_and_is_graded_by_bfcl(bfcl_root: P
     from mcp_gym.tasks import load_tasks
 
     tasks = [t for t in load_tasks(imported.files["miss_func"]) if t.id == "multi_turn_miss_func_0"]
-    spec = Stdio(sys.executable, ["-m", "mcp_gym.envs.bfcl.server", "--bfcl", str(bfcl_root)])
+    spec = Stdio(sys.executable, ["-m", "mcp_gym.servers.bfcl", "--bfcl", str(bfcl_root)])
     env = MCPEnv({"bfcl": spec}, tasks, max_steps=168)
     try:
         obs, info = env.reset(options={"task_id": "multi_turn_miss_func_0"})

@@ -16,7 +16,7 @@ from mcp_gym.tasks import Task
 @pytest.fixture(scope="module")
 def http_sql() -> Iterator[str]:
     """URL of the bundled SQL server over Streamable HTTP on 127.0.0.1."""
-    proc, url = start_http_server("mcp_gym.envs.sql.server")
+    proc, url = start_http_server("mcp_gym.servers.sql")
     try:
         yield url
     finally:
@@ -46,7 +46,7 @@ def test_an_env_without_tasks_resets_a_bundled_server_to_its_default(http_sql: s
 
 
 def test_a_failing_reset_of_a_stdio_server_keeps_its_reason() -> None:
-    env = MCPEnv({"sql": Stdio.python_module("mcp_gym.envs.sql.server")}, [Task(id="sql-9999", prompt="x")])
+    env = MCPEnv({"sql": Stdio.python_module("mcp_gym.servers.sql")}, [Task(id="sql-9999", prompt="x")])
     try:
         _, info = env.reset(seed=0)
         assert "unknown sql task 'sql-9999'" in info["error"]["message"], info["error"]

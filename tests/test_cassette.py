@@ -28,9 +28,9 @@ from mcp_gym.cassette.format import FORMAT, REPLAY_MISS
 from mcp_gym.cassette.recorder import with_record
 from mcp_gym.cassette.spec import replay_spec
 from mcp_gym.envs import env_module, load_env_tasks
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.recording import RecordTrajectories, read_tables
 from mcp_gym.rewards import StepContext
+from mcp_gym.servers.counter import make_server
 from mcp_gym.tasks import Task
 
 Plan = list[tuple[str, int, list[dict[str, Any]]]]
@@ -264,7 +264,7 @@ def test_list_changed_and_resource_updates_replay_in_order(era: str, tmp_path: P
     (notifications) and the 2026 era (subscriptions/listen stream)."""
     kw: dict[str, Any] = {"protocol": "legacy"} if era == "handshake" else {"listen": True}
     cassette = tmp_path / "counter.jsonl"
-    spec = Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics", record=cassette, **kw)
+    spec = Stdio.python_module("mcp_gym.servers.counter", "--diagnostics", record=cassette, **kw)
     actions = [{"tool": "add", "arguments": {"amount": 2}}, {"tool": "unlock_bonus", "arguments": {}},
                {"tool": "bonus", "arguments": {}}, {"tool": "rpc_error", "arguments": {}},
                {"tool": "add", "arguments": {"amount": 1}}]

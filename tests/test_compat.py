@@ -165,7 +165,7 @@ def test_a_python_without_the_c_encoder_warns_once(monkeypatch: pytest.MonkeyPat
 
 def stdio_client() -> Client:
     """The SDK's client of a real bundled server over stdio (the fast lane serves stdio connections)."""
-    return Client(StdioServerParameters(command=sys.executable, args=["-m", "mcp_gym.envs.counter.server"]))
+    return Client(StdioServerParameters(command=sys.executable, args=["-m", "mcp_gym.servers.counter"]))
 
 
 def test_the_stdio_lane_uses_no_private_name_of_the_sdk() -> None:

@@ -22,14 +22,14 @@ from mcp_gym import InProcess, MCPEnv
 from mcp_gym.cassette import cassette_dir, cassette_path
 from mcp_gym.drift import Change, diff_catalogues, diff_tools, format_diff, load_catalogue, main, register_cli
 from mcp_gym.envs import load_env_tasks
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.recording import RecordTrajectories
+from mcp_gym.servers.counter import make_server
 
-COUNTER = f"{sys.executable} -m mcp_gym.envs.counter.server"
+COUNTER = f"{sys.executable} -m mcp_gym.servers.counter"
 
 VARIANT = textwrap.dedent('''
     """The Counter server, version 2: get_count removed, set_count added, add takes a string."""
-    from mcp_gym.envs.counter.server import make_server
+    from mcp_gym.servers.counter import make_server
 
     srv = make_server()
     srv.mcp.remove_tool("get_count")
@@ -80,7 +80,7 @@ def test_run_cassette_and_live_server_agree(counter_run: Path) -> None:
     live = diff_tools(counter_run, COUNTER)  # a live stdio server given as a command line
     assert live.changes == [] and live.a_tools == live.b_tools == ["add", "get_count"]
     assert "no changes" in format_diff(live)
-    proc, url = start_http_server("mcp_gym.envs.counter.server")  # ... and over Streamable HTTP, by URL
+    proc, url = start_http_server("mcp_gym.servers.counter")  # ... and over Streamable HTTP, by URL
     try:
         assert diff_tools(url, cassette_path(cassette_dir(counter_run), "testing")).changes == []
     finally:

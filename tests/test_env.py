@@ -15,14 +15,14 @@ from gymnasium.utils.env_checker import check_env
 import mcp_gym
 from mcp_gym import Http, InProcess, InvalidAction, MCPEnv, Stdio, ToolCallFailed
 from mcp_gym.envs import load_env_tasks
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.envs.counter.tasks import verify
+from mcp_gym.servers.counter import make_server
 
 TASKS = load_env_tasks("Counter")[:5]
 
 
 def stdio_spec() -> Stdio:
-    return Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")
+    return Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")
 
 
 @pytest.fixture(params=["inprocess", "stdio", "http"])

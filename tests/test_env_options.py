@@ -15,8 +15,8 @@ import pytest
 
 import mcp_gym
 from mcp_gym import Connection, InProcess, Limits, MCPEnv, Scoring, Stdio
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.envs.counter.tasks import verify
+from mcp_gym.servers.counter import make_server
 
 GET = {"tool": "get_count", "arguments": {}}
 BAD = {"tool": "add", "arguments": {"amount": 99}}  # refused before any call: add takes -5..5
@@ -101,7 +101,7 @@ def test_gym_make_keeps_a_bundled_envs_own_defaults_under_a_group() -> None:
 
 
 def test_the_spec_rebuilds_the_same_env_and_pickles() -> None:
-    spec = Stdio.python_module("mcp_gym.envs.counter.server")
+    spec = Stdio.python_module("mcp_gym.servers.counter")
     env = MCPEnv({"counter": spec}, ["t"], limits=Limits(max_steps=2), scoring=Scoring(error_penalty=0.5))
     try:
         assert env.spec is not None and env.spec.kwargs["limits"] == Limits(max_steps=2)

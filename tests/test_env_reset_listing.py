@@ -11,8 +11,8 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 
 from mcp_gym import InProcess, MCPEnv
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.protocol import RESET_TOOL
+from mcp_gym.servers.counter import make_server
 
 
 def counting(server: MCPServer) -> Counter[str]:

@@ -12,9 +12,9 @@ import pytest
 
 from mcp_gym import InProcess, MCPEnv
 from mcp_gym.envs import load_env_tasks
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.envs.counter.tasks import verify
 from mcp_gym.episode import StepInfo
+from mcp_gym.servers.counter import make_server
 
 TASKS = load_env_tasks("Counter")[:2]
 

@@ -16,7 +16,7 @@ from conftest import npm_bin
 from mcp_gym import MCPEnv, ServerUnavailableWarning, Stdio
 from mcp_gym.chat import ChatView
 from mcp_gym.client.specs import InProcess
-from mcp_gym.envs.counter.server import server as counter_server
+from mcp_gym.servers.counter import server as counter_server
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = [{"id": "t1", "prompt": "Create hello.txt containing hi"}]
@@ -193,7 +193,7 @@ def test_job_help_follows_the_chosen_options_and_every_conf_key_has_a_descriptio
     assert "policy.base_url=${oc.env:OPENAI_BASE_URL,https://api.openai.com/v1}" in page
     assert "+policy.system_prompt" in page
     assert "\npolicy=random:" not in page and "random (Random tool calls" in page  # listed as another option
-    conf = ROOT / "mcp_gym" / "conf"
+    conf = ROOT / "conf"
     for path in sorted(conf.glob("*/*.yaml")):
         rel = path.relative_to(conf).as_posix()
         parsed = read_conf(rel)

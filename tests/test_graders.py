@@ -34,7 +34,7 @@ from mcp_gym.jobs.metrics import judge_agreement, pass_at_k, pass_hat_k
 from mcp_gym.recording import load
 from mcp_gym.tasks import Task, load_task_source
 
-EXAMPLE = ROOT / "examples" / "tasks" / "everything.jsonl"
+EXAMPLE = ROOT / "scripts" / "examples" / "tasks" / "everything.jsonl"
 SUBMIT = "submit"
 
 
@@ -487,8 +487,9 @@ def _readme_commands() -> list[str]:
 @pytest.mark.thirdparty
 def test_readme_benchmark_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """The benchmarks page's commands, as written, from a copy of the repository's examples/ (outputs under runs/)."""
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    """The benchmarks page's commands, as written, from a copy of the repository's
+    scripts/examples/tasks/ (outputs under runs/)."""
+    shutil.copytree(ROOT / "scripts" / "examples" / "tasks", tmp_path / "scripts" / "examples" / "tasks")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(Path(npm_bin("mcp-server-everything")).parent) + os.pathsep + os.environ["PATH"])
     monkeypatch.setenv("HOME", str(tmp_path))  # the MCPMark import reads ~/src/mcpmark: a tiny checkout in its layout

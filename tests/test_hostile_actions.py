@@ -23,11 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_gym import InProcess, InvalidAction, MCPEnv, Stdio
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.parsing import split_action
 from mcp_gym.protocol import ACTION_ERROR_KINDS, SERVER_ERROR_KINDS
 from mcp_gym.recording import RecordTrajectories, TrajectoryWriter, load
 from mcp_gym.recording.schema import UNENCODABLE_KEY, dumps
+from mcp_gym.servers.counter import make_server
 from mcp_gym.spaces import MAX_ARGUMENT_DEPTH, ToolCallSpace, json_error
 
 ERROR_KINDS = ACTION_ERROR_KINDS
@@ -157,7 +157,7 @@ def test_depth_limit_is_exact() -> None:
 def test_stdio_server_survives_a_lone_surrogate_and_deep_arguments() -> None:
     """A lone surrogate used to break the stdio connection (the server died); nesting past ~200 levels made the
     Python SDK server drop the message (the call only timed out). Both are refused before anything is sent."""
-    env = MCPEnv({"counter": Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")}, call_timeout=30)
+    env = MCPEnv({"counter": Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")}, call_timeout=30)
     try:
         env.reset(seed=0)
         _, _, terminated, truncated, info = env.step({"tool": "echo", "arguments": {"text": "a\udcffb"}})

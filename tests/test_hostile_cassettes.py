@@ -18,7 +18,7 @@ from mcp_gym.cassette import CassetteError, Replay
 from mcp_gym.client.specs import InProcess
 from mcp_gym.env import MCPEnv
 from mcp_gym.envs import load_env_tasks
-from mcp_gym.envs.counter.server import make_server
+from mcp_gym.servers.counter import make_server
 
 
 def _env(spec: Any) -> MCPEnv:

@@ -26,7 +26,7 @@ from mcp_gym import InProcess, MCPEnv, Stdio, _schema
 from mcp_gym.client._stdio import INVALID_MESSAGE, _top_level
 from mcp_gym.client._tools import MAX_TOOL_NAME
 from mcp_gym.client.runtime import default_runtime
-from mcp_gym.envs.counter.server import make_server
+from mcp_gym.servers.counter import make_server
 
 SERVER = str(Path(__file__).resolve().parent / "servers" / "bad_server.py")
 ECHO = {"name": "echo", "description": "Echo.", "inputSchema": {"type": "object",

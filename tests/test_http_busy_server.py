@@ -348,7 +348,7 @@ def test_a_bundled_server_keeps_idle_connections_and_the_client_follows_its_head
 
     from mcp_gym.serverkit import SERVER_KEEPALIVE
 
-    proc, url = start_http_server("mcp_gym.envs.counter.server")
+    proc, url = start_http_server("mcp_gym.servers.counter")
     proxy = BreakingProxy(int(url.rsplit(":", 1)[1].split("/")[0]), b"never-sent", "close", False)
     env = MCPEnv({"testing": Http(proxy.url)}, ["Count."], call_timeout=60.0)
     try:

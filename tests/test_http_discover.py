@@ -28,7 +28,7 @@ from mcp_gym import MCPEnv
 from mcp_gym.client.host import ServerUnavailableWarning
 from mcp_gym.client.runtime import default_runtime
 from mcp_gym.client.specs import Http
-from mcp_gym.envs.counter.server import make_server
+from mcp_gym.servers.counter import make_server
 
 
 @dataclass

@@ -30,7 +30,7 @@ STEPS = 10
 @pytest.fixture(scope="module")
 def counter_url() -> Iterator[str]:
     """A bundled Counter server over Streamable HTTP (SSE answers)."""
-    proc, url = start_http_server("mcp_gym.envs.counter.server", "--diagnostics")
+    proc, url = start_http_server("mcp_gym.servers.counter", "--diagnostics")
     try:
         yield url
     finally:

@@ -183,7 +183,7 @@ def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
         server.terminate()
         server.wait(10)
     monkeypatch.setenv("MCP_GYM_DIAGNOSTICS", "1")  # the server inherits our environment
-    assert main(["inspect", f"{sys.executable} -m mcp_gym.envs.counter.server"]) == 0
+    assert main(["inspect", f"{sys.executable} -m mcp_gym.servers.counter"]) == 0
     shown = capsys.readouterr().out
     assert "Tools (" in shown and "unlock_bonus" in shown and "counter://state" in shown
     assert main(["inspect", "http://127.0.0.1:1/mcp", "--timeout", "3"]) == 1
@@ -271,7 +271,7 @@ def test_rerun_with_changed_tasks_refuses(tmp_path: Path, capsys: pytest.Capture
     tasks = load_env_tasks("Counter", "train")[:3]
     path = save_tasks(tasks, tmp_path / "tasks.jsonl")
     out = tmp_path / "run"
-    base = ["collect", "env=custom", f"+env.servers.counter={sys.executable} -m mcp_gym.envs.counter.server",
+    base = ["collect", "env=custom", f"+env.servers.counter={sys.executable} -m mcp_gym.servers.counter",
             f"env.tasks={path}", "split=train", "policy=oracle", "launcher.progress=false", f"out={out}"]
     assert main(base) == 0 and len(load(out).episodes) == 3
     assert main(base) == 0  # unchanged: resumes (nothing to do)

@@ -22,7 +22,7 @@ def test_a_bundled_envs_config_gives_its_server_and_a_working_env() -> None:
     env_cfg = env_config("counter", overrides=["env.connect_timeout=120"])
     specs = server_specs(env_cfg)
     assert list(specs) == ["testing"] and isinstance(specs["testing"], Stdio)  # conf/env/counter.yaml: stdio
-    assert list(specs["testing"].args) == ["-m", "mcp_gym.envs.counter.server"]
+    assert list(specs["testing"].args) == ["-m", "mcp_gym.servers.counter"]
     assert specs["testing"].connect_timeout == 120
     env = env_factory(env_cfg)()
     try:

@@ -1,23 +1,34 @@
-"""The package's shape: import layers and no circles (import-linter contracts in pyproject.toml), small modules, import
-paths equal to source paths, and one vocabulary of error kinds (mcp_gym.protocol)."""
+"""The package's shape: the repository's top level (the design card's), the folders pyproject.toml maps into the package
+(envs/, servers/, conf/) and the wheel that carries them, import layers and no circles (import-linter contracts in
+pyproject.toml, checked on the package as installed), small modules, import paths equal to source paths, and one
+vocabulary of error kinds (mcp_gym.protocol)."""
 
 from __future__ import annotations
 
 import importlib.resources
 import importlib.util
+import json
 import logging
+import os
 import re
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 from importlinter import api as importlinter_api
 from importlinter import cli as importlinter_cli
+from package_layout import PACKAGE_DIRS, module_file, package_view, source_paths
 
 from mcp_gym.protocol import ERROR_KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mcp_gym"
+CARD_TOP_LEVEL = {"pyproject.toml", "mcp_gym", "envs", "servers", "tests", "conf", "scripts", "README.md", "docs",
+                  "CHANGELOG.md"}
+"""The repository's top level: the design card's (``pyproject.toml, mcp_gym, envs, servers, tests, conf, scripts,
+README.md``), the documentation and the changelog; besides these only dotfiles (``.ci``, ``.gitignore``)."""
 
 MAX_LINES = 700
 
@@ -35,15 +46,45 @@ def _lint(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-def test_import_contracts_are_kept(capsys: pytest.CaptureFixture[str]) -> None:
-    """The layers (protocol -> client -> env core -> wrappers/faces -> products) hold and no import circle exists."""
+def _lint_view(view: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter on the package as installed (``scripts/package_view.py``: mcp_gym/ with envs/, servers/, conf/
+    in it), in a subprocess so the checkout's ``mcp_gym`` imported here is not the one it finds."""
+    cmd, cwd, env = package_view.command("lint-imports", ["--no-logo"], view)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_import_contracts_are_kept(tmp_path: Path) -> None:
+    """The layers (protocol -> client -> env core -> envs -> servers -> wrappers/faces -> products) hold and no import
+    circle exists, over the whole package: the mapped folders envs/ and servers/ included."""
     contracts = importlinter_api.read_configuration(str(ROOT / "pyproject.toml"))["contracts_options"]
     assert {c["type"] for c in contracts} == {"layers", "acyclic_siblings"}
-    client_log = logging.getLogger("mcp_gym.client")
-    code, out = _lint(ROOT / "pyproject.toml", capsys)
-    assert code == 0, out
-    assert "2 kept, 0 broken" in out
-    assert not client_log.disabled  # linting left the package's loggers on (later tests read mcp_gym.client's records)
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    assert layers.index("mcp_gym.servers") == layers.index("mcp_gym.envs") - 1, layers
+    done = _lint_view(package_view.build(tmp_path / "view"))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "2 kept, 0 broken" in done.stdout
+    analysed = int(re.search(r"Analyzed (\d+) files", done.stdout)[1])  # type: ignore[index]
+    assert analysed == len(source_paths()), (analysed, len(source_paths()))  # it saw every module, mapped ones too
+
+
+def test_a_mapped_module_that_breaks_a_layer_breaks_the_contract(tmp_path: Path) -> None:
+    """A module in envs/ importing a server, or in servers/ importing the jobs, breaks the layers (so the test above
+    sees the mapped folders and can fail)."""
+    view = package_view.build(tmp_path / "view")
+    for folder, module, source in [("envs", "sql/_up.py", "from mcp_gym.servers import sql\n"),
+                                   ("servers", "_up.py", "from mcp_gym.jobs import collect\n")]:
+        link = view / "mcp_gym" / folder
+        link.unlink()
+        for path in sorted(PACKAGE_DIRS[f"mcp_gym.{folder}"].rglob("*.py")):  # a copy with one module more
+            rel = path.relative_to(PACKAGE_DIRS[f"mcp_gym.{folder}"])
+            if "__pycache__" not in rel.parts:
+                (link / rel).parent.mkdir(parents=True, exist_ok=True)
+                (link / rel).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        (link / module).write_text(source, encoding="utf-8")
+    done = _lint_view(view)
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "mcp_gym.envs.sql._up -> mcp_gym.servers.sql" in done.stdout, done.stdout[-4000:]
+    assert "mcp_gym.servers._up -> mcp_gym.jobs.collect" in done.stdout, done.stdout[-4000:]
 
 
 def test_the_circle_check_sees_a_circle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -63,39 +104,79 @@ def test_the_circle_check_sees_a_circle(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_no_module_over_700_lines() -> None:
-    sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
-             for p in PACKAGE.rglob("*.py")}
+    sizes = {rel: len(p.read_text(encoding="utf-8").splitlines()) for rel, p in source_paths().items()}
     assert len(sizes) > 50  # the scan sees the package
     too_big = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not too_big, f"modules over {MAX_LINES} lines: {too_big}"
 
 
-@pytest.mark.parametrize("module", ["mcp_gym.envs.sql.server", "mcp_gym.envs.counter.tasks",
-                                    "mcp_gym.envs.code._sandbox", "mcp_gym.client.connection", "mcp_gym.protocol"])
-def test_import_path_is_source_path(module: str) -> None:
+@pytest.mark.parametrize(("module", "path"), [
+    ("mcp_gym.servers.sql", "servers/sql.py"), ("mcp_gym.envs.counter.tasks", "envs/counter/tasks.py"),
+    ("mcp_gym.servers._sandbox", "servers/_sandbox.py"), ("mcp_gym.conf.help", "conf/help.py"),
+    ("mcp_gym.client.connection", "mcp_gym/client/connection.py"), ("mcp_gym.protocol", "mcp_gym/protocol.py")])
+def test_import_path_is_source_path(module: str, path: str) -> None:
+    """A module's import name is its path, with the card's top-level folders as ``mcp_gym.<folder>``."""
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin is not None
-    assert Path(spec.origin) == PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    assert Path(spec.origin) == ROOT / path == module_file(module)
+
+
+@pytest.mark.parametrize("env", ["counter", "notes", "files", "sql", "code", "maze", "lookup", "bfcl"])
+def test_a_servers_former_name_is_the_server(env: str) -> None:
+    """``mcp_gym.envs.<env>.server`` (the servers' name before they moved to servers/, in saved configs and printed
+    commands) imports as the server module itself (``python -m`` with it: tests/test_layout.py's wheel test)."""
+    old = importlib.import_module(f"mcp_gym.envs.{env}.server")
+    assert old is importlib.import_module(f"mcp_gym.servers.{env}")
+    assert Path(old.__file__) == ROOT / "servers" / f"{env}.py"
 
 
 def test_every_package_folder_is_a_package_and_configs_ship() -> None:
-    """setuptools finds packages by their ``__init__.py`` (no remapping), and the Hydra configs are package data."""
-    folders = {p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"
-               and any(p.glob("*.py"))}
-    assert not [p for p in folders if not (p / "__init__.py").is_file()]
+    """Every folder of the package is a package (``__init__.py``), named in ``pyproject.toml``'s package list (it
+    maps envs/, servers/ and conf/ into mcp_gym), and the Hydra configs are package data."""
+    tomllib = pytest.importorskip("tomllib")
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {"mcp_gym.envs": "envs", "mcp_gym.servers": "servers", "mcp_gym.conf": "conf"}
+    folders = {rel: p for rel, p in source_paths("*", dirs=True).items() if any(p.glob("*.py"))}
+    assert not [rel for rel, p in folders.items() if not (p / "__init__.py").is_file()]
+    packages = ["mcp_gym", *(f"mcp_gym.{rel.replace('/', '.')}" for rel in folders)]
+    assert sorted(setuptools["packages"]) == sorted(packages)
     conf = importlib.resources.files("mcp_gym.conf")
     assert conf.joinpath("config.yaml").is_file() and conf.joinpath("env", "counter.yaml").is_file()
-    assert "package-dir" not in (ROOT / "pyproject.toml").read_text()
+
+
+def test_a_folder_left_in_mcp_gym_by_an_older_checkout_is_refused(tmp_path: Path) -> None:
+    """``mcp_gym/envs/`` left behind by a checkout from before the move (its ``__pycache__``: git leaves it) would
+    shadow the mapped ``envs/`` as an empty namespace package; importing mcp_gym says so in one line instead."""
+    package = tmp_path / "mcp_gym"
+    package.mkdir()
+    for entry in PACKAGE_DIRS["mcp_gym"].iterdir():
+        if entry.name != "__pycache__":
+            (package / entry.name).symlink_to(entry)
+    (package / "envs" / "__pycache__").mkdir(parents=True)
+    done = subprocess.run([sys.executable, "-c", "import mcp_gym"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"ImportError: {package / 'envs'} is left over from an older checkout (mcp_gym.envs is the top-level folder "
+        "envs/ now): remove it"), done.stderr[-2000:]
+
+
+def test_the_top_level_is_the_cards() -> None:
+    """``git ls-files`` shows the design card's top level (plus docs/, CHANGELOG.md and dotfiles), nothing else."""
+    done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        pytest.skip(f"not a git checkout: {done.stderr.strip()}")
+    top = {line.split("/", 1)[0] for line in done.stdout.splitlines()}
+    assert {t for t in top if not t.startswith(".")} == CARD_TOP_LEVEL
 
 
 def test_error_kinds_written_are_the_protocol_ones() -> None:
     """Every ``info["error"]["kind"]`` the package writes is listed in :data:`mcp_gym.protocol.ERROR_KINDS`."""
     pattern = re.compile(r'(?:"kind": |ActionError\(|ToolCallError\(|_error\()"([a-z_]+)"')
     found: dict[str, str] = {}
-    for p in PACKAGE.rglob("*.py"):
-        rel = p.relative_to(PACKAGE).as_posix()
+    for rel, p in source_paths().items():
         # task kinds, grader spec kinds and cassette event kinds are other things
-        if rel.startswith(("envs/", "graders/", "cassette/")):
+        if rel.startswith(("envs/", "servers/", "graders/", "cassette/")):
             continue
         for kind in pattern.findall(p.read_text(encoding="utf-8")):
             found.setdefault(kind, rel)
@@ -128,22 +209,19 @@ def test_tool_call_error_is_the_one_error_shape() -> None:
 def test_the_docs_layout_names_every_folder_and_module() -> None:
     """The layout section of docs/development.md names every folder and module of the package, so it cannot fall
     behind the folders: package folders as ``name/``, modules by their name (``specs``, ``_stdio``), the bundled envs'
-    folders and files as ``counter/`` and ``server.py``."""
+    folders and files as ``counter/`` and ``tasks.py``, the top-level folders mapped into the package (``envs/``,
+    ``servers/``) and the servers (``sql``)."""
     text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
-    section = text[text.index("Layout: the folders"):text.index("- `mcp_gym/conf/`")]
+    section = text[text.index("Layout: the folders"):text.index("- `conf/`")]
     named = set(re.findall(r"`([^`]+)`", section))
     named |= {Path(n).name + ("/" if n.endswith("/") else "") for n in named} | {Path(n).stem for n in named}
     missing = []
-    for path in PACKAGE.rglob("*"):
-        rel = path.relative_to(PACKAGE)
-        if "__pycache__" in rel.parts or rel.parts[0] == "conf" or path.name in ("__init__.py", "__main__.py"):
+    paths = {**source_paths(), **{rel: p for rel, p in source_paths("*", dirs=True).items() if any(p.glob("*.py"))}}
+    for rel_name, path in paths.items():
+        rel = Path(rel_name)
+        if rel.parts[0] == "conf" or path.name in ("__init__.py", "__main__.py"):
             continue
-        if path.is_dir() and any(path.glob("*.py")):
-            want = f"{path.name}/"
-        elif path.suffix == ".py":
-            want = path.name if rel.parts[0] == "envs" else path.stem
-        else:
-            continue
+        want = f"{path.name}/" if path.is_dir() else path.name if rel.parts[0] == "envs" else path.stem
         if want not in named:
             missing.append(rel.as_posix())
     assert not missing, f"the layout section of docs/development.md does not name: {sorted(missing)}"
@@ -168,7 +246,7 @@ def test_every_direct_import_is_declared() -> None:
         declared[name.lower().replace("_", "-")] = dep
     assert all(">=" in d or "==" in d for d in declared.values()), declared
     imported: set[str] = set()
-    for path in PACKAGE.rglob("*.py"):
+    for path in source_paths().values():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 imported |= {a.name.split(".")[0] for a in node.names}
@@ -247,8 +325,7 @@ def test_no_module_reaches_into_another_modules_private_names() -> None:
     """mcp_gym modules use each other's public names only, and dependencies' private names only through
     ``mcp_gym._compat`` (one module per dependency, each name tested in tests/test_compat.py)."""
     reaches = set()
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE).as_posix()
+    for rel, path in source_paths().items():
         reaches |= {(rel, r) for r in private_reaches(path.read_text(encoding="utf-8"), rel.startswith("_compat/"))}
     assert reaches - REACH_ALLOWED == set(), "private names reached from another module (use a public name, or " \
         "mcp_gym._compat for a dependency's)"
@@ -264,3 +341,90 @@ def test_the_private_name_check_sees_reaches() -> None:
     assert private_reaches(source) == ["env._rt", "import _signal", "import hydra._internal.utils",
                                        "import json._private", "pool._conns"]
     assert private_reaches(source, in_compat=True) == []
+
+
+# -- the wheel --------------------------------------------------------------------------------------------------------
+def _wheel(dest: Path) -> Path:
+    """Build mcp-gym's wheel (``pip wheel``, isolated build as a user's) from a copy of the checkout's files (tracked
+    and new, not ignored ones: a build in the checkout could pack a stale ``build/lib``) into ``dest``."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, timeout=60)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.decode().strip()}")
+    src = dest / "src"
+    for rel in filter(None, listed.stdout.decode().split("\0")):
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes((ROOT / rel).read_bytes())
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(dest)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = dest.glob("mcp_gym-*.whl")
+    return wheel
+
+
+@pytest.mark.timeout(900)  # a bound on a hang only (pip fetches setuptools for the isolated build)
+def test_the_wheel_carries_envs_servers_and_configs(tmp_path: Path) -> None:
+    """The wheel holds the whole package under ``mcp_gym/``: every module and config of mcp_gym/, envs/, servers/
+    and conf/ (the folders pyproject.toml maps in), the package data, and nothing at its top level besides."""
+    with zipfile.ZipFile(_wheel(tmp_path)) as z:
+        names = set(z.namelist())
+    want = {f"mcp_gym/{rel}" for pattern in ("*.py", "*.yaml") for rel in source_paths(pattern)}
+    assert {"mcp_gym/envs/sql/tasks.py", "mcp_gym/servers/sql.py", "mcp_gym/conf/env/sql.yaml",
+            "mcp_gym/envs/sql/server.py", "mcp_gym/conf/config.yaml"} <= want  # the scan sees the mapped folders
+    want |= {"mcp_gym/py.typed", "mcp_gym/viewer/page.css", "mcp_gym/viewer/page.js"}
+    assert not want - names, f"missing from the wheel: {sorted(want - names)}"
+    assert {n.split("/")[0] for n in names if not n.endswith("/")} == {"mcp_gym", "mcp_gym-0.1.0.dist-info"}
+
+
+@pytest.mark.slow  # a wheel build and a fresh venv: ~1-2 min
+@pytest.mark.timeout(1800)  # a bound on a hang only
+def test_the_installed_wheel_runs_from_an_empty_folder(tmp_path: Path) -> None:
+    """Installed from the wheel into a fresh venv (its dependencies: this interpreter's site-packages, after the
+    venv's own), from an empty folder: ``gym.make("mcp_gym/SQL-v0")`` runs an episode, ``mcp-gym eval env=sql
+    policy=oracle`` succeeds on every task, ``mcp-gym envs list`` lists the bundled envs, and the SQL server answers
+    over stdio by ``mcp-gym serve sql``, its module and its former name: all from the venv, none from the checkout."""
+    wheel = _wheel(tmp_path / "dist")
+    venv, work = tmp_path / "venv", tmp_path / "empty"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    py = bin_dir / "python"
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=600)
+    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    deps = [p for p in sys.path if p.endswith("-packages")]  # not this checkout (nor an editable finder: not a .pth)
+    Path(purelib, "mcp_gym_test_deps.pth").write_text("\n".join(deps) + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+    def run(*cmd: object, stdin: str | None = None) -> str:
+        done = subprocess.run([str(c) for c in cmd], cwd=work, env=env, input=stdin, capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, (cmd, done.stdout[-3000:], done.stderr[-3000:])
+        return done.stdout
+
+    episode = run(py, "-c", (
+        "import gymnasium as gym, mcp_gym, mcp_gym.envs, mcp_gym.servers.sql, mcp_gym.conf\n"
+        "print(*(m.__file__ for m in (mcp_gym, mcp_gym.envs, mcp_gym.servers.sql, mcp_gym.conf)))\n"
+        "env = gym.make('mcp_gym/SQL-v0')\n"
+        "task = env.unwrapped.tasks[0]\n"
+        "obs, info = env.reset(options={'task_id': task.id})\n"
+        "for call in task.solution:\n"
+        "    obs, reward, terminated, truncated, info = env.step(dict(call))\n"
+        "env.close()\n"
+        "print('success', info['success'])\n"))
+    files, _, result = episode.strip().rpartition("\n")
+    assert result == "success True", episode
+    assert all(f.startswith(purelib) for f in files.split()), files
+    out = work / "eval"
+    run(bin_dir / "mcp-gym", "eval", "env=sql", "policy=oracle", "samples=1", f"out={out}")
+    summary = json.loads((out / "report" / "results.json").read_text(encoding="utf-8"))["summary"]
+    assert summary["episodes"] > 0 and summary["success_rate"] == 1.0, summary
+    listing = run(bin_dir / "mcp-gym", "envs", "list")
+    assert all(f"mcp_gym/{name}-v0" in listing for name in ("Counter", "SQL", "Code", "Maze")), listing
+    hello = ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+             '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+    for cmd in ([bin_dir / "mcp-gym", "serve", "sql"], [py, "-m", "mcp_gym.servers.sql"],
+                [py, "-m", "mcp_gym.envs.sql.server"]):
+        answer = run(*cmd, stdin=hello)  # stdin then closes: the server answers and exits
+        assert '"serverInfo":{"name":"mcp-gym-sql"' in answer.replace(" ", ""), (cmd, answer)

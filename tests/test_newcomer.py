@@ -75,7 +75,7 @@ def test_the_documented_added_keys_and_every_shipped_option_pass_the_check() -> 
 
     from mcp_gym.jobs.schema import check_job_config
 
-    conf = ROOT / "mcp_gym" / "conf"
+    conf = ROOT / "conf"
     options = {g: sorted(p.stem for p in (conf / g).glob("*.yaml")) for g in ("env", "policy", "recorder", "launcher")}
     with initialize_config_module("mcp_gym.conf", version_base="1.3"):
         for job in sorted(p.stem for p in (conf / "job").glob("*.yaml")):

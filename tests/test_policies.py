@@ -166,7 +166,7 @@ def test_episodes_share_one_stdio_server(tmp_path: Path) -> None:
     assert len(results) == 12 and all(r.success for r in results)
     rec = load(tmp_path)
     servers = {json.loads(s)["testing"]["target"] for s in rec.episodes["servers"]}
-    assert len(servers) == 1 and "mcp_gym.envs.counter.server" in servers.pop()
+    assert len(servers) == 1 and "mcp_gym.servers.counter" in servers.pop()
     for step in rec.steps:
         if step["tool"] == "add":
             count = json.loads(step["structured_content"])["count"]

@@ -17,7 +17,7 @@ from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.cassette import cassette_path
 from mcp_gym.cli import HIDDEN_NOTE, main
 from mcp_gym.envs import load_env_tasks
-from mcp_gym.envs.counter.server import make_server
+from mcp_gym.servers.counter import make_server
 from mcp_gym.spaces import ToolCallSpace
 
 BAD_SERVER = str(Path(__file__).parent / "servers" / "bad_server.py")

@@ -133,7 +133,7 @@ def test_the_scan_sees_reaches() -> None:
 # -- the env.step path, traced -------------------------------------------------------------------------------------
 @pytest.fixture
 def env() -> Iterator[MCPEnv]:
-    e = MCPEnv({"c": Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")}, ["Move the counter."],
+    e = MCPEnv({"c": Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")}, ["Move the counter."],
                max_steps=1000, call_timeout=30.0)
     e.reset(seed=0)
     try:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from package_layout import PACKAGE_DIRS, source_paths
 
 import mcp_gym
 
@@ -23,6 +24,8 @@ def taught_text() -> str:
     return "\n".join(p.read_text(encoding="utf-8") for p in [README, *docs])
 
 
+MAPPED = [name for name in PACKAGE_DIRS if name != "mcp_gym"]
+"""The subpackages pyproject.toml maps in from the top level: mcp_gym.envs, mcp_gym.servers, mcp_gym.conf."""
 OPTIONAL = {"mcp_gym.skyrl": "skyrl_gym", "mcp_gym.openenv": "openenv.core", "mcp_gym.verl": "verl"}
 """Modules that need an extra to import (module -> the package it needs): checked where that package is installed."""
 
@@ -31,7 +34,11 @@ def public_modules() -> list[str]:
     """Modules whose dotted path has no ``_``-private part (``__main__`` entry points and Hydra configs excluded), and
     no module of an extra that is not installed."""
     names = []
-    for m in pkgutil.walk_packages(mcp_gym.__path__, "mcp_gym."):
+    found = list(pkgutil.walk_packages(mcp_gym.__path__, "mcp_gym."))
+    for mapped in MAPPED:  # envs/, servers/, conf/: not in mcp_gym's folder (pyproject's package-dir)
+        found += [pkgutil.ModuleInfo(None, mapped, True),  # type: ignore[arg-type]
+                  *pkgutil.walk_packages(importlib.import_module(mapped).__path__, f"{mapped}.")]
+    for m in found:
         parts = m.name.split(".")[1:]
         if any(p.startswith("_") for p in parts) or parts[0] == "conf":
             continue
@@ -80,7 +87,7 @@ def test_the_package_exports_what_the_readme_teaches() -> None:
     used = set(re.findall(r"\bmcp_gym\.([A-Za-z_]\w*)\b", text))
     for imports in re.findall(r"^from mcp_gym import ([\w, ]+)$", text, flags=re.M):
         used |= {n.strip() for n in imports.split(",")}
-    modules = {m.name for m in pkgutil.iter_modules(mcp_gym.__path__)}
+    modules = {m.name for m in pkgutil.iter_modules(mcp_gym.__path__)} | {n.split(".")[1] for n in MAPPED}
     not_python = {"schema_version"}  # ``mcp_gym.schema_version``: a key of the Parquet files' metadata
     taught = {n for n in used if n not in modules | not_python}
     assert taught <= set(mcp_gym.__all__), f"README/docs use names not exported: {taught - set(mcp_gym.__all__)}"
@@ -99,10 +106,8 @@ CURATED = ("chat", "viewer", "graders", "jobs", "recording")
 def _outside_uses(package: str) -> set[str]:
     """Names imported (``from mcp_gym.<package>... import name``) or read as attributes (``jobs.collect``) by the
     library's modules outside ``package`` and by ``scripts/``, plus every word of the Hydra configs."""
-    root = Path(mcp_gym.__file__).parent
-    own = root / package if (root / package).is_dir() else root / f"{package}.py"
-    files = [p for p in [*root.rglob("*.py"), *README.parent.joinpath("scripts").rglob("*.py")]
-             if own not in (p, *p.parents)]
+    files = [p for rel, p in source_paths().items() if rel != f"{package}.py" and not rel.startswith(f"{package}/")]
+    files += README.parent.joinpath("scripts").rglob("*.py")
     used: set[str] = set()
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -110,7 +115,7 @@ def _outside_uses(package: str) -> set[str]:
                 used |= {a.name for a in node.names}
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == package:
                 used.add(node.attr)
-    for conf in root.joinpath("conf").rglob("*.yaml"):
+    for conf in PACKAGE_DIRS["mcp_gym.conf"].rglob("*.yaml"):
         used |= set(re.findall(r"\w+", conf.read_text(encoding="utf-8")))
     return used
 
@@ -134,11 +139,11 @@ def test_every_error_mcp_gym_raises_on_purpose_is_an_mcpgymerror(tmp_path: Path)
     """One root to catch (``except mcp_gym.MCPGymError``), and each error is still the built-in it was."""
     from mcp_gym.cassette.reader import CassetteError
     from mcp_gym.client.connection import ConnectionLost, ListingTimeout
-    from mcp_gym.envs.code._bwrap import SandboxUnavailable
     from mcp_gym.graders.base import GraderError
     from mcp_gym.jobs.identity import JobRefused
     from mcp_gym.jobs.schema import ConfigError
     from mcp_gym.recording.shards import ShardRefused
+    from mcp_gym.servers._bwrap import SandboxUnavailable
     from mcp_gym.sft import NothingToExport
     from mcp_gym.tasks import TaskDataError
 
@@ -154,7 +159,7 @@ def test_every_error_mcp_gym_raises_on_purpose_is_an_mcpgymerror(tmp_path: Path)
     assert "t1" in str(caught.value) and caught.value.error["message"] == str(caught.value)
 
 
-SERVER_SIDE_ERRORS = {"mcp_gym.envs.sql.server.FunctionRefused"}
+SERVER_SIDE_ERRORS = {"mcp_gym.servers.sql.FunctionRefused"}
 """Error classes that never leave a server process: the SQL server's refusal inside an SQLite function (its client
 sees the tool's error result)."""
 

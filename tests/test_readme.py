@@ -215,7 +215,8 @@ def test_bash_blocks_name_commands_the_cli_has() -> None:
 def test_the_benchmark_config_file_of_the_docs_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """docs/benchmarks.md's config file, written where its first line says, and its commands as written, from a copy
-    of the checkout's examples/: the reference solutions pass and the oracle's evaluation is named after the file."""
+    of the checkout's scripts/examples/tasks/: the reference solutions pass and the oracle's evaluation is named after
+    the file."""
     import shutil
 
     from mcp_gym.cli import main
@@ -227,7 +228,7 @@ def test_the_benchmark_config_file_of_the_docs_runs(tmp_path: Path, monkeypatch:
     assert yaml_block is not None and bash_block is not None
     path = re.match(r"# (\S+\.yaml):", yaml_block[1])
     assert path is not None, "the config block's first line names its file"
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    shutil.copytree(ROOT / "scripts" / "examples" / "tasks", tmp_path / "scripts" / "examples" / "tasks")
     (tmp_path / path[1]).parent.mkdir(parents=True)
     (tmp_path / path[1]).write_text(yaml_block[1], encoding="utf-8")
     monkeypatch.chdir(tmp_path)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from mcp_gym import InProcess, MCPEnv
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.recording import RecordTrajectories, TrajectoryWriter, load
+from mcp_gym.servers.counter import make_server
 
 
 @pytest.fixture

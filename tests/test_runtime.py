@@ -18,13 +18,13 @@ import pytest
 
 from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.client.runtime import Runtime
-from mcp_gym.envs.counter.server import make_server
+from mcp_gym.servers.counter import make_server
 
 ECHO = {"tool": "echo", "arguments": {"text": "hi"}}
 
 
 def stdio_env(rt: Runtime) -> MCPEnv:
-    return MCPEnv({"c": Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")}, ["t"], runtime=rt,
+    return MCPEnv({"c": Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")}, ["t"], runtime=rt,
                   max_steps=1000)
 
 

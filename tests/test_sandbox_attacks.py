@@ -29,9 +29,9 @@ from mcp import Client
 from test_server_notes import call, stdio_params
 
 import mcp_gym
-import mcp_gym.envs.code.server as code_server
+import mcp_gym.servers.code as code_server
 from mcp_gym.envs.code import tasks as env
-from mcp_gym.envs.code._sandbox import (
+from mcp_gym.servers._sandbox import (
     SANDBOX_ENV,
     SANDBOX_UID_ENV,
     Limits,
@@ -40,7 +40,7 @@ from mcp_gym.envs.code._sandbox import (
     detect_isolation,
     run_function_tests,
 )
-from mcp_gym.envs.code.server import server
+from mcp_gym.servers.code import server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.bwrap]
 REPO = Path(__file__).resolve().parents[1]
@@ -165,7 +165,7 @@ attempt("workspace", lambda: open("scratch.txt", "w").write("fine"))
 
 
 async def test_secrets_are_unreadable(transport: str) -> None:
-    assert Path(env.__file__).parts[-4:] == ("mcp_gym", "envs", "code", "tasks.py")
+    assert Path(env.__file__).parts[-3:] == ("envs", "code", "tasks.py")
     secrets = {
         "generator": env.__file__,  # the task generator: references and hidden tests
         "server": code_server.__file__,
@@ -220,7 +220,7 @@ async def test_only_allowlisted_host_paths_are_visible(transport: str) -> None:
 def test_package_is_hidden_where_its_parent_is_mounted(monkeypatch: pytest.MonkeyPatch) -> None:
     """As if mcp_gym lay inside the mounted standard library (a non-editable install into it): the checkout is
     mounted, but the package (with every ``envs/<env>/tasks.py``) and the site-packages in it are empty."""
-    from mcp_gym.envs.code import _bwrap
+    from mcp_gym.servers import _bwrap
 
     real = _bwrap._python_files()
     monkeypatch.setattr(_bwrap, "_python_files", lambda: [*real, str(REPO)])
@@ -512,7 +512,7 @@ udp.sendto(b"x", ("127.0.0.1", {udp_port}))  # accepted by the sandbox's own loo
 # -- a server that is not root ----------------------------------------------------------------------------------
 NON_ROOT_SERVER = """
 import anyio, os
-from mcp_gym.envs.code._sandbox import detect_isolation, run_function_tests
+from mcp_gym.servers._sandbox import detect_isolation, run_function_tests
 assert os.geteuid() == 65534 and detect_isolation().host_uid is None  # no uid to drop to: its own is not root
 code = PROGRAM + "\\n\\ndef f(x):\\n    return x + 1\\n"
 print(anyio.run(run_function_tests, {"s.py": code}, "s", "f", [[1]]).output)
@@ -565,7 +565,7 @@ def test_server_refuses_to_start_without_an_os_sandbox(tmp_path: Path) -> None:
         fake.chmod(0o755)
         cases += [(str(tmp_path / "no-setpriv"), "the server runs as root and setpriv (util-linux) is not installed"),
                   (str(tmp_path / "fake"), "the sandbox is not safe here (agent code would run as host uid 0")]
-    cmd = [sys.executable, "-m", "mcp_gym.envs.code.server"]
+    cmd = [sys.executable, "-m", "mcp_gym.servers.code"]
     base = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     for path, reason in cases:
         done = subprocess.run(cmd, env={**base, "PATH": path}, stdin=subprocess.DEVNULL, capture_output=True,

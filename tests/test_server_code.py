@@ -17,8 +17,8 @@ from test_server_notes import call, episode, serve_http, state_of, stdio_params,
 
 from mcp_gym.envs._common import split_of, submitted_answer
 from mcp_gym.envs.code import tasks as env
-from mcp_gym.envs.code._sandbox import Limits, run_function_tests
-from mcp_gym.envs.code.server import LIMITS, server
+from mcp_gym.servers._sandbox import Limits, run_function_tests
+from mcp_gym.servers.code import LIMITS, server
 from mcp_gym.tasks import Task
 
 pytestmark = [pytest.mark.anyio, pytest.mark.bwrap]  # the Code server refuses to start without bubblewrap

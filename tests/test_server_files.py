@@ -19,7 +19,7 @@ from mcp.types import ListRootsResult, Root
 from test_server_notes import call, run_reference, serve_http, state_of, stdio_params, tool_hints
 
 from mcp_gym.envs.files import tasks as env
-from mcp_gym.envs.files.server import new_state, resolve, server
+from mcp_gym.servers.files import new_state, resolve, server
 
 pytestmark = pytest.mark.anyio
 

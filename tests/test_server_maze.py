@@ -13,7 +13,7 @@ from mcp.types import ResourceUpdatedNotification, ToolListChangedNotification
 from test_server_notes import call, run_reference, serve_http, state_of, stdio_params, tool_hints
 
 from mcp_gym.envs.maze import tasks as env
-from mcp_gym.envs.maze.server import server
+from mcp_gym.servers.maze import server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio

@@ -24,7 +24,7 @@ from mcp import Client, StdioServerParameters
 
 from mcp_gym.envs._common import submitted_answer
 from mcp_gym.envs.notes import tasks as env
-from mcp_gym.envs.notes.server import server
+from mcp_gym.servers.notes import server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio

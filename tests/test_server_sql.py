@@ -19,7 +19,7 @@ from test_server_notes import call, episode, serve_http, state_of, stdio_params,
 
 from mcp_gym.envs._common import submitted_answer
 from mcp_gym.envs.sql import tasks as env
-from mcp_gym.envs.sql.server import MAX_ROWS, MAX_TRIM_CHARS, MAX_VALUE_BYTES, execute, fingerprint, new_state, server
+from mcp_gym.servers.sql import MAX_ROWS, MAX_TRIM_CHARS, MAX_VALUE_BYTES, execute, fingerprint, new_state, server
 from mcp_gym.tasks import Task
 
 pytestmark = pytest.mark.anyio

@@ -27,7 +27,7 @@ SECRETS = (QUERY_SECRET, USER_SECRET, base64.b64encode(f"{USER_SECRET}:".encode(
 @pytest.fixture(scope="module")
 def counter_url() -> Iterator[str]:
     """The bundled Counter (no diagnostic tools: the random policy must not stop it) over Streamable HTTP."""
-    proc, url = start_http_server("mcp_gym.envs.counter.server")
+    proc, url = start_http_server("mcp_gym.servers.counter")
     try:
         yield url
     finally:

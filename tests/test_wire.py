@@ -20,7 +20,7 @@ STEPS = 10
 
 
 def counter() -> Stdio:
-    return Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")
+    return Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")
 
 
 @pytest.fixture

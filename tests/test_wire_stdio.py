@@ -32,7 +32,7 @@ ECHO = {"tool": "echo", "arguments": {"text": "hello"}}
 
 @pytest.fixture
 def env() -> Iterator[MCPEnv]:
-    e = MCPEnv({"c": Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")}, ["Move the counter."],
+    e = MCPEnv({"c": Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")}, ["Move the counter."],
                max_steps=10_000, call_timeout=30.0)
     e.reset(seed=0)
     e.step(ECHO)  # warm: the lane's checks are built
@@ -272,7 +272,7 @@ def test_the_default_reward_reads_the_same_as_through_a_step_context() -> None:
             return super().__call__(ctx)
 
     for fn in (ConventionReward(0.25), Logged(0.25)):
-        env = MCPEnv({"c": Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")}, ["Move the counter."],
+        env = MCPEnv({"c": Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")}, ["Move the counter."],
                      reward_fn=fn)
         try:
             env.reset(seed=0)
@@ -359,7 +359,7 @@ def test_ctrl_c_before_a_call_starts_ends_it_and_the_runtime_goes_on() -> None:
 def test_the_listen_stream_is_acknowledged_when_reset_returns() -> None:
     """The first step's resource update must reach the client: a step no longer gives the loop enough turns to send
     a stream's request before the step's own (which goes straight onto the pipe)."""
-    spec = Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics", listen=True)
+    spec = Stdio.python_module("mcp_gym.servers.counter", "--diagnostics", listen=True)
     env = MCPEnv({"c": spec}, ["Move the counter."], observe_resources=["counter://state"], call_timeout=20.0)
     try:
         for seed in range(3):

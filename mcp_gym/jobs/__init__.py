@@ -1,6 +1,6 @@
 """Jobs behind the ``mcp-gym`` command: collect, evaluate, export SFT data, and the end-to-end demo.
 
-Each takes a job config (the Hydra tree in ``mcp_gym/conf/``, the package ``mcp_gym.conf``) and an output
+Each takes a job config (the Hydra tree in ``conf/``, the package ``mcp_gym.conf``) and an output
 directory; see :mod:`mcp_gym.cli` for the command line. :func:`env_config`, :func:`server_specs` and
 :func:`env_factory` turn an env config (a custom benchmark's config file) into the env the jobs and trainer faces run.
 """

@@ -16,7 +16,7 @@ one task file per category, ``multi_turn_<category>.jsonl``, one task per BFCL t
 * ``tags``: ``bfcl``, the category, the involved classes;
 * ``grader``: :mod:`mcp_gym.envs.bfcl.grade` (BFCL's own checker, run from the copy the server is started on).
 
-The APIs are served by ``python -m mcp_gym.envs.bfcl.server --bfcl PATH``; the command printed at the end runs an
+The APIs are served by ``python -m mcp_gym.servers.bfcl --bfcl PATH``; the command printed at the end runs an
 evaluation. Anything the copy holds that does not fit (a path out of it, an id twice, a class without docs, a ground
 truth call that is not a plain call of literals) is refused with one line naming the task and the file.
 """
@@ -247,7 +247,7 @@ def import_bfcl(path: str | Path, out: str | Path = "bfcl-multi-turn",
 
 def server_command(root: Path) -> str:
     """The server command line of the printed commands (this Python, so the server finds mcp-gym)."""
-    return f"{shlex.quote(sys.executable)} -m mcp_gym.envs.bfcl.server --bfcl {shlex.quote(str(root))}"
+    return f"{shlex.quote(sys.executable)} -m mcp_gym.servers.bfcl --bfcl {shlex.quote(str(root))}"
 
 
 def commands(root: Path, result: ImportResult, category: str = "base") -> tuple[str, str]:

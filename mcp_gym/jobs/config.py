@@ -1,4 +1,4 @@
-"""From a job config (the Hydra tree in ``mcp_gym/conf/``) to the objects a job runs: tasks, envs, a policy, a plan.
+"""From a job config (the Hydra tree in ``conf/``) to the objects a job runs: tasks, envs, a policy, a plan.
 
 Public: the way from an env config (the ``env:`` node, e.g. a custom benchmark's config file) to an env, the one the
 jobs take: :func:`env_config` composes it as the ``mcp-gym`` command does, :func:`server_specs` turns it into server

@@ -23,7 +23,7 @@ __all__ = ["demo"]
 
 
 def policy_config(kind: str) -> DictConfig:
-    """The packaged ``mcp_gym/conf/policy/<kind>.yaml``."""
+    """The packaged ``conf/policy/<kind>.yaml``."""
     path = importlib.resources.files("mcp_gym.conf").joinpath("policy").joinpath(f"{kind}.yaml")
     text = path.read_text(encoding="utf-8")
     return OmegaConf.create(text)  # type: ignore[return-value]  # a YAML mapping makes a DictConfig

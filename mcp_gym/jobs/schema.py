@@ -1,6 +1,6 @@
 """The types of the job config's keys, as OmegaConf structured configs, and the check that applies them.
 
-The YAML files in ``mcp_gym/conf/`` keep the defaults and their descriptions (``mcp-gym <job> --help`` reads them);
+The YAML files in ``conf/`` keep the defaults and their descriptions (``mcp-gym <job> --help`` reads them);
 the dataclasses here declare each key's type. :func:`check_job_config` merges the composed config into them, so
 OmegaConf itself refuses ``episodes=abc`` or a ``+key`` no config declares, and the CLI says so in one line naming
 the key (``mcp-gym collect: episodes must be an integer or null, not 'abc'``).

@@ -1,6 +1,6 @@
 """Client CPU per episode for connect + first reset over Streamable HTTP: mcp-gym vs the raw SDK, side by side.
 
-One bundled Counter server (``python -m mcp_gym.envs.counter.server --transport http``, as ``scale.py`` starts it)
+One bundled Counter server (``python -m mcp_gym.servers.counter --transport http``, as ``scale.py`` starts it)
 serves every round. Each round runs in a fresh client interpreter (cold process caches, as a training job starts):
 N sessions open concurrently (at most ``--connect-concurrency`` at a time) and each does its first reset, then all
 close. Measured: client CPU (``time.process_time``) from the first connect to the last first reset, divided by N.

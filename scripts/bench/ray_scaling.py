@@ -57,7 +57,7 @@ def actor_startup(cfg: Any, staging: Path) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", default="counter", help="bundled env config name (mcp_gym/conf/env)")
+    p.add_argument("--env", default="counter", help="bundled env config name (conf/env)")
     p.add_argument("--policy", default="random")
     p.add_argument("--episodes", type=int, default=400)
     p.add_argument("--num-envs", type=int, default=8, help="episodes at once per worker")

@@ -20,8 +20,8 @@ from mcp import Client, StdioServerParameters
 
 from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.client.runtime import Runtime
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.protocol import RESET_TOOL
+from mcp_gym.servers.counter import make_server
 
 
 class RawClient:
@@ -89,7 +89,7 @@ def main() -> None:
     for env in envs.values():
         env.close()
 
-    spec = Stdio.python_module("mcp_gym.envs.counter.server")
+    spec = Stdio.python_module("mcp_gym.servers.counter")
     raw = RawClient(StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env or {})))
     envs = {"tools only": MCPEnv({"c": spec}, ["t"], runtime=Runtime()),
             "+ observed resource": MCPEnv({"c": spec}, ["t"], runtime=Runtime(), observe_resources=["counter://state"])}

@@ -1,7 +1,7 @@
 """N concurrent episodes in one client process against ONE bundled Streamable HTTP server, mcp-gym vs the raw SDK.
 
 For each N (default 128, 1,000 and 10,000) and each side, a fresh Counter server (``python -m
-mcp_gym.envs.counter.server --transport http``, SSE responses as ``mcp-gym serve counter --transport http`` does) and a
+mcp_gym.servers.counter --transport http``, SSE responses as ``mcp-gym serve counter --transport http`` does) and a
 fresh client interpreter:
 
 * ``mcp-gym``: N :class:`~mcp_gym.env.MCPEnv` objects (one session each, the Counter env: tool ``add``, resource
@@ -43,7 +43,7 @@ import sys
 import time
 from typing import Any
 
-SERVER_MODULE = "mcp_gym.envs.counter.server"
+SERVER_MODULE = "mcp_gym.servers.counter"
 MODES = ("mcp-gym", "raw-sdk")
 STATE_URI = "counter://state"
 

@@ -23,14 +23,14 @@ from mcp import Client, StdioServerParameters
 
 from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.client.runtime import Runtime
-from mcp_gym.envs.counter.server import make_server
+from mcp_gym.servers.counter import make_server
 
 ACTION = {"tool": "echo", "arguments": {"text": "hello"}}
 THREADED = Runtime("threaded", threaded=True)
 
 
 def stdio_spec() -> Stdio:
-    return Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")
+    return Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")
 
 
 class RawClient:

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-COUNTER_SERVER = "mcp_gym.envs.counter.server"
+COUNTER_SERVER = "mcp_gym.servers.counter"
 ACTION = {"tool": "add", "arguments": {"amount": 1}}
 MODES = ("mcp-gym", "per-call", "AsyncVectorEnv")
 

@@ -34,8 +34,8 @@ from typing import Any
 
 from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.client.runtime import Runtime
-from mcp_gym.envs.counter.server import make_server
 from mcp_gym.recording import RecordTrajectories
+from mcp_gym.servers.counter import make_server
 from mcp_gym.textenv import TextEnvBatch
 
 ACTION = {"tool": "echo", "arguments": {"text": "hello"}}
@@ -310,7 +310,7 @@ def main() -> None:
     p.add_argument("--record", action="store_true", help="every side records its steps (RecordTrajectories)")
     a = p.parse_args()
     print(f"a face's step vs MCPEnv.step, median of {a.rounds} interleaved rounds x {a.steps} steps (goal: <= 1.10)")
-    stdio = Stdio.python_module("mcp_gym.envs.counter.server", "--diagnostics")
+    stdio = Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")
     server = make_server(diagnostics=True)
     with tempfile.TemporaryDirectory() as tmp:
         record = tmp if a.record else None

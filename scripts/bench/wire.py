@@ -5,7 +5,7 @@ hand-written floor, over stdio and Streamable HTTP, in alternating rounds.
   (``--everything PATH`` to use another). The floor is an asyncio JSON-RPC client over the pipe: one
   ``json.dumps`` + write per request, one ``readline`` + ``json.loads`` per answer (after the ``initialize``
   handshake); no validation, no cancellation, no timeouts.
-* **HTTP**: a bundled Counter server (``python -m mcp_gym.envs.counter.server --transport http``, SSE answers, as
+* **HTTP**: a bundled Counter server (``python -m mcp_gym.servers.counter --transport http``, SSE answers, as
   ``mcp-gym serve counter --transport http`` serves), tool ``echo``. The floor is a minimal keep-alive HTTP/1.1 POST
   client on asyncio streams: one connection, ``Content-Length`` requests, chunked SSE answers parsed by hand. Beside
   it, the same POSTs through ``httpx2`` (the SDK's HTTP client) and ``aiohttp`` (when installed): what the client
@@ -286,7 +286,7 @@ def start_counter() -> tuple[subprocess.Popen[bytes], int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.envs.counter.server", "--transport", "http", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.servers.counter", "--transport", "http", "--port",
                              str(port), "--diagnostics"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

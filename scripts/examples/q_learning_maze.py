@@ -1,6 +1,6 @@
 """Tabular Q-learning on the bundled Maze env (CleanRL-style: one readable file, no framework).
 
-The Maze server (``mcp_gym.envs.maze.server``) is a key-and-door gridworld reached through real MCP tool calls. Its
+The Maze server (``mcp_gym.servers.maze``) is a key-and-door gridworld reached through real MCP tool calls. Its
 ``maze://state`` resource, observed on every step, ends with a status line such as::
 
     Status: position (3, 3); key: held; door: locked; goal: not reached

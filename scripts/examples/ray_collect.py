@@ -1,7 +1,7 @@
 """Collection on Ray: record episodes with several Ray actors, then read the run back (one readable file).
 
 The same job as ``mcp-gym collect launcher=ray ...``, from Python: compose the job config with Hydra's compose API
-(``mcp_gym/conf/``), pick ``launcher=ray``, and call :func:`mcp_gym.jobs.collect`, which
+(``conf/``), pick ``launcher=ray``, and call :func:`mcp_gym.jobs.collect`, which
 hands the job to :mod:`mcp_gym.jobs.ray_launcher`. Each actor runs ``--envs-per-worker`` episodes at once and
 publishes Parquet shards per work item to the run directory (or ``--storage``, e.g. ``s3://bucket/runs/sql``).
 Rerunning the same command resumes: recorded episodes are skipped. Kill a worker while it runs (``ray list actors``,
@@ -30,7 +30,7 @@ from mcp_gym.recording import load
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line flags (all have defaults, so the script runs as is)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", default="sql", help="bundled env config (mcp_gym/conf/env): counter, sql, notes, maze, ...")
+    p.add_argument("--env", default="sql", help="bundled env config (conf/env): counter, sql, notes, maze, ...")
     p.add_argument("--policy", default="oracle", help="random, oracle or openai (then set --override policy.*)")
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="Ray actors")

@@ -1,6 +1,6 @@
 """REINFORCE with a small numpy policy on the bundled Counter env (CleanRL-style: one readable file, no framework).
 
-Counter (``mcp_gym.envs.counter.server``) asks the agent to move a counter to a target between -12 and 12 through the
+Counter (``mcp_gym.servers.counter``) asks the agent to move a counter to a target between -12 and 12 through the
 real MCP tool ``add(amount)`` with ``amount`` in -5..5. The env observes the resource ``counter://state``
 (``count=3 target=9``), so the policy's input is the distance ``target - count``; its actions are the 11 discrete
 tool calls ``add(-5) .. add(5)``. Rewards (from the server): +1.0 on reaching the target (the episode terminates),

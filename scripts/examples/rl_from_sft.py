@@ -78,7 +78,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line flags (all have defaults, so the script runs as is)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/rl-from-sft", help="directory for runs, models, curves and the summary")
-    p.add_argument("--env", default="lookup", help="bundled env config name (mcp_gym/conf/env)")
+    p.add_argument("--env", default="lookup", help="bundled env config name (conf/env)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--val-tasks", type=int, default=100,
                    help="first train tasks kept out of training (validation: picks the RL checkpoint)")

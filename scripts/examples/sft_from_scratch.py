@@ -94,7 +94,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line flags (all have defaults, so the script runs as is)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/sft-from-scratch", help="directory for runs, data and the model")
-    p.add_argument("--env", default="lookup", help="bundled env config name (mcp_gym/conf/env)")
+    p.add_argument("--env", default="lookup", help="bundled env config name (conf/env)")
     p.add_argument("--samples", type=int, default=1, help="oracle episodes per train task")
     p.add_argument("--vocab", type=int, default=600, help="BPE vocabulary size")
     p.add_argument("--hidden", type=int, default=128, help="model width")

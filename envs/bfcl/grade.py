@@ -1,0 +1,94 @@
+"""The grader of BFCL multi-turn tasks: BFCL's own checker on the calls an episode ran, per turn.
+
+``{"kind": "python", "function": "mcp_gym.envs.bfcl.grade:verify"}`` (what ``mcp-gym tasks import bfcl`` writes into
+each task). It reads the BFCL server's ``mcp_gym_state`` (the copy the server was started on, the task, the calls
+that ran in each turn), refuses a task whose data differ from the copy's own, and runs
+:mod:`mcp_gym.envs.bfcl.check` as a script in a subprocess (``python -I``, an empty environment, a fresh temporary
+folder, bounded by :data:`CHECK_TIMEOUT`), which runs BFCL's ``multi_turn_checker`` on them with the task's ground
+truth from the copy. An episode cut off before its last turn ended fails as BFCL's ``multi_turn:force_terminated``.
+The grade's reason is BFCL's ``error_type`` and ``error_message``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mcp_gym.envs.bfcl import check
+
+__all__ = ["verify", "run_checks", "CHECK_TIMEOUT", "DATA_KEYS", "GRADER_SPEC"]
+
+GRADER_SPEC = {"kind": "python", "function": "mcp_gym.envs.bfcl.grade:verify"}
+"""The grader spec of an imported BFCL task."""
+
+CHECK_TIMEOUT = 50.0
+"""Seconds BFCL's checker may take on one episode (under the grader's default 60 s)."""
+DATA_KEYS = ("involved_classes", "initial_config")
+"""Fields of a task's ``data`` that must equal the BFCL copy's own (the server and checker read the copy's)."""
+
+
+def run_checks(root: str | Path, checks: Sequence[Mapping[str, Any]], *,
+               timeout: float | None = CHECK_TIMEOUT) -> list[dict[str, Any]]:
+    """BFCL's verdicts on ``checks`` (``{"id", "turns"}``: calls per turn, or ``{"id", "strings"}``: BFCL call strings
+    per turn), run by :mod:`mcp_gym.envs.bfcl.check` in a subprocess with the copy at ``root``. Raises
+    ``RuntimeError`` naming the cause when the checker cannot run."""
+    request = json.dumps({"root": str(root), "checks": list(checks)})
+    with tempfile.TemporaryDirectory(prefix="mcp-gym-bfcl-") as tmp:
+        try:
+            done = subprocess.run([sys.executable, "-I", "-X", "utf8", str(Path(check.__file__).resolve())],
+                                  input=request, capture_output=True, text=True, timeout=timeout, cwd=tmp,
+                                  env={"PYTHONHASHSEED": "0"}, check=False)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"BFCL's checker ran over {timeout:g} s") from None
+    if done.returncode != 0:
+        tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"BFCL's checker exited {done.returncode}: {tail}")
+    out = json.loads(done.stdout)
+    if not isinstance(out, list) or len(out) != len(checks):
+        raise RuntimeError("BFCL's checker answered something other than one verdict per check")
+    return out
+
+
+def _snapshot(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The BFCL server's part of the state: the one server's, else the one alias whose snapshot is BFCL's."""
+    if isinstance(state.get("bfcl"), Mapping):
+        return state["bfcl"]
+    found = [v["bfcl"] for v in state.values() if isinstance(v, Mapping) and isinstance(v.get("bfcl"), Mapping)]
+    if len(found) != 1:
+        raise RuntimeError("no BFCL server in the episode (want one server run as python -m "
+                           "mcp_gym.servers.bfcl)" if not found else "several BFCL servers in the episode")
+    return found[0]
+
+
+def verify(ctx: Any) -> dict[str, Any]:
+    """Grade a finished episode (``ctx``: :class:`~mcp_gym.graders.EpisodeContext`) by BFCL's checker: ``{score,
+    passed, reason, details}``."""
+    snap = _snapshot(ctx.state)
+    task_id = ctx.task.id
+    if snap.get("task_id") != task_id:
+        raise RuntimeError(f"the BFCL server played task {snap.get('task_id')!r}, not {task_id!r}")
+    root = check.find_root(str(snap["root"]))
+    test_entry, ground_truth = check.entry(root, task_id)
+    data = ctx.task.data.get("bfcl") if isinstance(ctx.task.data.get("bfcl"), Mapping) else {}
+    for key in DATA_KEYS:
+        if key in data and data[key] != test_entry.get(key):
+            raise RuntimeError(f"task {task_id!r}: its data {key!r} differs from BFCL's own in {root} (the server "
+                               "plays and the checker grades BFCL's): re-import the task file from that copy")
+    turns: list[list[dict[str, Any]]] = [list(t) for t in snap.get("calls") or []]
+    reached = int(snap.get("turn", 0)) + 1
+    if ctx.termination not in ("submit", "done") or reached < len(ground_truth):
+        verdict = {"valid": False, "error_type": "multi_turn:force_terminated",
+                   "error_message": f"the episode ended ({ctx.termination}) in turn {reached} of "
+                                    f"{len(ground_truth)}"}
+    else:
+        verdict = run_checks(root, [{"id": task_id, "turns": turns}])[0]
+        if verdict.get("valid") is None:
+            raise RuntimeError(f"BFCL's checker failed: {verdict.get('error')}")
+    passed = bool(verdict["valid"])
+    reason = "BFCL: valid" if passed else f"BFCL {verdict.get('error_type')}: {verdict.get('error_message')}"
+    return {"score": 1.0 if passed else 0.0, "passed": passed, "reason": reason}

@@ -1,0 +1,1 @@
+"""The Files env: its task set and verifier (``tasks.py``); its MCP server is :mod:`mcp_gym.servers.files`."""

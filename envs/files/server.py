@@ -1,0 +1,6 @@
+"""The former name of :mod:`mcp_gym.servers.files` (``servers/files.py``): ``python -m mcp_gym.envs.files.server``
+and imports of this name keep working."""
+
+from mcp_gym.envs.serve import former_module
+
+former_module(__name__, "mcp_gym.servers.files")

@@ -1,1 +1,0 @@
-"""The Lookup env: its MCP server (``server.py``) and its task set and verifier (``tasks.py``)."""
