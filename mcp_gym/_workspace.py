@@ -248,13 +248,25 @@ def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
 _T = TypeVar("_T")
 
 
+_MASKS: dict[str, tuple[Any, list[tuple[str, str]]]] = {}
+"""Each recent workspace's replacement pairs, by its path, with the path object they were made for (a new object, as
+each episode's workspace is: resolved anew). ``Path.resolve`` walks the path with a system call per component."""
+_MASKS_MAX = 64
+
+
 def mask_workspace(value: _T, workspace: Path | None) -> _T:
     """``value`` with the episode's workspace path (as created, and resolved if that differs: ``/var`` vs
     ``/private/var``) written ``{workspace}`` in every string; ``value`` itself without a workspace."""
     if workspace is None:
         return value
-    paths = sorted({str(workspace), str(Path(workspace).resolve())}, key=len, reverse=True)
-    masked: _T = _replace_strings(value, [(p, PLACEHOLDER) for p in paths])  # same shape, new containers
+    key = str(workspace)
+    known = _MASKS.get(key)
+    if known is None or known[0] is not workspace:  # resolved once per episode's workspace, not on every step
+        paths = sorted({key, str(Path(workspace).resolve())}, key=len, reverse=True)
+        if len(_MASKS) >= _MASKS_MAX:
+            _MASKS.clear()
+        known = _MASKS[key] = (workspace, [(p, PLACEHOLDER) for p in paths])
+    masked: _T = _replace_strings(value, known[1])  # same shape, new containers
     return masked
 
 
