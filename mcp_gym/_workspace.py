@@ -230,6 +230,9 @@ def fill_task(task: Task, workspace: Path) -> Task:
                                data=fill(dict(task.data)), turns=fill(task.turns))
 
 
+_SCALARS = (int, float, bool)
+
+
 def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
     """``value`` with every ``old -> new`` of ``pairs`` replaced in its strings (keys too), through dicts, lists and
     tuples (new containers; anything else is returned as it is)."""
@@ -239,7 +242,22 @@ def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
                 value = value.replace(old, new)
         return value
     if isinstance(value, dict):
-        return {_replace_strings(k, pairs): _replace_strings(v, pairs) for k, v in value.items()}
+        out: dict[Any, Any] = {}
+        for k, v in value.items():  # (plain str keys and scalar values without a call: every step masks its info)
+            if k.__class__ is str:
+                for old, new in pairs:
+                    if old in k:
+                        k = k.replace(old, new)
+            else:
+                k = _replace_strings(k, pairs)
+            if v.__class__ is str:
+                for old, new in pairs:
+                    if old in v:
+                        v = v.replace(old, new)
+            elif v is not None and v.__class__ not in _SCALARS:
+                v = _replace_strings(v, pairs)
+            out[k] = v
+        return out
     if isinstance(value, (list, tuple)):
         return type(value)(_replace_strings(v, pairs) for v in value) if type(value) in (list, tuple) else value
     return value
