@@ -309,6 +309,9 @@ def fill_task(task: Task, workspace: Path) -> Task:
                                data=fill(dict(task.data)), turns=fill(task.turns))
 
 
+_SCALARS = (int, float, bool)
+
+
 def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
     """``value`` with every ``old -> new`` of ``pairs`` replaced in its strings (keys too), through dicts, lists and
     tuples (new containers; anything else is returned as it is)."""
@@ -318,7 +321,22 @@ def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
                 value = value.replace(old, new)
         return value
     if isinstance(value, dict):
-        return {_replace_strings(k, pairs): _replace_strings(v, pairs) for k, v in value.items()}
+        out: dict[Any, Any] = {}
+        for k, v in value.items():  # (plain str keys and scalar values without a call: every step masks its info)
+            if k.__class__ is str:
+                for old, new in pairs:
+                    if old in k:
+                        k = k.replace(old, new)
+            else:
+                k = _replace_strings(k, pairs)
+            if v.__class__ is str:
+                for old, new in pairs:
+                    if old in v:
+                        v = v.replace(old, new)
+            elif v is not None and v.__class__ not in _SCALARS:
+                v = _replace_strings(v, pairs)
+            out[k] = v
+        return out
     if isinstance(value, (list, tuple)):
         return type(value)(_replace_strings(v, pairs) for v in value) if type(value) in (list, tuple) else value
     return value
@@ -327,13 +345,25 @@ def _replace_strings(value: Any, pairs: list[tuple[str, str]]) -> Any:
 _T = TypeVar("_T")
 
 
+_MASKS: dict[str, tuple[Any, list[tuple[str, str]]]] = {}
+"""Each recent workspace's replacement pairs, by its path, with the path object they were made for (a new object, as
+each episode's workspace is: resolved anew). ``Path.resolve`` walks the path with a system call per component."""
+_MASKS_MAX = 64
+
+
 def mask_workspace(value: _T, workspace: Path | None) -> _T:
     """``value`` with the episode's workspace path (as created, and resolved if that differs: ``/var`` vs
     ``/private/var``) written ``{workspace}`` in every string; ``value`` itself without a workspace."""
     if workspace is None:
         return value
-    paths = sorted({str(workspace), str(Path(workspace).resolve())}, key=len, reverse=True)
-    masked: _T = _replace_strings(value, [(p, PLACEHOLDER) for p in paths])  # same shape, new containers
+    key = str(workspace)
+    known = _MASKS.get(key)
+    if known is None or known[0] is not workspace:  # resolved once per episode's workspace, not on every step
+        paths = sorted({key, str(Path(workspace).resolve())}, key=len, reverse=True)
+        if len(_MASKS) >= _MASKS_MAX:
+            _MASKS.clear()
+        known = _MASKS[key] = (workspace, [(p, PLACEHOLDER) for p in paths])
+    masked: _T = _replace_strings(value, known[1])  # same shape, new containers
     return masked
 
 

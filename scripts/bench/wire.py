@@ -18,6 +18,7 @@ median of per-round ratios to the floor and to the raw SDK. The load average is 
 
     python scripts/bench/wire.py --rounds 7 --calls 300
     python scripts/bench/wire.py --only stdio
+    python scripts/bench/wire.py --layers        # where a stdio env.step's client CPU goes, layer by layer
 """
 
 from __future__ import annotations
@@ -274,6 +275,53 @@ def compare(label: str, sides: dict[str, Any], tool: str, arguments: dict[str, A
     return rows
 
 
+class Layer:
+    """One layer of a stdio ``env.step`` on :class:`Gym`'s env, for ``--layers``: ``calls`` runs it ``n`` times."""
+
+    def __init__(self, gym: Gym, layer: str) -> None:
+        self.env, self.layer = gym.env, layer
+        self.rt: Runtime = gym.env._rt  # the runtime the Gym was given
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        env, action = self.env, {"tool": tool, "arguments": arguments}
+        host = env.host
+        conn = next(iter(host.connections.values()))
+
+        async def nothing() -> None:
+            return None
+
+        async def run() -> None:
+            for _ in range(n):
+                if self.layer == "astep":
+                    await env.astep(action)
+                elif self.layer == "host":
+                    await host.call(tool, arguments, timeout=env.call_timeout)
+                else:
+                    await conn.call_tool(tool, arguments, timeout=env.call_timeout)
+
+        if self.layer == "sync":
+            for _ in range(n):
+                self.rt.call(nothing)
+        else:
+            self.rt.call(run)
+
+    def close(self) -> None:
+        pass
+
+
+def layer_sides(exe: str) -> dict[str, Any]:
+    """``--layers``: the floor, ``env.step``, and each layer under it (all in one loop, no sync call per call), plus an
+    empty sync call: the differences are what each layer adds per step."""
+    gym = Gym(Runtime("gym"), Stdio(exe, ["stdio"]))
+    return {"floor": PipeFloor(Runtime("floor"), [exe, "stdio"]),
+            "raw SDK": RawSDK(Runtime("sdk"), StdioServerParameters(command=exe, args=["stdio"])),
+            "mcp-gym env.step": gym,
+            "env.astep, one loop": Layer(gym, "astep"),
+            "host.call, one loop": Layer(gym, "host"),
+            "connection.call_tool, one loop": Layer(gym, "connection"),
+            "empty sync call (no I/O)": Layer(gym, "sync")}
+
+
 def stdio_sides(exe: str) -> dict[str, Any]:
     return {"floor": PipeFloor(Runtime("floor"), [exe, "stdio"]),
             "raw SDK": RawSDK(Runtime("sdk"), StdioServerParameters(command=exe, args=["stdio"])),
@@ -318,6 +366,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--only", choices=["stdio", "http"])
     p.add_argument("--everything", default=str(EVERYTHING), help="server-everything executable (stdio)")
+    p.add_argument("--layers", action="store_true", help="stdio only: env.step and each layer under it")
     a = p.parse_args()
 
     rows: list[str] = []
@@ -326,11 +375,11 @@ def main() -> None:
         if a.only != "http":
             if not Path(a.everything).exists():
                 sys.exit(f"{a.everything} not found: run the tests once (they install it) or pass --everything")
-            sides = stdio_sides(a.everything)
+            sides = (layer_sides if a.layers else stdio_sides)(a.everything)
             cleanup += [s.close for s in sides.values()]
             rows += compare("stdio, server-everything `echo`", sides, "echo", {"message": "hello"}, a.rounds,
                             a.calls)
-        if a.only != "stdio":
+        if a.only != "stdio" and not a.layers:
             proc, port = start_counter()
             cleanup.append(proc.kill)
             sides = http_sides(port)
