@@ -1,7 +1,8 @@
 """A griffe extension for the API reference: docstring examples (``>>>`` lines and their output) become code blocks.
 
 The docstrings are written for ``help()`` and doctest (tests/test_doctests.py runs them); rendered as Markdown, a
-``>>>`` line would be a paragraph and ``x["key"]`` a broken reference link. scripts/docs/mkdocs.yml loads this file by path.
+``>>>`` line would be a paragraph and ``x["key"]`` a broken reference link. scripts/docs/mkdocs.yml loads this file
+by path.
 """
 
 from __future__ import annotations
