@@ -229,6 +229,8 @@ def test_grpo_example_trains_a_tiny_model(tmp_path: Path) -> None:
     assert max(calls) > 0, f"the warmed-up model never called a tool:\n{proc.stdout}"
     assert "2 GRPO steps in" in proc.stdout
     assert "| 2/2 [" in proc.stderr  # TRL's progress bar of the GRPO steps
+    # a last step whose rollouts all scored alike (zero advantage, zero loss) is said to be expected
+    assert ("(std 0.000)" in steps[-1]) == ("are expected here" in proc.stdout), proc.stdout
 
 
 # A compact Hermes-style chat template TRL does not ship (as scripts/examples/sft_from_scratch.py writes its own).

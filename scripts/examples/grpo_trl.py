@@ -222,6 +222,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         bf16=False,
         seed=args.seed,
         disable_tqdm=False,  # the training progress bar (on stderr)
+        activation_checkpointing=args.model != TINY,  # TRL's default for a real model; a tiny one only slows down
     )
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=dataset,
                           environment_factory=Env)
@@ -234,6 +235,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               f"tool calls/rollout {h.get('tools/call_frequency', 0):.2f}  "
               f"completion tokens {h.get('completions/mean_length', 0):.1f}")
     print(f"{args.steps} GRPO steps in {elapsed:.1f} s")
+    if logs and not logs[-1].get("reward_std") and not logs[-1].get("loss") and not logs[-1].get("grad_norm"):
+        print(f"reward {logs[-1]['reward']:g}, loss 0, grad_norm 0 are expected here: every rollout of the last step "
+              f"scored the same, and GRPO's advantage is a rollout's reward minus its group's mean (beta="
+              f"{config.beta:g}: no KL term), so there was nothing to learn from; a tiny model after a short "
+              "--sft-warmup rarely solves a task. More --sft-warmup steps, --num-generations or --steps give groups "
+              "with mixed rewards")
     for env in (e for pool in trainer._environment_pool.values() for e in pool):
         env._close()
     return logs[-1] if logs else {}

@@ -35,11 +35,20 @@ from the tool result.
 
     python scripts/examples/rl_from_sft.py                                # default budget (see the flags)
     python scripts/examples/rl_from_sft.py --seed 1 --out runs/rl-from-sft-1
+
+``--tasks FILE --server ALIAS=COMMAND`` (as in ``sft_from_scratch.py``): a task file with ``train``/``validation``/
+``test`` splits over any MCP servers, e.g. what ``mcp-gym tasks generate`` wrote for your server; the validation slice
+is then the first ``--val-tasks`` tasks of its ``validation`` split, and RL rollouts run on its ``train`` split.
+
+While it runs: a progress bar per training phase and one line per validation (step, validation success, best so far);
+the test tables at the end, everything in ``DIR/summary.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -53,21 +62,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is flagged experimental in TRL 1.x
 
+import datasets  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, SFTConfig, SFTTrainer  # noqa: E402
 
 from mcp_gym import sft  # noqa: E402
-from mcp_gym.envs import load_env_tasks  # noqa: E402
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 from mcp_gym.trl import GRPOTrainer, environment_factory, prepare_tokenizer, task_dataset  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sft_from_scratch import (  # noqa: E402
     TEMPLATE,
+    TaskSet,
     Validate,
+    add_task_flags,
     cli,
     eval_summary,
     evaluate,
+    quiet_progress,
     tiny_model,
     train_tokenizer,
     validate,
@@ -79,6 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/rl-from-sft", help="directory for runs, models, curves and the summary")
     p.add_argument("--env", default="lookup", help="bundled env config name (conf/env)")
+    add_task_flags(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--val-tasks", type=int, default=100,
                    help="first train tasks kept out of training (validation: picks the RL checkpoint)")
@@ -93,6 +107,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="stop SFT at the first validation success >= this (the weak start)")
     p.add_argument("--sft-batch-size", type=int, default=16)
     p.add_argument("--sft-learning-rate", type=float, default=3e-3)
+    p.add_argument("--sft-max-length", type=int, default=512, help="tokens per SFT example (longer ones refused)")
     p.add_argument("--vocab", type=int, default=600, help="BPE vocabulary size")
     p.add_argument("--hidden", type=int, default=128, help="model width")
     p.add_argument("--layers", type=int, default=2, help="transformer layers")
@@ -155,29 +170,37 @@ def plot_curves(out: Path, steps: list[dict[str, Any]], val: list[tuple[int, flo
 
 
 def sft_start(args: argparse.Namespace, out: Path, common: list[str], val_ids: set[str],
-              times: dict[str, float]) -> tuple[Any, Any, Validate]:
+              times: dict[str, float], val_split: str = "train") -> tuple[Any, Any, Validate]:
     """Phases 1-2: oracle episodes of the train split (validation slice excluded), a tokenizer trained on them, and a
     tiny model from random initialisation trained on them until it first solves ``--sft-target`` of the validation
     tasks; saved to ``out/model-sft``."""
     t = time.perf_counter()
-    cli("collect", *common, "policy=oracle", "split=train", "samples=1", f"out={out / 'oracle'}")
+    with contextlib.redirect_stdout(io.StringIO()):  # its summary line: the export's count is printed below
+        cli("collect", *common, "policy=oracle", "split=train", "samples=1", f"out={out / 'oracle'}")
     ds = sft.export(out / "oracle", out / "data", overwrite=True)
     ds = ds.filter(lambda ex: ex["task_id"] not in val_ids).shuffle(seed=args.seed)
     ds = ds.select(range(min(args.sft_tasks, len(ds))))
     times["collect + export"] = time.perf_counter() - t
+    print(f"SFT data: {len(ds)} oracle episodes of the train split", flush=True)
 
     t = time.perf_counter()
     tokenizer = train_tokenizer(ds, TEMPLATE, args.vocab)
+    longest = max(len(tokenizer(tokenizer.apply_chat_template(ex["messages"], tools=ex["tools"], tokenize=False),
+                                add_special_tokens=False)["input_ids"]) for ex in ds)
+    if longest > args.sft_max_length:  # truncation would cut the final answer off
+        raise SystemExit(f"an SFT example has {longest} tokens > --sft-max-length {args.sft_max_length}: raise it")
     model = tiny_model(tokenizer, args.hidden, args.layers, args.heads)
     config = SFTConfig(output_dir=str(out / "trainer-sft"), max_steps=args.sft_max_steps,
                        per_device_train_batch_size=args.sft_batch_size, learning_rate=args.sft_learning_rate,
                        lr_scheduler_type="constant_with_warmup", warmup_steps=50, weight_decay=0.0,
-                       assistant_only_loss=True, max_length=512, use_cpu=True, bf16=False, report_to=[],
+                       assistant_only_loss=True, max_length=args.sft_max_length, use_cpu=True, bf16=False, report_to=[],
                        logging_steps=50, save_strategy="no", seed=args.seed, dataloader_num_workers=0,
-                       disable_tqdm=True, gradient_checkpointing=False)
+                       disable_tqdm=False, activation_checkpointing=False)
     check = Validate(out / "sft", tokenizer, common, args.sft_val_tasks, args.sft_check_every, args.sft_min_steps,
-                     stop_at=args.sft_target, background=args.background_validation)
-    SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer, callbacks=[check]).train()
+                     stop_at=args.sft_target, background=args.background_validation, split=val_split)
+    print(f"SFT until validation success >= {args.sft_target:g} on {args.sft_val_tasks} {val_split} tasks:", flush=True)
+    quiet_progress(SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer,
+                              callbacks=[check])).train()
     kept = check.stop_step if check.stop_step is not None else check.curve[-1][0]  # the target met, else the last step
     shutil.rmtree(out / "model-sft", ignore_errors=True)
     shutil.copytree(out / "sft" / "checkpoints" / f"step-{kept:04d}", out / "model-sft")
@@ -191,11 +214,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     out = Path(args.out)
-    common = [f"env={args.env}", "env.transport=inprocess", f"seed={args.seed}", "launcher.progress=false"]
+    bench = TaskSet(args)
+    common = [*bench.overrides, f"seed={args.seed}", "launcher.progress=false"]
     times: dict[str, float] = {}
     load = {"start": os.getloadavg()[0]}
-    train_ids = [t.id for t in load_env_tasks(args.env, "train")]
-    val_ids = set(train_ids[: args.val_tasks])  # what `eval split=train episodes=N` runs: the first N train tasks
+    train_ids = [t.id for t in bench.tasks("train")]
+    if bench.val_split == "train":
+        val_pool = train_ids
+    else:  # a task file: its validation split (all of it at most)
+        val_pool = [t.id for t in bench.tasks(bench.val_split)]
+        if not val_pool or not bench.tasks("test"):
+            raise SystemExit(f"--tasks {args.tasks}: no {'validation' if not val_pool else 'test'} tasks (the file's "
+                             "`split` fields: train, validation, test)")
+        args.val_tasks = min(args.val_tasks, len(val_pool))
+        args.sft_val_tasks = min(args.sft_val_tasks, args.val_tasks)
+    val_ids = set(val_pool[: args.val_tasks])  # what `eval split=S episodes=N` runs: the first N tasks of split S
 
     model_sft = out / "model-sft"
     if args.start:  # an SFT model made earlier (e.g. by this script): skip phases 1-2
@@ -204,17 +237,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(model_sft)
         sft_curve = []
     else:
-        tokenizer, _, check = sft_start(args, out, common, val_ids, times)
+        tokenizer, _, check = sft_start(args, out, common, val_ids, times, bench.val_split)
         sft_curve = check.curve
     t = time.perf_counter()
-    start_val = validate(out / "val" / "sft", model_sft, common, args.val_tasks)  # the RL curve's step 0
+    start_val = validate(out / "val" / "sft", model_sft, common, args.val_tasks, bench.val_split)  # RL's step 0
     times["sft validation"] = times.get("sft validation", 0.0) + time.perf_counter() - t
-    print(f"SFT start: validation success {start_val:.2f} ({args.val_tasks} tasks)", flush=True)
+    print(f"SFT start: validation success {start_val:.2f} ({args.val_tasks} {bench.val_split} tasks); GRPO, "
+          f"{args.rl_steps} steps, validation every {args.eval_every}:", flush=True)
 
     # 3. RL: GRPO on the train split's tasks (validation slice excluded), reward = the verifier's grade ---------------
     t = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_sft)  # from its directory: TRL loads the KL reference from it
-    Base = environment_factory(args.env, reward="verifier")
+    # reward: the verifier's grade of the final state (a bundled env); a task file's grade of the submitted answer
+    # or the final state is the episode's return (its only reward)
+    Base = environment_factory(bench.factory(), reward="verifier" if bench.file is None else "return")
     outcomes: list[float] = []
 
     class Env(Base):  # the same environment, recording each rollout's reward for the learning curve
@@ -223,9 +259,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             outcomes.append(reward)
             return reward
 
-    dataset = task_dataset(args.env, "train").filter(lambda row: row["task_id"] not in val_ids)
+    if bench.file is None:
+        dataset = task_dataset(args.env, "train")
+    else:  # the same conversational prompts task_dataset makes for a bundled env
+        tasks = bench.tasks("train")
+        dataset = datasets.Dataset.from_dict({
+            "prompt": [[{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}, {"role": "user", "content": t.prompt}]
+                       for t in tasks],
+            "task_id": [t.id for t in tasks]})
+    dataset = dataset.filter(lambda row: row["task_id"] not in val_ids)
     validate_rl = Validate(out / "rl", tokenizer, common, args.val_tasks, args.eval_every, start=start_val,
-                           background=args.background_validation)
+                           background=args.background_validation, split=bench.val_split)
     grpo = GRPOConfig(output_dir=str(out / "trainer-rl"), max_steps=args.rl_steps, learning_rate=args.rl_learning_rate,
                       lr_scheduler_type="constant_with_warmup", warmup_steps=args.rl_warmup_steps,
                       num_generations=args.num_generations,
@@ -234,9 +278,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                       temperature=args.temperature, beta=args.beta, loss_type=args.loss_type,
                       scale_rewards=args.scale_rewards, num_iterations=args.num_iterations,
                       logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=args.seed,
-                      disable_tqdm=True, dataloader_num_workers=0, gradient_checkpointing=False)
-    trainer = GRPOTrainer(model=model, processing_class=prepare_tokenizer(tokenizer), args=grpo,
-                          train_dataset=dataset, environment_factory=Env, callbacks=[validate_rl])
+                      disable_tqdm=False, dataloader_num_workers=0, activation_checkpointing=False)
+    trainer = quiet_progress(GRPOTrainer(model=model, processing_class=prepare_tokenizer(tokenizer), args=grpo,
+                                         train_dataset=dataset, environment_factory=Env, callbacks=[validate_rl]))
     trainer.train()
     for env in (e for pool in trainer._environment_pool.values() for e in pool):
         env._close()
@@ -250,10 +294,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     # 4. evaluate both models (greedy) and the random policy on the unseen test tasks ----------------------------------
     t = time.perf_counter()
-    sft_test = evaluate(out / "eval-sft", model_sft, common)
+    sft_test = evaluate(out / "eval-sft", model_sft, common, quiet=True)  # its table is in eval-sft/report
     rl_test = evaluate(out / "eval-rl", model_rl, common)
     shutil.rmtree(out / "eval-random", ignore_errors=True)
-    cli("eval", *common, "policy=random", f"samples={args.random_samples}", "plots=false", f"out={out / 'eval-random'}")
+    with contextlib.redirect_stdout(io.StringIO()):  # its table is in eval-random/report
+        cli("eval", *common, "policy=random", f"samples={args.random_samples}", "plots=false",
+            f"out={out / 'eval-random'}")
     rand = eval_summary(out / "eval-random")
     times["test eval"] = time.perf_counter() - t
     load["end"] = os.getloadavg()[0]
@@ -262,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     steps = [{"step": h["step"], "reward": h["reward"],
               "success": sum(r >= 1 for r in outcomes[(h["step"] - 1) * per: h["step"] * per]) / per}
              for h in trainer.state.log_history if "reward" in h]
-    summary = {"env": args.env, "seed": args.seed, "test_success": {"sft": sft_test["success_rate"],
+    summary = {"env": bench.name, "seed": args.seed, "test_success": {"sft": sft_test["success_rate"],
                "rl": rl_test["success_rate"], "random": rand["success_rate"]},
                "test_episodes": sft_test["episodes"], "kept_step": best_step,
                "validation": {"sft": sft_curve, "rl": validate_rl.curve},
@@ -272,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     test = {"random": rand["success_rate"], "SFT start": sft_test["success_rate"], "after RL": rl_test["success_rate"]}
     for png in plot_curves(out, steps, validate_rl.curve, test):
         shutil.copy(png, out / "eval-rl" / "report" / png.name)
-    print(f"\n| {args.env}, seed {args.seed} | test success |\n|---|---|")
+    print(f"\n| {bench.name}, seed {args.seed} | test success ({sft_test['episodes']} tasks) |\n|---|---|")
     for name, value in test.items():
         print(f"| {name} | {value:.2f} |")
     print(f"kept checkpoint: step {best_step} (validation {best_val:.2f}); load average {load}")

@@ -29,17 +29,29 @@ targets with train tasks, and random success is ~6 %.
 
     python scripts/examples/sft_from_scratch.py                          # full budget (see the flags' defaults)
     python scripts/examples/sft_from_scratch.py --steps 120 --random-samples 2 --out /tmp/sft-scratch
+
+``--tasks FILE --server ALIAS=COMMAND``: any task file with ``train``/``validation``/``test`` splits over any MCP
+servers instead of a bundled env, e.g. what ``mcp-gym tasks generate`` wrote for your server (the env is ``env=custom``
+with those servers and ``env.tasks=FILE``). The validation slice is then the first ``--val-tasks`` tasks of the file's
+``validation`` split, and the model trains on the whole ``train`` split::
+
+    python scripts/examples/sft_from_scratch.py --tasks gen/everything/tasks.jsonl \
+        --server 'everything=mcp-server-everything stdio' --out runs/sft-everything
+
+The output is one progress bar and one line per validation while training; the evaluation tables at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -53,14 +65,17 @@ try:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import SFTConfig, SFTTrainer
 except ModuleNotFoundError as e:  # one line, not a traceback
     raise SystemExit(f"sft_from_scratch.py needs the [train] extra (no module {e.name!r}): "
                      "pip install -e '.[train]'") from None
 
-from mcp_gym import sft  # noqa: E402
+from mcp_gym import MCPEnv, sft  # noqa: E402
 from mcp_gym.cli import main as mcp_gym_cli  # noqa: E402
 from mcp_gym.envs import load_env_tasks  # noqa: E402
+from mcp_gym.graders import Grading  # noqa: E402
+from mcp_gym.tasks import Task, load_task_source  # noqa: E402
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>",  # the template's markers, one token each
                   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -95,6 +110,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/sft-from-scratch", help="directory for runs, data and the model")
     p.add_argument("--env", default="lookup", help="bundled env config name (conf/env)")
+    add_task_flags(p)
     p.add_argument("--samples", type=int, default=1, help="oracle episodes per train task")
     p.add_argument("--vocab", type=int, default=600, help="BPE vocabulary size")
     p.add_argument("--hidden", type=int, default=128, help="model width")
@@ -115,6 +131,65 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def add_task_flags(p: argparse.ArgumentParser) -> None:
+    """``--tasks FILE``, ``--server ALIAS=COMMAND`` and ``--max-steps``: train on a task file over MCP servers."""
+    p.add_argument("--tasks", default=None, metavar="FILE",
+                   help="a task file with train/validation/test splits (e.g. OUT/tasks.jsonl of `mcp-gym tasks "
+                        "generate`) instead of --env; its servers come from --server")
+    p.add_argument("--server", action="append", default=[], metavar="ALIAS=COMMAND",
+                   help="with --tasks: an MCP server (a command line or URL, as +env.servers.ALIAS=...); repeatable")
+    p.add_argument("--max-steps", type=int, default=20, help="with --tasks: steps per episode (env.max_steps)")
+
+
+class TaskSet:
+    """What the script trains and evaluates on: a bundled env (``--env``), or a task file over MCP servers
+    (``--tasks FILE --server ALIAS=COMMAND``, the ``custom`` env). The same tasks, servers and budget reach the
+    ``mcp-gym`` jobs (:attr:`overrides`), the training data (:meth:`tasks`) and the RL environment (:meth:`factory`).
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.file = Path(args.tasks).resolve() if args.tasks else None
+        self.servers: dict[str, str] = {}
+        for entry in args.server:
+            alias, sep, command = entry.partition("=")
+            if not sep or not alias.strip() or not command.strip():
+                raise SystemExit(f"--server {entry!r}: expected ALIAS=COMMAND, e.g. 'everything=mcp-server-everything "
+                                 "stdio'")
+            self.servers[alias.strip()] = command.strip()
+        if self.file is None:
+            if self.servers:
+                raise SystemExit("--server needs --tasks FILE (a bundled --env brings its own server)")
+            self.name = args.env
+            self.overrides = [f"env={args.env}", "env.transport=inprocess"]
+            self.val_split = "train"  # a bundled env has no validation split: the first train tasks are held out
+            return
+        if not self.file.is_file():
+            raise SystemExit(f"--tasks {args.tasks}: no such file")
+        if not self.servers:
+            raise SystemExit(f"--tasks {args.tasks}: name its MCP servers with --server ALIAS=COMMAND")
+        self.name = str(args.tasks)
+        self.max_steps = args.max_steps
+        quoted = {a: c.replace("\\", "\\\\").replace('"', '\\"') for a, c in self.servers.items()}
+        self.overrides = ["env=custom", *(f'+env.servers.{a}="{c}"' for a, c in quoted.items()),
+                          f"env.tasks={self.file}", f"env.max_steps={args.max_steps}"]
+        self.val_split = "validation"
+
+    def tasks(self, split: str) -> list[Task]:
+        """The tasks of one split."""
+        if self.file is None:
+            return load_env_tasks(self.name, split)
+        return load_task_source(str(self.file), split)
+
+    def factory(self) -> str | Callable[[], MCPEnv]:
+        """What :func:`mcp_gym.trl.environment_factory` takes: the bundled env's name, or a function making the
+        ``custom`` env of the task file (its train split; graded as ``mcp-gym eval`` grades it)."""
+        if self.file is None:
+            return self.name
+        servers, tasks, folder, max_steps = dict(self.servers), self.tasks("train"), self.file.parent, self.max_steps
+        return lambda: MCPEnv(servers, tasks, max_steps=max_steps, grader=Grading(None, task_dir=folder),
+                              env_id="mcp_gym/custom")
+
+
 def cli(*overrides: str) -> None:
     """Run an ``mcp-gym`` job in this process (raises on a non-zero exit code)."""
     code = mcp_gym_cli(list(overrides))
@@ -127,17 +202,40 @@ def eval_summary(out: Path) -> dict[str, Any]:
     return json.loads((out / "report" / "results.json").read_text(encoding="utf-8"))["summary"]
 
 
-def evaluate(out: Path, model: Path, common: list[str], *extra: str) -> dict[str, Any]:
-    """``mcp-gym eval policy=hf`` (greedy) of a saved model into a fresh run directory ``out``; its summary."""
+def evaluate(out: Path, model: Path, common: list[str], *extra: str, quiet: bool = False) -> dict[str, Any]:
+    """``mcp-gym eval policy=hf`` (greedy) of a saved model into a fresh run directory ``out``; its summary.
+    ``quiet``: the job's table is not printed (its report is in ``out/report``)."""
     shutil.rmtree(out, ignore_errors=True)
-    cli("eval", *common, "policy=hf", f"policy.model={model}", "policy.temperature=0", "policy.no_call=end",
-        "samples=1", "launcher.num_envs=1", "plots=false", f"out={out}", *extra)
+    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+        cli("eval", *common, "policy=hf", f"policy.model={model}", "policy.temperature=0", "policy.no_call=end",
+            "samples=1", "launcher.num_envs=1", "plots=false", f"out={out}", *extra)
     return eval_summary(out)
 
 
-def validate(out: Path, model: Path, common: list[str], val_tasks: int) -> float:
-    """Greedy success of a saved model on the validation slice: the first ``val_tasks`` tasks of the train split."""
-    return evaluate(out, model, common, "split=train", f"episodes={val_tasks}")["success_rate"]
+def validate(out: Path, model: Path, common: list[str], val_tasks: int, split: str = "train") -> float:
+    """Greedy success of a saved model on the validation slice: the first ``val_tasks`` tasks of ``split`` (quiet:
+    the caller prints one line per validation)."""
+    return evaluate(out, model, common, f"split={split}", f"episodes={val_tasks}", quiet=True)["success_rate"]
+
+
+class QuietProgress(ProgressCallback):
+    """The training progress bar without a printed line per log: the latest logged values (loss, reward) are shown
+    on the bar instead, and every log stays in ``trainer.state.log_history``."""
+
+    KEYS = ("loss", "reward")
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        shown = {k: f"{v:.3g}" for k, v in (logs or {}).items() if k in self.KEYS and isinstance(v, (int, float))}
+        if self.training_bar is not None and shown:
+            self.training_bar.set_postfix(shown, refresh=False)
+
+
+def quiet_progress(trainer: Any) -> Any:
+    """Give a trainer the progress bar of :class:`QuietProgress` instead of a dict printed per logging step."""
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(QuietProgress())
+    return trainer
 
 
 VALIDATION_BOUND_S = 1800.0
@@ -153,13 +251,15 @@ class Validate(TrainerCallback):
     ``background=True`` runs the evaluations in one worker process, in step order, while training goes on (the second
     CPU core's work); a result ``>= stop_at`` stops training a few steps later, and the checkpoint it measured is the
     one to keep. The checkpoints and their scores are the same either way; only the wall time differs. ``bound``:
-    seconds to wait for one background result (then the worker is killed and ``TimeoutError`` raised).
+    seconds to wait for one background result (then the worker is killed and ``TimeoutError`` raised). ``split``:
+    the split whose first ``val_tasks`` tasks are the validation slice.
     """
 
     def __init__(self, run: Path, tokenizer: Any, common: list[str], val_tasks: int, every: int, first: int = 0,
                  stop_at: float | None = None, start: float | None = None, background: bool = False,
-                 bound: float = VALIDATION_BOUND_S) -> None:
+                 bound: float = VALIDATION_BOUND_S, split: str = "train") -> None:
         self.run, self.tokenizer, self.common, self.val_tasks = run, tokenizer, common, val_tasks
+        self.split = split
         self.every, self.first, self.stop_at = every, first, stop_at
         self.curve: list[tuple[int, float]] = [] if start is None else [(0, start)]
         self.best = (-1.0, 0) if start is None else (start, 0)
@@ -180,7 +280,7 @@ class Validate(TrainerCallback):
             path = self.run / "checkpoints" / f"step-{step:04d}"
             model.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
-            args_ = (self.run / "val" / path.name, path, self.common, self.val_tasks)
+            args_ = (self.run / "val" / path.name, path, self.common, self.val_tasks, self.split)
             if self._pool is None:
                 self._record(step, validate(*args_))
                 model.train()
@@ -275,27 +375,36 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     out = Path(args.out)
-    common = [f"env={args.env}", "env.transport=inprocess", f"seed={args.seed}", "launcher.progress=false"]
+    bench = TaskSet(args)
+    common = [*bench.overrides, f"seed={args.seed}", "launcher.progress=false"]
     times: dict[str, float] = {}
+    load = {"start": os.getloadavg()[0]}
 
     # 1. collect: oracle episodes on the train split -------------------------------------------------------------------
     t = time.perf_counter()
-    cli("collect", *common, "policy=oracle", "split=train", f"samples={args.samples}", f"out={out / 'oracle'}")
+    with contextlib.redirect_stdout(io.StringIO()):  # its summary line: the export below counts what matters
+        cli("collect", *common, "policy=oracle", "split=train", f"samples={args.samples}", f"out={out / 'oracle'}")
     times["collect"] = time.perf_counter() - t
 
     # 2. export: the chat dataset (successful episodes, deduplicated) --------------------------------------------------
     t = time.perf_counter()
-    train_ids = [task.id for task in load_env_tasks(args.env, "train")]
-    if not 0 < args.val_tasks <= len(train_ids) // 2:
+    train_ids = [task.id for task in bench.tasks("train")]
+    val_pool = train_ids if bench.val_split == "train" else [task.id for task in bench.tasks(bench.val_split)]
+    if bench.val_split == "train" and not 0 < args.val_tasks <= len(train_ids) // 2:
         raise SystemExit(f"--val-tasks {args.val_tasks}: {args.env} has {len(train_ids)} train tasks; keep between 1 "
                          f"and half of them for validation")
-    val_ids = set(train_ids[: args.val_tasks])  # what `eval split=train episodes=N` runs: the first N train tasks
+    if bench.val_split != "train":
+        if not val_pool or not bench.tasks("test"):
+            raise SystemExit(f"--tasks {args.tasks}: no {'validation' if not val_pool else 'test'} tasks (the file's "
+                             "`split` fields: train, validation, test)")
+        args.val_tasks = min(args.val_tasks, len(val_pool))
+    val_ids = set(val_pool[: args.val_tasks])  # what `eval split=S episodes=N` runs: the first N tasks of split S
     ds = sft.export(out / "oracle", out / "data", overwrite=True,  # a rerun replaces the earlier export
                     task_ids=[i for i in train_ids if i not in val_ids])
     times["export"] = time.perf_counter() - t
     print(f"export: {len(ds)} distinct successful episodes, tasks {len(set(ds['task_id']))}; validation: the first "
-          f"{args.val_tasks} train tasks")
-    leaked = set(ds["task_id"]) & ({task.id for task in load_env_tasks(args.env, "test")} | val_ids)
+          f"{args.val_tasks} {bench.val_split} tasks")
+    leaked = set(ds["task_id"]) & ({task.id for task in bench.tasks("test")} | val_ids)
     if leaked:  # the evaluation would be meaningless
         raise SystemExit(f"test or validation tasks in the training data: {sorted(leaked)}")
 
@@ -318,10 +427,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                        lr_scheduler_type="cosine", warmup_steps=max(1, args.steps // 20),
                        weight_decay=0.0, assistant_only_loss=True, max_length=args.max_length, use_cpu=True,
                        bf16=False, report_to=[], logging_steps=max(1, args.steps // 10), save_strategy="no",
-                       gradient_checkpointing=False, seed=args.seed, dataloader_num_workers=0,
+                       activation_checkpointing=False, seed=args.seed, dataloader_num_workers=0,
                        disable_tqdm=False)  # the training progress bar (on stderr): most of the script's time
-    check = Validate(out / "val", tokenizer, common, args.val_tasks, args.eval_every)
-    trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer, callbacks=[check])
+    check = Validate(out / "val", tokenizer, common, args.val_tasks, args.eval_every, split=bench.val_split)
+    trainer = quiet_progress(SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tokenizer,
+                                        callbacks=[check]))
     result = trainer.train()
     model_dir = out / "model"  # the checkpoint the validation slice prefers (a long run can over-train and collapse)
     shutil.rmtree(model_dir, ignore_errors=True)
@@ -342,19 +452,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     t = time.perf_counter()
     cli("eval", *common, "policy=random", f"samples={args.random_samples}", "plots=false", f"out={out / 'eval-random'}")
     times["eval (random)"] = time.perf_counter() - t
+    load["end"] = os.getloadavg()[0]
 
     trained, rand = eval_summary(out / "eval-hf"), eval_summary(out / "eval-random")
-    results = {"env": args.env, "params": params, "train_examples": len(ds), "steps": result.global_step,
+    results = {"env": bench.name, "params": params, "train_examples": len(ds), "steps": result.global_step,
                "kept_step": check.best[1], "validation": check.curve,
                "success_trained": trained["success_rate"], "episodes_trained": trained["episodes"],
                "success_random": rand["success_rate"], "episodes_random": rand["episodes"],
-               "seconds": {**times, "total": sum(times.values())}}
+               "seconds": {**times, "total": sum(times.values())}, "load_average": load}
     print("\n| policy | test episodes | success |\n|---|---|---|")
     print(f"| trained from scratch (greedy) | {trained['episodes']} | {trained['success_rate']:.2f} |")
     print(f"| random | {rand['episodes']} | {rand['success_rate']:.2f} |")
     print("\n| phase | wall time (s) |\n|---|---|")
     for phase, seconds in results["seconds"].items():
         print(f"| {phase} | {seconds:.1f} |")
+    print(f"load average (1 min): {load['start']:.2f} at the start, {load['end']:.2f} at the end")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
     return results
