@@ -123,6 +123,8 @@ class SpareServers:
     def prepare(self, env: _EpisodeServers, task: Task) -> None:
         """Start preparing spares for tasks like ``task``, up to ``size``, in the env runtime's task group (returns at
         once)."""
+        if not self.size or not env.workspace_servers:  # the pool is off (every env without a {workspace} server)
+            return
         servers = not all(self.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers)
         while not self._closed and len(self._spares) < (self.size if servers else 1):
             spare = _Spare(setup_key(env, task), servers)

@@ -23,6 +23,7 @@ from conftest import ROOT
 
 from mcp_gym import MCPEnv, Stdio
 from mcp_gym.cli import main
+from mcp_gym.client.runtime import Runtime
 
 PID_SERVER = ROOT / "tests" / "servers" / "pid_server.py"
 
@@ -125,6 +126,26 @@ def test_spare_servers_0_turns_the_pool_off(setup: dict[str, Path]) -> None:
     finally:
         env.close()
 
+
+
+def test_an_env_without_a_workspace_server_prepares_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No server names ``{workspace}``: the pool has nothing to prepare. No spare workspace appears in the temp folder
+    (one did, per episode, and a test checking that folder failed by chance), and the sync face keeps driving the
+    loop in the caller's thread (no thread hop per step)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    rt = Runtime()  # its own, driven: the default runtime may have been moved to a thread by an earlier test
+    env = MCPEnv({"s": Stdio(sys.executable, ["-m", "mcp_gym.servers.counter"])}, ["Count."], runtime=rt)
+    try:
+        for seed in (0, 1):
+            env.reset(seed=seed)
+            env.step({"tool": "add", "arguments": {"n": 1}})
+            assert list(temp.iterdir()) == [] and env.spares.pids == []
+        assert rt.mode == "driven"
+    finally:
+        env.close()
+        rt.close()
 
 def test_no_spare_process_is_left_after_an_exception(setup: dict[str, Path]) -> None:
     with pytest.raises(RuntimeError, match="the job broke"), make_env(setup) as env:
