@@ -59,6 +59,7 @@ def rates(tmp: Path, server: str, tasks: Path, *extra: str) -> tuple[float, floa
     return passed, out["noop"]
 
 
+@pytest.mark.slow  # ~20 s of server-memory restarts: the heavy lane (the fast lane keeps the llm generator's test)
 def test_explore_memory_small(tmp_path: Path) -> None:
     """The fast lane: a few tasks on server-memory pass validate and the oracle, fail noop; a rerun with a larger n
     extends the file (no duplicates); same seed, same file; a dry run writes nothing."""
@@ -106,6 +107,7 @@ def test_explore_does_not_depend_on_the_clock(tmp_path: Path) -> None:
     assert not any(clocklike(json.dumps([r["answer"], r["grader"]])) for r in slow)
 
 
+@pytest.mark.slow  # walks until max_proposals on a restarted server: the heavy lane
 def test_explore_ends_when_no_walk_proposes_anything(tmp_path: Path) -> None:
     """A server whose every result differs between runs (a fresh random token) gives walks that propose nothing: the
     run ends after ``max_proposals`` walks with what it has (here nothing), instead of walking forever."""

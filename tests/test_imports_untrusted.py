@@ -311,6 +311,7 @@ def test_mcpmark_two_levels_import_and_the_printed_command_grades_every_episode(
                                                     "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "TMPDIR"]
 
 
+@pytest.mark.slow  # two 8-episode evals on npm server-filesystem: the heavy lane
 def test_eval_says_why_when_no_episode_or_some_fail_to_grade(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from mcp_gym.cli import main
