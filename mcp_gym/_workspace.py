@@ -139,13 +139,12 @@ class SpareServers:
         try:
             with spare.scope:
                 with anyio.CancelScope(shield=True):  # a copy made is a folder to remove
-                    spare.workspace = await anyio.to_thread.run_sync(make_workspace, task)
+                    spare.workspace = workspace = await anyio.to_thread.run_sync(make_workspace, task)
                 async with anyio.create_task_group() as tg:
                     for alias in env.workspace_servers if spare.servers else ():
                         template, own = env.server_templates[alias], env.host.connections[alias]
-                        spec = episode_spec(template, spare.workspace, task_env(task, alias, template))
-                        conn = spare.conns[alias] = self.rerooter.connection(alias, template, spec, spare.workspace,
-                                                                             own)
+                        spec = episode_spec(template, workspace, task_env(task, alias, template))
+                        conn = spare.conns[alias] = self.rerooter.connection(alias, template, spec, workspace, own)
                         tg.start_soon(conn.start, env.runtime.task_group)
         except BaseException as e:  # noqa: BLE001 - a spare that fails is not used; the reset starts its own
             spare.error = e

@@ -34,7 +34,7 @@ import itertools
 import logging
 import types
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, get_args
+from typing import Any, Protocol, cast, get_args
 
 import anyio
 import mcp.types as mt
@@ -343,7 +343,7 @@ def _surface(method: str, version: str) -> Any:
     if version not in KNOWN_PROTOCOL_VERSIONS:
         raise ValueError(f"unknown protocol version {version!r}")
     row = SERVER_RESULTS.get((method, version))
-    return None if row is None else TypeAdapter(row)  # type: ignore[arg-type]  # a model or a union of models
+    return None if row is None else TypeAdapter(cast(Any, row))  # a model or a union of models (typed per version)
 
 
 def _wire_fields(row: Any) -> frozenset[str]:

@@ -120,11 +120,11 @@ def env_factory(env: Mapping[str, Any], tasks: Sequence[Task] | None = None, *,
             kwargs["spare_servers"] = int(env["spare_servers"])
         from mcp_gym._workspace import SpareBudget
 
-        budget = SpareBudget(kwargs.get("spare_servers", 1))  # the factory's envs share it: N + spare_servers servers
+        shared = SpareBudget(kwargs.get("spare_servers", 1))  # the factory's envs share it: N + spare_servers servers
 
         def make() -> MCPEnv:
             made = MCPEnv(specs, list(tasks), env_id=f"mcp_gym/{env.get('name', 'custom')}", grader=grading, **kwargs)
-            made.spares.budget = budget
+            made.spares.budget = shared
             return made
 
         return make

@@ -188,9 +188,10 @@ def _expectation(read: Any, before: Any, after: Any) -> dict[str, Any] | None:
         if d is not None:
             return {"subset": d}
         # a changed text field whose new text carries a time: the new lines of that field, at its path
+        old: dict[str, Any] = before if isinstance(before, dict) else {}
         for k, v in after.items() if isinstance(after, dict) and isinstance(before, dict) else ():
-            if isinstance(v, str) and isinstance(before.get(k), str) and v != before[k] and k.isidentifier():
-                lines = _new_lines(before[k], v)
+            if isinstance(v, str) and isinstance(old.get(k), str) and v != old[k] and k.isidentifier():
+                lines = _new_lines(old[k], v)
                 return {"path": f"$.{k}", "contains": lines} if lines else None
         return None
     new = _new_lines(as_text(before), as_text(after))

@@ -294,7 +294,8 @@ class ExploreProposer:
             props = schema.get("properties") or {}
             args: dict[str, Any] = {k: v for k, v in self.fixed.items() if k in props}
             for name in schema.get("required") or ():
-                prop = props.get(name) if isinstance(props.get(name), dict) else {}
+                found = props.get(name)
+                prop: dict[str, Any] = found if isinstance(found, dict) else {}
                 if name in args:
                     continue
                 if "default" in prop:
