@@ -82,6 +82,16 @@ class PipeFloor:
 
         self.rt.call(run)
 
+    def sync_calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        """One synchronous call (the runtime driven by this thread) per request, as ``env.step`` makes."""
+        params = {"name": tool, "arguments": arguments}
+
+        async def one() -> None:
+            await self._request("tools/call", params)
+
+        for _ in range(n):
+            self.rt.call(one)
+
     def close(self) -> None:
         async def stop() -> None:
             assert self.proc.stdin is not None
@@ -281,6 +291,19 @@ def compare(label: str, sides: dict[str, Any], tool: str, arguments: dict[str, A
     return rows
 
 
+class SyncFloor:
+    """``--layers``: the floor's requests, one synchronous call each (what a sync face adds to any client)."""
+
+    def __init__(self, floor: PipeFloor) -> None:
+        self.floor = floor
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        self.floor.sync_calls(tool, arguments, n)
+
+    def close(self) -> None:
+        pass
+
+
 class Layer:
     """One layer of a stdio ``env.step`` on :class:`Gym`'s env, for ``--layers``: ``calls`` runs it ``n`` times."""
 
@@ -316,10 +339,13 @@ class Layer:
 
 
 def layer_sides(exe: str) -> dict[str, Any]:
-    """``--layers``: the floor, ``env.step``, and each layer under it (all in one loop, no sync call per call), plus an
-    empty sync call: the differences are what each layer adds per step."""
+    """``--layers``: the floor, ``env.step``, and each layer under it (all in one loop, no sync call per call), plus
+    the floor with one sync call per request and an empty sync call: the differences are what each layer adds per
+    step."""
     gym = Gym(Runtime("gym"), Stdio(exe, ["stdio"]))
-    return {"floor": PipeFloor(Runtime("floor"), [exe, "stdio"]),
+    floor = PipeFloor(Runtime("floor"), [exe, "stdio"])
+    return {"floor": floor,
+            "floor, a sync call per call": SyncFloor(floor),
             "raw SDK": RawSDK(Runtime("sdk"), StdioServerParameters(command=exe, args=["stdio"])),
             "mcp-gym env.step": gym,
             "env.astep, one loop": Layer(gym, "astep"),
