@@ -546,8 +546,9 @@ if hasattr(os, "register_at_fork"):
 @atexit.register
 def _close_default() -> None:
     """In driven mode no thread keeps the loop: end the sessions at exit (stdio servers exit) instead of leaving
-    pending tasks to the garbage collector. A threaded runtime's daemon thread just stops with the interpreter."""
+    pending tasks to the garbage collector; the same for a driven runtime whose loop runs on a thread for holds (a
+    spare server starting). A threaded runtime's daemon thread just stops with the interpreter."""
     rt = _default
-    if rt is not None and not rt.closed and not rt.threaded:
+    if rt is not None and not rt.closed and (not rt.threaded or rt._for_holds):
         with contextlib.suppress(BaseException):
             rt.close(timeout=3.0)
