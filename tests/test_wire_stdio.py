@@ -22,6 +22,7 @@ import mcp_gym._compat.mcp_wire as mw
 import mcp_gym._stateful as stateful
 import mcp_gym.client.runtime as runtime
 from mcp_gym import MCPEnv, Stdio
+from mcp_gym._compat import tool_results
 from mcp_gym.client.host import content_json
 from mcp_gym.rewards import ConventionReward, StepContext
 
@@ -271,11 +272,11 @@ def test_content_blocks_told_apart_by_type_validate_as_the_union_does(env: MCPEn
     union's error."""
     session: Any = env.host.connections["c"].client.session  # type: ignore[union-attr]
     union = session._call_tool_adapter
-    assert mw._CALL_BLOCKS is not None  # the SDK's content union has the shape (else the union's way, as before)
+    assert tool_results.CALL_BLOCKS is not None  # the SDK's content union has the shape (else the union, as before)
     for raw in RESULTS + BLOCKS:
         fast = _outcome(lambda: mw._checked(session, "tools/call", dict(raw), union))  # noqa: B023
         with monkeypatch.context() as m:
-            m.setattr(mw, "_CALL_BLOCKS", None)  # the union for the blocks, as before
+            m.setattr(tool_results, "CALL_BLOCKS", None)  # the union for the blocks, as before
             slow = _outcome(lambda: mw._checked(session, "tools/call", dict(raw), union))  # noqa: B023
             if not slow.startswith("ValidationError"):
                 model = mw._checked(session, "tools/call", dict(raw), union)

@@ -34,7 +34,7 @@ import itertools
 import logging
 import types
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any, Literal, Protocol, Union, cast, get_args, get_origin
+from typing import Any, Protocol, cast, get_args
 
 import anyio
 import mcp.types as mt
@@ -45,9 +45,10 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym._compat import tool_results
 
 try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too): see _inject()
     from opentelemetry import context as _otel_context
@@ -586,46 +587,6 @@ def _arms() -> dict[int, Any]:
 _ARMS = _arms()
 
 
-def _tagged_blocks(model: Any) -> Any:
-    """The validator of ``model``'s ``content`` list (a union of content blocks, each with its own ``type``
-    literal) told apart by ``type``, or ``None`` when the union is not one of that shape. A block dict can only
-    validate as the member its ``type`` names, so the result is what the plain union gives, without trying each
-    member; what it refuses is validated the union's way (whose error is the SDK's)."""
-    annotation = getattr(model, "model_fields", {}).get("content")
-    annotation = annotation.annotation if annotation is not None else None
-    if get_origin(annotation) is not list:
-        return None
-    members = get_args(get_args(annotation)[0])
-    tags = []
-    for member in members:
-        field = getattr(member, "model_fields", {}).get("type")
-        literal = field.annotation if field is not None else None
-        if get_origin(literal) is not Literal or len(get_args(literal)) != 1:
-            return None  # (a block without "type" fails here and is then validated the union's way)
-        tags.append(get_args(literal)[0])
-    if len(members) < 2 or len(set(tags)) != len(tags):
-        return None
-    return TypeAdapter(list[Annotated[Union[members], Field(discriminator="type")]]).validator  # noqa: UP007
-
-
-_CALL_BLOCKS = _tagged_blocks(mt.CallToolResult)
-
-
-def _call_tool_result(arm: Any, raw: dict[str, Any]) -> Any:
-    """``arm`` (``CallToolResult``'s validator) on ``raw``, its content blocks validated by :data:`_CALL_BLOCKS`
-    and set on the model (``None``: not that shape, or not valid so: the caller's validation decides)."""
-    content = raw.get("content")
-    if _CALL_BLOCKS is None or type(content) is not list or not content:
-        return None
-    try:
-        blocks = _CALL_BLOCKS.validate_python(content, by_name=False)
-        result = arm.validate_python({**raw, "content": []}, by_name=False)
-    except ValidationError:
-        return None
-    result.content = blocks
-    return result
-
-
 def _not_asking(adapter: Any) -> Any:
     """For one of the lane's adapters of ``X | InputRequiredResult``: ``X``'s own validator (a result with none of
     :data:`_ASKING_KEYS` can only be an ``X``), else ``None``."""
@@ -648,7 +609,7 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
     # it fails, the union's adapter runs, so the error is the SDK's own.
     arm = _not_asking(adapter)
     if arm is not None and _ASKING_KEYS.isdisjoint(raw):
-        if adapter is CALL_TOOL_RESULT and (result := _call_tool_result(arm, raw)) is not None:
+        if adapter is CALL_TOOL_RESULT and (result := tool_results.call_tool_result(arm, raw)) is not None:
             return result
         try:
             return arm.validate_python(raw, by_name=False)
