@@ -255,6 +255,8 @@ def test_a_hold_keeps_the_loop_running_between_calls_then_the_runtime_is_driven_
         rt.call(start)
         assert rt.mode == "threaded"
         assert env.step(ECHO)[4]["error"] is None  # a call hops onto the loop thread meanwhile
+        with pytest.raises(TimeoutError):  # one that times out (cancelled) holds the thread no longer either
+            rt.call(asyncio.sleep, 60, timeout=0.05)
         go.set()
         _wait_until(lambda: rt.mode == "driven")
         assert seen == [rt.name]  # the task ran on the loop thread, with no sync call

@@ -212,13 +212,16 @@ class Runtime:
 
         def run() -> None:
             asyncio.set_event_loop(self.loop)
-            if for_holds:
+            while for_holds:
                 self.loop.run_until_complete(self._until_no_holds())
-                with self._state:  # nothing can take a hold now: holds are taken on the loop, which no one runs
+                with self._state:  # holds are taken on the loop (no one runs it now) or by a call hopping here
+                    if self._holds and not self.closed and not self._serve_task.done():
+                        continue  # a call hopped onto this thread as it stopped: run it
                     self._for_holds = False
                     if not self._want_thread or self.closed or self._serve_task.done():
-                        self._thread = None  # calls waiting on this thread drive the loop themselves (_wait)
+                        self._thread = None  # later calls drive the loop themselves
                         return
+                    break
             self.loop.run_until_complete(self._serve_task)
 
         self._for_holds = for_holds
@@ -239,6 +242,10 @@ class Runtime:
         anyway. Call from the runtime's loop."""
         with self._state:  # a driven runtime starts the thread when the sync call that drives the loop ends
             self._holds += 1
+        return self._releaser()
+
+    def _releaser(self) -> Callable[[], None]:
+        """The release of a hold just counted (call it on the loop)."""
         released = False
 
         def release() -> None:
@@ -335,8 +342,20 @@ class Runtime:
                     return self._drive(fn, args, timeout)
                 finally:
                     self._release()
+        with self._state:  # hopping onto a thread that runs for holds: it runs until this call is done too
+            hop = self._thread is not None and self._for_holds and not self.closed
+            if hop:
+                self._holds += 1
         fut = asyncio.run_coroutine_threadsafe(_call(fn, args), self.loop)
+        if hop:
+            release = self._releaser()
+            fut.add_done_callback(lambda _: self._release_soon(release))
         return self._wait(fut, timeout)
+
+    def _release_soon(self, release: Callable[[], None]) -> None:
+        """Run ``release`` on the loop (from any thread; nothing to release once the loop is closed)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(release)
 
     def _drive(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
         loop = self.loop
