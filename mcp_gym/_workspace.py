@@ -133,9 +133,15 @@ class SpareServers:
                     return
                 spare.budgeted = True
             self._spares.append(spare)
-            env.runtime.task_group.start_soon(self._fill, env, task, spare, name="mcp-gym-spare")
+            # the loop runs on its own until the spare is ready (a driven runtime is driven again after)
+            release = env.runtime.keep_running()
+            try:
+                env.runtime.task_group.start_soon(self._fill, env, task, spare, release, name="mcp-gym-spare")
+            except BaseException:
+                release()
+                raise
 
-    async def _fill(self, env: _EpisodeServers, task: Task, spare: _Spare) -> None:
+    async def _fill(self, env: _EpisodeServers, task: Task, spare: _Spare, release: Callable[[], None]) -> None:
         try:
             with spare.scope:
                 with anyio.CancelScope(shield=True):  # a copy made is a folder to remove
@@ -152,6 +158,7 @@ class SpareServers:
                 raise
         finally:
             spare.ready.set()
+            release()
 
     async def take(self, key: tuple[Any, ...]) -> _Spare | None:
         """The spare prepared for ``key`` once it is ready (its servers started or failed), or ``None``; spares for
@@ -206,11 +213,14 @@ class SpareServers:
         episode.workspace = None
         done = anyio.Event()
 
+        release = runtime.keep_running()  # the loop runs on its own until the folder is gone
+
         async def remove() -> None:
             try:
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(trash, ignore_errors=True))
             finally:
                 done.set()
+                release()
 
         self._removing = [(p, e) for p, e in self._removing if not e.is_set()]
         self._removing.append((trash, done))
@@ -219,6 +229,7 @@ class SpareServers:
         except Exception:  # noqa: BLE001 - no task group to run it on: delete it here
             shutil.rmtree(trash, ignore_errors=True)
             done.set()
+            release()
 
     def forget(self) -> None:
         """Remove the spares' workspaces without stopping their servers (the runtime that ran them has ended)."""
@@ -230,13 +241,6 @@ class SpareServers:
             if spare.workspace is not None:
                 shutil.rmtree(spare.workspace, ignore_errors=True)
         self._spares.clear()
-
-    def after_reset(self, runtime: Any, result: _T) -> _T:
-        """``result`` of a sync reset; with the pool on, a runtime driven by sync calls now runs its loop on its own
-        thread (threaded mode), so spares start between calls."""
-        if self.size and runtime.mode == "driven":
-            runtime.submit(anyio.sleep(0))
-        return result
 
     async def aclose(self, then: Callable[[], Awaitable[Any]] | None = None) -> None:
         """Stop every spare server and remove its workspace (idempotent; no new spares afterwards); then await

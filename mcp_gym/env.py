@@ -190,7 +190,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start an episode: pick the task, restore server state, return the first observation and info."""
         super().reset(seed=seed)
-        return self.spares.after_reset(self._rt, self._rt.call(self._areset, seed, options))
+        return self._rt.call(self._areset, seed, options)
 
     def step(  # type: ignore[override]  # Env.step's info is dict[str, Any]: StepInfo is that dict, typed
         self, action: Any

@@ -222,3 +222,78 @@ def test_a_worker_thread_started_during_a_driven_call_does_not_keep_the_process_
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
+
+
+def _wait_until(what: object, bound: float = 60.0) -> None:
+    """Poll ``what()`` until true (a bound on hangs only: nothing depends on how long it takes)."""
+    deadline = time.monotonic() + bound
+    while not what():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "gave up waiting"
+        time.sleep(0.01)
+
+
+def test_a_hold_keeps_the_loop_running_between_calls_then_the_runtime_is_driven_again() -> None:
+    """``keep_running()`` taken in a driven call: the loop runs on a thread after the call returns (work progresses
+    with no call: here a task waiting on a thread event), sync calls meanwhile hop onto it, and once the hold is
+    released the thread ends and calls run in the caller's thread again, on a session that carried over."""
+    rt = Runtime()
+    env = stdio_env(rt)
+    go, seen = threading.Event(), []
+
+    async def background(release: object) -> None:
+        try:
+            await asyncio.to_thread(go.wait, 60)
+            seen.append(threading.current_thread().name)
+        finally:
+            release()  # type: ignore[operator]
+
+    async def start() -> None:
+        rt.task_group.start_soon(background, rt.keep_running())
+
+    try:
+        env.reset(seed=0)
+        rt.call(start)
+        assert rt.mode == "threaded"
+        assert env.step(ECHO)[4]["error"] is None  # a call hops onto the loop thread meanwhile
+        with pytest.raises(TimeoutError):  # one that times out (cancelled) holds the thread no longer either
+            rt.call(asyncio.sleep, 60, timeout=0.05)
+        go.set()
+        _wait_until(lambda: rt.mode == "driven")
+        assert seen == [rt.name]  # the task ran on the loop thread, with no sync call
+        assert not [t for t in threading.enumerate() if t.name == rt.name]
+        where = []
+
+        async def here() -> None:
+            where.append(threading.current_thread())
+
+        rt.call(here)
+        assert where == [threading.current_thread()]
+        assert env.step(ECHO)[4]["error"] is None
+    finally:
+        env.close()
+        rt.close()
+
+
+def test_submit_during_a_hold_makes_the_runtime_threaded_for_good() -> None:
+    rt = Runtime()
+    release: list[object] = []
+
+    async def hold() -> None:
+        release.append(rt.keep_running())
+
+    async def answer() -> int:
+        return 7
+
+    async def unhold() -> None:
+        release[0]()  # type: ignore[operator]
+
+    try:
+        rt.call(hold)
+        assert rt.mode == "threaded"
+        assert rt.submit(answer()).result(timeout=60) == 7  # asks for the loop to run on its own: for good
+        rt.call(unhold)
+        time.sleep(0.05)  # (a thread that ended would show here; passing does not depend on it)
+        assert rt.mode == "threaded"
+        assert rt.submit(answer()).result(timeout=60) == 7
+    finally:
+        rt.close()

@@ -22,6 +22,7 @@ import mcp_gym._compat.mcp_wire as mw
 import mcp_gym._stateful as stateful
 import mcp_gym.client.runtime as runtime
 from mcp_gym import MCPEnv, Stdio
+from mcp_gym._compat import tool_results
 from mcp_gym.client.host import content_json
 from mcp_gym.rewards import ConventionReward, StepContext
 
@@ -246,6 +247,45 @@ def test_a_result_that_asks_for_nothing_is_validated_as_a_call_tool_result_only(
     before = unions[0]
     assert "InputRequiredResult" in _outcome(lambda: mw._checked(session, "tools/call", dict(ASKING[0]), counting))
     assert unions[0] == before + 1
+
+
+BLOCKS = [
+    {"content": [TEXT, {"type": "image", "data": "AA==", "mimeType": "image/png"},
+                 {"type": "audio", "data": "AA==", "mimeType": "audio/wav"}]},
+    {"content": [{"type": "resource_link", "uri": "file:///a", "name": "a"},
+                 {"type": "resource", "resource": {"uri": "file:///a", "text": "t"}},
+                 {"type": "resource", "resource": {"uri": "file:///b", "blob": "AA=="}}],
+     "structuredContent": {"a": 1}},
+    {"content": [{"type": "text", "text": "hi", "annotations": {"audience": ["user"], "priority": 1}, "_meta": {"k": 1},
+                  "extra": 1}], "isError": True, "_meta": {"k": "v"}},
+    {"content": [{"text": "no type"}]},
+    {"content": [{"type": "nope", "text": "hi"}]},
+    {"content": [{"type": "image", "data": "AA=="}]},
+    {"content": [TEXT, {"type": "resource", "resource": {"uri": 5}}]},
+]
+
+
+def test_content_blocks_told_apart_by_type_validate_as_the_union_does(env: MCPEnv,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result's content blocks are validated by their ``type`` (the union of block models tried member by member
+    cost 2.5 µs a text block): the same models, fields set and dumps, and what the union refuses is refused with the
+    union's error."""
+    session: Any = env.host.connections["c"].client.session  # type: ignore[union-attr]
+    union = session._call_tool_adapter
+    assert tool_results.CALL_BLOCKS is not None  # the SDK's content union has the shape (else the union, as before)
+    for raw in RESULTS + BLOCKS:
+        fast = _outcome(lambda: mw._checked(session, "tools/call", dict(raw), union))  # noqa: B023
+        with monkeypatch.context() as m:
+            m.setattr(tool_results, "CALL_BLOCKS", None)  # the union for the blocks, as before
+            slow = _outcome(lambda: mw._checked(session, "tools/call", dict(raw), union))  # noqa: B023
+            if not slow.startswith("ValidationError"):
+                model = mw._checked(session, "tools/call", dict(raw), union)
+        assert fast == slow, raw
+        if not fast.startswith("ValidationError"):
+            tagged = mw._checked(session, "tools/call", dict(raw), union)
+            assert [type(b) for b in tagged.content] == [type(b) for b in model.content]
+            assert tagged.model_fields_set == model.model_fields_set and tagged == model
+            assert tagged.model_dump(by_alias=True) == model.model_dump(by_alias=True)
 
 
 def test_info_content_is_what_the_blocks_dump_to() -> None:

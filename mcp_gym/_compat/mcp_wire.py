@@ -48,6 +48,7 @@ from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym._compat import tool_results
 
 try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too): see _inject()
     from opentelemetry import context as _otel_context
@@ -608,6 +609,8 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
     # it fails, the union's adapter runs, so the error is the SDK's own.
     arm = _not_asking(adapter)
     if arm is not None and _ASKING_KEYS.isdisjoint(raw):
+        if adapter is CALL_TOOL_RESULT and (result := tool_results.call_tool_result(arm, raw)) is not None:
+            return result
         try:
             return arm.validate_python(raw, by_name=False)
         except ValidationError:

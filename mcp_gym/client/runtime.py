@@ -15,7 +15,10 @@ each connection's owner task lives. The loop runs in one of three modes:
   VM; ``scripts/bench/step_overhead.py`` measures both modes). The runtime switches, once and for all, as soon as
   something needs the loop to run on its own: async code on another event loop (``await env.astep(...)`` under
   ``asyncio.run``, a Ray actor), a sync call from a thread that runs another loop (Jupyter), or
-  :meth:`Runtime.submit`. Live sessions carry over.
+  :meth:`Runtime.submit`. Live sessions carry over. Work that must go on between sync calls for a while (a spare
+  server starting for the next episode) takes a :meth:`Runtime.keep_running` hold instead: a driven runtime then runs
+  its loop on a thread only until the last hold is released, and is driven again after (``mode`` is ``"threaded"``
+  meanwhile).
 * **hosted** (async first): ``await Runtime.hosted()`` puts the runtime on the caller's already-running event loop
   (one per loop, shared by every caller on it), so async code on that loop awaits ``env.areset/astep`` with no thread
   hop at all (``acall`` just awaits) and no loop thread is started: the owner tasks live in a task group on that loop.
@@ -101,10 +104,13 @@ class Runtime:
         self.closed = False
         self._tg: TaskGroup | None = None
         self._stop: asyncio.Event | None = None
-        self._state = threading.Lock()  # guards _driver, _thread, _want_thread, closed
+        self._state = threading.Lock()  # guards _driver, _thread, _want_thread, _for_holds, _holds, closed
         self._driver: int | None = None  # id of the thread running the loop in driven mode
         self._thread: threading.Thread | None = None
         self._want_thread = False
+        self._for_holds = False  # the loop thread runs only while holds are taken (keep_running), then ends
+        self._holds = 0  # keep_running() holds not yet released
+        self._no_holds: asyncio.Future[None] | None = None  # set (on the loop) when the last hold is released
         self._ready = threading.Event()
         self._serve_task = self.loop.create_task(self._serve(), name=name if hosted else None)
 
@@ -193,25 +199,74 @@ class Runtime:
             return True
 
     def _release(self) -> None:
-        """Stop driving; start the loop thread if someone asked for it meanwhile."""
+        """Stop driving; start the loop thread if someone asked for it meanwhile (or while holds are taken)."""
         with self._state:
             self._driver = None
-            if self._want_thread and self._thread is None and not self.closed:
-                self._spawn()
+            if (self._want_thread or self._holds) and self._thread is None and not self.closed:
+                self._spawn(for_holds=not self._want_thread)
 
-    def _spawn(self) -> None:
-        """Start the loop thread (the caller holds ``_state``; the loop is not running)."""
+    def _spawn(self, for_holds: bool = False) -> None:
+        """Start the loop thread (the caller holds ``_state``; the loop is not running). ``for_holds``: it runs the
+        loop until no :meth:`keep_running` hold is left, then ends (the runtime is driven again) unless something
+        asked for threaded mode meanwhile."""
 
         def run() -> None:
             asyncio.set_event_loop(self.loop)
+            while for_holds:
+                self.loop.run_until_complete(self._until_no_holds())
+                with self._state:  # holds are taken on the loop (no one runs it now) or by a call hopping here
+                    if self._holds and not self.closed and not self._serve_task.done():
+                        continue  # a call hopped onto this thread as it stopped: run it
+                    self._for_holds = False
+                    if not self._want_thread or self.closed or self._serve_task.done():
+                        self._thread = None  # later calls drive the loop themselves
+                        return
+                    break
             self.loop.run_until_complete(self._serve_task)
 
+        self._for_holds = for_holds
         self._thread = threading.Thread(target=run, name=self.name, daemon=True)
         self._thread.start()
+
+    async def _until_no_holds(self) -> None:
+        while self._holds and not self._serve_task.done():
+            self._no_holds = self.loop.create_future()
+            await asyncio.wait([self._no_holds, self._serve_task], return_when=asyncio.FIRST_COMPLETED)
+        self._no_holds = None
+
+    def keep_running(self) -> Callable[[], None]:
+        """Keep the loop running between sync calls until the returned function is called (on the loop; once is
+        enough, more are no-ops): work that must progress while the user's code runs (a spare server starting). A
+        driven runtime runs its loop on a thread of its own from the end of the current sync call until the last
+        hold is released, then is driven again (no thread hop per call); threaded and hosted runtimes run their loop
+        anyway. Call from the runtime's loop."""
+        with self._state:  # a driven runtime starts the thread when the sync call that drives the loop ends
+            self._holds += 1
+        return self._releaser()
+
+    def _releaser(self) -> Callable[[], None]:
+        """The release of a hold just counted (call it on the loop)."""
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            with self._state:
+                self._holds -= 1
+                last = not self._holds
+            if last and self._no_holds is not None and not self._no_holds.done():
+                self._no_holds.set_result(None)
+
+        return release
 
     def _start_thread(self) -> None:
         """Switch to threaded mode (idempotent; if a thread drives the loop now, it switches when its call ends)."""
         with self._state:
+            if self._thread is not None and self._for_holds:
+                self._want_thread = True  # the thread that runs for holds stays on for good
+                return
             if self._hosted or self._thread is not None or self.closed:  # a hosted runtime's loop runs on its own
                 return
             if self._driver is None:
@@ -287,8 +342,20 @@ class Runtime:
                     return self._drive(fn, args, timeout)
                 finally:
                     self._release()
+        with self._state:  # hopping onto a thread that runs for holds: it runs until this call is done too
+            hop = self._thread is not None and self._for_holds and not self.closed
+            if hop:
+                self._holds += 1
         fut = asyncio.run_coroutine_threadsafe(_call(fn, args), self.loop)
+        if hop:
+            release = self._releaser()
+            fut.add_done_callback(lambda _: self._release_soon(release))
         return self._wait(fut, timeout)
+
+    def _release_soon(self, release: Callable[[], None]) -> None:
+        """Run ``release`` on the loop (from any thread; nothing to release once the loop is closed)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(release)
 
     def _drive(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...], timeout: float | None) -> T:
         loop = self.loop
@@ -337,8 +404,8 @@ class Runtime:
                         self._run(waiter if left is None else asyncio.wait_for(waiter, left))
                 finally:
                     self._release()
-            else:
-                concurrent.futures.wait([fut], timeout=left if self._thread is not None else
+            else:  # (a thread that runs for holds may end before it runs the call: then this one drives it)
+                concurrent.futures.wait([fut], timeout=left if self._thread is not None and not self._for_holds else
                                         _POLL if left is None else min(left, _POLL))
         return fut.result()
 
@@ -498,8 +565,9 @@ if hasattr(os, "register_at_fork"):
 @atexit.register
 def _close_default() -> None:
     """In driven mode no thread keeps the loop: end the sessions at exit (stdio servers exit) instead of leaving
-    pending tasks to the garbage collector. A threaded runtime's daemon thread just stops with the interpreter."""
+    pending tasks to the garbage collector; the same for a driven runtime whose loop runs on a thread for holds (a
+    spare server starting). A threaded runtime's daemon thread just stops with the interpreter."""
     rt = _default
-    if rt is not None and not rt.closed and not rt.threaded:
+    if rt is not None and not rt.closed and (not rt.threaded or rt._for_holds):
         with contextlib.suppress(BaseException):
             rt.close(timeout=3.0)

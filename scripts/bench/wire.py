@@ -19,6 +19,7 @@ median of per-round ratios to the floor and to the raw SDK. The load average is 
     python scripts/bench/wire.py --rounds 7 --calls 300
     python scripts/bench/wire.py --only stdio
     python scripts/bench/wire.py --layers        # where a stdio env.step's client CPU goes, layer by layer
+    python scripts/bench/wire.py --pool          # a {workspace} server's env.step, the spare-server pool off and on
 """
 
 from __future__ import annotations
@@ -80,6 +81,16 @@ class PipeFloor:
                 await self._request("tools/call", {"name": tool, "arguments": arguments})
 
         self.rt.call(run)
+
+    def sync_calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        """One synchronous call (the runtime driven by this thread) per request, as ``env.step`` makes."""
+        params = {"name": tool, "arguments": arguments}
+
+        async def one() -> None:
+            await self._request("tools/call", params)
+
+        for _ in range(n):
+            self.rt.call(one)
 
     def close(self) -> None:
         async def stop() -> None:
@@ -236,9 +247,14 @@ class RawSDK:
 class Gym:
     """``env.step`` on an :class:`MCPEnv` with one server (the sync face, as a training loop calls it)."""
 
-    def __init__(self, rt: Runtime, spec: Any) -> None:
-        self.env = MCPEnv({"s": spec}, ["call the tool"], max_steps=10**9, runtime=rt)
+    def __init__(self, rt: Runtime, spec: Any, **settings: Any) -> None:
+        self.env = MCPEnv({"s": spec}, ["call the tool"], max_steps=10**9, runtime=rt, **settings)
         self.env.reset(seed=0)
+        if self.env.spares.size:  # the pool on: a spare starts after the reset; step once it is up (bounded)
+            deadline = time.monotonic() + 120
+            while (not self.env.spares.pids or rt.mode != "driven") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            print(f"pool on: {len(self.env.spares.pids)} spare server(s) up, runtime {rt.mode}", file=sys.stderr)
 
     def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
         action = {"tool": tool, "arguments": arguments}
@@ -273,6 +289,19 @@ def compare(label: str, sides: dict[str, Any], tool: str, arguments: dict[str, A
                     f"({min(cpu[name]):.0f}–{max(cpu[name]):.0f}) | {statistics.median(to_floor):.2f}× "
                     f"| {statistics.median(to_sdk):.2f}× |")
     return rows
+
+
+class SyncFloor:
+    """``--layers``: the floor's requests, one synchronous call each (what a sync face adds to any client)."""
+
+    def __init__(self, floor: PipeFloor) -> None:
+        self.floor = floor
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> None:
+        self.floor.sync_calls(tool, arguments, n)
+
+    def close(self) -> None:
+        pass
 
 
 class Layer:
@@ -310,16 +339,29 @@ class Layer:
 
 
 def layer_sides(exe: str) -> dict[str, Any]:
-    """``--layers``: the floor, ``env.step``, and each layer under it (all in one loop, no sync call per call), plus an
-    empty sync call: the differences are what each layer adds per step."""
+    """``--layers``: the floor, ``env.step``, and each layer under it (all in one loop, no sync call per call), plus
+    the floor with one sync call per request and an empty sync call: the differences are what each layer adds per
+    step."""
     gym = Gym(Runtime("gym"), Stdio(exe, ["stdio"]))
-    return {"floor": PipeFloor(Runtime("floor"), [exe, "stdio"]),
+    floor = PipeFloor(Runtime("floor"), [exe, "stdio"])
+    return {"floor": floor,
+            "floor, a sync call per call": SyncFloor(floor),
             "raw SDK": RawSDK(Runtime("sdk"), StdioServerParameters(command=exe, args=["stdio"])),
             "mcp-gym env.step": gym,
             "env.astep, one loop": Layer(gym, "astep"),
             "host.call, one loop": Layer(gym, "host"),
             "connection.call_tool, one loop": Layer(gym, "connection"),
             "empty sync call (no I/O)": Layer(gym, "sync")}
+
+
+def pool_sides(exe: str) -> dict[str, Any]:
+    """``--pool``: server-everything with ``{workspace}`` in its environment (a per-episode server), the pool off
+    (``spare_servers=0``) and on (the default), each env on its own runtime."""
+    spec = Stdio(exe, ["stdio"], env={"MCP_GYM_BENCH_WORKSPACE": "{workspace}"})
+    return {"floor": PipeFloor(Runtime("floor"), [exe, "stdio"]),
+            "raw SDK": RawSDK(Runtime("sdk"), StdioServerParameters(command=exe, args=["stdio"])),
+            "env.step, pool off": Gym(Runtime("off"), spec, spare_servers=0),
+            "env.step, pool on": Gym(Runtime("on"), spec, spare_servers=1)}
 
 
 def stdio_sides(exe: str) -> dict[str, Any]:
@@ -367,6 +409,7 @@ def main() -> None:
     p.add_argument("--only", choices=["stdio", "http"])
     p.add_argument("--everything", default=str(EVERYTHING), help="server-everything executable (stdio)")
     p.add_argument("--layers", action="store_true", help="stdio only: env.step and each layer under it")
+    p.add_argument("--pool", action="store_true", help="stdio only: a {workspace} server's env.step, pool off and on")
     a = p.parse_args()
 
     rows: list[str] = []
@@ -375,11 +418,11 @@ def main() -> None:
         if a.only != "http":
             if not Path(a.everything).exists():
                 sys.exit(f"{a.everything} not found: run the tests once (they install it) or pass --everything")
-            sides = (layer_sides if a.layers else stdio_sides)(a.everything)
+            sides = (layer_sides if a.layers else pool_sides if a.pool else stdio_sides)(a.everything)
             cleanup += [s.close for s in sides.values()]
             rows += compare("stdio, server-everything `echo`", sides, "echo", {"message": "hello"}, a.rounds,
                             a.calls)
-        if a.only != "stdio" and not a.layers:
+        if a.only != "stdio" and not a.layers and not a.pool:
             proc, port = start_counter()
             cleanup.append(proc.kill)
             sides = http_sides(port)
