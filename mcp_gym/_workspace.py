@@ -69,6 +69,7 @@ class _NoHint(enum.Enum):
 NO_HINT: Literal[_NoHint.NO_HINT] = _NoHint.NO_HINT
 """A reset whose options say nothing about the next episode (the pool prepares for the task just started)."""
 
+
 def next_task(options: Mapping[str, Any] | None, tasks: Sequence[Task]) -> Task | None | Literal[_NoHint.NO_HINT]:
     """The task a reset's ``options`` say the env's next reset will most likely run, for the spare-server pool:
     ``options["next_task_id"]`` (the id of one of ``tasks``) or ``options["next_task"]`` (a :class:`Task`, a task
