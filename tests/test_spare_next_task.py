@@ -219,3 +219,36 @@ def test_eval_over_interleaved_fixtures_with_the_pool_grades_every_episode(setup
     assert len(pids(setup["pids"])) <= 9 + 2  # each spare started was used, but for each slot's first episode
     assert not any(alive(p) for p in pids(setup["pids"]))
     assert list(setup["tmp"].iterdir()) == []
+
+
+@pytest.mark.thirdparty
+@pytest.mark.parametrize("fresh", [False, True], ids=["re-rooted", "fresh-servers"])
+def test_npm_server_filesystem_job_over_interleaved_fixtures(setup: dict[str, Path], fresh: bool) -> None:
+    """The real ``server-filesystem``, 3 fixtures interleaved, 2 slots: re-rooted (the spare is the next task's
+    workspace) or, with a second allowed directory on its command line, never re-rooted (the spare is a process). Every
+    reset but each slot's first (and one a slot takes from another at the end) takes a spare for its own fixture."""
+    from conftest import npm_bin
+
+    tasks = [as_task({"id": f"t{name}", "prompt": "Write out.txt.", "fixture": str(setup[name]),
+                      "grader": {"kind": "files", "expect": {"in.txt": f"hello {name}", "out.txt": f"text {name}"}},
+                      "solution": [{"tool": "write_file",
+                                    "arguments": {"path": "{workspace}/out.txt", "content": f"text {name}"}}]})
+             for name in FIXTURES]
+    extra = f" {setup['pids']}" if fresh else ""  # an empty folder: a second allowed directory
+    cfg = {"servers": {"fs": f"{npm_bin('mcp-server-filesystem')} {{workspace}}{extra}"}, "spare_servers": 2,
+           "connect_timeout": 120}
+    make = env_factory(cfg, tasks)
+    results: list[EpisodeResult] = []
+    counts: list[tuple[int, int]] = []
+
+    async def job() -> None:
+        async with VectorMCPEnv(lambda i: make(), 2) as vec:
+            await vec.run(OraclePolicy(), plan_episodes(tasks, samples=3), on_result=results.append)
+            counts.append((sum(e.spares.taken for e in vec.envs), sum(e.spares.rerooter.rerooted for e in vec.envs)))
+
+    default_runtime().call(job)
+    (taken, rerooted), = counts
+    assert len(results) == 9 and all(r.success for r in results), results
+    assert taken >= 9 - 2 - 1, taken
+    assert (rerooted == 0) if fresh else (rerooted >= 9 - 2 - 1), rerooted
+    assert list(setup["tmp"].iterdir()) == []
