@@ -87,6 +87,28 @@ def test_a_wrong_forecast_costs_a_server_start_never_a_wrong_fixture(setup: dict
     assert list(setup["tmp"].iterdir()) == []
 
 
+def test_spares_for_a_set_up_no_longer_expected_are_closed_for_the_forecast_one(setup: dict[str, Path]) -> None:
+    """Two spares per env: two are made for a task like a1; told b1 comes next, the left-over one for a's fixture is
+    closed (in the background) and one is made for b1, which the next reset takes."""
+    env = make_env(setup, spare_servers=2)
+    try:
+        env.reset(options={"task_id": "a1"})
+        first = wait_for(lambda: env.spares.pids if len(env.spares.pids) == 2 else None)
+        env.reset(options={"task_id": "a2", "next_task_id": "b1"})
+        assert env.spares.taken == 1 and env.host.connections["s"].pid in first
+        left = next(p for p in first if p != env.host.connections["s"].pid)
+        assert left not in env.spares.pids  # out of the pool at once, closed in the background
+        spare = wait_for(lambda: env.spares.pids)
+        wait_for(lambda: not alive(left))
+        env.reset(options={"task_id": "b1"})
+        assert env.spares.taken == 2 and env.host.connections["s"].pid == spare[0]
+        assert read(env, "in.txt") == "hello b"
+    finally:
+        env.close()
+    assert not any(alive(p) for p in pids(setup["pids"]))
+    assert list(setup["tmp"].iterdir()) == []
+
+
 def test_next_task_none_prepares_nothing(setup: dict[str, Path]) -> None:
     env = make_env(setup)
     try:
