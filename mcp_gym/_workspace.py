@@ -9,13 +9,14 @@ and for deduplication."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 
@@ -24,10 +25,11 @@ from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
 from mcp_gym.episode import Episode, EpisodeState
-from mcp_gym.tasks import Task
+from mcp_gym.tasks import Task, as_task
 
 __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "task_env", "TaskEnvIgnored",
            "fill_task",
+           "next_task", "NO_HINT",
            "prepare_episode_servers", "mask_workspace", "expand_workspace", "SpareServers", "SpareBudget"]
 
 PLACEHOLDER = "{workspace}"
@@ -60,6 +62,33 @@ def setup_key(env: _EpisodeServers, task: Task) -> tuple[Any, ...]:
     return (str(task.fixture) if task.fixture else None, envs)
 
 
+class _NoHint(enum.Enum):
+    NO_HINT = 0
+
+
+NO_HINT: Literal[_NoHint.NO_HINT] = _NoHint.NO_HINT
+"""A reset whose options say nothing about the next episode (the pool prepares for the task just started)."""
+
+
+def next_task(options: Mapping[str, Any] | None, tasks: Sequence[Task]) -> Task | None | Literal[_NoHint.NO_HINT]:
+    """The task a reset's ``options`` say the env's next reset will most likely run, for the spare-server pool:
+    ``options["next_task_id"]`` (the id of one of ``tasks``) or ``options["next_task"]`` (a :class:`Task`, a task
+    record or a prompt, as ``options["task"]``; ``None``: no episode follows, nothing is prepared); :data:`NO_HINT`
+    without either. A hint is only a forecast: a reset takes a spare only for a task with the same set-up key."""
+    opts = options or {}
+    if "next_task_id" in opts:
+        if "next_task" in opts:
+            raise ValueError("reset options: give next_task_id or next_task, not both")
+        wanted = opts["next_task_id"]
+        found = next((t for t in tasks if t.id == wanted), None)
+        if found is None:
+            raise ValueError(f"unknown next_task_id {wanted!r} ({len(tasks)} tasks)")
+        return found
+    if "next_task" in opts:
+        return None if opts["next_task"] is None else as_task(opts["next_task"])
+    return NO_HINT
+
+
 @dataclasses.dataclass(eq=False)
 class _Spare:
     key: tuple[Any, ...]
@@ -70,6 +99,7 @@ class _Spare:
     ready: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     error: BaseException | None = None
     scope: anyio.CancelScope = dataclasses.field(default_factory=anyio.CancelScope)
+    gone: anyio.Event = dataclasses.field(default_factory=anyio.Event)  # closed and its workspace removed
 
 
 class SpareBudget:
@@ -97,11 +127,13 @@ class SpareBudget:
 class SpareServers:
     """A bounded pool of spare per-episode servers, prepared ahead of the env's next reset.
 
-    After each reset the env asks for one spare with the set-up key (:func:`setup_key`) of the task just started: a
-    fresh workspace (the fixture copied in) and the servers naming ``{workspace}`` started in it and initialized, in
-    the background while the episode runs. The next reset whose task has the same key takes it (a task with another
-    key closes it and starts its servers as without a pool). At most ``size`` spares exist at once; :meth:`aclose`
-    (the env's close) stops every one and removes its workspace, so no spare process outlives the env."""
+    After each reset the env asks for one spare with the set-up key (:func:`setup_key`) of the task its next reset
+    will most likely run: the one the reset's options named (``next_task_id``/``next_task``: :func:`next_task`), else
+    the task just started. A spare is a fresh workspace (the fixture copied in) and the servers naming ``{workspace}``
+    started in it and initialized, in the background while the episode runs. The next reset whose task has the same
+    key takes it (a task with another key closes it and starts its servers as without a pool: a wrong forecast costs
+    a server start, never a wrong state). At most ``size`` spares exist at once; :meth:`aclose` (the env's close)
+    stops every one and removes its workspace, so no spare process outlives the env."""
 
     def __init__(self, size: int = 1) -> None:
         self.size = max(0, int(size))
@@ -114,20 +146,35 @@ class SpareServers:
         self.budget: SpareBudget | None = None
         """Shared by the envs of a job (``jobs.config.env_factory``): their spares count against its concurrency."""
         self._removing: list[tuple[Path, anyio.Event]] = []  # old workspaces being deleted in a worker thread
+        self._leaving: list[_Spare] = []  # spares for a task no longer expected, being closed in the background
+        self._hint: Task | None | Literal[_NoHint.NO_HINT] = NO_HINT
 
     @property
     def pids(self) -> list[int]:
         """Process ids of the spare stdio servers now running (for tests)."""
         return [c.pid for s in self._spares for c in s.conns.values() if c.pid is not None]
 
+    def expect(self, task: Task | None | Literal[_NoHint.NO_HINT]) -> None:
+        """Set what the next :meth:`prepare` prepares for (once): ``task``, nothing (``None``: no episode follows), or
+        :data:`NO_HINT` (the task it is given: the one just started). The env calls it at every reset."""
+        self._hint = task
+
     def prepare(self, env: _EpisodeServers, task: Task) -> None:
-        """Start preparing spares for tasks like ``task``, up to ``size``, in the env runtime's task group (returns at
-        once)."""
+        """Start preparing spares for tasks like ``task``, up to ``size``, or one for the task :meth:`expect` named, in
+        the env runtime's task group (returns at once). Spares for another set-up are closed in the background."""
+        hint, self._hint = self._hint, NO_HINT
         if not self.size or not env.workspace_servers:  # the pool is off (every env without a {workspace} server)
             return
+        upcoming = task if hint is NO_HINT else hint
+        if upcoming is None:  # no episode follows: nothing to prepare, no spare kept (its budget goes to other envs)
+            self._close_later(env, list(self._spares))
+            return
+        key = setup_key(env, upcoming)
+        self._close_later(env, [s for s in self._spares if s.key != key])
         servers = not all(self.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers)
-        while not self._closed and len(self._spares) < (self.size if servers else 1):
-            spare = _Spare(setup_key(env, task), servers)
+        wanted = self.size if servers and hint is NO_HINT else 1  # a forecast names one episode: one spare for it
+        while not self._closed and len(self._spares) < wanted:
+            spare = _Spare(key, servers)
             if servers and self.budget is not None:
                 if not self.budget.acquire():
                     return
@@ -136,7 +183,28 @@ class SpareServers:
             # the loop runs on its own until the spare is ready (a driven runtime is driven again after)
             release = env.runtime.keep_running()
             try:
-                env.runtime.task_group.start_soon(self._fill, env, task, spare, release, name="mcp-gym-spare")
+                env.runtime.task_group.start_soon(self._fill, env, upcoming, spare, release, name="mcp-gym-spare")
+            except BaseException:
+                release()
+                raise
+
+    def _close_later(self, env: _EpisodeServers, spares: list[_Spare]) -> None:
+        """Take ``spares`` out of the pool and close them in the env runtime's task group (:meth:`aclose` waits; the
+        loop runs on its own until they are closed)."""
+        for spare in spares:
+            self._spares.remove(spare)
+            self._leaving.append(spare)
+
+            async def leave(spare: _Spare, release: Callable[[], None]) -> None:
+                try:
+                    await self._discard(spare)
+                finally:
+                    self._leaving.remove(spare)
+                    release()
+
+            release = env.runtime.keep_running()
+            try:
+                env.runtime.task_group.start_soon(leave, spare, release, name="mcp-gym-spare-close")
             except BaseException:
                 release()
                 raise
@@ -188,13 +256,16 @@ class SpareServers:
 
     async def _discard(self, spare: _Spare) -> None:
         with anyio.CancelScope(shield=True):
-            spare.scope.cancel()
-            await spare.ready.wait()
-            for conn in spare.conns.values():
-                await conn.close()
-            self.release(spare)
-            if spare.workspace is not None:
-                await anyio.to_thread.run_sync(lambda: shutil.rmtree(spare.workspace or "", ignore_errors=True))
+            try:
+                spare.scope.cancel()
+                await spare.ready.wait()
+                for conn in spare.conns.values():
+                    await conn.close()
+                self.release(spare)
+                if spare.workspace is not None:
+                    await anyio.to_thread.run_sync(lambda: shutil.rmtree(spare.workspace or "", ignore_errors=True))
+            finally:
+                spare.gone.set()
 
     def drop_workspace(self, runtime: Any, episode: Episode) -> None:
         """Remove the finished ``episode``'s workspace, with the pool on off the reset's path: renamed at once (its
@@ -237,7 +308,7 @@ class SpareServers:
         for trash, _ in self._removing:
             shutil.rmtree(trash, ignore_errors=True)
         self._removing.clear()
-        for spare in self._spares:
+        for spare in [*self._spares, *self._leaving]:
             if spare.workspace is not None:
                 shutil.rmtree(spare.workspace, ignore_errors=True)
         self._spares.clear()
@@ -250,6 +321,8 @@ class SpareServers:
             for spare in list(self._spares):
                 await self._drop(spare)
             with anyio.CancelScope(shield=True):
+                for spare in list(self._leaving):
+                    await spare.gone.wait()  # bounded: closing its servers
                 for _, done in self._removing:
                     await done.wait()  # bounded: a worker thread deleting a folder
         finally:

@@ -188,7 +188,12 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Start an episode: pick the task, restore server state, return the first observation and info."""
+        """Start an episode: pick the task, restore server state, return the first observation and info.
+
+        ``options``: ``task_id`` (one of the env's tasks) or ``task`` (a task or record) picks the task (default: drawn
+        with the seeded RNG); ``next_task_id`` or ``next_task`` tells the spare-server pool which task the next reset
+        will most likely run (``next_task=None``: none follows), so that task's servers start while this episode runs
+        (default: a task like this one; a wrong forecast only costs a server start)."""
         super().reset(seed=seed)
         return self._rt.call(self._areset, seed, options)
 
@@ -353,6 +358,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     async def _areset(self, seed: int | None, options: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
         since, task = anyio.current_time(), self._pick_task(options)
+        self.spares.expect(_ws.next_task(options, self.tasks))  # options next_task_id / next_task: the pool's forecast
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         previous, self._episode = self._episode, None  # until this reset succeeds there is no episode to step
         if previous is not None:

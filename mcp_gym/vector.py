@@ -420,9 +420,15 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
     ) -> None:
         """Run the planned episodes, ``num_envs`` at a time, each env taking the next one when it finishes.
 
+        Each env knows the episode it runs next: when it starts an episode it also takes the following one from the
+        plan, keeps it for itself, and tells its env (reset option ``next_task_id``; ``next_task=None`` when the plan
+        is done), so the spare-server pool starts that episode's servers while this one runs. An env that finds the
+        plan done runs an episode another env kept but has not started, so none waits while another idles. Every
+        planned episode runs once, with its own seed; only the order in which they start differs from the plan's.
+
         Args:
             policy: Acts in every episode (one :class:`~mcp_gym.policies.Agent` per episode).
-            episodes: The episodes to run (consumed lazily, in order).
+            episodes: The episodes to run (consumed lazily, in order, at most one ahead per env).
             on_result: Called with each finished episode's :class:`EpisodeResult` (on the loop; keep it quick).
             episode_timeout: Seconds an episode may take, policy included; a late one is cut off and recorded as
                 truncated with ``termination="deadline"``.
@@ -431,10 +437,22 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
         same plan redoes exactly them.
         """
         plan: Iterator[EpisodeSpec] = iter(episodes)
+        kept: list[EpisodeSpec | None] = [None] * self.num_envs  # each env's next episode, taken from the plan
+
+        def pull(i: int) -> EpisodeSpec | None:  # (no await: the envs' tasks take turns on one loop)
+            spec, kept[i] = kept[i], None
+            if spec is None:
+                spec = next(plan, None)  # one shared iterator: each env pulls the next planned episode
+            if spec is None:  # the plan is done: run one another env kept but has not started
+                j = next((j for j, s in enumerate(kept) if s is not None), None)
+                if j is not None:
+                    spec, kept[j] = kept[j], None
+            return spec
 
         async def slot(i: int) -> None:
-            for spec in plan:  # one shared iterator: each env pulls the next planned episode
-                result = await self._episode(i, policy, spec, episode_timeout)
+            while (spec := pull(i)) is not None:
+                kept[i] = next(plan, None)
+                result = await self._episode(i, policy, spec, episode_timeout, kept[i])
                 if on_result is not None:
                     on_result(result)
 
@@ -442,14 +460,15 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
             for i in range(self.num_envs):
                 tg.start_soon(slot, i)
 
-    async def _episode(self, i: int, policy: Policy, spec: EpisodeSpec, timeout: float | None) -> EpisodeResult:
+    async def _episode(self, i: int, policy: Policy, spec: EpisodeSpec, timeout: float | None,
+                       upcoming: EpisodeSpec | None = None) -> EpisodeResult:
         env = self.envs[i]
         base = env.unwrapped
         t0 = time.perf_counter()
         total, length, termination, success, unavailable = 0.0, 0, None, None, None
         try:
             with anyio.move_on_after(timeout) as deadline:
-                options = {"episode_key": spec.key, "policy": policy.name}
+                options: dict[str, Any] = {"episode_key": spec.key, "policy": policy.name, **_forecast(base, upcoming)}
                 if spec.task_id is not None:
                     options["task_id"] = spec.task_id
                 obs, info = await self._reset_one(i, spec.seed, options)
@@ -490,6 +509,19 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
             episode.discard()
         else:
             episode.finish(total_reward=total, success=success, termination=termination)
+
+
+def _forecast(base: Any, upcoming: EpisodeSpec | None) -> dict[str, Any]:
+    """The reset options telling an env with a spare-server pool its next episode's task: ``next_task_id`` (a task
+    it has), ``next_task=None`` (none follows), or none (no pool, or a task the env draws itself or does not know:
+    that episode's own reset reports it)."""
+    if not getattr(getattr(base, "spares", None), "size", 0):
+        return {}
+    if upcoming is None:
+        return {"next_task": None}
+    if upcoming.task_id is None or not any(t.id == upcoming.task_id for t in getattr(base, "tasks", ())):
+        return {}
+    return {"next_task_id": upcoming.task_id}
 
 
 def make_vector(

@@ -253,7 +253,7 @@ def test_a_job_at_concurrency_n_runs_at_most_n_plus_spare_servers_servers(setup:
         done.set()
         sampler.join(timeout=60)
     assert 2 <= peak[0] <= 3, peak
-    assert len(pids(setup["pids"])) >= 13  # 12 episodes, each on a server of its own (spares among them)
+    assert len(pids(setup["pids"])) >= 12  # 12 episodes, each on a server of its own (spares among them)
     assert not any(alive(p) for p in pids(setup["pids"]))
 
 

@@ -13,6 +13,14 @@ the npm cache those fill, as the MCPMark import prints): episodes per second ove
 report), the job's own "server start-up share" (``results.json``: servers' start-up time over that plus the
 episodes' time) and success rate, and the ratio on/off.
 
+``--fixtures K`` spreads the tasks over ``K`` fixture folders (task ``i`` copies fixture ``i % K``; the plan
+interleaves them, as MCPMark's filesystem tasks over their several starting states do), each fixture's own file
+checked by the grader, so a server in another task's copy fails the episode. ``--fresh-servers`` gives the server a
+second, empty allowed directory on its command line, which keeps it from being re-rooted: every episode then needs a
+server process of its own, as a server without MCP roots does, and the pool's spare processes must be for the right
+fixture. ``--spare-servers N`` sets ``env.spare_servers`` in the ``on`` arm (a job's spares share that budget:
+``N = launcher.num_envs`` gives every slot its spare).
+
 ``--model-latency S`` puts a model in the loop instead of ``oracle``: ``policy=openai`` against a scripted
 OpenAI-compatible chat-completions server on 127.0.0.1 (the tests' own, ``tests/_chat_server.py``) that answers each
 request after ``S`` seconds with the task's two calls (``write_file``, then ``submit``), as an endpoint serving a model
@@ -21,6 +29,7 @@ would, so the start-up share is that of an evaluation whose episodes take a mode
     python scripts/bench/benchmark_eval.py                       # both servers, 3 rounds, 24 episodes per job
     python scripts/bench/benchmark_eval.py --server npx --rounds 2 --num-envs 4
     python scripts/bench/benchmark_eval.py --model-latency 0.5   # a model answering in 0.5 s per reply
+    python scripts/bench/benchmark_eval.py --server local --fixtures 3 --fresh-servers --spare-servers 2
 """
 
 from __future__ import annotations
@@ -49,11 +58,26 @@ from _chat_server import chat_completion, serve_chat_completions  # noqa: E402 -
 from mcp_gym.cli import main as cli  # noqa: E402
 
 
-def write_tasks(folder: Path, n: int) -> Path:
+def fixture_name(i: int, fixtures: int) -> str:
+    """Task ``i``'s fixture folder (beside the task file): ``fixture`` alone, else ``fixture<i % fixtures>``."""
+    return "fixture" if fixtures <= 1 else f"fixture{i % fixtures}"
+
+
+def make_fixtures(folder: Path, fixtures: int, files: int) -> None:
+    """The fixture folders, each ``files`` files and (several) its own ``which.txt`` naming it."""
+    for k in range(max(1, fixtures)):
+        make_fixture(folder / fixture_name(k, fixtures), files)
+        if fixtures > 1:
+            (folder / fixture_name(k, fixtures) / "which.txt").write_text(fixture_name(k, fixtures))
+
+
+def write_tasks(folder: Path, n: int, fixtures: int = 1) -> Path:
     write = [{"tool": "write_file", "arguments": {"path": "{workspace}/out.txt", "content": f"answer {i}"}}
              for i in range(n)]
-    rows = [{"id": f"t{i}", "prompt": f"Write 'answer {i}' to out.txt in the workspace.", "fixture": "fixture",
-             "grader": {"kind": "files", "expect": {"out.txt": f"answer {i}"}},
+    expect = [{"out.txt": f"answer {i}", **({"which.txt": fixture_name(i, fixtures)} if fixtures > 1 else {})}
+              for i in range(n)]
+    rows = [{"id": f"t{i}", "prompt": f"Write 'answer {i}' to out.txt in the workspace.",
+             "fixture": fixture_name(i, fixtures), "grader": {"kind": "files", "expect": expect[i]},
              "solution": [write[i], {"tool": "submit", "arguments": {"answer": "done"}}]} for i in range(n)]
     path = folder / "tasks.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -77,7 +101,7 @@ def scripted_model(body: dict[str, Any], headers: Any) -> dict[str, Any]:
 
 def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
         base_url: str | None = None) -> dict[str, float]:
-    command = " ".join(server_command(kind))
+    command = " ".join(server_command(kind) + ([str(tasks.parent / "empty")] if a.fresh_servers else []))
     policy = ["policy=oracle"] if base_url is None else \
         ["policy=openai", f"policy.base_url={base_url}", "policy.model=scripted", "policy.api_key=sk-bench"]
     args = ["eval", "env=custom", f'+env.servers.fs="{command}"', f"env.tasks={tasks}", *policy,
@@ -85,6 +109,8 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
             f"out={out}", "env.connect_timeout=120"]
     if arm == "off":
         args.append("env.spare_servers=0")
+    elif a.spare_servers is not None:
+        args.append(f"env.spare_servers={a.spare_servers}")
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         code = cli(args)
@@ -106,6 +132,11 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2, help="episodes per task")
     ap.add_argument("--num-envs", type=int, default=2, help="launcher.num_envs (the same in both arms)")
     ap.add_argument("--files", type=int, default=40, help="files in the fixture")
+    ap.add_argument("--fixtures", type=int, default=1, help="fixture folders, the tasks interleaved over them")
+    ap.add_argument("--fresh-servers", action="store_true",
+                    help="a second allowed directory on the server's command line: never re-rooted")
+    ap.add_argument("--spare-servers", type=int, default=None, metavar="N",
+                    help="env.spare_servers in the on arm (default: the default)")
     ap.add_argument("--model-latency", type=float, default=None, metavar="S",
                     help="policy=openai against a scripted endpoint answering in S seconds (default: oracle)")
     a = ap.parse_args()
@@ -120,8 +151,9 @@ def main() -> None:
 def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
     """Both arms of every server kind, alternating, and their table."""
     try:
-        make_fixture(tmp / "fixture", a.files)
-        tasks = write_tasks(tmp, a.tasks)
+        make_fixtures(tmp, a.fixtures, a.files)
+        (tmp / "empty").mkdir()
+        tasks = write_tasks(tmp, a.tasks, a.fixtures)
         for kind in (["local", "npx"] if a.server == "both" else [a.server]):
             rows: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
             loads = [os.getloadavg()[0]]
@@ -130,7 +162,9 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
                     rows[arm].append(job(kind, arm, a, tasks, tmp / f"run-{kind}-{arm}-{r}", base_url))
                 loads.append(os.getloadavg()[0])
             print(f"\neval, server-filesystem per episode ({kind}: {' '.join(server_command(kind)[:3])}), "
-                  f"{a.tasks} tasks x {a.samples} samples, launcher.num_envs={a.num_envs}, fixture {a.files} files, "
+                  f"{a.tasks} tasks x {a.samples} samples, launcher.num_envs={a.num_envs}, "
+                  f"{a.fixtures} fixture(s) of {a.files} files, {'never re-rooted, ' if a.fresh_servers else ''}"
+                  f"on arm spare_servers={a.spare_servers if a.spare_servers is not None else 'default'}, "
                   f"policy {'oracle' if base_url is None else f'openai (scripted, {a.model_latency:g} s per reply)'}, "
                   f"{a.rounds} jobs per arm; load average {min(loads):.2f}-{max(loads):.2f} (1 min), "
                   f"{os.cpu_count()} cores")
