@@ -19,7 +19,6 @@ from mcp.server.mcpserver import MCPServer
 import mcp_gym._compat
 from mcp_gym._compat import CompatWarning, mcp_wire
 from mcp_gym._compat import httpx2 as httpx2_compat
-from mcp_gym._compat import hydra as hydra_compat
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import stdlib as stdlib_compat
 from mcp_gym._compat import verl as verl_compat
@@ -33,7 +32,7 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
-@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, httpx2_compat, hydra_compat, stdlib_compat,
+@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, httpx2_compat, stdlib_compat,
                                     verl_compat],
                          ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:
@@ -145,15 +144,6 @@ def test_a_moved_pool_name_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(client._transport, "_pool")
     assert len(warned(httpx2_compat.set_keepalive_expiry, client, 1.0)) == 1
     assert httpx2_compat.missing(client) == ["httpx2.AsyncHTTPTransport._pool"]
-
-
-def test_a_moved_hydra_name_says_what_moved(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hydra._internal.utils
-
-    monkeypatch.delattr(hydra._internal.utils, "_run_hydra")
-    assert hydra_compat.missing() == ["hydra._internal.utils._run_hydra"]
-    with pytest.raises(RuntimeError, match=r"hydra-core 1\.\d+\.\d+: it has no hydra._internal.utils._run_hydra"):
-        hydra_compat.run(None, None, print, "pkg://mcp_gym.conf", "config")
 
 
 def test_a_python_without_the_c_encoder_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
