@@ -87,12 +87,6 @@ def test_page_shell_drops_later_fields_and_clamps_ttl() -> None:
         assert mcp_wire._later_fields(method, version) == sdk_session._later_revision_fields(method, version)
 
 
-def test_keepalive_expiry_reaches_the_pool() -> None:
-    client = httpx2.AsyncClient(limits=httpx2.Limits(keepalive_expiry=5.0))
-    httpx2_compat.set_keepalive_expiry(client, 42.0)
-    assert client._transport._pool._keepalive_expiry == 42.0
-
-
 def test_default_http_timeouts_are_the_sdks() -> None:
     from mcp.shared import _httpx_utils  # the SDK's (private) defaults, read by the test only
 
@@ -142,7 +136,7 @@ def test_a_moved_session_name_warns_once() -> None:
 def test_a_moved_pool_name_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
     client = httpx2.AsyncClient()
     monkeypatch.delattr(client._transport, "_pool")
-    assert len(warned(httpx2_compat.set_keepalive_expiry, client, 1.0)) == 1
+    assert len(warned(lambda: anyio.run(httpx2_compat.close_idle, client))) == 1
     assert httpx2_compat.missing(client) == ["httpx2.AsyncHTTPTransport._pool"]
 
 

@@ -9,6 +9,7 @@ which handles it as before; a redirect sends the call the SDK's way. Checked on 
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -308,6 +309,31 @@ def test_a_hostile_sse_retry_field_is_ignored(resumable_url: Any, retry: bytes, 
         assert obs["result"] == "resumed answer" and asked.get("resumed") == 1, (obs, asked)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize(("stream", "passed"), [
+    (b"retry: -5\r\nid: 1\r\ndata: x\r\n\r\n", b"id: 1\r\ndata: x\r\n\r\n"),
+    (b"retry: 3000\nid: 1\ndata: x\n\n", b"retry: 3000\nid: 1\ndata: x\n\n"),
+    (b"id: 1\rretry: " + b"9" * 400 + b"\rdata: retry: -5\r\r", b"id: 1\rdata: retry: -5\r\r"),
+    ("retry:\u00b2\ndata: y\n\n".encode(), b"data: y\n\n"),
+    (b"data: a\nretry:1e3\n\nretry", b"data: a\n\nretry"),
+    (b"data: a\nretry: -1", b"data: a\n"),
+    (b"data: a\nretr\n\n", b"data: a\nretr\n\n"),
+    (b": c\nretry:600000\n\n", b": c\nretry:600000\n\n"),
+    (b": c\nretry:600001\n\n", b": c\n\n"),
+])
+def test_a_refused_retry_line_is_removed_wherever_the_chunks_split(stream: bytes, passed: bytes) -> None:
+    """The SDK's path reads SSE through httpx2's decoder, which takes any ``int()``: mcp-gym removes a ``retry:``
+    line the SSE spec ignores from the byte stream (public API), whatever the chunking (a ``\\r\\n`` split between
+    chunks is one line end: a left-over ``\\n`` would end the event early)."""
+    from mcp_gym.client._http import RetryLines
+
+    for k in (1, 2, 3):
+        for cuts in itertools.islice(itertools.combinations(range(1, len(stream)), k), 3000):
+            bounds = [0, *cuts, len(stream)]
+            lines = RetryLines()
+            out = b"".join(lines.feed(stream[a:b]) for a, b in itertools.pairwise(bounds)) + lines.flush()
+            assert out == passed, (stream, cuts, out)
 
 
 def test_the_session_reads_the_transport_and_the_lane_through_public_streams(counter_url: str) -> None:

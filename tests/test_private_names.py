@@ -30,8 +30,7 @@ STDLIB = {"stdlib"}
 """``_compat`` modules of the standard library (the language's own internals, counted apart from dependencies)."""
 
 EXPECTED: dict[str, list[str]] = {
-    "httpx2": ["_SSEEventDecoder", "_connection", "_connections", "_keepalive_expiry", "_requests", "_sse",
-               "_transport"],
+    "httpx2": ["_connections", "_requests", "_transport"],
     "mcp": ["_absorb_tool_listing", "_dispatcher", "_drive_input_required", "_lowlevel_server", "_stamp",
             "_tool_output_schemas", "_tool_output_validators"],
     "stdlib": ["_callbacks", "_get_running_loop", "_parser", "_run_until_complete_cb", "_signal"],
@@ -39,7 +38,7 @@ EXPECTED: dict[str, list[str]] = {
 }
 """The private names each ``_compat`` module reaches, by module (its file name)."""
 
-DEPENDENCY_CEILING = 15
+DEPENDENCY_CEILING = 11
 """The most private names of dependencies (the standard library apart) the package may use; the goal is 10."""
 
 STEP_PATH: dict[str, list[str]] = {

@@ -1,15 +1,12 @@
 """httpx2's and httpcore2's private names mcp-gym uses (httpx2 2.x), each with why; see :mod:`mcp_gym._compat`.
 
-* ``AsyncClient._transport._pool``: the httpcore2 connection pool under a client's default transport;
-* ``AsyncConnectionPool._keepalive_expiry``, ``._connections`` and each connection's ``._connection`` and
-  ``._keepalive_expiry``: how long idle connections are kept. httpcore2 has no public setter, and a server's
-  ``Keep-Alive: timeout=N`` header says how long it keeps them (:func:`set_keepalive_expiry`); and the pool's
+* ``AsyncClient._transport._pool``: the httpcore2 connection pool under a client's default transport, its
   ``._connections`` list and its queued ``._requests`` (a connection assigned to one is not idle), to close the idle
-  ones when a session's calls move to the HTTP fast lane (:func:`close_idle`);
-* ``httpx2._sse._SSEEventDecoder.decode``: its ``retry:`` field takes whatever ``int()`` reads (``-5``, 400
-  digits), which the MCP SDK then sleeps on (a negative or overflowing sleep ends the connection);
-  :func:`spec_sse_retry` makes it ignore a value the SSE spec would (not ASCII digits) or one past
-  :data:`MAX_SSE_RETRY_MS`.
+  ones when a session's calls move to the HTTP fast lane (:func:`close_idle`): httpcore2 closes an idle connection
+  only when a later request or response touches the pool, and has no public way to close idle ones.
+
+Idle connections are kept ``httpx2.Limits(keepalive_expiry=...)`` seconds and a malformed SSE ``retry:`` field is
+removed from the byte stream (:class:`mcp_gym.client._http.RetryLines`), both with public API.
 """
 
 from __future__ import annotations
@@ -20,40 +17,7 @@ import httpx2
 
 from mcp_gym._compat import moved
 
-__all__ = ["set_keepalive_expiry", "close_idle", "missing", "spec_sse_retry", "MAX_SSE_RETRY_MS", "sse_retry_ok"]
-
-MAX_SSE_RETRY_MS = 600_000
-"""The longest SSE ``retry:`` a server may ask for (10 minutes); a longer one is ignored, as a malformed one is."""
-
-
-def sse_retry_ok(value: str) -> bool:
-    """Whether an SSE ``retry:`` value is one to obey: ASCII digits only, as the SSE spec says (``"²"`` passes
-    ``str.isdigit`` and fails ``int``), and at most :data:`MAX_SSE_RETRY_MS` (400 digits would overflow a sleep)."""
-    return value.isascii() and value.isdigit() and len(value) <= 7 and int(value) <= MAX_SSE_RETRY_MS
-
-
-def spec_sse_retry() -> None:
-    """Make httpx2's SSE decoder (the MCP SDK's Streamable HTTP and SSE transports read through it) ignore a
-    ``retry:`` field :func:`sse_retry_ok` refuses. Idempotent; said once if the name moved."""
-    from httpx2 import _sse
-
-    decoder = getattr(_sse, "_SSEEventDecoder", None)
-    decode = getattr(decoder, "decode", None)
-    if decoder is None or decode is None:
-        moved("httpx2", "_sse._SSEEventDecoder.decode", "a malformed SSE retry: field reaches the SDK as is")
-        return
-    if getattr(decode, "_mcp_gym_spec_retry", False):
-        return
-
-    def spec_decode(self: Any, line: str) -> Any:
-        if line.startswith("retry:"):
-            value = line[6:]
-            if not sse_retry_ok(value[1:] if value.startswith(" ") else value):
-                return None  # ignored, as the spec says (a blank line still ends the event)
-        return decode(self, line)
-
-    setattr(spec_decode, "_mcp_gym_spec_retry", True)  # noqa: B010 - a function attribute mypy does not know
-    decoder.decode = spec_decode
+__all__ = ["close_idle", "missing"]
 
 _DIST = "httpcore2"
 
@@ -70,23 +34,8 @@ def missing(client: httpx2.AsyncClient | None = None) -> list[str]:
     pool = _pool(client)
     if pool is None:
         return ["httpx2.AsyncHTTPTransport._pool"]
-    return [f"{type(pool).__name__}.{n}" for n in ("_keepalive_expiry", "_connections", "_requests")
+    return [f"{type(pool).__name__}.{n}" for n in ("_connections", "_requests")
             if not hasattr(pool, n)]
-
-
-def set_keepalive_expiry(client: httpx2.AsyncClient, seconds: float) -> None:
-    """Keep ``client``'s idle connections ``seconds`` (its pool's setting and that of each connection it holds);
-    without these names (warned once) the client's own ``keepalive_expiry`` stays, which is only slower."""
-    pool = _pool(client)
-    if pool is None or not hasattr(pool, "_keepalive_expiry"):
-        moved(_DIST, "AsyncConnectionPool._keepalive_expiry (via AsyncClient._transport._pool)",
-              "idle connections are kept as long as httpx2.Limits says, not as the server's Keep-Alive asks")
-        return
-    pool._keepalive_expiry = seconds
-    for conn in getattr(pool, "_connections", ()):
-        for c in (conn, getattr(conn, "_connection", None)):
-            if c is not None and hasattr(c, "_keepalive_expiry"):
-                c._keepalive_expiry = seconds
 
 
 async def close_idle(client: httpx2.AsyncClient) -> int:

@@ -33,11 +33,17 @@ What a busy server needs (found at 1,000 and 10,000 concurrent sessions against 
   the session: that server is gone. Idle connections are dropped by the client after ``KEEPALIVE_EXPIRY`` seconds,
   well before the usual 5 s of servers, which makes such races rare.
 * **A server that says how long it keeps idle connections is taken at its word, with a margin.** A response header
-  ``Keep-Alive: timeout=T`` (the bundled servers send ``timeout=30``, Node's HTTP server ``timeout=5``) sets the
-  session's idle expiry to :func:`keepalive_for` ``T``: half of it (at most 60 s; below 6 s, at most the 2 s
-  default). Under load a session's next request often comes seconds after its last; with 1,000 concurrent sessions
-  against one bundled server, keeping the connection instead of opening a new one per step made steps 1.3x as fast
-  (``scripts/bench/scale.py``). Sessions given their own ``limits=`` keep them.
+  ``Keep-Alive: timeout=T`` (the bundled servers send ``timeout=30``, Node's HTTP server ``timeout=5``) sets the idle
+  expiry of the session's HTTP fast lane (:mod:`mcp_gym.client._http_lane`, where its steps go) to
+  :func:`keepalive_for` ``T``: half of it (at most 60 s; below 6 s, at most the 2 s default). Under load a session's
+  next request often comes seconds after its last; with 1,000 concurrent sessions against one bundled server,
+  keeping the connection instead of opening a new one per step made steps 1.3x as fast (``scripts/bench/scale.py``).
+  The session's own ``httpx2`` client (the SDK's traffic: handshake, listings, and the steps of a session off the
+  lane) keeps idle connections :data:`KEEPALIVE_EXPIRY` seconds (``httpx2.Limits``; httpx2 has no public way to
+  change it once the header is seen). Sessions given their own ``limits=`` keep them, and their lane the default.
+* **A malformed SSE** ``retry:`` **field is ignored** (:class:`RetryLines`): httpx2's SSE decoder takes whatever
+  ``int()`` reads, which the SDK then sleeps on before resuming a stream (``-5`` or 400 digits ended the call);
+  the SSE spec ignores a value that is not ASCII digits, and one past :data:`MAX_SSE_RETRY_MS` is ignored too.
 * **An answer's body is bounded in size and by the caller's wait** (``max_message_bytes``, as for stdio). The SDK
   reads a JSON answer whole (``aread``) and parses it in one piece: a server answering with 1,000 MB made a step with
   ``call_timeout=5`` take 19.6 s and the process grow 1.4 GB, and a streamed (SSE) answer over the SDK's 1 MiB per
@@ -62,14 +68,14 @@ import anyio
 import httpx2
 from anyio.lowlevel import RunVar
 
-from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 from mcp_gym.protocol import redact_http_logs
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_SSE_READ_TIMEOUT",
            "session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
            "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for", "request_slots",
-           "timeout_message", "connection_message", "too_large_message"]
+           "timeout_message", "connection_message", "too_large_message", "MAX_SSE_RETRY_MS", "sse_retry_ok",
+           "RetryLines"]
 
 _ctx: ssl.SSLContext | None = None
 _lock = threading.Lock()
@@ -105,7 +111,6 @@ KEEPALIVE_MAX = 60.0
 _SLOTS: RunVar[dict[tuple[str, int], anyio.Semaphore]] = RunVar("mcp_gym_http_slots")
 
 redact_http_logs()  # httpx2 logs every request's URL at INFO: user info and query values are redacted
-httpx2_compat.spec_sse_retry()  # the SDK sleeps on any retry: httpx2 reads (-5, 400 digits): such a one is ignored
 
 
 def shared_ssl_context() -> ssl.SSLContext:
@@ -358,6 +363,126 @@ class _BoundedEvents(httpx2.AsyncByteStream):
         self._chunks = None
 
 
+MAX_SSE_RETRY_MS = 600_000
+"""The longest SSE ``retry:`` a server may ask for (10 minutes); a longer one is ignored, as a malformed one is."""
+
+
+def sse_retry_ok(value: str) -> bool:
+    """Whether an SSE ``retry:`` value is one to obey: ASCII digits only, as the SSE spec says (``"²"`` passes
+    ``str.isdigit`` and fails ``int``), and at most :data:`MAX_SSE_RETRY_MS` (400 digits would overflow a sleep)."""
+    return value.isascii() and value.isdigit() and len(value) <= 7 and int(value) <= MAX_SSE_RETRY_MS
+
+
+_RETRY = b"retry:"
+_RETRY_LINE_MAX = len(_RETRY) + 1 + 7  # "retry:", a space, 7 digits: a longer retry line is refused unread
+
+
+class RetryLines:
+    """Removes the ``retry:`` lines :func:`sse_retry_ok` refuses from an SSE byte stream, chunk by chunk.
+
+    httpx2's SSE decoder (the SDK's Streamable HTTP and SSE transports read through it) takes whatever ``int()``
+    reads from a ``retry:`` field (``-5``, 400 digits), which the SDK then sleeps on before resuming a stream (a
+    negative or overflowing sleep ends the connection); the SSE spec ignores a value that is not ASCII digits. A
+    dropped line is one the decoder ignores anyway (it is not the blank line that ends an event). Lines end with
+    ``\\r\\n``, ``\\n`` or ``\\r`` (also across chunks); only a line that may be a ``retry:`` line is held until
+    its end, and one past :data:`_RETRY_LINE_MAX` bytes is dropped as it comes."""
+
+    __slots__ = ("_held", "_start", "_dropping", "_skip_lf")
+
+    def __init__(self) -> None:
+        self._held = b""
+        self._start = True  # at the start of a line
+        self._dropping = False  # inside a refused retry line: drop up to its end
+        self._skip_lf = False  # a dropped line ended with \r at a chunk's end: a \n first in the next is its end too
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The part of ``chunk`` (after what came before) to pass on."""
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if not self._held and not self._dropping and _RETRY not in chunk:  # the common case: no retry line in it
+            k = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+            tail = chunk[k + 1:] if k >= 0 else chunk if self._start else b""
+            if not tail or not _RETRY.startswith(tail):  # nor the start of one at its end
+                if chunk:
+                    self._start = k == len(chunk) - 1
+                return chunk
+        data = self._held + chunk
+        self._held = b""
+        out = bytearray()
+        i, n = 0, len(data)
+        while i < n:
+            j = _line_end(data, i)
+            if self._dropping or (self._start and (data.startswith(_RETRY, i) or
+                                                   _RETRY.startswith(data[i:j if j >= 0 else n]))):
+                if j < 0:  # the line goes on in the next chunk
+                    if self._dropping or n - i > _RETRY_LINE_MAX:
+                        self._dropping, self._start = True, False
+                    else:
+                        self._held = data[i:]
+                    break
+                line = data[i:j]
+                keep = not self._dropping and (not line.startswith(_RETRY) or _retry_value_ok(line))
+                end = _after_end(data, j)
+                if keep:
+                    out += data[i:end]
+                elif end == n and data[j:j + 1] == b"\r":
+                    self._skip_lf = True
+                self._dropping, self._start, i = False, True, end
+                continue
+            if j < 0:
+                out += data[i:]
+                self._start = False
+                break
+            end = _after_end(data, j)
+            out += data[i:end]
+            self._start, i = True, end
+        return bytes(out)
+
+    def flush(self) -> bytes:
+        """What is held at the end of the stream (a last line without its end)."""
+        held, self._held = self._held, b""
+        return held if not held.startswith(_RETRY) or _retry_value_ok(held) else b""
+
+
+def _line_end(data: bytes, start: int) -> int:
+    """The index of the first ``\\r`` or ``\\n`` from ``start`` (-1: none)."""
+    cr, lf = data.find(b"\r", start), data.find(b"\n", start)
+    return lf if cr < 0 else cr if lf < 0 else min(cr, lf)
+
+
+def _after_end(data: bytes, j: int) -> int:
+    """The index after the line end at ``j`` (``\\r\\n`` is one)."""
+    return j + 2 if data[j:j + 2] == b"\r\n" else j + 1
+
+
+def _retry_value_ok(line: bytes) -> bool:
+    value = line[len(_RETRY):]
+    value = value[1:] if value[:1] == b" " else value
+    return len(value) <= 7 and sse_retry_ok(value.decode("ascii", "replace"))
+
+
+class _SpecRetry(httpx2.AsyncByteStream):
+    """The decoded body of an SSE response without the ``retry:`` lines :class:`RetryLines` refuses."""
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self.response = response
+
+    async def __aiter__(self) -> Any:
+        lines = RetryLines()
+        async for chunk in self.response.aiter_bytes():
+            out = lines.feed(chunk)
+            if out:
+                yield out
+        last = lines.flush()
+        if last:
+            yield last
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
 _WHICH = {httpx2.ConnectTimeout: "connect", httpx2.ReadTimeout: "read", httpx2.WriteTimeout: "write",
           httpx2.PoolTimeout: "pool"}
 
@@ -375,7 +500,6 @@ class _SessionClient(httpx2.AsyncClient):
         self.answer_errors = answer_errors
         self.follow_keepalive = follow_keepalive
         self.max_message_bytes = max_message_bytes
-        self._keepalive_header: str | None = None
         self.keepalive_header: str | None = None
         """The last ``Keep-Alive`` header of the server's responses (``None``: none seen)."""
         self.session_id: str | None = None
@@ -386,15 +510,12 @@ class _SessionClient(httpx2.AsyncClient):
         """Answers whose body is being read, by request id (a session's ids are unique)."""
 
     def _follow_keepalive(self, response: httpx2.Response) -> None:
-        """Take the idle expiry a response's ``Keep-Alive`` header asks for (:func:`keepalive_for`): for this
-        session's pool and the connections it holds (:func:`mcp_gym._compat.httpx2.set_keepalive_expiry`)."""
+        """Note the ``Keep-Alive`` header of a response (:attr:`keepalive_header`): the HTTP fast lane keeps its idle
+        connections as it asks (:func:`keepalive_for`). This client's own pool keeps them :data:`KEEPALIVE_EXPIRY`
+        seconds (``httpx2.Limits``: httpx2 has no public way to change it later)."""
         header = response.headers.get("keep-alive")
-        if header is None or header == self._keepalive_header:
-            return
-        self._keepalive_header = self.keepalive_header = header
-        seconds = keepalive_for(header)
-        if seconds is not None:
-            httpx2_compat.set_keepalive_expiry(self, seconds)
+        if header is not None and header != self.keepalive_header:
+            self.keepalive_header = header
 
     async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:
         if request.method == "POST":
@@ -430,7 +551,10 @@ class _SessionClient(httpx2.AsyncClient):
             if self.follow_keepalive:
                 self._follow_keepalive(response)
             if kw.get("stream") and self.answer_errors and self.max_message_bytes is not None:
-                return await self._bounded(request, response)
+                response = await self._bounded(request, response)
+            if kw.get("stream") and response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+                return httpx2.Response(response.status_code, headers=_without_encoding(response.headers),
+                                       stream=_SpecRetry(response), request=request, extensions=response.extensions)
             return response
         except httpx2.TimeoutException as e:
             if not self.answer_errors:

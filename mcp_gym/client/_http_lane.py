@@ -362,7 +362,7 @@ class HttpWire(LaneIds):
                     fields = _fields(event)
                     if "id" in fields:
                         last_id = fields["id"]
-                    if httpx2_compat.sse_retry_ok(fields.get("retry", "")):  # the spec's digits, bounded; else ignored
+                    if _http.sse_retry_ok(fields.get("retry", "")):  # the spec's digits, bounded; else ignored
                         retry = int(fields["retry"])
                     data = fields.get("data")
                     if fields.get("event", "message") != "message" or not data:
