@@ -64,11 +64,6 @@ async def session_private_names_work() -> None:
                                                                                      exclude_none=True)
         raw = await send("tools/list", request)
         assert isinstance(raw, dict) and [t["name"] for t in raw["tools"]] == ["double"]  # raw JSON, not a model
-        result = mt.ListToolsResult.model_validate(raw)
-        assert mcp_compat.absorb_tool_listing(session, result)
-        marker = object()
-        mcp_compat.seed_output_validators(session, result.tools, {"double": marker})
-        assert session._tool_output_validators["double"] is marker  # the session's own cache holds it
 
 
 def test_discover_timeout_is_the_sdk_global(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,10 +122,7 @@ def test_a_moved_session_name_warns_once() -> None:
         pass
 
     assert warned(mcp_compat.raw_sender, Session())[0].startswith("mcp-gym: ClientSession._dispatcher/_stamp is gone")
-    assert mcp_compat.missing_on_session(Session()) == [
-        "ClientSession._dispatcher", "ClientSession._stamp", "ClientSession._absorb_tool_listing",
-        "ClientSession._tool_output_validators", "ClientSession._tool_output_schemas"]
-    assert len(warned(mcp_compat.seed_output_validators, Session(), [], {})) == 1
+    assert mcp_compat.missing_on_session(Session()) == ["ClientSession._dispatcher", "ClientSession._stamp"]
 
 
 def test_a_moved_pool_name_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:

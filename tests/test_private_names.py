@@ -31,14 +31,13 @@ STDLIB = {"stdlib"}
 
 EXPECTED: dict[str, list[str]] = {
     "httpx2": ["_connections", "_requests", "_transport"],
-    "mcp": ["_absorb_tool_listing", "_dispatcher", "_drive_input_required", "_lowlevel_server", "_stamp",
-            "_tool_output_schemas", "_tool_output_validators"],
+    "mcp": ["_dispatcher", "_drive_input_required", "_lowlevel_server", "_stamp"],
     "stdlib": ["_callbacks", "_get_running_loop", "_parser", "_run_until_complete_cb", "_signal"],
     "verl": ["_agent_loop_registry"],
 }
 """The private names each ``_compat`` module reaches, by module (its file name)."""
 
-DEPENDENCY_CEILING = 11
+DEPENDENCY_CEILING = 8
 """The most private names of dependencies (the standard library apart) the package may use; the goal is 10."""
 
 STEP_PATH: dict[str, list[str]] = {

@@ -33,12 +33,14 @@ import functools
 import itertools
 import logging
 import types
-from collections.abc import Awaitable, Callable, Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, cast, get_args
 
 import anyio
 import mcp.types as mt
 import orjson
+from jsonschema.exceptions import best_match
 from mcp import MCPError
 from mcp.shared.jsonrpc_dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
@@ -46,6 +48,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LE
 from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
+from referencing.exceptions import Unresolvable
 
 from mcp_gym._compat import mcp as mcp_compat
 
@@ -57,7 +60,7 @@ except ImportError:  # pragma: no cover - then no trace context is carried (the 
     _otel_context = None  # type: ignore[assignment]  # _inject() then does nothing
 
 __all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "usable", "missing",
-           "page_shell"]
+           "page_shell", "OUTPUT_SCHEMAS", "remember_output_schemas", "check_output"]
 
 logger = logging.getLogger(__name__)
 
@@ -617,7 +620,8 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
 
 async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str, Any] | None, timeout: float | None,
                         progress: Any, meta: Mapping[str, Any] | None) -> Any:
-    """What ``ClientSession.call_tool(..., allow_input_required=True)`` does, on the lane."""
+    """What ``ClientSession.call_tool(..., allow_input_required=True)`` does, on the lane (the output schema is
+    checked by :func:`call_tool`)."""
     session = client.session
     params: dict[str, Any] = {"name": name}
     if arguments is not None:
@@ -625,34 +629,77 @@ async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str,
     if meta is not None:
         params["_meta"] = meta
     raw = await _roundtrip(client, wire, "tools/call", params, timeout, progress)
-    result = _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
-    if isinstance(result, mt.CallToolResult) and not result.is_error:
-        await session.validate_tool_result(name, result)
-    return result
+    return _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
 
 
-async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Lane,
+OUTPUT_SCHEMAS: weakref.WeakKeyDictionary[Any, dict[str, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
+"""By SDK session: each tool of mcp-gym's last checked listing, with its ``outputSchema`` and that schema's compiled
+validator (``(None, None)``: no output schema). mcp-gym checks ``tools/call`` results against them itself
+(:func:`check_output`); the session was handed these tools without their output schemas, so the SDK's own check of
+a listed tool does nothing (:func:`mcp_gym.client._tools.hand_to_session`)."""
+
+
+def remember_output_schemas(session: Any, tools: Iterable[mt.Tool], validators: Mapping[str, Any]) -> None:
+    """Make ``tools`` (a complete checked listing) the ones whose results :func:`check_output` checks on
+    ``session``; ``validators``: each output schema's compiled validator, by tool name."""
+    OUTPUT_SCHEMAS[session] = {t.name: (t.output_schema, validators.get(t.name)) for t in tools}
+
+
+async def check_output(session: Any, name: str, result: mt.CallToolResult, *, sdk_checked: bool) -> None:
+    """Check a successful ``tools/call`` result against the tool's listed output schema, as the SDK's
+    ``validate_tool_result`` does (same errors), with the validator compiled when the listing was checked (bounded
+    ``pattern`` matching, shared by every session listing the same definition). A tool mcp-gym did not list is left
+    to the SDK's ``validate_tool_result`` (it lists the tools, then checks), unless it already ran
+    (``sdk_checked``)."""
+    if result.is_error:
+        return
+    tools = OUTPUT_SCHEMAS.get(session)
+    entry = tools.get(name) if tools is not None else None
+    if entry is None or (entry[0] is not None and entry[1] is None):
+        if not sdk_checked:
+            await session.validate_tool_result(name, result)
+        return
+    schema, validator = entry
+    if schema is None:
+        return
+    if result.structured_content is None and "structured_content" not in result.model_fields_set:
+        raise RuntimeError(f"Tool {name} has an output schema but did not return structured content")
+    try:
+        error = best_match(validator.iter_errors(result.structured_content))
+    except Unresolvable as e:
+        raise RuntimeError(f"Invalid schema for tool {name}: {e}") from e
+    if error is not None:
+        raise RuntimeError(f"Invalid structured content returned by tool {name}: {error}") from error
+
+
+async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Lane | None,
                     read_timeout_seconds: float | None, progress_callback: Any, meta: mt.RequestParamsMeta | None
                     ) -> mt.CallToolResult:
-    """``Client.call_tool`` with the first round on the lane; a result that asks for input is finished by the SDK's
+    """``Client.call_tool`` with the first round on the lane (``wire``; ``None``: the SDK's way), the result checked
+    against the tool's output schema (:func:`check_output`); a result that asks for input is finished by the SDK's
     own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
-    if not usable(client):
-        return await client.call_tool(name, arguments, read_timeout_seconds=read_timeout_seconds,
-                                      progress_callback=progress_callback, meta=meta)
-    try:
-        result = await _session_call(client, wire, name, arguments, read_timeout_seconds, progress_callback, meta)
-    except StepAside:
-        return await client.call_tool(name, arguments, read_timeout_seconds=read_timeout_seconds,
-                                      progress_callback=progress_callback, meta=meta)
-    if isinstance(result, mt.CallToolResult):
-        return result
-
-    async def again(r: Any, s: Any) -> Any:
-        return await client.session.call_tool(
+    sdk = wire is None or not usable(client)
+    if not sdk:
+        try:
+            result = await _session_call(client, cast(Lane, wire), name, arguments, read_timeout_seconds,
+                                         progress_callback, meta)
+        except StepAside:
+            sdk = True
+    if sdk:
+        final: mt.CallToolResult = await client.call_tool(
             name, arguments, read_timeout_seconds=read_timeout_seconds, progress_callback=progress_callback,
-            input_responses=r, request_state=s, meta=meta, allow_input_required=True)
+            meta=meta)
+    elif isinstance(result, mt.CallToolResult):
+        final = result
+    else:
+        async def again(r: Any, s: Any) -> Any:
+            return await client.session.call_tool(
+                name, arguments, read_timeout_seconds=read_timeout_seconds, progress_callback=progress_callback,
+                input_responses=r, request_state=s, meta=meta, allow_input_required=True)
 
-    final: mt.CallToolResult = await mcp_compat.drive_input_required(client, result, again)
+        final = await mcp_compat.drive_input_required(client, result, again)
+        sdk = True  # the last round's result went through the SDK's session.call_tool
+    await check_output(client.session, name, final, sdk_checked=sdk)
     return final
 
 
