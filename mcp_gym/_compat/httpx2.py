@@ -22,7 +22,8 @@ __all__ = ["close_idle", "missing"]
 _DIST = "httpcore2"
 
 
-def _pool(client: httpx2.AsyncClient) -> Any:
+def _pool_of(client: httpx2.AsyncClient) -> Any:
+    """The httpcore2 pool under ``client``'s default transport (``AsyncClient._transport._pool``)."""
     return getattr(getattr(client, "_transport", None), "_pool", None)
 
 
@@ -31,7 +32,7 @@ def missing(client: httpx2.AsyncClient | None = None) -> list[str]:
     client = client if client is not None else httpx2.AsyncClient()
     if not hasattr(client, "_transport"):
         return ["httpx2.AsyncClient._transport"]
-    pool = _pool(client)
+    pool = _pool_of(client)
     if pool is None:
         return ["httpx2.AsyncHTTPTransport._pool"]
     return [f"{type(pool).__name__}.{n}" for n in ("_connections", "_requests")
@@ -43,7 +44,7 @@ async def close_idle(client: httpx2.AsyncClient) -> int:
     response touches the pool); returns how many. Used when a session's calls move to the HTTP fast lane, which has
     its own connection: the idle one would otherwise be held (~20 kB) until the session closes. Without these names
     (warned once) nothing is closed, which only costs that memory."""
-    pool = _pool(client)
+    pool = _pool_of(client)
     conns = getattr(pool, "_connections", None)
     if not isinstance(conns, list):
         moved(_DIST, "AsyncConnectionPool._connections (via AsyncClient._transport._pool)",
