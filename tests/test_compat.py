@@ -17,7 +17,7 @@ from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
 import mcp_gym._compat
-from mcp_gym._compat import CompatWarning, mcp_wire
+from mcp_gym._compat import CompatWarning, mcp_output, mcp_wire
 from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import stdlib as stdlib_compat
@@ -32,7 +32,7 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
-@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, httpx2_compat, stdlib_compat,
+@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, mcp_output, httpx2_compat, stdlib_compat,
                                     verl_compat],
                          ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:

@@ -15,7 +15,8 @@ result: about 6× the client CPU of a hand-written asyncio JSON-RPC client over 
   (one id space), the request is stamped by the session (protocol era ``_meta``), progress notifications reach the
   callback through the dispatcher's table, a timeout or a cancelled call sends the dispatcher's courtesy
   ``notifications/cancelled``, the result is checked as the SDK checks it (negotiated-version validation, the
-  ``CallToolResult`` model, the output schema with the SDK's compiled validator, once per schema), and an
+  ``CallToolResult`` model, the output schema with the validator mcp-gym compiled once per definition while
+  checking the listing: :func:`~mcp_gym._compat.mcp_output.check_output`), and an
   input-required or claimed result is finished by the SDK's ``Client``.
 
 Over Streamable HTTP the wire is :class:`mcp_gym.client._http_lane.HttpWire` (one POST on a lean keep-alive client,
@@ -33,14 +34,12 @@ import functools
 import itertools
 import logging
 import types
-import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, cast, get_args
 
 import anyio
 import mcp.types as mt
 import orjson
-from jsonschema.exceptions import best_match
 from mcp import MCPError
 from mcp.shared.jsonrpc_dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
@@ -48,9 +47,9 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LE
 from mcp_types.methods import SERVER_RESULTS
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
-from referencing.exceptions import Unresolvable
 
 from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym._compat.mcp_output import check_output
 
 try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too): see _inject()
     from opentelemetry import context as _otel_context
@@ -60,7 +59,7 @@ except ImportError:  # pragma: no cover - then no trace context is carried (the 
     _otel_context = None  # type: ignore[assignment]  # _inject() then does nothing
 
 __all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "usable", "missing",
-           "page_shell", "OUTPUT_SCHEMAS", "remember_output_schemas", "check_output"]
+           "page_shell"]
 
 logger = logging.getLogger(__name__)
 
@@ -632,52 +631,13 @@ async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str,
     return _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
 
 
-OUTPUT_SCHEMAS: weakref.WeakKeyDictionary[Any, dict[str, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
-"""By SDK session: each tool of mcp-gym's last checked listing, with its ``outputSchema`` and that schema's compiled
-validator (``(None, None)``: no output schema). mcp-gym checks ``tools/call`` results against them itself
-(:func:`check_output`); the session was handed these tools without their output schemas, so the SDK's own check of
-a listed tool does nothing (:func:`mcp_gym.client._tools.hand_to_session`)."""
-
-
-def remember_output_schemas(session: Any, tools: Iterable[mt.Tool], validators: Mapping[str, Any]) -> None:
-    """Make ``tools`` (a complete checked listing) the ones whose results :func:`check_output` checks on
-    ``session``; ``validators``: each output schema's compiled validator, by tool name."""
-    OUTPUT_SCHEMAS[session] = {t.name: (t.output_schema, validators.get(t.name)) for t in tools}
-
-
-async def check_output(session: Any, name: str, result: mt.CallToolResult, *, sdk_checked: bool) -> None:
-    """Check a successful ``tools/call`` result against the tool's listed output schema, as the SDK's
-    ``validate_tool_result`` does (same errors), with the validator compiled when the listing was checked (bounded
-    ``pattern`` matching, shared by every session listing the same definition). A tool mcp-gym did not list is left
-    to the SDK's ``validate_tool_result`` (it lists the tools, then checks), unless it already ran
-    (``sdk_checked``)."""
-    if result.is_error:
-        return
-    tools = OUTPUT_SCHEMAS.get(session)
-    entry = tools.get(name) if tools is not None else None
-    if entry is None or (entry[0] is not None and entry[1] is None):
-        if not sdk_checked:
-            await session.validate_tool_result(name, result)
-        return
-    schema, validator = entry
-    if schema is None:
-        return
-    if result.structured_content is None and "structured_content" not in result.model_fields_set:
-        raise RuntimeError(f"Tool {name} has an output schema but did not return structured content")
-    try:
-        error = best_match(validator.iter_errors(result.structured_content))
-    except Unresolvable as e:
-        raise RuntimeError(f"Invalid schema for tool {name}: {e}") from e
-    if error is not None:
-        raise RuntimeError(f"Invalid structured content returned by tool {name}: {error}") from error
-
-
 async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Lane | None,
                     read_timeout_seconds: float | None, progress_callback: Any, meta: mt.RequestParamsMeta | None
                     ) -> mt.CallToolResult:
     """``Client.call_tool`` with the first round on the lane (``wire``; ``None``: the SDK's way), the result checked
-    against the tool's output schema (:func:`check_output`); a result that asks for input is finished by the SDK's
-    own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
+    against the tool's output schema (:func:`~mcp_gym._compat.mcp_output.check_output`); a result that asks for
+    input is finished by the SDK's own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's
+    way."""
     sdk = wire is None or not usable(client)
     if not sdk:
         try:

@@ -8,7 +8,8 @@ schema does not catch (a name that is empty, longer than :data:`MAX_TOOL_NAME`, 
 input or output schema that is not valid JSON Schema or loops on itself). Good tools are handed to the SDK session
 through its public ``Client.list_tools``, served from the client's response-cache store (:class:`ListingHandOver`),
 so the session sets itself up as after its own listing; bad ones come back as ``{"name", "reason"}``. ``tools/call``
-results are checked against the listed output schemas by mcp-gym (:func:`mcp_gym._compat.mcp_wire.check_output`).
+results are checked against the listed output schemas by mcp-gym
+(:func:`mcp_gym._compat.mcp_output.check_output`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pydantic import ValidationError
 
 from mcp_gym import _schema
 from mcp_gym._compat import mcp as mcp_compat
-from mcp_gym._compat.mcp_wire import page_shell, remember_output_schemas
+from mcp_gym._compat.mcp_output import remember_output_schemas
+from mcp_gym._compat.mcp_wire import page_shell
 from mcp_gym.errors import MCPGymError
 
 try:
@@ -398,7 +400,7 @@ async def hand_to_session(client: Any, tools: list[mt.Tool]) -> set[str] | None:
     """Hand a complete checked listing to ``client``'s session through its public ``list_tools`` (served by its
     :class:`ListingHandOver`, without a request), as the session's own listing would have set it up; the tools go
     without their output schemas (mcp-gym checks results against them itself, with the validators compiled while
-    checking: :func:`mcp_gym._compat.mcp_wire.check_output`). Returns the names the session kept (``None``: the client
+    checking: :func:`mcp_gym._compat.mcp_output.check_output`). Returns the names the session kept (``None``: the client
     has no hand-over store, or the SDK did not read it: said once, and then the SDK's own first call of each tool
     lists the tools again)."""
     global _handover_failed
