@@ -9,7 +9,6 @@ import warnings
 from collections.abc import Iterator
 
 import anyio
-import httpx2
 import mcp.client.session as sdk_session
 import mcp.types as mt
 import pytest
@@ -18,7 +17,6 @@ from mcp.server.mcpserver import MCPServer
 
 import mcp_gym._compat
 from mcp_gym._compat import CompatWarning, mcp_output, mcp_wire
-from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import stdlib as stdlib_compat
 from mcp_gym._compat import verl as verl_compat
@@ -32,7 +30,7 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
-@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, mcp_output, httpx2_compat, stdlib_compat,
+@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, mcp_output, stdlib_compat,
                                     verl_compat],
                          ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:
@@ -123,13 +121,6 @@ def test_a_moved_session_name_warns_once() -> None:
 
     assert warned(mcp_compat.raw_sender, Session())[0].startswith("mcp-gym: ClientSession._dispatcher/_stamp is gone")
     assert mcp_compat.missing_on_session(Session()) == ["ClientSession._dispatcher", "ClientSession._stamp"]
-
-
-def test_a_moved_pool_name_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    client = httpx2.AsyncClient()
-    monkeypatch.delattr(client._transport, "_pool")
-    assert len(warned(lambda: anyio.run(httpx2_compat.close_idle, client))) == 1
-    assert httpx2_compat.missing(client) == ["httpx2.AsyncHTTPTransport._pool"]
 
 
 def test_a_python_without_the_c_encoder_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -350,3 +350,36 @@ def test_the_session_reads_the_transport_and_the_lane_through_public_streams(cou
     finally:
         env.close()
     assert env.host.connections["c"].status == "closed"
+
+
+def _client_ports(port: int) -> set[int]:
+    """Local ports of this machine's established TCP connections to 127.0.0.1:``port`` (the client ends)."""
+    found = set()
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        for line in f.read().splitlines()[1:]:
+            local, remote, state = line.split()[1:4]
+            if state == "01" and remote == f"0100007F:{port:04X}":
+                found.add(int(local.split(":")[1], 16))
+    return found
+
+
+def test_the_sdks_idle_connection_is_closed_when_the_calls_move_to_the_lane() -> None:
+    """The handshake and the listing leave the session's httpx2 connection idle (the server keeps it 30 s); the first
+    call on the lane closes it (public API: the session's transport lets go of its request pool), so a session keeps
+    no idle socket beside the lane's. Later calls close nothing more."""
+    proc, url = start_http_server("mcp_gym.servers.counter", "--diagnostics")  # its own: no other lane connection
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    env = MCPEnv({"c": Http(url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        before = _client_ports(port)
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "first"}})
+        assert info["error"] is None and obs["result"] == "first", info["error"]
+        assert env.host.connections["c"].http_wire.calls >= 1  # on the lane
+        after = _client_ports(port)
+        assert len(before - after) == 1, (before, after)  # the SDK's idle connection, closed
+        env.step({"tool": "echo", "arguments": {"text": "second"}})
+        assert after <= _client_ports(port)  # no SDK traffic since: nothing more to close
+    finally:
+        env.close()
+        stop_process(proc)

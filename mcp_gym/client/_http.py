@@ -5,7 +5,8 @@ The SDK gives each session its own ``httpx2.AsyncClient``, and each builds its o
 bundle): about 27 ms of CPU and 0.8 MB of memory per session on a 2-core machine, which was most of what a session
 cost at 1,000+ concurrent episodes (``scripts/bench/scale.py``). Here every session still gets its own client and
 connection pool (its own headers, auth, hooks, cookies and proxies from the environment, exactly as before) built on
-one shared ``ssl.SSLContext``: about 0.1 ms and 3 kB per session. One pool for all sessions was measured and
+one shared ``ssl.SSLContext``: about 0.1 ms and 3 kB per session (a session whose calls move to the HTTP fast lane
+has two pools, :class:`LanePools`). One pool for all sessions was measured and
 rejected: httpcore's pool scans all its connections (probing each idle socket) whenever a request starts or ends, so at
 10,000 sessions every request pays for the other 9,999.
 
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import ssl
 import threading
 from typing import Any
@@ -68,6 +70,7 @@ import anyio
 import httpx2
 from anyio.lowlevel import RunVar
 
+from mcp_gym.client._sse_retry import MAX_SSE_RETRY_MS, RetryLines, sse_retry_ok
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 from mcp_gym.protocol import redact_http_logs
 
@@ -75,7 +78,7 @@ __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_SSE_READ_TIMEOUT",
            "session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
            "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for", "request_slots",
            "timeout_message", "connection_message", "too_large_message", "MAX_SSE_RETRY_MS", "sse_retry_ok",
-           "RetryLines"]
+           "RetryLines", "LanePools", "proxy_in_environment"]
 
 _ctx: ssl.SSLContext | None = None
 _lock = threading.Lock()
@@ -363,106 +366,6 @@ class _BoundedEvents(httpx2.AsyncByteStream):
         self._chunks = None
 
 
-MAX_SSE_RETRY_MS = 600_000
-"""The longest SSE ``retry:`` a server may ask for (10 minutes); a longer one is ignored, as a malformed one is."""
-
-
-def sse_retry_ok(value: str) -> bool:
-    """Whether an SSE ``retry:`` value is one to obey: ASCII digits only, as the SSE spec says (``"²"`` passes
-    ``str.isdigit`` and fails ``int``), and at most :data:`MAX_SSE_RETRY_MS` (400 digits would overflow a sleep)."""
-    return value.isascii() and value.isdigit() and len(value) <= 7 and int(value) <= MAX_SSE_RETRY_MS
-
-
-_RETRY = b"retry:"
-_RETRY_LINE_MAX = len(_RETRY) + 1 + 7  # "retry:", a space, 7 digits: a longer retry line is refused unread
-
-
-class RetryLines:
-    """Removes the ``retry:`` lines :func:`sse_retry_ok` refuses from an SSE byte stream, chunk by chunk.
-
-    httpx2's SSE decoder (the SDK's Streamable HTTP and SSE transports read through it) takes whatever ``int()``
-    reads from a ``retry:`` field (``-5``, 400 digits), which the SDK then sleeps on before resuming a stream (a
-    negative or overflowing sleep ends the connection); the SSE spec ignores a value that is not ASCII digits. A
-    dropped line is one the decoder ignores anyway (it is not the blank line that ends an event). Lines end with
-    ``\\r\\n``, ``\\n`` or ``\\r`` (also across chunks); only a line that may be a ``retry:`` line is held until
-    its end, and one past :data:`_RETRY_LINE_MAX` bytes is dropped as it comes."""
-
-    __slots__ = ("_held", "_start", "_dropping", "_skip_lf")
-
-    def __init__(self) -> None:
-        self._held = b""
-        self._start = True  # at the start of a line
-        self._dropping = False  # inside a refused retry line: drop up to its end
-        self._skip_lf = False  # a dropped line ended with \r at a chunk's end: a \n first in the next is its end too
-
-    def feed(self, chunk: bytes) -> bytes:
-        """The part of ``chunk`` (after what came before) to pass on."""
-        if self._skip_lf:
-            self._skip_lf = False
-            if chunk[:1] == b"\n":
-                chunk = chunk[1:]
-        if not self._held and not self._dropping and _RETRY not in chunk:  # the common case: no retry line in it
-            k = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
-            tail = chunk[k + 1:] if k >= 0 else chunk if self._start else b""
-            if not tail or not _RETRY.startswith(tail):  # nor the start of one at its end
-                if chunk:
-                    self._start = k == len(chunk) - 1
-                return chunk
-        data = self._held + chunk
-        self._held = b""
-        out = bytearray()
-        i, n = 0, len(data)
-        while i < n:
-            j = _line_end(data, i)
-            if self._dropping or (self._start and (data.startswith(_RETRY, i) or
-                                                   _RETRY.startswith(data[i:j if j >= 0 else n]))):
-                if j < 0:  # the line goes on in the next chunk
-                    if self._dropping or n - i > _RETRY_LINE_MAX:
-                        self._dropping, self._start = True, False
-                    else:
-                        self._held = data[i:]
-                    break
-                line = data[i:j]
-                keep = not self._dropping and (not line.startswith(_RETRY) or _retry_value_ok(line))
-                end = _after_end(data, j)
-                if keep:
-                    out += data[i:end]
-                elif end == n and data[j:j + 1] == b"\r":
-                    self._skip_lf = True
-                self._dropping, self._start, i = False, True, end
-                continue
-            if j < 0:
-                out += data[i:]
-                self._start = False
-                break
-            end = _after_end(data, j)
-            out += data[i:end]
-            self._start, i = True, end
-        return bytes(out)
-
-    def flush(self) -> bytes:
-        """What is held at the end of the stream (a last line without its end)."""
-        held, self._held = self._held, b""
-        return held if not held.startswith(_RETRY) or _retry_value_ok(held) else b""
-
-
-def _line_end(data: bytes, start: int) -> int:
-    """The index of the first ``\\r`` or ``\\n`` from ``start`` (-1: none)."""
-    cr, lf = data.find(b"\r", start), data.find(b"\n", start)
-    return lf if cr < 0 else cr if lf < 0 else min(cr, lf)
-
-
-def _after_end(data: bytes, j: int) -> int:
-    """The index after the line end at ``j`` (``\\r\\n`` is one)."""
-    return j + 2 if data[j:j + 2] == b"\r\n" else j + 1
-
-
-def _retry_value_ok(line: bytes) -> bool:
-    value = line[len(_RETRY):]
-    value = value[1:] if value[:1] == b" " else value
-    return len(value) <= 7 and sse_retry_ok(value.decode("ascii", "replace"))
-
-
 class _SpecRetry(httpx2.AsyncByteStream):
     """The decoded body of an SSE response without the ``retry:`` lines :class:`RetryLines` refuses."""
 
@@ -487,6 +390,81 @@ _WHICH = {httpx2.ConnectTimeout: "connect", httpx2.ReadTimeout: "read", httpx2.W
           httpx2.PoolTimeout: "pool"}
 
 
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
+
+
+def proxy_in_environment() -> bool:
+    """Whether the environment sets an HTTP proxy (httpx2 applies it; the HTTP fast lane then stays off)."""
+    return any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARIABLES)
+
+
+class LanePools(httpx2.AsyncBaseTransport):
+    """The transport of a session whose calls move to the HTTP fast lane: its ``GET`` streams (the SDK's long-lived
+    SSE streams) on one ``httpx2.AsyncHTTPTransport``, its other requests on another, which :meth:`release_idle` lets
+    go of (its connections closed, a new one for the next request) once the lane carries the calls and none of its
+    requests is open. httpcore2 closes an idle connection only when its pool is next used, so without this every
+    session would keep the idle connection of its handshake and listings (~20 kB and a socket) beside the lane's
+    until it closes. Public API only: two transports built as ``httpx2.AsyncClient`` builds its own."""
+
+    def __init__(self, limits: httpx2.Limits) -> None:
+        self.limits = limits
+        self.posts = self._transport()
+        self.gets = self._transport()
+        self.busy = 0
+        """Responses of :attr:`posts` not yet closed."""
+        self.used = False
+        """Whether :attr:`posts` carried a request since it was made."""
+
+    def _transport(self) -> httpx2.AsyncHTTPTransport:
+        return httpx2.AsyncHTTPTransport(verify=shared_ssl_context(), limits=self.limits)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":
+            return await self.gets.handle_async_request(request)
+        self.busy += 1
+        self.used = True
+        try:
+            response = await self.posts.handle_async_request(request)
+        except BaseException:
+            self.busy -= 1
+            raise
+        return httpx2.Response(response.status_code, headers=response.headers, stream=_Counted(self, response.stream),
+                               extensions=response.extensions)
+
+    async def release_idle(self) -> bool:
+        """Close the connections of :attr:`posts` (all idle) and start a new one; ``False`` when a request is open."""
+        if self.busy:
+            return False
+        if self.used:
+            old, self.posts, self.used = self.posts, self._transport(), False
+            with anyio.CancelScope(shield=True):
+                await old.aclose()
+        return True
+
+    async def aclose(self) -> None:
+        try:
+            await self.posts.aclose()
+        finally:
+            await self.gets.aclose()
+
+
+class _Counted(httpx2.AsyncByteStream):
+    """A response body of :attr:`LanePools.posts`, counted open until closed."""
+
+    def __init__(self, pools: LanePools, stream: Any) -> None:
+        self.pools, self.stream, self.open = pools, stream, True
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self.stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if self.open:
+            self.open = False
+            self.pools.busy -= 1
+        await self.stream.aclose()
+
+
 class _SessionClient(httpx2.AsyncClient):
     """``httpx2.AsyncClient`` whose requests take a slot of their server's ``max_in_flight`` until the response
     headers arrive and, with ``answer_errors``, retry a connect timeout while the read timeout lasts, answer the
@@ -506,6 +484,8 @@ class _SessionClient(httpx2.AsyncClient):
         """The ``Mcp-Session-Id`` the SDK's last POST carried (``None``: none; the HTTP fast lane sends it too)."""
         self.posts = 0
         """POSTs the SDK's path sent (the HTTP fast lane notes when the SDK's own traffic happened)."""
+        self.pools: LanePools | None = None
+        """The session's transport when its calls move to the HTTP fast lane (:func:`session_http_client`)."""
         self._reading: dict[Any, _Reading] = {}
         """Answers whose body is being read, by request id (a session's ids are unique)."""
 
@@ -516,6 +496,11 @@ class _SessionClient(httpx2.AsyncClient):
         header = response.headers.get("keep-alive")
         if header is not None and header != self.keepalive_header:
             self.keepalive_header = header
+
+    async def release_idle(self) -> bool:
+        """Close this client's idle connections for requests (its SSE streams stay) when its transport is a
+        :class:`LanePools`; ``False`` when it is not, or a request is open."""
+        return await self.pools.release_idle() if self.pools is not None else False
 
     async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:
         if request.method == "POST":
@@ -635,21 +620,29 @@ class _SessionClient(httpx2.AsyncClient):
 def session_http_client(
     headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None,
     *, max_in_flight: int | None = MAX_IN_FLIGHT, answer_errors: bool = True, max_message_bytes: int | None = None,
-    **kw: Any,
-) -> httpx2.AsyncClient:
+    lane_pools: bool = False, **kw: Any,
+) -> _SessionClient:
     """What the SDK's ``create_mcp_http_client`` makes (its timeouts: 30 s, 300 s to read a stream), on the shared
     TLS context, with ``max_in_flight`` requests per server at most (``None``: no bound), idle connections kept
     :data:`KEEPALIVE_EXPIRY` seconds or as the server's ``Keep-Alive`` header asks (:func:`keepalive_for`; not with
     your own ``limits=``) and, with ``answer_errors`` (Streamable HTTP), HTTP timeouts and connections
     broken under a request that fail only that request and answers bounded by ``max_message_bytes`` and the caller's
-    wait (``None``: not bounded; module docstring). Extra keywords go to ``httpx2.AsyncClient``."""
+    wait (``None``: not bounded; module docstring). With ``lane_pools`` (a session whose calls move to the HTTP fast
+    lane) and no proxy in the environment, its transport is a :class:`LanePools`. Extra keywords go to
+    ``httpx2.AsyncClient``."""
     limits = kw.pop("limits", None)
     if timeout is None:
         timeout = httpx2.Timeout(DEFAULT_TIMEOUT, read=DEFAULT_SSE_READ_TIMEOUT)
-    return _SessionClient(
+    pools = None
+    if lane_pools and limits is None and not kw and not proxy_in_environment():
+        pools = LanePools(httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY))
+        kw["transport"] = pools  # (a transport= turns off httpx2's proxies from the environment: there are none)
+    client = _SessionClient(
         headers=headers, auth=auth, verify=shared_ssl_context(), max_in_flight=max_in_flight,
         answer_errors=answer_errors, follow_keepalive=limits is None, max_message_bytes=max_message_bytes,
         limits=limits or httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
         timeout=timeout,
         **kw,
     )
+    client.pools = pools
+    return client
