@@ -366,7 +366,7 @@ async def _describe_server(spec: Any) -> dict[str, Any]:
         async def prompts() -> Sequence[Any]:
             if caps is None or caps.prompts is None:
                 return []
-            return (await conn.request(lambda c: c.list_prompts(), method="prompts/list")).prompts
+            return (await conn.request(lambda c: c.list_prompts(cache_mode="bypass"), method="prompts/list")).prompts
 
         d: dict[str, Any] = {"server": conn.info(), "tools": await listing("tools", conn.list_tools),
                              "resources": await listing("resources", conn.list_resources),

@@ -668,14 +668,14 @@ async def read_resource(client: Any, uri: str, *, wire: Lane, meta: mt.RequestPa
     """``Client.read_resource`` (with no response cache, as mcp-gym's sessions have) with the first round on the
     lane; an input-required result is finished by the SDK's own code; a :class:`StepAside` goes the SDK's way."""
     if not usable(client):
-        return await client.read_resource(uri, meta=meta)
+        return await client.read_resource(uri, meta=meta, cache_mode="bypass")  # nothing is cached
     params: dict[str, Any] = {"uri": uri}
     if meta is not None:
         params["_meta"] = meta
     try:
         raw = await _roundtrip(client, wire, "resources/read", params, None, None)
     except StepAside:
-        return await client.read_resource(uri, meta=meta)
+        return await client.read_resource(uri, meta=meta, cache_mode="bypass")  # nothing is cached
     result = _checked(client.session, "resources/read", raw, READ_RESOURCE_RESULT)
     if isinstance(result, mt.ReadResourceResult):
         return result

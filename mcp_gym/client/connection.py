@@ -652,7 +652,8 @@ class ServerConnection:
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resources(), method="resources/list", timeout=timeout)
+        res = await self.request(lambda c: c.list_resources(cache_mode="bypass"), method="resources/list",
+                                 timeout=timeout)
         return list(res.resources)
 
     async def list_resource_templates(self, *, timeout: float | None = None) -> list[mt.ResourceTemplate]:
@@ -660,8 +661,8 @@ class ServerConnection:
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resource_templates(), method="resources/templates/list",
-                                 timeout=timeout)
+        res = await self.request(lambda c: c.list_resource_templates(cache_mode="bypass"),
+                                 method="resources/templates/list", timeout=timeout)
         return list(res.resource_templates)
 
     async def read_resource(
@@ -670,7 +671,7 @@ class ServerConnection:
         """Read one resource; ``timeout`` as in :meth:`request`."""
         sent, wire = cast(mt.RequestParamsMeta, dict(meta or {})), self._lane()  # an open TypedDict
         return await self.request(
-            (lambda c: c.read_resource(uri, meta=sent)) if wire is None else
+            (lambda c: c.read_resource(uri, meta=sent, cache_mode="bypass")) if wire is None else
             (lambda c: _wire.read_resource(c, uri, wire=wire, meta=sent)),  # the fast lane
             method="resources/read",
             params={"uri": uri, "_meta": dict(meta or {})},
