@@ -202,39 +202,42 @@ def _job(command: str, args: Sequence[str]) -> int:
 
 
 def _hydra(command: str, overrides: Sequence[str]) -> int:
-    """Run a job as ``hydra.main`` would (Hydra's flags, overrides, output directory, callbacks, logging and multirun
-    all work), on ``overrides`` rather than on ``sys.argv``.
+    """Run a job through ``hydra.main`` (Hydra's flags, overrides, output directory, callbacks, logging, multirun and
+    ``--experimental-rerun`` all work), on ``overrides``.
 
-    Hydra has no public entry point for a run from an argument list (the compose API makes configs, not runs: no
-    output directory, ``.hydra/`` files, callbacks, ``--cfg``/``--help`` or multirun), so this calls what the body
-    of ``hydra.main`` calls (:mod:`mcp_gym._compat.hydra`). Nothing global is swapped: ``sys.argv`` is left
-    alone (Hydra's singleton is cleared before and after)."""
-    from hydra import version
+    ``hydra.main`` reads its arguments from ``sys.argv`` (Hydra has no public entry point for a run from an argument
+    list: the compose API makes configs, not runs), so ``sys.argv`` is ``["mcp-gym COMMAND", *args]`` while Hydra
+    parses and sets up; the job itself sees the caller's ``sys.argv``, which is restored when Hydra returns (Hydra's
+    singleton is cleared before and after)."""
+    import hydra
     from hydra.core.global_hydra import GlobalHydra
-
-    from mcp_gym._compat import hydra as hydra_compat
 
     args = list(overrides)
     # The job choice goes just before the first override, keeping the overrides one block (argparse needs that).
     first = next((i for i, a in enumerate(args) if not a.startswith("-") and ("=" in a or a[:1] in "~+")), len(args))
     if "--hydra-help" not in args:  # Hydra's own help composes without the job group
         args.insert(first, f"job={JOBS[command]}")
-    parser = hydra_compat.args_parser()
-    parser.prog = f"mcp-gym {command}"
-    parsed = parser.parse_args(args)
-    version.setbase("1.3")
-    if parsed.experimental_rerun is not None:  # as hydra.main: the pickled config of an earlier run, as it was
-        hydra_compat.rerun(parsed.experimental_rerun, parsed.overrides, _run_job)
-        return 0
+    callers = sys.argv
+
+    def job(cfg: Any) -> None:
+        hydras, sys.argv = sys.argv, callers  # the job sees the caller's command line
+        try:
+            _run_job(cfg)
+        finally:
+            sys.argv = hydras
+
     GlobalHydra.instance().clear()
     from mcp_gym.envs.packages import register_env_configs
 
     register_env_configs()  # env=NAME for installed env packages
+    run = hydra.main(version_base="1.3", config_path="pkg://mcp_gym.conf", config_name="config")(job)
+    sys.argv = [f"mcp-gym {command}", *args]  # argparse's program name: Hydra's usage and error lines
     try:
         with warnings.catch_warnings():  # restores showwarning
             warnings.showwarning = _log_own_warnings(warnings.showwarning)
-            hydra_compat.run(parsed, parser, _run_job, config_path="pkg://mcp_gym.conf", config_name="config")
+            run()
     finally:
+        sys.argv = callers
         GlobalHydra.instance().clear()
     return 0
 
@@ -363,7 +366,7 @@ async def _describe_server(spec: Any) -> dict[str, Any]:
         async def prompts() -> Sequence[Any]:
             if caps is None or caps.prompts is None:
                 return []
-            return (await conn.request(lambda c: c.list_prompts(), method="prompts/list")).prompts
+            return (await conn.request(lambda c: c.list_prompts(cache_mode="bypass"), method="prompts/list")).prompts
 
         d: dict[str, Any] = {"server": conn.info(), "tools": await listing("tools", conn.list_tools),
                              "resources": await listing("resources", conn.list_resources),

@@ -9,7 +9,6 @@ import warnings
 from collections.abc import Iterator
 
 import anyio
-import httpx2
 import mcp.client.session as sdk_session
 import mcp.types as mt
 import pytest
@@ -17,9 +16,7 @@ from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
 import mcp_gym._compat
-from mcp_gym._compat import CompatWarning, mcp_wire
-from mcp_gym._compat import httpx2 as httpx2_compat
-from mcp_gym._compat import hydra as hydra_compat
+from mcp_gym._compat import CompatWarning, mcp_output, mcp_wire
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import stdlib as stdlib_compat
 from mcp_gym._compat import verl as verl_compat
@@ -33,7 +30,7 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
-@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, httpx2_compat, hydra_compat, stdlib_compat,
+@pytest.mark.parametrize("module", [mcp_compat, mcp_wire, mcp_output, stdlib_compat,
                                     verl_compat],
                          ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:
@@ -65,11 +62,6 @@ async def session_private_names_work() -> None:
                                                                                      exclude_none=True)
         raw = await send("tools/list", request)
         assert isinstance(raw, dict) and [t["name"] for t in raw["tools"]] == ["double"]  # raw JSON, not a model
-        result = mt.ListToolsResult.model_validate(raw)
-        assert mcp_compat.absorb_tool_listing(session, result)
-        marker = object()
-        mcp_compat.seed_output_validators(session, result.tools, {"double": marker})
-        assert session._tool_output_validators["double"] is marker  # the session's own cache holds it
 
 
 def test_discover_timeout_is_the_sdk_global(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,12 +78,6 @@ def test_page_shell_drops_later_fields_and_clamps_ttl() -> None:
                                                                                             "2025-11-25")):
         # the SDK's own (private) answer, read by the test only: the lane's public redo agrees
         assert mcp_wire._later_fields(method, version) == sdk_session._later_revision_fields(method, version)
-
-
-def test_keepalive_expiry_reaches_the_pool() -> None:
-    client = httpx2.AsyncClient(limits=httpx2.Limits(keepalive_expiry=5.0))
-    httpx2_compat.set_keepalive_expiry(client, 42.0)
-    assert client._transport._pool._keepalive_expiry == 42.0
 
 
 def test_default_http_timeouts_are_the_sdks() -> None:
@@ -134,26 +120,7 @@ def test_a_moved_session_name_warns_once() -> None:
         pass
 
     assert warned(mcp_compat.raw_sender, Session())[0].startswith("mcp-gym: ClientSession._dispatcher/_stamp is gone")
-    assert mcp_compat.missing_on_session(Session()) == [
-        "ClientSession._dispatcher", "ClientSession._stamp", "ClientSession._absorb_tool_listing",
-        "ClientSession._tool_output_validators", "ClientSession._tool_output_schemas"]
-    assert len(warned(mcp_compat.seed_output_validators, Session(), [], {})) == 1
-
-
-def test_a_moved_pool_name_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    client = httpx2.AsyncClient()
-    monkeypatch.delattr(client._transport, "_pool")
-    assert len(warned(httpx2_compat.set_keepalive_expiry, client, 1.0)) == 1
-    assert httpx2_compat.missing(client) == ["httpx2.AsyncHTTPTransport._pool"]
-
-
-def test_a_moved_hydra_name_says_what_moved(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hydra._internal.utils
-
-    monkeypatch.delattr(hydra._internal.utils, "_run_hydra")
-    assert hydra_compat.missing() == ["hydra._internal.utils._run_hydra"]
-    with pytest.raises(RuntimeError, match=r"hydra-core 1\.\d+\.\d+: it has no hydra._internal.utils._run_hydra"):
-        hydra_compat.run(None, None, print, "pkg://mcp_gym.conf", "config")
+    assert mcp_compat.missing_on_session(Session()) == ["ClientSession._dispatcher", "ClientSession._stamp"]
 
 
 def test_a_python_without_the_c_encoder_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ which handles it as before; a redirect sends the call the SDK's way. Checked on 
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -310,6 +311,31 @@ def test_a_hostile_sse_retry_field_is_ignored(resumable_url: Any, retry: bytes, 
         env.close()
 
 
+@pytest.mark.parametrize(("stream", "passed"), [
+    (b"retry: -5\r\nid: 1\r\ndata: x\r\n\r\n", b"id: 1\r\ndata: x\r\n\r\n"),
+    (b"retry: 3000\nid: 1\ndata: x\n\n", b"retry: 3000\nid: 1\ndata: x\n\n"),
+    (b"id: 1\rretry: " + b"9" * 400 + b"\rdata: retry: -5\r\r", b"id: 1\rdata: retry: -5\r\r"),
+    ("retry:\u00b2\ndata: y\n\n".encode(), b"data: y\n\n"),
+    (b"data: a\nretry:1e3\n\nretry", b"data: a\n\nretry"),
+    (b"data: a\nretry: -1", b"data: a\n"),
+    (b"data: a\nretr\n\n", b"data: a\nretr\n\n"),
+    (b": c\nretry:600000\n\n", b": c\nretry:600000\n\n"),
+    (b": c\nretry:600001\n\n", b": c\n\n"),
+])
+def test_a_refused_retry_line_is_removed_wherever_the_chunks_split(stream: bytes, passed: bytes) -> None:
+    """The SDK's path reads SSE through httpx2's decoder, which takes any ``int()``: mcp-gym removes a ``retry:``
+    line the SSE spec ignores from the byte stream (public API), whatever the chunking (a ``\\r\\n`` split between
+    chunks is one line end: a left-over ``\\n`` would end the event early)."""
+    from mcp_gym.client._http import RetryLines
+
+    for k in (1, 2, 3):
+        for cuts in itertools.islice(itertools.combinations(range(1, len(stream)), k), 3000):
+            bounds = [0, *cuts, len(stream)]
+            lines = RetryLines()
+            out = b"".join(lines.feed(stream[a:b]) for a, b in itertools.pairwise(bounds)) + lines.flush()
+            assert out == passed, (stream, cuts, out)
+
+
 def test_the_session_reads_the_transport_and_the_lane_through_public_streams(counter_url: str) -> None:
     """The session's read stream is mcp-gym's own (a public anyio memory stream fed by the SDK transport's messages
     and the lane's hand-over): the SDK's requests and the lane's calls both work on it, and closing ends it."""
@@ -324,3 +350,36 @@ def test_the_session_reads_the_transport_and_the_lane_through_public_streams(cou
     finally:
         env.close()
     assert env.host.connections["c"].status == "closed"
+
+
+def _client_ports(port: int) -> set[int]:
+    """Local ports of this machine's established TCP connections to 127.0.0.1:``port`` (the client ends)."""
+    found = set()
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        for line in f.read().splitlines()[1:]:
+            local, remote, state = line.split()[1:4]
+            if state == "01" and remote == f"0100007F:{port:04X}":
+                found.add(int(local.split(":")[1], 16))
+    return found
+
+
+def test_the_sdks_idle_connection_is_closed_when_the_calls_move_to_the_lane() -> None:
+    """The handshake and the listing leave the session's httpx2 connection idle (the server keeps it 30 s); the first
+    call on the lane closes it (public API: the session's transport lets go of its request pool), so a session keeps
+    no idle socket beside the lane's. Later calls close nothing more."""
+    proc, url = start_http_server("mcp_gym.servers.counter", "--diagnostics")  # its own: no other lane connection
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    env = MCPEnv({"c": Http(url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        before = _client_ports(port)
+        obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "first"}})
+        assert info["error"] is None and obs["result"] == "first", info["error"]
+        assert env.host.connections["c"].http_wire.calls >= 1  # on the lane
+        after = _client_ports(port)
+        assert len(before - after) == 1, (before, after)  # the SDK's idle connection, closed
+        env.step({"tool": "echo", "arguments": {"text": "second"}})
+        assert after <= _client_ports(port)  # no SDK traffic since: nothing more to close
+    finally:
+        env.close()
+        stop_process(proc)

@@ -9,9 +9,9 @@ name costs only what its function documents (speed, one check) and says so once,
 * :mod:`mcp_gym._compat.mcp_wire`: the fast lane for ``tools/call`` and ``resources/read`` (stdio, Streamable
   HTTP), which speaks JSON-RPC itself and uses the SDK's public API only (it lives here for its tests' imports; it
   reaches no private name);
+* :mod:`mcp_gym._compat.mcp_output`: the output-schema check of ``tools/call`` results on every path (it reaches no
+  private name);
 * :mod:`mcp_gym._compat.verl`: verl's in-process table of agent loops (the optional ``[verl]`` extra);
-* :mod:`mcp_gym._compat.httpx2`: httpx2's transport and its httpcore2 connection pool;
-* :mod:`mcp_gym._compat.hydra`: Hydra's run entry point (``hydra-core``);
 * :mod:`mcp_gym._compat.stdlib`: the standard library (``json``'s C encoder, ``_signal``, ``re._parser``).
 
 Each module's ``missing()`` lists the private names the installed dependency no longer has.

@@ -4,9 +4,6 @@
   reads when it sends the probe; there is no per-client setting (:func:`set_discover_timeout` writes it).
 * ``ClientSession._dispatcher`` and ``._stamp``: a request sent without the SDK's whole-result validation
   (:func:`raw_sender`), so one bad tool definition costs only that tool.
-* ``ClientSession._absorb_tool_listing``: hand the checked tools to the session as its own ``list_tools`` does.
-* ``ClientSession._tool_output_validators`` and ``._tool_output_schemas``: seed the session's per-tool output-schema
-  validators with those compiled while checking the listing (:func:`seed_output_validators`).
 * ``Client._drive_input_required``: a ``tools/call`` or ``resources/read`` the fast lane sent whose result asks for
   input (2026-07-28) is finished by the SDK's own driver (its callbacks answer, the request is sent again), as
   ``Client.call_tool`` finishes it (:func:`drive_input_required`).
@@ -17,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp.client.session as _session
@@ -25,13 +22,11 @@ import mcp.types as mt
 
 from mcp_gym._compat import moved
 
-__all__ = ["drive_input_required", "stamp", "set_discover_timeout", "raw_sender", "absorb_tool_listing",
-           "seed_output_validators", "lowlevel_server", "missing",
+__all__ = ["drive_input_required", "stamp", "set_discover_timeout", "raw_sender", "lowlevel_server", "missing",
            "missing_on_session"]
 
 _DIST = "mcp"
-_SESSION_ATTRIBUTES = ("_dispatcher", "_stamp", "_absorb_tool_listing", "_tool_output_validators",
-                       "_tool_output_schemas")
+_SESSION_ATTRIBUTES = ("_dispatcher", "_stamp")
 
 
 def missing() -> list[str]:
@@ -105,39 +100,6 @@ def raw_sender(session: Any) -> Callable[[str, dict[str, Any]], Awaitable[Any]] 
         return await dispatcher.send_raw_request(method, request.get("params"), opts)
 
     return send
-
-
-def absorb_tool_listing(session: Any, result: mt.ListToolsResult) -> bool:
-    """Hand a complete, checked listing to ``session`` as its own ``list_tools`` does (it drops tools with an invalid
-    ``x-mcp-header`` annotation from ``result.tools``, protocol 2026-07-28, and keeps their output schemas for
-    ``tools/call``); ``False`` (warned once) when the SDK has no such step."""
-    absorb = getattr(session, "_absorb_tool_listing", None)
-    if absorb is None:
-        moved(_DIST, "ClientSession._absorb_tool_listing",
-              "tools/call results are not checked against the tools' output schemas")
-        return False
-    absorb(result, complete=True)
-    return True
-
-
-def seed_output_validators(session: Any, tools: Iterable[mt.Tool], compiled: Mapping[str, Any]) -> None:
-    """Put the output-schema validators compiled while checking the listing into ``session``'s cache.
-
-    The SDK checks each ``tools/call`` result against the tool's ``outputSchema`` with a validator it compiles per
-    session on the tool's first call (the metaschema check alone is ~5 ms of CPU, per session and tool: at 1,000
-    sessions that is seconds). ``compiled`` holds validators built as the SDK builds them (class from ``$schema``, an
-    empty ``referencing`` registry); the SDK evicts an entry itself when a later listing changes a tool's schema.
-    Nothing is seeded for a tool whose schema in the session is not the one checked."""
-    cache = getattr(session, "_tool_output_validators", None)
-    schemas = getattr(session, "_tool_output_schemas", None)
-    if not isinstance(cache, dict) or not isinstance(schemas, dict):
-        moved(_DIST, "ClientSession._tool_output_validators/_tool_output_schemas",
-              "each session compiles its own output-schema validators (slower, same checks)")
-        return
-    for tool in tools:
-        validator = compiled.get(tool.name)
-        if validator is not None and tool.name not in cache and schemas.get(tool.name) is tool.output_schema:
-            cache[tool.name] = validator
 
 
 def lowlevel_server(server: Any) -> Any | None:

@@ -15,7 +15,8 @@ result: about 6× the client CPU of a hand-written asyncio JSON-RPC client over 
   (one id space), the request is stamped by the session (protocol era ``_meta``), progress notifications reach the
   callback through the dispatcher's table, a timeout or a cancelled call sends the dispatcher's courtesy
   ``notifications/cancelled``, the result is checked as the SDK checks it (negotiated-version validation, the
-  ``CallToolResult`` model, the output schema with the SDK's compiled validator, once per schema), and an
+  ``CallToolResult`` model, the output schema with the validator mcp-gym compiled once per definition while
+  checking the listing: :func:`~mcp_gym._compat.mcp_output.check_output`), and an
   input-required or claimed result is finished by the SDK's ``Client``.
 
 Over Streamable HTTP the wire is :class:`mcp_gym.client._http_lane.HttpWire` (one POST on a lean keep-alive client,
@@ -49,6 +50,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import tool_results
+from mcp_gym._compat.mcp_output import check_output
 
 try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too): see _inject()
     from opentelemetry import context as _otel_context
@@ -620,7 +622,8 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
 
 async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str, Any] | None, timeout: float | None,
                         progress: Any, meta: Mapping[str, Any] | None) -> Any:
-    """What ``ClientSession.call_tool(..., allow_input_required=True)`` does, on the lane."""
+    """What ``ClientSession.call_tool(..., allow_input_required=True)`` does, on the lane (the output schema is
+    checked by :func:`call_tool`)."""
     session = client.session
     params: dict[str, Any] = {"name": name}
     if arguments is not None:
@@ -628,34 +631,38 @@ async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str,
     if meta is not None:
         params["_meta"] = meta
     raw = await _roundtrip(client, wire, "tools/call", params, timeout, progress)
-    result = _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
-    if isinstance(result, mt.CallToolResult) and not result.is_error:
-        await session.validate_tool_result(name, result)
-    return result
+    return _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
 
 
-async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Lane,
+async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Lane | None,
                     read_timeout_seconds: float | None, progress_callback: Any, meta: mt.RequestParamsMeta | None
                     ) -> mt.CallToolResult:
-    """``Client.call_tool`` with the first round on the lane; a result that asks for input is finished by the SDK's
-    own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
-    if not usable(client):
-        return await client.call_tool(name, arguments, read_timeout_seconds=read_timeout_seconds,
-                                      progress_callback=progress_callback, meta=meta)
-    try:
-        result = await _session_call(client, wire, name, arguments, read_timeout_seconds, progress_callback, meta)
-    except StepAside:
-        return await client.call_tool(name, arguments, read_timeout_seconds=read_timeout_seconds,
-                                      progress_callback=progress_callback, meta=meta)
-    if isinstance(result, mt.CallToolResult):
-        return result
-
-    async def again(r: Any, s: Any) -> Any:
-        return await client.session.call_tool(
+    """``Client.call_tool`` with the first round on the lane (``wire``; ``None``: the SDK's way), the result checked
+    against the tool's output schema (:func:`~mcp_gym._compat.mcp_output.check_output`); a result that asks for
+    input is finished by the SDK's own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's
+    way."""
+    sdk = wire is None or not usable(client)
+    if not sdk:
+        try:
+            result = await _session_call(client, cast(Lane, wire), name, arguments, read_timeout_seconds,
+                                         progress_callback, meta)
+        except StepAside:
+            sdk = True
+    if sdk:
+        final: mt.CallToolResult = await client.call_tool(
             name, arguments, read_timeout_seconds=read_timeout_seconds, progress_callback=progress_callback,
-            input_responses=r, request_state=s, meta=meta, allow_input_required=True)
+            meta=meta)
+    elif isinstance(result, mt.CallToolResult):
+        final = result
+    else:
+        async def again(r: Any, s: Any) -> Any:
+            return await client.session.call_tool(
+                name, arguments, read_timeout_seconds=read_timeout_seconds, progress_callback=progress_callback,
+                input_responses=r, request_state=s, meta=meta, allow_input_required=True)
 
-    final: mt.CallToolResult = await mcp_compat.drive_input_required(client, result, again)
+        final = await mcp_compat.drive_input_required(client, result, again)
+        sdk = True  # the last round's result went through the SDK's session.call_tool
+    await check_output(client.session, name, final, sdk_checked=sdk)
     return final
 
 
@@ -664,14 +671,14 @@ async def read_resource(client: Any, uri: str, *, wire: Lane, meta: mt.RequestPa
     """``Client.read_resource`` (with no response cache, as mcp-gym's sessions have) with the first round on the
     lane; an input-required result is finished by the SDK's own code; a :class:`StepAside` goes the SDK's way."""
     if not usable(client):
-        return await client.read_resource(uri, meta=meta)
+        return await client.read_resource(uri, meta=meta, cache_mode="bypass")  # nothing is cached
     params: dict[str, Any] = {"uri": uri}
     if meta is not None:
         params["_meta"] = meta
     try:
         raw = await _roundtrip(client, wire, "resources/read", params, None, None)
     except StepAside:
-        return await client.read_resource(uri, meta=meta)
+        return await client.read_resource(uri, meta=meta, cache_mode="bypass")  # nothing is cached
     result = _checked(client.session, "resources/read", raw, READ_RESOURCE_RESULT)
     if isinstance(result, mt.ReadResourceResult):
         return result

@@ -5,7 +5,8 @@ The SDK gives each session its own ``httpx2.AsyncClient``, and each builds its o
 bundle): about 27 ms of CPU and 0.8 MB of memory per session on a 2-core machine, which was most of what a session
 cost at 1,000+ concurrent episodes (``scripts/bench/scale.py``). Here every session still gets its own client and
 connection pool (its own headers, auth, hooks, cookies and proxies from the environment, exactly as before) built on
-one shared ``ssl.SSLContext``: about 0.1 ms and 3 kB per session. One pool for all sessions was measured and
+one shared ``ssl.SSLContext``: about 0.1 ms and 3 kB per session (a session whose calls move to the HTTP fast lane
+has two pools, :class:`LanePools`). One pool for all sessions was measured and
 rejected: httpcore's pool scans all its connections (probing each idle socket) whenever a request starts or ends, so at
 10,000 sessions every request pays for the other 9,999.
 
@@ -33,11 +34,17 @@ What a busy server needs (found at 1,000 and 10,000 concurrent sessions against 
   the session: that server is gone. Idle connections are dropped by the client after ``KEEPALIVE_EXPIRY`` seconds,
   well before the usual 5 s of servers, which makes such races rare.
 * **A server that says how long it keeps idle connections is taken at its word, with a margin.** A response header
-  ``Keep-Alive: timeout=T`` (the bundled servers send ``timeout=30``, Node's HTTP server ``timeout=5``) sets the
-  session's idle expiry to :func:`keepalive_for` ``T``: half of it (at most 60 s; below 6 s, at most the 2 s
-  default). Under load a session's next request often comes seconds after its last; with 1,000 concurrent sessions
-  against one bundled server, keeping the connection instead of opening a new one per step made steps 1.3x as fast
-  (``scripts/bench/scale.py``). Sessions given their own ``limits=`` keep them.
+  ``Keep-Alive: timeout=T`` (the bundled servers send ``timeout=30``, Node's HTTP server ``timeout=5``) sets the idle
+  expiry of the session's HTTP fast lane (:mod:`mcp_gym.client._http_lane`, where its steps go) to
+  :func:`keepalive_for` ``T``: half of it (at most 60 s; below 6 s, at most the 2 s default). Under load a session's
+  next request often comes seconds after its last; with 1,000 concurrent sessions against one bundled server,
+  keeping the connection instead of opening a new one per step made steps 1.3x as fast (``scripts/bench/scale.py``).
+  The session's own ``httpx2`` client (the SDK's traffic: handshake, listings, and the steps of a session off the
+  lane) keeps idle connections :data:`KEEPALIVE_EXPIRY` seconds (``httpx2.Limits``; httpx2 has no public way to
+  change it once the header is seen). Sessions given their own ``limits=`` keep them, and their lane the default.
+* **A malformed SSE** ``retry:`` **field is ignored** (:class:`RetryLines`): httpx2's SSE decoder takes whatever
+  ``int()`` reads, which the SDK then sleeps on before resuming a stream (``-5`` or 400 digits ended the call);
+  the SSE spec ignores a value that is not ASCII digits, and one past :data:`MAX_SSE_RETRY_MS` is ignored too.
 * **An answer's body is bounded in size and by the caller's wait** (``max_message_bytes``, as for stdio). The SDK
   reads a JSON answer whole (``aread``) and parses it in one piece: a server answering with 1,000 MB made a step with
   ``call_timeout=5`` take 19.6 s and the process grow 1.4 GB, and a streamed (SSE) answer over the SDK's 1 MiB per
@@ -54,6 +61,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import ssl
 import threading
 from typing import Any
@@ -62,14 +70,15 @@ import anyio
 import httpx2
 from anyio.lowlevel import RunVar
 
-from mcp_gym._compat import httpx2 as httpx2_compat
+from mcp_gym.client._sse_retry import MAX_SSE_RETRY_MS, RetryLines, sse_retry_ok
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 from mcp_gym.protocol import redact_http_logs
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_SSE_READ_TIMEOUT",
            "session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
            "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for", "request_slots",
-           "timeout_message", "connection_message", "too_large_message"]
+           "timeout_message", "connection_message", "too_large_message", "MAX_SSE_RETRY_MS", "sse_retry_ok",
+           "RetryLines", "LanePools", "proxy_in_environment"]
 
 _ctx: ssl.SSLContext | None = None
 _lock = threading.Lock()
@@ -105,7 +114,6 @@ KEEPALIVE_MAX = 60.0
 _SLOTS: RunVar[dict[tuple[str, int], anyio.Semaphore]] = RunVar("mcp_gym_http_slots")
 
 redact_http_logs()  # httpx2 logs every request's URL at INFO: user info and query values are redacted
-httpx2_compat.spec_sse_retry()  # the SDK sleeps on any retry: httpx2 reads (-5, 400 digits): such a one is ignored
 
 
 def shared_ssl_context() -> ssl.SSLContext:
@@ -358,8 +366,103 @@ class _BoundedEvents(httpx2.AsyncByteStream):
         self._chunks = None
 
 
+class _SpecRetry(httpx2.AsyncByteStream):
+    """The decoded body of an SSE response without the ``retry:`` lines :class:`RetryLines` refuses."""
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self.response = response
+
+    async def __aiter__(self) -> Any:
+        lines = RetryLines()
+        async for chunk in self.response.aiter_bytes():
+            out = lines.feed(chunk)
+            if out:
+                yield out
+        last = lines.flush()
+        if last:
+            yield last
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
 _WHICH = {httpx2.ConnectTimeout: "connect", httpx2.ReadTimeout: "read", httpx2.WriteTimeout: "write",
           httpx2.PoolTimeout: "pool"}
+
+
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
+
+
+def proxy_in_environment() -> bool:
+    """Whether the environment sets an HTTP proxy (httpx2 applies it; the HTTP fast lane then stays off)."""
+    return any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARIABLES)
+
+
+class LanePools(httpx2.AsyncBaseTransport):
+    """The transport of a session whose calls move to the HTTP fast lane: its ``GET`` streams (the SDK's long-lived
+    SSE streams) on one ``httpx2.AsyncHTTPTransport``, its other requests on another, which :meth:`release_idle` lets
+    go of (its connections closed, a new one for the next request) once the lane carries the calls and none of its
+    requests is open. httpcore2 closes an idle connection only when its pool is next used, so without this every
+    session would keep the idle connection of its handshake and listings (~20 kB and a socket) beside the lane's
+    until it closes. Public API only: two transports built as ``httpx2.AsyncClient`` builds its own."""
+
+    def __init__(self, limits: httpx2.Limits) -> None:
+        self.limits = limits
+        self.posts = self._transport()
+        self.gets = self._transport()
+        self.busy = 0
+        """Responses of :attr:`posts` not yet closed."""
+        self.used = False
+        """Whether :attr:`posts` carried a request since it was made."""
+
+    def _transport(self) -> httpx2.AsyncHTTPTransport:
+        return httpx2.AsyncHTTPTransport(verify=shared_ssl_context(), limits=self.limits)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":
+            return await self.gets.handle_async_request(request)
+        self.busy += 1
+        self.used = True
+        try:
+            response = await self.posts.handle_async_request(request)
+        except BaseException:
+            self.busy -= 1
+            raise
+        return httpx2.Response(response.status_code, headers=response.headers, stream=_Counted(self, response.stream),
+                               extensions=response.extensions)
+
+    async def release_idle(self) -> bool:
+        """Close the connections of :attr:`posts` (all idle) and start a new one; ``False`` when a request is open."""
+        if self.busy:
+            return False
+        if self.used:
+            old, self.posts, self.used = self.posts, self._transport(), False
+            with anyio.CancelScope(shield=True):
+                await old.aclose()
+        return True
+
+    async def aclose(self) -> None:
+        try:
+            await self.posts.aclose()
+        finally:
+            await self.gets.aclose()
+
+
+class _Counted(httpx2.AsyncByteStream):
+    """A response body of :attr:`LanePools.posts`, counted open until closed."""
+
+    def __init__(self, pools: LanePools, stream: Any) -> None:
+        self.pools, self.stream, self.open = pools, stream, True
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self.stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if self.open:
+            self.open = False
+            self.pools.busy -= 1
+        await self.stream.aclose()
 
 
 class _SessionClient(httpx2.AsyncClient):
@@ -375,26 +478,29 @@ class _SessionClient(httpx2.AsyncClient):
         self.answer_errors = answer_errors
         self.follow_keepalive = follow_keepalive
         self.max_message_bytes = max_message_bytes
-        self._keepalive_header: str | None = None
         self.keepalive_header: str | None = None
         """The last ``Keep-Alive`` header of the server's responses (``None``: none seen)."""
         self.session_id: str | None = None
         """The ``Mcp-Session-Id`` the SDK's last POST carried (``None``: none; the HTTP fast lane sends it too)."""
         self.posts = 0
         """POSTs the SDK's path sent (the HTTP fast lane notes when the SDK's own traffic happened)."""
+        self.pools: LanePools | None = None
+        """The session's transport when its calls move to the HTTP fast lane (:func:`session_http_client`)."""
         self._reading: dict[Any, _Reading] = {}
         """Answers whose body is being read, by request id (a session's ids are unique)."""
 
     def _follow_keepalive(self, response: httpx2.Response) -> None:
-        """Take the idle expiry a response's ``Keep-Alive`` header asks for (:func:`keepalive_for`): for this
-        session's pool and the connections it holds (:func:`mcp_gym._compat.httpx2.set_keepalive_expiry`)."""
+        """Note the ``Keep-Alive`` header of a response (:attr:`keepalive_header`): the HTTP fast lane keeps its idle
+        connections as it asks (:func:`keepalive_for`). This client's own pool keeps them :data:`KEEPALIVE_EXPIRY`
+        seconds (``httpx2.Limits``: httpx2 has no public way to change it later)."""
         header = response.headers.get("keep-alive")
-        if header is None or header == self._keepalive_header:
-            return
-        self._keepalive_header = self.keepalive_header = header
-        seconds = keepalive_for(header)
-        if seconds is not None:
-            httpx2_compat.set_keepalive_expiry(self, seconds)
+        if header is not None and header != self.keepalive_header:
+            self.keepalive_header = header
+
+    async def release_idle(self) -> bool:
+        """Close this client's idle connections for requests (its SSE streams stay) when its transport is a
+        :class:`LanePools`; ``False`` when it is not, or a request is open."""
+        return await self.pools.release_idle() if self.pools is not None else False
 
     async def send(self, request: httpx2.Request, **kw: Any) -> httpx2.Response:
         if request.method == "POST":
@@ -430,7 +536,10 @@ class _SessionClient(httpx2.AsyncClient):
             if self.follow_keepalive:
                 self._follow_keepalive(response)
             if kw.get("stream") and self.answer_errors and self.max_message_bytes is not None:
-                return await self._bounded(request, response)
+                response = await self._bounded(request, response)
+            if kw.get("stream") and response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+                return httpx2.Response(response.status_code, headers=_without_encoding(response.headers),
+                                       stream=_SpecRetry(response), request=request, extensions=response.extensions)
             return response
         except httpx2.TimeoutException as e:
             if not self.answer_errors:
@@ -511,21 +620,29 @@ class _SessionClient(httpx2.AsyncClient):
 def session_http_client(
     headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None,
     *, max_in_flight: int | None = MAX_IN_FLIGHT, answer_errors: bool = True, max_message_bytes: int | None = None,
-    **kw: Any,
-) -> httpx2.AsyncClient:
+    lane_pools: bool = False, **kw: Any,
+) -> _SessionClient:
     """What the SDK's ``create_mcp_http_client`` makes (its timeouts: 30 s, 300 s to read a stream), on the shared
     TLS context, with ``max_in_flight`` requests per server at most (``None``: no bound), idle connections kept
     :data:`KEEPALIVE_EXPIRY` seconds or as the server's ``Keep-Alive`` header asks (:func:`keepalive_for`; not with
     your own ``limits=``) and, with ``answer_errors`` (Streamable HTTP), HTTP timeouts and connections
     broken under a request that fail only that request and answers bounded by ``max_message_bytes`` and the caller's
-    wait (``None``: not bounded; module docstring). Extra keywords go to ``httpx2.AsyncClient``."""
+    wait (``None``: not bounded; module docstring). With ``lane_pools`` (a session whose calls move to the HTTP fast
+    lane) and no proxy in the environment, its transport is a :class:`LanePools`. Extra keywords go to
+    ``httpx2.AsyncClient``."""
     limits = kw.pop("limits", None)
     if timeout is None:
         timeout = httpx2.Timeout(DEFAULT_TIMEOUT, read=DEFAULT_SSE_READ_TIMEOUT)
-    return _SessionClient(
+    pools = None
+    if lane_pools and limits is None and not kw and not proxy_in_environment():
+        pools = LanePools(httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY))
+        kw["transport"] = pools  # (a transport= turns off httpx2's proxies from the environment: there are none)
+    client = _SessionClient(
         headers=headers, auth=auth, verify=shared_ssl_context(), max_in_flight=max_in_flight,
         answer_errors=answer_errors, follow_keepalive=limits is None, max_message_bytes=max_message_bytes,
         limits=limits or httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
         timeout=timeout,
         **kw,
     )
+    client.pools = pools
+    return client

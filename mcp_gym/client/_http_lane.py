@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,7 +47,6 @@ from anyio.lowlevel import RunVar
 from mcp import MCPError
 from mcp.shared.message import SessionMessage
 
-from mcp_gym._compat import httpx2 as httpx2_compat
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, LaneIds, StepAside, answer_of
 from mcp_gym.client import _http
@@ -75,7 +73,6 @@ DRAIN_BYTES = 64 * 1024
 """How long and how much of an SSE answer is read after its answer event, to keep its connection."""
 RESUME_ATTEMPTS = 2
 """``GET`` resumptions of an SSE answer that ended early (the SDK's ``MAX_RECONNECTION_ATTEMPTS``)."""
-_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 _RELEASE = SessionMessage(mt.JSONRPCResponse(jsonrpc="2.0", id="mcp-gym:release", result={}))
 _CLIENTS: RunVar[dict[tuple[Any, ...], list[Any]]] = RunVar("mcp_gym_http_lane_clients")
 """The lane's ``aiohttp`` clients on the running event loop, one per server and settings, shared by its sessions
@@ -161,7 +158,7 @@ class HttpWire(LaneIds):
             sent["mcp-session-id"] = sid
         sent.update(headers)
         if self.http.posts != self._released:  # the SDK's own traffic since the last lane call: let go of its leftovers
-            await httpx2_compat.close_idle(self.http)  # its idle connection (the lane has its own)
+            await self.http.release_idle()  # its idle connection (the lane has its own)
             if self.release is not None and self.release():
                 self._released = self.http.posts
         if timeout is None:
@@ -178,7 +175,7 @@ class HttpWire(LaneIds):
         if self.http is None or getattr(self.http, "cookies", None):
             self.off = "the server set cookies (kept by httpx2)"
             return None
-        if any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARIABLES):
+        if _http.proxy_in_environment():
             self.off = "a proxy is set in the environment (httpx2 applies it)"
             return None
         keep = keepalive_for(self.http.keepalive_header) or _http.KEEPALIVE_EXPIRY  # (read now: tests shorten it)
@@ -362,7 +359,7 @@ class HttpWire(LaneIds):
                     fields = _fields(event)
                     if "id" in fields:
                         last_id = fields["id"]
-                    if httpx2_compat.sse_retry_ok(fields.get("retry", "")):  # the spec's digits, bounded; else ignored
+                    if _http.sse_retry_ok(fields.get("retry", "")):  # the spec's digits, bounded; else ignored
                         retry = int(fields["retry"])
                     data = fields.get("data")
                     if fields.get("event", "message") != "message" or not data:
@@ -483,7 +480,7 @@ def _fields(lines: list[str]) -> dict[str, str]:
 # -- the transport ----------------------------------------------------------------------------------------------------
 def http_client_factory(
     on_refusal: Callable[[int | None, str, str], None], max_in_flight: int | None, answer_errors: bool = False,
-    max_message_bytes: int | None = None,
+    max_message_bytes: int | None = None, lane_pools: bool = False,
 ) -> Callable[..., Any]:
     """The SDK's HTTP client factory, with a hook reporting each response's error status, or ``None`` for a success
     (the SDK's own errors, e.g. on Streamable HTTP, do not say which status it was). All clients share one TLS
@@ -498,7 +495,7 @@ def http_client_factory(
 
     def factory(**kw: Any) -> Any:
         http = session_http_client(**kw, max_in_flight=max_in_flight, answer_errors=answer_errors,
-                                   max_message_bytes=max_message_bytes)
+                                   max_message_bytes=max_message_bytes, lane_pools=lane_pools)
         http.event_hooks = {"request": [], "response": [hook]}
         return http
 
@@ -515,7 +512,8 @@ async def streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str
     from mcp.client.streamable_http import streamable_http_client
 
     http = http_client_factory(on_refusal, spec.max_in_flight, answer_errors=True,
-                               max_message_bytes=spec.max_message_bytes)(
+                               max_message_bytes=spec.max_message_bytes,
+                               lane_pools=wire is not None and wire.off is None)(
         headers=dict(spec.headers or {}) or None, auth=spec.auth,
         timeout=httpx2.Timeout(spec.http_timeout, read=spec.read_timeout))
     async with http, streamable_http_client(spec.url, http_client=http,

@@ -6,24 +6,29 @@ with it every tool of the server. Here the result is fetched without that valida
 array, ``nextCursor``, ...) is checked, then each tool on its own: against the same protocol schema, plus what the
 schema does not catch (a name that is empty, longer than :data:`MAX_TOOL_NAME`, not encodable or a duplicate; an
 input or output schema that is not valid JSON Schema or loops on itself). Good tools are handed to the SDK session
-(for its output-schema checks on ``tools/call``) exactly as its own ``list_tools`` would; bad ones come back as
-``{"name", "reason"}``.
+through its public ``Client.list_tools``, served from the client's response-cache store (:class:`ListingHandOver`),
+so the session sets itself up as after its own listing; bad ones come back as ``{"name", "reason"}``. ``tools/call``
+results are checked against the listed output schemas by mcp-gym
+(:func:`mcp_gym._compat.mcp_output.check_output`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any, cast
 
 import anyio
 import mcp.types as mt
 from jsonschema.exceptions import SchemaError
+from mcp.client.caching import CacheConfig, CacheEntry, CacheKey
 from pydantic import ValidationError
 
 from mcp_gym import _schema
 from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym._compat.mcp_output import remember_output_schemas
 from mcp_gym._compat.mcp_wire import page_shell
 from mcp_gym.errors import MCPGymError
 
@@ -32,7 +37,8 @@ try:
 except ImportError:  # pragma: no cover - the SDK layout this was written for is pinned (mcp>=2.3,<3)
     _methods = None  # type: ignore[assignment]  # absent: the per-tool check is skipped
 
-__all__ = ["MAX_TOOL_NAME", "MAX_PAGES", "ListingError", "list_tools_checked", "schema_problem", "show_name"]
+__all__ = ["MAX_TOOL_NAME", "MAX_PAGES", "ListingError", "list_tools_checked", "schema_problem", "show_name",
+           "ListingHandOver", "listing_cache", "hand_to_session"]
 
 MAX_TOOL_NAME = 128
 """Longest accepted tool name (the MCP specification's recommended limit, 1 to 128 characters)."""
@@ -331,13 +337,90 @@ async def list_tools_checked(
         else:
             raise ListingError(f"tools/list has more than {MAX_PAGES} pages")
     result = mt.ListToolsResult(tools=list(good))
-    if send_raw is not None and mcp_compat.absorb_tool_listing(session, result):
-        # the SDK drops tools with an invalid x-mcp-header here (2026-07-28)
-        kept = {id(x) for x in result.tools}
-        for tool in good:
-            if id(tool) not in kept:
-                skipped.append({"name": show_name(tool.name), "reason": "invalid x-mcp-header annotation"})
-        good = list(result.tools)
-        mcp_compat.seed_output_validators(session, good, output_validators)
+    if send_raw is not None:
+        kept = await hand_to_session(client, good)
+        if kept is not None:  # the SDK drops tools with an invalid x-mcp-header (2026-07-28)
+            for tool in good:
+                if tool.name not in kept:
+                    skipped.append({"name": show_name(tool.name), "reason": "invalid x-mcp-header annotation"})
+            good = [tool for tool in good if tool.name in kept]
+            result.tools = list(good)
+    remember_output_schemas(session, good, output_validators)
     return good, skipped, result
 
+
+class _Handed(mt.ListToolsResult):
+    """A checked listing handed to the SDK's session once (:class:`ListingHandOver`): its copy when served shares
+    the tool definitions (the SDK's absorption replaces the list, never a tool), so handing it over copies no
+    schema."""
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> _Handed:
+        return super().model_copy(update=update)
+
+
+class ListingHandOver:
+    """The SDK ``Client``'s response-cache store (``CacheConfig(store=...)``, the SDK's public
+    ``ResponseCacheStore``) for mcp-gym's sessions: it caches nothing (so no result is ever served from a cache), and
+    serves, once, a ``tools/list`` result mcp-gym fetched and checked tool by tool (:func:`hand_to_session`).
+
+    ``Client.list_tools`` then absorbs that listing into its session as it absorbs any served listing: tools with an
+    invalid ``x-mcp-header`` annotation are dropped (2026-07-28), the others' annotations become the ``Mcp-Param-*``
+    headers of their calls, and each listed tool is known to ``validate_tool_result`` (no second listing when one is
+    called the SDK's way)."""
+
+    def __init__(self) -> None:
+        self.pending: CacheEntry | None = None
+
+    async def get(self, key: CacheKey) -> CacheEntry | None:
+        """The handed listing, once (a ``tools/list`` lookup), else nothing."""
+        if key.method != "tools/list" or self.pending is None:
+            return None
+        entry, self.pending = self.pending, None
+        return entry
+
+    async def set(self, key: CacheKey, entry: CacheEntry) -> None:
+        """Nothing is cached."""
+
+    async def delete(self, key: CacheKey) -> None:
+        """Nothing is cached."""
+
+    async def clear(self) -> None:
+        """Nothing is cached."""
+
+
+def listing_cache() -> CacheConfig:
+    """The SDK ``Client``'s ``cache=`` for an mcp-gym session: a :class:`ListingHandOver` (nothing cached)."""
+    return CacheConfig(store=ListingHandOver(), partition="mcp-gym", target_id="mcp-gym")
+
+
+_handover_failed = False
+
+
+async def hand_to_session(client: Any, tools: list[mt.Tool]) -> set[str] | None:
+    """Hand a complete checked listing to ``client``'s session through its public ``list_tools`` (served by its
+    :class:`ListingHandOver`, without a request), as the session's own listing would have set it up; the tools go
+    without their output schemas (mcp-gym checks results against them itself, with the validators compiled while
+    checking: :func:`mcp_gym._compat.mcp_output.check_output`). Returns the names the session kept (``None``: the client
+    has no hand-over store, or the SDK did not read it: said once, and then the SDK's own first call of each tool
+    lists the tools again)."""
+    global _handover_failed
+    store = getattr(getattr(client, "cache", None), "store", None)
+    if not isinstance(store, ListingHandOver) or _handover_failed:
+        return None
+    handed = _Handed(tools=[t.model_copy(update={"output_schema": None}) if t.output_schema is not None else t
+                            for t in tools])
+    store.pending = CacheEntry(value=handed, scope="private", expires_at=math.inf)
+    served: mt.ListToolsResult | None = None
+    try:
+        served = await client.list_tools()
+    except Exception:
+        if store.pending is None:
+            raise
+    missed, store.pending = store.pending is not None, None
+    if missed or served is None:
+        _handover_failed = True
+        warnings.warn("mcp-gym: this mcp SDK's Client.list_tools did not take the listing from its response-cache "
+                      "store, so its sessions list tools again on their first call the SDK's way "
+                      "(mcp_gym/client/_tools.py needs an update)", RuntimeWarning, stacklevel=2)
+        return None
+    return {tool.name for tool in served.tools}

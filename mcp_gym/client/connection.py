@@ -34,7 +34,7 @@ from mcp_gym.client import _discovery
 from mcp_gym.client._http_lane import HttpWire, http_client_factory, streamable_http
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
-from mcp_gym.client._tools import list_tools_checked
+from mcp_gym.client._tools import list_tools_checked, listing_cache
 from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio
 from mcp_gym.errors import MCPGymError
 from mcp_gym.protocol import redact_text, redact_url
@@ -207,7 +207,7 @@ class ServerConnection:
             target,
             mode=mode,
             prior_discover=prior[0] if prior is not None else None,
-            cache=None,
+            cache=listing_cache(),  # caches nothing: hands mcp-gym's checked tool listing to the session
             message_handler=self._on_message,
             sampling_callback=cb.sampling,
             elicitation_callback=cb.elicitation,
@@ -590,7 +590,7 @@ class ServerConnection:
         if wire is not None and self.tap is None:  # the fast lane, nothing to tap: request() without its frame
             return await self._send(self._check(), lambda c: _wire.call_tool(
                 c, name, arguments, wire=wire, read_timeout_seconds=t, progress_callback=progress, meta=sent))
-        call = Client.call_tool if wire is None else functools.partial(_wire.call_tool, wire=wire)  # the fast lane
+        call = functools.partial(_wire.call_tool, wire=wire)  # the fast lane (wire None: the SDK's way)
         return await self.request(
             lambda c: call(c, name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=sent),
             method="tools/call",
@@ -652,7 +652,8 @@ class ServerConnection:
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resources(), method="resources/list", timeout=timeout)
+        res = await self.request(lambda c: c.list_resources(cache_mode="bypass"), method="resources/list",
+                                 timeout=timeout)
         return list(res.resources)
 
     async def list_resource_templates(self, *, timeout: float | None = None) -> list[mt.ResourceTemplate]:
@@ -660,8 +661,8 @@ class ServerConnection:
         caps = self.capabilities
         if caps is None or caps.resources is None:
             return []
-        res = await self.request(lambda c: c.list_resource_templates(), method="resources/templates/list",
-                                 timeout=timeout)
+        res = await self.request(lambda c: c.list_resource_templates(cache_mode="bypass"),
+                                 method="resources/templates/list", timeout=timeout)
         return list(res.resource_templates)
 
     async def read_resource(
@@ -670,7 +671,7 @@ class ServerConnection:
         """Read one resource; ``timeout`` as in :meth:`request`."""
         sent, wire = cast(mt.RequestParamsMeta, dict(meta or {})), self._lane()  # an open TypedDict
         return await self.request(
-            (lambda c: c.read_resource(uri, meta=sent)) if wire is None else
+            (lambda c: c.read_resource(uri, meta=sent, cache_mode="bypass")) if wire is None else
             (lambda c: _wire.read_resource(c, uri, wire=wire, meta=sent)),  # the fast lane
             method="resources/read",
             params={"uri": uri, "_meta": dict(meta or {})},
