@@ -78,7 +78,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         scoring: Verifier, graders and rewards (:class:`~mcp_gym.options.Scoring`; default: exact match for tasks
             with an ``answer``, the servers' reward convention).
         connection: How the servers are treated (:class:`~mcp_gym.options.Connection`: roots, sampling,
-            elicitation, tool prefixes, reset mode, spare servers).
+            elicitation, tool prefixes, which tools the agent sees, reset mode, spare servers).
         observe_resources: Resource URIs to observe (templates such as ``notes://{title}`` are filled from the task's
             ``data``), ``"all"`` for every listed resource, or ``None``. The task's own ``resources`` are added.
         strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
@@ -161,6 +161,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             roots=o["roots"],
             prefix_tools=o["prefix_tools"],
             block_destructive=o["block_destructive"],
+            include_tools=o["include_tools"],
+            exclude_tools=o["exclude_tools"] or (),
         )
         self.spares = _ws.SpareServers(o["spare_servers"] if self.workspace_servers and tap is None else 0)  # 0: off
         self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=o["max_argument_bytes"])
@@ -501,7 +503,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return await self._submit(action)
         if problem is not None:
             entry = self.host.resolve(problem.tool) if problem.tool else None
-            err = ToolCallError(problem.kind, problem.message, tool=problem.tool,
+            hidden = self.host.hidden_message(problem.tool) if problem.kind == "unknown_tool" and problem.tool else None
+            err = ToolCallError(problem.kind, hidden or problem.message, tool=problem.tool,
                                 server=entry.server if entry else None, argument=problem.argument).as_dict()
             if self.strict:
                 raise InvalidAction(err)

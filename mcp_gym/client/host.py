@@ -12,7 +12,7 @@ import inspect
 import logging
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,6 +219,9 @@ class MCPHost:
             ``_meta`` has ``"mcp-gym/hidden": true`` are hidden too.
         block_destructive: hide and refuse tools that may be destructive (``destructiveHint`` not false and not
             ``readOnlyHint``; unannotated tools count as destructive, as the MCP spec says).
+        include_tools: offer only these tools (agent-facing names, prefixed when tools are); ``None``: all.
+        exclude_tools: never offer these tools (agent-facing names). A tool hidden by either is refused by
+            :meth:`call` with a message naming the setting, and never called on its server.
         tap: makes each connection's :class:`~mcp_gym.client.connection.Tap` (needed for specs with ``record=``:
             ``mcp_gym.cassette.recorder.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
     """
@@ -234,6 +237,8 @@ class MCPHost:
         separator: str = "__",
         hidden_tools: Sequence[str] = HIDDEN_TOOLS,
         block_destructive: bool = False,
+        include_tools: Collection[str] | None = None,
+        exclude_tools: Collection[str] = (),
         tap: TapFactory | None = None,
     ) -> None:
         if not servers:
@@ -245,6 +250,12 @@ class MCPHost:
         self.separator = separator
         self.hidden = set(hidden_tools)
         self.block_destructive = block_destructive
+        for setting, names in (("include_tools", include_tools), ("exclude_tools", exclude_tools)):
+            if isinstance(names, str) or not all(isinstance(n, str) for n in names or ()):
+                raise TypeError(f"{setting} takes a list of tool names, got {names!r}")
+        self.include_tools = frozenset(include_tools) if include_tools is not None else None
+        self.exclude_tools = frozenset(exclude_tools)
+        self.filtered: dict[str, str] = {}  # agent-facing name -> the setting hiding it (include_tools/exclude_tools)
         callbacks = HostCallbacks(
             sampling=self._on_sampling,
             elicitation=self._on_elicitation,
@@ -455,6 +466,7 @@ class MCPHost:
         before = [(e.name, e.tool) for e in self.catalogue.values()]
         cat: dict[str, ToolEntry] = {}
         self.clashes = {}
+        filtered: dict[str, str] = {}
         for alias in self.connections:
             if self.connections[alias].status != "ready":
                 continue
@@ -466,6 +478,12 @@ class MCPHost:
                 if _requires_task(tool):
                     continue  # task-augmented execution is not supported: the call could never succeed
                 exposed = self.exposed_name(alias, name)
+                if exposed in self.exclude_tools:
+                    filtered[exposed] = "exclude_tools"
+                    continue
+                if self.include_tools is not None and exposed not in self.include_tools:
+                    filtered[exposed] = "include_tools"
+                    continue
                 if exposed in cat:  # two servers, one name (prefix_tools=False): the first server keeps it
                     self.clashes.setdefault(alias, []).append({
                         "name": show_name(name),
@@ -473,6 +491,7 @@ class MCPHost:
                     continue
                 cat[exposed] = ToolEntry(exposed, alias, name, tool)
         self.catalogue = cat
+        self.filtered = filtered
         return before != [(e.name, e.tool) for e in cat.values()]
 
     def catalogue_hash(self) -> str:
@@ -602,7 +621,20 @@ class MCPHost:
                 conn.events.updated.update(u for u in hint.get("resources") or () if isinstance(u, str))
         return out
 
+    def hidden_message(self, name: str) -> str | None:
+        """Why the agent-facing tool ``name`` is not offered when a server lists it but the ``include_tools`` or
+        ``exclude_tools`` setting hides it (one line naming the tool and the setting), else ``None``."""
+        setting = self.filtered.get(name)
+        if setting is None:
+            return None
+        avail = ", ".join(sorted(self.catalogue)) or "none"
+        why = "is not in" if setting == "include_tools" else "is in"
+        return f"tool '{name}' is hidden: it {why} the env's {setting} setting (available: {avail}, submit)"
+
     def _unknown_msg(self, name: str) -> str:
+        hidden = self.hidden_message(name)
+        if hidden is not None:
+            return hidden
         avail = ", ".join(sorted(self.catalogue)) or "none"
         return f"unknown tool '{name}' (available: {avail})"
 
