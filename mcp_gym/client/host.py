@@ -12,7 +12,7 @@ import inspect
 import logging
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +24,8 @@ from pydantic import ValidationError
 
 from mcp_gym.client._http import CONNECTION_LOST, HTTP_CONNECTION_DATA_KEY, HTTP_TIMEOUT_DATA_KEY
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
-from mcp_gym.client._tools import show_name
-from mcp_gym.client.connection import (
-    ConnectionLost,
-    HostCallbacks,
-    ListingTimeout,
-    ServerConnection,
-    TapFactory,
-)
+from mcp_gym.client._tools import ToolFilter, show_name
+from mcp_gym.client.connection import ConnectionLost, HostCallbacks, ListingTimeout, ServerConnection, TapFactory
 from mcp_gym.client.elicitation import with_defaults
 from mcp_gym.client.specs import ServerSpec
 from mcp_gym.protocol import (
@@ -55,16 +49,8 @@ class ServerUnavailableWarning(RuntimeWarning):
     """A server is not available for an episode (it failed to start, died or timed out): its tools are missing."""
 
 
-__all__ = [
-    "ServerUnavailableWarning",
-    "MCPHost",
-    "ToolEntry",
-    "SamplingFn",
-    "ElicitationFn",
-    "catalogue_hash",
-    "render_content",
-    "content_json",
-]
+__all__ = ["ServerUnavailableWarning", "MCPHost", "ToolEntry", "SamplingFn", "ElicitationFn", "catalogue_hash",
+           "render_content", "content_json"]
 
 SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
 """``(messages, params) -> str | CreateMessageResult`` (sync or async). ``messages`` are ``{"role", "content"}``
@@ -219,9 +205,7 @@ class MCPHost:
             ``_meta`` has ``"mcp-gym/hidden": true`` are hidden too.
         block_destructive: hide and refuse tools that may be destructive (``destructiveHint`` not false and not
             ``readOnlyHint``; unannotated tools count as destructive, as the MCP spec says).
-        include_tools: offer only these tools (agent-facing names, prefixed when tools are); ``None``: all.
-        exclude_tools: never offer these tools (agent-facing names). A tool hidden by either is refused by
-            :meth:`call` with a message naming the setting, and never called on its server.
+        tool_filter: the ``include_tools``/``exclude_tools`` settings: tools it hides are neither offered nor called.
         tap: makes each connection's :class:`~mcp_gym.client.connection.Tap` (needed for specs with ``record=``:
             ``mcp_gym.cassette.recorder.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
     """
@@ -237,8 +221,7 @@ class MCPHost:
         separator: str = "__",
         hidden_tools: Sequence[str] = HIDDEN_TOOLS,
         block_destructive: bool = False,
-        include_tools: Collection[str] | None = None,
-        exclude_tools: Collection[str] = (),
+        tool_filter: ToolFilter | None = None,
         tap: TapFactory | None = None,
     ) -> None:
         if not servers:
@@ -250,12 +233,7 @@ class MCPHost:
         self.separator = separator
         self.hidden = set(hidden_tools)
         self.block_destructive = block_destructive
-        for setting, names in (("include_tools", include_tools), ("exclude_tools", exclude_tools)):
-            if isinstance(names, str) or not all(isinstance(n, str) for n in names or ()):
-                raise TypeError(f"{setting} takes a list of tool names, got {names!r}")
-        self.include_tools = frozenset(include_tools) if include_tools is not None else None
-        self.exclude_tools = frozenset(exclude_tools)
-        self.filtered: dict[str, str] = {}  # agent-facing name -> the setting hiding it (include_tools/exclude_tools)
+        self.tool_filter = tool_filter or ToolFilter()
         callbacks = HostCallbacks(
             sampling=self._on_sampling,
             elicitation=self._on_elicitation,
@@ -465,8 +443,7 @@ class MCPHost:
     def _rebuild(self) -> bool:
         before = [(e.name, e.tool) for e in self.catalogue.values()]
         cat: dict[str, ToolEntry] = {}
-        self.clashes = {}
-        filtered: dict[str, str] = {}
+        self.clashes, self.tool_filter.hidden = {}, {}
         for alias in self.connections:
             if self.connections[alias].status != "ready":
                 continue
@@ -478,11 +455,7 @@ class MCPHost:
                 if _requires_task(tool):
                     continue  # task-augmented execution is not supported: the call could never succeed
                 exposed = self.exposed_name(alias, name)
-                if exposed in self.exclude_tools:
-                    filtered[exposed] = "exclude_tools"
-                    continue
-                if self.include_tools is not None and exposed not in self.include_tools:
-                    filtered[exposed] = "include_tools"
+                if self.tool_filter.hide(exposed):
                     continue
                 if exposed in cat:  # two servers, one name (prefix_tools=False): the first server keeps it
                     self.clashes.setdefault(alias, []).append({
@@ -491,7 +464,6 @@ class MCPHost:
                     continue
                 cat[exposed] = ToolEntry(exposed, alias, name, tool)
         self.catalogue = cat
-        self.filtered = filtered
         return before != [(e.name, e.tool) for e in cat.values()]
 
     def catalogue_hash(self) -> str:
@@ -621,22 +593,9 @@ class MCPHost:
                 conn.events.updated.update(u for u in hint.get("resources") or () if isinstance(u, str))
         return out
 
-    def hidden_message(self, name: str) -> str | None:
-        """Why the agent-facing tool ``name`` is not offered when a server lists it but the ``include_tools`` or
-        ``exclude_tools`` setting hides it (one line naming the tool and the setting), else ``None``."""
-        setting = self.filtered.get(name)
-        if setting is None:
-            return None
-        avail = ", ".join(sorted(self.catalogue)) or "none"
-        why = "is not in" if setting == "include_tools" else "is in"
-        return f"tool '{name}' is hidden: it {why} the env's {setting} setting (available: {avail}, submit)"
-
     def _unknown_msg(self, name: str) -> str:
-        hidden = self.hidden_message(name)
-        if hidden is not None:
-            return hidden
         avail = ", ".join(sorted(self.catalogue)) or "none"
-        return f"unknown tool '{name}' (available: {avail})"
+        return self.tool_filter.message(name, avail) or f"unknown tool '{name}' (available: {avail})"
 
     def _error(
         self, kind: str, tool: str | None, server: str | None, message: str, *, code: int | None = None,
