@@ -150,3 +150,29 @@ def test_generate_collect_and_export_show_only_the_included_tools(tmp_path: Path
         assert [t["function"]["name"] for t in ds[0]["tools"]] == [t["function"]["name"] for t in env_tools(env)]
     finally:
         env.close()
+
+
+@pytest.mark.thirdparty
+def test_trl_rollouts_show_the_tools_eval_shows() -> None:
+    """What a GRPO rollout shows the model (mcp_gym.trl's tool methods, named as TRL names them) is what eval and the
+    SFT examples show: the env's own names (``get-sum``, not a Python identifier) and only the included tools."""
+    pytest.importorskip("transformers")
+    from mcp_gym.trl import environment_factory
+
+    server = f'+env.servers.everything="{npm_bin("mcp-server-everything")} stdio"'
+    make = env_factory(env_config("custom", overrides=[server, "env.include_tools=[get-sum,echo]"]), ["Add."])
+    cls = environment_factory(make)
+    env = make()
+    try:
+        env.reset(seed=0)
+        assert [t["function"]["name"] for t in cls.openai_tools] == [t["function"]["name"] for t in env_tools(env)]
+    finally:
+        env.close()
+    assert sorted(t["function"]["name"] for t in cls.openai_tools) == ["echo", "get-sum", "submit"]
+    rollout = cls()
+    try:
+        rollout.reset()
+        tools = {getattr(rollout, m).__name__: getattr(rollout, m) for m in ("get_sum", "echo", "submit")}
+        assert "The sum of 2 and 3 is 5" in tools["get-sum"](a=2, b=3)  # TRL calls a tool by the name it showed
+    finally:
+        rollout._close()
