@@ -28,6 +28,7 @@ from mcp_gym import _workspace as _ws
 from mcp_gym._budget import Budget
 from mcp_gym._stateful import note_state_change
 from mcp_gym._workspace import fill_task, mentions_workspace, prepare_episode_servers
+from mcp_gym.client._tools import ToolFilter
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import (
     CallOutcome,
@@ -78,7 +79,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         scoring: Verifier, graders and rewards (:class:`~mcp_gym.options.Scoring`; default: exact match for tasks
             with an ``answer``, the servers' reward convention).
         connection: How the servers are treated (:class:`~mcp_gym.options.Connection`: roots, sampling,
-            elicitation, tool prefixes, reset mode, spare servers).
+            elicitation, tool prefixes, which tools the agent sees, reset mode, spare servers).
         observe_resources: Resource URIs to observe (templates such as ``notes://{title}`` are filled from the task's
             ``data``), ``"all"`` for every listed resource, or ``None``. The task's own ``resources`` are added.
         strict: Raise :class:`InvalidAction` / :class:`ToolCallFailed` instead of returning an error observation.
@@ -161,6 +162,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             roots=o["roots"],
             prefix_tools=o["prefix_tools"],
             block_destructive=o["block_destructive"],
+            tool_filter=ToolFilter(o["include_tools"], o["exclude_tools"]),
         )
         self.spares = _ws.SpareServers(o["spare_servers"] if self.workspace_servers and tap is None else 0)  # 0: off
         self.action_space: ToolCallSpace = ToolCallSpace({}, max_argument_bytes=o["max_argument_bytes"])
@@ -507,7 +509,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return await self._submit(action)
         if problem is not None:
             entry = self.host.resolve(problem.tool) if problem.tool else None
-            err = ToolCallError(problem.kind, problem.message, tool=problem.tool,
+            hidden = problem.kind == "unknown_tool" and self.host.tool_filter.message(  # named with its setting
+                str(problem.tool), ", ".join(sorted(self.host.catalogue)) or "none")
+            err = ToolCallError(problem.kind, hidden or problem.message, tool=problem.tool,
                                 server=entry.server if entry else None, argument=problem.argument).as_dict()
             if self.strict:
                 raise InvalidAction(err)

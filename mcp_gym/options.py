@@ -94,6 +94,9 @@ class Connection:
         elicitation: Answers elicitation requests (default: decline; omitted fields get the schema's defaults).
         prefix_tools: Name tools ``{server}__{tool}`` (default: only with several servers).
         block_destructive: Hide and refuse tools that may be destructive (default ``False``).
+        include_tools: Show the agent only these tools (exact names as the env lists them: ``{server}__{tool}``
+            when prefixed); the others are hidden and refused (default ``None``: all). ``submit`` always stays.
+        exclude_tools: Hide and refuse these tools (exact names as the env lists them; default none).
         reset_mode: Between episodes: ``auto`` (the default), ``tool``, ``restart`` or ``none`` (:data:`ResetMode`).
         spare_servers: ``{workspace}`` servers started ahead of the next resets (default 1; ``0``: off).
     """
@@ -103,6 +106,8 @@ class Connection:
     elicitation: ElicitationFn | None = None
     prefix_tools: bool | None = None
     block_destructive: bool | None = None
+    include_tools: Sequence[str] | None = None
+    exclude_tools: Sequence[str] | None = None
     reset_mode: ResetMode | None = None
     spare_servers: int | None = None
 
@@ -130,6 +135,8 @@ class EnvSettings(TypedDict, total=False):
     elicitation: ElicitationFn | None
     prefix_tools: bool | None
     block_destructive: bool
+    include_tools: Sequence[str] | None
+    exclude_tools: Sequence[str] | None
     reset_mode: ResetMode
     spare_servers: int
 
@@ -139,7 +146,7 @@ DEFAULTS: dict[str, Any] = {
     "max_argument_bytes": 1_000_000, "max_observation_chars": 20_000,
     "verifier": None, "grader": None, "judge": None, "reward_fn": None, "error_penalty": 0.0, "success_threshold": 1.0,
     "roots": None, "sampling": None, "elicitation": None, "prefix_tools": None, "block_destructive": False,
-    "reset_mode": "auto", "spare_servers": 1,
+    "include_tools": None, "exclude_tools": None, "reset_mode": "auto", "spare_servers": 1,
 }
 """Each grouped setting's default in :class:`~mcp_gym.env.MCPEnv` (``None`` for a timeout: no limit)."""
 

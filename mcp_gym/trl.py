@@ -209,7 +209,8 @@ class ToolMethodSpec:
     """How a generated method maps to its MCP tool.
 
     Attributes:
-        method_name: The Python name (a valid identifier; also the tool name the model sees).
+        method_name: The attribute's Python name (a valid identifier). The model sees the env's own name, ``tool_name``
+            (the method's ``__name__``, which TRL names the tool by), as ``mcp-gym eval`` and SFT exports show it.
         tool_name: The env's tool name (``MCPEnv.tools`` / ``submit``).
         params: Python parameter name -> JSON argument name.
         nullable: Python parameter names whose schema allows ``null`` (``None`` is sent, not dropped).
@@ -288,7 +289,7 @@ def tool_method(
             arguments[spec.params[py]] = value
         return self._call_tool(spec.tool_name, arguments)
 
-    method.__name__ = name
+    method.__name__ = tool_name  # what TRL shows the model and matches its calls by: the env's name (``get-sum``)
     method.__qualname__ = name
     method.__doc__ = doc
     method.__signature__ = signature  # type: ignore[attr-defined]  # read by inspect.signature

@@ -237,3 +237,26 @@ def test_llm_generator_keeps_exactly_the_good_proposals(tmp_path: Path) -> None:
     assert "tools" not in requests[0]
     passed, noop = rates(tmp_path, memory_server(), tmp_path / "out" / "tasks.jsonl", clock)
     assert (passed, noop) == (1.0, 0.0)
+
+
+@pytest.mark.timeout(600)
+def test_generator_seed_varies_the_walks_not_the_splits(tmp_path: Path) -> None:
+    """Runs with one job ``seed`` and different ``generator.seed`` (side by side, e.g. on several cores) propose
+    different tasks whose splits hash with the job's seed: the same solution lands in the same split in every run."""
+    from types import SimpleNamespace
+
+    from mcp_gym.jobs.generate import _Checker
+
+    server = f'+env.servers.everything="{npm_bin("mcp-server-everything")} stdio"'
+    args = ["env.include_tools=[get-sum,echo]", "n=4", "seed=0", "generator.walk_length=2", "generator.max_calls=1",
+            "splits={train: 0.5, validation: 0.25, test: 0.25}", "launcher.progress=false"]
+    a = generate(tmp_path / "a", server, *args, "generator.seed=1")
+    b = generate(tmp_path / "b", server, *args, "generator.seed=2")
+    assert {r["solution"] for r in a}.isdisjoint(r["solution"] for r in b)  # other walks
+    splits = {"train": 0.5, "validation": 0.25, "test": 0.25}
+    job_seed = _Checker(SimpleNamespace(env=None), "custom", 0, splits, None)  # type: ignore[arg-type]
+    walk_seed = _Checker(SimpleNamespace(env=None), "custom", 1, splits, None)  # type: ignore[arg-type]
+    for r in a + b:
+        key = json.dumps(json.loads(r["solution"]), sort_keys=True)
+        assert r["split"] == job_seed._split(key)
+    assert any(job_seed._split(k) != walk_seed._split(k) for k in (str(i) for i in range(20)))  # seeds matter

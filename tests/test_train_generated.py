@@ -25,11 +25,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 pytest.importorskip("trl")
 
-# server-everything's tools whose results vary by call or need a client feature the generator's episodes lack
-NOISY_TOOLS = ["get-env", "get-tiny-image", "gzip-file-as-resource", "toggle-simulated-logging",
-               "toggle-subscriber-updates", "trigger-long-running-operation", "simulate-research-query",
-               "trigger-elicitation-request", "trigger-sampling-request", "get-annotated-message",
-               "get-resource-links", "trigger-url-elicitation"]
+# the tools the tasks use and the agent is shown (env.include_tools / --include-tool): short, Lookup-like examples
+TOOLS = ["get-sum", "echo"]
 
 
 @pytest.mark.timeout(900)
@@ -38,7 +35,7 @@ def test_sft_script_trains_and_evaluates_on_a_generated_task_set(tmp_path: Path)
     gen = tmp_path / "gen"
     assert main(["tasks", "generate", "env=custom", f'+env.servers.everything="{server}"', f"out={gen}", "n=10",
                  "seed=0", "splits={train: 0.4, validation: 0.3, test: 0.3}",
-                 f"generator.exclude_tools=[{','.join(NOISY_TOOLS)}]", "generator.walk_length=3",
+                 f"env.include_tools=[{','.join(TOOLS)}]", "generator.walk_length=3",
                  "generator.max_calls=2", "launcher.progress=false"]) == 0
     tasks = [json.loads(line) for line in (gen / "tasks.jsonl").read_text().splitlines()]
     splits = Counter(t["split"] for t in tasks)
@@ -49,13 +46,20 @@ def test_sft_script_trains_and_evaluates_on_a_generated_task_set(tmp_path: Path)
            "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, str(ROOT / "scripts" / "examples" / "sft_from_scratch.py"), "--out", str(out),
            "--tasks", str(gen / "tasks.jsonl"), "--server", f"everything={server}", "--steps", "4",
-           "--eval-every", "2", "--batch-size", "4", "--max-length", "700", "--random-samples", "1",
+           "--eval-every", "2", "--batch-size", "4", "--max-length", "400", "--random-samples", "1",
+           *(a for tool in TOOLS for a in ("--include-tool", tool)),
            "--json", str(tmp_path / "results.json")]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=840)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
 
     assert results["env"] == str(gen / "tasks.jsonl")
+    import pyarrow.parquet as pq
+
+    # the training examples show the model the env's tools only
+    exported = [row for f in sorted((out / "data").rglob("*.parquet")) for row in pq.read_table(f).to_pylist()]
+    assert exported and all(sorted(t["function"]["name"] for t in ex["tools"]) == ["echo", "get-sum", "submit"]
+                            for ex in exported)
     assert results["train_examples"] == splits["train"]  # the whole train split, the validation split held out
     assert results["episodes_trained"] == splits["test"] and results["episodes_random"] == splits["test"]
     assert [step for step, _ in results["validation"]] == [2, 4]

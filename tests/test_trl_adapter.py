@@ -171,7 +171,7 @@ def test_tool_method_edge_cases() -> None:
         "required": ["mode", "from"],
     }
     method, spec = tool_method("get-items", "Get items.\n\nArgs:\n    limit: At most this many.", schema)
-    assert method.__name__ == spec.method_name == "get_items"
+    assert spec.method_name == "get_items" and method.__name__ == "get-items"  # the model sees the env's name
     params = inspect.signature(method).parameters
     assert list(params) == ["self", "mode", "from_", "max_count", "tags", "limit"]
     assert params["max_count"].default == 10 and params["tags"].default is None and params["limit"].default is None
@@ -192,11 +192,12 @@ def test_tool_method_edge_cases() -> None:
     assert calls[-1] == ("get-items", {"mode": "a", "from": "x", "tags": None})  # nullable None is sent
     method(Fake(), "b", "y", 3)
     assert calls[-1] == ("get-items", {"mode": "b", "from": "y", "max-count": 3})
-    reserved, _ = tool_method("reset", "", {"type": "object"})
-    assert reserved.__name__ == "reset_"
-    hidden, _ = tool_method("_secret", "", {"type": "object"})
-    assert not hidden.__name__.startswith("_")
+    reserved, reserved_spec = tool_method("reset", "", {"type": "object"})
+    assert reserved.__name__ == "reset" and reserved_spec.method_name == "reset_"
+    hidden, spec = tool_method("_secret", "", {"type": "object"})
+    assert not spec.method_name.startswith("_") and hidden.__name__ == "_secret"
     get_json_schema = pytest.importorskip("transformers.utils").get_json_schema
+    assert get_json_schema(method)["function"]["name"] == "get-items"
     props = get_json_schema(method)["function"]["parameters"]
     assert props["required"] == ["mode", "from_"]
     assert props["properties"]["mode"]["enum"] == ["a", "b"]

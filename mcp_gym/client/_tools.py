@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, cast
 
 import anyio
@@ -424,3 +424,42 @@ async def hand_to_session(client: Any, tools: list[mt.Tool]) -> set[str] | None:
                       "(mcp_gym/client/_tools.py needs an update)", RuntimeWarning, stacklevel=2)
         return None
     return {tool.name for tool in served.tools}
+
+
+class ToolFilter:
+    """The ``include_tools`` / ``exclude_tools`` settings of an env: which agent-facing tool names (prefixed when
+    tools are) the agent is shown. ``include``: only these (``None``: all); ``exclude``: never these.
+
+    >>> f = ToolFilter(include=["get-sum", "echo"], exclude=["echo"])
+    >>> [name for name in ("get-sum", "echo", "add") if not f.hide(name)], f.hidden
+    (['get-sum'], {'echo': 'exclude_tools', 'add': 'include_tools'})
+    >>> f.message("add", "get-sum")
+    "tool 'add' is hidden: it is not in the env's include_tools setting (available: get-sum, submit)"
+    """
+
+    def __init__(self, include: Collection[str] | None = None, exclude: Collection[str] | None = ()) -> None:
+        for setting, names in (("include_tools", include), ("exclude_tools", exclude)):
+            if isinstance(names, str) or not all(isinstance(n, str) for n in names or ()):
+                raise TypeError(f"{setting} takes a list of tool names, got {names!r}")
+        self.include = frozenset(include) if include is not None else None
+        self.exclude = frozenset(exclude or ())
+        self.hidden: dict[str, str] = {}
+        """The names a server lists that the settings hide (since the catalogue's last rebuild) -> the setting."""
+
+    def hide(self, name: str) -> bool:
+        """Whether the settings hide tool ``name`` (then noted in :attr:`hidden`)."""
+        if name in self.exclude:
+            self.hidden[name] = "exclude_tools"
+        elif self.include is not None and name not in self.include:
+            self.hidden[name] = "include_tools"
+        else:
+            return False
+        return True
+
+    def message(self, name: str, available: str) -> str | None:
+        """The one-line refusal of a call to a hidden tool (naming it and the setting), else ``None``."""
+        setting = self.hidden.get(name)
+        if setting is None:
+            return None
+        why = "is not in" if setting == "include_tools" else "is in"
+        return f"tool '{name}' is hidden: it {why} the env's {setting} setting (available: {available}, submit)"

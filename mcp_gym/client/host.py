@@ -24,14 +24,8 @@ from pydantic import ValidationError
 
 from mcp_gym.client._http import CONNECTION_LOST, HTTP_CONNECTION_DATA_KEY, HTTP_TIMEOUT_DATA_KEY
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
-from mcp_gym.client._tools import show_name
-from mcp_gym.client.connection import (
-    ConnectionLost,
-    HostCallbacks,
-    ListingTimeout,
-    ServerConnection,
-    TapFactory,
-)
+from mcp_gym.client._tools import ToolFilter, show_name
+from mcp_gym.client.connection import ConnectionLost, HostCallbacks, ListingTimeout, ServerConnection, TapFactory
 from mcp_gym.client.elicitation import with_defaults
 from mcp_gym.client.specs import ServerSpec
 from mcp_gym.protocol import (
@@ -55,16 +49,8 @@ class ServerUnavailableWarning(RuntimeWarning):
     """A server is not available for an episode (it failed to start, died or timed out): its tools are missing."""
 
 
-__all__ = [
-    "ServerUnavailableWarning",
-    "MCPHost",
-    "ToolEntry",
-    "SamplingFn",
-    "ElicitationFn",
-    "catalogue_hash",
-    "render_content",
-    "content_json",
-]
+__all__ = ["ServerUnavailableWarning", "MCPHost", "ToolEntry", "SamplingFn", "ElicitationFn", "catalogue_hash",
+           "render_content", "content_json"]
 
 SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
 """``(messages, params) -> str | CreateMessageResult`` (sync or async). ``messages`` are ``{"role", "content"}``
@@ -219,6 +205,7 @@ class MCPHost:
             ``_meta`` has ``"mcp-gym/hidden": true`` are hidden too.
         block_destructive: hide and refuse tools that may be destructive (``destructiveHint`` not false and not
             ``readOnlyHint``; unannotated tools count as destructive, as the MCP spec says).
+        tool_filter: the ``include_tools``/``exclude_tools`` settings: tools it hides are neither offered nor called.
         tap: makes each connection's :class:`~mcp_gym.client.connection.Tap` (needed for specs with ``record=``:
             ``mcp_gym.cassette.recorder.record_tap``; :class:`~mcp_gym.env.MCPEnv` passes it).
     """
@@ -234,6 +221,7 @@ class MCPHost:
         separator: str = "__",
         hidden_tools: Sequence[str] = HIDDEN_TOOLS,
         block_destructive: bool = False,
+        tool_filter: ToolFilter | None = None,
         tap: TapFactory | None = None,
     ) -> None:
         if not servers:
@@ -245,6 +233,7 @@ class MCPHost:
         self.separator = separator
         self.hidden = set(hidden_tools)
         self.block_destructive = block_destructive
+        self.tool_filter = tool_filter or ToolFilter()
         callbacks = HostCallbacks(
             sampling=self._on_sampling,
             elicitation=self._on_elicitation,
@@ -454,7 +443,7 @@ class MCPHost:
     def _rebuild(self) -> bool:
         before = [(e.name, e.tool) for e in self.catalogue.values()]
         cat: dict[str, ToolEntry] = {}
-        self.clashes = {}
+        self.clashes, self.tool_filter.hidden = {}, {}
         for alias in self.connections:
             if self.connections[alias].status != "ready":
                 continue
@@ -466,6 +455,8 @@ class MCPHost:
                 if _requires_task(tool):
                     continue  # task-augmented execution is not supported: the call could never succeed
                 exposed = self.exposed_name(alias, name)
+                if self.tool_filter.hide(exposed):
+                    continue
                 if exposed in cat:  # two servers, one name (prefix_tools=False): the first server keeps it
                     self.clashes.setdefault(alias, []).append({
                         "name": show_name(name),
@@ -604,7 +595,7 @@ class MCPHost:
 
     def _unknown_msg(self, name: str) -> str:
         avail = ", ".join(sorted(self.catalogue)) or "none"
-        return f"unknown tool '{name}' (available: {avail})"
+        return self.tool_filter.message(name, avail) or f"unknown tool '{name}' (available: {avail})"
 
     def _error(
         self, kind: str, tool: str | None, server: str | None, message: str, *, code: int | None = None,

@@ -103,8 +103,9 @@ def env_factory(env: Mapping[str, Any], tasks: Sequence[Task] | None = None, *,
                 split: str | None = None) -> Callable[[], MCPEnv]:
     """A zero-argument function making the :class:`~mcp_gym.env.MCPEnv` of an env config (the ``env:`` node of a job
     config: :func:`env_config`), over its :func:`server_specs`, its budgets and timeouts, and, for a custom env, its
-    grader, reset mode and spare servers. ``tasks``: the env's tasks (default: its task set or task file, the
-    ``split`` if given). The trainer faces take it as their ``env``."""
+    grader, the tools it shows (``include_tools``/``exclude_tools``), reset mode and spare servers. ``tasks``: the
+    env's tasks (default: its task set or task file, the ``split`` if given). The trainer faces take it as their
+    ``env``."""
     env = to_dict(env)
     tasks = list(load_job_tasks(env, split) if tasks is None else tasks)
     kwargs: dict[str, Any] = {"call_timeout": env.get("call_timeout", 30.0)}
@@ -116,6 +117,10 @@ def env_factory(env: Mapping[str, Any], tasks: Sequence[Task] | None = None, *,
 
         specs, grading = server_specs(env), custom_grading(env)  # shared by the envs: a bad entry fails here
         kwargs["reset_mode"] = env.get("reset_mode") or "auto"
+        if env.get("include_tools") is not None:
+            kwargs["include_tools"] = list(env["include_tools"])
+        if env.get("exclude_tools"):
+            kwargs["exclude_tools"] = list(env["exclude_tools"])
         if env.get("spare_servers") is not None:
             kwargs["spare_servers"] = int(env["spare_servers"])
         from mcp_gym._workspace import SpareBudget

@@ -396,7 +396,8 @@ def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[T
     gen = to_dict(cfg.generator)
     kind = gen.pop("kind", "explore")
     if kind == "explore":
-        explorer = ExploreProposer(seed=int(cfg.seed), **gen)
+        walks_seed = gen.pop("seed", None)  # the walks' own seed; the splits stay on the job's `seed`
+        explorer = ExploreProposer(seed=int(cfg.seed if walks_seed is None else walks_seed), **gen)
         w = 0
         while w < max_walks:  # bounded: walks whose results never agree between two runs propose nothing
             walk = explorer.walk(runner, runner.env, w)

@@ -152,6 +152,8 @@ class _CustomEnv(_Env):
     grader: Any = MISSING  # a grader spec: a name, or a mapping
     grader_timeout: float | None = MISSING
     judge: _Judge = field(default_factory=_Judge)
+    include_tools: list[str] | None = MISSING
+    exclude_tools: list[str] = MISSING
     reset_mode: str = MISSING
     spare_servers: int = MISSING
 

@@ -71,7 +71,7 @@ except ModuleNotFoundError as e:  # one line, not a traceback
     raise SystemExit(f"sft_from_scratch.py needs the [train] extra (no module {e.name!r}): "
                      "pip install -e '.[train]'") from None
 
-from mcp_gym import MCPEnv, sft  # noqa: E402
+from mcp_gym import Connection, MCPEnv, sft  # noqa: E402
 from mcp_gym.cli import main as mcp_gym_cli  # noqa: E402
 from mcp_gym.envs import load_env_tasks  # noqa: E402
 from mcp_gym.graders import Grading  # noqa: E402
@@ -139,6 +139,11 @@ def add_task_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server", action="append", default=[], metavar="ALIAS=COMMAND",
                    help="with --tasks: an MCP server (a command line or URL, as +env.servers.ALIAS=...); repeatable")
     p.add_argument("--max-steps", type=int, default=20, help="with --tasks: steps per episode (env.max_steps)")
+    p.add_argument("--include-tool", action="append", default=None, metavar="NAME",
+                   help="with --tasks: show the agent only this tool (repeatable; env.include_tools): in the "
+                        "training examples, the RL rollouts and every evaluation alike")
+    p.add_argument("--exclude-tool", action="append", default=[], metavar="NAME",
+                   help="with --tasks: hide this tool from the agent (repeatable; env.exclude_tools)")
 
 
 class TaskSet:
@@ -157,8 +162,8 @@ class TaskSet:
                                  "stdio'")
             self.servers[alias.strip()] = command.strip()
         if self.file is None:
-            if self.servers:
-                raise SystemExit("--server needs --tasks FILE (a bundled --env brings its own server)")
+            if self.servers or args.include_tool is not None or args.exclude_tool:
+                raise SystemExit("--server, --include-tool and --exclude-tool need --tasks FILE")
             self.name = args.env
             self.overrides = [f"env={args.env}", "env.transport=inprocess"]
             self.val_split = "train"  # a bundled env has no validation split: the first train tasks are held out
@@ -169,9 +174,15 @@ class TaskSet:
             raise SystemExit(f"--tasks {args.tasks}: name its MCP servers with --server ALIAS=COMMAND")
         self.name = str(args.tasks)
         self.max_steps = args.max_steps
+        self.include_tools: list[str] | None = args.include_tool
+        self.exclude_tools: list[str] = args.exclude_tool
         quoted = {a: c.replace("\\", "\\\\").replace('"', '\\"') for a, c in self.servers.items()}
         self.overrides = ["env=custom", *(f'+env.servers.{a}="{c}"' for a, c in quoted.items()),
                           f"env.tasks={self.file}", f"env.max_steps={args.max_steps}"]
+        if self.include_tools is not None:
+            self.overrides.append(f"env.include_tools={json.dumps(self.include_tools)}")
+        if self.exclude_tools:
+            self.overrides.append(f"env.exclude_tools={json.dumps(self.exclude_tools)}")
         self.val_split = "validation"
 
     def tasks(self, split: str) -> list[Task]:
@@ -186,8 +197,9 @@ class TaskSet:
         if self.file is None:
             return self.name
         servers, tasks, folder, max_steps = dict(self.servers), self.tasks("train"), self.file.parent, self.max_steps
+        shown = Connection(include_tools=self.include_tools, exclude_tools=self.exclude_tools)  # as the jobs show it
         return lambda: MCPEnv(servers, tasks, max_steps=max_steps, grader=Grading(None, task_dir=folder),
-                              env_id="mcp_gym/custom")
+                              env_id="mcp_gym/custom", connection=shown)
 
 
 def cli(*overrides: str) -> None:
