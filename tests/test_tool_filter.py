@@ -176,3 +176,19 @@ def test_trl_rollouts_show_the_tools_eval_shows() -> None:
         assert "The sum of 2 and 3 is 5" in tools["get-sum"](a=2, b=3)  # TRL calls a tool by the name it showed
     finally:
         rollout._close()
+
+
+def test_include_tools_naming_a_tool_no_server_lists_warns_once() -> None:
+    with pytest.warns(UserWarning, match=r"include_tools names 'get-count', which no server lists") as seen:
+        env = counter_env(include_tools=["get_count", "get-count"])  # the second: a typo of the first
+        env.reset(seed=0)
+    try:
+        assert "(the agent is shown: get_count, submit)" in str(seen[-1].message)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            env.reset(seed=1)  # said once
+            env.step({"tool": "get_count", "arguments": {}})
+    finally:
+        env.close()

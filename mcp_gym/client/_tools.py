@@ -445,6 +445,7 @@ class ToolFilter:
         self.exclude = frozenset(exclude or ())
         self.hidden: dict[str, str] = {}
         """The names a server lists that the settings hide (since the catalogue's last rebuild) -> the setting."""
+        self._reported: set[str] = set()
 
     def hide(self, name: str) -> bool:
         """Whether the settings hide tool ``name`` (then noted in :attr:`hidden`)."""
@@ -455,6 +456,16 @@ class ToolFilter:
         else:
             return False
         return True
+
+    def unlisted(self, listed: Collection[str]) -> list[str]:
+        """The ``include_tools`` names not among the tool names the servers have ``listed`` that were not reported yet
+        (each is reported once: a name no server lists, a typo most likely, would otherwise leave the agent without
+        that tool unsaid)."""
+        if self.include is None:
+            return []
+        new = sorted(self.include - set(listed) - self._reported)
+        self._reported.update(new)
+        return new
 
     def message(self, name: str, available: str) -> str | None:
         """The one-line refusal of a call to a hidden tool (naming it and the setting), else ``None``."""

@@ -464,6 +464,13 @@ class MCPHost:
                     continue
                 cat[exposed] = ToolEntry(exposed, alias, name, tool)
         self.catalogue = cat
+        if self.tool_filter.include is not None and all(c.status == "ready" for c in self.connections.values()):
+            missing = self.tool_filter.unlisted({self.exposed_name(a, n) for a in self.connections
+                                                 for n in self.all_tools.get(a, {})})
+            if missing:  # every server is up and none lists them: a typo, or tools listed later (list_changed)
+                warnings.warn(f"mcp-gym: include_tools names {', '.join(map(repr, missing))}, which no server lists "
+                              f"now (the agent is shown: {', '.join(sorted(cat)) or 'no tool'}, submit)",
+                              UserWarning, stacklevel=2)
         return before != [(e.name, e.tool) for e in cat.values()]
 
     def catalogue_hash(self) -> str:
