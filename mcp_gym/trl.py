@@ -45,6 +45,7 @@ import keyword
 import re
 import textwrap
 import types
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union, cast
@@ -204,6 +205,10 @@ def _identifier(name: str, taken: set[str], reserved: frozenset[str] = frozenset
 
 
 # -- tool methods ------------------------------------------------------------------------------------------------------
+_RENAMED_SAID: set[str] = set()
+"""Tools whose renamed arguments were said (once per tool and process)."""
+
+
 @dataclass(frozen=True)
 class ToolMethodSpec:
     """How a generated method maps to its MCP tool.
@@ -269,6 +274,13 @@ def tool_method(
         if py_name != json_name:
             extra = f"{extra}; JSON name {json_name!r}" if extra else f"JSON name {json_name!r}"
         arg_docs.append(f"    {py_name}: {text}" + (f" ({extra})" if extra else ""))
+    renamed = [(j, py) for py, j in params.items() if py != j]
+    if renamed and tool_name not in _RENAMED_SAID:  # a Python signature cannot carry these names; say so, once
+        _RENAMED_SAID.add(tool_name)
+        warnings.warn(f"mcp_gym.trl: tool {tool_name!r} shows the model its arguments "
+                      f"{', '.join(f'{j!r} as {py!r}' for j, py in renamed)} (TRL takes tools as Python functions, "
+                      "whose parameters are identifiers), while eval and SFT exports show the JSON names: a model "
+                      "trained on one form sees the other at evaluation", UserWarning, stacklevel=2)
     annotations["return"] = str
     signature = inspect.Signature(sig_params, return_annotation=str)
     returns = f"The tool result as text ({_one_line(doc_returns)})" if doc_returns else "The tool result as text."

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import pytest
 
+from mcp_gym import trl
 from mcp_gym.trl import (
     MCPToolEnvironment,
     environment_factory,
@@ -170,7 +171,10 @@ def test_tool_method_edge_cases() -> None:
         },
         "required": ["mode", "from"],
     }
-    method, spec = tool_method("get-items", "Get items.\n\nArgs:\n    limit: At most this many.", schema)
+    trl._RENAMED_SAID.discard("get-items")
+    with pytest.warns(UserWarning, match=r"tool 'get-items' shows the model its arguments 'from' as 'from_', "
+                      r"'max-count' as 'max_count'"):
+        method, spec = tool_method("get-items", "Get items.\n\nArgs:\n    limit: At most this many.", schema)
     assert spec.method_name == "get_items" and method.__name__ == "get-items"  # the model sees the env's name
     params = inspect.signature(method).parameters
     assert list(params) == ["self", "mode", "from_", "max_count", "tags", "limit"]
