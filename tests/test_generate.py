@@ -239,6 +239,7 @@ def test_llm_generator_keeps_exactly_the_good_proposals(tmp_path: Path) -> None:
     assert (passed, noop) == (1.0, 0.0)
 
 
+@pytest.mark.slow  # two generate runs over npm server-everything: 36 s of the fast lane's 5 minutes
 @pytest.mark.timeout(600)
 def test_generator_seed_varies_the_walks_not_the_splits(tmp_path: Path) -> None:
     """Runs with one job ``seed`` and different ``generator.seed`` (side by side, e.g. on several cores) propose
