@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from test_spare_servers import PID_SERVER, alive, pids, wait_for
+import test_spare_servers
+from test_spare_servers import FIXTURES, PID_SERVER, alive, make_env, pids, read, wait_for
 
-from mcp_gym import MCPEnv, Stdio
 from mcp_gym.cli import main
 from mcp_gym.client.runtime import default_runtime
 from mcp_gym.jobs.config import env_factory, plan_episodes
@@ -26,32 +25,7 @@ from mcp_gym.policies import Agent, OraclePolicy
 from mcp_gym.tasks import Task, as_task
 from mcp_gym.vector import EpisodeResult, VectorMCPEnv
 
-FIXTURES = ("a", "b", "c")
-
-
-@pytest.fixture
-def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    """Folders: ``pids`` (the servers'), ``tmp`` (where workspaces are made), fixtures ``a``, ``b`` and ``c``."""
-    folders = {name: tmp_path / name for name in ("pids", "tmp", *FIXTURES)}
-    for folder in folders.values():
-        folder.mkdir()
-    for name in FIXTURES:
-        (folders[name] / "in.txt").write_text(f"hello {name}")
-    monkeypatch.setattr(tempfile, "tempdir", str(folders["tmp"]))
-    return folders
-
-
-def make_env(f: dict[str, Path], spare_servers: int = 1) -> MCPEnv:
-    tasks = [{"id": "a1", "prompt": "p", "fixture": str(f["a"])}, {"id": "a2", "prompt": "p", "fixture": str(f["a"])},
-             {"id": "b1", "prompt": "p", "fixture": str(f["b"])}]
-    server = Stdio(command=sys.executable, args=[str(PID_SERVER), "{workspace}", str(f["pids"])], connect_timeout=120)
-    return MCPEnv({"s": server}, tasks, spare_servers=spare_servers)
-
-
-def read(env: MCPEnv, name: str) -> str:
-    _, _, _, _, info = env.step({"tool": "read_file", "arguments": {"name": name}})
-    assert info["error"] is None, info["error"]
-    return str(info["content"][0]["text"])
+setup = test_spare_servers.setup  # the fixture folders a, b and c, shared with the pool's other tests
 
 
 def test_a_reset_told_the_next_task_starts_its_server_in_that_task_s_fixture(setup: dict[str, Path]) -> None:

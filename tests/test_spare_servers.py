@@ -26,6 +26,7 @@ from mcp_gym.cli import main
 from mcp_gym.client.runtime import Runtime
 
 PID_SERVER = ROOT / "tests" / "servers" / "pid_server.py"
+FIXTURES = ("a", "b", "c")
 
 
 def alive(pid: int) -> bool:
@@ -52,12 +53,13 @@ def wait_for(what: Callable[[], Any], bound: float = 120.0) -> Any:
 
 @pytest.fixture
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    """Folders: ``pids`` (the servers'), ``tmp`` (where workspaces are made), fixtures ``a`` and ``b``."""
-    folders = {name: tmp_path / name for name in ("pids", "tmp", "a", "b")}
+    """Folders: ``pids`` (the servers'), ``tmp`` (where workspaces are made), fixtures ``a``, ``b`` and ``c`` (each
+    with ``in.txt`` saying ``hello <name>``)."""
+    folders = {name: tmp_path / name for name in ("pids", "tmp", *FIXTURES)}
     for folder in folders.values():
         folder.mkdir()
-    (folders["a"] / "in.txt").write_text("hello a")
-    (folders["b"] / "in.txt").write_text("hello b")
+    for name in FIXTURES:
+        (folders[name] / "in.txt").write_text(f"hello {name}")
     monkeypatch.setattr(tempfile, "tempdir", str(folders["tmp"]))
     return folders
 
