@@ -391,6 +391,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "reset_errors": reset_errors,
             "logs": self.host.drain_logs(),
             "startup_seconds": self.host.startup_seconds(since),  # servers (re)started for this episode
+            "reset_seconds": anyio.current_time() - since,  # the whole reset: set-up, servers, listing
         }
         if ep.task.turns:
             info["turn"], info["turns"] = 0, ep.turn_count

@@ -192,6 +192,7 @@ def test_round_trip_non_ascii_images_errors_and_catalogue_changes(tmp_path: Path
     assert ep["task_prompt"] == "Dis bonjour — 挨拶して" and json.loads(ep["task"])["answer"] == "日本"
     metadata = json.loads(ep["metadata"])
     budget = metadata.pop("budget")  # the env's budgets and what the episode used of them
+    assert metadata.pop("reset_seconds") > 0  # the reset's time (the job's time to first step)
     assert ep["policy"] == "policy-α" and metadata == {"run": "α", "note": "ü"}
     assert budget["steps"] == ep["length"] and budget["max_turns"] is None and budget["turns"] == ep["length"]
     assert (ep["final_answer"], ep["success"], ep["termination"]) == ("日本", True, "submit")

@@ -218,7 +218,12 @@ def test_eval_reports_the_time_spent_starting_servers(tmp_path: Path, capsys: py
     metadata = [json.loads(e["metadata"]) for e in read_tables(out)[1].to_pylist()]
     assert all(m["startup_seconds"] > 0 for m in metadata)  # every episode started its own server
     assert sum(m["startup_seconds"] for m in metadata) == pytest.approx(startup["total"])
-    assert "server start-up share" in capsys.readouterr().out
+    # The whole reset holds the server's start, and the first step's answer comes after the reset.
+    assert all(m["reset_seconds"] >= m["startup_seconds"] - 1e-3 for m in metadata)
+    first = summary["first_step_s"]
+    assert min(m["reset_seconds"] for m in metadata) <= first["p50"] <= first["p90"]
+    out = capsys.readouterr().out
+    assert "server start-up share" in out and "time to first step s p50" in out
 
 
 def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, client_log: list[logging.LogRecord],

@@ -256,6 +256,7 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
         "tool_call_ms": _percentiles(call_ms),
         "episode_s": _percentiles(episode_s),
         **_startup(episodes, sum(episode_s)),
+        **_first_step(episodes, steps),
         "terminations": dict(Counter(str(e["termination"]) for e in eps).most_common()),
         **({"by_tag": by_tag(tasks, [k for k in ks if 1 <= k <= min_samples])}
            if any(t.get("tags") for t in tasks) else {}),
@@ -269,18 +270,39 @@ def _startup(episodes: pa.Table, episodes_total: float) -> dict[str, Any]:
     episode started a server."""
     if "metadata" not in episodes.column_names:
         return {}
-    seconds = []
-    for meta in episodes.column("metadata").to_pylist():
-        try:
-            value = json.loads(meta).get("startup_seconds") if meta else None
-        except (ValueError, AttributeError):
-            value = None
-        seconds.append(float(value) if isinstance(value, (int, float)) else 0.0)
+    seconds = [_meta_seconds(meta, "startup_seconds") or 0.0 for meta in episodes.column("metadata").to_pylist()]
     total = float(sum(seconds))
     if not total:
         return {}
     return {"startup_s": {"total": total, "mean": total / len(seconds), **_percentiles(seconds)},
             "startup_share": total / (total + episodes_total)}
+
+
+def _meta_seconds(meta: str | None, key: str) -> float | None:
+    """A number of seconds an episode's recorded ``metadata`` JSON holds under ``key`` (``None`` if none)."""
+    try:
+        value = json.loads(meta).get(key) if meta else None
+    except (ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _first_step(episodes: pa.Table, steps: pa.Table) -> dict[str, Any]:
+    """``first_step_s`` (percentiles): per episode, the time from the start of its ``reset`` to its first step's
+    answer (the reset's ``reset_seconds`` from the recorder's metadata, then the policy's first move and the call);
+    empty when no episode recorded its reset time."""
+    if "metadata" not in episodes.column_names or not len(steps):
+        return {}
+    rows = episodes.select(["episode_id", "started_at", "metadata"]).to_pylist()
+    resets = {r["episode_id"]: (r["started_at"], s) for r in rows
+              if r["started_at"] is not None and (s := _meta_seconds(r["metadata"], "reset_seconds")) is not None}
+    if not resets:
+        return {}
+    first = steps.select(["episode_id", "step_index", "timestamp", "duration"]).to_pylist()
+    values = [resets[s["episode_id"]][1] + (s["timestamp"] - resets[s["episode_id"]][0]).total_seconds()
+              + (s["duration"] or 0.0)
+              for s in first if s["step_index"] == 0 and s["episode_id"] in resets and s["timestamp"] is not None]
+    return {"first_step_s": _percentiles(values)} if values else {}
 
 
 def _grading(eps: list[dict[str, Any]], steps: pa.Table) -> dict[str, Any]:

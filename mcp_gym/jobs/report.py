@@ -134,6 +134,10 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Eval
         table.add_row("server start-up s (mean)", *(_fmt((s.get("startup_s") or {}).get("mean"))
                                                     for s in summaries.values()))
         table.add_row("server start-up share", *(_fmt(s.get("startup_share"), True) for s in summaries.values()))
+    if any("first_step_s" in s for s in summaries.values()):  # reset start to the first step's answer
+        for p in ("p50", "p90"):
+            table.add_row(f"time to first step s {p}", *(_fmt((s.get("first_step_s") or {}).get(p))
+                                                          for s in summaries.values()))
     table.add_row("endings", *(", ".join(f"{k} {v}" for k, v in (s.get("terminations") or {}).items())
                                for s in summaries.values()))
     for tag in sorted({t for s in summaries.values() for t in s.get("by_tag") or {}}):

@@ -199,6 +199,8 @@ class RecordTrajectories(AsyncWrapper):
         metadata = {**self.metadata, **dict(extra.get("metadata") or {})}
         if info.get("startup_seconds"):  # the time this episode's reset spent starting servers (MCPEnv)
             metadata["startup_seconds"] = info["startup_seconds"]
+        if isinstance(info.get("reset_seconds"), (int, float)):  # the whole reset (MCPEnv): time to first step
+            metadata["reset_seconds"] = info["reset_seconds"]
         self._last_resources = obs.get("resources") if isinstance(obs, Mapping) else None
         self._user_turn = info.get("turn")
         self._last_resources_json = dumps(self._last_resources) if self._last_resources else None

@@ -126,7 +126,7 @@ function summaryTable() {
   const body = rows.filter(([, key]) => ev.some(r => r.summary[key] !== undefined)).map(([label, key, f]) =>
     h("tr", {}, h("td", {}, label), ev.map(r => h("td", {class: "num"}, (f || fmt)(r.summary[key])))));
   for (const [label, key] of [["tool call ms", "tool_call_ms"], ["episode s", "episode_s"],
-                              ["server start-up s", "startup_s"]].filter(([, k]) => ev.some(r => r.summary[k])))
+                              ["server start-up s", "startup_s"], ["time to first step s", "first_step_s"]].filter(([, k]) => ev.some(r => r.summary[k])))
     for (const p of ["p50", "p90", "p99"])
       body.push(h("tr", {}, h("td", {}, `${label} ${p}`),
         ev.map(r => h("td", {class: "num"}, fmt((r.summary[key] || {})[p])))));
