@@ -214,9 +214,14 @@ def test_eval_reports_the_time_spent_starting_servers(tmp_path: Path, capsys: py
     startup = summary["startup_s"]
     assert startup["total"] > 0 and startup["mean"] == pytest.approx(startup["total"] / 2)
     assert startup["p50"] <= startup["p90"] <= startup["p99"]
-    assert 0 < summary["startup_share"] < 1  # of the episodes' time with their servers' start-up
-    metadata = [json.loads(e["metadata"]) for e in read_tables(out)[1].to_pylist()]
+    assert 0 < summary["startup_share"] < 1
+    rows = read_tables(out)[1].to_pylist()
+    metadata = [json.loads(e["metadata"]) for e in rows]
     assert all(m["startup_seconds"] > 0 for m in metadata)  # every episode started its own server
+    # The share is of the episodes' whole time: each reset (which holds the server's start) and the steps after it.
+    whole = sum(m["reset_seconds"] for m in metadata) + sum((e["ended_at"] - e["started_at"]).total_seconds()
+                                                            for e in rows)
+    assert summary["startup_share"] == pytest.approx(startup["total"] / whole)
     assert sum(m["startup_seconds"] for m in metadata) == pytest.approx(startup["total"])
     # The whole reset holds the server's start, and the first step's answer comes after the reset.
     assert all(m["reset_seconds"] >= m["startup_seconds"] - 1e-3 for m in metadata)

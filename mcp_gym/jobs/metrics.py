@@ -11,7 +11,8 @@
 * tool-error rate (failed tool calls, parse failures excluded, per step) and parse-error rate (model outputs whose
   tool call could not be read, per step that carries a parse status);
 * latency percentiles of tool calls and of whole episodes; the time spent starting servers for the episodes (a server
-  per episode: ``{workspace}``, ``reset_mode=restart``), in total and as a share of the episodes' time with it;
+  per episode: ``{workspace}``, ``reset_mode=restart``), in total and as a share of the episodes' time (their
+  resets included), and the time from each episode's reset to its first step's answer;
 * how episodes ended (``submit``, ``done``, ``max_steps``, ``deadline``, ...);
 * per task tag (the tasks' ``tags``: category, difficulty, ...): tasks, episodes, success rate, pass@k and pass^k
   of the tasks carrying it (``by_tag``, present when some task has tags).
@@ -265,17 +266,22 @@ def summarize(episodes: pa.Table, steps: pa.Table, ks: Iterable[int] = (1,)) -> 
 
 
 def _startup(episodes: pa.Table, episodes_total: float) -> dict[str, Any]:
-    """``startup_s`` (total, mean per episode, percentiles) and ``startup_share`` (of the time of the episodes and
-    their servers' start-up) from the ``startup_seconds`` the recorder put in each episode's metadata; empty when no
-    episode started a server."""
+    """``startup_s`` (total, mean per episode, percentiles) and ``startup_share`` from the ``startup_seconds`` the
+    recorder put in each episode's metadata; empty when no episode started a server. The share is of the episodes'
+    whole time: each episode's reset (``reset_seconds``, which holds its servers' start-up) and its steps; for a run
+    recorded without ``reset_seconds``, of the steps' time plus the start-up."""
     if "metadata" not in episodes.column_names:
         return {}
-    seconds = [_meta_seconds(meta, "startup_seconds") or 0.0 for meta in episodes.column("metadata").to_pylist()]
+    metas = episodes.column("metadata").to_pylist()
+    seconds = [_meta_seconds(meta, "startup_seconds") or 0.0 for meta in metas]
     total = float(sum(seconds))
     if not total:
         return {}
+    resets = [_meta_seconds(meta, "reset_seconds") for meta in metas]
+    whole = (sum(r for r in resets if r is not None) if all(r is not None for r in resets) else total) \
+        + episodes_total
     return {"startup_s": {"total": total, "mean": total / len(seconds), **_percentiles(seconds)},
-            "startup_share": total / (total + episodes_total)}
+            "startup_share": min(1.0, total / whole) if whole > 0 else None}
 
 
 def _meta_seconds(meta: str | None, key: str) -> float | None:
