@@ -50,8 +50,33 @@ def make_workspace(task: Task) -> Path:
         if not fixture.is_dir():
             shutil.rmtree(workspace, ignore_errors=True)
             raise ValueError(f"task '{task.id}': fixture {fixture} is not a directory")
-        shutil.copytree(fixture, workspace, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(fixture, workspace, symlinks=True, dirs_exist_ok=True, copy_function=clone_file)
     return workspace
+
+
+def clone_file(src: str, dst: str) -> str:
+    """Copy one fixture file as ``shutil.copy2`` does (content, mode, times), sharing its blocks where the file
+    system can: ``os.copy_file_range`` makes a copy-on-write clone on btrfs, XFS and other reflink file systems (a
+    write to either copy never reaches the other) and an in-kernel copy elsewhere; anything it cannot do falls back to
+    ``shutil.copy2``."""
+    copy_range = getattr(os, "copy_file_range", None)
+    size = os.stat(src).st_size
+    if copy_range is None or not size:
+        return shutil.copy2(src, dst)
+    try:
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            done = 0
+            while done < size:
+                n = copy_range(fin.fileno(), fout.fileno(), size - done)
+                if not n:  # a file system that reports nothing copied: copy it the ordinary way
+                    break
+                done += n
+    except OSError:  # not supported here (another file system, an old kernel): copy it the ordinary way
+        done = -1
+    if done != size:
+        return shutil.copy2(src, dst)
+    shutil.copystat(src, dst)
+    return dst
 
 
 def setup_key(env: _EpisodeServers, task: Task) -> tuple[Any, ...]:
