@@ -1,6 +1,5 @@
 """The fast lane for ``tools/call``, ``resources/read`` and raw ``tools/list`` over stdio and Streamable HTTP: the
-request goes straight onto the wire and its answer straight back to the caller, without the SDK's per-request
-machinery in between.
+request goes straight onto the wire and its answer straight back to the caller, without the SDK's machinery.
 
 Through the SDK (mcp 2.3) one ``tools/call`` costs a pydantic model built and dumped, a memory-object stream pair per
 request, a hop through the transport's writer task and the dispatcher's reader, and a second validation of the raw
@@ -14,18 +13,17 @@ result: about 6× the client CPU of a hand-written asyncio JSON-RPC client over 
   path makes for a waiting id (an error for an oversized or unreadable answer) resolves the future too;
 * what the SDK does around the wire is kept, through its public API: the request id is the lane's own (from
   :data:`LANE_IDS_FROM` up, never one of the session's), the request is stamped as the session stamps its own (the
-  era ``_meta`` the session stamped on its last request, as the transport's writer saw it), progress notifications
-  reach the callback, a timeout or a cancelled call sends the courtesy ``notifications/cancelled`` through the
-  session's ``send_notification``, the result is checked as the SDK checks it (negotiated-version validation, the
-  ``CallToolResult`` model, the output schema with the validator mcp-gym compiled once per definition while
-  checking the listing: :func:`~mcp_gym._compat.mcp_output.check_output`), and an
-  input-required or claimed result is finished by the SDK's ``Client``.
+  era ``_meta`` of the session's last request, as the transport's writer saw it), progress reaches the callback, a
+  timeout or a cancelled call sends the courtesy ``notifications/cancelled`` (the session's ``send_notification``),
+  the result is checked as the SDK checks it (negotiated-version validation, the ``CallToolResult`` model, the
+  output schema with the validator mcp-gym compiled once per definition while checking the listing:
+  :func:`~mcp_gym._compat.mcp_output.check_output`), and an input-required or claimed result is finished by the
+  SDK's ``Client``.
 
 Over Streamable HTTP the wire is :class:`mcp_gym.client._http_lane.HttpWire` (one POST on a lean keep-alive client,
-the answer read from its body); this module only needs an object with the :class:`Lane` interface.
-
-Everything else (handshake, notifications, sampling, elicitation, roots, auth, resumption of other requests) stays on
-the SDK; ``tools/list`` goes on the lane raw (:func:`list_tools_raw`) so that mcp-gym checks it tool by tool.
+the answer read from its body); this module only needs an object with the :class:`Lane` interface. ``tools/list``
+goes on the lane raw (:func:`list_tools_raw`: mcp-gym checks it tool by tool); everything else (handshake,
+notifications, sampling, elicitation, roots, auth, resumption of other requests) stays on the SDK.
 """
 
 from __future__ import annotations
@@ -62,7 +60,7 @@ except ImportError:  # pragma: no cover - then no trace context is carried (the 
     _otel_context = None  # type: ignore[assignment]  # _inject() then does nothing
 
 __all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "list_tools_raw",
-           "usable", "missing", "page_shell", "era_meta"]
+           "usable", "missing", "page_shell"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,16 +95,6 @@ ABANDON_WRITE_TIMEOUT = 2.0
 """Seconds the courtesy ``notifications/cancelled`` of a request the caller stopped waiting for may take to send."""
 STAMP_KEYS = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY)
 """The ``_meta`` keys the SDK stamps on each request of a 2026-07-28 session (constant over the session)."""
-
-
-def era_meta(message: Any) -> dict[str, Any] | None:
-    """The era ``_meta`` (its :data:`STAMP_KEYS`) the SDK's session stamped on ``message``, a request it writes after
-    the handshake (2026-07-28), else ``None`` (a handshake-era request, a notification, ``server/discover``)."""
-    if isinstance(message, mt.JSONRPCRequest) and message.method not in ("initialize", "server/discover"):
-        meta = (message.params or {}).get("_meta")
-        if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
-            return {k: meta[k] for k in STAMP_KEYS if k in meta}
-    return None
 
 
 class Lane(Protocol):
@@ -230,9 +218,10 @@ class Wire(LaneIds):
 
     def observe(self, message: Any) -> None:
         """Note the stamp of a request the SDK's session writes (its ``_meta`` keys of :data:`STAMP_KEYS`)."""
-        meta = era_meta(message)
-        if meta is not None:
-            self.stamped = meta
+        if isinstance(message, mt.JSONRPCRequest) and message.method not in ("initialize", "server/discover"):
+            meta = (message.params or {}).get("_meta")
+            if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
+                self.stamped = {k: meta[k] for k in STAMP_KEYS if k in meta}
 
     def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
         """Over stdio a handshake-era request carries no stamp (the SDK's only adds HTTP headers); a 2026-07-28 one
@@ -548,9 +537,8 @@ async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any
         params["_meta"] = out_meta
     else:
         params.pop("_meta", None)
-    # params left out when empty, as the SDK's dispatcher does (a tools/list without cursor or _meta)
     body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params} if params else
-                        {"jsonrpc": "2.0", "id": rid, "method": method})
+                        {"jsonrpc": "2.0", "id": rid, "method": method})  # no empty params, as the SDK's dispatcher
     if progress is not None:
         wire.progress[rid] = progress
     try:
@@ -680,9 +668,8 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
 
 
 async def list_tools_raw(client: Any, wire: Lane, params: dict[str, Any]) -> Any:
-    """One ``tools/list`` page on the lane (``params``: the request's, as ``model_dump(by_alias=True, mode="json",
-    exclude_none=True)`` makes them), its raw result unvalidated (mcp-gym checks it tool by tool). Raises
-    :class:`StepAside` when the lane cannot send it (nothing was sent)."""
+    """One ``tools/list`` page (``params`` as the request's JSON dump makes them) on the lane, its raw result (mcp-gym
+    checks it tool by tool); :class:`StepAside` when the lane cannot send it (nothing was sent)."""
     if not usable(client) or not wire.open():
         raise StepAside("the lane cannot serve this session")
     return await _roundtrip(client, wire, "tools/list", dict(params), None, None)

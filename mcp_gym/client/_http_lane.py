@@ -60,10 +60,10 @@ from mcp.shared.inbound import (
     x_mcp_header_map,
 )
 from mcp.shared.message import SessionMessage
-from mcp_types import LOG_LEVEL_META_KEY
+from mcp_types import LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, LaneIds, StepAside, answer_of, era_meta
+from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, STAMP_KEYS, LaneIds, StepAside, answer_of
 from mcp_gym.client import _http
 from mcp_gym.client._http import (
     CONNECTION_LOST,
@@ -159,10 +159,12 @@ class HttpWire(LaneIds):
         return self.inject is not None and self.off is None and not self.closed
 
     def observe(self, message: Any) -> None:
-        """Note the era ``_meta`` of a request the SDK's session writes (its transport's write stream calls this)."""
-        meta = era_meta(message)
-        if meta is not None:
-            self.stamped = meta
+        """Note the era ``_meta`` of a request the SDK's session writes (its transport's write stream calls this), as
+        the stdio lane's :meth:`~mcp_gym._compat.mcp_wire.Wire.observe` does."""
+        if isinstance(message, mt.JSONRPCRequest) and message.method not in ("initialize", "server/discover"):
+            meta = (message.params or {}).get("_meta")
+            if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
+                self.stamped = {k: meta[k] for k in STAMP_KEYS if k in meta}
 
     def listed(self, tools: list[mt.Tool], version: str | None) -> None:
         """The tools of a complete listing handed to the session: on a 2026-07-28 session their ``x-mcp-header``
