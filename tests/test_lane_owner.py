@@ -146,3 +146,28 @@ def test_the_tool_listing_goes_on_the_lane_and_a_bad_tool_costs_only_that_tool(t
         assert first["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
     else:
         assert "params" not in first
+
+
+def test_without_a_lane_a_tool_the_schema_refuses_fails_the_listing_by_name(tmp_path: Path) -> None:
+    """Where no lane serves the session (here the SDK's own stdio transport; in-process and old-SSE servers, an HTTP
+    session with ``auth=``) the listing comes through the session's public ``send_request``, validated whole: a tool
+    the protocol schema refuses fails the listing, with one line naming where; the other checks still cost only the
+    tool (here a duplicate name)."""
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    from mcp_gym.client._tools import ListingError, list_tools_checked, listing_cache
+
+    async def listing(tools: list[Any]) -> Any:
+        params = StdioServerParameters(command=sys.executable, args=[BAD_SERVER, "--tools", json.dumps(tools)])
+        async with Client(params, cache=listing_cache()) as client:
+            try:
+                return await list_tools_checked(client, None, 10)
+            except ListingError as e:
+                return str(e)
+
+    assert anyio.run(listing, [ECHO, {"name": "bad"}]) == "tools/list result is invalid: tools.1.inputSchema: Field " \
+        "required"
+    good, skipped, _ = anyio.run(listing, [ECHO, ECHO])
+    assert [t.name for t in good] == ["echo"] and [s["reason"] for s in skipped] == [
+        "duplicate name (an earlier tool of this server has it; the first one is kept)"]
