@@ -48,20 +48,19 @@ def server() -> MCPServer:
     return mcp
 
 
-def test_session_private_names_work() -> None:
-    anyio.run(session_private_names_work)
+def test_the_session_needs_no_private_name_for_a_raw_listing() -> None:
+    """``ClientSession._dispatcher`` and ``._stamp`` are given up: a raw ``tools/list`` is the lanes' own request
+    (``tests/test_lane_owner.py``), elsewhere the session's public ``send_request``; nothing in ``_compat`` offers
+    them any longer."""
+    assert not hasattr(mcp_compat, "raw_sender") and not hasattr(mcp_compat, "stamp")
+    anyio.run(public_listing)
 
 
-async def session_private_names_work() -> None:
+async def public_listing() -> None:
     async with Client(server(), cache=None) as client:
-        session = client.session
-        assert mcp_compat.missing_on_session(session) == [], "ClientSession's private names moved"
-        send = mcp_compat.raw_sender(session)
-        assert send is not None
-        request = mt.ListToolsRequest(params=mt.PaginatedRequestParams()).model_dump(by_alias=True, mode="json",
-                                                                                     exclude_none=True)
-        raw = await send("tools/list", request)
-        assert isinstance(raw, dict) and [t["name"] for t in raw["tools"]] == ["double"]  # raw JSON, not a model
+        page = await client.session.send_request(mt.ListToolsRequest(params=mt.PaginatedRequestParams()),
+                                                 mt.ListToolsResult)
+        assert [t.name for t in page.tools] == ["double"]
 
 
 def test_discover_timeout_is_the_sdk_global(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,14 +112,6 @@ def test_a_moved_sdk_name_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPa
     assert warned(mcp_compat.set_discover_timeout, 3.0) == []  # once
     assert not hasattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS")  # not created behind the SDK's back
     assert mcp_compat.missing() == ["mcp.client.session.DISCOVER_TIMEOUT_SECONDS"]
-
-
-def test_a_moved_session_name_warns_once() -> None:
-    class Session:  # an SDK session without the private channel
-        pass
-
-    assert warned(mcp_compat.raw_sender, Session())[0].startswith("mcp-gym: ClientSession._dispatcher/_stamp is gone")
-    assert mcp_compat.missing_on_session(Session()) == ["ClientSession._dispatcher", "ClientSession._stamp"]
 
 
 def test_a_python_without_the_c_encoder_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,12 +15,13 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import httpx2
 import pytest
 from anyio.streams import memory
 from conftest import free_port, npm_bin, start_http_server, stop_process, wait_for_port
+from pydantic import Field
 
 from mcp_gym import MCPEnv
 from mcp_gym.client.specs import Http
@@ -85,9 +86,9 @@ def test_counter_steps_take_the_lane(counter_url: str, monkeypatch: pytest.Monke
         assert made == {"httpx2": 0, "streams": 0}, made  # main: an httpx2 request and a stream per request
         wire = env.host.connections["c"].http_wire
         assert wire.off is None
-        # the reset's mcp_gym_reset and resources/read, the warm-up, one tools/call per echo step (nothing changed: no
-        # resource read), add's call and the changed resource's read
-        assert wire.calls == 2 + 1 + STEPS + 2, wire.calls
+        # the reset's tools/list, mcp_gym_reset and resources/read, the warm-up, one tools/call per echo step (nothing
+        # changed: no resource read), add's call and the changed resource's read
+        assert wire.calls == 3 + 1 + STEPS + 2, wire.calls
         assert wire.handed == 0
     finally:
         env.close()
@@ -364,22 +365,134 @@ def _client_ports(port: int) -> set[int]:
 
 
 def test_the_sdks_idle_connection_is_closed_when_the_calls_move_to_the_lane() -> None:
-    """The handshake and the listing leave the session's httpx2 connection idle (the server keeps it 30 s); the first
-    call on the lane closes it (public API: the session's transport lets go of its request pool), so a session keeps
-    no idle socket beside the lane's. Later calls close nothing more."""
+    """The handshake and the first listing leave the session's httpx2 connection idle (the server keeps it 30 s); the
+    first request on the lane (the reset's ``mcp_gym_reset``) closes it (public API: the session's transport lets go
+    of its request pool), so after the reset a session keeps no idle socket beside the lane's. Later calls close
+    nothing more."""
     proc, url = start_http_server("mcp_gym.servers.counter", "--diagnostics")  # its own: no other lane connection
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     env = MCPEnv({"c": Http(url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
     try:
         env.reset(seed=0)
+        assert env.host.connections["c"].http_wire.calls >= 1  # the reset's calls went on the lane
         before = _client_ports(port)
+        assert len(before) == 1, before  # the lane's: the SDK's idle connection is closed
         obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "first"}})
         assert info["error"] is None and obs["result"] == "first", info["error"]
-        assert env.host.connections["c"].http_wire.calls >= 1  # on the lane
         after = _client_ports(port)
-        assert len(before - after) == 1, (before, after)  # the SDK's idle connection, closed
+        assert after == before, (before, after)
         env.step({"tool": "echo", "arguments": {"text": "second"}})
         assert after <= _client_ports(port)  # no SDK traffic since: nothing more to close
     finally:
         env.close()
         stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def recorded_url() -> Iterator[tuple[str, list[tuple[dict[str, str], Any]]]]:
+    """A real ``MCPServer`` (uvicorn, 127.0.0.1) with a tool whose ``region`` argument is an ``x-mcp-header``
+    (``Mcp-Param-Region``), behind an ASGI layer that records each POST's headers and JSON body."""
+    import asyncio
+    import json
+
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    srv = MCPServer("recorded", log_level="WARNING")
+
+    @srv.tool()
+    async def where(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+        """Where the call goes."""
+        return region
+
+    inner = srv.streamable_http_app(host="127.0.0.1")
+    posts: list[tuple[dict[str, str], Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await inner(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        posts.append(({k.decode().lower(): v.decode() for k, v in scope["headers"]}, json.loads(body)))
+        replayed = [False]
+
+        async def replay() -> Any:
+            if not replayed[0]:
+                replayed[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await inner(scope, replay, send)
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
+    thread.start()
+    for _ in range(300):
+        if server.started:
+            break
+        threading.Event().wait(0.1)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", posts
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def _wire_form(post: tuple[dict[str, str], Any]) -> tuple[dict[str, str], Any]:
+    """A POST as the server reads it: its MCP headers (and content headers), its JSON-RPC body without the id."""
+    headers, body = post
+    kept = {k: v for k, v in headers.items() if k.startswith("mcp-") or k in ("accept", "content-type")}
+    return kept, {k: v for k, v in body.items() if k != "id"}
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+def test_the_lane_stamps_its_requests_as_the_session_stamps_its_own(
+        recorded_url: tuple[str, list[Any]], protocol: str) -> None:
+    """The lane's ``tools/list`` and ``tools/call`` reach the server as the SDK session's own do (the same MCP
+    headers: ``MCP-Protocol-Version``, and on 2026-07-28 ``Mcp-Method``, ``Mcp-Name`` and the tool's
+    ``Mcp-Param-Region``; the same body, era ``_meta`` included), with the lane's own ids; no private name of the SDK
+    makes the stamp (``tests/test_private_names.py``)."""
+    import mcp.types as mt
+
+    from mcp_gym._compat import mcp_wire
+
+    url, posts = recorded_url
+    env = MCPEnv({"s": Http(url, protocol=protocol)}, ["t"], max_steps=100, call_timeout=30.0)
+    try:
+        env.reset(seed=0)
+        conn = env.host.connections["s"]
+        client, wire = conn.client, conn.http_wire
+        assert client is not None and wire is not None
+
+        async def both() -> list[Any]:
+            del posts[:]
+            await client.session.send_request(mt.ListToolsRequest(params=mt.PaginatedRequestParams()),
+                                              mt.ListToolsResult)
+            await mcp_wire.list_tools_raw(client, wire, {})
+            await client.call_tool("where", {"region": "eu"})
+            return [await mcp_wire.call_tool(client, "where", {"region": "eu"}, wire=wire, read_timeout_seconds=None,
+                                             progress_callback=None, meta=None)]
+
+        assert env.runtime.call(both)[0].structured_content == {"result": "eu"}
+        assert [body["method"] for _, body in posts] == ["tools/list"] * 2 + ["tools/call"] * 2, posts
+        sdk_list, lane_list, sdk_call, lane_call = posts
+        assert sdk_list[1]["id"] < mcp_wire.LANE_IDS_FROM <= lane_list[1]["id"]
+        assert sdk_call[1]["id"] < mcp_wire.LANE_IDS_FROM <= lane_call[1]["id"]
+        assert _wire_form(lane_list) == _wire_form(sdk_list)
+        assert _wire_form(lane_call) == _wire_form(sdk_call)
+        headers = _wire_form(lane_call)[0]
+        if protocol == "auto":
+            assert conn.modern and "_meta" in lane_call[1]["params"]
+            assert headers["mcp-method"] == "tools/call" and headers["mcp-name"] == "where"
+            assert headers["mcp-param-region"] == "eu", headers
+        else:
+            assert not conn.modern and headers == {"mcp-protocol-version": conn.protocol_version,
+                                                   "accept": headers["accept"],
+                                                   "content-type": headers["content-type"],
+                                                   "mcp-session-id": headers["mcp-session-id"]}, headers
+    finally:
+        env.close()

@@ -3,11 +3,15 @@ courtesy ``notifications/cancelled`` of a call that timed out reaches the server
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import mcp.types as mt
 import pytest
+from pydantic import ValidationError
 
 from mcp_gym import MCPEnv, Stdio
 from mcp_gym._compat.mcp_wire import LANE_IDS_FROM
@@ -97,3 +101,73 @@ def test_a_timed_out_call_is_cancelled_on_the_server(env: MCPEnv) -> None:
     assert info["error"] is None, info["error"]
     cancelled = [int(i) for i in obs["result"].split(",") if i]
     assert len(cancelled) == 1 and cancelled[0] >= LANE_IDS_FROM, obs["result"]
+
+
+# -- tools/list: fetched raw on the lane (one bad tool costs only that tool), the SDK's bytes --------------------------
+BAD_SERVER = str(Path(__file__).resolve().parent / "servers" / "bad_server.py")
+ECHO = {"name": "echo", "description": "Echo.", "inputSchema": {"type": "object",
+                                                                 "properties": {"text": {"type": "string"}}}}
+
+
+def _raw_lines(tmp: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp / "raw").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("era", ["handshake", "2026-07-28"])
+def test_the_tool_listing_goes_on_the_lane_and_a_bad_tool_costs_only_that_tool(tmp_path: Path, era: str) -> None:
+    """A listing with a tool the protocol schema refuses (no ``inputSchema``): only that tool is skipped. The listing
+    is the lane's own request (its own id), written as the SDK writes one (``params`` left out when empty; on
+    2026-07-28 the era ``_meta`` the session stamped on its own request). On 2026-07-28 the first listing goes
+    through the session (the lane has no stamp yet), which refuses the page whole; the lane fetches it again raw."""
+    args = [BAD_SERVER, "--tools", json.dumps([ECHO, {"name": "bad"}]), "--raw-log", str(tmp_path / "raw")]
+    env = MCPEnv({"s": Stdio(sys.executable, args + (["--modern"] if era != "handshake" else []))}, ["t"],
+                 call_timeout=10.0)
+    try:
+        _, info = env.reset(seed=0)
+        srv = info["servers"]["s"]
+        assert srv["tools_error"] is None and env.action_space.tool_names == ["echo", "submit"], srv
+        assert [t["name"] for t in srv["skipped_tools"]] == ["bad"], srv["skipped_tools"]
+        client = env.host.connections["s"].client
+        assert client is not None
+        env.runtime.call(lambda: client.session.send_request(  # the SDK's own listing, for its bytes
+            mt.ListToolsRequest(params=mt.PaginatedRequestParams()), mt.ListToolsResult))
+    except ValidationError:
+        pass  # the SDK refuses the page (the bad tool): its request is written all the same
+    finally:
+        env.close()
+    listings = [m for m in _raw_lines(tmp_path) if m.get("method") == "tools/list"]
+    sdk = [m for m in listings if m["id"] < LANE_IDS_FROM]
+    lane = [m for m in listings if m["id"] >= LANE_IDS_FROM]
+    assert len(sdk) == (1 if era == "handshake" else 2) and lane, listings  # the test's own (+ the first, 2026)
+    first = lane[0]
+    assert {k: v for k, v in first.items() if k != "id"} == {k: v for k, v in sdk[-1].items() if k != "id"}, \
+        (first, sdk[-1])
+    if era != "handshake":
+        assert first["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+    else:
+        assert "params" not in first
+
+
+def test_without_a_lane_a_tool_the_schema_refuses_fails_the_listing_by_name(tmp_path: Path) -> None:
+    """Where no lane serves the session (here the SDK's own stdio transport; in-process and old-SSE servers, an HTTP
+    session with ``auth=``) the listing comes through the session's public ``send_request``, validated whole: a tool
+    the protocol schema refuses fails the listing, with one line naming where; the other checks still cost only the
+    tool (here a duplicate name)."""
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    from mcp_gym.client._tools import ListingError, list_tools_checked, listing_cache
+
+    async def listing(tools: list[Any]) -> Any:
+        params = StdioServerParameters(command=sys.executable, args=[BAD_SERVER, "--tools", json.dumps(tools)])
+        async with Client(params, cache=listing_cache()) as client:
+            try:
+                return await list_tools_checked(client, None, 10)
+            except ListingError as e:
+                return str(e)
+
+    assert anyio.run(listing, [ECHO, {"name": "bad"}]) == "tools/list result is invalid: tools.1.inputSchema: Field " \
+        "required"
+    good, skipped, _ = anyio.run(listing, [ECHO, ECHO])
+    assert [t.name for t in good] == ["echo"] and [s["reason"] for s in skipped] == [
+        "duplicate name (an earlier tool of this server has it; the first one is kept)"]

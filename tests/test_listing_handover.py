@@ -13,9 +13,9 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
-from mcp_gym import InProcess, MCPEnv
-from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym import Http, InProcess, MCPEnv
 from mcp_gym._compat import mcp_wire
+from mcp_gym.client._http_lane import HttpWire
 from mcp_gym.client._tools import ListingHandOver, list_tools_checked, listing_cache
 
 
@@ -61,10 +61,18 @@ def server() -> CountingServer:
     return mcp
 
 
+def bad_tool() -> mt.Tool:
+    """Tool ``bad`` as the server lists it (its ``x-mcp-header`` on an array: the session drops it)."""
+    schema = {"type": "object", "properties": {"k": {"type": "array", "items": {"type": "string"},
+                                                      "x-mcp-header": "K"}}, "required": ["k"]}
+    return mt.Tool(name="bad", input_schema=schema)
+
+
 def test_the_checked_listing_is_handed_to_the_session_without_a_second_request() -> None:
     """On a 2026-07-28 connection the session drops the tool with an invalid ``x-mcp-header`` (listed as skipped,
-    with that reason), stamps ``Mcp-Param-*`` headers for the other's calls (the HTTP lane's stamp), and knows the
-    listed tools: the SDK's own ``Client.call_tool`` lists nothing again. The hand-over store caches nothing."""
+    with that reason), and knows the listed tools: the SDK's own ``Client.call_tool`` lists nothing again. The
+    HTTP lane makes the same ``Mcp-Param-*`` headers from the kept tools (``HttpWire.listed``; on the wire:
+    ``tests/test_http_lane.py``). The hand-over store caches nothing."""
     CountingServer.listings = 0
 
     async def main() -> None:
@@ -73,10 +81,9 @@ def test_the_checked_listing_is_handed_to_the_session_without_a_second_request()
             assert CountingServer.listings == 1  # the hand-over sent no request
             assert sorted(t.name for t in good) == ["where", "wrong"] == sorted(t.name for t in result.tools)
             assert skipped == [{"name": "bad", "reason": "invalid x-mcp-header annotation"}]
-            data: dict[str, Any] = {"method": "tools/call", "params": {"name": "where", "arguments": {"region": "eu"}}}
-            opts: dict[str, Any] = {}
-            assert mcp_compat.stamp(client.session, data, opts)
-            assert opts["headers"]["Mcp-Param-Region"] == "eu"
+            wire = HttpWire(Http("http://127.0.0.1:9/mcp"))
+            wire.listed(good + [bad_tool()], client.protocol_version)
+            assert sorted(wire.param_maps) == ["where", "wrong"] and wire.param_maps["where"] == {("region",): "Region"}
             called = await mcp_wire.call_tool(client, "where", {"region": "eu"}, wire=None, read_timeout_seconds=10,
                                               progress_callback=None, meta=None)
             assert called.structured_content == {"r": "eu"}

@@ -4,8 +4,9 @@
 ``tests/test_layout.py`` keeps them inside ``mcp_gym/_compat`` and ``tests/test_compat.py`` checks that each is still
 there. This file counts them: a scan of the ``_compat`` modules (attribute reaches ``x._name``, names given as strings
 to ``getattr``/``hasattr``, private modules and names imported) must find exactly :data:`EXPECTED`, so a new one fails
-here until it is listed (and a removed one until it is struck off); and a stdio ``env.step`` traced call by call must
-run no ``_compat`` function that reaches one, nor call a private function of a dependency itself.
+here until it is listed (and a removed one until it is struck off); and a stdio and a Streamable HTTP ``env.step``,
+traced call by call, must run no ``_compat`` function that reaches one, nor call a private function of a dependency
+itself.
 """
 
 from __future__ import annotations
@@ -30,31 +31,33 @@ STDLIB = {"stdlib"}
 """``_compat`` modules of the standard library (the language's own internals, counted apart from dependencies)."""
 
 EXPECTED: dict[str, list[str]] = {
-    "mcp": ["_dispatcher", "_drive_input_required", "_lowlevel_server", "_stamp"],
+    "mcp": ["_drive_input_required", "_lowlevel_server"],
     "stdlib": ["_callbacks", "_get_running_loop", "_parser", "_run_until_complete_cb", "_signal"],
     "verl": ["_agent_loop_registry"],
 }
 """The private names each ``_compat`` module reaches, by module (its file name)."""
 
-DEPENDENCY_CEILING = 5
+DEPENDENCY_CEILING = 3
 """The most private names of dependencies (the standard library apart) the package may use (issue 40: at most 10;
-19 listed before, 20 in fact: ``_pool`` went unseen behind a helper of the same name)."""
+19 listed before, 20 in fact: ``_pool`` went unseen behind a helper of the same name; then 5, until the lanes fetched
+``tools/list`` and stamped their requests themselves)."""
 
 GIVEN_UP: dict[str, list[str]] = {
     "httpx2": ["_SSEEventDecoder", "_connection", "_connections", "_keepalive_expiry", "_pool", "_requests", "_sse",
                "_transport"],
     "hydra": ["_flush_loggers", "_get_rerun_conf", "_internal", "_run_hydra"],
-    "mcp": ["_absorb_tool_listing", "_tool_output_schemas", "_tool_output_validators"],
+    "mcp": ["_absorb_tool_listing", "_dispatcher", "_stamp", "_tool_output_schemas", "_tool_output_validators"],
 }
 """Private names mcp-gym gave up for public API (httpx2.Limits, an SSE byte filter and a session transport of two
-httpx2 transports, hydra.main, the SDK's response-cache store and mcp-gym's own output-schema check): none may come
-back."""
+httpx2 transports, hydra.main, the SDK's response-cache store and mcp-gym's own output-schema check, the lanes' own
+``tools/list`` and stamp): none may come back."""
 
 STEP_PATH: dict[str, list[str]] = {
     "stdlib": ["_callbacks"],
     "(called from mcp-gym)": ["_get_running_loop"],
 }
-"""The private names a stdio ``env.step`` reaches, by ``_compat`` module (the goal: none of a dependency)."""
+"""The private names a stdio or Streamable HTTP ``env.step`` reaches, by ``_compat`` module (the goal: none of a
+dependency)."""
 
 _IDENT = re.compile(r"(?<![A-Za-z0-9_])_[A-Za-z][A-Za-z0-9_]*")
 _WIRE_KEYS = {"_meta", "_compat"}  # MCP's wire field (a key, not a name); mcp-gym's own package
@@ -235,3 +238,22 @@ def step_path_names(env: MCPEnv, steps: int = 5) -> dict[str, set[str]]:
 def test_the_step_path_reaches_only_the_listed_private_names(env: MCPEnv) -> None:
     found = {m: sorted(n) for m, n in step_path_names(env).items()}
     assert found == STEP_PATH, f"private names on the stdio env.step path: {found}"
+
+
+def test_the_http_step_path_reaches_only_the_listed_private_names() -> None:
+    """A Streamable HTTP ``env.step`` (the fast lane, stamped by mcp-gym: no ``ClientSession._stamp``)."""
+    from conftest import start_http_server, stop_process
+
+    from mcp_gym import Http
+
+    proc, url = start_http_server("mcp_gym.servers.counter", "--diagnostics")
+    e = MCPEnv({"c": Http(url)}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
+    try:
+        e.reset(seed=0)
+        e.step({"tool": "echo", "arguments": {"text": "warm"}})  # the session's stamp is known by now
+        found = {m: sorted(n) for m, n in step_path_names(e).items()}
+        assert found == STEP_PATH, f"private names on the Streamable HTTP env.step path: {found}"
+        assert e.host.connections["c"].http_wire.calls >= 5  # the steps went on the lane
+    finally:
+        e.close()
+        stop_process(proc)

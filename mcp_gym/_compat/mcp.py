@@ -2,14 +2,16 @@
 
 * ``mcp.client.session.DISCOVER_TIMEOUT_SECONDS``: the ``server/discover`` probe's timeout is a module global the SDK
   reads when it sends the probe; there is no per-client setting (:func:`set_discover_timeout` writes it).
-* ``ClientSession._dispatcher`` and ``._stamp``: a request sent without the SDK's whole-result validation
-  (:func:`raw_sender`), so one bad tool definition costs only that tool.
 * ``Client._drive_input_required``: a ``tools/call`` or ``resources/read`` the fast lane sent whose result asks for
   input (2026-07-28) is finished by the SDK's own driver (its callbacks answer, the request is sent again), as
   ``Client.call_tool`` finishes it (:func:`drive_input_required`).
-* ``ClientSession._stamp`` is also the Streamable HTTP fast lane's stamp of its requests (:func:`stamp`): the era's
-  ``_meta`` and the per-message headers (``Mcp-Method``, ``Mcp-Name``, a tool's ``x-mcp-header`` parameters).
 * ``MCPServer._lowlevel_server``: its request handler table, to acknowledge legacy ``resources/subscribe``.
+
+Given up for public API: ``ClientSession._dispatcher`` and ``._stamp``. ``tools/list`` is fetched raw on the fast
+lanes (mcp-gym's own JSON-RPC request: :func:`mcp_gym._compat.mcp_wire.list_tools_raw`) and otherwise through the
+session's public ``send_request``; the lanes stamp their requests themselves (stdio and HTTP: the era ``_meta`` the
+session stamped on its own last request, as the transport's write stream saw it; HTTP: the per-message headers made
+with ``mcp.shared.inbound``'s public functions, :meth:`mcp_gym.client._http_lane.HttpWire.stamp`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,9 @@ import mcp.types as mt
 
 from mcp_gym._compat import moved
 
-__all__ = ["drive_input_required", "stamp", "set_discover_timeout", "raw_sender", "lowlevel_server", "missing",
-           "missing_on_session"]
+__all__ = ["drive_input_required", "set_discover_timeout", "lowlevel_server", "missing"]
 
 _DIST = "mcp"
-_SESSION_ATTRIBUTES = ("_dispatcher", "_stamp")
 
 
 def missing() -> list[str]:
@@ -44,11 +44,6 @@ def missing() -> list[str]:
     return out
 
 
-def missing_on_session(session: Any) -> list[str]:
-    """The private attributes used here that a connected SDK ``ClientSession`` lacks."""
-    return [f"ClientSession.{name}" for name in _SESSION_ATTRIBUTES if not hasattr(session, name)]
-
-
 async def drive_input_required(client: Any, first: Any, again: Callable[[Any, Any], Awaitable[Any]]) -> Any:
     """Finish ``first`` (a result, maybe an ``InputRequiredResult``) as ``Client.call_tool`` does: the client's
     callbacks answer each input request and ``again(responses, request_state)`` sends the request anew, until a
@@ -62,17 +57,6 @@ async def drive_input_required(client: Any, first: Any, again: Callable[[Any, An
     return await drive(first, again)
 
 
-def stamp(session: Any, data: dict[str, Any], opts: dict[str, Any]) -> bool:
-    """Stamp a request (``{"method", "params"}``) as ``session`` stamps its own; ``False`` (warned once) when the
-    SDK moved its stamp (the caller then sends the request the SDK's way)."""
-    fn = getattr(session, "_stamp", None)
-    if fn is None:
-        moved(_DIST, "ClientSession._stamp", "Streamable HTTP calls take the SDK's own path (more client CPU)")
-        return False
-    fn(data, opts)
-    return True
-
-
 def set_discover_timeout(seconds: float) -> None:
     """Make the SDK's next ``server/discover`` probes wait at most ``seconds`` (the SDK reads the global when it sends
     the probe; :data:`mcp_gym.client._discovery.DISCOVER_TIMEOUT` serialises handshakes with different values)."""
@@ -81,25 +65,6 @@ def set_discover_timeout(seconds: float) -> None:
               "server/discover probes wait the SDK's own time, not the spec's discover_timeout")
         return
     _session.DISCOVER_TIMEOUT_SECONDS = seconds
-
-
-def raw_sender(session: Any) -> Callable[[str, dict[str, Any]], Awaitable[Any]] | None:
-    """A function sending a request (``{"method", "params"}``, as ``model_dump(by_alias=True, mode="json")`` makes
-    it) on ``session`` the way the SDK does (stamped for the negotiated protocol) and returning the raw result,
-    unvalidated; ``None`` (warned once) when the SDK's session has no such channel."""
-    dispatcher = getattr(session, "_dispatcher", None)
-    stamp = getattr(session, "_stamp", None)
-    if dispatcher is None or stamp is None:
-        moved(_DIST, "ClientSession._dispatcher/_stamp",
-              "tools/list is validated whole by the SDK: one bad tool definition fails the whole listing")
-        return None
-
-    async def send(method: str, request: dict[str, Any]) -> Any:
-        opts: dict[str, Any] = {}
-        stamp(request, opts)
-        return await dispatcher.send_raw_request(method, request.get("params"), opts)
-
-    return send
 
 
 def lowlevel_server(server: Any) -> Any | None:

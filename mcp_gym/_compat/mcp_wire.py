@@ -1,5 +1,5 @@
-"""The fast lane for ``tools/call`` (and ``resources/read``) over stdio and Streamable HTTP: the request goes straight
-onto the wire and its answer straight back to the caller, without the SDK's per-request machinery in between.
+"""The fast lane for ``tools/call``, ``resources/read`` and raw ``tools/list`` over stdio and Streamable HTTP: the
+request goes straight onto the wire and its answer straight back to the caller, without the SDK's machinery.
 
 Through the SDK (mcp 2.3) one ``tools/call`` costs a pydantic model built and dumped, a memory-object stream pair per
 request, a hop through the transport's writer task and the dispatcher's reader, and a second validation of the raw
@@ -11,19 +11,19 @@ result: about 6× the client CPU of a hand-written asyncio JSON-RPC client over 
 * the transport's reader recognises the answer by its id (one ``orjson`` decode) and resolves the caller's future:
   one task hop, no stream objects; a line that is not a plain answer takes the usual path, and any answer the usual
   path makes for a waiting id (an error for an oversized or unreadable answer) resolves the future too;
-* what the SDK does around the wire is kept, with its own code: the request id comes from the session's dispatcher
-  (one id space), the request is stamped by the session (protocol era ``_meta``), progress notifications reach the
-  callback through the dispatcher's table, a timeout or a cancelled call sends the dispatcher's courtesy
-  ``notifications/cancelled``, the result is checked as the SDK checks it (negotiated-version validation, the
-  ``CallToolResult`` model, the output schema with the validator mcp-gym compiled once per definition while
-  checking the listing: :func:`~mcp_gym._compat.mcp_output.check_output`), and an
-  input-required or claimed result is finished by the SDK's ``Client``.
+* what the SDK does around the wire is kept, through its public API: the request id is the lane's own (from
+  :data:`LANE_IDS_FROM` up, never one of the session's), the request is stamped as the session stamps its own (the
+  era ``_meta`` of the session's last request, as the transport's writer saw it), progress reaches the callback, a
+  timeout or a cancelled call sends the courtesy ``notifications/cancelled`` (the session's ``send_notification``),
+  the result is checked as the SDK checks it (negotiated-version validation, the ``CallToolResult`` model, the
+  output schema with the validator mcp-gym compiled once per definition while checking the listing:
+  :func:`~mcp_gym._compat.mcp_output.check_output`), and an input-required or claimed result is finished by the
+  SDK's ``Client``.
 
 Over Streamable HTTP the wire is :class:`mcp_gym.client._http_lane.HttpWire` (one POST on a lean keep-alive client,
-the answer read from its body); this module only needs an object with the :class:`Lane` interface.
-
-Everything else (handshake, listings, notifications, sampling, elicitation, roots, auth, resumption of other requests)
-stays on the SDK.
+the answer read from its body); this module only needs an object with the :class:`Lane` interface. ``tools/list``
+goes on the lane raw (:func:`list_tools_raw`: mcp-gym checks it tool by tool); everything else (handshake,
+notifications, sampling, elicitation, roots, auth, resumption of other requests) stays on the SDK.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too)
 except ImportError:  # pragma: no cover - then no trace context is carried (the SDK needs it: never here)
     _otel_context = None  # type: ignore[assignment]  # _inject() then does nothing
 
-__all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "usable", "missing",
-           "page_shell"]
+__all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "list_tools_raw",
+           "usable", "missing", "page_shell"]
 
 logger = logging.getLogger(__name__)
 
@@ -537,7 +537,8 @@ async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any
         params["_meta"] = out_meta
     else:
         params.pop("_meta", None)
-    body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params} if params else
+                        {"jsonrpc": "2.0", "id": rid, "method": method})  # no empty params, as the SDK's dispatcher
     if progress is not None:
         wire.progress[rid] = progress
     try:
@@ -664,6 +665,14 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
         sdk = True  # the last round's result went through the SDK's session.call_tool
     await check_output(client.session, name, final, sdk_checked=sdk)
     return final
+
+
+async def list_tools_raw(client: Any, wire: Lane, params: dict[str, Any]) -> Any:
+    """One ``tools/list`` page (``params`` as the request's JSON dump makes them) on the lane, its raw result (mcp-gym
+    checks it tool by tool); :class:`StepAside` when the lane cannot send it (nothing was sent)."""
+    if not usable(client) or not wire.open():
+        raise StepAside("the lane cannot serve this session")
+    return await _roundtrip(client, wire, "tools/list", dict(params), None, None)
 
 
 async def read_resource(client: Any, uri: str, *, wire: Lane, meta: mt.RequestParamsMeta | None

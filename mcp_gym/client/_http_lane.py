@@ -19,8 +19,12 @@ session (``Connection closed``, as on the SDK's path); bodies are bounded (``max
 per SSE event), past it the request gets :data:`~mcp_gym.client._stdio.MESSAGE_TOO_LARGE` and the connection is
 dropped; idle connections are kept as the server's ``Keep-Alive`` header says (:func:`~mcp_gym.client._http.
 keepalive_for`), and what is left of an SSE answer after its answer event is read (bounded) so that the connection is
-kept. The session id and protocol headers are the SDK's: the session's stamp gives the per-message headers, the SDK's
-last POST the ``Mcp-Session-Id``; HTTP error statuses are answered as the SDK answers them.
+kept. The session id and protocol headers are the SDK's: the SDK's last POST gives the ``Mcp-Session-Id``; HTTP error
+statuses are answered as the SDK answers them. Each request is stamped as the session stamps its own (:meth:`HttpWire.
+stamp`, public API only): the negotiated version's ``MCP-Protocol-Version`` header; on a 2026-07-28 session also the era
+``_meta`` the session stamped on its own last request (as its transport's write stream saw it) and the per-message
+headers (``Mcp-Method``, ``Mcp-Name``, ``Mcp-Param-*`` of the tool's ``x-mcp-header`` annotations in the listing
+mcp-gym handed to the session), made with the SDK's public ``mcp.shared.inbound`` functions.
 
 The lane steps aside, without losing anything: a message in an SSE answer that is not the request's plain answer (a
 progress or other notification, a server request such as sampling or elicitation, an answer to another request) is
@@ -45,10 +49,21 @@ import mcp.types as mt
 import orjson
 from anyio.lowlevel import RunVar
 from mcp import MCPError
+from mcp.shared.inbound import (
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    NAME_BEARING_METHODS,
+    encode_header_value,
+    find_invalid_x_mcp_header,
+    mcp_param_headers,
+    x_mcp_header_map,
+)
 from mcp.shared.message import SessionMessage
+from mcp_types import LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcp_gym._compat import mcp as mcp_compat
-from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, LaneIds, StepAside, answer_of
+from mcp_gym._compat.mcp_wire import CONNECTION_CLOSED, REQUEST_TIMEOUT, STAMP_KEYS, LaneIds, StepAside, answer_of
 from mcp_gym.client import _http
 from mcp_gym.client._http import (
     CONNECTION_LOST,
@@ -129,6 +144,11 @@ class HttpWire(LaneIds):
         self.release: Callable[[], bool] | None = None
         """Sends the session's reader a message it drops, if it waits for one (``False``: it does not)."""
         self._released = 0
+        self.stamped: dict[str, Any] | None = None
+        """The era ``_meta`` of the SDK session's last request (:meth:`observe`; 2026-07-28); ``None`` before one."""
+        self.param_maps: dict[str, dict[tuple[str, ...], str]] = {}
+        """Each listed tool's ``x-mcp-header`` annotations (argument path -> header token), as the session keeps them
+        from the listing it was handed (:meth:`listed`)."""
         self._client: aiohttp.ClientSession | None = None
         self._key: tuple[Any, ...] | None = None
         self._slots: Any = None
@@ -138,11 +158,50 @@ class HttpWire(LaneIds):
         """Whether the lane can send (the transport runs, nothing made it step aside for good)."""
         return self.inject is not None and self.off is None and not self.closed
 
+    def observe(self, message: Any) -> None:
+        """Note the era ``_meta`` of a request the SDK's session writes (its transport's write stream calls this), as
+        the stdio lane's :meth:`~mcp_gym._compat.mcp_wire.Wire.observe` does."""
+        if isinstance(message, mt.JSONRPCRequest) and message.method not in ("initialize", "server/discover"):
+            meta = (message.params or {}).get("_meta")
+            if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
+                self.stamped = {k: meta[k] for k in STAMP_KEYS if k in meta}
+
+    def listed(self, tools: list[mt.Tool], version: str | None) -> None:
+        """The tools of a complete listing handed to the session: on a 2026-07-28 session their ``x-mcp-header``
+        annotations become the ``Mcp-Param-*`` headers of their calls (tools with an invalid one are dropped by the
+        session, and get none here either); on older ones no tool has any (as in the session)."""
+        modern = version in MODERN_PROTOCOL_VERSIONS
+        self.param_maps = {t.name: x_mcp_header_map(t.input_schema) for t in tools
+                           if modern and find_invalid_x_mcp_header(t.input_schema) is None}
+
     def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
-        """The session's own stamp (the era's ``_meta``, the per-message headers): :func:`mcp_gym._compat.mcp.stamp`.
-        """
-        if not mcp_compat.stamp(client.session, data, opts):
-            raise StepAside("the SDK's stamp moved")
+        """Stamp a request as the SDK's session stamps its own: the negotiated version's ``MCP-Protocol-Version``
+        header; on a 2026-07-28 session also the era ``_meta`` the session stamped on its last request (constant over
+        the session; before it sent one the call takes the SDK's way: :class:`StepAside`), ``Mcp-Method``,
+        ``Mcp-Name`` and the tool's ``Mcp-Param-*`` headers."""
+        version = client.session.protocol_version
+        headers = {MCP_PROTOCOL_VERSION_HEADER: version}
+        opts["headers"] = headers
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            return
+        stamped = self.stamped
+        if stamped is None:
+            raise StepAside("no request of the SDK's session to take the stamp from yet")
+        method = data["method"]
+        params = data.setdefault("params", {})
+        meta = params.setdefault("_meta", {})
+        for key, value in stamped.items():
+            if key == LOG_LEVEL_META_KEY:
+                meta.setdefault(key, value)  # the caller's own level wins, as with the SDK's stamp
+            else:
+                meta[key] = value
+        headers[MCP_METHOD_HEADER] = method
+        name_key = NAME_BEARING_METHODS.get(method)
+        if name_key is not None and isinstance(name := params.get(name_key), str):
+            headers[MCP_NAME_HEADER] = encode_header_value(name)
+        if method == "tools/call" and isinstance(name := params.get("name"), str) and \
+                (header_map := self.param_maps.get(name)):
+            headers.update(mcp_param_headers(header_map, params.get("arguments") or {}))
 
     async def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
                        method: str) -> dict[str, Any]:
@@ -549,7 +608,7 @@ async def streamable_http(spec: Http, on_refusal: Callable[[int | None, str, str
             tg.start_soon(_forward, read, send)
             wire.http, wire.inject, wire.release = http, inject, release
             try:
-                yield _SessionReads(receive), write
+                yield _SessionReads(receive), _SessionWrites(write, wire.observe)
             finally:
                 wire.inject = wire.release = None
                 await wire.close()
@@ -605,3 +664,30 @@ class _SessionReads:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class _SessionWrites:
+    """The session's write stream: the SDK transport's, each message noted by the lane first (:meth:`HttpWire.
+    observe`: the session's stamp, for the lane's requests)."""
+
+    __slots__ = ("_write", "_observe")
+
+    def __init__(self, write: Any, observe: Callable[[Any], None]) -> None:
+        self._write = write
+        self._observe = observe
+
+    async def send(self, item: SessionMessage) -> None:
+        """Note the message, then hand it to the transport."""
+        self._observe(item.message)
+        await self._write.send(item)
+
+    async def aclose(self) -> None:
+        """Close the transport's write stream."""
+        await self._write.aclose()
+
+    async def __aenter__(self) -> _SessionWrites:
+        await self._write.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._write.__aexit__(*exc)

@@ -2,7 +2,13 @@
 
 The SDK validates a whole ``tools/list`` result at once (pydantic, against the negotiated protocol's schema): one tool
 with an empty name, a missing or non-object ``inputSchema`` or a broken JSON Schema makes the whole listing fail, and
-with it every tool of the server. Here the result is fetched without that validation, the page itself (``tools``
+with it every tool of the server. Here the result is fetched without that validation where mcp-gym owns the wire: on the
+session's fast lane (stdio, Streamable HTTP: mcp-gym's own JSON-RPC request, its own id, stamped as the session stamps
+its requests). Where there is no lane (in-process and old-SSE servers, an HTTP session with ``auth=``, cookies or a
+proxy), and on a 2026-07-28 session before the session itself sent a request to take the stamp from, the page comes
+through the session's public ``send_request``, validated whole: there a tool the protocol schema refuses fails the
+listing (:class:`ListingError` naming it), except that a lane, given the stamp by that request, fetches the page
+again raw (one more request, only then). The page itself (``tools``
 array, ``nextCursor``, ...) is checked, then each tool on its own: against the same protocol schema, plus what the
 schema does not catch (a name that is empty, longer than :data:`MAX_TOOL_NAME`, not encodable or a duplicate; an
 input or output schema that is not valid JSON Schema or loops on itself). Good tools are handed to the SDK session
@@ -27,9 +33,8 @@ from mcp.client.caching import CacheConfig, CacheEntry, CacheKey
 from pydantic import ValidationError
 
 from mcp_gym import _schema
-from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat.mcp_output import remember_output_schemas
-from mcp_gym._compat.mcp_wire import page_shell
+from mcp_gym._compat.mcp_wire import Lane, StepAside, list_tools_raw, page_shell
 from mcp_gym.errors import MCPGymError
 
 try:
@@ -294,17 +299,39 @@ def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | N
     return good, skipped
 
 
+async def _page(client: Any, wire: Lane | None, params: mt.PaginatedRequestParams) -> Any:
+    """One raw ``tools/list`` page: on the lane when it can send it, else through the session's public
+    ``send_request`` (validated whole; module docstring)."""
+    dumped = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if wire is not None:
+        try:
+            return await list_tools_raw(client, wire, dumped)
+        except StepAside:
+            pass
+    try:
+        page = await client.session.send_request(mt.ListToolsRequest(params=params), mt.ListToolsResult)
+    except ValidationError as e:
+        if wire is not None:  # the session's request gave the lane its stamp: the page again, raw
+            try:
+                return await list_tools_raw(client, wire, dumped)
+            except StepAside:
+                pass
+        raise ListingError(f"tools/list result is invalid: {_pydantic_reason(e)}") from e
+    return page.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
 async def list_tools_checked(
-    client: Any, meta: Mapping[str, Any] | None, timeout: float | None, page_metas: list[Any] | None = None
+    client: Any, meta: Mapping[str, Any] | None, timeout: float | None, page_metas: list[Any] | None = None,
+    wire: Lane | None = None,
 ) -> tuple[list[mt.Tool], list[dict[str, str]], mt.ListToolsResult]:
     """Every page of ``tools/list`` within ``timeout`` seconds: (good tools, skipped tools, the result to record).
-    ``page_metas`` receives each page's ``_meta`` (e.g. the server's identity stamp of the 2026 era).
+    ``page_metas`` receives each page's ``_meta`` (e.g. the server's identity stamp of the 2026 era); ``wire`` is
+    the session's fast lane, which fetches the pages raw (``None``: the session's public route, module docstring).
 
     Raises ``TimeoutError`` when the listing (all pages) takes longer, :class:`ListingError` when a page is unusable,
     and what the SDK raises for JSON-RPC errors and lost connections.
     """
     session = client.session
-    send_raw = mcp_compat.raw_sender(session)
     version = client.protocol_version
     good: list[mt.Tool] = []
     skipped: list[dict[str, str]] = []
@@ -317,12 +344,7 @@ async def list_tools_checked(
         for _ in range(MAX_PAGES):
             params = mt.PaginatedRequestParams(  # _meta: an open TypedDict, any keys
                 cursor=cursor, _meta=cast(mt.RequestParamsMeta, dict(meta)) if meta else None)
-            if send_raw is None:  # SDK internals moved (warned once): whole-page validation
-                page = await session.list_tools(params=params)
-                raw = page.model_dump(by_alias=True, mode="json", exclude_none=True)
-            else:
-                request = mt.ListToolsRequest(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
-                raw = await send_raw("tools/list", request)
+            raw = await _page(client, wire, params)
             raw_tools, shell, cursor = check_page(raw, version)
             if page_metas is not None:
                 page_metas.append(raw.get("_meta"))
@@ -337,14 +359,13 @@ async def list_tools_checked(
         else:
             raise ListingError(f"tools/list has more than {MAX_PAGES} pages")
     result = mt.ListToolsResult(tools=list(good))
-    if send_raw is not None:
-        kept = await hand_to_session(client, good)
-        if kept is not None:  # the SDK drops tools with an invalid x-mcp-header (2026-07-28)
-            for tool in good:
-                if tool.name not in kept:
-                    skipped.append({"name": show_name(tool.name), "reason": "invalid x-mcp-header annotation"})
-            good = [tool for tool in good if tool.name in kept]
-            result.tools = list(good)
+    kept = await hand_to_session(client, good)
+    if kept is not None:  # the SDK drops tools with an invalid x-mcp-header (2026-07-28)
+        for tool in good:
+            if tool.name not in kept:
+                skipped.append({"name": show_name(tool.name), "reason": "invalid x-mcp-header annotation"})
+        good = [tool for tool in good if tool.name in kept]
+        result.tools = list(good)
     remember_output_schemas(session, good, output_validators)
     return good, skipped, result
 

@@ -616,7 +616,9 @@ class ServerConnection:
         metas: list[Any] = []
 
         async def go(c: Client) -> mt.ListToolsResult:
-            good, skipped, result = await list_tools_checked(c, meta, timeout, metas)
+            good, skipped, result = await list_tools_checked(c, meta, timeout, metas, wire=self._lane())
+            if self.http_wire is not None:  # the Mcp-Param-* headers of the lane's calls, as the session's
+                self.http_wire.listed(good, c.protocol_version)
             tools.extend(good)
             self.skipped_tools = skipped
             return result  # all good tools of all pages (as one page in a cassette)

@@ -10,6 +10,8 @@ handshake at once. What it does wrong is chosen by options:
 ``--stderr-mb N``        write N MB of lines to stderr before it reads anything.
 ``--resources``          declare the resources capability and list one resource, but answer
                          ``resources/templates/list`` (like every other unknown method) with "method not found".
+``--modern``             answer ``server/discover`` (2026-07-28 only) instead of refusing it.
+``--raw-log PATH``       append each received request line there, as received.
 
 Tools it serves by name (whatever ``--tools`` lists): ``echo`` (``text`` back), ``bad_result`` (a result that is not a
 valid ``CallToolResult``), ``big`` (a text of ``mb`` megabytes; ``id_last`` puts the response's ``id`` after the
@@ -32,7 +34,13 @@ ECHO = {"name": "echo", "description": "Echo text.",
         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
 
 
+MODERN = {"resultType": "complete"}
+"""What a 2026-07-28 result carries besides its own fields (``--modern``; empty otherwise)."""
+
+
 def send(obj: dict) -> None:
+    if isinstance(obj.get("result"), dict):
+        obj["result"] = {**obj["result"], **MODERN}
     sys.stdout.buffer.write(json.dumps(obj).encode() + b"\n")
     sys.stdout.buffer.flush()
 
@@ -57,7 +65,11 @@ def main() -> None:
     ap.add_argument("--list-answers", type=int, default=-1)
     ap.add_argument("--stderr-mb", type=float, default=0.0)
     ap.add_argument("--resources", action="store_true")
+    ap.add_argument("--modern", action="store_true")
+    ap.add_argument("--raw-log", default=None)
     a = ap.parse_args()
+    if not a.modern:
+        MODERN.clear()
     if a.pidfile:
         with open(a.pidfile, "w") as f:
             f.write(str(os.getpid()))
@@ -73,7 +85,13 @@ def main() -> None:
         if a.log:
             with open(a.log, "a") as f:
                 f.write(method + "\n")
-        if method == "initialize":
+        if a.raw_log:
+            with open(a.raw_log, "ab") as f:
+                f.write(raw.rstrip(b"\n") + b"\n")
+        if method == "server/discover" and a.modern:
+            send({"jsonrpc": "2.0", "id": rid, "result": {
+                "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "resultType": "complete"}})
+        elif method == "initialize":
             caps: dict = {"tools": {"listChanged": True}, **({"resources": {}} if a.resources else {})}
             send({"jsonrpc": "2.0", "id": rid, "result": {
                 "protocolVersion": "2025-11-25", "capabilities": caps,
@@ -85,7 +103,8 @@ def main() -> None:
         elif method == "tools/list":
             lists += 1
             if a.list_answers < 0 or lists <= a.list_answers:
-                send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
+                cache = {"ttlMs": 0, "cacheScope": "private"} if a.modern else {}
+                send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools, **cache}})
         elif method == "tools/call":
             name = msg["params"]["name"]
             args = msg["params"].get("arguments") or {}
