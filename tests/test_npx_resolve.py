@@ -225,3 +225,12 @@ def read_text(env: MCPEnv) -> str:
     _, _, _, _, info = env.step({"tool": "read_text_file", "arguments": {"path": "{workspace}/in.txt"}})
     assert info["error"] is None, info["error"]
     return str(info["content"][0]["text"])
+
+
+def test_env_resolve_npx_false_reaches_every_stdio_server_of_a_job_s_env() -> None:
+    from mcp_gym.jobs.config import env_config, server_specs
+
+    server = '+env.servers.fs="npx -y @modelcontextprotocol/server-filesystem {workspace}"'
+    assert server_specs(env_config("custom", overrides=[server]))["fs"].resolve_npx is True  # type: ignore[union-attr]
+    off = server_specs(env_config("custom", overrides=[server, "env.resolve_npx=false"]))["fs"]
+    assert isinstance(off, Stdio) and off.resolve_npx is False and off.args[-1] == "{workspace}"
