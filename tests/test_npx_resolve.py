@@ -234,3 +234,32 @@ def test_env_resolve_npx_false_reaches_every_stdio_server_of_a_job_s_env() -> No
     assert server_specs(env_config("custom", overrides=[server]))["fs"].resolve_npx is True  # type: ignore[union-attr]
     off = server_specs(env_config("custom", overrides=[server, "env.resolve_npx=false"]))["fs"]
     assert isinstance(off, Stdio) and off.resolve_npx is False and off.args[-1] == "{workspace}"
+
+
+def test_a_resolution_whose_files_are_gone_runs_npx_again(setup: dict[str, Path], tmp_path: Path) -> None:
+    """The server npx ran is a copy of the pid server; once that copy is gone, the next start runs npx (whose wrapper
+    then runs the original)."""
+    copy = tmp_path / "copy_server.py"
+    copy.write_text(PID_SERVER.read_text())
+    py, copied = shlex.quote(sys.executable), shlex.quote(str(copy))
+    wrapper = f'[ -f {copied} ] && exec {py} {copied} "$@"\n' + server('"$@"', "")
+    env = make(setup, package(tmp_path, wrapper), ["{workspace}", str(setup["pids"])])
+    try:
+        env.reset(options={"task_id": "a"})
+        env.reset(options={"task_id": "a"})
+        assert env.host.connections["s"].pid in pids(setup["pids"])  # resolved: the copy, run directly
+        copy.unlink()
+        env.reset(options={"task_id": "a"})
+        assert env.host.connections["s"].pid not in pids(setup["pids"])  # npx again
+        assert read_in(env) == "hello a"
+    finally:
+        env.close()
+    assert not any(alive(p) for p in pids(setup["pids"]))
+
+
+def test_without_proc_npx_runs_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = Stdio("npx", ["-y", "pkg", "{workspace}"])
+    assert _npx.start_for("s", spec) is not None  # Linux: a first start that learns
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert _npx.start_for("s", spec) is None
+    assert _npx.start_for("s", Stdio("node", ["server.js"])) is None  # not npx at all
