@@ -31,6 +31,7 @@ setup = test_spare_servers.setup  # folders pids, tmp (the workspaces) and fixtu
 def _fresh_resolutions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test's first start goes through npx (nothing learned by an earlier test in this process)."""
     monkeypatch.setattr(_npx, "resolutions", {})
+    monkeypatch.setattr(_npx, "_said", set())
 
 
 def package(folder: Path, body: str) -> Path:

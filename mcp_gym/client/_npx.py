@@ -113,12 +113,12 @@ class NpxStart:
             if len(resolutions) >= _MAX_KEYS:  # specs whose environment differs per episode: each its own key
                 resolutions.clear()
             resolutions[self.key] = found
+        said = ("learned", self.alias, *self.key[:2], isinstance(found, str))  # once per server, not per environment
         if isinstance(found, str):
-            log.info("mcp-gym: server '%s' (%s) keeps starting through npx: %s", self.alias, describe,
-                     redact_text(found))
+            _once(said, f"mcp-gym: server '{self.alias}' ({describe}) keeps starting through npx: {redact_text(found)}")
         else:
-            log.info("mcp-gym: server '%s' (%s): npx ran %s; later starts of it in this process run that directly "
-                     "(resolve_npx=False keeps npx)", self.alias, describe, redact_text(" ".join(found.argv)))
+            _once(said, f"mcp-gym: server '{self.alias}' ({describe}): npx ran {redact_text(' '.join(found.argv))}; "
+                        "later starts of it in this process run that directly (resolve_npx=False keeps npx)")
 
     def failed(self) -> None:
         """A resolved start did not connect: forget the resolution (the next start runs npx again)."""
@@ -141,8 +141,7 @@ def start_for(alias: str, spec: Stdio) -> NpxStart | None:
         return None
     head, passed = split
     if isinstance(head, str):
-        _once(("parse", command, *args[: len(args) - len(passed)]),
-              f"mcp-gym: server '{alias}' keeps starting through npx: {head}")
+        _once(("parse", alias, command, head), f"mcp-gym: server '{alias}' keeps starting through npx: {head}")
         return None
     given = get_default_environment() | dict(env or {})
     key = (command, head, cwd, os.getcwd(), tuple(sorted(given.items())))
@@ -162,9 +161,12 @@ _said: set[tuple[Any, ...]] = set()
 
 
 def _once(key: tuple[Any, ...], message: str) -> None:
-    if key not in _said:
+    """Log ``message`` at INFO the first time ``key`` is seen in this process."""
+    with _lock:
+        if key in _said:
+            return
         _said.add(key)
-        log.info(message)
+    log.info(message)
 
 
 def _split(command: str, args: Sequence[str]) -> tuple[tuple[str, ...] | str, tuple[str, ...]] | None:
