@@ -89,12 +89,11 @@ class NpxStart:
     """The arguments after the package, which npx passes to the server."""
     resolved: Resolution | None
 
-    def command(self) -> tuple[str, list[str], dict[str, str], str] | None:
-        """``(command, args, env, cwd)`` to run instead of npx, or ``None`` (run npx as written)."""
+    def command(self) -> tuple[str, list[str], dict[str, str], Path]:
+        """``(command, args, env, cwd)`` to run instead of npx (``resolved`` only)."""
         r = self.resolved
-        if r is None:
-            return None
-        return r.argv[0], [*r.argv[1:], *self.passed], dict(r.env), r.cwd
+        assert r is not None
+        return r.argv[0], [*r.argv[1:], *self.passed], dict(r.env), Path(r.cwd)
 
     def learn(self, pid: int | None, describe: str) -> None:
         """The npx process ``pid`` answered ``initialize``: find the server it runs and keep its resolution."""
@@ -129,8 +128,10 @@ class NpxStart:
 
 
 def start_for(alias: str, spec: Stdio) -> NpxStart | None:
-    """The npx start of the stdio server ``spec``, or ``None`` when it is not run by npx or not on Linux (npx runs as
-    written)."""
+    """The npx start of the stdio server ``spec``, or ``None`` when it is not run by npx, ``spec.resolve_npx`` is off or
+    this is not Linux (npx runs as written)."""
+    if not spec.resolve_npx:
+        return None
     command, args, env = spec.command, spec.args, spec.env
     cwd = None if spec.cwd is None else os.fspath(spec.cwd)
     split = _split(command, args)

@@ -186,11 +186,9 @@ class ServerConnection:
         if isinstance(spec, Stdio):
             self._stdio = StdioState(spec.stderr_tail_bytes)
             env, cwd = None if spec.env is None else dict(spec.env), None if spec.cwd is None else Path(spec.cwd)
-            command, args = spec.command, list(spec.args)
-            self._npx = _npx.start_for(self.alias, spec) if spec.resolve_npx else None
-            direct = self._npx.command() if self._npx is not None else None
-            if direct is not None:  # what npx ran at this server's first start, run directly (client._npx)
-                command, args, env, cwd = direct[0], direct[1], direct[2], Path(direct[3])
+            self._npx = _npx.start_for(self.alias, spec)  # run by npx: what npx ran, directly, once known
+            command, args, env, cwd = self._npx.command() if self._npx and self._npx.resolved else \
+                (spec.command, list(spec.args), env, cwd)
             params = StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
             target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
         elif isinstance(spec, Http):
@@ -274,18 +272,16 @@ class ServerConnection:
                         self.status = "dead"
                         self.error = self._why(exc, "connection lost") + self._stderr_tail()
             if not entered:
-                if self._npx is not None:
-                    self._npx.failed()
                 self.status = "failed"
                 self.error = f"could not connect within {self.spec.connect_timeout:g} s" + self._stderr_tail()
         except BaseException as e:  # noqa: BLE001 - every failure becomes a status
             exc = e
             if not entered:
-                if self._npx is not None:
-                    self._npx.failed()
                 self.status = "failed"
                 self.error = self._http_why() + _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
+            if not entered and self._npx is not None:
+                self._npx.failed()  # a resolved start that did not connect: npx again next time
             if self.tap is not None:
                 self.tap.close()
             if self.status in ("ready", "connecting"):
