@@ -30,7 +30,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 
 from mcp_gym._compat import mcp_wire as _wire
 from mcp_gym._version import __version__
-from mcp_gym.client import _discovery
+from mcp_gym.client import _discovery, _npx
 from mcp_gym.client._http_lane import HttpWire, http_client_factory, streamable_http
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
@@ -143,6 +143,7 @@ class ServerConnection:
         self._close = anyio.Event()
         self._done = anyio.Event()
         self._stdio: StdioState | None = None
+        self._npx: _npx.NpxStart | None = None  # a stdio server run by npx: its start (resolved or learning)
         self.http_wire: HttpWire | None = None  # the fast lane of a Streamable HTTP session (client._http_lane)
         self.skipped_tools: list[dict[str, str]] = []  # tools of the last listing that were unusable, with reasons
         self.tools_error: str | None = None  # why the last tools/list failed as a whole (the server has no tools)
@@ -185,7 +186,10 @@ class ServerConnection:
         if isinstance(spec, Stdio):
             self._stdio = StdioState(spec.stderr_tail_bytes)
             env, cwd = None if spec.env is None else dict(spec.env), None if spec.cwd is None else Path(spec.cwd)
-            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env, cwd=cwd)
+            self._npx = _npx.start_for(self.alias, spec)  # run by npx: what npx ran, directly, once known
+            command, args, env, cwd = self._npx.command() if self._npx and self._npx.resolved else \
+                (spec.command, list(spec.args), env, cwd)
+            params = StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
             target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
         elif isinstance(spec, Http):
             self.http_wire = HttpWire(spec, self._http_refused)
@@ -243,6 +247,8 @@ class ServerConnection:
                 self.client = client
                 self.connect_seconds, self.connected_at = time.perf_counter() - t0, anyio.current_time()
                 started(self.alias, self.spec)
+                if self._npx is not None:  # a first start through npx: what did it run?
+                    self._npx.learn(self.pid, self.spec.describe())
                 if self.status == "connecting":  # not failed meanwhile (fail() also asked to close)
                     self.status = "ready"
                 if self.tap is not None:
@@ -274,6 +280,8 @@ class ServerConnection:
                 self.status = "failed"
                 self.error = self._http_why() + _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
+            if not entered and self._npx is not None:
+                self._npx.failed()  # a resolved start that did not connect: npx again next time
             if self.tap is not None:
                 self.tap.close()
             if self.status in ("ready", "connecting"):

@@ -76,6 +76,11 @@ class Stdio(_SpecBase):
     """Largest JSON-RPC message accepted from the server (bytes, one line)."""
     stderr_tail_bytes: int = field(default=4096, kw_only=True)
     """How much of the end of the server's stderr is kept for error messages."""
+    resolve_npx: bool = field(default=True, kw_only=True)
+    """A server run by ``npx`` (``npx -y PKG ...``, ``npm exec``): start it through npx once, then run the program npx
+    ran directly, with the same arguments, environment and directory (Linux; checked, else npx every time: see
+    docs/performance.md). ``False``: through npx at every start (a package version published meanwhile is picked
+    up)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))

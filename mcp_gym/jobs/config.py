@@ -84,15 +84,20 @@ def server_specs(env: Mapping[str, Any]) -> dict[str, ServerSpec]:
     env's ``servers`` (per alias a command line, an ``http(s)://`` or ``sse+http(s)://`` URL, or a mapping
     ``{url:, headers:}`` / ``{command:, args:, env:}``), else the bundled or installed env ``name``'s server over
     ``transport`` (``url`` for HTTP); ``connect_timeout`` set on every spec when given. ``{workspace}`` stays in
-    the specs: the env fills it per episode.
+    the specs: the env fills it per episode. ``resolve_npx: false`` runs a custom env's ``npx`` servers through npx
+    at every start (``Stdio.resolve_npx``).
 
     Every job builds its env from these specs (:func:`env_factory`); :class:`~mcp_gym.env.MCPEnv` takes them as they
     are."""
-    from mcp_gym.client.specs import normalise_servers
+    from mcp_gym.client.specs import Stdio, normalise_servers
 
     env = to_dict(env)
     if env.get("servers"):
-        return normalise_servers(env["servers"], connect_timeout=env.get("connect_timeout"))
+        specs = normalise_servers(env["servers"], connect_timeout=env.get("connect_timeout"))
+        if env.get("resolve_npx") is False:  # npx at every start (client._npx): on every stdio server of the env
+            specs = {a: dataclasses.replace(s, resolve_npx=False) if isinstance(s, Stdio) else s
+                     for a, s in specs.items()}
+        return specs
     from mcp_gym.envs import env_servers
 
     return env_servers(env["name"], env.get("transport", "stdio"), env.get("url"),

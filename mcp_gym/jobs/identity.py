@@ -33,7 +33,7 @@ __all__ = ["JobRefused"]
 GROWABLE = ("samples", "episodes")
 """Identity keys a rerun may grow (the plan is extended)."""
 _ENV_OPERATIONAL = frozenset({"transport", "url", "connect_timeout", "call_timeout", "task_env_allow", "grader_timeout",
-                              "trust_task_code", "spare_servers"})
+                              "trust_task_code", "spare_servers", "resolve_npx"})
 """Env options that change how episodes run, not what they are (the tasks' own ``env`` is in ``env.task_set``)."""
 _POLICY_OPERATIONAL = frozenset({"api_key", "timeout", "retries", "max_concurrency"})
 """Policy options that change how requests are made, not what the policy does."""

@@ -156,6 +156,7 @@ class _CustomEnv(_Env):
     exclude_tools: list[str] = MISSING
     reset_mode: str = MISSING
     spare_servers: int = MISSING
+    resolve_npx: bool = MISSING
 
 
 # Keys a policy's YAML leaves out (its constructor's other parameters) default to None: added with +policy.<key>=...

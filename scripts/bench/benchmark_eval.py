@@ -6,10 +6,12 @@ workspace, each task writing one file and submitting, graded by a ``files`` stat
 is ``oracle`` (the reference solutions), so the numbers are mcp-gym's and the servers', not a model's. Each job is
 ``mcp-gym eval`` with the defaults (run in this process through the CLI's ``main``) at ``launcher.num_envs`` slots;
 the ``off`` arm adds ``env.spare_servers=0`` (a server started per episode, as before the pool), the ``on`` arm is
-the default. The arms alternate, round by round, so machine noise hits both alike.
+the default. The arms alternate, round by round, so machine noise hits both alike. Each job starts as a job of its own
+process does: what npx ran for an earlier job (``mcp_gym.client._npx``) is forgotten, so its first starts run npx.
 
 Per arm and server (``local``: the tests' npm install in ``.mcp-gym-cache/npm``; ``npx``: ``npx -y``, resolved from
-the npm cache those fill, as the MCPMark import prints): episodes per second over the job's wall time (start to
+the npm cache those fill, as the MCPMark import prints; ``--no-resolve-npx``: through npx at every start, not only at
+the job's first): episodes per second over the job's wall time (start to
 report), the job's own "server start-up share" (``results.json``: servers' start-up time over that plus the
 episodes' time) and success rate, and the ratio on/off.
 
@@ -56,6 +58,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _chat_server import chat_completion, serve_chat_completions  # noqa: E402 - the tests' scripted endpoint
 
 from mcp_gym.cli import main as cli  # noqa: E402
+from mcp_gym.client import _npx  # noqa: E402 - forgotten between jobs (each job a process of its own)
 
 
 def fixture_name(i: int, fixtures: int) -> str:
@@ -107,10 +110,13 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
     args = ["eval", "env=custom", f'+env.servers.fs="{command}"', f"env.tasks={tasks}", *policy,
             f"samples={a.samples}", f"launcher.num_envs={a.num_envs}", "launcher.progress=false", "plots=false",
             f"out={out}", "env.connect_timeout=120"]
+    if a.no_resolve_npx:
+        args.append("env.resolve_npx=false")
     if arm == "off":
         args.append("env.spare_servers=0")
     elif a.spare_servers is not None:
         args.append(f"env.spare_servers={a.spare_servers}")
+    _npx.resolutions.clear()  # each job as its own process: its first starts run npx (what it ran is not known yet)
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         code = cli(args)
@@ -137,6 +143,8 @@ def main() -> None:
                     help="a second allowed directory on the server's command line: never re-rooted")
     ap.add_argument("--spare-servers", type=int, default=None, metavar="N",
                     help="env.spare_servers in the on arm (default: the default)")
+    ap.add_argument("--no-resolve-npx", action="store_true",
+                    help="env.resolve_npx=false: npx at every server start, not only at each job's first")
     ap.add_argument("--model-latency", type=float, default=None, metavar="S",
                     help="policy=openai against a scripted endpoint answering in S seconds (default: oracle)")
     a = ap.parse_args()
@@ -166,7 +174,8 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
                   f"{a.fixtures} fixture(s) of {a.files} files, {'never re-rooted, ' if a.fresh_servers else ''}"
                   f"on arm spare_servers={a.spare_servers if a.spare_servers is not None else 'default'}, "
                   f"policy {'oracle' if base_url is None else f'openai (scripted, {a.model_latency:g} s per reply)'}, "
-                  f"{a.rounds} jobs per arm; load average {min(loads):.2f}-{max(loads):.2f} (1 min), "
+                  f"{'env.resolve_npx=false, ' if a.no_resolve_npx else ''}{a.rounds} jobs per arm; "
+                  f"load average {min(loads):.2f}-{max(loads):.2f} (1 min), "
                   f"{os.cpu_count()} cores")
             print(f"{'arm':>4} {'episodes/s':>11} {'start-up share':>15} {'success':>8}")
             med = {arm: {k: statistics.median(x[k] for x in xs) for k in xs[0]} for arm, xs in rows.items()}

@@ -14,11 +14,13 @@ episodes per second, start-up share (the time from the start of ``reset`` to the
 reset's time over the episodes'), time to first step (the start of ``reset`` to the first step's answer), the
 client's CPU per episode, the spares taken and re-roots, and the ratios on/off. The server comes from
 ``tests/conftest.py``'s npm cache (``local``, installed on first use) and ``npx -y`` (``npx``, what the MCPMark import
-prints, resolved from the npm cache); ``--server both`` (the default) runs the two one after the other.
+prints, resolved from the npm cache; its later starts run what npx ran, directly, unless ``--no-resolve-npx``);
+``--server both`` (the default) runs the two one after the other.
 
     python scripts/bench/startup.py --rounds 3 --episodes 6
     python scripts/bench/startup.py --think 0.5   # a policy taking 0.5 s per step, as a model does
     python scripts/bench/startup.py --server npx
+    python scripts/bench/startup.py --server npx --no-resolve-npx   # npx at every start
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def run(kind: str, a: argparse.Namespace, tmp: Path) -> dict[str, dict[str, floa
     """Both arms on one server kind, rounds interleaved; prints the table and returns the arms' figures."""
     command = server_command(kind)
     tasks = make_tasks(tmp / "fixture", a.episodes)
-    spec = Stdio(command=command[0], args=command[1:], connect_timeout=120.0)
+    spec = Stdio(command=command[0], args=command[1:], connect_timeout=120.0, resolve_npx=not a.no_resolve_npx)
     arms = {"off": 0, "on": a.spares}
     envs = {arm: MCPEnv({"fs": spec}, tasks, spare_servers=size, reset_timeout=180.0) for arm, size in arms.items()}
     results: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
@@ -115,7 +117,8 @@ def run(kind: str, a: argparse.Namespace, tmp: Path) -> dict[str, dict[str, floa
 
     print(f"\nserver-filesystem per episode ({kind}: {' '.join(command[:3])}), fixture {a.files} files, "
           f"{a.rounds} rounds x {a.episodes} episodes per arm after {a.warmup} warm-up, policy {a.think:g} s per "
-          f"step, on: spare_servers={a.spares}, concurrency 1; load average "
+          f"step, on: spare_servers={a.spares}, concurrency 1{', resolve_npx=False' if a.no_resolve_npx else ''}; "
+          f"load average "
           f"{min(loads):.2f}-{max(loads):.2f} (1 min), {os.cpu_count()} cores")
     print(f"{'arm':>4} {'episodes/s':>11} {'start-up share':>15} {'reset share':>12} {'first step ms':>14} "
           f"{'episode ms':>11} {'client CPU ms/ep':>17} {'spares taken':>13} {'re-rooted':>10}")
@@ -144,6 +147,8 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=40, help="files in the fixture")
     ap.add_argument("--think", type=float, default=0.0, help="seconds the policy takes per step (a model's latency)")
     ap.add_argument("--spares", type=int, default=1, help="the on arm's spare_servers")
+    ap.add_argument("--no-resolve-npx", action="store_true",
+                    help="npx at every start (Stdio(resolve_npx=False)), not only at the first")
     a = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="mcp-gym-bench-startup-"))
