@@ -63,9 +63,8 @@ _STOP_GRACE = 2.0  # after stdin closes, before SIGTERM
 _KILL_GRACE = 2.0  # after SIGTERM, before SIGKILL
 _WRITER_FLUSH = 0.5
 _READ_NOW_BYTES = 1 << 16  # (a larger buffer costs a memory map per read; the rest of a long line is read later)
-_READ_NOW = 0.005
-"""Seconds a synchronous call waits in its own thread for its answer (:meth:`_Link.read_now`) before it lets the event
-loop wait instead: the longest that timers and other servers' output may wait for the loop meanwhile."""
+_READ_NOW = 0.005  # s a sync call waits for its answer in its thread (_Link.read_now), then the loop waits instead:
+# the longest that timers and other servers' output may wait for the loop meanwhile
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\Z)|[{}\[\]:,]|[^\s{}\[\]:,"]+', re.DOTALL)
 
 
@@ -190,15 +189,13 @@ class _Stdout(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.ReadTransport | None = None
         self._paused = False
-        self._fd = -1
         self._poll: Any = None  # select.poll of the pipe, for read_now
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102 - asyncio.Protocol's
         self._transport = transport  # type: ignore[assignment]  # connect_read_pipe: a read transport
         pipe = transport.get_extra_info("pipe")
         if pipe is not None and hasattr(select, "poll"):
-            self._fd = pipe.fileno()
-            self._poll = select.poll()
+            self._fd, self._poll = pipe.fileno(), select.poll()
             self._poll.register(self._fd, select.POLLIN)
 
     def data_received(self, data: bytes) -> None:  # noqa: D102 - asyncio.Protocol's
@@ -255,18 +252,16 @@ class _Stdout(asyncio.Protocol):
         """Wait up to ``timeout`` seconds for the pipe in this thread and take what it holds as the pipe's transport
         would (:meth:`data_received`), while the reader waits with nothing queued or unfinished; otherwise, or when
         nothing comes, nothing happens (the transport reads it in the event loop, as always). Whether it read."""
-        if not self.idle or self.chunks or self._paused or self.eof or self.failed is not None or self._poll is None:
-            return False
-        if not self._poll.poll(timeout * 1000.0):
+        if not self.idle or self.chunks or self._paused or self.eof or self.failed is not None or self._poll is None \
+                or not self._poll.poll(timeout * 1000.0):
             return False
         try:
             data = os.read(self._fd, _READ_NOW_BYTES)
         except OSError:  # (BlockingIOError: nothing after all) the transport meets the same error and reports it
             return False
-        if not data or not self.idle or self.eof:  # (b"": the end, which the transport reads again and reports)
-            return False
-        self.data_received(data)
-        return True
+        if data:  # (b"": the end, which the transport reads again and reports)
+            self.data_received(data)
+        return bool(data)
 
     def close(self) -> None:
         """Close the pipe (a process the server left behind may hold its write end open)."""
@@ -415,15 +410,12 @@ class _Link:
         return chunk[pos:] if pos else chunk
 
     def read_now(self, timeout: float | None) -> bool:
-        """A fast-lane request was just written by a synchronous call that drives the loop with nothing else for it
-        to do (:func:`~mcp_gym.client.runtime.sync_call_alone`; nothing passed to the session since the host last
-        looked, :meth:`~mcp_gym._compat.mcp_wire.Wire.quiet`, else the session may have work to do): wait for the
-        server's output in this thread (at most :data:`_READ_NOW` or ``timeout`` seconds) and take it as the pipe's
-        transport would, so an answer resolves its request without the event loop's turns; anything else in it
-        goes to the reader, in order, as always (what follows the answer reaches the session after the call goes
-        on, as when the loop reads it).
-        ``False``: the caller was asked to cancel while it waited (Ctrl-C): it lets the loop turn once, so the
-        cancellation takes effect where the call waits, as in the loop."""
+        """A sync call that drives the loop with nothing else for it to do (``runtime.sync_call_alone``; nothing
+        passed to the session since the host last looked, ``Wire.quiet``) just wrote a fast-lane request: wait for
+        the server's output in this thread (at most ``_READ_NOW`` s or ``timeout``) and take it as the pipe's
+        transport would, so the answer resolves its request without the loop's turns; the rest goes to the reader,
+        in order. ``False``: a cancellation (Ctrl-C) was asked for meanwhile: the caller lets the loop turn once,
+        so it takes effect where the call waits, as in the loop."""
         if not sync_call_alone() or not self.wire.quiet(take=False) or not self.stdout.read_now(
                 _READ_NOW if timeout is None else min(_READ_NOW, max(timeout, 0.0))):
             return True

@@ -7,10 +7,13 @@ each connection's owner task lives. The loop runs in one of three modes:
 * **driven** (the start): nobody runs the loop between calls. A sync call (``env.step``) runs it in the caller's own
   thread until the call is done (as ``run_until_complete`` does: its done callback makes the call's task the root task
   anyio stops its worker threads with; when nothing else waits on the task, the task stops the loop itself as it
-  ends, one loop iteration fewer), so a step pays no thread hop. Owner tasks sleep between calls; what servers send
-  meanwhile (notifications, a crash) is handled at the next call. A Ctrl-C during a call cancels that call (the
-  sessions stay up) and raises ``KeyboardInterrupt``. Calls from other threads while one thread drives are run by the
-  same loop, concurrently; the waiting thread takes over when the driver is done.
+  ends, one loop iteration fewer), so a step pays no thread hop. While no other thread's call waits for the loop
+  and no hold is taken (:func:`sync_call_alone`), the call's own stdio fast-lane request waits for its answer in
+  this thread (a few milliseconds at most, then the loop waits), so a step takes one loop iteration, not three.
+  Owner tasks sleep between calls; what servers send meanwhile (notifications, a crash) is handled at the next call.
+  A Ctrl-C during a call cancels that call (the sessions stay up) and raises ``KeyboardInterrupt``. Calls from other
+  threads while one thread drives are run by the same loop, concurrently; the waiting thread takes over when the
+  driver is done.
 * **threaded**: a daemon thread runs the loop for good and sync calls hop onto it (~100-350 µs per call on a 2-core
   VM; ``scripts/bench/step_overhead.py`` measures both modes). The runtime switches, once and for all, as soon as
   something needs the loop to run on its own: async code on another event loop (``await env.astep(...)`` under
