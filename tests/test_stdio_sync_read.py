@@ -46,7 +46,7 @@ def test_a_driven_step_takes_its_answer_in_the_calling_thread(monkeypatch: pytes
 
         def spy(timeout: float | None) -> bool:
             ok = read_now(timeout)
-            taken.append(all(f.done() for f in wire.waiting.values()))
+            taken.append(len(wire.waiting) == 1 and all(f.done() for f in wire.waiting.values()))
             return ok
 
         wire.read_now = spy
