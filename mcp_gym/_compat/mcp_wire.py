@@ -189,7 +189,7 @@ class Wire(LaneIds):
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
     __slots__ = ("waiting", "send", "loop", "closed", "delivered", "sent", "spawn", "stamped", "_seen", "_due",
-                 "_watch")
+                 "_watch", "read_now")
 
     def __init__(self) -> None:
         super().__init__()
@@ -211,6 +211,11 @@ class Wire(LaneIds):
         self.stamped: dict[str, Any] | None = None
         """The era ``_meta`` of the SDK session's last request (:meth:`observe`); ``None`` before one."""
         self._seen = 0
+        self.read_now: Callable[[float | None], bool] | None = None
+        """Set by the transport: reads the server's output in the calling task (a while, bounded by the seconds
+        given) when nothing else needs the loop, as the pipe's transport would read it, so a request just written
+        may be answered without a turn of the event loop; ``False``: the caller was asked to cancel meanwhile, let
+        the loop turn once before taking the answer (``None``: never)."""
 
     def open(self) -> bool:
         """Whether the process runs and its pipe is open."""
@@ -311,6 +316,8 @@ class Wire(LaneIds):
             self.sent.add(rid)
             if timeout is not None:
                 self._expire_at(loop, rid, loop.time() + timeout, fut)
+            if self.read_now is not None and not self.read_now(timeout):  # it may take the answer: then the await
+                await asyncio.sleep(0)  # below does not suspend; here a cancellation asked for meanwhile takes effect
             return await fut
         finally:
             self._due.pop(rid, None)

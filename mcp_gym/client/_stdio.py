@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import re
+import select
 import subprocess
 import sys
 from collections import deque
@@ -45,6 +46,7 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
 from mcp_gym._compat.mcp_wire import Wire, request_key
+from mcp_gym.client.runtime import sync_call_alone
 
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
 
@@ -60,6 +62,9 @@ _READ_BYTES = 1 << 20
 _STOP_GRACE = 2.0  # after stdin closes, before SIGTERM
 _KILL_GRACE = 2.0  # after SIGTERM, before SIGKILL
 _WRITER_FLUSH = 0.5
+_READ_NOW_BYTES = 1 << 16  # (a larger buffer costs a memory map per read; the rest of a long line is read later)
+_READ_NOW = 0.005  # s a sync call waits for its answer in its thread (_Link.read_now), then the loop waits instead:
+# the longest that timers and other servers' output may wait for the loop meanwhile
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\Z)|[{}\[\]:,]|[^\s{}\[\]:,"]+', re.DOTALL)
 
 
@@ -184,9 +189,14 @@ class _Stdout(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.ReadTransport | None = None
         self._paused = False
+        self._poll: Any = None  # select.poll of the pipe, for read_now
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102 - asyncio.Protocol's
         self._transport = transport  # type: ignore[assignment]  # connect_read_pipe: a read transport
+        pipe = transport.get_extra_info("pipe")
+        if pipe is not None and hasattr(select, "poll"):
+            self._fd, self._poll = pipe.fileno(), select.poll()
+            self._poll.register(self._fd, select.POLLIN)
 
     def data_received(self, data: bytes) -> None:  # noqa: D102 - asyncio.Protocol's
         if self.idle and not self.chunks and self.failed is None:
@@ -237,6 +247,21 @@ class _Stdout(asyncio.Protocol):
             self._paused = False
             self._transport.resume_reading()
         return chunk
+
+    def read_now(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the pipe in this thread and take what it holds as the pipe's transport
+        would (:meth:`data_received`), while the reader waits with nothing queued or unfinished; otherwise, or when
+        nothing comes, nothing happens (the transport reads it in the event loop, as always). Whether it read."""
+        if not self.idle or self.chunks or self._paused or self.eof or self.failed is not None or self._poll is None \
+                or not self._poll.poll(timeout * 1000.0):
+            return False
+        try:
+            data = os.read(self._fd, _READ_NOW_BYTES)
+        except OSError:  # (BlockingIOError: nothing after all) the transport meets the same error and reports it
+            return False
+        if data:  # (b"": the end, which the transport reads again and reports)
+            self.data_received(data)
+        return bool(data)
 
     def close(self) -> None:
         """Close the pipe (a process the server left behind may hold its write end open)."""
@@ -383,6 +408,19 @@ class _Link:
                 self.repeat = b""
             pos = nl + 1
         return chunk[pos:] if pos else chunk
+
+    def read_now(self, timeout: float | None) -> bool:
+        """A sync call that drives the loop with nothing else for it to do (``runtime.sync_call_alone``; nothing
+        passed to the session since the host last looked, ``Wire.quiet``) just wrote a fast-lane request: wait for
+        the server's output in this thread (at most ``_READ_NOW`` s or ``timeout``) and take it as the pipe's
+        transport would, so the answer resolves its request without the loop's turns; the rest goes to the reader,
+        in order. ``False``: a cancellation (Ctrl-C) was asked for meanwhile: the caller lets the loop turn once,
+        so it takes effect where the call waits, as in the loop."""
+        if not sync_call_alone() or not self.wire.quiet(take=False) or not self.stdout.read_now(
+                _READ_NOW if timeout is None else min(_READ_NOW, max(timeout, 0.0))):
+            return True
+        cancelling = getattr(asyncio.current_task(), "cancelling", None)  # (Python 3.11+)
+        return cancelling is None or not cancelling()
 
     async def deliver(self, item: SessionMessage | Exception) -> bool:
         """To the waiting fast-lane request it answers, else to the session (``False``: the session is gone)."""
@@ -638,6 +676,7 @@ async def stdio_transport(
     state.pid = process.pid
     link = _Link(params, state, max_message_bytes, process, stdin, stdout)
     state.wire.send, state.wire.loop = link.send_line, asyncio.get_running_loop()
+    state.wire.read_now = link.read_now
     async with anyio.create_task_group() as tg:
         state.wire.spawn = tg.start_soon
         tg.start_soon(link.read_stdout)

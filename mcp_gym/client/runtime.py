@@ -7,10 +7,13 @@ each connection's owner task lives. The loop runs in one of three modes:
 * **driven** (the start): nobody runs the loop between calls. A sync call (``env.step``) runs it in the caller's own
   thread until the call is done (as ``run_until_complete`` does: its done callback makes the call's task the root task
   anyio stops its worker threads with; when nothing else waits on the task, the task stops the loop itself as it
-  ends, one loop iteration fewer), so a step pays no thread hop. Owner tasks sleep between calls; what servers send
-  meanwhile (notifications, a crash) is handled at the next call. A Ctrl-C during a call cancels that call (the
-  sessions stay up) and raises ``KeyboardInterrupt``. Calls from other threads while one thread drives are run by the
-  same loop, concurrently; the waiting thread takes over when the driver is done.
+  ends, one loop iteration fewer), so a step pays no thread hop. While no other thread's call waits for the loop
+  and no hold is taken (:func:`sync_call_alone`), the call's own stdio fast-lane request waits for its answer in
+  this thread (a few milliseconds at most, then the loop waits), so a step takes one loop iteration, not three.
+  Owner tasks sleep between calls; what servers send meanwhile (notifications, a crash) is handled at the next call.
+  A Ctrl-C during a call cancels that call (the sessions stay up) and raises ``KeyboardInterrupt``. Calls from other
+  threads while one thread drives are run by the same loop, concurrently; the waiting thread takes over when the
+  driver is done.
 * **threaded**: a daemon thread runs the loop for good and sync calls hop onto it (~100-350 µs per call on a 2-core
   VM; ``scripts/bench/step_overhead.py`` measures both modes). The runtime switches, once and for all, as soon as
   something needs the loop to run on its own: async code on another event loop (``await env.astep(...)`` under
@@ -61,7 +64,7 @@ from mcp_gym._compat.stdlib import (
 
 T = TypeVar("T")
 
-__all__ = ["Runtime", "default_runtime"]
+__all__ = ["Runtime", "default_runtime", "sync_call_alone"]
 
 _POLL = 0.002
 """Seconds between checks of a thread waiting for its call while another thread drives the loop."""
@@ -110,6 +113,7 @@ class Runtime:
         self._want_thread = False
         self._for_holds = False  # the loop thread runs only while holds are taken (keep_running), then ends
         self._holds = 0  # keep_running() holds not yet released
+        self._guests = 0  # sync calls of other threads scheduled on the loop while one thread drives it
         self._no_holds: asyncio.Future[None] | None = None  # set (on the loop) when the last hold is released
         self._ready = threading.Event()
         self._serve_task = self.loop.create_task(self._serve(), name=name if hosted else None)
@@ -346,11 +350,16 @@ class Runtime:
             hop = self._thread is not None and self._for_holds and not self.closed
             if hop:
                 self._holds += 1
-        fut = asyncio.run_coroutine_threadsafe(_call(fn, args), self.loop)
-        if hop:
-            release = self._releaser()
-            fut.add_done_callback(lambda _: self._release_soon(release))
-        return self._wait(fut, timeout)
+            self._guests += 1
+        try:
+            fut = asyncio.run_coroutine_threadsafe(_call(fn, args), self.loop)
+            if hop:
+                release = self._releaser()
+                fut.add_done_callback(lambda _: self._release_soon(release))
+            return self._wait(fut, timeout)
+        finally:
+            with self._state:
+                self._guests -= 1
 
     def _release_soon(self, release: Callable[[], None]) -> None:
         """Run ``release`` on the loop (from any thread; nothing to release once the loop is closed)."""
@@ -364,6 +373,13 @@ class Runtime:
             task = loop.create_task(coro if timeout is None else asyncio.wait_for(coro, timeout))
         else:
             task = loop.create_task(_call_and_stop(fn, args, timeout, loop))
+        _sync_calls[task] = self
+        try:
+            return self._drive_task(task)
+        finally:
+            del _sync_calls[task]
+
+    def _drive_task(self, task: asyncio.Task[T]) -> T:
         if threading.current_thread() is not threading.main_thread() or \
                 signals.getsignal(_SIGINT) is not signal.default_int_handler:
             return self._run_call(task)
@@ -507,6 +523,19 @@ class Runtime:
         if not done:  # an owner task does not finish: cancel the lot
             self._serve_task.cancel()
             await asyncio.wait([self._serve_task], timeout=timeout)
+
+
+_sync_calls: dict[asyncio.Future[Any], Runtime] = {}
+"""The task of each synchronous call that drives its runtime's loop now (driven mode), and that runtime."""
+
+
+def sync_call_alone() -> bool:
+    """True in the task of a synchronous call that drives its runtime's loop in this thread (driven mode) while no
+    other thread's call waits for that loop and no :meth:`Runtime.keep_running` hold is taken: nothing then needs the
+    loop but what this call waits for, so the call may wait for its own I/O in this thread for a short, bounded
+    while (the stdio transport reads a server's answer so, :meth:`mcp_gym.client._stdio._Link.read_now`)."""
+    rt = _sync_calls.get(asyncio.current_task())  # type: ignore[arg-type]  # None: not a sync call's task
+    return rt is not None and not rt._guests and not rt._holds
 
 
 async def _call(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:

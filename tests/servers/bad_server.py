@@ -20,7 +20,8 @@ result), ``change`` (sends ``notifications/tools/list_changed`` first), ``flood`
 (never answers), ``stderr`` (``mb`` megabytes to stderr, then a result), ``garbage`` (a response line that is not
 JSON), ``deep`` (structured content nested ``depth`` lists deep), ``surrogate`` (a text with a lone surrogate escape),
 ``noise`` (``n`` lines of plain text on stdout first), ``stray`` (first, in the same write as the answer, a response
-for each id in ``ids``, raw JSON texts of ids no request has, such as ``'"²"'``).
+for each id in ``ids``, raw JSON texts of ids no request has, such as ``'"²"'``), ``change_after`` (the answer, then
+``notifications/tools/list_changed``, in one write).
 """
 
 from __future__ import annotations
@@ -159,6 +160,11 @@ def main() -> None:
                                   json.dumps(text_result("stray")).encode() + b"}\n" for raw in args.get("ids", []))
                 answer = json.dumps({"jsonrpc": "2.0", "id": rid, "result": text_result("answer")}).encode()
                 sys.stdout.buffer.write(strays + answer + b"\n")  # one write: the answer shares the chunk
+                sys.stdout.buffer.flush()
+            elif name == "change_after":  # the answer, then list_changed, in one write: they share a chunk
+                answer = json.dumps({"jsonrpc": "2.0", "id": rid, "result": text_result("changed after")})
+                note = json.dumps({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+                sys.stdout.buffer.write(f"{answer}\n{note}\n".encode())
                 sys.stdout.buffer.flush()
             elif name == "mcp_gym_reset":
                 pass  # never answers
