@@ -16,7 +16,7 @@ from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
 import mcp_gym._compat
-from mcp_gym._compat import CompatWarning, mcp_output, mcp_wire
+from mcp_gym._compat import CompatWarning, mcp_output, mcp_surface, mcp_wire
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import stdlib as stdlib_compat
 from mcp_gym._compat import verl as verl_compat
@@ -70,13 +70,13 @@ def test_discover_timeout_is_the_sdk_global(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_page_shell_drops_later_fields_and_clamps_ttl() -> None:
-    shell = mcp_wire.page_shell({"ttlMs": -5, "nextCursor": "c"}, "tools/list", "2025-06-18")
+    shell = mcp_surface.page_shell({"ttlMs": -5, "nextCursor": "c"}, "tools/list", "2025-06-18")
     assert shell == {"nextCursor": "c"}  # ttlMs belongs to the 2026-07-28 revision
-    assert mcp_wire.page_shell({"ttlMs": -5}, "tools/list", "2026-07-28") == {"ttlMs": 0}
+    assert mcp_surface.page_shell({"ttlMs": -5}, "tools/list", "2026-07-28") == {"ttlMs": 0}
     for method, version in (("tools/list", "2025-06-18"), ("tools/call", "2024-11-05"), ("resources/read",
                                                                                             "2025-11-25")):
         # the SDK's own (private) answer, read by the test only: the lane's public redo agrees
-        assert mcp_wire._later_fields(method, version) == sdk_session._later_revision_fields(method, version)
+        assert mcp_surface.later_fields(method, version) == sdk_session._later_revision_fields(method, version)
 
 
 def test_default_http_timeouts_are_the_sdks() -> None:

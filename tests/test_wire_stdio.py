@@ -22,7 +22,7 @@ import mcp_gym._compat.mcp_wire as mw
 import mcp_gym._stateful as stateful
 import mcp_gym.client.runtime as runtime
 from mcp_gym import MCPEnv, Stdio
-from mcp_gym._compat import tool_results
+from mcp_gym._compat import mcp_surface, tool_results
 from mcp_gym.client.host import content_json
 from mcp_gym.rewards import ConventionReward, StepContext
 
@@ -164,23 +164,23 @@ RESULTS = [
 
 @pytest.mark.parametrize("version", ["2024-11-05", "2025-06-18", "2025-11-25", "2026-07-28"])
 def test_the_quick_check_only_passes_what_the_schema_passes(version: str) -> None:
-    quick = mw._quick_surface("tools/call", version)
+    quick = mcp_surface.quick_surface("tools/call", version)
     assert quick is not None  # the plain shapes are checked without pydantic at every version
-    surface = mw._surface("tools/call", version)
+    surface = mcp_surface.surface("tools/call", version)
     passed = 0
     for raw in RESULTS:
         if quick(raw):
             passed += 1
             surface.validate_python(raw, by_name=False)  # raises if the quick check let a bad result through
     assert passed >= 3, passed
-    assert mw._quick_surface("resources/read", version) is None  # other shapes: pydantic
+    assert mcp_surface.quick_surface("resources/read", version) is None  # other shapes: pydantic
 
 
 def test_a_plain_result_is_checked_by_pydantic_once(env: MCPEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Counter's echo (text and structured content, 2026-07-28): the version's schema in Python, then the SDK's
     ``CallToolResult`` model. A result that fails the schema still fails the step (``invalid_result``)."""
     checks = [0]
-    surface = mw._surface
+    surface = mcp_surface.surface
 
     class Counting:
         def __init__(self, adapter: Any) -> None:
@@ -190,10 +190,10 @@ def test_a_plain_result_is_checked_by_pydantic_once(env: MCPEnv, monkeypatch: py
             checks[0] += 1
             return self.adapter.validate_python(*args, **kw)
 
-    monkeypatch.setattr(mw, "_surface", lambda method, version: Counting(surface(method, version)))
+    monkeypatch.setattr(mcp_surface, "surface", lambda method, version: Counting(surface(method, version)))
     steps(env)
     assert checks[0] == 0, f"{checks[0]} schema checks in pydantic for {STEPS} plain results"
-    bad = mw._quick_surface("tools/call", "2026-07-28")
+    bad = mcp_surface.quick_surface("tools/call", "2026-07-28")
     assert bad is not None and not bad({"content": [{"type": "text", "text": 5}], "resultType": "complete"})
     with pytest.raises(pydantic.ValidationError):
         mw._checked(env.host.connections["c"].client.session, "tools/call",  # type: ignore[union-attr]

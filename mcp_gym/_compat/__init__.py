@@ -9,6 +9,8 @@ name costs only what its function documents (speed, one check) and says so once,
 * :mod:`mcp_gym._compat.mcp_wire`: the fast lane for ``tools/call`` and ``resources/read`` (stdio, Streamable
   HTTP), which speaks JSON-RPC itself and uses the SDK's public API only (it lives here for its tests' imports; it
   reaches no private name);
+* :mod:`mcp_gym._compat.mcp_surface`: the negotiated version's schema of a result, as the SDK's session applies it
+  (it reaches no private name);
 * :mod:`mcp_gym._compat.mcp_output`: the output-schema check of ``tools/call`` results on every path (it reaches no
   private name);
 * :mod:`mcp_gym._compat.verl`: verl's in-process table of agent loops (the optional ``[verl]`` extra);

@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
-import types
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, cast, get_args
+from typing import Any, Protocol, cast
 
 import anyio
 import mcp.types as mt
@@ -44,13 +42,13 @@ from mcp import MCPError
 from mcp.shared.jsonrpc_dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
-from mcp_types.methods import SERVER_RESULTS
-from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from mcp_gym._compat import mcp as mcp_compat
-from mcp_gym._compat import tool_results
+from mcp_gym._compat import mcp_surface, tool_results
 from mcp_gym._compat.mcp_output import check_output
+from mcp_gym._compat.mcp_surface import clamp_ttl
 
 try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too): see _inject()
     from opentelemetry import context as _otel_context
@@ -60,7 +58,7 @@ except ImportError:  # pragma: no cover - then no trace context is carried (the 
     _otel_context = None  # type: ignore[assignment]  # _inject() then does nothing
 
 __all__ = ["Wire", "Lane", "LaneIds", "StepAside", "request_key", "call_tool", "read_resource", "list_tools_raw",
-           "usable", "missing", "page_shell"]
+           "usable", "missing"]
 
 logger = logging.getLogger(__name__)
 
@@ -346,152 +344,10 @@ class Wire(LaneIds):
             self._watch = loop.call_at(min(when for when, _ in self._due.values()), self._expire_due, loop)
 
 
-@functools.cache
-def _surface(method: str, version: str) -> Any:
-    """The adapter checking a ``method`` result against protocol ``version``'s schema (``None``: none), as
-    ``mcp_types.methods.validate_server_result`` checks it."""
-    if version not in KNOWN_PROTOCOL_VERSIONS:
-        raise ValueError(f"unknown protocol version {version!r}")
-    row = SERVER_RESULTS.get((method, version))
-    return None if row is None else TypeAdapter(cast(Any, row))  # a model or a union of models (typed per version)
-
-
-def _wire_fields(row: Any) -> frozenset[str]:
-    """The top-level keys a result type declares (its members', for a union)."""
-    members = get_args(row) if isinstance(row, types.UnionType) else (row,)
-    return frozenset(f.alias or n for m in members for n, f in getattr(m, "model_fields", {}).items())
-
-
-@functools.cache
-def _later_fields(method: str, version: str) -> frozenset[str]:
-    """Result keys a revision newer than ``version`` declares for ``method`` and ``version`` does not: outside the
-    negotiated contract, dropped before the version-free model reads the result (as the SDK's session does)."""
-    current = SERVER_RESULTS.get((method, version))
-    if current is None or version not in KNOWN_PROTOCOL_VERSIONS:
-        return frozenset()
-    later: set[str] = set()
-    for revision in KNOWN_PROTOCOL_VERSIONS[KNOWN_PROTOCOL_VERSIONS.index(version) + 1:]:
-        row = SERVER_RESULTS.get((method, revision))
-        if row is not None:
-            later |= _wire_fields(row)
-    return frozenset(later) - _wire_fields(current)
-
-
-def _clamp_ttl(raw: dict[str, Any]) -> None:
-    """A negative ``ttlMs`` read as 0 (2026-07-28 caching: a client SHOULD), as the SDK's session does."""
-    ttl = raw.get("ttlMs")
-    if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and ttl < 0:
-        raw["ttlMs"] = 0
-
-
-def page_shell(shell: Mapping[str, Any], method: str, version: str | None) -> dict[str, Any]:
-    """A raw result's top-level fields (``tools`` excluded) as the SDK sees them before validating: fields of later
-    protocol revisions than ``version`` dropped, a negative ``ttlMs`` clamped to 0."""
-    out = dict(shell)
-    if version is not None:
-        foreign = _later_fields(method, version)
-        out = {k: v for k, v in out.items() if k not in foreign}
-    _clamp_ttl(out)
-    return out
-
-
 CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(mt.CallToolResult | mt.InputRequiredResult)
 """What a ``tools/call`` answers (a session without client extensions claims no other shape)."""
 READ_RESOURCE_RESULT: TypeAdapter[Any] = TypeAdapter(mt.ReadResourceResult | mt.InputRequiredResult)
 """What a ``resources/read`` answers."""
-
-
-# -- the negotiated version's schema, checked without pydantic for results of the plainest shape -------------------
-_SIMPLE: dict[str, Callable[[Any], bool]] = {
-    "<class 'str'>": lambda v: type(v) is str,
-    "bool | None": lambda v: v is None or type(v) is bool,
-    "dict[str, typing.Any] | None": lambda v: v is None or type(v) is dict,  # JSON: its keys are strings
-    "typing.Any | None": lambda v: True,
-}
-"""Field annotations (as ``repr``) whose values a check in Python accepts only where pydantic surely does too."""
-
-
-def _plain_fields(model: Any) -> dict[str, tuple[Any, bool]] | None:
-    """``{alias: (annotation, required)}`` of a pydantic model that validates no more than its fields' types (no
-    validators, not strict), else ``None``."""
-    decorators = getattr(model, "__pydantic_decorators__", None)
-    fields = getattr(model, "model_fields", None)
-    if decorators is None or fields is None or getattr(model, "model_config", {}).get("strict") or any(
-            (decorators.validators, decorators.field_validators, decorators.root_validators,
-             decorators.model_validators)):
-        return None
-    return {f.alias or n: (f.annotation, f.is_required()) for n, f in fields.items()}
-
-
-def _text_blocks(annotation: Any) -> bool:
-    """Whether ``annotation`` is a list of a union whose first member is a text block: ``{"type": "text", "text":
-    str}`` required, everything else optional."""
-    args = get_args(annotation)
-    if getattr(annotation, "__origin__", None) is not list or len(args) != 1:
-        return False
-    fields = _plain_fields((get_args(args[0]) or args)[0])
-    if fields is None or repr(fields.get("type")) != "(typing.Literal['text'], True)" or \
-            fields.get("text") != (str, True):
-        return False
-    return not any(required for alias, (_, required) in fields.items() if alias not in ("type", "text"))
-
-
-def _open_object(annotation: Any) -> bool:
-    """Whether ``annotation`` is an optional model that takes any JSON object: extra keys allowed, every field
-    optional and of any type (2026-07-28's ``_meta``)."""
-    args = get_args(annotation)
-    if not isinstance(annotation, types.UnionType) or len(args) != 2 or type(None) not in args:
-        return False
-    model = next(a for a in args if a is not type(None))
-    fields = _plain_fields(model)
-    return fields is not None and getattr(model, "model_config", {}).get("extra") == "allow" and all(
-        not required and repr(annotation) == "typing.Any | None" for annotation, required in fields.values())
-
-
-def _text_list(value: Any) -> bool:
-    if type(value) is not list:
-        return False
-    for block in value:
-        if type(block) is not dict or len(block) != 2 or block.get("type") != "text" or \
-                type(block.get("text")) is not str:
-            return False
-    return True
-
-
-@functools.cache
-def _quick_surface(method: str, version: str) -> Callable[[dict[str, Any]], bool] | None:
-    """For ``method``'s result under ``version``: a check that answers True only for results its schema accepts
-    (then pydantic's check of them is not repeated): every key a field of a plain type (a string, an optional bool or
-    object, an optional model open to any object, any JSON value, or text blocks only), every required field there.
-    ``None``: no such check (the schema has validators, or a required field of another type)."""
-    row = SERVER_RESULTS.get((method, version))
-    members = get_args(row) if isinstance(row, types.UnionType) else (row,)
-    fields = _plain_fields(members[0]) if members else None  # a union passes where its first member does
-    if fields is None:
-        return None
-    checks: dict[str, Callable[[Any], bool]] = {}
-    for alias, (annotation, _) in fields.items():
-        simple = _SIMPLE.get(repr(annotation))
-        if simple is not None:
-            checks[alias] = simple
-        elif _text_blocks(annotation):
-            checks[alias] = _text_list
-        elif _open_object(annotation):
-            checks[alias] = _SIMPLE["dict[str, typing.Any] | None"]
-    required = frozenset(alias for alias, (_, req) in fields.items() if req)
-    if not required <= checks.keys():
-        return None
-
-    def plain(raw: dict[str, Any]) -> bool:
-        if not required.issubset(raw):
-            return False
-        for key, value in raw.items():
-            check = checks.get(key)
-            if check is None or not check(value):
-                return False
-        return True
-
-    return plain
 
 
 _textmap: list[Any] = [None, False]  # the global propagator last looked at, and whether it is the default one
@@ -606,12 +462,12 @@ def _not_asking(adapter: Any) -> Any:
 def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
     """What the SDK's ``send_request`` does with a raw result: TTL clamp, the negotiated version's schema (without its
     dump of the result), a later revision's fields dropped, then ``adapter``."""
-    _clamp_ttl(raw)
+    clamp_ttl(raw)
     version = session.protocol_version or "2025-11-25"
-    surface = _surface(method, version)
-    if surface is not None and not ((quick := _quick_surface(method, version)) is not None and quick(raw)):
+    surface = mcp_surface.surface(method, version)
+    if surface is not None and not ((quick := mcp_surface.quick_surface(method, version)) is not None and quick(raw)):
         surface.validate_python(raw, by_name=False)
-    if not (foreign := _later_fields(method, version)).isdisjoint(raw):
+    if not (foreign := mcp_surface.later_fields(method, version)).isdisjoint(raw):
         raw = {key: value for key, value in raw.items() if key not in foreign}
     # The SDK's adapters are `X | InputRequiredResult`: pydantic tries both arms, and the second one's validator
     # raises for every result that asks for nothing (this whole function, timed in a stdio step: 20 -> 16.5 µs). A

@@ -34,7 +34,8 @@ from pydantic import ValidationError
 
 from mcp_gym import _schema
 from mcp_gym._compat.mcp_output import remember_output_schemas
-from mcp_gym._compat.mcp_wire import Lane, StepAside, list_tools_raw, page_shell
+from mcp_gym._compat.mcp_surface import page_shell
+from mcp_gym._compat.mcp_wire import Lane, StepAside, list_tools_raw
 from mcp_gym.errors import MCPGymError
 
 try:
