@@ -103,6 +103,7 @@ def _summary(out: Path) -> dict[str, object]:
     return json.loads((out / "report" / "results.json").read_text())["summary"]
 
 
+@pytest.mark.slow  # 13 s: the heavy lane (the fast lane keeps the file's other tests)
 def test_eval_oracle_and_noop_and_validate(tmp_path: Path) -> None:
     task = dataclasses.replace(TASK, split="test")
     tasks = save_tasks([task, Task(id="conv-1", prompt="", answer="1", split="test", turns=(

@@ -132,6 +132,7 @@ def _direct_children_of(parent: int, folder: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # 8 s: the heavy lane (test_spare_servers kills jobs in the fast lane)
 @pytest.mark.parametrize("stop", ["sigkill", "ctrl_c"])
 def test_no_server_outlives_a_job_whose_servers_run_directly(setup: dict[str, Path], tmp_path: Path,
                                                              stop: str) -> None:

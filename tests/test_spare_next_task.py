@@ -135,6 +135,7 @@ def _run_job(f: dict[str, Path], spare_servers: int, samples: int = 4,
     return results, taken[0]
 
 
+@pytest.mark.slow  # 10 s: the heavy lane (the eval over interleaved fixtures stays in the fast lane)
 def test_a_job_over_interleaved_fixtures_runs_its_episodes_on_spares(setup: dict[str, Path]) -> None:
     """Three fixtures, the plan interleaving them (ta, tb, tc, ta, ...), two slots, a spare per slot: every episode
     but each slot's first starts on a spare prepared for it (the runner tells each env the episode it runs next),

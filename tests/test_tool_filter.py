@@ -115,6 +115,7 @@ def test_hydra_env_config_reaches_the_env() -> None:
         env.close()
 
 
+@pytest.mark.slow  # 18 s: the heavy lane (the filter's env, job and TRL tests stay in the fast lane)
 @pytest.mark.thirdparty
 @pytest.mark.timeout(600)
 def test_generate_collect_and_export_show_only_the_included_tools(tmp_path: Path) -> None:
