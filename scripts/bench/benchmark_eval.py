@@ -12,8 +12,8 @@ process does: what npx ran for an earlier job (``mcp_gym.client._npx``) is forgo
 Per arm and server (``local``: the tests' npm install in ``.mcp-gym-cache/npm``; ``npx``: ``npx -y``, resolved from
 the npm cache those fill, as the MCPMark import prints; ``--no-resolve-npx``: through npx at every start, not only at
 the job's first): episodes per second over the job's wall time (start to
-report), the job's own "server start-up share" (``results.json``: servers' start-up time over that plus the
-episodes' time) and success rate, and the ratio on/off.
+report), the job's own "server start-up share" (``results.json``: servers' start-up time over the episodes' whole
+time, resets included) and success rate, and the ratio on/off.
 
 ``--fixtures K`` spreads the tasks over ``K`` fixture folders (task ``i`` copies fixture ``i % K``; the plan
 interleaves them, as MCPMark's filesystem tasks over their several starting states do), each fixture's own file
