@@ -25,6 +25,7 @@ from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import MCPServer
 
 from mcp_gym import MCPEnv
+from mcp_gym.client import _discovery
 from mcp_gym.client.host import ServerUnavailableWarning
 from mcp_gym.client.runtime import default_runtime
 from mcp_gym.client.specs import Http
@@ -36,6 +37,16 @@ class Served:
     url: str
     seen: Counter[str] = field(default_factory=Counter)
     broken: bool = False  # answer every POST with 404 (another server behind the URL)
+
+
+@pytest.fixture(autouse=True)
+def _no_remembered_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with no ``server/discover`` answer remembered. The answers are kept per URL for their
+    ``ttlMs`` (600 s here, 60 s for an mcp-gym server) in this worker process, and a new server's free port can be one
+    an earlier test's server of the same name had: its session would adopt that answer and send no
+    ``server/discover``, and a count below would be one short."""
+    monkeypatch.setattr(_discovery, "_CACHE", {})
+    monkeypatch.setattr(_discovery, "_UNCACHEABLE", {})
 
 
 def _free_port() -> int:
