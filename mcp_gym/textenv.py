@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -197,7 +198,10 @@ def reset_options(env: MCPEnv, spec: Any) -> dict[str, Any] | None:
     for t in env.tasks:
         if t.prompt.strip() == text:
             return {"task_id": t.id}
-    return {"task": {"id": f"adhoc-{abs(hash(text)) % 10**10:010d}", "prompt": text}}
+    # a digest, not hash(): str hashes differ between processes (PYTHONHASHSEED), and one prompt must get one id in
+    # every worker that records or groups its episodes
+    digest = int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    return {"task": {"id": f"adhoc-{digest % 10**10:010d}", "prompt": text}}
 
 
 def parse_model_output(output: str | Mapping[str, Any]) -> tuple[str, list[dict[str, Any]], str, str | None]:

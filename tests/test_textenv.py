@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -168,6 +171,31 @@ def test_helpers() -> None:
     content, calls, status, error = parse_model_output("Let me add.\n" + hermes("add", amount=2))
     assert content == "Let me add." and calls[0]["function"]["arguments"] == {"amount": 2} and status == "ok"
     assert parse_model_output(42)[2] == "no_tool_call"  # type: ignore[arg-type]
+
+
+ADHOC_ID = """
+import mcp_gym
+from mcp_gym.textenv import reset_options
+env = mcp_gym.make_env("Counter")
+try:
+    print(reset_options(env, "Make it 3.")["task"]["id"])
+finally:
+    env.close()
+"""
+
+
+def test_an_adhoc_task_has_one_id_in_every_process() -> None:
+    """The id of an ad-hoc task (a prompt that is no task of the env) depends on the prompt only: workers that record
+    or group episodes by task id agree on it. It was ``hash(prompt)``, which differs between processes (Python
+    randomises str hashes per process): two workers gave one prompt two ids."""
+    procs = [subprocess.Popen([sys.executable, "-c", ADHOC_ID], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONHASHSEED": seed}) for seed in ("1", "2")]
+    ids = set()
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        ids.add(out.strip())
+    assert len(ids) == 1 and ids.pop().startswith("adhoc-"), ids
 
 
 def test_bad_arguments() -> None:
