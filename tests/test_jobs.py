@@ -10,13 +10,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from _chat_server import serve_chat_completions
 from conftest import free_port, wait_for_port
-from test_policies import serve_chat
+from test_policies import ScriptedChat, serve_chat
 
 from mcp_gym.cli import main
 from mcp_gym.jobs.metrics import pass_at_k
@@ -136,24 +139,41 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "mcp_gym.cli", *args]
 
 
+ANSWERS_BEFORE_SIGINT = 45
+"""Chat answers the interrupted job gets: a Counter episode takes 3 to 5 (a first reply without a call, 1 to 3 adds, the
+submit), so at least 7 episodes (45 less the 2 x 4 of two unfinished ones, over 5) and at most 15 of the 30 finish."""
+
+
 def test_interrupt_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """SIGINT a collection after some episodes finished; it exits 130 keeping them, and the rerun completes the plan.
 
     The policy is an LLM behind a local chat-completions server answering in 20 ms, so the run takes seconds. The
-    interrupted run is a process (SIGINT); the rerun is the same command through ``main`` in this process."""
+    interrupted run is a process (SIGINT); the rerun is the same command through ``main`` in this process. The server
+    holds every answer after the first :data:`ANSWERS_BEFORE_SIGINT` until the SIGINT is sent: however long this
+    process waits to see five episodes done (a loaded machine), the job cannot finish all 30 meanwhile."""
     run = tmp_path / "run"
-    with serve_chat(delay=0.02) as (url, script):
+    script, sent, answered = ScriptedChat(), threading.Event(), itertools.count(1)
+
+    def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        if next(answered) > ANSWERS_BEFORE_SIGINT:
+            sent.wait(600)
+        return script.reply(body, headers.get("Authorization"))
+
+    with serve_chat_completions(reply, delay=0.02) as url:
         args = ["collect", *FAST, "policy=openai", f"policy.base_url={url}", "policy.api_key=sk-test", "episodes=30",
                 "launcher.num_envs=2", f"out={run}"]
         cmd = _cli(*args)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 600  # a bound on hangs: a loaded machine may take long for 5 episodes
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (run / "manifest.json").exists() and len(RunDirectory(run).done_keys()) >= 5:
-                break
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=60)
+        try:
+            deadline = time.monotonic() + 600  # a bound on hangs: a loaded machine may take long for 5 episodes
+            while time.monotonic() < deadline and proc.poll() is None:
+                if (run / "manifest.json").exists() and len(RunDirectory(run).done_keys()) >= 5:
+                    break
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            output, _ = proc.communicate(timeout=60)
+        finally:
+            sent.set()  # the held answers go out (to a job that is gone); the rerun below is answered at once
         assert proc.returncode == 130, output
         done = RunDirectory(run).done_keys()
         assert 5 <= len(done) < 30, output
