@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -67,7 +66,10 @@ def check_run(run: Path, planned: int) -> None:
 @pytest.mark.slow
 def test_actor_killed_mid_run(cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     run = tmp_path / "run"
-    cfg = job(run)
+    # The actors stage in this test's own folder: a ray job of a test running meanwhile in the other xdist worker
+    # stages its shards in the system temp directory, where "no staging left" would see them.
+    staging = tmp_path / "staging"
+    cfg = job(run, f"launcher.staging_dir={staging}")
     outcome: dict[str, Any] = {}
 
     def driver() -> None:
@@ -100,7 +102,7 @@ def test_actor_killed_mid_run(cluster: Any, tmp_path: Path, caplog: pytest.LogCa
     assert r.already_done + r.finished == EPISODES  # published by the killed actor + the rest
     assert any("Ray worker died" in rec.message for rec in caplog.records)
     check_run(run, EPISODES)
-    assert not any(Path(tempfile.gettempdir()).glob("mcp-gym-ray-*/worker-*/episodes/part-*"))  # staging removed
+    assert staging.is_dir() and not any(staging.glob("mcp-gym-ray-*/worker-*/episodes/part-*"))  # staging removed
 
     # Resume: drop one published work item and rerun, this time naming the run as a pyarrow.fs URI in
     # launcher.storage (Hydra's output directory elsewhere): only the lost episodes run again, no duplicates.
