@@ -496,3 +496,29 @@ def test_the_lane_stamps_its_requests_as_the_session_stamps_its_own(
                                                    "mcp-session-id": headers["mcp-session-id"]}, headers
     finally:
         env.close()
+
+
+def test_the_lane_sends_nothing_before_the_sdk_has_ended_the_handshake(
+        recorded_url: tuple[str, list[Any]]) -> None:
+    """A legacy session's id reaches the lane with the SDK's first POST after ``initialize`` (its
+    ``notifications/initialized``): the lane steps aside until the SDK has sent it, so every lane request carries the
+    session id and none reaches the server before the handshake's end (a stateful server answers a request without
+    the id with 400, which failed the first listing; the conformance suite's elicitation server caught it)."""
+    from mcp_gym._compat import mcp_wire
+
+    url, posts = recorded_url
+    del posts[:]
+    env = MCPEnv({"s": Http(url, protocol="legacy")}, ["t"], max_steps=100, call_timeout=30.0)
+    try:
+        for seed in range(2):
+            env.reset(seed=seed)
+            env.step({"tool": "where", "arguments": {"region": "eu"}})
+    finally:
+        env.close()
+    methods = [body.get("method") for _, body in posts]
+    end = methods.index("notifications/initialized")
+    lane = [i for i, (_, body) in enumerate(posts) if isinstance(body.get("id"), int)
+            and body["id"] >= mcp_wire.LANE_IDS_FROM]
+    assert len(lane) >= 3, methods  # the steps and the second reset's listing take the lane
+    for i in lane:
+        assert i > end and posts[i][0].get("mcp-session-id"), (i, methods)

@@ -146,6 +146,8 @@ class HttpWire(LaneIds):
         self._released = 0
         self.stamped: dict[str, Any] | None = None
         """The era ``_meta`` of the SDK session's last request (:meth:`observe`; 2026-07-28); ``None`` before one."""
+        self._handshake_end: int | None = None  # the SDK's POSTs when its session wrote its first post-handshake
+        # message (notifications/initialized; 2026-07-28: a request): until it POSTed that, the lane steps aside
         self.param_maps: dict[str, dict[tuple[str, ...], str]] = {}
         """Each listed tool's ``x-mcp-header`` annotations (argument path -> header token), as the session keeps them
         from the listing it was handed (:meth:`listed`)."""
@@ -161,7 +163,10 @@ class HttpWire(LaneIds):
     def observe(self, message: Any) -> None:
         """Note the era ``_meta`` of a request the SDK's session writes (its transport's write stream calls this), as
         the stdio lane's :meth:`~mcp_gym._compat.mcp_wire.Wire.observe` does."""
-        if isinstance(message, mt.JSONRPCRequest) and message.method not in ("initialize", "server/discover"):
+        handshake = isinstance(message, mt.JSONRPCRequest) and message.method in ("initialize", "server/discover")
+        if self._handshake_end is None and not handshake:
+            self._handshake_end = self.http.posts
+        if isinstance(message, mt.JSONRPCRequest) and not handshake:
             meta = (message.params or {}).get("_meta")
             if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
                 self.stamped = {k: meta[k] for k in STAMP_KEYS if k in meta}
@@ -176,9 +181,11 @@ class HttpWire(LaneIds):
 
     def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
         """Stamp a request as the SDK's session stamps its own: the negotiated version's ``MCP-Protocol-Version``
-        header; on a 2026-07-28 session also the era ``_meta`` the session stamped on its last request (constant over
-        the session; before it sent one the call takes the SDK's way: :class:`StepAside`), ``Mcp-Method``,
-        ``Mcp-Name`` and the tool's ``Mcp-Param-*`` headers."""
+        header; on a 2026-07-28 session also the era ``_meta`` the session stamped on its last request (constant),
+        ``Mcp-Method``, ``Mcp-Name`` and the tool's ``Mcp-Param-*`` headers. Before the SDK POSTed its session's
+        first message after the handshake (it then carries the session id) the call takes the SDK's way."""
+        if self._handshake_end is None or self.http.posts <= self._handshake_end:
+            raise StepAside("the SDK's session has not sent the end of its handshake yet")
         version = client.session.protocol_version
         headers = {MCP_PROTOCOL_VERSION_HEADER: version}
         opts["headers"] = headers
