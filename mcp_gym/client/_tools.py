@@ -5,7 +5,7 @@ with an empty name, a missing or non-object ``inputSchema`` or a broken JSON Sch
 with it every tool of the server. Here the result is fetched without that validation where mcp-gym owns the wire: on the
 session's fast lane (stdio, Streamable HTTP: mcp-gym's own JSON-RPC request, its own id, stamped as the session stamps
 its requests). Where there is no lane (in-process and old-SSE servers, an HTTP session with ``auth=``, cookies or a
-proxy), and on a 2026-07-28 session before the session itself sent a request to take the stamp from, the page comes
+proxy), and over HTTP before the SDK has sent its session's first message after the handshake, the page comes
 through the session's public ``send_request``, validated whole: there a tool the protocol schema refuses fails the
 listing (:class:`ListingError` naming it), except that a lane, given the stamp by that request, fetches the page
 again raw (one more request, only then). The page itself (``tools``
