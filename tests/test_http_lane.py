@@ -9,6 +9,7 @@ which handles it as before; a redirect sends the call the SDK's way. Checked on 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -199,15 +200,58 @@ def test_a_redirect_sends_the_call_the_sdk_s_way(counter_url: str) -> None:
         env.close()
 
 
+async def _read_body(receive: Any) -> bytes:
+    """An ASGI request's whole body."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body, more = body + message.get("body", b""), message.get("more_body", False)
+    return body
+
+
+def _replaying(body: bytes, receive: Any) -> Any:
+    """An ASGI ``receive`` that gives ``body`` (already read) once, then what ``receive`` gives."""
+    replayed = [False]
+
+    async def replay() -> Any:
+        if not replayed[0]:
+            replayed[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+@contextlib.contextmanager
+def _serving(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1 in a thread of its own: its ``/mcp`` URL, while the block runs."""
+    import asyncio
+
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
+    thread.start()
+    for _ in range(300):
+        if server.started:
+            break
+        threading.Event().wait(0.1)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
 @pytest.fixture()
 def resumable_url() -> Iterator[str]:
     """A real ``MCPServer`` (uvicorn, 127.0.0.1) behind an ASGI layer that, for ``echo("resume me")``, ends the POST's
     SSE answer after a priming event (an event id, no data) and gives the answer to the ``GET`` that resumes it with
     ``Last-Event-ID`` (what a server with an event store may do, e.g. to free a connection during a long call)."""
-    import asyncio
     import json
 
-    import uvicorn
     from mcp.server.mcpserver import MCPServer
 
     srv = MCPServer("resumable", log_level="WARNING")
@@ -236,10 +280,7 @@ def resumable_url() -> Iterator[str]:
             return
         if scope["method"] != "POST":
             return await inner(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
+        body = await _read_body(receive)
         data = json.loads(body) if body else None
         if isinstance(data, dict) and data.get("method") == "tools/call" and \
                 data["params"].get("arguments") == {"text": "resume me"}:
@@ -248,30 +289,10 @@ def resumable_url() -> Iterator[str]:
             retry = asked.get("retry", b"10")  # a test may make it hostile
             await send({"type": "http.response.body", "body": b"id: ev-1\nretry: " + retry + b"\ndata: \n\n"})
             return
-        replayed = [False]
+        return await inner(scope, _replaying(body, receive), send)
 
-        async def replay() -> Any:
-            if not replayed[0]:
-                replayed[0] = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return await inner(scope, replay, send)
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
-    thread.start()
-    for _ in range(300):
-        if server.started:
-            break
-        threading.Event().wait(0.1)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{port}/mcp", asked  # type: ignore[misc]
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with _serving(app) as url:
+        yield url, asked  # type: ignore[misc]
 
 
 def test_an_sse_answer_that_ends_early_is_resumed_with_last_event_id(resumable_url: Any) -> None:
@@ -392,10 +413,8 @@ def test_the_sdks_idle_connection_is_closed_when_the_calls_move_to_the_lane() ->
 def recorded_url() -> Iterator[tuple[str, list[tuple[dict[str, str], Any]]]]:
     """A real ``MCPServer`` (uvicorn, 127.0.0.1) with a tool whose ``region`` argument is an ``x-mcp-header``
     (``Mcp-Param-Region``), behind an ASGI layer that records each POST's headers and JSON body."""
-    import asyncio
     import json
 
-    import uvicorn
     from mcp.server.mcpserver import MCPServer
 
     srv = MCPServer("recorded", log_level="WARNING")
@@ -411,35 +430,12 @@ def recorded_url() -> Iterator[tuple[str, list[tuple[dict[str, str], Any]]]]:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             return await inner(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
+        body = await _read_body(receive)
         posts.append(({k.decode().lower(): v.decode() for k, v in scope["headers"]}, json.loads(body)))
-        replayed = [False]
+        return await inner(scope, _replaying(body, receive), send)
 
-        async def replay() -> Any:
-            if not replayed[0]:
-                replayed[0] = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return await inner(scope, replay, send)
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
-    thread.start()
-    for _ in range(300):
-        if server.started:
-            break
-        threading.Event().wait(0.1)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{port}/mcp", posts
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with _serving(app) as url:
+        yield url, posts
 
 
 def _wire_form(post: tuple[dict[str, str], Any]) -> tuple[dict[str, str], Any]:
