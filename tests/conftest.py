@@ -186,6 +186,43 @@ def fresh_default_runtime() -> Iterator[None]:
         rt.close(timeout=10)
 
 
+KEPT_LOGGERS = ("", "mcp_gym", "mcp_gym.client", "mcp", "httpx", "httpx2", "httpcore", "matplotlib", "hydra")
+"""The loggers whose set-up a test may change (root: ``""``): an in-process CLI job's Hydra ``dictConfig`` (a handler on
+the ``sys.stderr`` pytest captured then, ``mcp_gym.client`` not propagating), a test raising an HTTP logger to INFO."""
+
+
+def _is_pytests(handler: logging.Handler) -> bool:
+    return type(handler).__module__.startswith("_pytest")  # caplog's and the logging plugin's, per phase: theirs
+
+
+@contextlib.contextmanager
+def logging_kept(names: Iterable[str] = KEPT_LOGGERS) -> Iterator[None]:
+    """Put the loggers ``names`` back as they were on exit: handlers (those added meanwhile removed, but pytest's own,
+    which it adds and removes per test phase), level, ``propagate`` and ``disabled``."""
+    loggers = [logging.getLogger(n or None) for n in names]
+    before = [(lg, list(lg.handlers), lg.level, lg.propagate, lg.disabled) for lg in loggers]
+    try:
+        yield
+    finally:
+        for lg, handlers, level, propagate, disabled in before:
+            for h in list(lg.handlers):
+                if h not in handlers and not _is_pytests(h):
+                    lg.removeHandler(h)
+            for h in handlers:  # pytest's too: a job's dictConfig takes the root's (caplog's) away
+                if h not in lg.handlers:
+                    lg.addHandler(h)
+            lg.setLevel(level)
+            lg.propagate, lg.disabled = propagate, disabled
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Each test leaves logging as it found it, so no test sees another's set-up (a CLI job run in-process earlier in
+    the same worker left ``mcp_gym.client`` not propagating, and ``caplog`` saw none of its records)."""
+    with logging_kept():
+        yield
+
+
 CI_FULL_ENV = "MCP_GYM_CI_FULL"
 """Set to ``1`` by ``.ci/run`` once it has installed every extra and system tool: from then on a test that would skip
 for a missing one fails instead (the README's test command, run first, skips them as on a user's machine)."""

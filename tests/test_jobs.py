@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import math
 import os
 import signal
@@ -18,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from _chat_server import serve_chat_completions
-from conftest import free_port, wait_for_port
+from conftest import free_port, logging_kept, wait_for_port
 from test_policies import ScriptedChat, serve_chat
 
 from mcp_gym.cli import main
@@ -85,6 +86,21 @@ def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     oracle = json.loads((out / "eval-oracle" / "report" / "results.json").read_text())["summary"]
     assert oracle["success_rate"] == 1.0
     assert any((out / "sft" / "data").glob("train-*.parquet"))
+
+
+def test_a_job_run_in_process_leaves_no_logging_set_up_behind(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A job configures logging (Hydra: ``mcp_gym.client`` to stderr, not propagating); the suite undoes that after
+    each test (``conftest.logging_kept``, autouse), or a later test in the same worker saw no ``mcp_gym.client`` record
+    in ``caplog`` (a fresh-clone CI run failed so, by the order xdist gave)."""
+    client = logging.getLogger("mcp_gym.client")
+    with logging_kept():
+        assert main(["collect", *FAST, "policy=oracle", "episodes=1", f"out={tmp_path / 'run'}"]) == 0
+        assert client.propagate is False and client.handlers  # what the job set up
+    assert client.propagate is True and not [h for h in client.handlers if isinstance(h, logging.StreamHandler)
+                                             and not type(h).__module__.startswith("_pytest")]
+    caplog.set_level(logging.INFO, logger="mcp_gym.client")
+    client.info("seen")
+    assert [r.getMessage() for r in caplog.records] == ["seen"]
 
 
 def test_multirun(tmp_path: Path) -> None:
