@@ -20,6 +20,9 @@ from mcp_gym.servers.counter import server as counter_server
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = [{"id": "t1", "prompt": "Create hello.txt containing hi"}]
+MUTE = ["-c", "import sys; sys.stdin.read()"]
+"""A server that starts and never answers the handshake; it leaves when its stdin closes, so stopping it takes no stop
+grace (a server that ignores the end of its stdin is stopped 2 s later by SIGTERM: test_env's hung server)."""
 
 
 # -- a server that fails at start is reported loudly ------------------------------------------------------------------
@@ -69,7 +72,7 @@ def test_a_stdio_command_that_exits_is_reported_with_its_stderr() -> None:
 # -- a server that never answers is announced, and not retried at once ------------------------------------------------
 def test_a_server_that_never_answers_is_announced_and_not_retried_by_the_first_reset(
         client_log: list[logging.LogRecord]) -> None:
-    mute = Stdio(sys.executable, ["-c", "import time; time.sleep(600)"], connect_timeout=1.5)
+    mute = Stdio(sys.executable, MUTE, connect_timeout=1.5)
     env = MCPEnv({"mute": mute}, TASKS)
     try:
         waits = [r.getMessage() for r in client_log if "waiting for server" in r.getMessage()]
@@ -94,7 +97,7 @@ def test_the_waiting_line_reaches_stderr_without_logging_configured(tmp_path: Pa
     script = (
         "import sys, warnings\n"
         "from mcp_gym import MCPEnv, Stdio\n"
-        "env = MCPEnv({'mute': Stdio(sys.executable, ['-c', 'import time; time.sleep(600)'], connect_timeout=1)},\n"
+        "env = MCPEnv({'mute': Stdio(sys.executable, ['-c', 'import sys; sys.stdin.read()'], connect_timeout=1)},\n"
         "             [{'id': 't', 'prompt': 'p'}])\n"
         "env.close()\n"
     )
@@ -223,7 +226,7 @@ def test_sessions_of_one_slow_server_starting_together_are_announced_once(
 
     from mcp_gym.client.connection import ServerConnection
 
-    mute = Stdio(sys.executable, ["-c", "import time; time.sleep(600)"], connect_timeout=1.5)
+    mute = Stdio(sys.executable, MUTE, connect_timeout=1.5)
     conns = [ServerConnection("mute", mute) for _ in range(3)]
 
     async def main() -> None:
