@@ -103,6 +103,12 @@ def page_items() -> dict[str, list[str]]:
 
 
 ITEMS = page_items()
+HEAVY_PAGES = {
+    "docs/training/verl.md": "test_verl.py::test_batch_of_trajectories_and_the_default_loop runs task_rows' rows",
+    "docs/training/openenv.md": "test_openenv.py::test_mcpgym_client_reset_returns_the_task_prompt runs its client",
+}
+"""Pages whose example only imports a slow extra (verl ~7 s, openenv ~5 s in a fresh interpreter) to do what a fast
+test of that extra does in-process: run by the heavy lane (.ci/run), not the fast one."""
 
 
 def test_not_run_markers_are_few_and_give_a_reason() -> None:
@@ -139,7 +145,7 @@ def runnable(page: str, blocks: list[dict[str, object]]) -> tuple[list[dict[str,
 
 @pytest.mark.extras  # the blocks marked <!-- needs: MODULE --> run where their extra is installed
 @pytest.mark.thirdparty  # the quickstart's filesystem server (npx) and the cassette example's memory server
-@pytest.mark.parametrize("item", list(ITEMS))
+@pytest.mark.parametrize("item", [pytest.param(i, marks=pytest.mark.slow) if i in HEAVY_PAGES else i for i in ITEMS])
 def test_page_python_examples_run_in_order(item: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs, skipped = [], []
     for page in ITEMS[item]:
