@@ -6,6 +6,7 @@ directly, on bundled envs and on server-everything."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import subprocess
 import sys
@@ -21,15 +22,23 @@ from episodes import recorded_episode
 from mcp_gym import MCPEnv, Stdio, make_env
 from mcp_gym.recording import RecordTrajectories
 
-pytest.importorskip("openenv.core", reason="needs the [openenv] extra (pip install 'mcp-gym[openenv]')")
-import uvicorn  # noqa: E402
-from openenv.core.env_server.mcp_types import CallToolAction  # noqa: E402
-from openenv.core.generic_client import GenericEnvClient  # noqa: E402
-from openenv.core.mcp_client import MCPToolClient  # noqa: E402
-
-from mcp_gym.openenv import create_app  # noqa: E402
+if importlib.util.find_spec("openenv.core") is None:
+    pytest.skip("needs the [openenv] extra (pip install 'mcp-gym[openenv]')", allow_module_level=True)
 
 pytestmark = pytest.mark.openenv
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _openenv_imported() -> None:
+    """Import OpenEnv (~5 s of CPU: its web interface brings gradio) when this module's first test runs, not when
+    pytest collects the module: an xdist worker that runs none of these tests never pays it."""
+    global uvicorn, CallToolAction, GenericEnvClient, MCPToolClient, create_app
+    import uvicorn
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.generic_client import GenericEnvClient
+    from openenv.core.mcp_client import MCPToolClient
+
+    from mcp_gym.openenv import create_app
 
 MAZE_CALLS = [("look", {}, "I look first."), ("move", {"direction": "up"}, ""), ("move", {"direction": "sideways"}, ""),
               ("nope", {}, ""), ("move", {"direction": "down"}, "Down."), ("submit", {"answer": "x"}, "")]

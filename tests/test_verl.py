@@ -8,6 +8,7 @@ server-everything; the response mask is 1 exactly on the model's tokens, and the
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,18 +19,28 @@ from episodes import MAZE_TEXTS, hermes, recorded_episode, run_policy
 
 from mcp_gym import MCPEnv, Stdio, make_env
 
-pytest.importorskip("verl.experimental.agent_loop", reason="needs the [verl] extra (pip install 'mcp-gym[verl]')")
-trl = pytest.importorskip("trl", reason="TRL's Qwen 2.5 chat template (the [train] extra)")
+if importlib.util.find_spec("verl") is None:
+    pytest.skip("needs the [verl] extra (pip install 'mcp-gym[verl]')", allow_module_level=True)
+if importlib.util.find_spec("trl") is None:
+    pytest.skip("TRL's Qwen 2.5 chat template (the [train] extra)", allow_module_level=True)
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import AgentLoopWorker  # noqa: E402
-from verl.protocol import DataProto  # noqa: E402
-from verl.workers.rollout.replica import TokenOutput  # noqa: E402
-
-import mcp_gym.verl as mcp_verl  # noqa: E402
 
 pytestmark = pytest.mark.verl
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _verl_imported() -> None:
+    """Import verl's agent loop (~7 s of CPU: torch, tensordict, ray) when this module's first test runs, not when
+    pytest collects the module: an xdist worker that runs none of these tests never pays it."""
+    global trl, AgentLoopWorker, DataProto, TokenOutput, mcp_verl
+    import trl
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.protocol import DataProto
+    from verl.workers.rollout.replica import TokenOutput
+
+    import mcp_gym.verl as mcp_verl
 
 COUNTER_TEXTS = ["Hmm.", hermes(("add", {"amount": 5})), hermes(("get_count", {})), hermes(("add", {"amount": 4}))]
 SUM_TASK = {"id": "sum-3-4", "prompt": "Add 3 and 4 with the tools, then submit the sum.", "answer": "7"}
