@@ -22,7 +22,7 @@ from episodes import recorded_episode
 from mcp_gym import MCPEnv, Stdio, make_env
 from mcp_gym.recording import RecordTrajectories
 
-if importlib.util.find_spec("openenv.core") is None:
+if importlib.util.find_spec("openenv") is None or importlib.util.find_spec("openenv.core") is None:
     pytest.skip("needs the [openenv] extra (pip install 'mcp-gym[openenv]')", allow_module_level=True)
 
 pytestmark = pytest.mark.openenv
