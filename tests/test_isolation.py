@@ -3,6 +3,7 @@ back before the next module runs, so a test's outcome does not depend on what ra
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,10 +50,11 @@ def test_a_job_run_by_a_module_fixture_leaves_no_logging_set_up_for_the_next_mod
     """A module-scoped fixture runs a CLI job in-process (Hydra's logging set-up: ``mcp_gym.client`` not propagating);
     the next module's ``caplog`` still sees ``mcp_gym.client``'s records (with pytest 9.0.3 it saw none:
     ``test_npx_resolve`` failed so after ``test_reports`` in one worker)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # its own settings: no addopts (-n 2) of a config above it
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_a_job.py").write_text(JOB_IN_A_MODULE_FIXTURE)
     (tmp_path / "test_b_caplog.py").write_text(CAPLOG_AFTER)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
                            "test_a_job.py", "test_b_caplog.py"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env={**os.environ, "PYTEST_ADDOPTS": ""})  # both modules in one process
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
