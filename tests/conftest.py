@@ -223,6 +223,15 @@ def _logging_as_it_was() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _logging_as_it_was_per_module() -> Iterator[None]:
+    """Each test module leaves logging as it found it: a module-scoped fixture that runs a CLI job in-process
+    (``test_reports``' ``graded_run``, ``test_viewer``'s ``runs``) sets logging up before the per-test fixture above
+    looks, so that one keeps the job's set-up; without this a later module in the same worker kept it too."""
+    with logging_kept():
+        yield
+
+
 CI_FULL_ENV = "MCP_GYM_CI_FULL"
 """Set to ``1`` by ``.ci/run`` once it has installed every extra and system tool: from then on a test that would skip
 for a missing one fails instead (the README's test command, run first, skips them as on a user's machine)."""

@@ -250,6 +250,7 @@ def test_a_schema_cannot_make_the_client_fetch_urls(tmp_path: Path) -> None:
     finally:
         env.close()
         server.shutdown()
+        server.server_close()  # its listening socket too, not left to the garbage collector
 
 
 def test_output_schemas_are_compiled_once_and_still_enforced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -236,7 +236,7 @@ def test_a_hold_keeps_the_loop_running_between_calls_then_the_runtime_is_driven_
     """``keep_running()`` taken in a driven call: the loop runs on a thread after the call returns (work progresses
     with no call: here a task waiting on a thread event), sync calls meanwhile hop onto it, and once the hold is
     released the thread ends and calls run in the caller's thread again, on a session that carried over."""
-    rt = Runtime()
+    rt = Runtime("hold-test")  # its own name: another runtime's loop thread (the default one's) is not its own
     env = stdio_env(rt)
     go, seen = threading.Event(), []
 

@@ -83,7 +83,7 @@ def test_a_stdio_session_is_owned_on_the_callers_loop_and_ends_with_it(monkeypat
     seen: dict[str, Any] = {}
 
     async def main() -> None:
-        rt = await Runtime.hosted()
+        rt = await Runtime.hosted("hosted-stdio-test")  # its own name: no other runtime's loop thread is its own
         env = stdio_env(rt)
         await env.areset(seed=0)
         seen["server"] = child_pids() - before

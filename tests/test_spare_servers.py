@@ -153,7 +153,9 @@ def test_a_sync_env_with_the_pool_on_steps_in_driven_mode_once_the_spare_is_read
     """The spare starts on a loop thread while the episode runs (it progresses with no call to step), and once it is
     ready the runtime is driven again: steps run the loop in the caller's thread, no thread hop (it stayed threaded
     for good, +115-180 µs per step). The next reset takes the spare and the same holds for the next one."""
-    rt = Runtime()  # its own, driven: the default runtime may have been moved to a thread by an earlier test
+    # Its own, driven (the default runtime may have been moved to a thread by an earlier test), named so that no
+    # other runtime's loop thread (the default one's, threaded after an in-process job) counts as its own below.
+    rt = Runtime("spare-pool-test")
     env = MCPEnv({"s": Stdio(command=sys.executable, args=[str(PID_SERVER), "{workspace}", str(setup["pids"])],
                              connect_timeout=120)},
                  [{"id": "a1", "prompt": "p", "fixture": str(setup["a"])}], spare_servers=1, runtime=rt)

@@ -1,0 +1,60 @@
+"""The suite's isolation between tests: what one test (or one module's fixture) changes in the worker process is put
+back before the next module runs, so a test's outcome does not depend on what ran before it in the same worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+CONFTEST = f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("suite_conftest", {str(TESTS / "conftest.py")!r})
+suite = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suite)
+globals().update((name, getattr(suite, name)) for name in dir(suite) if name.startswith("_logging_as_it_was"))
+"""
+"""The suite's own autouse logging fixtures (``tests/conftest.py``), in a folder of their own."""
+
+JOB_IN_A_MODULE_FIXTURE = """
+import pytest
+from mcp_gym.cli import main
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("job") / "run"
+    assert main(["collect", "env=counter", "env.transport=inprocess", "launcher.progress=false", "policy=oracle",
+                 "episodes=1", f"out={out}"]) == 0
+    return out
+
+def test_uses_the_run(run):
+    assert run.exists()
+"""
+
+CAPLOG_AFTER = """
+import logging
+
+def test_caplog_sees_the_client_logger(caplog):
+    client = logging.getLogger("mcp_gym.client")
+    assert client.propagate and not [h for h in client.handlers if not type(h).__module__.startswith("_pytest")]
+    caplog.set_level(logging.INFO, logger="mcp_gym.client")
+    logging.getLogger("mcp_gym.client").info("seen")
+    assert [r.getMessage() for r in caplog.records] == ["seen"]
+"""
+
+
+def test_a_job_run_by_a_module_fixture_leaves_no_logging_set_up_for_the_next_module(tmp_path: Path) -> None:
+    """A module-scoped fixture runs a CLI job in-process (Hydra's logging set-up: ``mcp_gym.client`` not propagating);
+    the next module's ``caplog`` still sees ``mcp_gym.client``'s records (with pytest 9.0.3 it saw none:
+    ``test_npx_resolve`` failed so after ``test_reports`` in one worker)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # its own settings: no addopts (-n 2) of a config above it
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_a_job.py").write_text(JOB_IN_A_MODULE_FIXTURE)
+    (tmp_path / "test_b_caplog.py").write_text(CAPLOG_AFTER)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-q",
+                           "test_a_job.py", "test_b_caplog.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTEST_ADDOPTS": ""})  # both modules in one process
+    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
