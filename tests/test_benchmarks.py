@@ -39,6 +39,7 @@ def copy_task(i: int, text: str) -> dict[str, Any]:
 
 
 # -- item 1: tasks validate plays the filled task, as eval does --------------------------------------------------------
+@pytest.mark.slow  # the fast lane keeps test_eval_counts_a_graded_episode_cut_off_after_its_work_as_success (same flow)
 def test_validate_passes_a_workspace_benchmark_that_eval_scores_full(tmp_path: Path) -> None:
     tasks = fs_benchmark(tmp_path / "bench", [copy_task(i, f"text {i}") for i in range(2)])
     out = tmp_path / "validate"

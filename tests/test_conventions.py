@@ -4,7 +4,6 @@ SFT export) and Gymnasium's standard wrappers on every bundled env."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -106,14 +105,15 @@ def test_done_without_verifier_succeeds_from_the_return() -> None:
         lenient.close()
 
 
-def _eval(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, *server_args: str) -> tuple[Path, dict, str]:
+def _eval(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, *server_args: str,
+          episodes: int = 12) -> tuple[Path, dict, str]:
     """``mcp-gym eval`` (through ``main``, in this process) of the convention server, as a stdio subprocess."""
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     out = tmp_path / name
     args = ["eval", "env=custom", f"+env.servers.game={sys.executable} {script}"
-            + "".join(f" {a}" for a in server_args), "env.max_steps=4", "policy=random", "episodes=12", "samples=1",
-            "plots=false", "launcher.progress=false", f"out={out}"]
+            + "".join(f" {a}" for a in server_args), "env.max_steps=4", "policy=random", f"episodes={episodes}",
+            "samples=1", "plots=false", "launcher.progress=false", f"out={out}"]
     capsys.readouterr()
     code = main(args)
     printed = capsys.readouterr()
@@ -123,17 +123,19 @@ def _eval(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, *server
 
 def test_eval_and_export_when_success_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A server with no verifier and no `done`: eval shows `-` for success (not 0 %), export says why it is empty."""
-    out, summary, table = _eval(tmp_path, capsys, "unknown")
-    assert summary["episodes"] == 12 and summary["success_rate"] is None and summary["success_unknown"] == 12
+    out, summary, table = _eval(tmp_path, capsys, "unknown", episodes=4)
+    assert summary["episodes"] == 4 and summary["success_rate"] is None and summary["success_unknown"] == 4
     row = next(line for line in table.splitlines() if "success rate" in line)
     assert row.split("│")[2].strip() == "-" and "%" not in row
-    with pytest.raises(NothingToExport, match=r"12 of 12 episodes have no known success.*success_only=False"):
+    with pytest.raises(NothingToExport, match=r"4 of 4 episodes have no known success.*success_only=False"):
         export(out, tmp_path / "sft")
     assert not (tmp_path / "sft").exists()
-    proc = subprocess.run([sys.executable, "-m", "mcp_gym.cli", "export-sft", f"runs=[{out}]",
-                           f"out={tmp_path / 'sft'}"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "sft.success_only=false" in proc.stderr
+    capsys.readouterr()
+    # through main in this process (a refusal as a process: test_jobs' test_rerun_with_another_model_refuses)
+    assert main(["export-sft", f"runs=[{out}]", f"out={tmp_path / 'sft'}"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "sft.success_only=false" in err
     ds = export(out, tmp_path / "sft", success_only=False)
     assert len(ds) > 0
 
