@@ -103,6 +103,7 @@ def test_the_next_reset_takes_a_started_server_in_a_fresh_copy_of_the_fixture(se
     assert list(setup["tmp"].iterdir()) == []  # every workspace, the spare's too, is removed
 
 
+@pytest.mark.slow  # the fast lane keeps test_spare_next_task's test_a_wrong_forecast_costs_a_server_start_never_a_...
 def test_a_task_with_another_fixture_gets_its_own_server_and_the_spare_is_stopped(setup: dict[str, Path]) -> None:
     env = make_env(setup)
     try:
