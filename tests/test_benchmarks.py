@@ -143,15 +143,17 @@ def test_a_grader_past_its_timeout_is_a_failed_grade(tmp_path: Path) -> None:
     rows[2]["grader"] = "bench_grader:legacy"  # the old (task, answer, state) signature
     rows[2]["answer"] = "done"
     rows[2]["solution"].append({"tool": "submit", "arguments": {"answer": "done"}})
-    tasks = fs_benchmark(tmp_path / "bench", rows)
-    (tmp_path / "bench" / "bench_grader.py").write_text(GRADER_MODULE)
-    out = tmp_path / "validate"
-    args = ["tasks", "validate", "env=custom", FS, f"env.tasks={tasks}", "env.grader=bench_grader:check",
-            "env.grader_timeout=1", f"out={out}"]
-    assert main(args) == 1  # a task's own grader from the task file's folder: refused unless trusted
+    for folder, its_rows in (("untrusted", rows[1:2]), ("bench", rows)):  # tasks: bench's
+        tasks = fs_benchmark(tmp_path / folder, its_rows)
+        (tmp_path / folder / "bench_grader.py").write_text(GRADER_MODULE)
+    args = ["tasks", "validate", "env=custom", FS, "env.grader=bench_grader:check", "env.grader_timeout=1"]
+    # a task's own grader from the task file's folder: refused unless trusted (one task shows it)
+    out = tmp_path / "untrusted" / "validate"
+    assert main([*args, f"env.tasks={tmp_path / 'untrusted' / 'tasks.jsonl'}", f"out={out}"]) == 1
     checks = {c["task_id"]: c for c in json.loads((out / "validation.json").read_text())}
     assert checks["copy-1"]["status"] == "error" and "env.trust_task_code=true" in checks["copy-1"]["reason"]
-    assert main([*args, "env.trust_task_code=true"]) == 1
+    out = tmp_path / "validate"
+    assert main([*args, f"env.tasks={tasks}", "env.trust_task_code=true", f"out={out}"]) == 1
     checks = {c["task_id"]: c for c in json.loads((out / "validation.json").read_text())}
     assert checks["copy-0"]["status"] == "failed"
     assert checks["copy-0"]["reason"] == "grader timed out after 1 s (grader_timeout)"
