@@ -165,17 +165,31 @@ def test_browser_shows_the_grade_reason_of_every_episode(graded_run: Path, brows
     assert len(opened.find("ul", class_="parts")) == 1 and "missing.txt" in opened.html  # each member's reason
 
 
+@pytest.fixture(scope="module")
+def one_task_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """``(task file, run, what it printed)`` of an oracle eval of one task (``write-0``), two samples, each episode on
+    a server of its own; the tests below only read it."""
+    import contextlib
+    import io
+
+    root = tmp_path_factory.mktemp("one-task")
+    tasks = benchmark(root / "bench", [write_task(0, "a")])
+    out = root / "eval"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=oracle", "samples=2", f"out={out}",
+                     *RUN]) == 0
+    return tasks, out, printed.getvalue()
+
+
 # -- item 5: the episode's workspace path is {workspace} in what the agent sees and what is recorded ----------------
-def test_episodes_of_one_task_export_identical_examples(tmp_path: Path) -> None:
+def test_episodes_of_one_task_export_identical_examples(one_task_run: tuple[Path, Path, str]) -> None:
     import pyarrow as pa
 
     from mcp_gym import MCPEnv
     from mcp_gym.sft import build, replay
 
-    tasks = benchmark(tmp_path / "bench", [write_task(0, "a")])
-    out = tmp_path / "eval"
-    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=oracle", "samples=2", f"out={out}",
-                 *RUN]) == 0
+    tasks, out, _ = one_task_run
     steps, episodes = read_tables(out)
     texts = [v for table in (steps, episodes) for col in table.columns if pa.types.is_string(col.type)
              for v in col.to_pylist() if v]
@@ -205,11 +219,8 @@ def test_episodes_of_one_task_export_identical_examples(tmp_path: Path) -> None:
 
 
 # -- item 7: servers started per episode: their share of the time, and the waiting line only when it matters ---------
-def test_eval_reports_the_time_spent_starting_servers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    tasks = benchmark(tmp_path / "bench", [write_task(0, "a")])
-    out = tmp_path / "eval"
-    assert main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=oracle", "samples=2", f"out={out}",
-                 *RUN]) == 0
+def test_eval_reports_the_time_spent_starting_servers(one_task_run: tuple[Path, Path, str]) -> None:
+    _, out, printed = one_task_run
     summary = results(out)["summary"]
     startup = summary["startup_s"]
     assert startup["total"] > 0 and startup["mean"] == pytest.approx(startup["total"] / 2)
@@ -227,8 +238,7 @@ def test_eval_reports_the_time_spent_starting_servers(tmp_path: Path, capsys: py
     assert all(m["reset_seconds"] >= m["startup_seconds"] - 1e-3 for m in metadata)
     first = summary["first_step_s"]
     assert min(m["reset_seconds"] for m in metadata) <= first["p50"] <= first["p90"]
-    out = capsys.readouterr().out
-    assert "server start-up share" in out and "time to first step s p50" in out
+    assert "server start-up share" in printed and "time to first step s p50" in printed
 
 
 def test_a_server_started_per_episode_is_announced_once(tmp_path: Path, client_log: list[logging.LogRecord],
