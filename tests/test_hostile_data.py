@@ -63,8 +63,10 @@ def copy_of(run: Path, tmp_path: Path) -> Path:
 
 
 # -- item 8: run directories -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("table", "column"), [("steps", "episode_id"), ("steps", "step_index"),
-                                               ("episodes", "episode_id")])
+@pytest.mark.parametrize(("table", "column"), [
+    ("steps", "episode_id"),
+    pytest.param("steps", "step_index", marks=pytest.mark.slow),  # the same table's check as steps-episode_id
+    ("episodes", "episode_id")])
 def test_a_shard_without_a_key_column_is_refused_naming_it(recorded: Path, tmp_path: Path, table: str,
                                                           column: str) -> None:
     run = copy_of(recorded, tmp_path)
@@ -93,7 +95,8 @@ def test_a_shard_whose_key_is_null_is_refused(recorded: Path, tmp_path: Path) ->
         load(run)
 
 
-@pytest.mark.parametrize("tables", [("episodes",), ("steps",), ("steps", "episodes")])
+@pytest.mark.parametrize("tables", [("episodes",), ("steps",),
+                                    pytest.param(("steps", "episodes"), marks=pytest.mark.slow)])  # the two above
 def test_a_repeated_shard_is_refused_naming_both_files(recorded: Path, tmp_path: Path, tables: tuple[str, ...]
                                                        ) -> None:
     run = copy_of(recorded, tmp_path)
@@ -121,7 +124,7 @@ def test_an_export_that_keeps_nothing_of_a_run_says_why_and_fails(recorded: Path
 
 
 # -- item 10: one line, not a traceback ------------------------------------------------------------------------------
-@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.parametrize("damage", ["garbage", pytest.param("truncated", marks=pytest.mark.slow)])  # same path
 def test_a_corrupt_shard_is_one_line_naming_it(recorded: Path, tmp_path: Path, damage: str) -> None:
     run = copy_of(recorded, tmp_path)
     (shard,) = sorted((run / "steps").glob("*.parquet"))
