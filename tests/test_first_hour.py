@@ -97,7 +97,7 @@ def test_the_waiting_line_reaches_stderr_without_logging_configured(tmp_path: Pa
     script = (
         "import sys, warnings\n"
         "from mcp_gym import MCPEnv, Stdio\n"
-        "env = MCPEnv({'mute': Stdio(sys.executable, ['-c', 'import sys; sys.stdin.read()'], connect_timeout=1)},\n"
+        "env = MCPEnv({'mute': Stdio(sys.executable, ['-c', 'import sys; sys.stdin.read()'], connect_timeout=0.5)},\n"
         "             [{'id': 't', 'prompt': 'p'}])\n"
         "env.close()\n"
     )
