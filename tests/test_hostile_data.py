@@ -63,10 +63,11 @@ def copy_of(run: Path, tmp_path: Path) -> Path:
 
 
 # -- item 8: run directories -----------------------------------------------------------------------------------------
+# One check for every table and key column (KEY_COLUMNS): steps-episode_id in the fast lane, the others slow.
 @pytest.mark.parametrize(("table", "column"), [
     ("steps", "episode_id"),
-    pytest.param("steps", "step_index", marks=pytest.mark.slow),  # the same table's check as steps-episode_id
-    ("episodes", "episode_id")])
+    pytest.param("steps", "step_index", marks=pytest.mark.slow),
+    pytest.param("episodes", "episode_id", marks=pytest.mark.slow)])
 def test_a_shard_without_a_key_column_is_refused_naming_it(recorded: Path, tmp_path: Path, table: str,
                                                           column: str) -> None:
     run = copy_of(recorded, tmp_path)
