@@ -306,10 +306,6 @@ def test_unanswered_first_listing_fails_within_connect_timeout(tmp_path: Path) -
         env.close()
 
 
-# Waits out its 5 s call_timeout: the fast lane has an unanswered listing bounded in
-# test_unanswered_first_listing_fails_within_connect_timeout and relisting after list_changed in
-# tests/test_wire_stdio.py::test_a_quiet_step_does_not_await_the_change_poll.
-@pytest.mark.slow
 def test_relisting_after_list_changed_is_bounded_by_call_timeout(tmp_path: Path) -> None:
     # answers the first listing (connect) and the second (reset), never the one after list_changed
     # call_timeout 5 s: the call itself (answered at once) stays within it on a busy machine; the listing never ends
