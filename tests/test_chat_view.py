@@ -123,7 +123,13 @@ def expected_final(reply: Mapping[str, Any]) -> dict[str, Any]:
                       **({"tool_calls": calls} if calls else {})})
 
 
-@pytest.mark.parametrize("name", with_code_marked(BUNDLED_ENVS))
+CHAT_FAST = ("Maze", "Files", "Code")
+"""Envs whose export is checked in the fast lane: observed resources (Maze), none (Files), Code's own tools; the other
+bundled envs are the same check (heavy lane)."""
+
+
+@pytest.mark.parametrize("name", with_code_marked(n for n in BUNDLED_ENVS if n in CHAT_FAST)
+                         + [pytest.param(n, marks=pytest.mark.slow) for n in BUNDLED_ENVS if n not in CHAT_FAST])
 def test_export_equals_the_last_request_of_each_episode(name: str, tmp_path: Path) -> None:
     run = tmp_path / "run"
     results, script = collect(name, run)

@@ -114,7 +114,7 @@ def test_the_spec_rebuilds_the_same_env_and_pickles() -> None:
             rebuilt.close()
     finally:
         env.close()
-    old = MCPEnv({"counter": spec}, ["t"], max_steps=2)  # the keyword form is recorded as given
+    old = MCPEnv({"counter": InProcess(make_server())}, ["t"], max_steps=2)  # the keyword form is recorded as given
     try:
         assert old.spec is not None and old.spec.kwargs["max_steps"] == 2
     finally:

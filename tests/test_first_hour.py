@@ -72,13 +72,13 @@ def test_a_stdio_command_that_exits_is_reported_with_its_stderr() -> None:
 # -- a server that never answers is announced, and not retried at once ------------------------------------------------
 def test_a_server_that_never_answers_is_announced_and_not_retried_by_the_first_reset(
         client_log: list[logging.LogRecord]) -> None:
-    mute = Stdio(sys.executable, MUTE, connect_timeout=1.5)
+    mute = Stdio(sys.executable, MUTE, connect_timeout=0.5)  # never answers: any timeout expires
     env = MCPEnv({"mute": mute}, TASKS)
     try:
         waits = [r.getMessage() for r in client_log if "waiting for server" in r.getMessage()]
         assert waits == [f"mcp-gym: waiting for server 'mute' ({mute.describe()}) to answer the MCP handshake "
-                         "(up to connect_timeout=1.5 s)"]
-        with pytest.warns(ServerUnavailableWarning, match="could not connect within 1.5 s"):
+                         "(up to connect_timeout=0.5 s)"]
+        with pytest.warns(ServerUnavailableWarning, match="could not connect within 0.5 s"):
             obs, info = env.reset(seed=0)
         messages = [r.getMessage() for r in client_log]
         assert sum("waiting for server 'mute'" in m for m in messages) == 1  # the first reset did not retry
@@ -87,7 +87,7 @@ def test_a_server_that_never_answers_is_announced_and_not_retried_by_the_first_r
         with pytest.warns(ServerUnavailableWarning):
             env.reset(seed=1)  # a later reset retries, and says so
         messages = [r.getMessage() for r in client_log]
-        assert "mcp-gym: restarting server 'mute' (failed: could not connect within 1.5 s)" in messages
+        assert "mcp-gym: restarting server 'mute' (failed: could not connect within 0.5 s)" in messages
         assert sum("waiting for server 'mute'" in m for m in messages) == 2
     finally:
         env.close()
@@ -97,7 +97,7 @@ def test_the_waiting_line_reaches_stderr_without_logging_configured(tmp_path: Pa
     script = (
         "import sys, warnings\n"
         "from mcp_gym import MCPEnv, Stdio\n"
-        "env = MCPEnv({'mute': Stdio(sys.executable, ['-c', 'import sys; sys.stdin.read()'], connect_timeout=1)},\n"
+        "env = MCPEnv({'mute': Stdio(sys.executable, ['-c', 'import sys; sys.stdin.read()'], connect_timeout=0.5)},\n"
         "             [{'id': 't', 'prompt': 'p'}])\n"
         "env.close()\n"
     )

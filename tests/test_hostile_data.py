@@ -3,7 +3,8 @@
 A mangled run directory (a shard without its key column, a shard copied under another name) is refused in one line
 naming the file; an export that keeps nothing of a non-empty run says why and fails; a corrupt shard, a full disk and
 a malformed ``manifest.json`` give one line, not a traceback. Real recordings of the bundled Counter env, the real
-``mcp-gym`` command line; no wall-clock thresholds.
+``mcp-gym`` command line (its ``main``, run in this process: what it prints and returns is the subject, not the
+process); no wall-clock thresholds.
 """
 
 from __future__ import annotations
@@ -37,8 +38,26 @@ def collect(run: Path, episodes: int = 20) -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args], capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "HYDRA_FULL_ERROR": "0"})
+    """``mcp-gym ARGS``: the command line's ``main`` run in this process (what the console script calls), its exit
+    status and what it wrote to stdout and stderr."""
+    import contextlib
+    import io
+    import os
+
+    from mcp_gym.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "0"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    finally:
+        if saved is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved
+    return subprocess.CompletedProcess(["mcp-gym", *args], code, out.getvalue(), err.getvalue())
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:

@@ -184,6 +184,7 @@ def _process(pid: int) -> dict[str, object]:
             "env": sorted((proc / "environ").read_bytes().split(b"\0"))}
 
 
+@pytest.mark.slow  # npm server-filesystem; fast: test_a_second_start_runs_the_server_npx_ran_without_npx
 @pytest.mark.thirdparty
 def test_npx_server_filesystem_runs_directly_from_its_second_start_exactly_as_npx_ran_it(setup: dict[str, Path]) \
         -> None:

@@ -340,6 +340,7 @@ def test_close_on_the_runtimes_own_loop_closes() -> None:
     assert running - before and not (running - before) & after
 
 
+@pytest.mark.slow  # stdio servers; test_close_on_the_runtimes_own_loop_closes checks an env closes its server
 def test_stateless_resets_leave_no_server_running(serve: Callable[..., Server]) -> None:
     server = serve("Counter", env_kwargs={"transport": "stdio"})
     before = _children()
@@ -399,6 +400,7 @@ def test_a_token_guards_every_request(serve: Callable[..., Server]) -> None:
     assert asyncio.run(play(f"http://openenv:s3cret@127.0.0.1:{server.port}")).observation["task_id"] == "counter-0000"
 
 
+@pytest.mark.slow  # a long openenv integration test (stdio servers, idle timeout)
 def test_idle_sessions_are_closed_and_free_their_slots(serve: Callable[..., Server],
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """``max_sessions`` idle sockets do not lock new clients out: the server closes a session idle longer than its

@@ -162,6 +162,7 @@ def test_run_store_on_an_object_store_like_filesystem(tmp_path: Path) -> None:
     check_run(run, 2)
 
 
+@pytest.mark.slow  # the Ray cluster start; the fast lane keeps test_run_store_on_an_object_store_like_filesystem
 def test_rerun_identity_on_ray(cluster: Any, tmp_path: Path) -> None:
     """launcher=ray keeps run identity like a local job: another policy refuses, more episodes run only the new ones,
     and a local rerun of the same config resumes the Ray run."""

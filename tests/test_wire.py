@@ -68,8 +68,10 @@ def test_progress_timeout_and_a_dead_server_as_before():
         _, _, _, _, info = env.step({"tool": "slow", "arguments": {"seconds": 0.3}})
         assert info["error"] is None and len(info["progress"]) >= 3, info
         assert info["progress"][-1]["progress"] == info["progress"][-1]["total"], info["progress"]
+        env.call_timeout = 0.5  # a bound that must expire (the 10 s call), short; the other calls keep 2 s
         _, _, _, _, info = env.step({"tool": "slow", "arguments": {"seconds": 10}})
-        assert info["error"]["kind"] == "timeout" and "no result within 2 s" in info["error"]["message"], info
+        env.call_timeout = 2.0
+        assert info["error"]["kind"] == "timeout" and "no result within 0.5 s" in info["error"]["message"], info
         obs, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "still here"}})
         assert info["error"] is None and "still here" in obs["result"], info
         _, _, _, _, info = env.step({"tool": "crash", "arguments": {}})

@@ -31,8 +31,7 @@ STEPS = 20
 ECHO = {"tool": "echo", "arguments": {"text": "hello"}}
 
 
-@pytest.fixture
-def env() -> Iterator[MCPEnv]:
+def _counter_env() -> Iterator[MCPEnv]:
     e = MCPEnv({"c": Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")}, ["Move the counter."],
                max_steps=10_000, call_timeout=30.0)
     e.reset(seed=0)
@@ -41,6 +40,19 @@ def env() -> Iterator[MCPEnv]:
         yield e
     finally:
         e.close()
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[MCPEnv]:
+    """One Counter stdio env shared by the tests that only step ``echo``/``log`` and count (each undoes its patches);
+    a test that changes the server's tools or leaves calls running on it takes :func:`own_env`."""
+    yield from _counter_env()
+
+
+@pytest.fixture
+def own_env() -> Iterator[MCPEnv]:
+    """A Counter stdio env of the test's own."""
+    yield from _counter_env()
 
 
 def steps(env: MCPEnv, n: int = STEPS, action: dict[str, Any] = ECHO) -> None:
@@ -71,9 +83,10 @@ def test_a_step_takes_three_loop_iterations(env: MCPEnv, monkeypatch: pytest.Mon
     assert selects[0] <= per_step * STEPS, f"{selects[0]} loop iterations for {STEPS} steps"
 
 
-def test_a_quiet_step_does_not_await_the_change_poll(env: MCPEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_quiet_step_does_not_await_the_change_poll(own_env: MCPEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only fast-lane answers came and nothing changed: the step looks without awaiting ``poll_changes``. A log
     notification or a tools change still gets the awaited poll, and the change is in the step that saw it."""
+    env = own_env
     polls = [0]
     poll = env.host.poll_changes
 
@@ -117,7 +130,8 @@ def test_request_timeouts_share_one_timer(env: MCPEnv, monkeypatch: pytest.Monke
     assert timers[0] <= 1, f"{timers[0]} timers for {STEPS} steps with a 30 s bound each"
 
 
-def test_concurrent_timeouts_each_at_their_own_bound(env: MCPEnv) -> None:
+def test_concurrent_timeouts_each_at_their_own_bound(own_env: MCPEnv) -> None:
+    env = own_env
     host = env.host
 
     async def calls() -> list[Any]:
