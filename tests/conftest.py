@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -259,6 +260,14 @@ def os_sandbox_missing() -> str | None:
 def with_code_marked(names: Iterable[str]) -> list[Any]:
     """Parameters for a test over bundled envs: ``Code`` (agent code in bubblewrap) carries the ``bwrap`` mark."""
     return [pytest.param(n, marks=pytest.mark.bwrap) if n == "Code" else n for n in names]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Python's Ctrl-C handler, also where the suite was started with SIGINT ignored (in the background of a
+    non-interactive shell, ``cmd &``, or under ``nohup``): the Ctrl-C tests send SIGINT to this process and to jobs it
+    starts, which then inherit the default action (a handled signal is reset at ``exec``) and get their own handler."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -58,3 +58,39 @@ def test_a_job_run_by_a_module_fixture_leaves_no_logging_set_up_for_the_next_mod
                            "test_a_job.py", "test_b_caplog.py"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTEST_ADDOPTS": ""})  # both modules in one process
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+CONFTEST_SIGINT = f"""
+import importlib.util
+spec = importlib.util.spec_from_file_location("suite_conftest", {str(TESTS / "conftest.py")!r})
+suite = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suite)
+pytest_configure = suite.pytest_configure
+"""
+
+CTRL_C = """
+import os, signal, subprocess, sys, time
+import pytest
+
+def test_ctrl_c_raises_here_and_in_a_child():
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)
+    child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT))"],
+                           capture_output=True, text=True, timeout=60)
+    assert "default_int_handler" in child.stdout, child.stdout
+"""
+
+
+def test_a_suite_started_with_sigint_ignored_still_gets_ctrl_c(tmp_path: Path) -> None:
+    """Started in the background of a shell script (``pytest &``: SIGINT ignored, and inherited so), the Ctrl-C
+    tests saw no ``KeyboardInterrupt`` and their jobs ignored Ctrl-C (5 failed so in a CI run started that way); the
+    suite's ``pytest_configure`` gives this process Python's handler back, and its children the default action."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(CONFTEST_SIGINT)
+    (tmp_path / "test_ctrl_c.py").write_text(CTRL_C)
+    ignoring = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]  # SIGINT ignored, as `pytest &` in a script starts
+    done = subprocess.run([*ignoring, sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider",
+                           "-q", "test_ctrl_c.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTEST_ADDOPTS": ""})
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
