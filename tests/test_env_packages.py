@@ -169,9 +169,12 @@ def test_envs_new_demo_env_installed_into_a_fresh_venv(tmp_path: Path) -> None:
     python = home / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-    # mcp-gym and its dependencies: this interpreter's site-packages (with its editable mcp-gym), added as a site dir
-    parent = sysconfig.get_paths()["purelib"]
-    (Path(site) / "mcp_gym_parent.pth").write_text(f"import site; site.addsitedir({parent!r})\n")
+    # mcp-gym and its dependencies: this interpreter's site-packages (with its editable mcp-gym), added as site dirs;
+    # all of them, in order: a venv made with --system-site-packages has its dependencies in the system's
+    parents = [sysconfig.get_paths()["purelib"], *(p for p in sys.path if Path(p).name in ("site-packages",
+                                                                                          "dist-packages"))]
+    adds = "; ".join(f"site.addsitedir({p!r})" for p in dict.fromkeys(parents) if Path(p).is_dir())
+    (Path(site) / "mcp_gym_parent.pth").write_text(f"import site; {adds}\n")
     pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(root)],
                          capture_output=True, text=True, timeout=300)
     assert pip.returncode == 0, pip.stderr[-2000:]
