@@ -10,13 +10,19 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 
-CONFTEST = f"""
+def _suite_conftest(take: str) -> str:
+    """A ``conftest.py`` that loads the suite's own (``tests/conftest.py``) and then runs ``take`` (``suite`` is it)."""
+    return f"""
 import importlib.util
 spec = importlib.util.spec_from_file_location("suite_conftest", {str(TESTS / "conftest.py")!r})
 suite = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(suite)
-globals().update((name, getattr(suite, name)) for name in dir(suite) if name.startswith("_logging_as_it_was"))
+{take}
 """
+
+
+CONFTEST = _suite_conftest('globals().update((name, getattr(suite, name)) for name in dir(suite) '
+                           'if name.startswith("_logging_as_it_was"))')
 """The suite's own autouse logging fixtures (``tests/conftest.py``), in a folder of their own."""
 
 JOB_IN_A_MODULE_FIXTURE = """
@@ -60,13 +66,7 @@ def test_a_job_run_by_a_module_fixture_leaves_no_logging_set_up_for_the_next_mod
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
 
 
-CONFTEST_SIGINT = f"""
-import importlib.util
-spec = importlib.util.spec_from_file_location("suite_conftest", {str(TESTS / "conftest.py")!r})
-suite = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(suite)
-pytest_configure = suite.pytest_configure
-"""
+CONFTEST_SIGINT = _suite_conftest("pytest_configure = suite.pytest_configure")
 
 CTRL_C = """
 import os, signal, subprocess, sys, time
