@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import sys
 from collections.abc import Sequence
 
 __all__ = ["serve", "main", "load_server"]
@@ -62,7 +63,9 @@ def former_module(name: str, target: str) -> None:
 def serve(
     name: str, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8000, json_response: bool = False
 ) -> None:
-    """Run a bundled server over ``stdio`` or Streamable ``http`` (``http://host:port/mcp``) until stopped.
+    """Run a bundled server over ``stdio`` or Streamable ``http`` (``http://host:port/mcp``) until stopped. Over HTTP,
+    ``port=0`` takes any free port, and once the server listens it says ``serving MODULE on http://HOST:PORT/mcp`` (the
+    port it got) on stderr.
 
     Over HTTP, responses stream as SSE by default so progress and other notifications reach the client during a
     call; ``json_response=True`` answers with plain JSON (faster, but no notifications mid-call). Idle connections are
@@ -86,7 +89,8 @@ def serve(
 
         serve_http(mcp.streamable_http_app(json_response=json_response, host=host,
                                            transport_security=transport_security(host)), host, port,
-                   log_level=mcp.settings.log_level.lower())
+                   log_level=mcp.settings.log_level.lower(), ready=lambda bound: print(
+                       f"serving {server_module(name)} on http://{host}:{bound}/mcp", file=sys.stderr, flush=True))
     else:
         raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
 
@@ -96,7 +100,7 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog=f"python -m {server_module(name)}")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (0: any free one, named on stderr)")
     p.add_argument("--json-response", action="store_true", help="plain JSON responses over HTTP (no SSE)")
     a = p.parse_args(argv)
     serve(name, a.transport, a.host, a.port, a.json_response)

@@ -252,13 +252,12 @@ def _serve(argv: Sequence[str]) -> int:
     p.add_argument("--strict", action="store_true", help="with --replay: JSON-RPC error for unrecorded tool calls")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (0: any free one; the line said once the server "
+                                                          "listens names it)")
     p.add_argument("--json-response", action="store_true", help="plain JSON responses over HTTP (no SSE)")
     a = p.parse_args(argv)
     if (a.name is None) == (a.replay is None):
         p.error("give a server name or --replay CASSETTE")
-    if a.transport == "http":
-        print(f"serving {a.name or a.replay} on http://{a.host}:{a.port}/mcp", file=sys.stderr, flush=True)
     if a.replay is not None:
         from mcp_gym.cassette.serve import serve_replay
 
@@ -282,7 +281,7 @@ def _serve_openenv(argv: Sequence[str]) -> int:
     p.add_argument("env", help="a bundled env (Counter, SQL, ...) or package.module:function returning an MCPEnv")
     p.add_argument("--env-kwargs", default="{}", metavar="JSON", help="make_env / factory keyword arguments")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="0: any free port (the line said once it listens names it)")
     p.add_argument("--max-sessions", type=int, default=64, help="most WebSocket sessions at once")
     p.add_argument("--record-to", metavar="DIR", help="record every session's episodes into this run directory")
     p.add_argument("--policy", default="openenv", help="the recorded policy name")
@@ -314,8 +313,8 @@ def _serve_openenv(argv: Sequence[str]) -> int:
     app = create_app(a.env, env_kwargs=env_kwargs, max_sessions=a.max_sessions, record_to=a.record_to,
                      policy=a.policy, host=a.host, token=a.token, idle_timeout=a.idle_timeout or None)
 
-    def listening() -> None:
-        print(f"serving {a.env} as an OpenEnv environment on ws://{a.host}:{a.port}/ws (http://{a.host}:{a.port})",
+    def listening(port: int) -> None:
+        print(f"serving {a.env} as an OpenEnv environment on ws://{a.host}:{port}/ws (http://{a.host}:{port})",
               file=sys.stderr, flush=True)
 
     serve_http(app, a.host, a.port, ready=listening)

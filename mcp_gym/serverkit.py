@@ -338,17 +338,18 @@ def _with_meta(result: HandlerResult, meta: dict[str, Any]) -> HandlerResult:
 
 
 def serve_http(app: Any, host: str, port: int, *, log_level: str = "warning",
-               keep_alive: int = SERVER_KEEPALIVE, ready: Callable[[], None] | None = None) -> None:
+               keep_alive: int = SERVER_KEEPALIVE, ready: Callable[[int], None] | None = None) -> None:
     """Serve the ASGI ``app`` (e.g. ``MCPServer.streamable_http_app()``) with uvicorn on ``host:port`` until stopped,
     keeping idle connections ``keep_alive`` seconds and saying so in each response's ``Keep-Alive`` header (what
-    :data:`SERVER_KEEPALIVE` is for). ``ready`` is called once the server listens."""
+    :data:`SERVER_KEEPALIVE` is for). ``port=0`` listens on any free port. ``ready`` is called with the port the
+    server listens on (the one it got for ``port=0``) once it listens."""
     import uvicorn
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
             if self.started and ready is not None:
-                ready()
+                ready(int(self.servers[0].sockets[0].getsockname()[1]))
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive,
                             headers=[("Keep-Alive", f"timeout={keep_alive}")])

@@ -25,6 +25,7 @@ import copy
 import importlib
 import inspect
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--bfcl", required=True, help="the BFCL copy (holding bfcl_eval/)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (0: any free one, named on stderr)")
     a = p.parse_args(argv)
     exit_cleanly_on_sigterm()
     try:
@@ -277,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         from mcp_gym.serverkit import serve_http
 
-        serve_http(server.mcp.streamable_http_app(host=a.host), a.host, a.port)
+        serve_http(server.mcp.streamable_http_app(host=a.host), a.host, a.port, ready=lambda bound: print(
+            f"serving bfcl on http://{a.host}:{bound}/mcp", file=sys.stderr, flush=True))
 
 
 if __name__ == "__main__":

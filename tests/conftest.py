@@ -1,17 +1,21 @@
-"""Shared fixtures: real third-party MCP servers (installed from npm on first use), free ports, HTTP servers."""
+"""Shared fixtures: real third-party MCP servers (installed from npm on first use), HTTP servers on ports they hold."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -114,15 +118,91 @@ def _npm_install(prefix: Path, pkgs: list[str]) -> None:
     os.replace(tmp, prefix / COMPLETE_MARKER)
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def bound_socket() -> socket.socket:
+    """A TCP socket bound to a free port of 127.0.0.1 (the kernel's pick), not listening: its port
+    (``getsockname()[1]``) is this socket's while it is open, so no other process or xdist worker can take it.
+
+    Hand it to the server that listens on it (:func:`serve_in_thread`), never close it and bind its port again later
+    (in between, anything on the machine may take the port: the server fails "address in use" or the test talks to
+    another one). Kept open and never listening, it is a port where nothing listens: a connection is refused."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: Any, sock: socket.socket | None = None,
+                    **config: Any) -> Iterator[tuple[int, asyncio.AbstractEventLoop]]:
+    """Serve the ASGI ``app`` with uvicorn (``uvicorn.Config`` options ``config``) in a thread of this process, on
+    ``sock`` (default: a new :func:`bound_socket`; uvicorn gets a duplicate, so ``sock`` stays bound to its port
+    after the block and another server may listen on it next); yields ``(port, the server's event loop)`` once it
+    listens, and stops the server when the block ends."""
+    import uvicorn
+
+    own = sock is None
+    sock = sock if sock is not None else bound_socket()
+    server = uvicorn.Server(uvicorn.Config(app, **{"log_level": "warning", **config}))
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def run() -> None:
+        loops.append(asyncio.get_running_loop())
+        await server.serve(sockets=[sock.dup()])
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert server.started, "the uvicorn server in a thread did not start within 30 s"
+        yield int(sock.getsockname()[1]), loops[0]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        if own:
+            sock.close()
+
+
+SERVING = r"://127\.0\.0\.1:(\d+)"
+"""What :func:`start_server` finds the port in: the first ``://127.0.0.1:PORT`` a server says on stderr (mcp-gym's
+servers say ``serving ... on http://127.0.0.1:PORT/mcp``, the test servers and :data:`NODE_SAYS_PORT` alike)."""
+
+NODE_SAYS_PORT = Path(__file__).parent / "servers" / "say_port.cjs"
+"""A Node module that, preloaded (``NODE_OPTIONS=--require ...``) into a Node server given port 0, says the port each
+of its TCP servers got once it listens (a third-party server names only the port it was given: 0)."""
+
+
+def start_everything_http() -> tuple[subprocess.Popen[bytes], int]:
+    """The Node server-everything over Streamable HTTP (``/mcp``) on a port of its own: ``(process, port)``."""
+    node_options = f'{os.environ.get("NODE_OPTIONS", "")} --require "{NODE_SAYS_PORT}"'.strip()
+    return start_server([npm_bin("mcp-server-everything"), "streamableHttp"],
+                        env={**os.environ, "PORT": "0", "NODE_OPTIONS": node_options})
+
+
+def start_server(cmd: list[str], env: dict[str, str] | None = None,
+                 timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a server process told to listen on port 0 (any free port: the kernel's pick is the server's socket's
+    at once, so nothing else can take it); return ``(process, port)`` once it has said its port on stderr
+    (:data:`SERVING`) and accepts connections there, within ``timeout`` seconds, else stop it and fail with what it
+    said. Its stderr goes to an unnamed temporary file (a pipe nobody reads would fill and block the server)."""
+    with tempfile.TemporaryFile() as said:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=said)
+        deadline = time.monotonic() + timeout
+        while (found := re.search(SERVING.encode(), os.pread(said.fileno(), 1 << 16, 0))) is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_process(proc)
+                text = os.pread(said.fileno(), 1 << 16, 0).decode(errors="replace").strip()
+                pytest.fail(f"{' '.join(cmd)} said no port within {timeout:g} s (exit status {proc.returncode}): "
+                            f"{text[-2000:] or 'nothing on stderr'}")
+            time.sleep(0.05)
+    port = int(found.group(1))
+    wait_for_port(port, timeout=max(deadline - time.monotonic(), 5.0), proc=proc)
+    return proc, port
 
 
 def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Block until something accepts connections on 127.0.0.1:port."""
+    """Block until something accepts connections on 127.0.0.1:port (a port a server of the test holds: see
+    :func:`start_server`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -144,15 +224,9 @@ def child_env(**extra: str) -> dict[str, str]:
 def start_http_server(
     module: str, *args: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``python -m module --transport http --port N`` and return (process, url)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, "--transport", "http", "--port", str(port), *args],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, proc=proc)
+    """Start ``python -m module --transport http --port 0`` and return (process, url) (:func:`start_server`)."""
+    proc, port = start_server([sys.executable, "-m", module, "--transport", "http", "--port", "0", *args],
+                              env={**os.environ, **(env or {})})
     return proc, f"http://127.0.0.1:{port}/mcp"
 
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port, npm_bin, wait_for_port
+from conftest import npm_bin, start_server
 
 from mcp_gym import Http, InProcess, MCPEnv, Stdio, ToolCallFailed
 from mcp_gym.cassette import Cassette, Replay, cassette_dir, cassette_path, record_servers, replay_servers
@@ -369,12 +368,9 @@ def test_serve_replay_over_stdio_and_http(memory_run: dict[str, Any], closing: l
     assert run_eval(env, memory_plan()) == memory_run["results"]
     env.close()
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.cassette", path, "--transport", "http", "--port",
-                             str(port)], env={**os.environ, **pyenv}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc, port = start_server([sys.executable, "-m", "mcp_gym.cassette", path, "--transport", "http", "--port", "0"],
+                              env={**os.environ, **pyenv})
     try:
-        wait_for_port(port, proc=proc)
         env = memory_env(Http(f"http://127.0.0.1:{port}/mcp"))
         closing.append(env)
         info = env.host.server_info()["memory"]

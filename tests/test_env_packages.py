@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from conftest import free_port, stop_process, wait_for_port
+from conftest import start_server, stop_process
 
 from mcp_gym.cli import main
 from mcp_gym.envs import make_env, register_all
@@ -108,12 +108,10 @@ def test_env_name_runs_an_installed_env_as_a_job(demo_env: Path, tmp_path: Path,
 
 
 def test_mcp_gym_serve_runs_an_installed_envs_server_over_http(demo_env: Path) -> None:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.cli", "serve", "demo-env", "--transport", "http", "--port",
-                             str(port)], env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pythonpath = os.pathsep.join(p for p in sys.path if p)
+    proc, port = start_server([sys.executable, "-m", "mcp_gym.cli", "serve", "demo-env", "--transport", "http",
+                               "--port", "0"], env={**os.environ, "PYTHONPATH": pythonpath})
     try:
-        wait_for_port(port, proc=proc)
         env = make_env("demo-env", url=f"http://127.0.0.1:{port}/mcp")
         try:
             for task in env.tasks:

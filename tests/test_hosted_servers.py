@@ -5,14 +5,13 @@ saved (cassettes, run manifests, Parquet steps, Hydra's copies)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from conftest import free_port, stop_process, wait_for_port
+from conftest import start_server, stop_process
 
 from mcp_gym import MCPEnv
 from mcp_gym.cli import main
@@ -24,12 +23,9 @@ SERVER = Path(__file__).parent / "servers" / "hosted.py"
 
 
 def _serve(transport: str, log: Path, *extra: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--transport", transport,
-                             "--token", TOKEN, "--log", str(log), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, port = start_server([sys.executable, str(SERVER), "--port", "0", "--transport", transport,
+                               "--token", TOKEN, "--log", str(log), *extra])
     try:
-        wait_for_port(port, proc=proc)
         yield f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
     finally:
         stop_process(proc)

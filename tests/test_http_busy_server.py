@@ -24,8 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
-import uvicorn
-from conftest import start_http_server, stop_process
+from conftest import serve_in_thread, start_http_server, stop_process
 from mcp.server.mcpserver import MCPServer
 
 from mcp_gym import MCPEnv
@@ -58,12 +57,6 @@ class Served:
         assert self.stalled.wait(STALL_BOUND)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture()
 def served() -> Iterator[Served]:
     srv = MCPServer("busy", log_level="WARNING")
@@ -85,8 +78,7 @@ def served() -> Iterator[Served]:
         return "held"
 
     inner = srv.streamable_http_app(host="127.0.0.1")
-    port = _free_port()
-    state = Served(f"http://127.0.0.1:{port}/mcp", loop=None)  # type: ignore[arg-type]
+    state = Served("", loop=None)  # type: ignore[arg-type]  # the URL and loop once it serves
 
     async def counting(scope: Any, receive: Any, send: Any) -> None:
         """The app, counting HTTP requests from arrival to the start of their response."""
@@ -109,28 +101,12 @@ def served() -> Iterator[Served]:
             if open_[0]:
                 state.in_flight -= 1
 
-    server = uvicorn.Server(uvicorn.Config(counting, host="127.0.0.1", port=port, log_level="warning"))
-    started = threading.Event()
-
-    async def run() -> None:
-        state.loop = asyncio.get_running_loop()
-        started.set()
-        await server.serve()
-
-    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
-    thread.start()
-    assert started.wait(30)
-    for _ in range(300):
-        if server.started:
-            break
-        threading.Event().wait(0.1)
-    assert server.started
-    try:
-        yield state
-    finally:
-        state.release.set()
-        server.should_exit = True
-        thread.join(30)
+    with serve_in_thread(counting) as (port, state.loop):
+        state.url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            yield state
+        finally:
+            state.release.set()
 
 
 def test_a_stalled_server_times_the_request_out_and_the_session_survives(served: Served) -> None:

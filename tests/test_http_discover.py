@@ -8,10 +8,8 @@ each one receives (nothing on the client side is faked).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,7 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
-import uvicorn
+from conftest import bound_socket, serve_in_thread
 from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import MCPServer
 
@@ -49,16 +47,10 @@ def _no_remembered_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_discovery, "_UNCACHEABLE", {})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
-def serve(mcp: MCPServer, port: int | None = None) -> Iterator[Served]:
-    port = port or _free_port()
-    state = Served(f"http://127.0.0.1:{port}/mcp")
+def serve(mcp: MCPServer, sock: socket.socket | None = None) -> Iterator[Served]:
+    """``mcp`` served on ``sock``'s port (default: a port of its own), counting the requests it receives."""
+    state = Served("")  # the URL once it serves
 
     async def count(ctx: Any, call_next: Any) -> Any:
         state.seen[ctx.method] += 1
@@ -74,18 +66,9 @@ def serve(mcp: MCPServer, port: int | None = None) -> Iterator[Served]:
             return
         await inner(scope, receive, send)
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    try:
+    with serve_in_thread(app, sock) as (port, _):
+        state.url = f"http://127.0.0.1:{port}/mcp"
         yield state
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 def plain_server(ttl_ms: int | None = None, name: str = "plain") -> MCPServer:
@@ -192,9 +175,6 @@ def test_a_failed_first_request_drops_the_answer_and_reconnects() -> None:
 def test_another_server_on_the_same_port_is_asked_again() -> None:
     """A server stopped and another started on its port within the first one's ttlMs: the adopted answer names the
     first server, the second's listing says who it is, and the env connects again at once (no error, right name)."""
-    with serve(plain_server(ttl_ms=600_000, name="first")) as one:
-        reset_and_ping(Http(one.url)).close()
-        port = int(one.url.rsplit(":", 1)[1].split("/")[0])
     two = plain_server(ttl_ms=600_000, name="second")
 
     @two.tool()
@@ -202,17 +182,21 @@ def test_another_server_on_the_same_port_is_asked_again() -> None:
         """Only on the second server."""
         return "here"
 
-    with serve(two, port=port) as srv:
-        env = reset_and_ping(Http(srv.url), "only_here")
-        conn = env.host.connections["s"]
-        assert conn.status == "ready" and conn.info()["name"] == "second"
-        assert srv.seen["server/discover"] == 1
-        listed = srv.seen["tools/list"]
-        again = reset_and_ping(Http(srv.url), "only_here")  # the second server's answer is the one kept now
-        assert srv.seen["server/discover"] == 1 and srv.seen["tools/list"] > listed
-        assert again.host.connections["s"].info()["name"] == "second"
-        env.close()
-        again.close()
+    with bound_socket() as port:  # the port stays this test's between the two servers
+        with serve(plain_server(ttl_ms=600_000, name="first"), port) as one:
+            reset_and_ping(Http(one.url)).close()
+        with serve(two, port) as srv:
+            assert srv.url == one.url
+            env = reset_and_ping(Http(srv.url), "only_here")
+            conn = env.host.connections["s"]
+            assert conn.status == "ready" and conn.info()["name"] == "second"
+            assert srv.seen["server/discover"] == 1
+            listed = srv.seen["tools/list"]
+            again = reset_and_ping(Http(srv.url), "only_here")  # the second server's answer is the one kept now
+            assert srv.seen["server/discover"] == 1 and srv.seen["tools/list"] > listed
+            assert again.host.connections["s"].info()["name"] == "second"
+            env.close()
+            again.close()
 
 
 def test_two_servers_never_share_an_answer() -> None:

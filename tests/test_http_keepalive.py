@@ -9,14 +9,12 @@ proxy on 127.0.0.1 sits between the client and the real server and counts the co
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 
 import pytest
-from conftest import free_port, npm_bin, stop_process, wait_for_port
+from conftest import start_everything_http, stop_process
 
 from mcp_gym import MCPEnv
 from mcp_gym.client.specs import Http
@@ -69,11 +67,8 @@ class CountingProxy:
 @pytest.fixture
 def everything_http() -> Iterator[int]:
     """Port of the Node server-everything over Streamable HTTP."""
-    port = free_port()
-    proc = subprocess.Popen([npm_bin("mcp-server-everything"), "streamableHttp"], env={**os.environ, "PORT": str(port)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, port = start_everything_http()
     try:
-        wait_for_port(port, proc=proc)
         yield port
     finally:
         stop_process(proc)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -21,7 +19,7 @@ from typing import Annotated, Any
 import httpx2
 import pytest
 from anyio.streams import memory
-from conftest import free_port, npm_bin, start_http_server, stop_process, wait_for_port
+from conftest import serve_in_thread, start_everything_http, start_http_server, stop_process
 from pydantic import Field
 
 from mcp_gym import MCPEnv
@@ -43,11 +41,8 @@ def counter_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def everything_url() -> Iterator[str]:
     """The Node server-everything over Streamable HTTP."""
-    port = free_port()
-    proc = subprocess.Popen([npm_bin("mcp-server-everything"), "streamableHttp"], env={**os.environ, "PORT": str(port)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, port = start_everything_http()
     try:
-        wait_for_port(port, proc=proc)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         stop_process(proc)
@@ -225,24 +220,8 @@ def _replaying(body: bytes, receive: Any) -> Any:
 @contextlib.contextmanager
 def _serving(app: Any) -> Iterator[str]:
     """``app`` served by uvicorn on 127.0.0.1 in a thread of its own: its ``/mcp`` URL, while the block runs."""
-    import asyncio
-
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
-    thread.start()
-    for _ in range(300):
-        if server.started:
-            break
-        threading.Event().wait(0.1)
-    assert server.started
-    try:
+    with serve_in_thread(app) as (port, _):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 @pytest.fixture()

@@ -10,7 +10,6 @@ process's resident set, sampled while the step runs (generous bound: the body is
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, free_port, stop_process, wait_for_port
+from conftest import ROOT, start_server, stop_process
 
 from mcp_gym import MCPEnv
 from mcp_gym.client.specs import Http
@@ -41,11 +40,10 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    port, log = free_port(), tmp_path / "huge.log"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "servers" / "bad_http_server.py"), "--port",
-                             str(port), "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "huge.log"
+    proc, port = start_server([sys.executable, str(ROOT / "tests" / "servers" / "bad_http_server.py"), "--port", "0",
+                               "--log", str(log)])
     try:
-        wait_for_port(port, proc=proc)
         yield Server(f"http://127.0.0.1:{port}/mcp", log)
     finally:
         stop_process(proc)

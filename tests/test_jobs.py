@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from _chat_server import serve_chat_completions
-from conftest import free_port, logging_kept, wait_for_port
+from conftest import bound_socket, logging_kept, start_server
 from test_policies import ScriptedChat, serve_chat
 
 from mcp_gym.cli import main
@@ -205,11 +205,8 @@ def test_interrupt_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    port = free_port()
-    server = subprocess.Popen(_cli("serve", "counter", "--transport", "http", "--port", str(port)),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, port = start_server(_cli("serve", "counter", "--transport", "http", "--port", "0"))
     try:
-        wait_for_port(port, proc=server)
         assert main(["inspect", f"http://127.0.0.1:{port}/mcp", "--json"]) == 0
         listing = json.loads(capsys.readouterr().out)
         assert listing["server"]["name"] == "mcp-gym-counter"
@@ -222,7 +219,29 @@ def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
     assert main(["inspect", f"{sys.executable} -m mcp_gym.servers.counter"]) == 0
     shown = capsys.readouterr().out
     assert "Tools (" in shown and "unlock_bonus" in shown and "counter://state" in shown
-    assert main(["inspect", "http://127.0.0.1:1/mcp", "--timeout", "3"]) == 1
+    with bound_socket() as held:  # never listening: nothing listens on its port, and nothing else can start to
+        assert main(["inspect", f"http://127.0.0.1:{held.getsockname()[1]}/mcp", "--timeout", "3"]) == 1
+
+
+def test_serve_over_http_on_port_0_says_the_port_it_got() -> None:
+    """``mcp-gym serve ... --transport http --port 0`` listens on a free port the kernel picks and, once it listens,
+    says which on stderr (it used to say ``http://127.0.0.1:0/mcp``, so a caller could not find it)."""
+    import re
+    import select
+    import socket
+
+    server = subprocess.Popen(_cli("serve", "counter", "--transport", "http", "--port", "0"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        assert select.select([server.stderr], [], [], 120)[0], "mcp-gym serve said nothing within 120 s"
+        line = server.stderr.readline().strip()
+        said = re.fullmatch(r"serving mcp_gym\.servers\.counter on http://127\.0\.0\.1:(\d+)/mcp", line)
+        assert said is not None and int(said[1]) > 0, line
+        socket.create_connection(("127.0.0.1", int(said[1])), timeout=10).close()  # it listens there already
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 # -- run identity: a rerun with another config refuses, more episodes/samples extend ----------------------------------

@@ -170,16 +170,13 @@ def test_a_training_example_without_the_train_extra_says_what_to_install(script:
 
 
 def test_an_sse_url_without_sse_plus_says_to_add_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from conftest import free_port, stop_process, wait_for_port
+    from conftest import start_server, stop_process
 
     from mcp_gym.cli import main
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "servers" / "hosted.py"), "--port", str(port),
-                             "--transport", "sse", "--token", "t0ken", "--log", str(tmp_path / "requests.log")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, port = start_server([sys.executable, str(ROOT / "tests" / "servers" / "hosted.py"), "--port", "0",
+                               "--transport", "sse", "--token", "t0ken", "--log", str(tmp_path / "requests.log")])
     try:
-        wait_for_port(port, proc=proc)
         url = f"http://127.0.0.1:{port}/sse"
         capsys.readouterr()
         assert main(["inspect", url, "--header", "Authorization: Bearer t0ken", "--timeout", "60"]) == 1

@@ -6,17 +6,18 @@ directly, on bundled envs and on server-everything."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
+import re
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port, wait_for_port
+from conftest import serve_in_thread, start_server
 from episodes import recorded_episode
 
 from mcp_gym import MCPEnv, Stdio, make_env
@@ -32,8 +33,7 @@ pytestmark = pytest.mark.openenv
 def _openenv_imported() -> None:
     """Import OpenEnv (~5 s of CPU: its web interface brings gradio) when this module's first test runs, not when
     pytest collects the module: an xdist worker that runs none of these tests never pays it."""
-    global uvicorn, CallToolAction, GenericEnvClient, MCPToolClient, create_app
-    import uvicorn
+    global CallToolAction, GenericEnvClient, MCPToolClient, create_app
     from openenv.core.env_server.mcp_types import CallToolAction
     from openenv.core.generic_client import GenericEnvClient
     from openenv.core.mcp_client import MCPToolClient
@@ -76,17 +76,12 @@ class Server:
     """An mcp-gym OpenEnv server on 127.0.0.1 in a thread (uvicorn), stopped by :meth:`stop`."""
 
     def __init__(self, env: Any, **options: Any) -> None:
-        self.port = free_port()
+        self.serving = contextlib.ExitStack()
+        self.port, _ = self.serving.enter_context(serve_in_thread(create_app(env, **options), log_level="critical"))
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(env, **options), host="127.0.0.1", port=self.port,
-                                                    log_level="critical"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        wait_for_port(self.port)
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
+        self.serving.close()
 
 
 @pytest.fixture
@@ -195,8 +190,7 @@ def test_serve_openenv_command(tmp_path: Path) -> None:
     """``mcp-gym serve-openenv ENV`` serves the env; OpenEnv's client plays an episode; bad arguments are named."""
     import os
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.cli", "serve-openenv", "Counter", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.cli", "serve-openenv", "Counter", "--port", "0",
                              "--env-kwargs", '{"max_steps": 2}', "--record-to", str(tmp_path / "run")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "MCP_GYM_OPENENV_TOKEN": "t0ken"})
@@ -204,8 +198,10 @@ def test_serve_openenv_command(tmp_path: Path) -> None:
         assert proc.stderr is not None
         first = proc.stderr.readline()  # said at once, before the slow start-up: a first client knows to wait
         assert first.startswith("mcp-gym serve-openenv: starting Counter"), first
-        listening = proc.stderr.readline()  # said once it listens
-        assert f"ws://127.0.0.1:{port}/ws" in listening, listening
+        listening = proc.stderr.readline()  # said once it listens, naming the port it got for --port 0
+        found = re.search(r"ws://127\.0\.0\.1:(\d+)/ws \(http://127\.0\.0\.1:(\d+)\)$", listening.strip())
+        assert found and found[1] == found[2] != "0", listening
+        port = int(found[1])
         assert _http(f"http://127.0.0.1:{port}/health", None)[0] == 401  # the token from the environment
 
         async def go() -> Any:
@@ -357,11 +353,9 @@ def test_foreign_origin_and_host_are_refused_as_by_serve_http(serve: Callable[..
     from websockets.exceptions import InvalidStatus
 
     server = serve("Counter")
-    port = free_port()
-    mcp = subprocess.Popen([sys.executable, "-m", "mcp_gym.cli", "serve", "counter", "--transport", "http", "--port",
-                            str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mcp, port = start_server([sys.executable, "-m", "mcp_gym.cli", "serve", "counter", "--transport", "http", "--port",
+                              "0"], timeout=120)
     try:
-        wait_for_port(port, timeout=120, proc=mcp)
         for headers, code in (({"Origin": "http://evil.example"}, 403), ({"Host": "evil.example"}, 421),
                               ({"Host": "rebound.example:80", "Origin": "http://rebound.example"}, 421)):
             theirs = _http(f"http://127.0.0.1:{port}/mcp", **headers)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import free_port
+from conftest import bound_socket
 
 from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.cassette import cassette_path
@@ -93,11 +93,12 @@ def test_one_run_as_a_string_and_a_missing_run(tmp_path: Path) -> None:
 def test_unreachable_endpoint_names_the_url(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # through main in this process; a job's one-line failure as a process: tests/test_newcomer.py (item 9)
-    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
     capsys.readouterr()
-    code = main(["eval", "env=counter", "policy=openai", "policy.model=m", f"policy.base_url={url}",
-                 "policy.retries=0", "samples=1", f"out={tmp_path / 'ev'}"])
+    with bound_socket() as held:  # never listening: nothing listens on its port, and nothing else can start to
+        url = f"http://127.0.0.1:{held.getsockname()[1]}/v1"
+        code = main(["eval", "env=counter", "policy=openai", "policy.model=m", f"policy.base_url={url}",
+                     "policy.retries=0", "samples=1", f"out={tmp_path / 'ev'}"])
     stderr = capsys.readouterr().err
     assert code == 1 and "Traceback" not in stderr
     last = stderr.strip().splitlines()[-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 
 import anyio
@@ -24,7 +25,8 @@ def serve_replay(
     json_response: bool = False,
 ) -> None:
     """Serve a cassette as a real MCP server over ``stdio`` or Streamable ``http`` (``http://host:port/mcp``)
-    until stopped (``mcp-gym serve --replay PATH``)."""
+    until stopped (``mcp-gym serve --replay PATH``). Over HTTP, ``port=0`` takes any free port, and once the server
+    listens it says ``serving PATH on http://HOST:PORT/mcp`` (the port it got) on stderr."""
     import logging
 
     server = ReplayServer(Cassette.load(path), strict=strict)
@@ -41,7 +43,9 @@ def serve_replay(
         from mcp_gym.serverkit import serve_http, transport_security
 
         serve_http(server.streamable_http_app(json_response=json_response, host=host,
-                                                transport_security=transport_security(host)), host, port)
+                                                transport_security=transport_security(host)), host, port,
+                   ready=lambda bound: print(f"serving {path} on http://{host}:{bound}/mcp", file=sys.stderr,
+                                             flush=True))
     else:
         raise ValueError(f"unknown transport {transport!r}: use 'stdio' or 'http'")
 
@@ -52,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("path", help="cassette file (.jsonl)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (0: any free one, named on stderr)")
     p.add_argument("--strict", action="store_true", help="JSON-RPC error for unrecorded tool calls")
     p.add_argument("--json-response", action="store_true", help="plain JSON responses over HTTP (no SSE)")
     a = p.parse_args(argv)

@@ -35,11 +35,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
-import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -313,22 +314,18 @@ class _Null:
 
 
 # -- the driver -------------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server() -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, "--transport", "http", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
+def start_server(*extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    """The Counter server over HTTP (``extra``: more of its arguments) on a port it takes itself (``--port 0``; a
+    port picked here and bound by the server later could be taken in between), ``(process, port)`` once it says it
+    listens there (``serving ... on http://127.0.0.1:PORT/mcp`` on stderr, read from an unnamed temporary file)."""
+    with tempfile.TemporaryFile() as said:
+        proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, "--transport", "http", "--port", "0", *extra],
+                                stdout=subprocess.DEVNULL, stderr=said)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = re.search(rb" on http://127\.0\.0\.1:(\d+)/mcp", os.pread(said.fileno(), 1 << 16, 0))
+            if found:
+                return proc, int(found[1])
             time.sleep(0.2)
     proc.kill()
     raise SystemExit("the Counter HTTP server did not start within 60 s")

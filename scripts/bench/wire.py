@@ -371,21 +371,10 @@ def stdio_sides(exe: str) -> dict[str, Any]:
 
 
 def start_counter() -> tuple[subprocess.Popen[bytes], int]:
-    import socket
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from scale import start_server  # the same server start as scale.py
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    proc = subprocess.Popen([sys.executable, "-m", "mcp_gym.servers.counter", "--transport", "http", "--port",
-                             str(port), "--diagnostics"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, port
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the Counter server did not start")
+    return start_server("--diagnostics")
 
 
 def http_sides(port: int) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 It answers ``initialize`` (handshake era, 2025-11-25) and refuses ``server/discover`` (JSON-RPC "method not found"), so
 the client falls back to the handshake at once; notifications get ``202``, a GET (the client's event stream) ``405``.
-``python tests/servers/bad_http_server.py --port N`` serves ``http://127.0.0.1:N/mcp``.
+``python tests/servers/bad_http_server.py --port N`` serves ``http://127.0.0.1:N/mcp`` (``--port 0``: any free port),
+saying ``serving on http://127.0.0.1:N/mcp`` on stderr.
 
 Tools: ``echo`` (``text`` back) and ``huge``: a result whose text is ``mb`` megabytes, streamed in 64 kB chunks at
 ``rate`` megabytes a second (``0``: as fast as the client reads), as ``application/json`` or, with ``sse``, as one
@@ -16,6 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
+import sys
 from typing import Any
 
 import uvicorn
@@ -123,7 +126,10 @@ def main() -> None:
     a = ap.parse_args()
     global LOG
     LOG = a.log
-    uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", a.port))  # 0: any free port, said below
+    print(f"serving on http://127.0.0.1:{sock.getsockname()[1]}/mcp", file=sys.stderr, flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 (``/sse``), behind an ASGI middleware that answers 401 unless ``Authorization: Bearer <token>`` is sent.
 
 ``python tests/servers/hosted.py --port N [--transport http|sse] [--token T] [--client ID:SECRET]`` (no ``--token``:
-no check). Every request's ``Authorization`` header is appended to ``--log`` if given, so a test can see what the
-client sent. ``--client`` adds a minimal OAuth 2.0 authorization server on the same origin (protected-resource and
+no check; ``--port 0``: any free port), saying ``serving on http://127.0.0.1:PORT/mcp`` (or ``/sse``) on stderr.
+Every request's ``Authorization`` header is appended to ``--log`` if given, so a test can see what the client sent.
+``--client`` adds a minimal OAuth 2.0 authorization server on the same origin (protected-resource and
 authorization-server metadata, a ``/token`` endpoint that grants ``client_credentials`` for that client with HTTP
 Basic authentication, issuing the ``--token``), and the 401 points at the metadata as the MCP authorization spec says.
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import socket
+import sys
 from urllib.parse import parse_qs
 
 import uvicorn
@@ -94,10 +97,13 @@ def main() -> None:
     a = p.parse_args()
     mcp = build(a.transport)
     app = mcp.streamable_http_app() if a.transport == "http" else mcp.sse_app()
-    base = f"http://127.0.0.1:{a.port}"
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", a.port))  # 0: any free port, said below
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     mcp_path = "/mcp" if a.transport == "http" else "/sse"
-    uvicorn.run(BearerCheck(app, a.token, a.log, a.client, base, mcp_path), host="127.0.0.1", port=a.port,
-                log_level="warning")
+    print(f"serving on {base}{mcp_path}", file=sys.stderr, flush=True)
+    uvicorn.Server(uvicorn.Config(BearerCheck(app, a.token, a.log, a.client, base, mcp_path),
+                                  log_level="warning")).run(sockets=[sock])
 
 
 if __name__ == "__main__":
