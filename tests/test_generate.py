@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +262,74 @@ def test_generator_seed_varies_the_walks_not_the_splits(tmp_path: Path) -> None:
         key = json.dumps(json.loads(r["solution"]), sort_keys=True)
         assert r["split"] == job_seed._split(key)
     assert any(job_seed._split(k) != walk_seed._split(k) for k in (str(i) for i in range(20)))  # seeds matter
+
+
+TIME_SERVER = shutil.which("mcp-server-time") or Path(sys.executable).parent / "mcp-server-time"  # the test extra's
+
+
+def _time_server() -> Path:
+    """PyPI mcp-server-time (the test extra), or a skip saying it is missing (a failure under .ci/run)."""
+    if not Path(TIME_SERVER).exists():
+        pytest.skip("mcp-server-time is not installed (pip install -e '.[test]')")
+    return Path(TIME_SERVER)
+
+
+def _now(tool: str, arguments: dict[str, Any], path: str) -> dict[str, Any]:
+    return {"prompt": f"Call {tool} with {json.dumps(arguments)} and report {path}.",
+            "solution": [{"tool": tool, "arguments": arguments}], "check": {"answer": {"step": 1, "path": path}}}
+
+
+@pytest.mark.slow  # ~12 s: a fresh mcp-server-time per run; fast cover: test_facts_about_now_are_no_answer_fields
+def test_facts_about_now_make_no_answer(tmp_path: Path) -> None:
+    """PyPI mcp-server-time answers ``{timezone, datetime, day_of_week, is_dst}``: ``day_of_week`` and ``is_dst`` do
+    not look like a date, but they are facts about the moment in ``datetime`` and change with the clock (a task
+    "Tokyo's day of the week is Sunday" fails the next day, ``is_dst`` every spring). A value of an object that holds a
+    date or time is no answer, for the llm and the explore generator alike; a value beside no clock is kept."""
+    diff = _now("convert_time", {"source_timezone": "UTC", "time": "12:30", "target_timezone": "Asia/Tokyo"},
+                "$.time_difference")
+    proposals = [
+        ("check not derivable", _now("get_current_time", {"timezone": "Asia/Tokyo"}, "$.day_of_week")),
+        ("check not derivable", _now("convert_time", {"source_timezone": "UTC", "time": "12:30",
+                                                      "target_timezone": "Europe/Paris"}, "$.target.is_dst")),
+        (None, diff),
+    ]
+
+    def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        content = "[]" if replied else json.dumps([p for _, p in proposals])
+        replied.append(1)
+        return chat_completion(body, {"role": "assistant", "content": content})
+
+    replied: list[int] = []
+    time_server = f'+env.servers.time="{_time_server()} --local-timezone UTC"'
+    with serve_chat_completions(reply) as url:
+        rows = generate(tmp_path / "llm", time_server, "generator=llm", f"generator.base_url={url}",
+                        "generator.model=proposer", "generator.rounds=1", "n=3")
+    assert [r["answer"] for r in rows] == ["+9.0h"]
+    ledger = [json.loads(line) for line in (tmp_path / "llm" / "proposals.jsonl").read_text().splitlines()]
+    assert [r["verdict"] for r in ledger] == ["kept" if why is None else why for why, _ in proposals]
+    assert "holds a date or time" in ledger[0]["detail"] and "'false'" in ledger[1]["detail"]
+
+
+
+def test_facts_about_now_are_no_answer_fields() -> None:
+    """The fast cover of the test above: in what the real mcp-server-time returns, no value of an object holding a
+    date or time is a place an answer or a chained value is drawn from (``fields``) or may be named (``beside_clock``);
+    ``time_difference``, beside no clock, is."""
+    from mcp_gym import MCPEnv, Stdio
+    from mcp_gym.jobs.proposers import beside_clock, fields
+
+    env = MCPEnv({"time": Stdio(str(_time_server()), ["--local-timezone", "UTC"])}, ["What time is it?"])
+    try:
+        env.reset(seed=0)
+        *_, info = env.step({"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}})
+        now = info["structured_content"]
+        *_, info = env.step({"tool": "convert_time", "arguments": {
+            "source_timezone": "UTC", "time": "12:30", "target_timezone": "Asia/Tokyo"}})
+        converted = info["structured_content"]
+    finally:
+        env.close()
+    assert set(now) == {"timezone", "datetime", "day_of_week", "is_dst"}, now
+    assert list(fields(now)) == []
+    assert beside_clock(now, "$.day_of_week") and beside_clock(converted, "$.target.is_dst")
+    assert list(fields(converted)) == [("$.time_difference", "+9.0h")]
+    assert not beside_clock(converted, "$.time_difference")

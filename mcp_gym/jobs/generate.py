@@ -38,6 +38,7 @@ from mcp_gym.jobs.proposers import (
     ExploreProposer,
     Proposal,
     as_text,
+    beside_clock,
     clocklike,
     extract,
     result_value,
@@ -346,6 +347,9 @@ class _Checker:
             if clocklike(answer):
                 raise _Drop("check not derivable", f"the answer {answer!r} is a date or time: it changes with the "
                                                    "clock")
+            if beside_clock(values[k - 1], path):
+                raise _Drop("check not derivable", f"the answer {answer!r} at {path} is in an object that holds a "
+                                                   "date or time: it changes with the clock")
             if answer.casefold() in p.prompt.casefold() or answer.casefold() in ("", "null"):
                 raise _Drop("check not derivable", f"the answer {answer!r} is given in the prompt")
             again = extract(self._play(self.runner.session(), p)[k - 1], path)

@@ -89,6 +89,28 @@ def clocklike(text: str) -> bool:
     return _CLOCK.search(text) is not None
 
 
+def _stamped(record: Mapping[str, Any]) -> bool:
+    """Whether a JSON object holds a date, a time or a timestamp as one of its own values: its other values are then
+    taken for facts about that moment (``day_of_week`` and ``is_dst`` beside ``datetime``), which change with the clock
+    although they do not look like it."""
+    return any(not isinstance(v, (dict, list)) and clocklike(_scalar(v) or "") for v in record.values())
+
+
+def beside_clock(value: Any, path: str) -> bool:
+    """Whether the JSONPath ``path`` of a result ``value`` names a value of an object that also holds a date or time
+    (:func:`_stamped`): such a value never makes an answer."""
+    if not isinstance(path, str) or not path.startswith("$") or isinstance(value, str):
+        return False
+    from jsonpath_ng.ext import parse as jsonpath
+
+    try:
+        matches = jsonpath(path).find(value)
+    except Exception:  # noqa: BLE001 - a bad path has no value at all (extract says so)
+        return False
+    parent = matches[0].context.value if len(matches) == 1 and matches[0].context is not None else None
+    return isinstance(parent, dict) and _stamped(parent)
+
+
 def steady(value: Any) -> Any:
     """``value`` with its dates, times and Unix timestamps masked: what two runs at different times can agree on."""
     if isinstance(value, str):
@@ -162,7 +184,7 @@ def describe_path(path: str) -> str:
 
 def fields(value: Any) -> Iterator[tuple[str, str]]:
     """The places of a result that make answers: ``(path, answer)`` for each short scalar that is not a date, a time
-    or a timestamp (:func:`clocklike`)."""
+    or a timestamp (:func:`clocklike`), nor another value of a JSON object that holds one (:func:`beside_clock`)."""
     return ((path, answer) for path, answer in _fields(value) if not clocklike(answer))
 
 
@@ -189,9 +211,10 @@ def _fields(value: Any) -> Iterator[tuple[str, str]]:
 
 def _json_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, dict):
+        stamped = _stamped(value)  # its scalars are facts about that moment: none makes an answer
         for k, v in value.items():
             key = f"{path}.{k}" if re.fullmatch(r"[A-Za-z_]\w*", str(k)) else None
-            if key is not None:
+            if key is not None and not (stamped and not isinstance(v, (dict, list))):
                 yield from _json_fields(v, key)
     elif isinstance(value, list):
         for i, v in enumerate(value[:20]):
