@@ -158,12 +158,12 @@ def _run_job(cfg: Any) -> None:
         importlib.import_module("mcp_gym.cli").KeepHydraFiles.restore()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)
+        print(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}", file=sys.stderr)  # as the user typed it
         raise SystemExit(REFUSED) from None
     except Exception as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(e, jobs.JobFailed) and not _is_user_error(e):
             raise
-        print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)  # one line, not Hydra's traceback
+        print(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}", file=sys.stderr)  # one line, no traceback
         raise SystemExit(1) from None
 
 

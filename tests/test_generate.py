@@ -333,3 +333,23 @@ def test_facts_about_now_are_no_answer_fields() -> None:
     assert beside_clock(now, "$.day_of_week") and beside_clock(converted, "$.target.is_dst")
     assert list(fields(converted)) == [("$.time_difference", "+9.0h")]
     assert not beside_clock(converted, "$.time_difference")
+
+
+def test_generate_refuses_a_server_that_cannot_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that cannot start (a typo in its command) ends ``tasks generate`` in one line naming it and why: it
+    was a traceback, or with the llm generator a table of zeros and exit 0."""
+    typo = f'+env.servers.time="{tmp_path / "mcp-server-tim"} --local-timezone UTC"'
+    for generator in (["generator=explore"], ["generator=llm", "generator.base_url=http://127.0.0.1:9/v1"]):
+        assert main(["tasks", "generate", "env=custom", typo, f"out={tmp_path / 'typo'}", "n=1", *generator]) == 1
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mcp-gym tasks generate:")]
+        assert len(err) == 1 and "server 'time' is unavailable" in err[0] and "mcp-server-tim'" in err[0], err
+
+
+def test_generate_says_why_no_walk_proposed_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Walks whose every call fails (random time zones for mcp-server-time) end with a line saying so, the first error
+    and what to set, not only a table of zeros."""
+    time_server = f'+env.servers.time="{_time_server()} --local-timezone UTC"'
+    assert generate(tmp_path / "none", time_server, "n=1", "max_proposals=1", "generator.walk_length=1") == []
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no proposal: 2 of 2 calls failed (first: " in out and "Invalid timezone" in out, out
+    assert "generator.fixed or generator.values" in out

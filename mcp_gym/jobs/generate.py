@@ -42,6 +42,7 @@ from mcp_gym.jobs.proposers import (
     clocklike,
     extract,
     result_value,
+    servers_started,
     steady,
     unmasked,
 )
@@ -80,14 +81,17 @@ class _Session:
         self.env = runner.env
         self.runner = runner
         obs, info = self.env.reset(seed=0, options={"task": task})
-        if info.get("error"):
-            raise RuntimeError(f"reset failed: {info['error']['message']}")
+        servers_started(info)
 
     def step(self, call: Mapping[str, Any]) -> tuple[bool, Any]:
         obs, _, terminated, truncated, info = self.env.step({"tool": call["tool"],
                                                              "arguments": dict(call["arguments"])})
         ok = not info.get("error") and not info.get("is_error") and not (terminated or truncated)
         self.runner.last_error = None if ok else str((info.get("error") or {}).get("message") or obs["result"])[:300]
+        self.runner.calls += 1
+        if not ok:
+            self.runner.failed += 1
+            self.runner.first_error = self.runner.first_error or f"{call['tool']}: {self.runner.last_error}"
         return ok, result_value(info.get("structured_content"), str(obs.get("result", "")))
 
     def read(self, read: Any) -> Any:
@@ -140,6 +144,8 @@ class _Runner:
         self.fixture = fixture
         self.last_error: str | None = None
         self.episodes = 0
+        self.calls = self.failed = 0  # calls played, and those that failed (an error result or a refused call)
+        self.first_error: str | None = None  # the first failed call: "tool: message"
 
     def task(self, prompt: str = "explore") -> Task:
         return Task(id="proposal", prompt=prompt, fixture=self.fixture)
@@ -498,7 +504,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
                 for rec in records:
                     f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
     if show:
-        _print(result, dry, runner.episodes)
+        _print(result, dry, runner)
     return result
 
 
@@ -535,7 +541,7 @@ async def _episode(env: Any, policy: Any, task_id: str, seed: int) -> bool:
     return False
 
 
-def _print(result: GenerateResult, dry: bool, episodes: int) -> None:
+def _print(result: GenerateResult, dry: bool, runner: _Runner) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -553,4 +559,8 @@ def _print(result: GenerateResult, dry: bool, episodes: int) -> None:
     splits = Counter(t.split for t in result.kept)
     where = "(dry run: nothing written)" if dry else str(result.out)
     console.print(f"{len(result.kept)} new tasks ({', '.join(f'{k} {v}' for k, v in sorted(splits.items()))}), "
-                  f"{result.already} before; {episodes} fresh episodes run; {where}")
+                  f"{result.already} before; {runner.episodes} fresh episodes run; {where}")
+    if not sum(result.counts.values()) and runner.calls:  # nothing to judge: say why, not just a table of zeros
+        console.print(f"no proposal: {runner.failed} of {runner.calls} calls failed (first: {runner.first_error}); "
+                      "give the arguments the server accepts with generator.fixed or generator.values",
+                      markup=False, highlight=False)

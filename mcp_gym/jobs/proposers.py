@@ -59,6 +59,15 @@ class Proposal:
     raw: Any = None
 
 
+def servers_started(info: Mapping[str, Any]) -> None:
+    """Refuse, in one line, a fresh episode whose reset failed (a server that cannot start: a typo in its command
+    line, a missing program): every proposal would be judged against no tools."""
+    if info.get("error"):
+        from mcp_gym.jobs.results import JobFailed
+
+        raise JobFailed(f"a fresh episode could not start: {info['error']['message']}")
+
+
 # -- values in results ------------------------------------------------------------------------------------------------
 def result_value(structured: Any, text: str) -> Any:
     """What a call returned, as a JSON value: its structured content, else its text parsed as JSON, else the text."""
@@ -594,7 +603,7 @@ class LLMProposer:
 
     def proposals(self, env: Any, kept: Sequence[Any], *, seed: int = 0) -> Iterator[Proposal]:
         """Ask for proposals, round after round (``kept`` grows as the caller keeps tasks)."""
-        env.reset(seed=0)  # the servers' tools, listed
+        servers_started(env.reset(seed=0)[1])  # the servers' tools, listed
         for r in range(self.rounds):
             message = env.runtime.call(self.client.complete, self.messages(env, kept), [], seed + r)
             yield from parse_proposals(str(message.get("content") or ""))
