@@ -402,7 +402,7 @@ class _Checker:
 
 # -- the job -----------------------------------------------------------------------------------------------------------
 def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[Task],
-               max_walks: int) -> Iterator[Proposal]:
+               max_walks: int, bar: Any = None) -> Iterator[Proposal]:
     gen = to_dict(cfg.generator)
     kind = gen.pop("kind", "explore")
     if kind == "explore":
@@ -413,6 +413,8 @@ def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[T
             walk = explorer.walk(runner, runner.env, w)
             yield from explorer.proposals(walk, w)
             w += 1
+            if bar is not None:  # a run that keeps nothing for long says why as it goes: its calls fail
+                bar.set_postfix_str(f"walk {w}/{max_walks}, calls failed {runner.failed}/{runner.calls}")
     elif kind == "llm":
         from mcp_gym.jobs.proposers import LLMProposer
 
@@ -469,7 +471,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         if len(existing) < want or dry:
             have = 0 if dry else len(existing)
             shown = list(existing)  # what the llm proposer is shown: grows as tasks are kept
-            for count, p in enumerate(_proposals(cfg, runner, checker, shown, cap)):
+            for count, p in enumerate(_proposals(cfg, runner, checker, shown, cap, bar)):
                 if have >= want or count >= cap:
                     break
                 sig = checker.signature(p)
