@@ -283,15 +283,14 @@ def _now(tool: str, arguments: dict[str, Any], path: str) -> dict[str, Any]:
 def test_facts_about_now_make_no_answer(tmp_path: Path) -> None:
     """PyPI mcp-server-time answers ``{timezone, datetime, day_of_week, is_dst}``: ``day_of_week`` and ``is_dst`` do
     not look like a date, but they are facts about the moment in ``datetime`` and change with the clock (a task
-    "Tokyo's day of the week is Sunday" fails the next day, ``is_dst`` every spring). A value of an object that holds a
-    date or time is no answer, for the llm and the explore generator alike; a value beside no clock is kept."""
-    diff = _now("convert_time", {"source_timezone": "UTC", "time": "12:30", "target_timezone": "Asia/Tokyo"},
-                "$.time_difference")
+    "Tokyo's day of the week is Sunday" fails the next day, ``is_dst`` every spring; ``time_difference`` between Paris
+    and Tokyo with summer time). A value of an object that holds a date or time is no answer, for the llm and the
+    explore generator alike."""
+    paris = {"source_timezone": "Europe/Paris", "time": "12:30", "target_timezone": "Asia/Tokyo"}
     proposals = [
         ("check not derivable", _now("get_current_time", {"timezone": "Asia/Tokyo"}, "$.day_of_week")),
-        ("check not derivable", _now("convert_time", {"source_timezone": "UTC", "time": "12:30",
-                                                      "target_timezone": "Europe/Paris"}, "$.target.is_dst")),
-        (None, diff),
+        ("check not derivable", _now("convert_time", paris, "$.target.is_dst")),
+        ("check not derivable", _now("convert_time", paris, "$.time_difference")),
     ]
 
     def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
@@ -304,17 +303,17 @@ def test_facts_about_now_make_no_answer(tmp_path: Path) -> None:
     with serve_chat_completions(reply) as url:
         rows = generate(tmp_path / "llm", time_server, "generator=llm", f"generator.base_url={url}",
                         "generator.model=proposer", "generator.rounds=1", "n=3")
-    assert [r["answer"] for r in rows] == ["+9.0h"]
+    assert rows == []
     ledger = [json.loads(line) for line in (tmp_path / "llm" / "proposals.jsonl").read_text().splitlines()]
     assert [r["verdict"] for r in ledger] == ["kept" if why is None else why for why, _ in proposals]
-    assert "holds a date or time" in ledger[0]["detail"] and "'false'" in ledger[1]["detail"]
-
+    assert all("is in an object that holds a date or time" in r["detail"] for r in ledger), ledger
+    assert "at $.day_of_week" in ledger[0]["detail"] and "at $.time_difference" in ledger[2]["detail"]
 
 
 def test_facts_about_now_are_no_answer_fields() -> None:
     """The fast cover of the test above: in what the real mcp-server-time returns, no value of an object holding a
-    date or time is a place an answer or a chained value is drawn from (``fields``) or may be named (``beside_clock``);
-    ``time_difference``, beside no clock, is."""
+    date or time (itself or in an object it holds) is a place an answer or a chained value is drawn from (``fields``)
+    or may be named (``beside_clock``); a record in a list is judged on its own."""
     from mcp_gym import MCPEnv, Stdio
     from mcp_gym.jobs.proposers import beside_clock, fields
 
@@ -329,10 +328,11 @@ def test_facts_about_now_are_no_answer_fields() -> None:
     finally:
         env.close()
     assert set(now) == {"timezone", "datetime", "day_of_week", "is_dst"}, now
-    assert list(fields(now)) == []
+    assert list(fields(now)) == [] and list(fields(converted)) == []
     assert beside_clock(now, "$.day_of_week") and beside_clock(converted, "$.target.is_dst")
-    assert list(fields(converted)) == [("$.time_difference", "+9.0h")]
-    assert not beside_clock(converted, "$.time_difference")
+    assert beside_clock(converted, "$.time_difference")  # moves with summer time: "+9.0h" is luck of the zones
+    listed = {"files": [{"name": "a.txt", "modified": now["datetime"]}], "zone": now["timezone"]}  # records in a list
+    assert list(fields(listed)) == [("$.zone", "Asia/Tokyo")]
 
 
 def test_generate_refuses_a_server_that_cannot_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -99,10 +99,12 @@ def clocklike(text: str) -> bool:
 
 
 def _stamped(record: Mapping[str, Any]) -> bool:
-    """Whether a JSON object holds a date, a time or a timestamp as one of its own values: its other values are then
-    taken for facts about that moment (``day_of_week`` and ``is_dst`` beside ``datetime``), which change with the clock
-    although they do not look like it."""
-    return any(not isinstance(v, (dict, list)) and clocklike(_scalar(v) or "") for v in record.values())
+    """Whether a JSON object holds a date, a time or a timestamp as one of its own values, or holds an object that
+    does: its other values are then taken for facts about that moment (``day_of_week`` and ``is_dst`` beside
+    ``datetime``; ``time_difference`` beside ``source`` and ``target`` times, which moves with summer time), which
+    change with the clock although they do not look like it. Items of a list are records of their own."""
+    return any(_stamped(v) if isinstance(v, dict) else not isinstance(v, list) and clocklike(_scalar(v) or "")
+               for v in record.values())
 
 
 def beside_clock(value: Any, path: str) -> bool:
