@@ -356,3 +356,31 @@ def test_generate_says_why_no_walk_proposed_anything(tmp_path: Path, capsys: pyt
     assert "no proposal: 2 of 2 calls failed (first: " in out and "Invalid timezone" in out, out
     assert "walk 1/1, calls failed 2/2" in captured.err  # the progress bar says it while the walks go on
     assert "generator.fixed or generator.values" in out
+
+
+def test_placeholders_for_images_and_resources_make_no_answer() -> None:
+    """npm server-everything's ``get-tiny-image`` and ``get-resource-reference`` return an image and a blob resource
+    between text lines; the env shows them as mcp-gym's placeholders (``[image: image/png, 4035 bytes]``), whose words
+    are not the server's: explore drew tasks such as "answer with the last word of line 2" (``bytes]``, and from
+    excel-mcp-server's ``export_workbook`` ``(application/vnd...sheet)]``). Such lines make no answer, for the explore
+    and the llm generator (``extract``); the server's own lines around them still do."""
+    from mcp_gym import MCPEnv, Stdio
+    from mcp_gym.jobs.proposers import extract, fields, result_value
+
+    env = MCPEnv({"ev": Stdio(npm_bin("mcp-server-everything"), ["stdio"])}, ["Look."])
+    try:
+        env.reset(seed=0)
+        values = []
+        for call in ({"tool": "get-tiny-image", "arguments": {}},
+                     {"tool": "get-resource-reference", "arguments": {"resourceType": "Blob", "resourceId": 2}}):
+            obs, *_, info = env.step(call)
+            assert obs["result"].splitlines()[1].startswith(("[image: ", "[resource: ")), obs["result"]
+            values.append(result_value(info["structured_content"], obs["result"]))
+    finally:
+        env.close()
+    image, blob = values
+    assert list(fields(image)) == [("line:1", "Here's the image you requested:"),
+                                   ("line:3", "The image above is the MCP logo.")]
+    assert [path for path, _ in fields(blob)] == ["line:1", "line:3"]
+    assert extract(image, "line:2") is None and extract(blob, "word:2") is None
+    assert extract(image, "line:3") == "The image above is the MCP logo."

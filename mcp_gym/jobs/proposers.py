@@ -35,6 +35,9 @@ _CLOCK = re.compile(
 """What looks like a date, a time or a Unix timestamp: such values change from run to run (file times, "now"), so they
 never make an answer or a check, and runs are compared without them."""
 _MASK = "\ue000"
+_PLACEHOLDER = re.compile(r"\[(?:image|audio|resource|resource link): .*\]$")
+"""A line ``render_content`` writes for a non-text content block (``[image: image/png, 4035 bytes]``, ``[resource:
+URI (MIME)]``, ``[resource link: URI NAME]``): its words are mcp-gym's, so it makes no answer or chained value."""
 
 
 # -- what a proposal is ------------------------------------------------------------------------------------------------
@@ -175,6 +178,8 @@ def extract(value: Any, path: str) -> str | None:
         return _scalar(text.strip())
     if kind in ("line", "word") and arg.isdigit() and 1 <= int(arg) <= len(lines):
         line = lines[int(arg) - 1]
+        if _PLACEHOLDER.match(line):
+            return None
         return _scalar(line if kind == "line" else line.split()[-1])
     if kind == "field" and arg:
         for line in lines:
@@ -207,6 +212,8 @@ def _fields(value: Any) -> Iterator[tuple[str, str]]:
         lines = _lines(value)[:30]
         seen_keys: set[str] = set()
         for n, line in enumerate(lines, 1):
+            if _PLACEHOLDER.match(line):  # mcp-gym's stand-in for an image or a resource: not the server's text
+                continue
             m = re.match(r"([A-Za-z][\w .-]{0,30}?)\s*:\s*(.+)$", line)
             if m and m.group(1) not in seen_keys:
                 seen_keys.add(m.group(1))
