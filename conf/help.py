@@ -64,11 +64,18 @@ def read_conf(relpath: str) -> ConfFile:
     stack: list[tuple[int, str]] = []  # (indent, key) of the enclosing mappings
     skip_indent: int | None = None
     seen_key = False
+    trailing: tuple[int, ConfKey, str] | None = None  # the last key line's own comment: its column, the key, its text
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
             raw = stripped[1:]
             comment = raw.strip()
+            if trailing is not None and line.index("#") == trailing[0] > 0:  # continues the key's comment above
+                col, key, own = trailing
+                key.doc = f"{own} {comment}" + key.doc[len(own):]  # before the notes that were above the key
+                trailing = (col, key, f"{own} {comment}")
+                continue
+            trailing = None
             if comment.startswith("@package") or raw.startswith("  "):  # indented lines are examples
                 continue
             m = _COMMENTED_KEY.match(comment)
@@ -78,6 +85,7 @@ def read_conf(relpath: str) -> ConfFile:
                 (pending if seen_key else header).append(comment)
             continue
         m = _KEY.match(line)
+        trailing = None
         if m is None:
             continue
         seen_key = True
@@ -90,8 +98,8 @@ def read_conf(relpath: str) -> ConfFile:
             continue
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        value, doc = _split_comment(m["rest"])
-        doc = " ".join([doc, *pending]).strip()  # the key's own comment first, then the notes above it
+        value, own = _split_comment(m["rest"])
+        doc = " ".join([own, *pending]).strip()  # the key's own comment first, then the notes above it
         pending = []
         path = ".".join([*(k for _, k in stack), m["key"]])
         if value == "":  # a mapping: its keys follow (an empty value with no nested keys reads as null)
@@ -102,6 +110,9 @@ def read_conf(relpath: str) -> ConfFile:
         if value[:1] in "[{":  # as an override is typed: 'pass_k=[1,2,4]'
             value = re.sub(r",\s+", ",", value)
         out.keys.append(ConfKey(path, value, doc))
+        hash_at = line.find("#", len(line) - len(m["rest"]))
+        if own and hash_at > 0 and line[hash_at - 1].isspace():  # lines below at that column continue it
+            trailing = (hash_at, out.keys[-1], own)
     out.doc = " ".join(c for c in header if c).rstrip(":")
     return out
 

@@ -158,12 +158,12 @@ def _run_job(cfg: Any) -> None:
         importlib.import_module("mcp_gym.cli").KeepHydraFiles.restore()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)
+        print(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}", file=sys.stderr)  # as the user typed it
         raise SystemExit(REFUSED) from None
     except Exception as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(e, jobs.JobFailed) and not _is_user_error(e):
             raise
-        print(f"mcp-gym {cfg.command}: {e}", file=sys.stderr)  # one line, not Hydra's traceback
+        print(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}", file=sys.stderr)  # one line, no traceback
         raise SystemExit(1) from None
 
 
@@ -399,7 +399,7 @@ def _print_server(d: dict[str, Any]) -> None:
     for t in d["tools"]:
         schema = t.get("inputSchema") or {}
         required = set(schema.get("required") or ())
-        args = ", ".join(f"{k}{'*' if k in required else ''}: {v.get('type', 'any') if isinstance(v, dict) else 'any'}"
+        args = ", ".join(f"{k}{'*' if k in required else ''}: {_arg_type(v)}"
                          for k, v in (schema.get("properties") or {}).items())
         hints = ", ".join(k.removesuffix("Hint") for k, v in (t.get("annotations") or {}).items()
                           if k.endswith("Hint") and v)
@@ -423,6 +423,26 @@ def _print_server(d: dict[str, Any]) -> None:
         console.print(table)
     for key, why in (d.get("unavailable") or {}).items():
         console.print(f"{key.replace('_', ' ')}: not listed by the server ({why})", markup=False)
+
+
+def _arg_type(schema: Any, depth: int = 0) -> str:
+    """An argument's type as ``inspect`` shows it: ``string``, ``boolean|string`` (a list of types), ``Settings`` (a
+    ``$ref``), ``integer|null`` (``anyOf``/``oneOf``), ``enum``, ``array``; ``any`` when the schema says nothing."""
+    if not isinstance(schema, dict) or depth > 3:
+        return "any"
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, list) and kind:
+        return "|".join(str(k) for k in kind)
+    if isinstance(schema.get("$ref"), str):
+        return schema["$ref"].rsplit("/", 1)[-1] or "any"
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return "|".join(dict.fromkeys(_arg_type(b, depth + 1) for b in schema[key]))
+    if "enum" in schema:
+        return "enum"
+    return "any"
 
 
 def _inspect(argv: Sequence[str]) -> int:

@@ -222,6 +222,26 @@ def save_tasks(tasks: Iterable[Task], path: str | Path) -> Path:
     return path
 
 
+def _jsonl_records(path: Path, source: str) -> list[dict[str, Any]]:
+    """The objects of a JSONL file, one a line; a line that is not a JSON object is a :class:`TaskDataError` naming
+    the source and the line."""
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskDataError(f"task source {source!r}: line {number} is not JSON ({e.msg} at column "
+                                    f"{e.pos + 1})") from None
+            if not isinstance(row, dict):
+                raise TaskDataError(f"task source {source!r}: line {number} is a JSON {type(row).__name__}, "
+                                    "not a task object")
+            rows.append(row)
+    return rows
+
+
 def load_tasks(path: str | Path, split: str | None = None, *, allow_env: Iterable[str] = ()) -> list[Task]:
     """Read a JSONL task file written by :func:`save_tasks`, optionally one split.
 
@@ -229,12 +249,10 @@ def load_tasks(path: str | Path, split: str | None = None, *, allow_env: Iterabl
     path = Path(path)
     out: list[Task] = []
     checker = _TaskDataCheck(str(path), path.parent, allow_env)
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                t = Task.from_record(json.loads(line))
-                if split is None or t.split == split:
-                    out.append(checker(t))
+    for rec in _jsonl_records(path, str(path)):
+        t = Task.from_record(rec)
+        if split is None or t.split == split:
+            out.append(checker(t))
     return out
 
 
@@ -254,8 +272,7 @@ def _records(source: str, split: str | None) -> tuple[list[dict[str, Any]], Path
     """The raw records of a task source and the directory relative fixture paths start from."""
     path = Path(source).expanduser()
     if path.is_file() and path.suffix in (".jsonl", ".json", ".ndjson"):
-        with path.open(encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()], path.parent
+        return _jsonl_records(path, source), path.parent
     if path.is_file() and path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -274,7 +291,7 @@ def _records(source: str, split: str | None) -> tuple[list[dict[str, Any]], Path
             return list(ds[split]), (path if path.is_dir() else None)
         if len(names) == 1:
             return list(ds[names[0]]), (path if path.is_dir() else None)
-        raise ValueError(f"task source {source!r} has splits {names}: choose one with split=NAME")
+        raise TaskDataError(f"task source {source!r} has splits {names}: choose one with split=NAME")
     return list(ds), (path if path.is_dir() else None)
 
 
@@ -297,14 +314,14 @@ def load_task_source(
     changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes (proxies, CA
     bundles, base URLs: :data:`NETWORK_ENV`) is refused unless ``allow_env`` (names or patterns,
     from the caller's own config, never from the task source) allows it; both raise :class:`TaskDataError` naming
-    the task, the source and the key or fixture. Raises ``ValueError`` naming the source when no task matches
-    ``split`` or a mapped column is missing.
+    the task, the source and the key or fixture. Raises :class:`TaskDataError` (a ``ValueError``) naming the source
+    when no task matches ``split``, a mapped column is missing or a task id repeats.
     """
     source = str(source)
     columns = dict(columns or {})
     unknown = set(columns) - set(_TASK_FIELDS)
     if unknown:
-        raise ValueError(f"task_columns: unknown task field(s) {sorted(unknown)}; fields are {list(_TASK_FIELDS)}")
+        raise TaskDataError(f"task_columns: unknown task field(s) {sorted(unknown)}; fields are {list(_TASK_FIELDS)}")
     rows, base = _records(source, split)
     checker = _TaskDataCheck(source, base, allow_env)
     tasks: list[Task] = []
@@ -316,8 +333,8 @@ def load_task_source(
             if col in row:
                 rec[name] = row[col]
             elif name in columns:
-                raise ValueError(f"task source {source!r}: row {i} has no column {col!r} (mapped to {name!r}); "
-                                 f"columns: {sorted(row)}")
+                raise TaskDataError(f"task source {source!r}: row {i} has no column {col!r} (mapped to {name!r}); "
+                                    f"columns: {sorted(row)}")
         if rec.get("id") in (None, ""):
             rec["id"] = f"task-{i}"
         if not isinstance(rec.get("prompt", ""), str):
@@ -330,12 +347,12 @@ def load_task_source(
             rec["split"] = split
         tasks.append(checker(Task.from_record(rec)))
     if rows and not tasks:
-        raise ValueError(f"task source {source!r}: no task of split {split!r} (splits: {sorted(splits)}); "
-                         "pick one with split=NAME, or split=null for all")
+        raise TaskDataError(f"task source {source!r}: no task of split {split!r} (splits: {sorted(splits)}); "
+                            "pick one with split=NAME, or split=null for all")
     counts = Counter(t.id for t in tasks)
     if len(counts) != len(tasks):
         dup = sorted(i for i, n in counts.items() if n > 1)[:5]
-        raise ValueError(f"task source {source!r}: duplicate task ids {dup}")
+        raise TaskDataError(f"task source {source!r}: duplicate task ids {dup}")
     return tasks
 
 
@@ -382,7 +399,7 @@ with the user's credentials could send them elsewhere. The user's own config all
 class TaskDataError(MCPGymError, ValueError):
     """A task source asks for something a task file may not: a ``fixture`` outside its folder or an ``env`` key that
     changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes
-    (:data:`NETWORK_ENV`)."""
+    (:data:`NETWORK_ENV`); or it holds no task of the split asked for, lacks a mapped column or repeats a task id."""
 
 
 class _TaskDataCheck:

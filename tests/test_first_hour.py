@@ -204,6 +204,18 @@ def test_job_help_follows_the_chosen_options_and_every_conf_key_has_a_descriptio
         assert all(k.doc for k in parsed.keys if k.path not in ("kind", "command")), rel
 
 
+def test_a_key_comment_continued_on_the_next_line_stays_with_its_key() -> None:
+    """A key's comment may go on below it, at the same column (conf/generator/explore.yaml's ``seed``): the help
+    gives the whole comment to that key; it gave the second line to the next key (``walk_length``: "calls per walk
+    with one `seed` and different generator.seed propose ...")."""
+    from mcp_gym.conf.help import read_conf
+
+    docs = {k.path: k.doc for k in read_conf("generator/explore.yaml").keys}
+    assert docs["walk_length"] == "calls per walk"
+    assert docs["seed"].startswith("the walks' seed") and docs["seed"].endswith("propose different tasks that "
+                                                                                "split alike")
+
+
 # -- matplotlib's notes stay off stdout -------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_plotting_eval_keeps_matplotlib_notes_off_stdout(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +262,125 @@ def test_generator_seed_varies_the_walks_not_the_splits(tmp_path: Path) -> None:
         key = json.dumps(json.loads(r["solution"]), sort_keys=True)
         assert r["split"] == job_seed._split(key)
     assert any(job_seed._split(k) != walk_seed._split(k) for k in (str(i) for i in range(20)))  # seeds matter
+
+
+TIME_SERVER = shutil.which("mcp-server-time") or Path(sys.executable).parent / "mcp-server-time"  # the test extra's
+
+
+def _time_server() -> Path:
+    """PyPI mcp-server-time (the test extra), or a skip saying it is missing (a failure under .ci/run)."""
+    if not Path(TIME_SERVER).exists():
+        pytest.skip("mcp-server-time is not installed (pip install -e '.[test]')")
+    return Path(TIME_SERVER)
+
+
+def _now(tool: str, arguments: dict[str, Any], path: str) -> dict[str, Any]:
+    return {"prompt": f"Call {tool} with {json.dumps(arguments)} and report {path}.",
+            "solution": [{"tool": tool, "arguments": arguments}], "check": {"answer": {"step": 1, "path": path}}}
+
+
+@pytest.mark.slow  # ~12 s: a fresh mcp-server-time per run; fast cover: test_facts_about_now_are_no_answer_fields
+def test_facts_about_now_make_no_answer(tmp_path: Path) -> None:
+    """PyPI mcp-server-time answers ``{timezone, datetime, day_of_week, is_dst}``: ``day_of_week`` and ``is_dst`` do
+    not look like a date, but they are facts about the moment in ``datetime`` and change with the clock (a task
+    "Tokyo's day of the week is Sunday" fails the next day, ``is_dst`` every spring; ``time_difference`` between Paris
+    and Tokyo with summer time). A value of an object that holds a date or time is no answer, for the llm and the
+    explore generator alike."""
+    paris = {"source_timezone": "Europe/Paris", "time": "12:30", "target_timezone": "Asia/Tokyo"}
+    proposals = [
+        ("check not derivable", _now("get_current_time", {"timezone": "Asia/Tokyo"}, "$.day_of_week")),
+        ("check not derivable", _now("convert_time", paris, "$.target.is_dst")),
+        ("check not derivable", _now("convert_time", paris, "$.time_difference")),
+    ]
+
+    def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        content = "[]" if replied else json.dumps([p for _, p in proposals])
+        replied.append(1)
+        return chat_completion(body, {"role": "assistant", "content": content})
+
+    replied: list[int] = []
+    time_server = f'+env.servers.time="{_time_server()} --local-timezone UTC"'
+    with serve_chat_completions(reply) as url:
+        rows = generate(tmp_path / "llm", time_server, "generator=llm", f"generator.base_url={url}",
+                        "generator.model=proposer", "generator.rounds=1", "n=3")
+    assert rows == []
+    ledger = [json.loads(line) for line in (tmp_path / "llm" / "proposals.jsonl").read_text().splitlines()]
+    assert [r["verdict"] for r in ledger] == ["kept" if why is None else why for why, _ in proposals]
+    assert all("is in an object that holds a date or time" in r["detail"] for r in ledger), ledger
+    assert "at $.day_of_week" in ledger[0]["detail"] and "at $.time_difference" in ledger[2]["detail"]
+
+
+def test_facts_about_now_are_no_answer_fields() -> None:
+    """The fast cover of the test above: in what the real mcp-server-time returns, no value of an object holding a
+    date or time (itself or in an object it holds) is a place an answer or a chained value is drawn from (``fields``)
+    or may be named (``beside_clock``); a record in a list is judged on its own."""
+    from mcp_gym import MCPEnv, Stdio
+    from mcp_gym.jobs.proposers import beside_clock, fields
+
+    env = MCPEnv({"time": Stdio(str(_time_server()), ["--local-timezone", "UTC"])}, ["What time is it?"])
+    try:
+        env.reset(seed=0)
+        *_, info = env.step({"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}})
+        now = info["structured_content"]
+        *_, info = env.step({"tool": "convert_time", "arguments": {
+            "source_timezone": "UTC", "time": "12:30", "target_timezone": "Asia/Tokyo"}})
+        converted = info["structured_content"]
+    finally:
+        env.close()
+    assert set(now) == {"timezone", "datetime", "day_of_week", "is_dst"}, now
+    assert list(fields(now)) == [] and list(fields(converted)) == []
+    assert beside_clock(now, "$.day_of_week") and beside_clock(converted, "$.target.is_dst")
+    assert beside_clock(converted, "$.time_difference")  # moves with summer time: "+9.0h" is luck of the zones
+    listed = {"files": [{"name": "a.txt", "modified": now["datetime"]}], "zone": now["timezone"]}  # records in a list
+    assert list(fields(listed)) == [("$.zone", "Asia/Tokyo")]
+
+
+def test_generate_refuses_a_server_that_cannot_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that cannot start (a typo in its command) ends ``tasks generate`` in one line naming it and why: it
+    was a traceback, or with the llm generator a table of zeros and exit 0."""
+    typo = f'+env.servers.time="{tmp_path / "mcp-server-tim"} --local-timezone UTC"'
+    for generator in (["generator=explore"], ["generator=llm", "generator.base_url=http://127.0.0.1:9/v1"]):
+        assert main(["tasks", "generate", "env=custom", typo, f"out={tmp_path / 'typo'}", "n=1", *generator]) == 1
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mcp-gym tasks generate:")]
+        assert len(err) == 1 and "server 'time' is unavailable" in err[0] and "mcp-server-tim'" in err[0], err
+
+
+def test_generate_says_why_no_walk_proposed_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Walks whose every call fails (random time zones for mcp-server-time) end with a line saying so, the first error
+    and what to set, not only a table of zeros; the progress bar counts the failed calls as it goes (a run of the
+    default 30 x n walks showed an empty bar for minutes)."""
+    time_server = f'+env.servers.time="{_time_server()} --local-timezone UTC"'
+    assert generate(tmp_path / "none", time_server, "n=1", "max_proposals=1", "generator.walk_length=1") == []
+    captured = capsys.readouterr()
+    out = " ".join(captured.out.split())
+    assert "no proposal: 2 of 2 calls failed (first: " in out and "Invalid timezone" in out, out
+    assert "walk 1/1, calls failed 2/2" in captured.err  # the progress bar says it while the walks go on
+    assert "generator.fixed or generator.values" in out
+
+
+def test_placeholders_for_images_and_resources_make_no_answer() -> None:
+    """npm server-everything's ``get-tiny-image`` and ``get-resource-reference`` return an image and a blob resource
+    between text lines; the env shows them as mcp-gym's placeholders (``[image: image/png, 4035 bytes]``), whose words
+    are not the server's: explore drew tasks such as "answer with the last word of line 2" (``bytes]``, and from
+    excel-mcp-server's ``export_workbook`` ``(application/vnd...sheet)]``). Such lines make no answer, for the explore
+    and the llm generator (``extract``); the server's own lines around them still do."""
+    from mcp_gym import MCPEnv, Stdio
+    from mcp_gym.jobs.proposers import extract, fields, result_value
+
+    env = MCPEnv({"ev": Stdio(npm_bin("mcp-server-everything"), ["stdio"])}, ["Look."])
+    try:
+        env.reset(seed=0)
+        values = []
+        for call in ({"tool": "get-tiny-image", "arguments": {}},
+                     {"tool": "get-resource-reference", "arguments": {"resourceType": "Blob", "resourceId": 2}}):
+            obs, *_, info = env.step(call)
+            assert obs["result"].splitlines()[1].startswith(("[image: ", "[resource: ")), obs["result"]
+            values.append(result_value(info["structured_content"], obs["result"]))
+    finally:
+        env.close()
+    image, blob = values
+    assert list(fields(image)) == [("line:1", "Here's the image you requested:"),
+                                   ("line:3", "The image above is the MCP logo.")]
+    assert [path for path, _ in fields(blob)] == ["line:1", "line:3"]
+    assert extract(image, "line:2") is None and extract(blob, "word:2") is None
+    assert extract(image, "line:3") == "The image above is the MCP logo."

@@ -8,10 +8,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated, Literal
 
 import pyarrow as pa
 import pytest
 from conftest import bound_socket
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel, Field
 
 from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.cassette import cassette_path
@@ -35,6 +38,32 @@ def test_inspect_server_refusing_resource_templates(capsys: pytest.CaptureFixtur
     shown = capsys.readouterr()
     assert "bad://one" in shown.out and "resource templates: not listed by the server" in shown.out
     assert "Traceback" not in shown.out + shown.err
+
+
+class _Style(BaseModel):
+    bold: bool = False
+
+
+def _shape(style: _Style, size: int | None, align: Literal["left", "right"], rows: list[list[str]],
+           flag: Annotated[bool | str, Field(json_schema_extra={"type": ["boolean", "string"]})] = False) -> str:
+    """Shape some cells."""
+    return "ok"
+
+
+def test_inspect_names_the_type_of_every_argument(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arguments whose schema is a ``$ref`` (a model), a list of types, an ``anyOf`` or an enum are shown by what they
+    are, as excel-mcp-server's ``settings*: WorkbookSettings`` and sequential-thinking's ``boolean|string``; they were
+    ``any`` and ``['boolean', 'string']``."""
+    server = MCPServer("shapes")
+    server.tool(name="shape")(_shape)
+    monkeypatch.setenv("COLUMNS", "400")
+    env = MCPEnv(InProcess(server, record=tmp_path), tasks=["Shape."])
+    env.reset(seed=0)
+    env.close()
+    assert main(["inspect", str(next(tmp_path.glob("*.jsonl")))]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "style*: _Style, size*: integer|null, align*: string, rows*: array, flag: boolean|string" in shown, shown
 
 
 def test_inspect_replay_marks_hidden_tools(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -182,3 +182,30 @@ def test_network_env_keys_are_refused_unless_allowed(tmp_path: Path, key: str) -
     with pytest.raises(TaskDataError, match=f"'b' of {path}: env key '{key}' changes where"):
         load_task_source(path)
     assert load_tasks(path, allow_env=[key.lower()])[0].env[key] == "x"
+
+
+def test_a_task_file_a_job_cannot_read_is_refused_in_one_line(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A generated task file small enough to have no ``test`` task, a line that is not JSON, a repeated id: each
+    ends the job in one line naming the file and what is wrong (it was Hydra's traceback, or a JSON error naming
+    neither the file nor its line), before any server starts."""
+    only_train = _write(tmp_path / "train.jsonl", {"id": "a", "prompt": "p", "answer": "1", "split": "train"})
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"id": "a", "prompt": "p"}\n\n{"id": "b", "prompt": \n', encoding="utf-8")
+    listed = tmp_path / "list.jsonl"
+    listed.write_text('[{"id": "a", "prompt": "p"}]\n', encoding="utf-8")
+    twice = _write(tmp_path / "twice.jsonl", {"id": "a", "prompt": "p"}, {"id": "a", "prompt": "q"})
+    cases = [(only_train, "no task of split 'test' (splits: ['train'])"),
+             (broken, "line 3 is not JSON (Expecting value at column 24)"),
+             (listed, "line 1 is a JSON list, not a task object"),
+             (twice, "duplicate task ids ['a']")]
+    for tasks, why in cases:
+        for command in (["eval", "policy=oracle", "samples=1", "plots=false"], ["tasks", "validate"]):
+            if command[0] == "tasks" and tasks != broken:
+                continue  # validate checks every split; it reads the file as eval does
+            assert _job(command, tasks, tmp_path / "out" / tasks.stem / command[0]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1, err
+            assert f"task source {str(tasks)!r}" in err[0] and why in err[0], err[0]
+    with pytest.raises(TaskDataError, match="line 3 is not JSON"):
+        load_tasks(broken)

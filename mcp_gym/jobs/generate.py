@@ -38,9 +38,11 @@ from mcp_gym.jobs.proposers import (
     ExploreProposer,
     Proposal,
     as_text,
+    beside_clock,
     clocklike,
     extract,
     result_value,
+    servers_started,
     steady,
     unmasked,
 )
@@ -79,14 +81,17 @@ class _Session:
         self.env = runner.env
         self.runner = runner
         obs, info = self.env.reset(seed=0, options={"task": task})
-        if info.get("error"):
-            raise RuntimeError(f"reset failed: {info['error']['message']}")
+        servers_started(info)
 
     def step(self, call: Mapping[str, Any]) -> tuple[bool, Any]:
         obs, _, terminated, truncated, info = self.env.step({"tool": call["tool"],
                                                              "arguments": dict(call["arguments"])})
         ok = not info.get("error") and not info.get("is_error") and not (terminated or truncated)
         self.runner.last_error = None if ok else str((info.get("error") or {}).get("message") or obs["result"])[:300]
+        self.runner.calls += 1
+        if not ok:
+            self.runner.failed += 1
+            self.runner.first_error = self.runner.first_error or f"{call['tool']}: {self.runner.last_error}"
         return ok, result_value(info.get("structured_content"), str(obs.get("result", "")))
 
     def read(self, read: Any) -> Any:
@@ -139,6 +144,8 @@ class _Runner:
         self.fixture = fixture
         self.last_error: str | None = None
         self.episodes = 0
+        self.calls = self.failed = 0  # calls played, and those that failed (an error result or a refused call)
+        self.first_error: str | None = None  # the first failed call: "tool: message"
 
     def task(self, prompt: str = "explore") -> Task:
         return Task(id="proposal", prompt=prompt, fixture=self.fixture)
@@ -346,6 +353,9 @@ class _Checker:
             if clocklike(answer):
                 raise _Drop("check not derivable", f"the answer {answer!r} is a date or time: it changes with the "
                                                    "clock")
+            if beside_clock(values[k - 1], path):
+                raise _Drop("check not derivable", f"the answer {answer!r} at {path} is in an object that holds a "
+                                                   "date or time: it changes with the clock")
             if answer.casefold() in p.prompt.casefold() or answer.casefold() in ("", "null"):
                 raise _Drop("check not derivable", f"the answer {answer!r} is given in the prompt")
             again = extract(self._play(self.runner.session(), p)[k - 1], path)
@@ -392,7 +402,7 @@ class _Checker:
 
 # -- the job -----------------------------------------------------------------------------------------------------------
 def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[Task],
-               max_walks: int) -> Iterator[Proposal]:
+               max_walks: int, bar: Any = None) -> Iterator[Proposal]:
     gen = to_dict(cfg.generator)
     kind = gen.pop("kind", "explore")
     if kind == "explore":
@@ -403,6 +413,8 @@ def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[T
             walk = explorer.walk(runner, runner.env, w)
             yield from explorer.proposals(walk, w)
             w += 1
+            if bar is not None:  # a run that keeps nothing for long says why as it goes: its calls fail
+                bar.set_postfix_str(f"walk {w}/{max_walks}, calls failed {runner.failed}/{runner.calls}")
     elif kind == "llm":
         from mcp_gym.jobs.proposers import LLMProposer
 
@@ -459,7 +471,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         if len(existing) < want or dry:
             have = 0 if dry else len(existing)
             shown = list(existing)  # what the llm proposer is shown: grows as tasks are kept
-            for count, p in enumerate(_proposals(cfg, runner, checker, shown, cap)):
+            for count, p in enumerate(_proposals(cfg, runner, checker, shown, cap, bar)):
                 if have >= want or count >= cap:
                     break
                 sig = checker.signature(p)
@@ -494,7 +506,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
                 for rec in records:
                     f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
     if show:
-        _print(result, dry, runner.episodes)
+        _print(result, dry, runner)
     return result
 
 
@@ -531,7 +543,7 @@ async def _episode(env: Any, policy: Any, task_id: str, seed: int) -> bool:
     return False
 
 
-def _print(result: GenerateResult, dry: bool, episodes: int) -> None:
+def _print(result: GenerateResult, dry: bool, runner: _Runner) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -549,4 +561,8 @@ def _print(result: GenerateResult, dry: bool, episodes: int) -> None:
     splits = Counter(t.split for t in result.kept)
     where = "(dry run: nothing written)" if dry else str(result.out)
     console.print(f"{len(result.kept)} new tasks ({', '.join(f'{k} {v}' for k, v in sorted(splits.items()))}), "
-                  f"{result.already} before; {episodes} fresh episodes run; {where}")
+                  f"{result.already} before; {runner.episodes} fresh episodes run; {where}")
+    if not sum(result.counts.values()) and runner.calls:  # nothing to judge: say why, not just a table of zeros
+        console.print(f"no proposal: {runner.failed} of {runner.calls} calls failed (first: {runner.first_error}); "
+                      "give the arguments the server accepts with generator.fixed or generator.values",
+                      markup=False, highlight=False)

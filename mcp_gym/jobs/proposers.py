@@ -35,6 +35,9 @@ _CLOCK = re.compile(
 """What looks like a date, a time or a Unix timestamp: such values change from run to run (file times, "now"), so they
 never make an answer or a check, and runs are compared without them."""
 _MASK = "\ue000"
+_PLACEHOLDER = re.compile(r"\[(?:image|audio|resource|resource link): .*\]$")
+"""A line ``render_content`` writes for a non-text content block (``[image: image/png, 4035 bytes]``, ``[resource:
+URI (MIME)]``, ``[resource link: URI NAME]``): its words are mcp-gym's, so it makes no answer or chained value."""
 
 
 # -- what a proposal is ------------------------------------------------------------------------------------------------
@@ -57,6 +60,15 @@ class Proposal:
     malformed: str | None = None
     tags: tuple[str, ...] = ()
     raw: Any = None
+
+
+def servers_started(info: Mapping[str, Any]) -> None:
+    """Refuse, in one line, a fresh episode whose reset failed (a server that cannot start: a typo in its command
+    line, a missing program): every proposal would be judged against no tools."""
+    if info.get("error"):
+        from mcp_gym.jobs.results import JobFailed
+
+        raise JobFailed(f"a fresh episode could not start: {info['error']['message']}")
 
 
 # -- values in results ------------------------------------------------------------------------------------------------
@@ -87,6 +99,30 @@ def _scalar(v: Any) -> str | None:
 def clocklike(text: str) -> bool:
     """Whether ``text`` holds a date, a time or a Unix timestamp (a value that depends on when a run happened)."""
     return _CLOCK.search(text) is not None
+
+
+def _stamped(record: Mapping[str, Any]) -> bool:
+    """Whether a JSON object holds a date, a time or a timestamp as one of its own values, or holds an object that
+    does: its other values are then taken for facts about that moment (``day_of_week`` and ``is_dst`` beside
+    ``datetime``; ``time_difference`` beside ``source`` and ``target`` times, which moves with summer time), which
+    change with the clock although they do not look like it. Items of a list are records of their own."""
+    return any(_stamped(v) if isinstance(v, dict) else not isinstance(v, list) and clocklike(_scalar(v) or "")
+               for v in record.values())
+
+
+def beside_clock(value: Any, path: str) -> bool:
+    """Whether the JSONPath ``path`` of a result ``value`` names a value of an object that also holds a date or time
+    (:func:`_stamped`): such a value never makes an answer."""
+    if not isinstance(path, str) or not path.startswith("$") or isinstance(value, str):
+        return False
+    from jsonpath_ng.ext import parse as jsonpath
+
+    try:
+        matches = jsonpath(path).find(value)
+    except Exception:  # noqa: BLE001 - a bad path has no value at all (extract says so)
+        return False
+    parent = matches[0].context.value if len(matches) == 1 and matches[0].context is not None else None
+    return isinstance(parent, dict) and _stamped(parent)
 
 
 def steady(value: Any) -> Any:
@@ -142,6 +178,8 @@ def extract(value: Any, path: str) -> str | None:
         return _scalar(text.strip())
     if kind in ("line", "word") and arg.isdigit() and 1 <= int(arg) <= len(lines):
         line = lines[int(arg) - 1]
+        if _PLACEHOLDER.match(line):
+            return None
         return _scalar(line if kind == "line" else line.split()[-1])
     if kind == "field" and arg:
         for line in lines:
@@ -162,7 +200,7 @@ def describe_path(path: str) -> str:
 
 def fields(value: Any) -> Iterator[tuple[str, str]]:
     """The places of a result that make answers: ``(path, answer)`` for each short scalar that is not a date, a time
-    or a timestamp (:func:`clocklike`)."""
+    or a timestamp (:func:`clocklike`), nor another value of a JSON object that holds one (:func:`beside_clock`)."""
     return ((path, answer) for path, answer in _fields(value) if not clocklike(answer))
 
 
@@ -174,6 +212,8 @@ def _fields(value: Any) -> Iterator[tuple[str, str]]:
         lines = _lines(value)[:30]
         seen_keys: set[str] = set()
         for n, line in enumerate(lines, 1):
+            if _PLACEHOLDER.match(line):  # mcp-gym's stand-in for an image or a resource: not the server's text
+                continue
             m = re.match(r"([A-Za-z][\w .-]{0,30}?)\s*:\s*(.+)$", line)
             if m and m.group(1) not in seen_keys:
                 seen_keys.add(m.group(1))
@@ -189,9 +229,10 @@ def _fields(value: Any) -> Iterator[tuple[str, str]]:
 
 def _json_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, dict):
+        stamped = _stamped(value)  # its scalars are facts about that moment: none makes an answer
         for k, v in value.items():
             key = f"{path}.{k}" if re.fullmatch(r"[A-Za-z_]\w*", str(k)) else None
-            if key is not None:
+            if key is not None and not (stamped and not isinstance(v, (dict, list))):
                 yield from _json_fields(v, key)
     elif isinstance(value, list):
         for i, v in enumerate(value[:20]):
@@ -571,7 +612,7 @@ class LLMProposer:
 
     def proposals(self, env: Any, kept: Sequence[Any], *, seed: int = 0) -> Iterator[Proposal]:
         """Ask for proposals, round after round (``kept`` grows as the caller keeps tasks)."""
-        env.reset(seed=0)  # the servers' tools, listed
+        servers_started(env.reset(seed=0)[1])  # the servers' tools, listed
         for r in range(self.rounds):
             message = env.runtime.call(self.client.complete, self.messages(env, kept), [], seed + r)
             yield from parse_proposals(str(message.get("content") or ""))
