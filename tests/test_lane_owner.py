@@ -171,3 +171,52 @@ def test_without_a_lane_a_tool_the_schema_refuses_fails_the_listing_by_name(tmp_
     good, skipped, _ = anyio.run(listing, [ECHO, ECHO])
     assert [t.name for t in good] == ["echo"] and [s["reason"] for s in skipped] == [
         "duplicate name (an earlier tool of this server has it; the first one is kept)"]
+
+
+# -- the session's own requests whose ids are names (the SDK's subscriptions/listen: "listen-1", ...) ------------------
+def _listen_env(mode: str) -> MCPEnv:
+    tools = [{**tool, "annotations": {"readOnlyHint": True}} for tool in (ECHO, {**ECHO, "name": "end_listen"})]
+    args = [BAD_SERVER, "--modern", "--listen", mode, "--tools", json.dumps(tools)]
+    return MCPEnv({"s": Stdio(sys.executable, args)}, ["t"], call_timeout=10.0)
+
+
+def test_a_refused_listen_stream_is_the_sessions_answer_not_a_stray(caplog: pytest.LogCaptureFixture) -> None:
+    """A 2026-07-28 server that declares ``tools.listChanged`` but refuses ``subscriptions/listen``: the error's id is
+    the SDK's ``listen-1``, a string. It reaches the session (the stream is known refused), instead of being ignored
+    as a response no request has (then the first reset waited 10 s for an acknowledgment that could not come)."""
+    env = _listen_env("refuse")
+    try:
+        with caplog.at_level("WARNING", logger="mcp_gym.client"):
+            env.reset(seed=0)
+        conn = env.host.connections["s"]
+        assert conn._listening == 0 and not conn.reports_tool_changes
+        _, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "hi"}})
+        assert info["error"] is None, info["error"]
+    finally:
+        env.close()
+    assert "which no request has" not in caplog.text, caplog.text
+
+
+def test_a_listen_stream_the_server_ends_is_seen_ended() -> None:
+    """The server ends its acknowledged listen stream (its result to ``listen-1``): the connection no longer counts
+    it, so tool changes are no longer taken as reported (before, the result was dropped as a stray and the stream
+    counted as listening for good: a later change of the tools would have gone unseen)."""
+    import anyio
+
+    env = _listen_env("ack")
+    try:
+        env.reset(seed=0)
+        conn = env.host.connections["s"]
+        assert conn._listening == 1 and conn.reports_tool_changes
+        _, _, _, _, info = env.step({"tool": "end_listen", "arguments": {}})
+        assert info["error"] is None, info["error"]
+
+        async def ended() -> None:
+            with anyio.fail_after(30):  # a bound, not a timing: it ends as soon as the session read the result
+                while conn._listening:
+                    await anyio.sleep(0.01)
+
+        env.runtime.call(ended)
+        assert not conn.reports_tool_changes
+    finally:
+        env.close()

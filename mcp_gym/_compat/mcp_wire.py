@@ -110,6 +110,16 @@ class Lane(Protocol):
     def next_id(self) -> int:
         """A request id of this lane's own (never one of the SDK session's)."""
 
+    def answers_session(self, rid: Any) -> bool:
+        """Whether a response with id ``rid`` can answer a request of the SDK's session: a number (the session's own
+        count, as it correlates them), or the name of one of its requests in flight (then no longer in flight)."""
+        if request_key(rid) is not None:
+            return True
+        if type(rid) is str and rid in self.named:
+            self.named.discard(rid)
+            return True
+        return False
+
     def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
         """Stamp a request (``{"method", "params"}``) as the SDK's session stamps its own: the protocol era's
         ``_meta`` (into ``data``) and per-message headers (into ``opts["headers"]``). Raises :class:`StepAside` when
@@ -187,7 +197,7 @@ class Wire(LaneIds):
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
     __slots__ = ("waiting", "send", "loop", "closed", "delivered", "sent", "spawn", "stamped", "_seen", "_due",
-                 "_watch", "read_now")
+                 "_watch", "read_now", "named")
 
     def __init__(self) -> None:
         super().__init__()
@@ -209,6 +219,9 @@ class Wire(LaneIds):
         self.stamped: dict[str, Any] | None = None
         """The era ``_meta`` of the SDK session's last request (:meth:`observe`); ``None`` before one."""
         self._seen = 0
+        self.named: set[str] = set()
+        """The ids of the SDK session's requests in flight that are strings and not numbers (its
+        ``subscriptions/listen`` requests are ``listen-1``, ...): their answers are the session's, not strays."""
         self.read_now: Callable[[float | None], bool] | None = None
         """Set by the transport: reads the server's output in the calling task (a while, bounded by the seconds
         given) when nothing else needs the loop, as the pipe's transport would read it, so a request just written
@@ -220,11 +233,24 @@ class Wire(LaneIds):
         return not self.closed and self.send is not None
 
     def observe(self, message: Any) -> None:
-        """Note the stamp of a request the SDK's session writes (its ``_meta`` keys of :data:`STAMP_KEYS`)."""
+        """Note the stamp of a request the SDK's session writes (its ``_meta`` keys of :data:`STAMP_KEYS`), and its
+        id if that is a name (:attr:`named`)."""
+        if isinstance(message, mt.JSONRPCRequest) and type(message.id) is str and request_key(message.id) is None:
+            self.named.add(message.id)
         if isinstance(message, mt.JSONRPCRequest) and message.method not in ("initialize", "server/discover"):
             meta = (message.params or {}).get("_meta")
             if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
                 self.stamped = {k: meta[k] for k in STAMP_KEYS if k in meta}
+
+    def answers_session(self, rid: Any) -> bool:
+        """Whether a response with id ``rid`` can answer a request of the SDK's session: a number (the session's own
+        count, as it correlates them), or the name of one of its requests in flight (then no longer in flight)."""
+        if request_key(rid) is not None:
+            return True
+        if type(rid) is str and rid in self.named:
+            self.named.discard(rid)
+            return True
+        return False
 
     def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
         """Over stdio a handshake-era request carries no stamp (the SDK's only adds HTTP headers); a 2026-07-28 one

@@ -45,7 +45,7 @@ import mcp.types as mt
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
-from mcp_gym._compat.mcp_wire import Wire, request_key
+from mcp_gym._compat.mcp_wire import Wire
 from mcp_gym.client.runtime import sync_call_alone
 
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
@@ -450,7 +450,7 @@ class _Link:
             message = _lenient(line)
             if message is None:
                 return await self.unreadable(line, exc)
-        if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and request_key(message.id) is None:
+        if isinstance(message, (mt.JSONRPCResponse, mt.JSONRPCError)) and not wire.answers_session(message.id):
             return self.stray(message.id)
         method = message.__dict__.get("method")  # a response has no such field (pydantic's getattr miss is slow)
         if wire.progress and method == "notifications/progress":
@@ -471,7 +471,7 @@ class _Link:
 
     async def answer_error(self, rid: Any, code: int, message: str) -> bool:
         """Request ``rid`` gets a JSON-RPC error instead of its answer (a stray id is ignored)."""
-        if request_key(rid) is None:
+        if not self.wire.answers_session(rid):
             return self.stray(rid)
         error = mt.ErrorData(code=code, message=message)
         return await self.deliver(SessionMessage(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)))

@@ -12,6 +12,9 @@ handshake at once. What it does wrong is chosen by options:
                          ``resources/templates/list`` (like every other unknown method) with "method not found".
 ``--modern``             answer ``server/discover`` (2026-07-28 only) instead of refusing it.
 ``--raw-log PATH``       append each received request line there, as received.
+``--listen MODE``        with ``--modern``, declare ``tools.listChanged`` and answer ``subscriptions/listen`` (its id is
+                         a string: ``listen-1``): ``refuse`` (method not found) or ``ack`` (acknowledged; the tool
+                         ``end_listen`` then ends the stream gracefully, its result sent before the call's answer).
 
 Tools it serves by name (whatever ``--tools`` lists): ``echo`` (``text`` back), ``bad_result`` (a result that is not a
 valid ``CallToolResult``), ``big`` (a text of ``mb`` megabytes; ``id_last`` puts the response's ``id`` after the
@@ -34,6 +37,9 @@ import sys
 ECHO = {"name": "echo", "description": "Echo text.",
         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
 
+
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+"""The ``_meta`` key of every frame of a listen stream (2026-07-28): the ``subscriptions/listen`` request's id."""
 
 MODERN = {"resultType": "complete"}
 """What a 2026-07-28 result carries besides its own fields (``--modern``; empty otherwise)."""
@@ -68,7 +74,9 @@ def main() -> None:
     ap.add_argument("--resources", action="store_true")
     ap.add_argument("--modern", action="store_true")
     ap.add_argument("--raw-log", default=None)
+    ap.add_argument("--listen", choices=["refuse", "ack"], default=None)
     a = ap.parse_args()
+    listening: list = []  # the id of the acknowledged listen stream
     if not a.modern:
         MODERN.clear()
     if a.pidfile:
@@ -91,7 +99,12 @@ def main() -> None:
                 f.write(raw.rstrip(b"\n") + b"\n")
         if method == "server/discover" and a.modern:
             send({"jsonrpc": "2.0", "id": rid, "result": {
-                "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "resultType": "complete"}})
+                "supportedVersions": ["2026-07-28"], "resultType": "complete",
+                "capabilities": {"tools": {"listChanged": True} if a.listen else {}}}})
+        elif method == "subscriptions/listen" and a.listen == "ack":
+            listening.append(rid)
+            send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {
+                "notifications": {"toolsListChanged": True}, "_meta": {SUBSCRIPTION_ID: rid}}})
         elif method == "initialize":
             caps: dict = {"tools": {"listChanged": True}, **({"resources": {}} if a.resources else {})}
             send({"jsonrpc": "2.0", "id": rid, "result": {
@@ -166,6 +179,11 @@ def main() -> None:
                 note = json.dumps({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
                 sys.stdout.buffer.write(f"{answer}\n{note}\n".encode())
                 sys.stdout.buffer.flush()
+            elif name == "end_listen":
+                for listen_id in listening:
+                    send({"jsonrpc": "2.0", "id": listen_id, "result": {"_meta": {SUBSCRIPTION_ID: listen_id}}})
+                listening.clear()
+                send({"jsonrpc": "2.0", "id": rid, "result": text_result("ended")})
             elif name == "mcp_gym_reset":
                 pass  # never answers
             else:
