@@ -1,0 +1,92 @@
+"""A job process imports what its command needs (issue 40): ``mcp_gym.jobs`` and ``mcp_gym.recording`` load their
+names on first use, ``export-sft`` runs without the MCP client, matplotlib or Gymnasium, a bundled server's process
+without Gymnasium, and Gymnasium still finds the bundled envs whichever of the two is imported first.
+
+Each check runs in a fresh interpreter and reads its ``sys.modules``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from mcp_gym.cli import main
+
+FAST = ["env=counter", "env.transport=inprocess", "launcher.progress=false"]
+WATCHED = ["mcp", "mcp_gym.client", "datasets", "matplotlib", "gymnasium", "aiohttp"]
+
+
+def imported_after(code: str, *args: str) -> list[str]:
+    """The ``WATCHED`` modules a fresh interpreter has imported after running ``code`` (which may print nothing)."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {WATCHED!r} if m in sys.modules]))"
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    modules: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return modules
+
+
+def test_importing_the_jobs_and_recording_packages_imports_no_client_and_no_plots() -> None:
+    assert imported_after("import mcp_gym.jobs, mcp_gym.recording") == []
+    assert imported_after("from mcp_gym.jobs import JobFailed, JobInterrupted, JobRefused") == []
+    assert imported_after("import mcp_gym.cli") == []
+
+
+def test_the_lazy_names_are_the_functions_and_classes_they_were() -> None:
+    code = """
+import mcp_gym.jobs.collect, mcp_gym.jobs.evaluate, mcp_gym.jobs.demo  # modules named as their job functions
+from mcp_gym import jobs, recording
+import mcp_gym.jobs.collect as c
+assert callable(jobs.collect) and jobs.collect is c is sys.modules["mcp_gym.jobs.collect"].collect
+assert jobs.evaluate is sys.modules["mcp_gym.jobs.evaluate"].evaluate
+assert jobs.demo is sys.modules["mcp_gym.jobs.demo"].demo
+from mcp_gym.jobs import collect, evaluate, export_sft, demo, EvalResult, CollectResult
+assert [f.__module__ for f in (collect, evaluate, export_sft, demo)] == [
+    "mcp_gym.jobs.collect", "mcp_gym.jobs.evaluate", "mcp_gym.jobs.export", "mcp_gym.jobs.demo"]
+from mcp_gym.recording import RecordTrajectories, RunStore, load
+assert RecordTrajectories.__module__ == "mcp_gym.recording.wrapper" and load.__module__ == "mcp_gym.recording.reader"
+for name in jobs.__all__ + recording.__all__:
+    assert getattr(jobs if name in jobs.__all__ else recording, name) is not None, name
+try:
+    jobs.no_such_name
+except AttributeError as e:
+    assert "no_such_name" in str(e)
+else:
+    raise AssertionError("jobs.no_such_name resolved")
+"""
+    assert "mcp" in imported_after("import sys\n" + code)  # the job modules themselves do import the client
+
+
+def test_export_sft_imports_neither_the_mcp_client_nor_matplotlib_nor_gymnasium(tmp_path: Path) -> None:
+    run, sft = tmp_path / "run", tmp_path / "sft"
+    assert main(["collect", *FAST, "policy=oracle", "episodes=3", f"out={run}"]) == 0
+    code = "import sys\nfrom mcp_gym.cli import main\nassert main(sys.argv[1:]) == 0"
+    modules = imported_after(code, "export-sft", f"runs=[{run}]", f"out={sft}")
+    assert modules == ["datasets"]  # the dataset it writes; nothing of the client, the plots or Gymnasium
+    assert any(sft.rglob("*.parquet")), list(sft.rglob("*"))
+
+
+def test_a_bundled_server_process_does_not_import_gymnasium() -> None:
+    assert imported_after("import mcp_gym.servers.sql, mcp_gym.servers.counter") == ["mcp"]
+
+
+def test_gymnasium_finds_the_bundled_envs_whichever_is_imported_first() -> None:
+    after = """
+import gymnasium
+assert "mcp_gym/SQL-v0" in gymnasium.registry and "mcp_gym/Counter-v0" in gymnasium.registry
+assert gymnasium.__spec__.loader is gymnasium.__loader__ and type(gymnasium.__loader__).__name__ != "_ThenRegister"
+assert not any(type(f).__name__ == "_RegisterWithGymnasium" for f in sys.meta_path)  # the hook is gone
+"""
+    assert "gymnasium" in imported_after("import sys, mcp_gym\nassert 'gymnasium' not in sys.modules\n" + after)
+    assert "gymnasium" in imported_after("import sys, gymnasium, mcp_gym\n" + after)  # registered at once
+    made = """
+import mcp_gym
+from gymnasium.envs.registration import registry
+assert "mcp_gym/Counter-v0" in registry
+import gymnasium
+env = gymnasium.make("mcp_gym/Counter-v0")
+assert env.spec.max_episode_steps and env.unwrapped.__class__.__name__ == "MCPEnv"
+env.close()
+"""
+    assert "gymnasium" in imported_after(made)
+    assert "gymnasium" in imported_after("import sys, mcp_gym\nfrom mcp_gym import MCPEnv\n" + after)
