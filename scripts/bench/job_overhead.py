@@ -59,11 +59,11 @@ def _cpu(pid: int) -> tuple[float, float] | None:
     return (utime + stime) / TICK, (cutime + cstime) / TICK
 
 
-def run_process(argv: list[str], cwd: Path) -> dict[str, Any]:
+def run_process(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``argv`` to its end; its launch and exit time (wall clock, as the recording's), CPU samples and totals."""
     samples: list[tuple[float, float]] = []
     launch = time.time()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     done = threading.Event()
 
     def poll() -> None:
@@ -102,9 +102,9 @@ def episode_times(run: Path) -> tuple[float, float, float]:
     return min(resets), min(r["started_at"].timestamp() for r in table), max(r["ended_at"].timestamp() for r in table)
 
 
-def measure(argv: list[str], cwd: Path, run: Path | None) -> dict[str, float]:
+def measure(argv: list[str], cwd: Path, run: Path | None, env: dict[str, str] | None = None) -> dict[str, float]:
     """One run of a command: its phases' wall and CPU times (see the module's docstring)."""
-    p = run_process(argv, cwd)
+    p = run_process(argv, cwd, env)
     m = {"wall": p["exit"] - p["launch"], "cpu": p["cpu"], "children": p["children"]}
     if run is not None:
         reset, first, last = episode_times(run)
@@ -146,6 +146,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="runs of every command, interleaved")
     ap.add_argument("--fs", action="store_true", help="add the per-episode server-filesystem eval (npm install)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="only commands whose name has NAME")
+    ap.add_argument("--compare", metavar="DIR", type=Path,
+                    help="also run every command with DIR first on PYTHONPATH (a checkout of another mcp-gym commit: "
+                         "its mcp_gym/ package; envs/, servers/ and conf/ come from the installed one), as 'before'")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="mcp-gym-bench-overhead-"))
     py = sys.executable
@@ -154,15 +157,26 @@ def main() -> None:
         cmds = commands(tmp, a.fs)
         if a.only:
             cmds = {k: v for k, v in cmds.items() if any(o in k for o in a.only) or k == "collect sql oracle"}
-        rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*floors, *cmds]}
+        arms: dict[str, dict[str, str] | None] = {"": None}
+        if a.compare is not None:
+            before = {**os.environ, "PYTHONPATH": os.pathsep.join([str(a.compare.resolve()),
+                                                                    *filter(None, [os.environ.get("PYTHONPATH")])])}
+            arms = {"before: ": before, "after: ": None}
+        names = [*floors, *(f"{arm}{name}" for name in cmds for arm in arms)]
+        rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
         loads = [os.getloadavg()[0]]
-        for _ in range(a.rounds):
+        for r in range(a.rounds + 1):  # round 0 warms up (compiles, fills caches): not counted
             for name, argv in floors.items():
-                rows[name].append(measure(argv, tmp, None))
+                m = measure(argv, tmp, None)
+                if r:
+                    rows[name].append(m)
             for name, (args, run, fresh) in cmds.items():
-                if fresh and run is not None:
-                    shutil.rmtree(run, ignore_errors=True)
-                rows[name].append(measure([py, "-c", RUN, *args], tmp, run))
+                for arm, env in arms.items():
+                    if fresh and run is not None:
+                        shutil.rmtree(run, ignore_errors=True)
+                    m = measure([py, "-c", RUN, *args], tmp, run, env)
+                    if r:
+                        rows[f"{arm}{name}"].append(m)
             loads.append(os.getloadavg()[0])
         report(rows, a.rounds, loads)
     finally:
@@ -175,7 +189,7 @@ def report(rows: dict[str, list[dict[str, float]]], rounds: int, loads: list[flo
     pkg = med["python -c 'import mcp_gym'"]
     print(f"mcp-gym job overhead, medians of {rounds} runs per command (interleaved); load average "
           f"{min(loads):.2f}-{max(loads):.2f} (1 min), {os.cpu_count()} cores; wall / job-process CPU in s")
-    head = (f"{'command':<30} {'to first reset':>15} {'x pass':>7} {'x import':>8} {'to 1st step':>11} "
+    head = (f"{'command':<38} {'to first reset':>15} {'x pass':>7} {'x import':>8} {'to 1st step':>11} "
             f"{'episodes':>13} {'end of job':>13} {'total':>13} {'children':>8}")
     print(head)
     print("-" * len(head))
@@ -185,7 +199,7 @@ def report(rows: dict[str, list[dict[str, float]]], rounds: int, loads: list[flo
 
     for name, m in med.items():
         to_reset = m.get("to_reset", m["wall"])
-        print(f"{name:<30} {pair(m.get('to_reset'), m.get('to_reset_cpu')):>15} "
+        print(f"{name:<38} {pair(m.get('to_reset'), m.get('to_reset_cpu')):>15} "
               f"{to_reset / floor['wall']:>7.1f} {to_reset / pkg['wall']:>8.2f} "
               f"{('-' if 'to_step' not in m else format(m['to_step'], '.2f')):>11} "
               f"{pair(m.get('episodes'), m.get('episodes_cpu')):>13} {pair(m.get('end'), m.get('end_cpu')):>13} "
