@@ -90,3 +90,47 @@ env.close()
 """
     assert "gymnasium" in imported_after(made)
     assert "gymnasium" in imported_after("import sys, mcp_gym\nfrom mcp_gym import MCPEnv\n" + after)
+
+
+def test_a_job_warms_up_only_the_modules_its_end_will_use() -> None:
+    code = """
+import sys
+from omegaconf import OmegaConf
+from mcp_gym.jobs.collect import warm_up
+
+def cfg(command="eval", recorder=True, plots=True):
+    return OmegaConf.create({"command": command, "recorder": {"enabled": recorder}, "plots": plots})
+
+assert warm_up(cfg("collect", recorder=False)) is None
+warm_up(cfg("collect")).join(60)
+assert "pandas" in sys.modules and "matplotlib" not in sys.modules  # what pyarrow imports for the recorder
+warm_up(cfg(plots=False)).join(60)
+assert "matplotlib" not in sys.modules
+thread = warm_up(cfg())
+thread.join(60)
+assert not thread.is_alive() and "matplotlib.pyplot" in sys.modules
+import matplotlib
+assert matplotlib.get_backend().lower() == "agg"
+"""
+    assert "matplotlib" in imported_after(code)
+
+
+def test_collect_and_eval_without_plots_do_not_import_matplotlib(tmp_path: Path) -> None:
+    code = "import sys\nfrom mcp_gym.cli import main\nassert main(sys.argv[1:4] + ['launcher.progress=false']) == 0"
+    env = ["env=counter", "env.transport=inprocess"]
+    assert "matplotlib" not in imported_after(code, "collect", f"out={tmp_path / 'c'}", env[0])
+    code = ("import sys\nfrom mcp_gym.cli import main\n"
+            "assert main(sys.argv[1:] + ['env.transport=inprocess', 'launcher.progress=false', 'samples=1']) == 0")
+    assert "matplotlib" not in imported_after(code, "eval", "env=counter", "plots=false", f"out={tmp_path / 'e'}")
+    assert not list((tmp_path / "e" / "report").glob("*.png"))
+
+
+def test_an_eval_whose_plots_cannot_be_made_fails_with_the_error(tmp_path: Path) -> None:
+    """The warm-up's failed import is not the end of it: the report's own import raises, and the job fails."""
+    code = ("import sys\nsys.modules['matplotlib'] = None  # import matplotlib raises ImportError\n"
+            "from mcp_gym.cli import main\n"
+            "sys.exit(main(['eval', *sys.argv[1:], 'env.transport=inprocess', 'launcher.progress=false', 'samples=1']))")
+    done = subprocess.run([sys.executable, "-c", code, "env=counter", f"out={tmp_path}"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode != 0 and "matplotlib" in done.stderr, done.stderr[-3000:]
+    assert (tmp_path / "report" / "results.json").is_file() and not list((tmp_path / "report").glob("*.png"))
