@@ -109,10 +109,10 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
 def warm_up(cfg: DictConfig) -> threading.Thread | None:
     """Import, on a thread of its own, what the job needs only at its end: pandas, which pyarrow imports when the
     recorder writes its first shard (``pa.array`` of a list asks for it; here through the same call), and matplotlib
-    for an ``eval`` with plots. Started as the first servers start, it moves those imports (~0.2 and ~0.35 s of CPU)
-    from the end of the job into time it spends waiting for servers or a model; a job with nothing to wait for pays
-    the same CPU as before. Nothing is computed differently, and a failed import is left to where the module is
-    needed (the same error, raised there)."""
+    for an ``eval`` with plots. Started when the first episode ends, it moves those imports (~0.2 and ~0.35 s of CPU)
+    from the end of the job into time its episodes spend waiting for servers or a model; a job whose episodes wait
+    for nothing pays the same CPU as before, and the first episodes' resets are never slowed. Nothing is computed
+    differently, and a failed import is left to where the module is needed (the same error, raised there)."""
     wanted = []
     if cfg.recorder.enabled:
         wanted.append(_pyarrow_pandas)
@@ -178,11 +178,12 @@ def _collect(cfg: DictConfig, out: Path, runtime: Runtime | None) -> CollectResu
             share = None
         vec = VectorMCPEnv(env_fn, num_envs, share_servers=share,
                            max_connecting=int(launcher.get("max_connecting") or 2))
-        warming.append(warm_up(cfg))  # while the first servers start
         t0 = time.perf_counter()
         with anyio.CancelScope() as scope:
 
             def on_result(r: EpisodeResult) -> None:
+                if not warming:  # after the first episode: never in the way of the first resets
+                    warming.append(warm_up(cfg))
                 progress.update(r, vec.steps)
                 result.add(r)
                 if r.error is not None:
