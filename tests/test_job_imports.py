@@ -134,3 +134,26 @@ def test_an_eval_whose_plots_cannot_be_made_fails_with_the_error(tmp_path: Path)
                           text=True, timeout=300)
     assert done.returncode != 0 and "matplotlib" in done.stderr, done.stderr[-3000:]
     assert (tmp_path / "report" / "results.json").is_file() and not list((tmp_path / "report").glob("*.png"))
+
+
+def test_the_http_lane_and_aiohttp_are_imported_for_http_servers_only(http_counter: str) -> None:
+    stdio = """
+import sys
+from mcp_gym import MCPEnv, Stdio
+import mcp_gym.jobs.collect
+env = MCPEnv({"c": Stdio(sys.executable, ["-m", "mcp_gym.servers.counter"])}, ["a task"])
+env.reset(seed=0)
+assert "add" in env.action_space.tool_names
+env.close()
+assert "mcp_gym.client._http_lane" not in sys.modules
+"""
+    assert "aiohttp" not in imported_after(stdio)
+    http = f"""
+import sys
+from mcp_gym import MCPEnv
+env = MCPEnv({{"c": {http_counter!r}}}, ["a task"])
+env.reset(seed=0)
+assert "add" in env.action_space.tool_names and "mcp_gym.client._http_lane" in sys.modules
+env.close()
+"""
+    assert "aiohttp" in imported_after(http)
