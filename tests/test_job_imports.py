@@ -129,8 +129,9 @@ def test_an_eval_whose_plots_cannot_be_made_fails_with_the_error(tmp_path: Path)
     """The warm-up's failed import is not the end of it: the report's own import raises, and the job fails."""
     code = ("import sys\nsys.modules['matplotlib'] = None  # import matplotlib raises ImportError\n"
             "from mcp_gym.cli import main\n"
-            "sys.exit(main(['eval', *sys.argv[1:], 'env.transport=inprocess', 'launcher.progress=false', 'samples=1']))")
-    done = subprocess.run([sys.executable, "-c", code, "env=counter", f"out={tmp_path}"], capture_output=True,
+            "sys.exit(main(['eval', *sys.argv[1:], 'launcher.progress=false', 'samples=1']))")
+    done = subprocess.run([sys.executable, "-c", code, "env=counter", "env.transport=inprocess", f"out={tmp_path}"],
+                          capture_output=True,
                           text=True, timeout=300)
     assert done.returncode != 0 and "matplotlib" in done.stderr, done.stderr[-3000:]
     assert (tmp_path / "report" / "results.json").is_file() and not list((tmp_path / "report").glob("*.png"))
