@@ -193,19 +193,10 @@ class ServerConnection:
                 (spec.command, list(spec.args), env, cwd)
             params = StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
             target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
-        elif isinstance(spec, Http):
-            from mcp_gym.client._http_lane import HttpWire, streamable_http  # aiohttp: for HTTP servers only
+        elif isinstance(spec, (Http, Sse)):
+            from mcp_gym.client._http_transport import http_transport  # with aiohttp: for HTTP servers only
 
-            self.http_wire = HttpWire(spec, self._http_refused)
-            target = streamable_http(spec, self._http_refused, self.http_wire)
-        elif isinstance(spec, Sse):
-            from mcp.client.sse import sse_client
-
-            from mcp_gym.client._http_lane import http_client_factory
-
-            target = sse_client(spec.url, headers=dict(spec.headers or {}) or None, auth=spec.auth,
-                                timeout=spec.http_timeout, sse_read_timeout=spec.read_timeout,
-                                httpx_client_factory=http_client_factory(self._http_refused, spec.max_in_flight))
+            self.http_wire, target = http_transport(spec, self._http_refused)
         else:
             target = spec.server
 
