@@ -1,6 +1,7 @@
-"""A job process imports what its command needs (issue 40): ``mcp_gym.jobs`` and ``mcp_gym.recording`` load their
+"""A job process pays for what its command needs (issue 40): ``mcp_gym.jobs`` and ``mcp_gym.recording`` load their
 names on first use, ``export-sft`` runs without the MCP client, matplotlib or Gymnasium, a bundled server's process
-without Gymnasium, and Gymnasium still finds the bundled envs whichever of the two is imported first.
+without Gymnasium, and Gymnasium still finds the bundled envs whichever of the two is imported first; the ``mcp-gym``
+program and a bundled server exit without a last garbage collection.
 
 Each check runs in a fresh interpreter and reads its ``sys.modules``."""
 
@@ -158,3 +159,28 @@ assert "add" in env.action_space.tool_names and "mcp_gym.client._http_lane" in s
 env.close()
 """
     assert "aiohttp" in imported_after(http)
+
+
+FROZEN_AT_EXIT = "import atexit, gc\natexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+
+
+def test_the_mcp_gym_program_exits_with_mains_status_without_a_last_collection() -> None:
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="mcp-gym")
+    assert script.value == "mcp_gym.cli:run"
+    for args, status in ((["--version"], 0), (["no-such-command"], 2)):
+        code = FROZEN_AT_EXIT + "import sys\nfrom mcp_gym.cli import run\nsys.argv[1:] = " + repr(args) + "\nrun()"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == status, done.stderr[-2000:]
+        assert done.stdout.strip().endswith("frozen at exit: True"), done.stdout
+    in_process = FROZEN_AT_EXIT + "from mcp_gym.cli import main\nassert main(['--version']) == 0"
+    done = subprocess.run([sys.executable, "-c", in_process], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().endswith("frozen at exit: False"), done.stdout  # main() called in a process: as it was
+
+
+def test_a_bundled_server_exits_at_the_end_of_its_input_without_a_last_collection() -> None:
+    code = FROZEN_AT_EXIT + "from mcp_gym.envs.serve import main\nmain('sql')"
+    done = subprocess.run([sys.executable, "-c", code], input="", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "frozen at exit: True", done.stdout

@@ -1,7 +1,7 @@
 """What an ``mcp-gym`` job process costs besides its episodes, per command, side by side in one run (issue 40).
 
-Each command runs as a process of its own, as a user starts it (``python -c "from mcp_gym.cli import main; ..."``,
-what the ``mcp-gym`` console script runs), the commands interleaved round by round so machine noise hits them alike.
+Each command runs as a process of its own, as a user starts it (``python -c "... mcp_gym.cli.run()"``, what the
+``mcp-gym`` console script runs), the commands interleaved round by round so machine noise hits them alike.
 From outside the process, with no hook in it:
 
 * **to first reset**: from the launch to the start of the job's first reset (the earliest recorded episode's
@@ -44,8 +44,8 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[2]
 TICK = os.sysconf("SC_CLK_TCK")
-RUN = "import sys; from mcp_gym.cli import main; sys.exit(main())"
-"""What the ``mcp-gym`` console script runs."""
+RUN = "import sys, mcp_gym.cli as c; c.run() if hasattr(c, 'run') else sys.exit(c.main())"
+"""What the ``mcp-gym`` console script runs (``run``; before it existed, ``main``)."""
 
 
 def _cpu(pid: int) -> tuple[float, float] | None:
