@@ -18,16 +18,21 @@ Ratios against two floors measured in the same rounds: ``python -c pass`` and ``
 
 Commands: ``eval`` of the bundled default env (``sql``) with ``policy=oracle``, the same with ``plots=false``,
 ``collect``, ``export-sft`` of that collection, and (``--fs``, needs the tests' npm install of
-``server-filesystem``) the per-episode-server ``eval`` of ``benchmark_eval.py`` (18 tasks x 4 samples, 2 slots).
-Linux only (``/proc``).
+``server-filesystem``) the per-episode-server ``eval`` of ``benchmark_eval.py`` (18 tasks x 4 samples, 2 slots), and
+the same task set once with a model in the loop (``policy=openai`` against the tests' scripted chat endpoint on
+127.0.0.1 answering each request after ``--model-latency`` s: 18 episodes of two replies). ``--compare DIR`` runs
+every command and floor also with another checkout's ``mcp_gym/`` first on ``PYTHONPATH`` (``before``), side by side,
+and prints the ratios after/before. Linux only (``/proc``).
 
     python scripts/bench/job_overhead.py                 # 5 rounds
-    python scripts/bench/job_overhead.py --rounds 3 --fs # with the server-filesystem eval
+    python scripts/bench/job_overhead.py --rounds 3 --fs # with the server-filesystem evals
+    git worktree add --detach /tmp/base main && python scripts/bench/job_overhead.py --fs --compare /tmp/base
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -115,7 +120,8 @@ def measure(argv: list[str], cwd: Path, run: Path | None, env: dict[str, str] | 
     return m
 
 
-def commands(tmp: Path, fs: bool) -> dict[str, tuple[list[str], Path | None, bool]]:
+def commands(tmp: Path, fs: bool, model_url: str | None = None,
+             latency: float = 0.0) -> dict[str, tuple[list[str], Path | None, bool]]:
     """Name -> (mcp-gym arguments, the run directory whose episodes to read or None, removed before each run)."""
     quiet = ["launcher.progress=false"]
     cmds: dict[str, tuple[list[str], Path | None, bool]] = {
@@ -138,6 +144,12 @@ def commands(tmp: Path, fs: bool) -> dict[str, tuple[list[str], Path | None, boo
             ["eval", "env=custom", f'+env.servers.fs="{server}"', f"env.tasks={tasks}", "policy=oracle", "samples=4",
              "launcher.num_envs=2", f"out={tmp / 'eval-fs'}", "env.connect_timeout=120", *quiet],
             tmp / "eval-fs", True)
+        if model_url is not None:
+            cmds[f"eval server-filesystem 18x1 model {latency:g}s"] = (
+                ["eval", "env=custom", f'+env.servers.fs="{server}"', f"env.tasks={tasks}", "policy=openai",
+                 f"policy.base_url={model_url}", "policy.model=scripted", "policy.api_key=sk-bench", "samples=1",
+                 "launcher.num_envs=2", f"out={tmp / 'eval-fs-model'}", "env.connect_timeout=120", *quiet],
+                tmp / "eval-fs-model", True)
     return cmds
 
 
@@ -145,6 +157,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5, help="runs of every command, interleaved")
     ap.add_argument("--fs", action="store_true", help="add the per-episode server-filesystem eval (npm install)")
+    ap.add_argument("--model-latency", type=float, default=0.2, metavar="S",
+                    help="with --fs: also an eval whose policy is a scripted chat endpoint answering in S s (0: none)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME", help="only commands whose name has NAME")
     ap.add_argument("--compare", metavar="DIR", type=Path,
                     help="also run every command with DIR first on PYTHONPATH (a checkout of another mcp-gym commit: "
@@ -153,8 +167,23 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="mcp-gym-bench-overhead-"))
     py = sys.executable
     floors = {"python -c pass": [py, "-c", "pass"], "python -c 'import mcp_gym'": [py, "-c", "import mcp_gym"]}
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+        url = None
+        if a.fs and a.model_latency > 0:
+            sys.path.insert(0, str(ROOT / "tests"))
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from _chat_server import serve_chat_completions
+            from benchmark_eval import scripted_model
+
+            url = stack.enter_context(serve_chat_completions(scripted_model, delay=a.model_latency))
+        run_all(a, tmp, py, floors, commands(tmp, a.fs, url, a.model_latency))
+
+
+def run_all(a: argparse.Namespace, tmp: Path, py: str, floors: dict[str, list[str]],
+            cmds: dict[str, tuple[list[str], Path | None, bool]]) -> None:
+    """Every command and floor, ``a.rounds`` times interleaved (after a warm-up round), and the table."""
     try:
-        cmds = commands(tmp, a.fs)
         if a.only:
             cmds = {k: v for k, v in cmds.items() if any(o in k for o in a.only) or k == "collect sql oracle"}
         arms: dict[str, dict[str, str] | None] = {"": None}
@@ -162,14 +191,15 @@ def main() -> None:
             before = {**os.environ, "PYTHONPATH": os.pathsep.join([str(a.compare.resolve()),
                                                                     *filter(None, [os.environ.get("PYTHONPATH")])])}
             arms = {"before: ": before, "after: ": None}
-        names = [*floors, *(f"{arm}{name}" for name in cmds for arm in arms)]
+        names = [*(f"{arm}{name}" for name in [*floors, *cmds] for arm in arms)]
         rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
         loads = [os.getloadavg()[0]]
         for r in range(a.rounds + 1):  # round 0 warms up (compiles, fills caches): not counted
             for name, argv in floors.items():
-                m = measure(argv, tmp, None)
-                if r:
-                    rows[name].append(m)
+                for arm, env in arms.items():
+                    m = measure(argv, tmp, None, env)
+                    if r:
+                        rows[f"{arm}{name}"].append(m)
             for name, (args, run, fresh) in cmds.items():
                 for arm, env in arms.items():
                     if fresh and run is not None:
@@ -178,18 +208,16 @@ def main() -> None:
                     if r:
                         rows[f"{arm}{name}"].append(m)
             loads.append(os.getloadavg()[0])
-        report(rows, a.rounds, loads)
+        report(rows, a.rounds, loads, list(arms))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def report(rows: dict[str, list[dict[str, float]]], rounds: int, loads: list[float]) -> None:
+def report(rows: dict[str, list[dict[str, float]]], rounds: int, loads: list[float], arms: list[str]) -> None:
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in rows.items()}
-    floor = med["python -c pass"]
-    pkg = med["python -c 'import mcp_gym'"]
     print(f"mcp-gym job overhead, medians of {rounds} runs per command (interleaved); load average "
           f"{min(loads):.2f}-{max(loads):.2f} (1 min), {os.cpu_count()} cores; wall / job-process CPU in s")
-    head = (f"{'command':<38} {'to first reset':>15} {'x pass':>7} {'x import':>8} {'to 1st step':>11} "
+    head = (f"{'command':<46} {'to first reset':>15} {'x pass':>7} {'x import':>8} {'to 1st step':>11} "
             f"{'episodes':>13} {'end of job':>13} {'total':>13} {'children':>8}")
     print(head)
     print("-" * len(head))
@@ -198,14 +226,29 @@ def report(rows: dict[str, list[dict[str, float]]], rounds: int, loads: list[flo
         return "-" if w is None else f"{w:.2f}/{c:.2f}"
 
     for name, m in med.items():
+        arm = next(a for a in arms if name.startswith(a))
+        floor, pkg = med[f"{arm}python -c pass"], med[f"{arm}python -c 'import mcp_gym'"]
         to_reset = m.get("to_reset", m["wall"])
-        print(f"{name:<38} {pair(m.get('to_reset'), m.get('to_reset_cpu')):>15} "
+        print(f"{name:<46} {pair(m.get('to_reset'), m.get('to_reset_cpu')):>15} "
               f"{to_reset / floor['wall']:>7.1f} {to_reset / pkg['wall']:>8.2f} "
               f"{('-' if 'to_step' not in m else format(m['to_step'], '.2f')):>11} "
               f"{pair(m.get('episodes'), m.get('episodes_cpu')):>13} {pair(m.get('end'), m.get('end_cpu')):>13} "
               f"{pair(m['wall'], m['cpu']):>13} {m['children']:>8.2f}")
-    print("(x pass, x import: the time to first reset (the whole run where there are no episodes) over the floors' "
-          "whole run)")
+    print("(x pass, x import: the time to first reset (the whole run where there are no episodes) over the same "
+          "arm's floor's whole run)")
+    if len(arms) == 2:
+        print("\nafter / before (medians of per-round ratios): total wall, total job CPU, end-of-job wall, "
+              "end-of-job CPU, servers' CPU")
+        for name in [n.removeprefix(arms[1]) for n in rows if n.startswith(arms[1])]:
+            b, a = rows[arms[0] + name], rows[arms[1] + name]
+
+            def ratio(key: str, b: list[dict[str, float]] = b, a: list[dict[str, float]] = a) -> str:
+                if key not in a[0] or not all(x[key] for x in b):
+                    return "-"
+                return f"x{statistics.median(y[key] / x[key] for x, y in zip(b, a, strict=True)):.2f}"
+
+            print(f"  {name:<44} {ratio('wall'):>7} {ratio('cpu'):>7} {ratio('end'):>7} {ratio('end_cpu'):>7} "
+                  f"{ratio('children'):>7}")
 
 
 if __name__ == "__main__":
