@@ -99,13 +99,15 @@ import sys
 from omegaconf import OmegaConf
 from mcp_gym.jobs.collect import warm_up
 
-def cfg(command="eval", recorder=True, plots=True):
-    return OmegaConf.create({"command": command, "recorder": {"enabled": recorder}, "plots": plots})
+def cfg(command="eval", recorder=True, plots=True, policy="openai"):
+    return OmegaConf.create({"command": command, "recorder": {"enabled": recorder}, "plots": plots,
+                             "policy": {"kind": policy}})
 
 assert warm_up(cfg("collect", recorder=False)) is None
 warm_up(cfg("collect")).join(60)
 assert "pandas" in sys.modules and "matplotlib" not in sys.modules  # what pyarrow imports for the recorder
 warm_up(cfg(plots=False)).join(60)
+warm_up(cfg(policy="oracle")).join(60)  # scripted episodes: the import would slow them, it waits for the report
 assert "matplotlib" not in sys.modules
 thread = warm_up(cfg())
 thread.join(60)

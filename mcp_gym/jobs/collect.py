@@ -106,17 +106,23 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
         return _collect(cfg, out, runtime)
 
 
+MODEL_POLICIES = ("openai", "hf")
+"""Policies whose episodes wait for a model: there the job's event loop mostly waits, and matplotlib is imported
+ahead for free; with a scripted policy the episodes would pay for it (the import holds the interpreter lock that the
+loop needs)."""
+
+
 def warm_up(cfg: DictConfig) -> threading.Thread | None:
     """Import, on a thread of its own, what the job needs only at its end: pandas, which pyarrow imports when the
     recorder writes its first shard (``pa.array`` of a list asks for it; here through the same call), and matplotlib
-    for an ``eval`` with plots. Started when the first episode ends, it moves those imports (~0.2 and ~0.35 s of CPU)
-    from the end of the job into time its episodes spend waiting for servers or a model; a job whose episodes wait
-    for nothing pays the same CPU as before, and the first episodes' resets are never slowed. Nothing is computed
+    for an ``eval`` with plots whose policy waits for a model (:data:`MODEL_POLICIES`). Started when the first episode
+    ends, it moves those imports (~0.2 and ~0.35 s of CPU) from the end of the job into time its episodes spend
+    waiting for servers or a model; the first episodes' resets are never slowed. Nothing is computed
     differently, and a failed import is left to where the module is needed (the same error, raised there)."""
     wanted = []
     if cfg.recorder.enabled:
         wanted.append(_pyarrow_pandas)
-    if cfg.get("command") == "eval" and cfg.get("plots", True):
+    if cfg.get("command") == "eval" and cfg.get("plots", True) and cfg.policy.get("kind") in MODEL_POLICIES:
         from mcp_gym.jobs.report import load_plotting
 
         wanted.append(load_plotting)
