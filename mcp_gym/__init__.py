@@ -138,27 +138,37 @@ def _register() -> None:
 
 class _RegisterWithGymnasium(importlib.abc.MetaPathFinder):
     """An import hook (the first of ``sys.meta_path``) that registers the bundled envs right after the ``gymnasium``
-    package is executed, before its ``import`` returns, then leaves ``sys.meta_path``; other imports it passes on."""
+    package is executed, before its ``import`` returns, then leaves ``sys.meta_path``; other imports it passes on. A
+    ``find_spec`` that does not import (a check that Gymnasium is installed) leaves it in place."""
+
+    def __init__(self) -> None:
+        self.finding: set[int] = set()  # threads asking the finders after this one (which ask this one again)
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "gymnasium":
+        import _thread
+
+        me = _thread.get_ident()
+        if name != "gymnasium" or me in self.finding:
             return None
         import importlib.util
-        import sys
 
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)  # the finders after this one
+        self.finding.add(me)
+        try:
+            spec = importlib.util.find_spec(name)  # the finders after this one
+        finally:
+            self.finding.discard(me)
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenRegister(spec.loader)
+            spec.loader = _ThenRegister(spec.loader, self)
         return spec
 
 
 class _ThenRegister(importlib.abc.Loader):
-    """``loader``, whose ``exec_module`` then registers the bundled envs (and gives the module its own loader back)."""
+    """``loader``, whose ``exec_module`` then registers the bundled envs, gives the module its own loader back and
+    takes ``hook`` out of ``sys.meta_path``."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, hook: _RegisterWithGymnasium) -> None:
         self.loader = loader
+        self.hook = hook
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
@@ -167,11 +177,15 @@ class _ThenRegister(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
+        import sys
+
         module.__loader__ = module.__spec__.loader = self.loader
         self.loader.exec_module(module)
         from mcp_gym.envs import register_all
 
         register_all()
+        if self.hook in sys.meta_path:
+            sys.meta_path.remove(self.hook)
 
 
 _refuse_left_over_folders()

@@ -91,6 +91,8 @@ env.close()
 """
     assert "gymnasium" in imported_after(made)
     assert "gymnasium" in imported_after("import sys, mcp_gym\nfrom mcp_gym import MCPEnv\n" + after)
+    looked_up = "import importlib.util, sys, mcp_gym\nassert importlib.util.find_spec('gymnasium') is not None\n"
+    assert "gymnasium" in imported_after(looked_up + "assert 'gymnasium' not in sys.modules\n" + after)
 
 
 def test_a_job_warms_up_only_the_modules_its_end_will_use() -> None:
