@@ -145,12 +145,14 @@ class _RegisterWithGymnasium(importlib.abc.MetaPathFinder):
         self.finding: set[int] = set()  # threads asking the finders after this one (which ask this one again)
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        import _thread
-
-        me = _thread.get_ident()
-        if name != "gymnasium" or me in self.finding:
+        if name != "gymnasium":  # first: every other import passes here
             return None
         import importlib.util
+        import threading
+
+        me = threading.get_ident()
+        if me in self.finding:
+            return None
 
         self.finding.add(me)
         try:
