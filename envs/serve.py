@@ -11,6 +11,7 @@ Each server module defines ``server``, an :class:`mcp_gym.serverkit.EpisodeServe
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import sys
@@ -104,3 +105,4 @@ def main(name: str, argv: Sequence[str] | None = None) -> None:
     p.add_argument("--json-response", action="store_true", help="plain JSON responses over HTTP (no SSE)")
     a = p.parse_args(argv)
     serve(name, a.transport, a.host, a.port, a.json_response)
+    gc.freeze()  # the process exits now: no last garbage collection over the SDK's objects (~0.1-0.25 s at every stop)

@@ -3,7 +3,8 @@
     from mcp_gym import MCPEnv, Stdio
     env = MCPEnv(servers={"fs": Stdio("npx", ["-y", "@modelcontextprotocol/server-filesystem", "."])})
 
-Importing the package registers the bundled environments (``gymnasium.make("mcp_gym/SQL-v0")``). The public names
+Importing the package registers the bundled environments (``gymnasium.make("mcp_gym/SQL-v0")``): at once where
+Gymnasium is imported, else when it is, so that a process that never uses Gymnasium does not import it. The public names
 below are imported on first use, so server processes (``python -m mcp_gym.servers.sql``) start without loading the
 client, the recorder or pyarrow.
 """
@@ -11,6 +12,7 @@ client, the recorder or pyarrow.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 from typing import TYPE_CHECKING, Any
 
 from mcp_gym._version import __version__ as __version__
@@ -121,9 +123,71 @@ def _refuse_left_over_folders() -> None:
 
 
 def _register() -> None:
-    from mcp_gym.envs import register_all
+    """Register the bundled envs with Gymnasium: at once where Gymnasium is imported already, else as soon as it is
+    (:class:`_RegisterWithGymnasium`), so that a process that never imports it (a bundled server, ``mcp-gym
+    export-sft``) does not pay for it."""
+    import sys
 
-    register_all()
+    if "gymnasium" in sys.modules:
+        from mcp_gym.envs import register_all
+
+        register_all()
+    else:
+        sys.meta_path.insert(0, _RegisterWithGymnasium())
+
+
+class _RegisterWithGymnasium(importlib.abc.MetaPathFinder):
+    """An import hook (the first of ``sys.meta_path``) that registers the bundled envs right after the ``gymnasium``
+    package is executed, before its ``import`` returns, then leaves ``sys.meta_path``; other imports it passes on. A
+    ``find_spec`` that does not import (a check that Gymnasium is installed) leaves it in place."""
+
+    def __init__(self) -> None:
+        self.finding: set[int] = set()  # threads asking the finders after this one (which ask this one again)
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "gymnasium":  # first: every other import passes here
+            return None
+        import importlib.util
+        import threading
+
+        me = threading.get_ident()
+        if me in self.finding:
+            return None
+
+        self.finding.add(me)
+        try:
+            spec = importlib.util.find_spec(name)  # the finders after this one
+        finally:
+            self.finding.discard(me)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenRegister(spec.loader, self)
+        return spec
+
+
+class _ThenRegister(importlib.abc.Loader):
+    """``loader``, whose ``exec_module`` then registers the bundled envs, gives the module its own loader back and
+    takes ``hook`` out of ``sys.meta_path``."""
+
+    def __init__(self, loader: Any, hook: _RegisterWithGymnasium) -> None:
+        self.loader = loader
+        self.hook = hook
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        import sys
+
+        module.__loader__ = module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        from mcp_gym.envs import register_all
+
+        register_all()
+        if self.hook in sys.meta_path:
+            sys.meta_path.remove(self.hook)
 
 
 _refuse_left_over_folders()

@@ -249,16 +249,34 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every env (publishing recorded episodes), then the shared connections."""
+        """Close every env (publishing recorded episodes), then the shared connections; the servers of all envs stop
+        side by side (each waits for its process to exit), and every close runs even if another raises (the first
+        error is raised after all)."""
         if self.closed:
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
+            errors: list[BaseException] = []
+
+            async def close(aclose: Callable[[], Awaitable[None]]) -> None:
+                try:
+                    await aclose()
+                except Exception as e:  # noqa: BLE001 - raised below, once every close ran
+                    errors.append(e)
+
+            async with anyio.create_task_group() as tg:
+                for env in self.envs:
+                    tg.start_soon(close, env.unwrapped.aclose)
             for env in self.envs:
-                await env.unwrapped.aclose()
-                env.close()  # the recorder releases its writer; the MCPEnv is already closed
-            for conn in self._shared:
-                await conn.close()
+                try:
+                    env.close()  # the recorder releases its writer; the MCPEnv is already closed
+                except Exception as e:  # noqa: BLE001 - raised below
+                    errors.append(e)
+            async with anyio.create_task_group() as tg:
+                for conn in self._shared:
+                    tg.start_soon(close, conn.close)
+            if errors:
+                raise errors[0]
 
     def close_extras(self, **kwargs: Any) -> None:
         """Sync face of :meth:`aclose` (``close()`` calls it; from async code on the runtime loop, await ``aclose``)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -12,7 +14,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from mcp.server.mcpserver import MCPServer
 
 import mcp_gym
-from mcp_gym import InProcess, MCPEnv
+from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.client.runtime import default_runtime
 from mcp_gym.envs import make_env
 from mcp_gym.vector import VectorMCPEnv
@@ -238,3 +240,20 @@ def test_gymnasiums_vector_wrappers_apply(vec: VectorMCPEnv) -> None:
     _, _, terminated, _, infos = stats.step([SUBMIT, add(1), add(1)])
     assert terminated.tolist() == [True, False, False]
     assert infos["_episode"].tolist() == [True, False, False] and infos["episode"]["l"][0] == 2
+
+
+def test_closing_stops_every_envs_servers_side_by_side(tmp_path: Path) -> None:
+    """``close`` tells all envs' servers to stop before waiting for any: each of these two servers exits cleanly only
+    once the other was told to stop too (one stopped after the other has exited is terminated instead)."""
+    script = Path(__file__).parent / "servers" / "peer_exit_server.py"
+    names = ["a", "b"]
+
+    def env_fn(i: int) -> MCPEnv:
+        args = [str(script), str(tmp_path), names[i], names[1 - i]]
+        return MCPEnv({"s": Stdio(sys.executable, args)}, ["a task"])
+
+    vec = VectorMCPEnv(env_fn, 2)
+    vec.reset(seed=0)
+    assert all("ping" in env.action_space.tool_names for env in vec.envs)  # both servers up
+    vec.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.clean", "a.eof", "b.clean", "b.eof"]

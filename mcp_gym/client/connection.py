@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 from typing import Protocol as _Interface
 
 import anyio
@@ -31,13 +31,15 @@ from mcp.shared.subscriptions import ResourceUpdated
 from mcp_gym._compat import mcp_wire as _wire
 from mcp_gym._version import __version__
 from mcp_gym.client import _discovery, _npx
-from mcp_gym.client._http_lane import HttpWire, http_client_factory, streamable_http
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked, listing_cache
 from mcp_gym.client.specs import Http, ServerSpec, Sse, Stdio
 from mcp_gym.errors import MCPGymError
 from mcp_gym.protocol import redact_text, redact_url
+
+if TYPE_CHECKING:
+    from mcp_gym.client._http_lane import HttpWire  # imported with aiohttp, for an HTTP server only
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -191,15 +193,10 @@ class ServerConnection:
                 (spec.command, list(spec.args), env, cwd)
             params = StdioServerParameters(command=command, args=args, env=env, cwd=cwd)
             target = stdio_transport(params, self._stdio, max_message_bytes=spec.max_message_bytes)
-        elif isinstance(spec, Http):
-            self.http_wire = HttpWire(spec, self._http_refused)
-            target = streamable_http(spec, self._http_refused, self.http_wire)
-        elif isinstance(spec, Sse):
-            from mcp.client.sse import sse_client
+        elif isinstance(spec, (Http, Sse)):
+            from mcp_gym.client._http_transport import http_transport  # with aiohttp: for HTTP servers only
 
-            target = sse_client(spec.url, headers=dict(spec.headers or {}) or None, auth=spec.auth,
-                                timeout=spec.http_timeout, sse_read_timeout=spec.read_timeout,
-                                httpx_client_factory=http_client_factory(self._http_refused, spec.max_in_flight))
+            self.http_wire, target = http_transport(spec, self._http_refused)
         else:
             target = spec.server
 

@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from mcp_gym.jobs.results import CollectResult
+from mcp_gym.jobs.schema import to_dict as to_dict  # here for the sibling modules: export-sft imports it alone
 from mcp_gym.policies import Policy, make_policy
 from mcp_gym.protocol import REDACTED, redact_text, redact_url
 from mcp_gym.recording.store import RunStore
@@ -31,13 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["env_config", "server_specs", "env_factory"]  # the rest: internal to mcp_gym.jobs (its sibling modules)
 
 log = logging.getLogger(__name__)
-
-
-def to_dict(node: Any) -> dict[str, Any]:
-    """A config node as a plain dict (interpolations resolved)."""
-    if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a DictConfig converts to a dict
-    return dict(node or {})
 
 
 def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from mcp_gym.jobs.config import to_dict
+from mcp_gym.jobs.schema import to_dict
 
 __all__ = ["export_sft"]
 

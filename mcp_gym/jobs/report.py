@@ -55,12 +55,20 @@ def plot_label(config: Mapping[str, Any]) -> str:
     return " · ".join(str(x) for x in (env_name or "?", policy_name or "?"))
 
 
-def figures(tasks: Sequence[Mapping[str, Any]], episodes: pa.Table, label: str = "") -> dict[str, Any]:
-    """The report's matplotlib figures by file stem; titles end with ``label`` (env · policy); count axes and the
-    steps axis have integer ticks. Close them with ``matplotlib.pyplot.close``."""
+def load_plotting() -> None:
+    """Import matplotlib for the report's figures (the non-interactive Agg backend, pyplot, the tick locators); a job
+    that writes plots calls it ahead, on a thread, while it waits for its first servers."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401 - imported for the figures
+    import matplotlib.ticker  # noqa: F401
+
+
+def figures(tasks: Sequence[Mapping[str, Any]], episodes: pa.Table, label: str = "") -> dict[str, Any]:
+    """The report's matplotlib figures by file stem; titles end with ``label`` (env · policy); count axes and the
+    steps axis have integer ticks. Close them with ``matplotlib.pyplot.close``."""
+    load_plotting()
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mcp_gym.errors import MCPGymError
-from mcp_gym.vector import EpisodeResult
+
+if TYPE_CHECKING:
+    from mcp_gym.vector import EpisodeResult
 
 __all__ = ["CollectResult", "JobFailed", "JobInterrupted"]
 

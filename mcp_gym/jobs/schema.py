@@ -26,6 +26,13 @@ from mcp_gym.errors import MCPGymError
 __all__ = ["ConfigError", "check_job_config"]
 
 
+def to_dict(node: Any) -> dict[str, Any]:
+    """A config node as a plain dict (interpolations resolved)."""
+    if isinstance(node, DictConfig):
+        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]  # a DictConfig converts to a dict
+    return dict(node or {})
+
+
 class ConfigError(MCPGymError, ValueError):
     """A job config key of the wrong type, or one no config declares; the message is one line naming the key."""
 

@@ -7,21 +7,31 @@ middlewares :class:`RecordingClient` / :class:`RecordingHost`. :func:`load` read
 :class:`TrajectoryWriter` is the Parquet writer under both entry points (one :class:`EpisodeWriter` per episode).
 :class:`StepRecord` and :class:`EpisodeRecord` define the columns (the Arrow schemas are generated from them); see
 :mod:`mcp_gym.recording.schema` for the directory layout.
+
+The names below are imported on first use, so reading a run (``mcp-gym export-sft``) does not import the MCP client.
 """
 
-from mcp_gym.recording.client import RecordingClient, RecordingHost
-from mcp_gym.recording.reader import Recording, load, read_tables
-from mcp_gym.recording.run import RunDirectory
-from mcp_gym.recording.schema import (
-    EPISODES_SCHEMA,
-    STEPS_SCHEMA,
-    EpisodeRecord,
-    StepRecord,
-)
-from mcp_gym.recording.store import RunStore
-from mcp_gym.recording.wrapper import RecordTrajectories
-from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "RecordTrajectories": "mcp_gym.recording.wrapper",
+    "RecordingClient": "mcp_gym.recording.client",
+    "RecordingHost": "mcp_gym.recording.client",
+    "TrajectoryWriter": "mcp_gym.recording.writer",
+    "EpisodeWriter": "mcp_gym.recording.writer",
+    "RunDirectory": "mcp_gym.recording.run",
+    "RunStore": "mcp_gym.recording.store",
+    "Recording": "mcp_gym.recording.reader",
+    "load": "mcp_gym.recording.reader",
+    "read_tables": "mcp_gym.recording.reader",
+    "StepRecord": "mcp_gym.recording.schema",
+    "EpisodeRecord": "mcp_gym.recording.schema",
+    "STEPS_SCHEMA": "mcp_gym.recording.schema",
+    "EPISODES_SCHEMA": "mcp_gym.recording.schema",
+}
 __all__ = [
     "RecordTrajectories",
     "RecordingClient",
@@ -38,3 +48,20 @@ __all__ = [
     "STEPS_SCHEMA",
     "EPISODES_SCHEMA",
 ]
+
+if TYPE_CHECKING:
+    from mcp_gym.recording.client import RecordingClient, RecordingHost
+    from mcp_gym.recording.reader import Recording, load, read_tables
+    from mcp_gym.recording.run import RunDirectory
+    from mcp_gym.recording.schema import EPISODES_SCHEMA, STEPS_SCHEMA, EpisodeRecord, StepRecord
+    from mcp_gym.recording.store import RunStore
+    from mcp_gym.recording.wrapper import RecordTrajectories
+    from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mcp_gym.recording' has no attribute {name!r}")

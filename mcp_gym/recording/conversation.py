@@ -11,22 +11,27 @@ becomes the assistant's reply of that turn and the next user message (that step'
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import mcp.types as mt
 import orjson
-from pydantic import TypeAdapter
 
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView
-from mcp_gym.client.host import render_content
 from mcp_gym.parsing import ToolCall
 
 __all__ = ["conversation", "turns"]
 
 
-_CONTENT_BLOCKS = TypeAdapter(list[mt.ContentBlock])
+@functools.cache
+def _content_blocks() -> Any:
+    """The validator of recorded content blocks (the MCP SDK's types: imported only for a step recorded without the
+    text the agent was shown, so that reading Gym-recorded runs does not import the MCP client)."""
+    import mcp.types as mt
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(list[mt.ContentBlock])
 
 
 def _tool_content(step: Mapping[str, Any]) -> str:
@@ -38,7 +43,9 @@ def _tool_content(step: Mapping[str, Any]) -> str:
     if not blocks and step["error"] is not None:
         message: str = json.loads(step["error"]).get("message", "unknown error")
         return "Error: " + message
-    return render_content(_CONTENT_BLOCKS.validate_python(blocks))
+    from mcp_gym.client.host import render_content
+
+    return render_content(_content_blocks().validate_python(blocks))
 
 
 def turns(steps: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
