@@ -110,16 +110,6 @@ class Lane(Protocol):
     def next_id(self) -> int:
         """A request id of this lane's own (never one of the SDK session's)."""
 
-    def answers_session(self, rid: Any) -> bool:
-        """Whether a response with id ``rid`` can answer a request of the SDK's session: a number (the session's own
-        count, as it correlates them), or the name of one of its requests in flight (then no longer in flight)."""
-        if request_key(rid) is not None:
-            return True
-        if type(rid) is str and rid in self.named:
-            self.named.discard(rid)
-            return True
-        return False
-
     def stamp(self, client: Any, data: dict[str, Any], opts: dict[str, Any]) -> None:
         """Stamp a request (``{"method", "params"}``) as the SDK's session stamps its own: the protocol era's
         ``_meta`` (into ``data``) and per-message headers (into ``opts["headers"]``). Raises :class:`StepAside` when
