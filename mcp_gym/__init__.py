@@ -15,6 +15,7 @@ import importlib
 import importlib.abc
 from typing import TYPE_CHECKING, Any
 
+from mcp_gym._lazy import lazy_names
 from mcp_gym._version import __version__ as __version__
 
 _EXPORTS: dict[str, str] = {
@@ -98,14 +99,7 @@ if TYPE_CHECKING:
     from mcp_gym.vector import VectorMCPEnv
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    if name in ("sft", "recording"):
-        return importlib.import_module(f"mcp_gym.{name}")
-    raise AttributeError(f"module 'mcp_gym' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _EXPORTS, ("sft", "recording"))
 
 
 def _refuse_left_over_folders() -> None:

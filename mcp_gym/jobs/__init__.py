@@ -10,10 +10,11 @@ nor matplotlib).
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from mcp_gym._lazy import lazy_names
 
 _EXPORTS: dict[str, str] = {
     "collect": "mcp_gym.jobs.collect",
@@ -54,12 +55,7 @@ if TYPE_CHECKING:
     from mcp_gym.jobs.results import CollectResult, JobFailed, JobInterrupted
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'mcp_gym.jobs' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _EXPORTS)
 
 
 class _Jobs(types.ModuleType):

@@ -13,8 +13,9 @@ The names below are imported on first use, so reading a run (``mcp-gym export-sf
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mcp_gym._lazy import lazy_names
 
 _EXPORTS: dict[str, str] = {
     "RecordTrajectories": "mcp_gym.recording.wrapper",
@@ -59,9 +60,4 @@ if TYPE_CHECKING:
     from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'mcp_gym.recording' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _EXPORTS)
