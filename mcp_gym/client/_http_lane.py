@@ -365,11 +365,16 @@ class HttpWire(LaneIds):
             self.on_refusal(response.status, response.reason or "", self.url)
         if kind.startswith("application/json"):
             try:
-                message = mt.jsonrpc_message_adapter.validate_json(await self._body(rid, response), by_name=False)
+                body = orjson.loads(await self._body(rid, response))
             except (_Answer, ValueError):
-                message = None
-            if isinstance(message, mt.JSONRPCError):
-                return _error(rid, message.error.code, message.error.message, message.error.data)
+                body = None
+            # the server's own error, also without the request's id (servers on the TypeScript SDK answer an unknown
+            # session with {"jsonrpc": "2.0", "error": {...}} and no id): its code and message say what went wrong
+            error = body.get("error") if isinstance(body, dict) else None
+            if isinstance(error, dict) and isinstance(error.get("code"), int) and isinstance(error.get("message"), str):
+                # -32000 there is the server's generic code, not the SDK's "connection closed" (which ends a session)
+                code = INTERNAL_ERROR if error["code"] == CONNECTION_CLOSED and "id" not in body else error["code"]
+                return _error(rid, code, error["message"], error.get("data"))
         if response.status == 404:
             if self.http.session_id is None:
                 return _error(rid, METHOD_NOT_FOUND, "Not Found")

@@ -526,10 +526,10 @@ class ServerConnection:
             raise ConnectionLost(f"server '{self.alias}' is {self.status}" + (f": {self.error}" if self.error else ""))
         return self.client
 
-    def _lost(self, e: BaseException) -> ConnectionLost:
+    def _lost(self, e: BaseException, why: str | None = None) -> ConnectionLost:
         if self.status == "ready":
             self.status = "dead"
-            self.error = self._why(e, "connection lost") + self._stderr_tail()
+            self.error = (why or self._why(e, "connection lost")) + self._stderr_tail()
         self._close.set()
         return ConnectionLost(f"server '{self.alias}' died: {self.error}")
 
@@ -563,10 +563,30 @@ class ServerConnection:
                 raise
             raise MCPError(REQUEST_TIMEOUT, f"no answer to {method or 'the request'} within {t:g} s") from e
 
+    def _session_gone(self, e: MCPError) -> str | None:
+        """Why a Streamable HTTP server no longer knows this session (it restarted, or ended the session), or ``None``:
+        HTTP 404 to a request of the established session (the spec's signal: "Session not found", "Session
+        terminated"), or an HTTP 400 whose error names the session (servers on the TypeScript SDK: "Bad Request: No
+        valid session ID provided"). The session is then dead: every later request would fail the same way, and the
+        next reset reconnects."""
+        refusal = self.http_refusal
+        http = self.http_wire.http if self.http_wire is not None else None
+        if refusal is None or getattr(http, "session_id", None) is None:  # no session (2026-07-28 has none)
+            return None
+        message = e.error.message
+        if not (refusal.startswith("HTTP 404") or (refusal.startswith("HTTP 400") and "session" in message.lower())):
+            return None
+        return (f"the server no longer knows the session ({refusal}: {message}; did it restart?): the next reset "
+                "reconnects")
+
     async def _send(self, client: Client, fn: Callable[[Client], Awaitable[Any]]) -> Any:
+        if self.http_wire is not None:  # the HTTP status _session_gone reads is this request's (or a concurrent one's)
+            self.http_refusal = None
         try:
             return await fn(client)
         except MCPError as e:
+            if (gone := self._session_gone(e)) is not None:
+                raise self._lost(e, gone) from e
             if e.code == CONNECTION_CLOSED:
                 raise self._lost(e) from e
             raise
