@@ -72,6 +72,7 @@ from mcp_gym.client._http import (
     connection_message,
     keepalive_for,
     request_slots,
+    server_error,
     session_http_client,
     shared_ssl_context,
     timeout_message,
@@ -364,17 +365,11 @@ class HttpWire(LaneIds):
         if self.on_refusal is not None:
             self.on_refusal(response.status, response.reason or "", self.url)
         if kind.startswith("application/json"):
-            try:
-                body = orjson.loads(await self._body(rid, response))
-            except (_Answer, ValueError):
-                body = None
-            # the server's own error, also without the request's id (servers on the TypeScript SDK answer an unknown
-            # session with {"jsonrpc": "2.0", "error": {...}} and no id): its code and message say what went wrong
-            error = body.get("error") if isinstance(body, dict) else None
-            if isinstance(error, dict) and isinstance(error.get("code"), int) and isinstance(error.get("message"), str):
-                # -32000 there is the server's generic code, not the SDK's "connection closed" (which ends a session)
-                code = INTERNAL_ERROR if error["code"] == CONNECTION_CLOSED and "id" not in body else error["code"]
-                return _error(rid, code, error["message"], error.get("data"))
+            error = None
+            with contextlib.suppress(_Answer):  # an answer too large: not read
+                error = server_error(await self._body(rid, response))
+            if error is not None:
+                return _error(rid, *error)
         if response.status == 404:
             if self.http.session_id is None:
                 return _error(rid, METHOD_NOT_FOUND, "Not Found")

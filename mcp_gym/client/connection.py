@@ -30,7 +30,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 
 from mcp_gym._compat import mcp_wire as _wire
 from mcp_gym._version import __version__
-from mcp_gym.client import _discovery, _npx
+from mcp_gym.client import _discovery, _http, _npx
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked, listing_cache
@@ -563,32 +563,15 @@ class ServerConnection:
                 raise
             raise MCPError(REQUEST_TIMEOUT, f"no answer to {method or 'the request'} within {t:g} s") from e
 
-    def _session_gone(self, e: MCPError) -> str | None:
-        """Why a Streamable HTTP server no longer knows this session (it restarted, or ended the session), or ``None``:
-        HTTP 404 to a request of the established session (the spec's signal: "Session not found", "Session
-        terminated"), or an HTTP 400 whose error names the session (servers on the TypeScript SDK: "Bad Request: No
-        valid session ID provided"). The session is then dead: every later request would fail the same way, and the
-        next reset reconnects."""
-        refusal = self.http_refusal
-        http = self.http_wire.http if self.http_wire is not None else None
-        if refusal is None or getattr(http, "session_id", None) is None:  # no session (2026-07-28 has none)
-            return None
-        message = e.error.message
-        if not (refusal.startswith("HTTP 404") or (refusal.startswith("HTTP 400") and "session" in message.lower())):
-            return None
-        return (f"the server no longer knows the session ({refusal}: {message}; did it restart?): the next reset "
-                "reconnects")
-
     async def _send(self, client: Client, fn: Callable[[Client], Awaitable[Any]]) -> Any:
-        if self.http_wire is not None:  # the HTTP status _session_gone reads is this request's (or a concurrent one's)
+        if self.http_wire is not None:  # session_gone reads this request's HTTP status (or a concurrent one's)
             self.http_refusal = None
         try:
             return await fn(client)
         except MCPError as e:
-            if (gone := self._session_gone(e)) is not None:
+            gone = _http.session_gone(self.http_refusal, self.http_wire and self.http_wire.http, e.error.message)
+            if gone or e.code == CONNECTION_CLOSED:
                 raise self._lost(e, gone) from e
-            if e.code == CONNECTION_CLOSED:
-                raise self._lost(e) from e
             raise
         except TimeoutError:
             raise  # a bound of ours (fail_after) ran out: not a lost connection (TimeoutError is an OSError)

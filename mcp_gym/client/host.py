@@ -457,11 +457,10 @@ class MCPHost:
                 exposed = self.exposed_name(alias, name)
                 if self.tool_filter.hide(exposed):
                     continue
-                if exposed in cat:  # two servers, one name: the first server keeps it
+                if exposed in cat:  # two servers, one name (prefixed: an alias holding the separator): first keeps it
                     first = cat[exposed]
-                    advice = (f"its tool {show_name(first.server_tool)!r} is also exposed as {show_name(exposed)!r}: "
-                              f"rename server {alias!r} (prefixed names are '<server>{self.separator}<tool>')"
-                              if self.prefix else "use prefix_tools=True")  # an alias holding the separator
+                    advice = (f"its tool {show_name(first.server_tool)!r} is also {show_name(exposed)!r}: rename "
+                              f"server {alias!r}" if self.prefix else "use prefix_tools=True")
                     self.clashes.setdefault(alias, []).append({
                         "name": show_name(name), "reason": f"the name is taken by server '{first.server}' ({advice})"})
                     continue
