@@ -69,6 +69,20 @@ def test_validate_names_the_failing_call_and_the_limit_that_cut_a_solution(tmp_p
     assert "cut short by max_steps" in cut["reason"]
 
 
+def test_validate_fails_a_solution_whose_call_failed_even_if_its_answer_grades_right(tmp_path: Path) -> None:
+    """A second server prefixes every tool name (``fs__read_file``): the unprefixed solution's call fails, and the
+    oracle's submitted answer still matches. Before, validate said "passed" (and the eval 100 %)."""
+    row = {"id": "read", "prompt": "What does in.txt say?", "answer": "hello",
+           "solution": [{"tool": "read_file", "arguments": {"path": "{workspace}/in.txt"}}]}
+    tasks = fs_benchmark(tmp_path / "bench", [row])
+    second = f'+env.servers.fs2="{sys.executable} {FS_SERVER} {{workspace}}"'
+    out = tmp_path / "validate"
+    assert main(["tasks", "validate", "env=custom", FS, second, f"env.tasks={tasks}", f"out={out}"]) == 1
+    [check] = json.loads((out / "validation.json").read_text())
+    assert check["status"] == "failed" and check["failed_call"]["tool"] == "read_file"
+    assert "unknown tool 'read_file'" in check["reason"] and "a call of the solution failed" in check["reason"]
+
+
 # -- newcomer: a server given as {command:, env:} without args ---------------------------------------------------------
 def test_a_command_with_env_and_no_args_starts(tmp_path: Path) -> None:
     from mcp_gym.client.specs import Stdio, normalise_servers

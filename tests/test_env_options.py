@@ -150,3 +150,24 @@ def test_a_trainer_faces_env_kwargs_take_a_group_as_a_mapping() -> None:
         assert [(r, t) for r, _, t, _, _ in _play(env, [BAD, GET])] == [(-0.5, False), (0.0, True)]
     finally:
         env.close()
+
+
+def test_a_clash_of_prefixed_names_says_which_server_to_rename() -> None:
+    """Server 'a' with tool 'b__c' and server 'a__b' with tool 'c' are both 'a__b__c' although names are prefixed:
+    the second is skipped, and the reason names the tool and the alias to change (it advised prefix_tools=True, which
+    was already on)."""
+    from mcp.server.mcpserver import MCPServer
+
+    one, two = MCPServer("one"), MCPServer("two")
+    one.tool(name="b__c")(lambda: "from one")
+    two.tool(name="c")(lambda: "from two")
+    env = MCPEnv({"a": InProcess(one), "a__b": InProcess(two)}, ["t"])
+    try:
+        _, info = env.reset(seed=0)
+        assert env.action_space.tool_names == ["a__b__c", "submit"]
+        [skipped] = info["servers"]["a__b"]["skipped_tools"]
+        assert skipped["name"] == "c" and "prefix_tools" not in skipped["reason"], skipped
+        assert "server 'a'" in skipped["reason"] and "'b__c'" in skipped["reason"], skipped
+        assert "rename server 'a__b'" in skipped["reason"], skipped
+    finally:
+        env.close()

@@ -77,6 +77,7 @@ from mcp_gym.protocol import redact_http_logs
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_SSE_READ_TIMEOUT",
            "session_http_client", "shared_ssl_context", "HTTP_TIMEOUT_DATA_KEY", "HTTP_CONNECTION_DATA_KEY",
            "CONNECTION_LOST", "KEEPALIVE_EXPIRY", "KEEPALIVE_MAX", "MAX_IN_FLIGHT", "keepalive_for", "request_slots",
+           "session_gone", "server_error",
            "timeout_message", "connection_message", "too_large_message", "MAX_SSE_RETRY_MS", "sse_retry_ok",
            "RetryLines", "LanePools", "proxy_in_environment"]
 
@@ -201,6 +202,34 @@ def _error_response(request: httpx2.Request, rid: Any, status: int, code: int, m
     body = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": data}}
     return httpx2.Response(status, headers={"content-type": "application/json"}, content=json.dumps(body).encode(),
                            request=request)
+
+
+def session_gone(refusal: str | None, http: Any, message: str) -> str | None:
+    """Why a Streamable HTTP server no longer knows the session of ``http`` (a session's client, or ``None``): it
+    restarted, or ended the session. ``refusal`` is the HTTP status of the failed request ("HTTP 404 Not Found at
+    URL"), ``message`` its error; ``None`` when the session holds. HTTP 404 to a request of the session is the spec's
+    signal ("Session not found"); servers on the TypeScript SDK answer HTTP 400 naming the session ("Bad Request: No
+    valid session ID provided"). The session is then dead: every later request would fail the same way."""
+    if refusal is None or getattr(http, "session_id", None) is None:  # no session (2026-07-28 has none)
+        return None
+    if not (refusal.startswith("HTTP 404") or (refusal.startswith("HTTP 400") and "session" in message.lower())):
+        return None
+    return f"the server no longer knows the session ({refusal}: {message}; did it restart?): the next reset reconnects"
+
+
+def server_error(body: bytes) -> tuple[int, str, Any] | None:
+    """``(code, message, data)`` of a JSON-RPC error in an HTTP error answer's body, also one without an id (the
+    TypeScript SDK's for an unknown session), or ``None``. Its -32000 is the server's own code, not the SDK's
+    "connection closed" (which would end the session): without an id it is read as -32603 (internal error)."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if not (isinstance(error, dict) and isinstance(error.get("code"), int) and isinstance(error.get("message"), str)):
+        return None
+    code = -32603 if error["code"] == -32000 and "id" not in obj else error["code"]
+    return code, error["message"], error.get("data")
 
 
 def timeout_message(origin: str, which: str, seconds: float | None) -> str:

@@ -72,6 +72,7 @@ from mcp_gym.client._http import (
     connection_message,
     keepalive_for,
     request_slots,
+    server_error,
     session_http_client,
     shared_ssl_context,
     timeout_message,
@@ -364,12 +365,11 @@ class HttpWire(LaneIds):
         if self.on_refusal is not None:
             self.on_refusal(response.status, response.reason or "", self.url)
         if kind.startswith("application/json"):
-            try:
-                message = mt.jsonrpc_message_adapter.validate_json(await self._body(rid, response), by_name=False)
-            except (_Answer, ValueError):
-                message = None
-            if isinstance(message, mt.JSONRPCError):
-                return _error(rid, message.error.code, message.error.message, message.error.data)
+            error = None
+            with contextlib.suppress(_Answer):  # an answer too large: not read
+                error = server_error(await self._body(rid, response))
+            if error is not None:
+                return _error(rid, *error)
         if response.status == 404:
             if self.http.session_id is None:
                 return _error(rid, METHOD_NOT_FOUND, "Not Found")

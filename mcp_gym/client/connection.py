@@ -30,7 +30,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 
 from mcp_gym._compat import mcp_wire as _wire
 from mcp_gym._version import __version__
-from mcp_gym.client import _discovery, _npx
+from mcp_gym.client import _discovery, _http, _npx
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked, listing_cache
@@ -526,10 +526,10 @@ class ServerConnection:
             raise ConnectionLost(f"server '{self.alias}' is {self.status}" + (f": {self.error}" if self.error else ""))
         return self.client
 
-    def _lost(self, e: BaseException) -> ConnectionLost:
+    def _lost(self, e: BaseException, why: str | None = None) -> ConnectionLost:
         if self.status == "ready":
             self.status = "dead"
-            self.error = self._why(e, "connection lost") + self._stderr_tail()
+            self.error = (why or self._why(e, "connection lost")) + self._stderr_tail()
         self._close.set()
         return ConnectionLost(f"server '{self.alias}' died: {self.error}")
 
@@ -564,11 +564,14 @@ class ServerConnection:
             raise MCPError(REQUEST_TIMEOUT, f"no answer to {method or 'the request'} within {t:g} s") from e
 
     async def _send(self, client: Client, fn: Callable[[Client], Awaitable[Any]]) -> Any:
+        if self.http_wire is not None:  # session_gone reads this request's HTTP status (or a concurrent one's)
+            self.http_refusal = None
         try:
             return await fn(client)
         except MCPError as e:
-            if e.code == CONNECTION_CLOSED:
-                raise self._lost(e) from e
+            gone = _http.session_gone(self.http_refusal, self.http_wire and self.http_wire.http, e.error.message)
+            if gone or e.code == CONNECTION_CLOSED:
+                raise self._lost(e, gone) from e
             raise
         except TimeoutError:
             raise  # a bound of ours (fail_after) ran out: not a lost connection (TimeoutError is an OSError)

@@ -457,10 +457,12 @@ class MCPHost:
                 exposed = self.exposed_name(alias, name)
                 if self.tool_filter.hide(exposed):
                     continue
-                if exposed in cat:  # two servers, one name (prefix_tools=False): the first server keeps it
+                if exposed in cat:  # two servers, one name (prefixed: an alias holding the separator): first keeps it
+                    first = cat[exposed]
+                    advice = (f"its tool {show_name(first.server_tool)!r} is also {show_name(exposed)!r}: rename "
+                              f"server {alias!r}" if self.prefix else "use prefix_tools=True")
                     self.clashes.setdefault(alias, []).append({
-                        "name": show_name(name),
-                        "reason": f"the name is taken by server '{cat[exposed].server}' (use prefix_tools=True)"})
+                        "name": show_name(name), "reason": f"the name is taken by server '{first.server}' ({advice})"})
                     continue
                 cat[exposed] = ToolEntry(exposed, alias, name, tool)
         self.catalogue = cat

@@ -5,8 +5,9 @@ per-episode workspace, ``fixture`` and servers), and plays the solution of the *
 replaced by the episode's real path, as the ``oracle`` policy sees it): its calls, then ``submit`` of its ``answer``
 unless the episode already ended. A task whose grade fails, whose grading raises, or whose episode breaks is
 reported with the first tool call that failed (tool, arguments, error) and the limit (``max_steps``, ...) that cut
-the solution short, if one did; the command exits 1 if there is any. Tasks without a solution, and tasks nothing
-grades, are listed as skipped.
+the solution short, if one did; a solution with a failed call fails even when its answer grades right (the oracle
+submits the answer whatever the calls returned). The command exits 1 if there is any. Tasks without a solution, and
+tasks nothing grades, are listed as skipped.
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ def check_task(env: Any, task: Any) -> TaskCheck:
     status, reason = check.status, check.reason
     if limit is not None:  # a solution the limits cut short would be cut in eval too: never a pass
         status, reason = ("error" if status == "error" else "failed"), f"cut short by {limit}; {reason}"
-    if failed is not None and status != "passed":
+    elif failed is not None and status == "passed":  # the answer is right, but the solution does not work as written
+        status, reason = "failed", f"the grade passes ({reason}) but a call of the solution failed"
+    if failed is not None:
         where = f" (turn {failed['turn']})" if multi else ""
         reason += f"; first failed call: step {failed['step']}{where} {failed['tool']}: {failed['error']}"
     return TaskCheck(task.id, status, reason, check.score, failed, limit)
