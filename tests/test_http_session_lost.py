@@ -14,6 +14,7 @@ import socket
 import threading
 from typing import Any
 
+import pytest
 from conftest import bound_socket, serve_in_thread, start_everything_http, stop_process
 from mcp.server.mcpserver import MCPServer
 
@@ -114,6 +115,8 @@ class SwitchingProxy:
             s.close()
 
 
+@pytest.mark.slow  # a proxy and two npm server starts; fast cover (the same path, a 404):
+# test_a_python_server_that_restarted_answers_404_and_the_next_reset_reconnects
 def test_server_everything_restarted_answers_400_and_the_next_reset_reconnects() -> None:
     first, port = start_everything_http()
     second = None

@@ -60,6 +60,8 @@ else:
     assert "mcp" in imported_after("import sys\n" + code)  # the job modules themselves do import the client
 
 
+@pytest.mark.slow  # guards speed only (an export that works is tested in test_sft); fast cover of the
+# first-use imports: test_importing_the_jobs_and_recording_packages_imports_no_client_and_no_plots
 def test_export_sft_imports_neither_the_mcp_client_nor_matplotlib_nor_gymnasium(tmp_path: Path) -> None:
     run, sft = tmp_path / "run", tmp_path / "sft"
     assert main(["collect", *FAST, "policy=oracle", "episodes=3", f"out={run}"]) == 0
@@ -128,6 +130,7 @@ def test_collect_does_not_import_matplotlib(tmp_path: Path) -> None:
     assert "matplotlib" not in imported_after(code, "collect", f"out={tmp_path / 'c'}", "env=counter")
 
 
+@pytest.mark.slow  # guards speed only; fast cover: test_a_job_warms_up_only_the_modules_its_end_will_use
 def test_eval_without_plots_does_not_import_matplotlib(tmp_path: Path) -> None:
     code = ("import sys\nfrom mcp_gym.cli import main\n"
             "assert main(sys.argv[1:] + ['env.transport=inprocess', 'launcher.progress=false', 'samples=1']) == 0")
@@ -147,6 +150,8 @@ def test_an_eval_whose_plots_cannot_be_made_fails_with_the_error(tmp_path: Path)
     assert (tmp_path / "report" / "results.json").is_file() and not list((tmp_path / "report").glob("*.png"))
 
 
+@pytest.mark.slow  # guards speed only (both transports' behaviour: test_http_lane, test_wire_stdio); fast
+# cover of the first-use imports: test_importing_the_jobs_and_recording_packages_imports_no_client_and_no_plots
 def test_the_http_lane_and_aiohttp_are_imported_for_http_servers_only(http_counter: str) -> None:
     stdio = """
 import sys
