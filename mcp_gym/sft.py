@@ -89,7 +89,8 @@ FIELDS: dict[str, str] = {
     "prompt": "Layout `prompt_completion`: the system and user messages.",
     "completion": "Layout `prompt_completion`: every message after the user turn.",
     "tools": "OpenAI function schemas (`type`, `function.name`, `function.description`, `function.parameters`) of the "
-    "tools offered in the episode's last model request, `submit` included.",
+    "tools offered in the example's last model request, `submit` included (an episode whose tools changed between "
+    "replies gives one example per tool list: `sft.tools_changed`).",
     "episode_id": "Recorded episode id.",
     "task_id": "Task id (train/test splits never share one).",
     "env_id": "Environment id, e.g. `mcp_gym/Counter-v0` (`gymnasium.make` builds it).",
@@ -186,6 +187,14 @@ class ExportOptions:
             ``transformers.AutoTokenizer``, never downloaded): its special tokens count as ``special_tokens``.
         test_size: Hold out this fraction (float) or number (int) of task ids as a ``test`` split.
         seed: Seed of the train/test assignment of task ids.
+        tools_changed: An episode whose offered tools changed between two model replies (a server added tools at
+            a user turn: BFCL's ``miss_func``) can't be one example, since ``tools`` is one list per example.
+            ``"split"`` (default): one example per tool list, each ending with the last reply made with it; in layout
+            ``prompt_completion`` its ``completion`` holds only the replies made with its ``tools`` (the ``prompt``
+            is the request that produced the first of them, as the model saw it); in layout ``messages``, where a
+            trainer learns every assistant message under the example's one ``tools``, such episodes are dropped
+            (``tools_changed``). ``"last"``: one example with the tools of the last request (earlier replies were
+            made when some of them could not be called).
     """
 
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
@@ -203,8 +212,11 @@ class ExportOptions:
     tokenizer: Any = None
     test_size: float | int | None = None
     seed: int = 0
+    tools_changed: Literal["split", "last"] = "split"
 
     def __post_init__(self) -> None:
+        if self.tools_changed not in ("split", "last"):
+            raise ValueError(f"tools_changed must be 'split' or 'last', not {self.tools_changed!r}")
         if self.final_answer not in ("message", "tool_call"):
             raise ValueError(f"final_answer must be 'message' or 'tool_call', not {self.final_answer!r}")
         if self.layout not in ("messages", "prompt_completion"):
@@ -353,15 +365,17 @@ def _tools(ep: Mapping[str, Any], catalogue: list[dict[str, Any]] | None) -> lis
 
 
 def _example(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], source: str, opts: ExportOptions,
-             tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """One example in storage form: messages (and tool parameters) as JSON strings, the ``Json`` feature's storage."""
+             tools: list[dict[str, Any]], cut: int | None = None) -> dict[str, Any]:
+    """One example in storage form: messages (and tool parameters) as JSON strings, the ``Json`` feature's storage.
+    ``cut``: where the completion starts (default: after the first user message)."""
     messages = recorded.conversation(ep, steps, system_prompt=opts.system_prompt, final_answer=opts.final_answer,
                                      assistant_text=opts.assistant_text)
     encoded = [dumps(m) for m in messages]
     if opts.layout == "messages":
         conversation: dict[str, Any] = {"messages": encoded}
     else:
-        cut = next(i for i, m in enumerate(messages) if m["role"] == "user") + 1
+        if cut is None:
+            cut = next(i for i, m in enumerate(messages) if m["role"] == "user") + 1
         conversation = {"prompt": encoded[:cut], "completion": encoded[cut:]}
     return {
         **conversation,
@@ -402,26 +416,69 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
                 report.dropped[reason] += 1
                 continue
             groups = recorded.turns(steps)
-            change, catalogue = _catalogue(ep, groups[-1][0]["step_index"] if groups else None)
-            key = (ep["tools"], ep["catalogue_changes"] if change >= 0 else None, change)
-            if key not in catalogues:
-                tools = [{**t, "function": {**t["function"], "parameters": dumps(t["function"]["parameters"])}}
-                         for t in _tools(ep, catalogue)]
-                number = numbers.setdefault(dumps(tools), str(len(numbers)).encode())
-                catalogues[key] = (number, tools)
-            number, tools = catalogues[key]
-            example = _example(ep, steps, source, opts, tools)
-            if opts.dedupe:
-                conversation = example.get("messages") or example["prompt"] + example["completion"]
-                digest = hashlib.blake2b("\x1e".join(conversation).encode(), digest_size=16, key=number).digest()
-                if digest in seen:
-                    report.dropped["dedupe"] += 1
-                    continue
-                seen.add(digest)
-            report.kept[source] += 1
-            report.neutralized += bool(found[0])  # kept: its text shows them broken, as the chat view showed the model
-            examples.append(example)
+            segments: list[tuple[int | None, int, str | None]] = list(
+                _segments(ep, groups) if opts.tools_changed == "split" else [])
+            if len(segments) > 1 and opts.layout == "messages":
+                report.dropped["tools_changed"] += 1  # later examples would train earlier replies under later tools
+                continue
+            if len(segments) <= 1:
+                segments = [(len(groups) - 1 if groups else None, len(steps), None)]
+            for first, end, answer in segments:
+                change, catalogue = _catalogue(ep, groups[first][0]["step_index"] if first is not None else None)
+                key = (ep["tools"], ep["catalogue_changes"] if change >= 0 else None, change)
+                if key not in catalogues:
+                    tools = [{**t, "function": {**t["function"], "parameters": dumps(t["function"]["parameters"])}}
+                             for t in _tools(ep, catalogue)]
+                    number = numbers.setdefault(dumps(tools), str(len(numbers)).encode())
+                    catalogues[key] = (number, tools)
+                number, tools = catalogues[key]
+                part = ep if end == len(steps) else {**ep, "final_answer": answer}
+                cut = None if len(segments) == 1 or first is None else _request_length(ep, steps, groups[first], opts)
+                example = _example(part, steps[:end], source, opts, tools, cut)
+                if opts.dedupe:
+                    conversation = example.get("messages") or example["prompt"] + example["completion"]
+                    digest = hashlib.blake2b("\x1e".join(conversation).encode(), digest_size=16, key=number).digest()
+                    if digest in seen:
+                        report.dropped["dedupe"] += 1
+                        continue
+                    seen.add(digest)
+                report.kept[source] += 1
+                report.neutralized += bool(found[0])  # kept: its text shows them broken, as the chat view showed it
+                examples.append(example)
     return examples
+
+
+def _segments(ep: Mapping[str, Any], groups: Sequence[Sequence[Mapping[str, Any]]]
+              ) -> list[tuple[int, int, str | None]]:
+    """The episode's model replies cut where the offered tools changed between two of them (a server's
+    ``tools/list_changed``, e.g. at a user turn): per tool list, ``(its first reply's index in groups, the end of its
+    last reply in steps, that reply's submitted answer)``. One entry when the tools never changed."""
+    out: list[tuple[int, int, str | None]] = []
+    if not ep["catalogue_changes"]:
+        return out  # (most episodes: one tool list)
+    last_tools: Any = object()
+    cache: dict[int, str] = {}
+    end = 0
+    for k, group in enumerate(groups):
+        change, catalogue = _catalogue(ep, group[0]["step_index"])
+        if change not in cache:
+            cache[change] = json.dumps(_tools(ep, catalogue), sort_keys=True)
+        if cache[change] != last_tools:
+            out.append((k, 0, None))
+            last_tools = cache[change]
+        end += len(group)
+        answer = next((json.loads(s["arguments"]).get("answer") for s in group if s["tool"] == "submit"), None)
+        out[-1] = (out[-1][0], end, answer if answer is None or isinstance(answer, str) else json.dumps(answer))
+    return out
+
+
+def _request_length(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], group: Sequence[Mapping[str, Any]],
+                    opts: ExportOptions) -> int:
+    """How many messages the model request that produced the reply ``group`` held (the reply is the last message of
+    the conversation that ends with it)."""
+    end = next(i for i, s in enumerate(steps) if s["step_index"] == group[-1]["step_index"]) + 1
+    return len(recorded.conversation(ep, steps[:end], system_prompt=opts.system_prompt, final_answer="tool_call",
+                                     assistant_text=opts.assistant_text)) - 1
 
 
 def _tally(report: _Report) -> str:
@@ -493,11 +550,19 @@ def _build(runs: RunSource | Iterable[RunSource], opts: ExportOptions) -> tuple[
     if not examples and read:  # a non-empty run that gives nothing: say which filters took it, do not write it
         reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.dropped.items()))
         raise NothingToExport(f"nothing to export: all {read} episodes read were dropped ({reasons}); see the sft.* "
-                              "filters (success_only, min_reward, max_turns, task_ids, drop_errors, drop_tool_errors)")
+                              "filters (success_only, min_reward, max_turns, task_ids, drop_errors, drop_tool_errors)"
+                              + _TOOLS_CHANGED * bool(report.dropped.get("tools_changed")))
     if report.dropped.get("dedupe") or report.neutralized or report.dropped.get("control_tokens"):
         log.warning("SFT export: %s", _tally(report))
+    if report.dropped.get("tools_changed") and examples:
+        log.warning("SFT export: %d episodes dropped%s", report.dropped["tools_changed"], _TOOLS_CHANGED)
     splits = _split(examples, opts)
     return {name: _dataset(rows, feats, opts) for name, rows in splits.items()}, report
+
+
+_TOOLS_CHANGED = ("; tools_changed: their offered tools changed between model replies (a server added tools at a user "
+                  "turn), which one `messages` example cannot show: export with sft.layout=prompt_completion (one "
+                  "example per tool list) or sft.tools_changed=last (the last request's tools)")
 
 
 def _result(splits: dict[str, datasets.Dataset], opts: ExportOptions) -> datasets.Dataset | datasets.DatasetDict:
