@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from mcp_gym import chat
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.errors import MCPGymError
-from mcp_gym.protocol import SERVER_ERROR_KINDS, openai_tools
+from mcp_gym.protocol import SERVER_ERROR_KINDS
 from mcp_gym.recording import conversation as recorded
 from mcp_gym.recording.atomic import replace_dir, staging_dir, sweep_staging
 from mcp_gym.recording.reader import Recording, read_tables
@@ -187,14 +187,10 @@ class ExportOptions:
             ``transformers.AutoTokenizer``, never downloaded): its special tokens count as ``special_tokens``.
         test_size: Hold out this fraction (float) or number (int) of task ids as a ``test`` split.
         seed: Seed of the train/test assignment of task ids.
-        tools_changed: An episode whose offered tools changed between two model replies (a server added tools at
-            a user turn: BFCL's ``miss_func``) can't be one example, since ``tools`` is one list per example.
-            ``"split"`` (default): one example per tool list, each ending with the last reply made with it; in layout
-            ``prompt_completion`` its ``completion`` holds only the replies made with its ``tools`` (the ``prompt``
-            is the request that produced the first of them, as the model saw it); in layout ``messages``, where a
-            trainer learns every assistant message under the example's one ``tools``, such episodes are dropped
-            (``tools_changed``). ``"last"``: one example with the tools of the last request (earlier replies were
-            made when some of them could not be called).
+        tools_changed: An episode whose offered tools changed between model replies (BFCL ``miss_func``):
+            ``"split"`` (default) gives one example per tool list, its ``completion`` (layout ``prompt_completion``)
+            only the replies made with its ``tools``, its ``prompt`` the request as sent; layout ``messages`` drops
+            such episodes (``tools_changed``). ``"last"``: one example with the last request's tools.
     """
 
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
@@ -344,26 +340,6 @@ def _drop_reason(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts
     return None
 
 
-def _catalogue(ep: Mapping[str, Any], before: int | None) -> tuple[int, list[dict[str, Any]] | None]:
-    """``(change number, catalogue)`` in force before step ``before``: the last catalogue change recorded after an
-    earlier step (``catalogue`` ``None`` and number -1: the episode's initial ``tools``)."""
-    if not ep["catalogue_changes"] or before is None:
-        return -1, None
-    chosen: tuple[int, list[dict[str, Any]] | None] = (-1, None)
-    for k, change in enumerate(json.loads(ep["catalogue_changes"])):
-        if change["step_index"] is not None and change["step_index"] < before:
-            chosen = (k, change["tools"])
-    return chosen
-
-
-def _tools(ep: Mapping[str, Any], catalogue: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """The ``tools`` of the episode's last model request: its catalogue then, with ``submit`` (as the policies send
-    them: :func:`mcp_gym.protocol.openai_tools`)."""
-    if catalogue is None:
-        catalogue = json.loads(ep["tools"]) if ep["tools"] else []
-    return openai_tools(catalogue)
-
-
 def _example(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], source: str, opts: ExportOptions,
              tools: list[dict[str, Any]], cut: int | None = None) -> dict[str, Any]:
     """One example in storage form: messages (and tool parameters) as JSON strings, the ``Json`` feature's storage.
@@ -416,24 +392,25 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
                 report.dropped[reason] += 1
                 continue
             groups = recorded.turns(steps)
-            segments: list[tuple[int | None, int, str | None]] = list(
-                _segments(ep, groups) if opts.tools_changed == "split" else [])
+            split = opts.tools_changed == "split"
+            segments: list[tuple[int | None, int, str | None]] = [*recorded.tool_segments(ep, groups)] if split else []
             if len(segments) > 1 and opts.layout == "messages":
                 report.dropped["tools_changed"] += 1  # later examples would train earlier replies under later tools
                 continue
             if len(segments) <= 1:
                 segments = [(len(groups) - 1 if groups else None, len(steps), None)]
             for first, end, answer in segments:
-                change, catalogue = _catalogue(ep, groups[first][0]["step_index"] if first is not None else None)
+                change, catalogue = recorded.catalogue_at(ep, None if first is None else groups[first][0]["step_index"])
                 key = (ep["tools"], ep["catalogue_changes"] if change >= 0 else None, change)
                 if key not in catalogues:
                     tools = [{**t, "function": {**t["function"], "parameters": dumps(t["function"]["parameters"])}}
-                             for t in _tools(ep, catalogue)]
+                             for t in recorded.offered_tools(ep, catalogue)]
                     number = numbers.setdefault(dumps(tools), str(len(numbers)).encode())
                     catalogues[key] = (number, tools)
                 number, tools = catalogues[key]
                 part = ep if end == len(steps) else {**ep, "final_answer": answer}
-                cut = None if len(segments) == 1 or first is None else _request_length(ep, steps, groups[first], opts)
+                cut = None if len(segments) == 1 or first is None else recorded.request_length(
+                    ep, steps, groups[first], opts.system_prompt, opts.assistant_text)
                 example = _example(part, steps[:end], source, opts, tools, cut)
                 if opts.dedupe:
                     conversation = example.get("messages") or example["prompt"] + example["completion"]
@@ -446,39 +423,6 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
                 report.neutralized += bool(found[0])  # kept: its text shows them broken, as the chat view showed it
                 examples.append(example)
     return examples
-
-
-def _segments(ep: Mapping[str, Any], groups: Sequence[Sequence[Mapping[str, Any]]]
-              ) -> list[tuple[int, int, str | None]]:
-    """The episode's model replies cut where the offered tools changed between two of them (a server's
-    ``tools/list_changed``, e.g. at a user turn): per tool list, ``(its first reply's index in groups, the end of its
-    last reply in steps, that reply's submitted answer)``. One entry when the tools never changed."""
-    out: list[tuple[int, int, str | None]] = []
-    if not ep["catalogue_changes"]:
-        return out  # (most episodes: one tool list)
-    last_tools: Any = object()
-    cache: dict[int, str] = {}
-    end = 0
-    for k, group in enumerate(groups):
-        change, catalogue = _catalogue(ep, group[0]["step_index"])
-        if change not in cache:
-            cache[change] = json.dumps(_tools(ep, catalogue), sort_keys=True)
-        if cache[change] != last_tools:
-            out.append((k, 0, None))
-            last_tools = cache[change]
-        end += len(group)
-        answer = next((json.loads(s["arguments"]).get("answer") for s in group if s["tool"] == "submit"), None)
-        out[-1] = (out[-1][0], end, answer if answer is None or isinstance(answer, str) else json.dumps(answer))
-    return out
-
-
-def _request_length(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], group: Sequence[Mapping[str, Any]],
-                    opts: ExportOptions) -> int:
-    """How many messages the model request that produced the reply ``group`` held (the reply is the last message of
-    the conversation that ends with it)."""
-    end = next(i for i, s in enumerate(steps) if s["step_index"] == group[-1]["step_index"]) + 1
-    return len(recorded.conversation(ep, steps[:end], system_prompt=opts.system_prompt, final_answer="tool_call",
-                                     assistant_text=opts.assistant_text)) - 1
 
 
 def _tally(report: _Report) -> str:
@@ -554,15 +498,14 @@ def _build(runs: RunSource | Iterable[RunSource], opts: ExportOptions) -> tuple[
                               + _TOOLS_CHANGED * bool(report.dropped.get("tools_changed")))
     if report.dropped.get("dedupe") or report.neutralized or report.dropped.get("control_tokens"):
         log.warning("SFT export: %s", _tally(report))
-    if report.dropped.get("tools_changed") and examples:
+    if report.dropped.get("tools_changed") and examples:  # (in messages layout)
         log.warning("SFT export: %d episodes dropped%s", report.dropped["tools_changed"], _TOOLS_CHANGED)
     splits = _split(examples, opts)
     return {name: _dataset(rows, feats, opts) for name, rows in splits.items()}, report
 
 
-_TOOLS_CHANGED = ("; tools_changed: their offered tools changed between model replies (a server added tools at a user "
-                  "turn), which one `messages` example cannot show: export with sft.layout=prompt_completion (one "
-                  "example per tool list) or sft.tools_changed=last (the last request's tools)")
+_TOOLS_CHANGED = ("; tools_changed: their tools changed between model replies, which one `messages` example cannot "
+                  "show: use sft.layout=prompt_completion (an example per tool list) or sft.tools_changed=last")
 
 
 def _result(splits: dict[str, datasets.Dataset], opts: ExportOptions) -> datasets.Dataset | datasets.DatasetDict:
