@@ -209,6 +209,15 @@ def test_mcpmark_refuses_meta_and_description_of_the_wrong_kind(tmp_path: Path, 
     assert not (tmp_path / "bench" / "tasks.jsonl").exists()
 
 
+def test_mcpmark_says_when_states_is_not_a_folder(tmp_path: Path) -> None:
+    checkout = tmp_path / "mcpmark"
+    mcpmark_task(checkout, "standard/notes/shout")
+    code, stdout, err = run_import(checkout, tmp_path / "bench", "--states", str(tmp_path / "stats"))  # a typo
+    said = f"mcp-gym tasks import: --states {tmp_path / 'stats'}: not a folder (want one holding <category>/ or "
+    assert code == 1 and err == said + "<category>.zip)\n"
+    assert stdout == "" and not (tmp_path / "bench").exists()  # before: every task skipped, "no initial state"
+
+
 def shutil_rmtree(path: Path) -> None:
     import shutil
 

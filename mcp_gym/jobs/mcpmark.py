@@ -219,12 +219,15 @@ def import_mcpmark(path: str | Path, out: str | Path = "mcpmark-filesystem", *, 
     ``states`` is a folder holding the categories' initial states (``<category>/`` folders or ``<category>.zip``);
     else (and by default) in the checkout's ``test_environments/``. A task whose category has none is skipped
     (:attr:`ImportResult.skipped`). ``limits`` bound the extraction of each state zip (default
-    :class:`~mcp_gym.jobs._untrusted.ZipLimits`). Raises ``FileNotFoundError`` when there is no ``tasks/filesystem/``,
+    :class:`~mcp_gym.jobs._untrusted.ZipLimits`). Raises ``FileNotFoundError`` when there is no ``tasks/filesystem/``
+    or ``states`` is not a folder,
     and :class:`~mcp_gym.jobs._untrusted.UntrustedInput` (one line naming the
     task and the path) for a file or field leading out of the checkout, two tasks with one id, or a zip over the
     limits: nothing of such a checkout is imported."""
     root, out = Path(path).expanduser().resolve(), Path(out)
     states_dir = Path(states).expanduser().resolve() if states is not None else None
+    if states_dir is not None and not states_dir.is_dir():  # a typo would skip every task, each "no initial state"
+        raise FileNotFoundError(f"--states {states}: not a folder (want one holding <category>/ or <category>.zip)")
     tasks = _tasks(root)
     result = ImportResult(out / "tasks.jsonl")
     sources: dict[str, Path] = {}
