@@ -13,7 +13,7 @@ chat policies sent the model in the episode's last request (system prompt, the t
 model reply an assistant turn with the model's own text and its calls, their tool messages with the resources that
 changed, the feedback on replies without a usable call), followed by the final reply -- normally the ``submit`` call
 (``final_answer="tool_call"``, the default). ``tools`` are the OpenAI function schemas of that request, ``submit``
-included. Metadata columns say where each example came from.
+included (tools that changed mid-episode: ``ExportOptions.tools_changed``). Metadata columns say where each came from.
 
 Every message is stored with the ``datasets`` :class:`~datasets.Json` feature: it round-trips through Parquet, JSONL
 and ``save_to_disk`` exactly as written -- tool-call ``arguments`` stay JSON objects (a JSON *string* would be encoded a
@@ -647,8 +647,8 @@ def _card(splits: dict[str, datasets.Dataset], report: _Report, opts: ExportOpti
         "# MCP agent trajectories for SFT", "",
         f"Exported by mcp-gym from {len(report.runs)} recorded run(s): {sum(report.runs.values())} episodes read, "
         f"{sum(len(ds) for ds in splits.values())} examples kept ({counts}), stored as {files}. One example per "
-        f"episode, in the chat format of TRL's `SFTTrainer` (`{column}` + `tools`); every message is a JSON object "
-        "and tool-call arguments are JSON objects, not strings.", "",
+        f"episode (per tool list if its tools changed), in the chat format of TRL's `SFTTrainer` (`{column}` + "
+        "`tools`); every message is a JSON object and tool-call arguments are JSON objects, not strings.", "",
         "## Fields", "", "| column | description |", "|---|---|", *fields, "",
         "## Source runs", "", "| run | episodes | examples |", "|---|---|---|", *runs, "",
         "## Filters and options", "", *options, "", f"Episodes dropped: {dropped}.", "",
