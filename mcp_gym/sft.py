@@ -664,15 +664,10 @@ def _card(splits: dict[str, datasets.Dataset], report: _Report, opts: ExportOpti
 
 # -- replay -----------------------------------------------------------------------------------------------------------
 def actions(example: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The env actions of an exported example: its tool calls, then ``submit`` of its final answer if not a call."""
+    """The env actions of an exported example: its tool calls, a ``submit`` of each user turn's text reply (multi-turn
+    tasks), then ``submit`` of its final answer if not a call."""
     messages = example.get("messages") or [*example.get("prompt", ()), *example.get("completion", ())]
-    calls = [
-        {"tool": c["function"]["name"], "arguments": c["function"]["arguments"]}
-        for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or ()
-    ]
-    if example.get("final_answer") is not None and not any(c["tool"] == "submit" for c in calls):
-        calls.append({"tool": "submit", "arguments": {"answer": example["final_answer"]}})
-    return calls
+    return recorded.chat_actions(messages, example.get("final_answer"))  # a user turn's text reply: its submit
 
 
 def replay(example: Mapping[str, Any], env: gym.Env[Any, Any] | None = None) -> float:

@@ -240,6 +240,14 @@ def test_a_chat_policy_sees_the_conversation_sft_exports(tmp_path: Path) -> None
         assert row["prompt"] + row["completion"][:-1] == policy.requests[last][0]
     with pytest.raises(sft.NothingToExport, match="tools_changed: 1.*sft.layout=prompt_completion"):
         sft.build(tmp_path / "r")
+    # The example replays as it was played: each user turn's text reply is that turn's submit (before, the turn-0
+    # submit was left out, so turn 1's calls ran in turn 0 and the replay scored 0 where the episode scored 1)
+    whole = sft.build(tmp_path / "r", tools_changed="last")[0]
+    assert [a["tool"] for a in sft.actions(whole)] == ["add_note", "submit", "add_note", "count_notes", "submit"]
+    assert sft.actions(whole)[1]["arguments"] == {"answer": "Noted.\n\nAdded milk."}  # the reply as the model saw it
+    replayed = MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns)
+    assert sft.replay(whole, replayed) == whole["reward"] == 1.0
+    replayed.close()
 
 
 def test_a_failing_turn_hook_is_reported_and_the_turn_still_starts() -> None:

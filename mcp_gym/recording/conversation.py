@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, no_call_feedback
 from mcp_gym.parsing import ToolCall
 from mcp_gym.protocol import openai_tools
 
@@ -217,6 +217,26 @@ def request_length(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], gr
     end = next(i for i, s in enumerate(steps) if s["step_index"] == group[-1]["step_index"]) + 1
     return len(conversation(ep, steps[:end], system_prompt=system_prompt, final_answer="tool_call",
                             assistant_text=assistant_text)) - 1
+
+
+def chat_actions(messages: Sequence[Mapping[str, Any]], final_answer: str | None) -> list[dict[str, Any]]:
+    """The env actions of a chat in the view's form: every tool call, a ``submit`` of the text reply that ended a user
+    turn (an assistant message without calls followed by the next user message, not by the feedback on a reply
+    without a call), then ``submit`` of ``final_answer`` unless the chat ends with a call."""
+    feedback = tuple(no_call_feedback(status) for status in ("no_tool_call", "invalid_json", "invalid_call"))
+    out: list[dict[str, Any]] = []
+    for m, after in zip(messages, [*messages[1:], None], strict=True):
+        if m.get("role") != "assistant":
+            continue
+        out += [{"tool": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                for c in m.get("tool_calls") or ()]
+        if (not m.get("tool_calls") and after is not None and after.get("role") == "user"
+                and not str(after.get("content") or "").startswith(feedback)):
+            out.append({"tool": "submit", "arguments": {"answer": m.get("content") or ""}})
+    last = messages[-1] if messages else {}
+    if final_answer is not None and not (last.get("role") == "assistant" and last.get("tool_calls")):
+        out.append({"tool": "submit", "arguments": {"answer": final_answer}})
+    return out
 
 
 def outside_text(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> str:
