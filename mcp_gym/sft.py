@@ -13,7 +13,7 @@ chat policies sent the model in the episode's last request (system prompt, the t
 model reply an assistant turn with the model's own text and its calls, their tool messages with the resources that
 changed, the feedback on replies without a usable call), followed by the final reply -- normally the ``submit`` call
 (``final_answer="tool_call"``, the default). ``tools`` are the OpenAI function schemas of that request, ``submit``
-included. Metadata columns say where each example came from.
+included (tools that changed mid-episode: ``ExportOptions.tools_changed``). Metadata columns say where each came from.
 
 Every message is stored with the ``datasets`` :class:`~datasets.Json` feature: it round-trips through Parquet, JSONL
 and ``save_to_disk`` exactly as written -- tool-call ``arguments`` stay JSON objects (a JSON *string* would be encoded a
@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from mcp_gym import chat
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.errors import MCPGymError
-from mcp_gym.protocol import SERVER_ERROR_KINDS, openai_tools
+from mcp_gym.protocol import SERVER_ERROR_KINDS
 from mcp_gym.recording import conversation as recorded
 from mcp_gym.recording.atomic import replace_dir, staging_dir, sweep_staging
 from mcp_gym.recording.reader import Recording, read_tables
@@ -89,7 +89,8 @@ FIELDS: dict[str, str] = {
     "prompt": "Layout `prompt_completion`: the system and user messages.",
     "completion": "Layout `prompt_completion`: every message after the user turn.",
     "tools": "OpenAI function schemas (`type`, `function.name`, `function.description`, `function.parameters`) of the "
-    "tools offered in the episode's last model request, `submit` included.",
+    "tools offered in the example's last model request, `submit` included (an episode whose tools changed between "
+    "replies gives one example per tool list: `sft.tools_changed`).",
     "episode_id": "Recorded episode id.",
     "task_id": "Task id (train/test splits never share one).",
     "env_id": "Environment id, e.g. `mcp_gym/Counter-v0` (`gymnasium.make` builds it).",
@@ -186,6 +187,10 @@ class ExportOptions:
             ``transformers.AutoTokenizer``, never downloaded): its special tokens count as ``special_tokens``.
         test_size: Hold out this fraction (float) or number (int) of task ids as a ``test`` split.
         seed: Seed of the train/test assignment of task ids.
+        tools_changed: An episode whose offered tools changed between model replies (BFCL ``miss_func``):
+            ``"split"`` (default) gives one example per tool list, its ``completion`` (layout ``prompt_completion``)
+            only the replies made with its ``tools``, its ``prompt`` the request as sent; layout ``messages`` drops
+            such episodes (``tools_changed``). ``"last"``: one example with the last request's tools.
     """
 
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
@@ -203,8 +208,11 @@ class ExportOptions:
     tokenizer: Any = None
     test_size: float | int | None = None
     seed: int = 0
+    tools_changed: Literal["split", "last"] = "split"
 
     def __post_init__(self) -> None:
+        if self.tools_changed not in ("split", "last"):
+            raise ValueError(f"tools_changed must be 'split' or 'last', not {self.tools_changed!r}")
         if self.final_answer not in ("message", "tool_call"):
             raise ValueError(f"final_answer must be 'message' or 'tool_call', not {self.final_answer!r}")
         if self.layout not in ("messages", "prompt_completion"):
@@ -332,36 +340,18 @@ def _drop_reason(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], opts
     return None
 
 
-def _catalogue(ep: Mapping[str, Any], before: int | None) -> tuple[int, list[dict[str, Any]] | None]:
-    """``(change number, catalogue)`` in force before step ``before``: the last catalogue change recorded after an
-    earlier step (``catalogue`` ``None`` and number -1: the episode's initial ``tools``)."""
-    if not ep["catalogue_changes"] or before is None:
-        return -1, None
-    chosen: tuple[int, list[dict[str, Any]] | None] = (-1, None)
-    for k, change in enumerate(json.loads(ep["catalogue_changes"])):
-        if change["step_index"] is not None and change["step_index"] < before:
-            chosen = (k, change["tools"])
-    return chosen
-
-
-def _tools(ep: Mapping[str, Any], catalogue: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """The ``tools`` of the episode's last model request: its catalogue then, with ``submit`` (as the policies send
-    them: :func:`mcp_gym.protocol.openai_tools`)."""
-    if catalogue is None:
-        catalogue = json.loads(ep["tools"]) if ep["tools"] else []
-    return openai_tools(catalogue)
-
-
 def _example(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], source: str, opts: ExportOptions,
-             tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """One example in storage form: messages (and tool parameters) as JSON strings, the ``Json`` feature's storage."""
+             tools: list[dict[str, Any]], cut: int | None = None) -> dict[str, Any]:
+    """One example in storage form: messages (and tool parameters) as JSON strings, the ``Json`` feature's storage.
+    ``cut``: where the completion starts (default: after the first user message)."""
     messages = recorded.conversation(ep, steps, system_prompt=opts.system_prompt, final_answer=opts.final_answer,
                                      assistant_text=opts.assistant_text)
     encoded = [dumps(m) for m in messages]
     if opts.layout == "messages":
         conversation: dict[str, Any] = {"messages": encoded}
     else:
-        cut = next(i for i, m in enumerate(messages) if m["role"] == "user") + 1
+        if cut is None:
+            cut = next(i for i, m in enumerate(messages) if m["role"] == "user") + 1
         conversation = {"prompt": encoded[:cut], "completion": encoded[cut:]}
     return {
         **conversation,
@@ -402,25 +392,36 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
                 report.dropped[reason] += 1
                 continue
             groups = recorded.turns(steps)
-            change, catalogue = _catalogue(ep, groups[-1][0]["step_index"] if groups else None)
-            key = (ep["tools"], ep["catalogue_changes"] if change >= 0 else None, change)
-            if key not in catalogues:
-                tools = [{**t, "function": {**t["function"], "parameters": dumps(t["function"]["parameters"])}}
-                         for t in _tools(ep, catalogue)]
-                number = numbers.setdefault(dumps(tools), str(len(numbers)).encode())
-                catalogues[key] = (number, tools)
-            number, tools = catalogues[key]
-            example = _example(ep, steps, source, opts, tools)
-            if opts.dedupe:
-                conversation = example.get("messages") or example["prompt"] + example["completion"]
-                digest = hashlib.blake2b("\x1e".join(conversation).encode(), digest_size=16, key=number).digest()
-                if digest in seen:
-                    report.dropped["dedupe"] += 1
-                    continue
-                seen.add(digest)
-            report.kept[source] += 1
-            report.neutralized += bool(found[0])  # kept: its text shows them broken, as the chat view showed the model
-            examples.append(example)
+            split = opts.tools_changed == "split"
+            segments: list[tuple[int | None, int, str | None]] = [*recorded.tool_segments(ep, groups)] if split else []
+            if len(segments) > 1 and opts.layout == "messages":
+                report.dropped["tools_changed"] += 1  # later examples would train earlier replies under later tools
+                continue
+            if len(segments) <= 1:
+                segments = [(len(groups) - 1 if groups else None, len(steps), None)]
+            for first, end, answer in segments:
+                change, catalogue = recorded.catalogue_at(ep, None if first is None else groups[first][0]["step_index"])
+                key = (ep["tools"], ep["catalogue_changes"] if change >= 0 else None, change)
+                if key not in catalogues:
+                    tools = [{**t, "function": {**t["function"], "parameters": dumps(t["function"]["parameters"])}}
+                             for t in recorded.offered_tools(ep, catalogue)]
+                    number = numbers.setdefault(dumps(tools), str(len(numbers)).encode())
+                    catalogues[key] = (number, tools)
+                number, tools = catalogues[key]
+                part = ep if end == len(steps) else {**ep, "final_answer": answer}
+                cut = None if len(segments) == 1 or first is None else recorded.request_length(
+                    ep, steps, groups[first], opts.system_prompt, opts.assistant_text)
+                example = _example(part, steps[:end], source, opts, tools, cut)
+                if opts.dedupe:
+                    conversation = example.get("messages") or example["prompt"] + example["completion"]
+                    digest = hashlib.blake2b("\x1e".join(conversation).encode(), digest_size=16, key=number).digest()
+                    if digest in seen:
+                        report.dropped["dedupe"] += 1
+                        continue
+                    seen.add(digest)
+                report.kept[source] += 1
+                report.neutralized += bool(found[0])  # kept: its text shows them broken, as the chat view showed it
+                examples.append(example)
     return examples
 
 
@@ -493,11 +494,18 @@ def _build(runs: RunSource | Iterable[RunSource], opts: ExportOptions) -> tuple[
     if not examples and read:  # a non-empty run that gives nothing: say which filters took it, do not write it
         reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.dropped.items()))
         raise NothingToExport(f"nothing to export: all {read} episodes read were dropped ({reasons}); see the sft.* "
-                              "filters (success_only, min_reward, max_turns, task_ids, drop_errors, drop_tool_errors)")
+                              "filters (success_only, min_reward, max_turns, task_ids, drop_errors, drop_tool_errors)"
+                              + _TOOLS_CHANGED * bool(report.dropped.get("tools_changed")))
     if report.dropped.get("dedupe") or report.neutralized or report.dropped.get("control_tokens"):
         log.warning("SFT export: %s", _tally(report))
+    if report.dropped.get("tools_changed") and examples:  # (in messages layout)
+        log.warning("SFT export: %d episodes dropped%s", report.dropped["tools_changed"], _TOOLS_CHANGED)
     splits = _split(examples, opts)
     return {name: _dataset(rows, feats, opts) for name, rows in splits.items()}, report
+
+
+_TOOLS_CHANGED = ("; tools_changed: their tools changed between model replies, which one `messages` example cannot "
+                  "show: use sft.layout=prompt_completion (an example per tool list) or sft.tools_changed=last")
 
 
 def _result(splits: dict[str, datasets.Dataset], opts: ExportOptions) -> datasets.Dataset | datasets.DatasetDict:
@@ -639,8 +647,8 @@ def _card(splits: dict[str, datasets.Dataset], report: _Report, opts: ExportOpti
         "# MCP agent trajectories for SFT", "",
         f"Exported by mcp-gym from {len(report.runs)} recorded run(s): {sum(report.runs.values())} episodes read, "
         f"{sum(len(ds) for ds in splits.values())} examples kept ({counts}), stored as {files}. One example per "
-        f"episode, in the chat format of TRL's `SFTTrainer` (`{column}` + `tools`); every message is a JSON object "
-        "and tool-call arguments are JSON objects, not strings.", "",
+        f"episode (per tool list if its tools changed), in the chat format of TRL's `SFTTrainer` (`{column}` + "
+        "`tools`); every message is a JSON object and tool-call arguments are JSON objects, not strings.", "",
         "## Fields", "", "| column | description |", "|---|---|", *fields, "",
         "## Source runs", "", "| run | episodes | examples |", "|---|---|---|", *runs, "",
         "## Filters and options", "", *options, "", f"Episodes dropped: {dropped}.", "",
@@ -656,15 +664,10 @@ def _card(splits: dict[str, datasets.Dataset], report: _Report, opts: ExportOpti
 
 # -- replay -----------------------------------------------------------------------------------------------------------
 def actions(example: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The env actions of an exported example: its tool calls, then ``submit`` of its final answer if not a call."""
+    """The env actions of an exported example: its tool calls, a ``submit`` of each user turn's text reply (multi-turn
+    tasks), then ``submit`` of its final answer if not a call."""
     messages = example.get("messages") or [*example.get("prompt", ()), *example.get("completion", ())]
-    calls = [
-        {"tool": c["function"]["name"], "arguments": c["function"]["arguments"]}
-        for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or ()
-    ]
-    if example.get("final_answer") is not None and not any(c["tool"] == "submit" for c in calls):
-        calls.append({"tool": "submit", "arguments": {"answer": example["final_answer"]}})
-    return calls
+    return recorded.chat_actions(messages, example.get("final_answer"))  # a user turn's text reply: its submit
 
 
 def replay(example: Mapping[str, Any], env: gym.Env[Any, Any] | None = None) -> float:

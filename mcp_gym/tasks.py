@@ -108,21 +108,34 @@ class Task:
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> Task:
         """Inverse of :meth:`to_record` (also accepts already-decoded nested fields)."""
+        def decoded(key: str, value: Any) -> Any:  # a nested field stored as a JSON string (save_tasks' form)
+            try:
+                return json.loads(value)
+            except ValueError as e:
+                raise TaskDataError(f"task {rec.get('id')!r}: '{key}' is a string but not JSON ({e})") from None
+
         sol = rec.get("solution") or ()
         data = rec.get("data") or {}
         if isinstance(sol, str):
-            sol = json.loads(sol)
+            sol = decoded("solution", sol)
         if isinstance(data, str):
-            data = json.loads(data)
+            data = decoded("data", data)
         grader = rec.get("grader")
         if isinstance(grader, str) and grader.lstrip().startswith(("{", "[", '"')):
-            grader = json.loads(grader)
+            grader = decoded("grader", grader)
         env = rec.get("env") or {}
         if isinstance(env, str):
-            env = json.loads(env)
+            env = decoded("env", env)
         turns = rec.get("turns") or ()
         if isinstance(turns, str):
-            turns = json.loads(turns) if turns.strip() else ()
+            turns = decoded("turns", turns) if turns.strip() else ()
+        if isinstance(sol, (str, bytes, Mapping)) or not hasattr(sol, "__iter__") or not all(
+                isinstance(c, Mapping) for c in sol):
+            raise TaskDataError(f"task {rec.get('id')!r}: 'solution' must be a list of {{'tool', 'arguments'}} calls, "
+                                f"got {str(sol)[:80]!r}")
+        for key, value in (("data", data), ("env", env)):
+            if not isinstance(value, Mapping):
+                raise TaskDataError(f"task {rec.get('id')!r}: '{key}' must be an object, got {str(value)[:80]!r}")
         if not isinstance(turns, (list, tuple)):
             raise TaskDataError(f"task {rec.get('id')!r}: 'turns' must be a list of {{'prompt', 'solution', "
                                 f"'answer'}} objects, got {type(turns).__name__}")

@@ -214,6 +214,41 @@ def test_a_conversation_plays_through_the_env_and_is_graded_by_bfcl(bfcl_root: P
         env.close()
 
 
+def test_a_miss_func_episode_exports_one_example_per_tool_list(bfcl_root: Path, imported, tmp_path: Path) -> None:
+    """The ground truth of miss_func_0 recorded and exported: `sort` (held back until turn 3) is never offered to the
+    replies made before it was there, and the default `messages` layout refuses rather than offer it."""
+    from mcp_gym import sft
+    from mcp_gym.client.specs import Stdio
+    from mcp_gym.env import MCPEnv
+    from mcp_gym.recording import RecordTrajectories
+    from mcp_gym.tasks import load_tasks
+
+    tasks = [t for t in load_tasks(imported.files["miss_func"]) if t.id == "multi_turn_miss_func_0"]
+    spec = Stdio(sys.executable, ["-m", "mcp_gym.servers.bfcl", "--bfcl", str(bfcl_root)])
+    env = RecordTrajectories(MCPEnv({"bfcl": spec}, tasks, max_steps=168), tmp_path / "run", policy="oracle")
+    try:
+        env.reset(options={"task_id": "multi_turn_miss_func_0"})
+        for turn in tasks[0].turns:
+            for call in turn["solution"]:
+                env.step(dict(call))
+            *_, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})
+        assert info["success"] is True
+    finally:
+        env.close()
+    first, second = sft.build(tmp_path / "run", layout="prompt_completion")
+    assert "sort" not in {t["function"]["name"] for t in first["tools"]}
+    assert "sort" in {t["function"]["name"] for t in second["tools"]}
+    assert second["prompt"][-1]["content"].startswith("I have updated some more functions")  # BFCL's own turn
+    assert [m["role"] for m in first["prompt"]] == ["system", "user"]
+    assert second["prompt"][:len(first["prompt"]) + len(first["completion"]) - 1] == (
+        first["prompt"] + first["completion"])[:-1]  # the same conversation, the first's final reply aside
+    for ex in (first, second):
+        offered = {t["function"]["name"] for t in ex["tools"]}
+        assert {c["function"]["name"] for m in ex["completion"] for c in m.get("tool_calls") or ()} <= offered
+    with pytest.raises(sft.NothingToExport, match="tools_changed: 1"):
+        sft.build(tmp_path / "run")  # one `messages` example cannot show the turn at which sort appeared
+
+
 @pytest.mark.slow
 def test_the_printed_commands_run_as_printed(bfcl_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The printed ``tasks validate`` and ``eval`` commands, with another ``env.tasks=`` (three tasks of miss_func)

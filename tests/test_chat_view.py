@@ -134,8 +134,15 @@ def test_export_equals_the_last_request_of_each_episode(name: str, tmp_path: Pat
     run = tmp_path / "run"
     results, script = collect(name, run)
     assert len(results) == TASKS_PER_ENV and all(r.termination in ("submit", "done") for r in results), results
-    ds = sft.build(run, success_only=False, drop_errors=False, dedupe=False)
+    ds = sft.build(run, success_only=False, drop_errors=False, dedupe=False, tools_changed="last")
     assert len(ds) == TASKS_PER_ENV
+    # Split per tool list (the default; Maze's `unlock` appears mid-episode): every example's prompt is a request the
+    # policy sent, byte for byte, and its tools are that request's
+    parts = sft.build(run, success_only=False, drop_errors=False, dedupe=False, layout="prompt_completion")
+    sent = [(body["messages"], body["tools"]) for body, _ in script.log]
+    for ex in parts:
+        assert (chat.to_wire(ex["prompt"]), ex["tools"]) in sent
+    assert len(parts) > len(ds) or name != "Maze"
     rec = load(run)
     shapes = set()
     for ex in ds:

@@ -21,7 +21,7 @@ from conftest import ROOT
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_gym import InProcess, MCPEnv
+from mcp_gym import InProcess, MCPEnv, sft
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.cli import main
 from mcp_gym.parsing import ParseResult, parse_tool_calls
@@ -131,7 +131,9 @@ def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path
     episode = json.loads(re.search(r'<script type="application/json" id="ep-0">(.*?)</script>', page, re.S)[1])
     assert episode["turns"] == ["Add a note 'milk'.", TURN1]
     assert [s["user_turn"] for s in episode["steps"]] == [0, 0, 1, 1, 1]
-    assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 0
+    # count_notes appears at turn 1: one `messages` example (one `tools` list) cannot show it, so the default refuses
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 2
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}", "sft.tools_changed=last"]) == 0
     rows = pq.read_table(next((sft / "data").glob("train-*.parquet"))).to_pylist()
     messages = [json.loads(m) for m in rows[0]["messages"]]
 
@@ -227,6 +229,25 @@ def test_a_chat_policy_sees_the_conversation_sft_exports(tmp_path: Path) -> None
     rec = load(tmp_path / "r")
     steps = sorted(rec.steps.to_list(), key=lambda s: s["step_index"])
     assert conversation(rec.episodes.to_list()[0], steps)[:-1] == shown  # SFT trains on what the model was shown
+    # One example per tool list: its prompt is the request that made its first reply, its tools that request's,
+    # and its completion holds only replies made with those tools (count_notes is never offered before turn 1)
+    data = sft.build(tmp_path / "r", layout="prompt_completion")
+    assert len(data) == 2
+    for row, (first, last) in zip(data, [(0, 1), (2, 3)], strict=True):
+        assert row["prompt"] == policy.requests[first][0]
+        assert sorted(t["function"]["name"] for t in row["tools"]) == sorted(policy.requests[first][1])
+        assert policy.requests[first][1] == policy.requests[last][1]
+        assert row["prompt"] + row["completion"][:-1] == policy.requests[last][0]
+    with pytest.raises(sft.NothingToExport, match="tools_changed: 1.*sft.layout=prompt_completion"):
+        sft.build(tmp_path / "r")
+    # The example replays as it was played: each user turn's text reply is that turn's submit (before, the turn-0
+    # submit was left out, so turn 1's calls ran in turn 0 and the replay scored 0 where the episode scored 1)
+    whole = sft.build(tmp_path / "r", tools_changed="last")[0]
+    assert [a["tool"] for a in sft.actions(whole)] == ["add_note", "submit", "add_note", "count_notes", "submit"]
+    assert sft.actions(whole)[1]["arguments"] == {"answer": "Noted.\n\nAdded milk."}  # the reply as the model saw it
+    replayed = MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns)
+    assert sft.replay(whole, replayed) == whole["reward"] == 1.0
+    replayed.close()
 
 
 def test_a_failing_turn_hook_is_reported_and_the_turn_still_starts() -> None:

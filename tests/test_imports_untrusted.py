@@ -186,6 +186,38 @@ def test_mcpmark_refuses_symlinks_leaving_the_checkout(tmp_path: Path, secret: P
     assert not [p for p in (tmp_path / "bench").rglob("*") if p.name == "id_rsa"]
 
 
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("tags", "abc", "meta.json tags is not a list: 'abc'"),  # once split into the tags 'a', 'b', 'c'
+    ("tags", [{"a": 1}], "meta.json tags must be strings"),  # once the tag "{'a': 1}"
+    ("difficulty", [1], "meta.json difficulty is not a string"),  # once the tag '[1]'
+    ("category_id", 5, "meta.json category_id is not a string"),
+    ("description", b"\xff\xfe Shout.", "description.md is not UTF-8 (invalid start byte at byte 0)"),  # once '\ufffd'
+])
+def test_mcpmark_refuses_meta_and_description_of_the_wrong_kind(tmp_path: Path, field: str, value: object,
+                                                                 said: str) -> None:
+    checkout = tmp_path / "mcpmark"
+    folder = mcpmark_task(checkout, "standard/notes/shout")
+    (checkout / "test_environments" / "notes").mkdir(parents=True)
+    if field == "description":
+        (folder / "description.md").write_bytes(value)  # type: ignore[arg-type]
+    else:
+        meta = json.loads((folder / "meta.json").read_text())
+        (folder / "meta.json").write_text(json.dumps({**meta, field: value}))
+    code, _, err = run_import(checkout, tmp_path / "bench")
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"task tasks/filesystem/standard/notes/shout: {said}" in err
+    assert not (tmp_path / "bench" / "tasks.jsonl").exists()
+
+
+def test_mcpmark_says_when_states_is_not_a_folder(tmp_path: Path) -> None:
+    checkout = tmp_path / "mcpmark"
+    mcpmark_task(checkout, "standard/notes/shout")
+    code, stdout, err = run_import(checkout, tmp_path / "bench", "--states", str(tmp_path / "stats"))  # a typo
+    said = f"mcp-gym tasks import: --states {tmp_path / 'stats'}: not a folder (want one holding <category>/ or "
+    assert code == 1 and err == said + "<category>.zip)\n"
+    assert stdout == "" and not (tmp_path / "bench").exists()  # before: every task skipped, "no initial state"
+
+
 def shutil_rmtree(path: Path) -> None:
     import shutil
 

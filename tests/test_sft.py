@@ -44,7 +44,9 @@ def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def oracle(oracle_run: Path) -> datasets.Dataset:
-    return sft.build(oracle_run)
+    # one example per episode: Maze's `unlock` appears mid-episode, which the default would split (or drop in this
+    # layout); test_prompt_completion_layout checks the split
+    return sft.build(oracle_run, tools_changed="last")
 
 
 def tool_calls(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -171,7 +173,7 @@ def test_replay_builds_the_env_from_its_id(oracle: datasets.Dataset) -> None:
 
 
 def test_final_answer_as_submit_call(oracle_run: Path) -> None:
-    ds = sft.build(oracle_run, final_answer="tool_call", system_prompt=None)
+    ds = sft.build(oracle_run, final_answer="tool_call", system_prompt=None, tools_changed="last")
     submitted = [ex for ex in ds if ex["final_answer"] is not None]
     assert submitted
     for ex in submitted:
@@ -186,13 +188,27 @@ def test_final_answer_as_submit_call(oracle_run: Path) -> None:
 
 
 def test_prompt_completion_layout(oracle_run: Path, oracle: datasets.Dataset) -> None:
-    ds = sft.build(oracle_run, layout="prompt_completion")
+    ds = sft.build(oracle_run, layout="prompt_completion", tools_changed="last")
     assert "messages" not in ds.column_names
     by_id = {ex["episode_id"]: ex for ex in oracle}
     for ex in ds:
         assert [m["role"] for m in ex["prompt"]] == ["system", "user"]
         assert ex["prompt"] + ex["completion"] == by_id[ex["episode_id"]]["messages"]
         assert sft.actions(ex) == sft.actions(by_id[ex["episode_id"]])
+    # By default an episode whose tools changed (Maze: `unlock` once the key is held) is one example per tool list:
+    # no completion calls a tool its example does not offer, and the parts put together are the whole conversation
+    split = sft.build(oracle_run, layout="prompt_completion")
+    maze = [ex for ex in split if ex["env_id"] == "mcp_gym/Maze-v0"]
+    assert len(split) == len(ds) + len(maze) // 2 and len(maze) == 2 * TASKS_PER_ENV
+    for first, second in zip(maze[::2], maze[1::2], strict=True):
+        assert "unlock" not in [t["function"]["name"] for t in first["tools"]]
+        assert "unlock" in [t["function"]["name"] for t in second["tools"]]
+        assert first["prompt"] + first["completion"][:-1] == second["prompt"][:len(first["prompt"]) - 1 + len(
+            first["completion"])]
+        assert second["prompt"] + second["completion"] == by_id[second["episode_id"]]["messages"]
+    for ex in split:
+        offered = {t["function"]["name"] for t in ex["tools"]}
+        assert {c["function"]["name"] for c in tool_calls(ex["completion"])} <= offered
 
 
 # -- recorded model text --------------------------------------------------------------------------------------------
@@ -266,7 +282,7 @@ def test_tools_include_tools_that_appeared_during_the_episode(tmp_path: Path) ->
     with TrajectoryWriter(tmp_path / "run") as w:
         write_episode(w, "t", [{"tool": "add", "arguments": {"amount": 1}}, SUBMIT],
                       changes=[{"step_index": 0, "hash": "x", "tools": [*TOOLS, extra]}])
-    ex = sft.build(tmp_path / "run")[0]
+    ex = sft.build(tmp_path / "run", tools_changed="last")[0]  # the tools of the last request
     assert [t["function"]["name"] for t in ex["tools"]] == ["add", "write", "submit", "secret"]
     assert ex["tools"][0] == {"type": "function", "function": {
         "name": "add", "description": "Add to the counter.", "parameters": TOOLS[0]["input_schema"]}}
@@ -285,13 +301,13 @@ def test_client_recordings_render_content_blocks(tmp_path: Path) -> None:
 @pytest.mark.bwrap  # counts the episodes of every bundled env, Code too
 @pytest.mark.parametrize("test_size", [0.25, 3, 0.01])
 def test_train_test_split_by_task(oracle_run: Path, test_size: float) -> None:
-    dd = sft.build(oracle_run, test_size=test_size, seed=3)
+    dd = sft.build(oracle_run, test_size=test_size, seed=3, tools_changed="last")
     train, test = ({(e["env_id"], e["task_id"]) for e in dd[s]} for s in ("train", "test"))
     assert train and test and not train & test
     assert len(train) + len(test) == len(BUNDLED_ENVS) * TASKS_PER_ENV
     if isinstance(test_size, int):
         assert len(test) == test_size
-    again = sft.build(oracle_run, test_size=test_size, seed=3)
+    again = sft.build(oracle_run, test_size=test_size, seed=3, tools_changed="last")
     assert again["test"]["episode_id"] == dd["test"]["episode_id"]
 
 

@@ -6,6 +6,7 @@ server run it during ``mcp-gym eval`` and ``tasks validate``."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -209,3 +210,24 @@ def test_a_task_file_a_job_cannot_read_is_refused_in_one_line(tmp_path: Path,
             assert f"task source {str(tasks)!r}" in err[0] and why in err[0], err[0]
     with pytest.raises(TaskDataError, match="line 3 is not JSON"):
         load_tasks(broken)
+
+
+@pytest.mark.parametrize(("record", "why"), [
+    ({"turns": "not json"}, "'turns' is a string but not JSON (Expecting value"),
+    ({"solution": "[{bad"}, "'solution' is a string but not JSON"),
+    ({"data": "{x"}, "'data' is a string but not JSON"),
+    ({"solution": 5}, "'solution' must be a list of {'tool', 'arguments'} calls, got '5'"),
+    ({"solution": [1]}, "'solution' must be a list of {'tool', 'arguments'} calls, got '[1]'"),
+    ({"data": [1]}, "'data' must be an object, got '[1]'"),
+    ({"env": "[1]"}, "'env' must be an object, got '[1]'"),
+])
+def test_a_nested_field_of_the_wrong_kind_is_refused_in_one_line(tmp_path: Path, record: dict[str, object], why: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A hand-written task whose nested field is a string that is not JSON, or JSON of the wrong kind: one line
+    naming the task and the field (it was a traceback: JSONDecodeError, or TypeError from ``dict(1)``)."""
+    tasks = _write(tmp_path / "tasks.jsonl", {"id": "a", "prompt": "p", "answer": "1", **record})
+    with pytest.raises(TaskDataError, match=f"task 'a': {re.escape(why)}"):
+        load_tasks(tasks)
+    assert _job(["tasks", "validate"], tasks, tmp_path / "out") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"task 'a': {why}" in err[0], err

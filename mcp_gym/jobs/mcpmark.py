@@ -154,6 +154,12 @@ def _tasks(root: Path) -> list[_Task]:
             raise UntrustedInput(f"task {who}: meta.json is not JSON ({e})") from None
         if not isinstance(meta, dict):
             raise UntrustedInput(f"task {who}: meta.json is not an object")
+        for key, kind in (("category_id", str), ("task_id", str), ("difficulty", str), ("tags", list)):
+            if meta.get(key) is not None and not isinstance(meta[key], kind):
+                raise UntrustedInput(f"task {who}: meta.json {key} is not a {'string' if kind is str else 'list'}: "
+                                     f"{str(meta[key])[:80]!r}")
+        if not all(isinstance(t, str) for t in meta.get("tags") or ()):
+            raise UntrustedInput(f"task {who}: meta.json tags must be strings: {str(meta['tags'])[:80]!r}")
         category = str(meta.get("category_id") or parts[-2])
         name = str(meta.get("task_id") or parts[-1])
         contained_path(root / "test_environments", category, what="meta.json category_id", task=who)
@@ -162,7 +168,10 @@ def _tasks(root: Path) -> list[_Task]:
         level = parts[0] if len(parts) == 3 else None
         task_id = "__".join(_safe(p) for p in ([level] if level else []) + [category, name])
         ids.add(task_id, who)
-        prompt = _read(root, rel, "description.md", who).decode("utf-8", errors="replace").strip()
+        try:
+            prompt = _read(root, rel, "description.md", who).decode("utf-8").strip()
+        except UnicodeDecodeError as e:
+            raise UntrustedInput(f"task {who}: description.md is not UTF-8 ({e.reason} at byte {e.start})") from None
         tags = [category, *([f"level:{level}"] if level else []),
                 *([str(meta["difficulty"])] if meta.get("difficulty") else []),
                 *(str(t) for t in meta.get("tags") or ())]
@@ -210,12 +219,15 @@ def import_mcpmark(path: str | Path, out: str | Path = "mcpmark-filesystem", *, 
     ``states`` is a folder holding the categories' initial states (``<category>/`` folders or ``<category>.zip``);
     else (and by default) in the checkout's ``test_environments/``. A task whose category has none is skipped
     (:attr:`ImportResult.skipped`). ``limits`` bound the extraction of each state zip (default
-    :class:`~mcp_gym.jobs._untrusted.ZipLimits`). Raises ``FileNotFoundError`` when there is no ``tasks/filesystem/``,
+    :class:`~mcp_gym.jobs._untrusted.ZipLimits`). Raises ``FileNotFoundError`` when there is no ``tasks/filesystem/``
+    or ``states`` is not a folder,
     and :class:`~mcp_gym.jobs._untrusted.UntrustedInput` (one line naming the
     task and the path) for a file or field leading out of the checkout, two tasks with one id, or a zip over the
     limits: nothing of such a checkout is imported."""
     root, out = Path(path).expanduser().resolve(), Path(out)
     states_dir = Path(states).expanduser().resolve() if states is not None else None
+    if states_dir is not None and not states_dir.is_dir():  # a typo would skip every task, each "no initial state"
+        raise FileNotFoundError(f"--states {states}: not a folder (want one holding <category>/ or <category>.zip)")
     tasks = _tasks(root)
     result = ImportResult(out / "tasks.jsonl")
     sources: dict[str, Path] = {}

@@ -18,8 +18,9 @@ from typing import Any
 
 import orjson
 
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, no_call_feedback
 from mcp_gym.parsing import ToolCall
+from mcp_gym.protocol import openai_tools
 
 __all__ = ["conversation", "turns"]
 
@@ -162,6 +163,79 @@ def _turn_ends(steps: Sequence[Mapping[str, Any]]) -> set[int]:
         turn, next_turn = step.get("user_turn"), after.get("user_turn")
         if step["tool"] == "submit" and turn is not None and next_turn is not None and next_turn > turn:
             out.add(step["step_index"])
+    return out
+
+
+def catalogue_at(ep: Mapping[str, Any], before: int | None) -> tuple[int, list[dict[str, Any]] | None]:
+    """``(change number, catalogue)`` in force before step ``before``: the last catalogue change recorded after an
+    earlier step (``catalogue`` ``None`` and number -1: the episode's initial ``tools``)."""
+    if not ep["catalogue_changes"] or before is None:
+        return -1, None
+    chosen: tuple[int, list[dict[str, Any]] | None] = (-1, None)
+    for k, change in enumerate(json.loads(ep["catalogue_changes"])):
+        if change["step_index"] is not None and change["step_index"] < before:
+            chosen = (k, change["tools"])
+    return chosen
+
+
+def offered_tools(ep: Mapping[str, Any], catalogue: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The ``tools`` of the episode's last model request: its catalogue then, with ``submit`` (as the policies send
+    them: :func:`mcp_gym.protocol.openai_tools`)."""
+    if catalogue is None:
+        catalogue = json.loads(ep["tools"]) if ep["tools"] else []
+    return openai_tools(catalogue)
+
+
+def tool_segments(ep: Mapping[str, Any], groups: Sequence[Sequence[Mapping[str, Any]]]
+                  ) -> list[tuple[int, int, str | None]]:
+    """The episode's model replies cut where the offered tools changed between two of them (a server's
+    ``tools/list_changed``, e.g. at a user turn): per tool list, ``(its first reply's index in groups, the end of its
+    last reply in steps, that reply's submitted answer)``. One entry when the tools never changed."""
+    out: list[tuple[int, int, str | None]] = []
+    if not ep["catalogue_changes"]:
+        return out  # (most episodes: one tool list)
+    last_tools: Any = object()
+    cache: dict[int, str] = {}
+    end = 0
+    for k, group in enumerate(groups):
+        change, catalogue = catalogue_at(ep, group[0]["step_index"])
+        if change not in cache:
+            cache[change] = json.dumps(offered_tools(ep, catalogue), sort_keys=True)
+        if cache[change] != last_tools:
+            out.append((k, 0, None))
+            last_tools = cache[change]
+        end += len(group)
+        answer = next((json.loads(s["arguments"]).get("answer") for s in group if s["tool"] == "submit"), None)
+        out[-1] = (out[-1][0], end, answer if answer is None or isinstance(answer, str) else json.dumps(answer))
+    return out
+
+
+def request_length(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], group: Sequence[Mapping[str, Any]],
+                   system_prompt: str | None, assistant_text: Callable[[str], str] | None) -> int:
+    """How many messages the model request that produced the reply ``group`` held (the reply is the last message of
+    the conversation that ends with it)."""
+    end = next(i for i, s in enumerate(steps) if s["step_index"] == group[-1]["step_index"]) + 1
+    return len(conversation(ep, steps[:end], system_prompt=system_prompt, final_answer="tool_call",
+                            assistant_text=assistant_text)) - 1
+
+
+def chat_actions(messages: Sequence[Mapping[str, Any]], final_answer: str | None) -> list[dict[str, Any]]:
+    """The env actions of a chat in the view's form: every tool call, a ``submit`` of the text reply that ended a user
+    turn (an assistant message without calls followed by the next user message, not by the feedback on a reply
+    without a call), then ``submit`` of ``final_answer`` unless the chat ends with a call."""
+    feedback = tuple(no_call_feedback(status) for status in ("no_tool_call", "invalid_json", "invalid_call"))
+    out: list[dict[str, Any]] = []
+    for m, after in zip(messages, [*messages[1:], None], strict=True):
+        if m.get("role") != "assistant":
+            continue
+        out += [{"tool": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                for c in m.get("tool_calls") or ()]
+        if (not m.get("tool_calls") and after is not None and after.get("role") == "user"
+                and not str(after.get("content") or "").startswith(feedback)):
+            out.append({"tool": "submit", "arguments": {"answer": m.get("content") or ""}})
+    last = messages[-1] if messages else {}
+    if final_answer is not None and not (last.get("role") == "assistant" and last.get("tool_calls")):
+        out.append({"tool": "submit", "arguments": {"answer": final_answer}})
     return out
 
 
