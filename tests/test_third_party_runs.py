@@ -164,3 +164,43 @@ def test_concurrent_listings_on_one_session_hand_over_without_a_false_alarm(monk
     assert not _tools._handover_failed
     assert done.keys() == {"A", "B", "C"} and all(names == ["convert_time", "get_current_time"]
                                                   for names in done.values()), done
+
+
+def test_job_config_sends_the_stateful_server_warning_and_failed_episodes_to_stderr() -> None:
+    """The fast cover of the test below: the jobs' logging config sends those two loggers to the stderr handler."""
+    from omegaconf import OmegaConf
+
+    conf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
+    logging_conf = conf.hydra.job_logging
+    assert logging_conf.handlers.stderr.stream == "ext://sys.stderr"
+    for name in ("mcp_gym._stateful", "mcp_gym.jobs.collect"):
+        assert logging_conf.loggers[name] == {"handlers": ["stderr"], "propagate": False}, name
+
+
+@pytest.mark.slow  # ~3-4 s (Hydra and the job in this process); fast cover: the config test above
+def test_a_jobs_warnings_go_to_stderr_and_its_stdout_stays_the_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collect on PyPI mcp-server-git without ``{workspace}``: ``git_create_branch`` (not annotated read-only)
+    changes the repository, and the one-time ``StatefulServerWarning`` says so. Before, that line (and each
+    "episode ... failed (not recorded)") went to stdout, into the job's report; it goes to stderr, as the notices of
+    servers that failed to start do."""
+    from mcp_gym import _stateful
+    from mcp_gym.cli import main
+
+    git = _server("mcp-server-git")
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    monkeypatch.setattr(_stateful, "_warned", set())
+    repo = _repo(tmp_path / "repo")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "branch", "prompt": "Create branch feature.", "answer": "ok", "solution": [{"tool": '
+                     f'"git_create_branch", "arguments": {{"repo_path": "{repo}", "branch_name": "feature"}}}}]}}\n')
+    capsys.readouterr()
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    code = main(["collect", "env=custom", f'+env.servers.git="{git} --repository {repo}"', f"env.tasks={tasks}",
+                 "policy=oracle", "episodes=1", "launcher.progress=false", f"out={tmp_path / 'run'}"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "server 'git' has no mcp_gym_reset tool" in err, (out, err)
+    assert out.strip().splitlines() == [f"{tmp_path / 'run'}: 1 of 1 planned episodes recorded (1 new, 2 steps in "
+                                        + out.split(" steps in ")[-1].strip()], out
