@@ -204,3 +204,29 @@ def test_a_jobs_warnings_go_to_stderr_and_its_stdout_stays_the_report(
     assert "server 'git' has no mcp_gym_reset tool" in err, (out, err)
     assert out.strip().splitlines() == [f"{tmp_path / 'run'}: 1 of 1 planned episodes recorded (1 new, 2 steps in "
                                         + out.split(" steps in ")[-1].strip()], out
+
+
+@pytest.mark.parametrize("override", ["env.max_steps=0", "env.max_steps=-1", "env.max_turns=0",
+                                      "env.max_tool_calls=0"])
+def test_a_budget_below_one_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, override: str) -> None:
+    """``env.max_steps=0`` ran one step of every episode, then cut it off (``termination: max_steps``), and
+    ``env.max_turns=0`` ended the job in a traceback; each is refused before anything runs (exit status 2), and
+    ``MCPEnv(max_steps=0)`` raises as ``MCPEnv(max_turns=0)`` does."""
+    from mcp_gym import MCPEnv
+    from mcp_gym.cli import main
+
+    git = _server("mcp-server-git")
+    key, value = override.split("=")
+    with pytest.raises(ValueError, match=rf"^{key[4:]} must be a positive integer or None, got {value}$"):
+        MCPEnv({"git": f"{git} --repository {tmp_path}"}, ["t"], **{key[4:]: int(value)})
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "t", "prompt": "Say ok.", "answer": "ok"}\n')
+    capsys.readouterr()
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    code = main(["collect", "env=custom", f'+env.servers.git="{git} --repository {tmp_path}"', f"env.tasks={tasks}",
+                 override, "policy=oracle", "launcher.progress=false", f"out={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines() == [f"mcp-gym collect: {key} must be a positive integer or null, not {value}"]
+    assert not (tmp_path / "run" / "episodes").exists()
