@@ -230,3 +230,58 @@ def test_a_budget_below_one_is_refused_in_one_line(
     assert code == 2, err
     assert err.strip().splitlines() == [f"mcp-gym collect: {key} must be a positive integer or null, not {value}"]
     assert not (tmp_path / "run" / "episodes").exists()
+
+
+def _documented_git_pin() -> str:
+    """The mcp-server-git command line with a pinned clock that docs/tasks-generate.md gives."""
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "tasks-generate.md").read_text(encoding="utf-8")
+    documented = re.search(r"'\+env\.servers\.git=\"(env GIT_AUTHOR_DATE=[^\"]*)\"'", page)
+    assert documented is not None
+    return documented[1]
+
+
+def test_the_documented_clock_pin_is_a_date_gitpython_reads() -> None:
+    """The fast cover of the test below: mcp-server-git commits through GitPython, whose date parser must read the
+    documented ``GIT_AUTHOR_DATE``/``GIT_COMMITTER_DATE`` (it refused the ``...Z`` the page gave)."""
+    import shlex
+
+    from git.objects.util import parse_date  # GitPython: what mcp-server-git commits with (the test extra)
+
+    values = dict(word.split("=", 1) for word in shlex.split(_documented_git_pin()) if "=" in word)
+    assert set(values) == {"GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"}
+    for value in values.values():
+        assert parse_date(value) == (1767398400, 0), value  # 2026-01-03 00:00 UTC
+
+
+@pytest.mark.slow  # ~5 s: two episodes, each starting mcp-server-git; fast cover: the GitPython test above
+def test_the_documented_clock_pin_of_mcp_server_git_commits_alike_in_every_episode(tmp_path: Path) -> None:
+    """docs/tasks-generate.md pins mcp-server-git's clock so that a commit's hash is the same in every episode. With
+    the ``...T00:00:00Z`` it gave, GitPython refused the date and every ``git_commit`` failed ("Unsupported date format
+    or type"): a commit task could never be solved, and the generator never proposed one."""
+    import shlex
+
+    from mcp_gym import MCPEnv
+    from mcp_gym.tasks import load_task_source
+
+    git = _server("mcp-server-git")
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    command = shlex.split(_documented_git_pin().replace("mcp-server-git", git))
+    _repo(tmp_path / "fixture")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "commit", "prompt": "Commit notes.txt.", "fixture": "fixture", "answer": "ok"}\n')
+    env = MCPEnv({"git": " ".join(shlex.quote(c) for c in command)}, load_task_source(tasks), call_timeout=60)
+    results = []
+    try:
+        for seed in (0, 1):
+            env.reset(seed=seed)
+            env.step({"tool": "git_add", "arguments": {"repo_path": "{workspace}", "files": ["notes.txt"]}})
+            obs, _, _, _, info = env.step({"tool": "git_commit", "arguments": {"repo_path": "{workspace}",
+                                                                                "message": "add notes"}})
+            assert info["error"] is None, obs["result"]
+            results.append(obs["result"])
+    finally:
+        env.close()
+    assert results[0].startswith("Changes committed successfully with hash ") and results[0] == results[1], results
