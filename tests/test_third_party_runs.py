@@ -285,3 +285,14 @@ def test_the_documented_clock_pin_of_mcp_server_git_commits_alike_in_every_episo
     finally:
         env.close()
     assert results[0].startswith("Changes committed successfully with hash ") and results[0] == results[1], results
+
+
+def test_every_logger_the_jobs_route_is_put_back_after_each_test() -> None:
+    """An in-process job's Hydra ``dictConfig`` sets these loggers up (a handler on the stderr pytest captured, not
+    propagating): ``conftest.logging_kept`` must undo each, or a later test's ``caplog`` sees none of its records."""
+    from conftest import KEPT_LOGGERS
+    from omegaconf import OmegaConf
+
+    conf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
+    routed = [name for name, spec in conf.hydra.job_logging.loggers.items() if "handlers" in spec]
+    assert routed and set(routed) <= set(KEPT_LOGGERS), routed
