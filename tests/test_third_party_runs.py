@@ -296,3 +296,29 @@ def test_every_logger_the_jobs_route_is_put_back_after_each_test() -> None:
     conf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
     routed = [name for name, spec in conf.hydra.job_logging.loggers.items() if "handlers" in spec]
     assert routed and set(routed) <= set(KEPT_LOGGERS), routed
+
+
+def test_a_hand_over_waiting_its_turn_is_bounded_by_the_listing_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing whose hand-over waits (behind another session's, here held forever) ends at the listing's
+    ``timeout`` with ``TimeoutError`` (the connection then reports "timed out ... listing tools"), never hangs, and
+    leaves no handed listing behind for a later ``list_tools`` to take."""
+    command = _server("mcp-server-time")
+    monkeypatch.setattr(_tools, "_handover_failed", False)
+    store = _PausedHandOver()
+    params = StdioServerParameters(command=command, args=["--local-timezone", "UTC"])
+
+    async def main() -> None:
+        cache = CacheConfig(store=store, partition="mcp-gym", target_id="mcp-gym")
+        async with Client(params, cache=cache) as client, anyio.create_task_group() as tg:
+            store.step(paused=False)
+            tools, _, _ = await list_tools_checked(client, None, 60)
+            store.paused = True
+            tg.start_soon(_tools.hand_to_session, client, tools, name="held")  # waits in get until released
+            with anyio.fail_after(60):  # the guard of this test: a hang fails it
+                with pytest.raises(TimeoutError):
+                    await list_tools_checked(client, None, 0.2)
+            assert store.waiting == ["held"]
+            store.step(paused=False)
+
+    anyio.run(main)
+    assert store.pending is None and not _tools._handover_failed

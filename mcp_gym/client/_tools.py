@@ -359,8 +359,8 @@ async def list_tools_checked(
             cursors.add(cursor)
         else:
             raise ListingError(f"tools/list has more than {MAX_PAGES} pages")
+        kept = await hand_to_session(client, good)  # within the bound: it may wait for another session's turn
     result = mt.ListToolsResult(tools=list(good))
-    kept = await hand_to_session(client, good)
     if kept is not None:  # the SDK drops tools with an invalid x-mcp-header (2026-07-28)
         for tool in good:
             if tool.name not in kept:
@@ -442,6 +442,9 @@ async def hand_to_session(client: Any, tools: list[mt.Tool]) -> set[str] | None:
         except Exception:
             if store.pending is None:
                 raise
+        except BaseException:  # cancelled (the listing's bound): no later listing may take this one
+            store.pending = None
+            raise
         missed, store.pending = store.pending is not None, None
     if missed or served is None:
         _handover_failed = True
