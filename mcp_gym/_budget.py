@@ -21,8 +21,10 @@ __all__ = ["Budget"]
 class Budget:
     """The turn and tool-call budgets of an env's episodes (``None``: no limit) and their use in the current one."""
 
-    def __init__(self, max_turns: int | None = None, max_tool_calls: int | None = None) -> None:
-        for name, value in (("max_turns", max_turns), ("max_tool_calls", max_tool_calls)):
+    def __init__(self, max_turns: int | None = None, max_tool_calls: int | None = None,
+                 max_steps: int | None = None) -> None:
+        """``max_steps`` is only checked here (the env counts steps): 0 or less ran one step, then cut the episode."""
+        for name, value in (("max_turns", max_turns), ("max_tool_calls", max_tool_calls), ("max_steps", max_steps)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
         self.max_turns = max_turns

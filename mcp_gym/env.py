@@ -130,7 +130,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         o = resolve_settings(given)  # every grouped setting: given, else its default
         self.tasks: list[Task] = [as_task(t, i) for i, t in enumerate(tasks or [])]
         self.max_steps = o["max_steps"]
-        self._limits = Budget(o["max_turns"], o["max_tool_calls"])  # checks them; each episode counts on a fresh Budget
+        self._limits = Budget(o["max_turns"], o["max_tool_calls"], o["max_steps"])  # checks them; episodes: a fresh one
         self.observe_resources = observe_resources
         self.call_timeout = o["call_timeout"]
         self.reset_timeout = o["reset_timeout"]

@@ -261,7 +261,8 @@ def fresh_default_runtime() -> Iterator[None]:
         rt.close(timeout=10)
 
 
-KEPT_LOGGERS = ("", "mcp_gym", "mcp_gym.client", "mcp", "httpx", "httpx2", "httpcore", "matplotlib", "hydra")
+KEPT_LOGGERS = ("", "mcp_gym", "mcp_gym.client", "mcp", "httpx", "httpx2", "httpcore", "matplotlib", "hydra",
+                "mcp_gym._stateful", "mcp_gym.jobs.collect")
 """The loggers whose set-up a test may change (root: ``""``): an in-process CLI job's Hydra ``dictConfig`` (a handler on
 the ``sys.stderr`` pytest captured then, ``mcp_gym.client`` not propagating), a test raising an HTTP logger to INFO."""
 

@@ -32,8 +32,8 @@ def filesystem_server() -> str:
 
 def git_server() -> str:
     """mcp-server-git with its clock pinned for commits: a commit's hash depends on its time, and a hash is no date
-    the generator can recognise and set aside."""
-    date = "2026-01-03T00:00:00Z"
+    the generator can recognise and set aside (GitPython's own format: it refuses a trailing ``Z``)."""
+    date = "2026-01-03T00:00:00"
     return f'+env.servers.git="env GIT_AUTHOR_DATE={date} GIT_COMMITTER_DATE={date} mcp-server-git --repository ' \
         '{workspace}"'
 

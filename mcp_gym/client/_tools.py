@@ -359,8 +359,8 @@ async def list_tools_checked(
             cursors.add(cursor)
         else:
             raise ListingError(f"tools/list has more than {MAX_PAGES} pages")
+        kept = await hand_to_session(client, good)  # within the bound: it may wait for another session's turn
     result = mt.ListToolsResult(tools=list(good))
-    kept = await hand_to_session(client, good)
     if kept is not None:  # the SDK drops tools with an invalid x-mcp-header (2026-07-28)
         for tool in good:
             if tool.name not in kept:
@@ -392,6 +392,9 @@ class ListingHandOver:
 
     def __init__(self) -> None:
         self.pending: CacheEntry | None = None
+        self.turn = anyio.Lock()
+        """Held by :func:`hand_to_session` from handing a listing over to the session's taking it: episodes sharing
+        one session list tools at once, and one's listing must not be taken (or left) by another's ``list_tools``."""
 
     async def get(self, key: CacheKey) -> CacheEntry | None:
         """The handed listing, once (a ``tools/list`` lookup), else nothing."""
@@ -431,14 +434,18 @@ async def hand_to_session(client: Any, tools: list[mt.Tool]) -> set[str] | None:
         return None
     handed = _Handed(tools=[t.model_copy(update={"output_schema": None}) if t.output_schema is not None else t
                             for t in tools])
-    store.pending = CacheEntry(value=handed, scope="private", expires_at=math.inf)
-    served: mt.ListToolsResult | None = None
-    try:
-        served = await client.list_tools()
-    except Exception:
-        if store.pending is None:
+    async with store.turn:  # one hand-over at a time per session (ListingHandOver.turn)
+        store.pending = CacheEntry(value=handed, scope="private", expires_at=math.inf)
+        served: mt.ListToolsResult | None = None
+        try:
+            served = await client.list_tools()
+        except Exception:
+            if store.pending is None:
+                raise
+        except BaseException:  # cancelled (the listing's bound): no later listing may take this one
+            store.pending = None
             raise
-    missed, store.pending = store.pending is not None, None
+        missed, store.pending = store.pending is not None, None
     if missed or served is None:
         _handover_failed = True
         warnings.warn("mcp-gym: this mcp SDK's Client.list_tools did not take the listing from its response-cache "

@@ -21,8 +21,8 @@ class JobInterrupted(MCPGymError):
 
 class JobFailed(MCPGymError, RuntimeError):
     """More episodes failed to run than ``launcher.max_errors`` allows (the finished episodes are saved: fix the cause
-    and rerun the same command to resume), or every episode started with a server unavailable; the message quotes
-    the first error."""
+    and rerun the same command to resume), every episode started with a server unavailable, or none of this run's
+    episodes ran; the message quotes the first error."""
 
 
 @dataclass
@@ -45,7 +45,12 @@ class CollectResult:
     """The first of those episodes' reason."""
 
     def check_servers(self) -> None:
-        """Raise :class:`JobFailed` if every episode this run finished started with a server unavailable."""
+        """Raise :class:`JobFailed` if every episode this run finished started with a server unavailable, or if no
+        episode of this run finished and some failed to run (fewer than ``launcher.max_errors``: else the job stopped
+        already), e.g. every task has a ``fixture`` and no server names ``{workspace}``."""
+        if self.errors and not self.finished:
+            raise JobFailed(f"all {len(self.errors)} episodes of this run failed to run (none recorded); first error: "
+                            f"{self.errors[0].error}")
         if self.finished and self.unavailable == self.finished:
             raise JobFailed(f"all {self.finished} episodes of this run started without a server: "
                             f"{self.unavailable_reason} (they are recorded in {self.out}: fix the server, then rerun "

@@ -278,6 +278,15 @@ def check_job_config(cfg: DictConfig) -> None:
         schema = _group_schema(group, cfg.get(group))
         if schema is not None:
             _merge(schema, cfg[group], f"{group}.")
+    env = cfg.get("env")
+    for key in _BUDGETS:  # 0 or less ran one step of every episode, then cut it off
+        value = env.get(key) if env is not None else None
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ConfigError(f"env.{key} must be a positive integer or null, not {value}")
+
+
+_BUDGETS = ("max_steps", "max_turns", "max_tool_calls")
+"""The env's budget keys: a positive integer or null (no limit)."""
 
 
 def _merge(schema: type, node: DictConfig, prefix: str) -> None:
