@@ -26,15 +26,19 @@ import dataclasses
 import os
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import mcp.types as mt
 
-from mcp_gym.client.connection import HostCallbacks, ServerConnection
 from mcp_gym.client.specs import Stdio
 
-__all__ = ["FILESYSTEM_SERVERS", "ALLOWED_TOOL", "Roots", "rerootable_template", "allowed_directories", "Rerooter"]
+if TYPE_CHECKING:
+    import mcp.types as mt
+
+    from mcp_gym.client.connection import HostCallbacks, ServerConnection
+
+__all__ = ["FILESYSTEM_SERVERS", "ALLOWED_TOOL", "Roots", "mentions_workspace", "rerootable_template",
+           "names_filesystem_server", "template_key", "allowed_directories", "Rerooter"]
 
 FILESYSTEM_SERVERS = frozenset({"secure-filesystem-server"})
 """``serverInfo.name`` of servers whose only per-process state is their allowed directories (server-filesystem)."""
@@ -45,6 +49,13 @@ ALLOWED_TOOL = "list_allowed_directories"
 PLACEHOLDER = "{workspace}"
 
 
+def mentions_workspace(spec: Any) -> bool:
+    """Whether a stdio server's arguments, environment or working directory name ``{workspace}``."""
+    if isinstance(spec, Stdio):
+        return any(PLACEHOLDER in str(x) for x in (*spec.args, *(spec.env or {}).values(), spec.cwd or ""))
+    return False
+
+
 def rerootable_template(spec: Any) -> bool:
     """A stdio spec naming ``{workspace}`` exactly once, as a whole argument, and nowhere else."""
     if not isinstance(spec, Stdio):
@@ -52,6 +63,19 @@ def rerootable_template(spec: Any) -> bool:
     elsewhere = [*(spec.env or {}).values(), os.fspath(spec.cwd) if spec.cwd else "", spec.command]
     return (sum(a == PLACEHOLDER for a in spec.args) == 1 and sum(PLACEHOLDER in a for a in spec.args) == 1
             and not any(PLACEHOLDER in str(x) for x in elsewhere))
+
+
+def names_filesystem_server(spec: Any) -> bool:
+    """A :func:`rerootable_template` whose command line names server-filesystem: its connections advertise roots from
+    its first start (the MCP SDK is not imported: a job asks this before it imports the SDK)."""
+    return rerootable_template(spec) and any("server-filesystem" in x for x in (spec.command, *spec.args))
+
+
+def template_key(templates: Any) -> tuple[Any, ...]:
+    """What a set of ``{workspace}`` server templates (``{alias: Stdio}``) started ahead of a job's envs is offered and
+    claimed under (:mod:`mcp_gym.jobs._early`)."""
+    return tuple((alias, t.command, tuple(t.args), tuple(sorted((t.env or {}).items())), str(t.cwd or ""))
+                 for alias, t in sorted(templates.items()))
 
 
 class Roots:
@@ -65,6 +89,8 @@ class Roots:
         """Set once a ``roots/list`` was answered with the current workspace."""
 
     async def list_roots(self, context: Any) -> mt.ListRootsResult | mt.ErrorData:
+        import mcp.types as mt
+
         if not self.armed:
             return mt.ErrorData(code=mt.INVALID_REQUEST, message="mcp-gym offers no roots to this server yet")
         result = mt.ListRootsResult(roots=[mt.Root.model_validate({"uri": self.workspace.resolve().as_uri()})])
@@ -78,6 +104,8 @@ class Roots:
 
 async def allowed_directories(conn: ServerConnection, timeout: float) -> list[str] | None:
     """What the server reports as its allowed directories (``None``: no answer, an error, or an unknown format)."""
+    import mcp.types as mt
+
     try:
         result = await conn.call_tool(ALLOWED_TOOL, {}, timeout=timeout)
     except Exception:  # noqa: BLE001 - no report: not provably re-rootable
@@ -109,8 +137,7 @@ class Rerooter:
 
     def advertises(self, alias: str, template: Any) -> bool:
         """New connections of ``alias`` advertise roots: it was learned, or its command line names server-filesystem."""
-        return alias in self.learned or (rerootable_template(template) and any(
-            "server-filesystem" in x for x in (template.command, *template.args)))
+        return alias in self.learned or names_filesystem_server(template)
 
     def armed(self, conn: ServerConnection) -> bool:
         """``conn`` answers ``roots/list`` with its workspace (it can be re-rooted)."""
@@ -121,6 +148,8 @@ class Rerooter:
                    own: ServerConnection) -> ServerConnection:
         """A new (unstarted) connection of ``alias`` with ``own``'s callbacks and tap (advertising roots: see
         :meth:`advertises`)."""
+        from mcp_gym.client.connection import ServerConnection
+
         if not self.advertises(alias, template) or not own_roots_free(own):
             return ServerConnection(alias, spec, own.callbacks, own.tap_factory)
         roots = Roots(workspace, alias in self.learned)
@@ -155,6 +184,8 @@ class Rerooter:
 
     async def reroot(self, conn: ServerConnection, workspace: Path, spec: Any) -> bool:
         """Move ``conn``'s root to ``workspace``; True once the server reports exactly it (else the caller restarts)."""
+        import mcp.types as mt
+
         roots = self.roots[conn]
         roots.workspace, roots.answered = workspace, anyio.Event()
         want, delay = [os.path.realpath(workspace)], 0.0

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 
-from mcp_gym._reroot import Rerooter
+from mcp_gym._reroot import Rerooter, mentions_workspace, names_filesystem_server, template_key
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
@@ -33,13 +33,6 @@ __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec"
            "prepare_episode_servers", "mask_workspace", "expand_workspace", "SpareServers", "SpareBudget"]
 
 PLACEHOLDER = "{workspace}"
-
-
-def mentions_workspace(spec: Any) -> bool:
-    """Whether a stdio server's arguments, environment or working directory name ``{workspace}``."""
-    if isinstance(spec, Stdio):
-        return any(PLACEHOLDER in str(x) for x in (*spec.args, *(spec.env or {}).values(), spec.cwd or ""))
-    return False
 
 
 def make_workspace(task: Task) -> Path:
@@ -510,6 +503,8 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
             if spares is not None:
                 spares.release(spare)
     elif env.workspace_servers:
+        if spares is not None and pool:  # a first reset: a server started ahead by the job, re-rooted below
+            await _take_early(env, spares.rerooter)
         episode.workspace = make_workspace(task)
     if spares is not None and pool and not restarted:  # warm servers re-rooted to this workspace (_reroot)
         restarted.update(await _reroot_all(env, spares.rerooter, episode))
@@ -540,6 +535,42 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
     if spares is not None and own:  # the next episode's servers start while this one runs
         spares.prepare(env, task)
     return restarted
+
+
+async def _take_early(env: _EpisodeServers, rerooter: Rerooter) -> None:
+    """Make servers the job started ahead in a placeholder workspace (:mod:`mcp_gym.jobs._early`) this env's first
+    ones, when its ``{workspace}`` servers have never started and such servers are waiting: connected (the process
+    already booted), checked as every first start is (:meth:`Rerooter.learn`: it reports exactly the placeholder),
+    and the placeholder removed, so the reset re-roots them to the episode's workspace (:func:`_reroot_all`, which
+    checks again; anything else restarts them there, as without them)."""
+    from mcp_gym.client import _prespawn
+
+    templates = {a: env.server_templates[a] for a in sorted(env.workspace_servers)}
+    if any(env.host.connections[a].status != "new" for a in templates) \
+            or not all(names_filesystem_server(t) for t in templates.values()):
+        return
+    workspace = _prespawn.claim(template_key(templates))
+    if workspace is None:
+        return
+    conns: dict[str, ServerConnection] = {}
+    adopted = False
+    try:
+        conns = {a: rerooter.connection(a, t, episode_spec(t, workspace, {}), workspace, env.host.connections[a])
+                 for a, t in templates.items()}
+        async with anyio.create_task_group() as tg:
+            for conn in conns.values():
+                tg.start_soon(conn.start, env.runtime.task_group)
+        if all(c.status == "ready" for c in conns.values()):
+            adopted = True  # the host owns them from adopt's first line on (its close stops them)
+            await env.host.adopt(conns, env.runtime.task_group)
+            for alias, template in templates.items():
+                await rerooter.learn(alias, template, env.host.connections[alias], workspace)
+    finally:
+        with anyio.CancelScope(shield=True):  # a failed or cancelled take leaves no process and no folder
+            if not adopted:
+                for conn in conns.values():
+                    await conn.close()
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(workspace, ignore_errors=True))
 
 
 async def _reroot_all(env: _EpisodeServers, rerooter: Rerooter, episode: Episode) -> set[str]:

@@ -115,6 +115,7 @@ def _run_job(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from mcp_gym import jobs
+    from mcp_gym.jobs._early import start_early_servers, stop_early_servers
     from mcp_gym.jobs.identity import JobRefused
     from mcp_gym.jobs.schema import ConfigError, check_job_config
     from mcp_gym.tasks import TaskDataError
@@ -122,6 +123,7 @@ def _run_job(cfg: Any) -> None:
     out = Path(HydraConfig.get().runtime.output_dir)
     try:
         check_job_config(cfg)  # first: a key of the wrong type, or an unknown one (+episods=5), is refused
+        start_early_servers(cfg)  # the first {workspace} servers boot while the job imports and plans
         if cfg.command == "collect":
             r = jobs.collect(cfg, out)
             print(f"{r.out}: {r.already_done + r.finished} of {r.planned} planned episodes recorded ({r.finished} new, "
@@ -153,6 +155,9 @@ def _run_job(cfg: Any) -> None:
     except jobs.JobInterrupted as e:
         print(str(e), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
+    except KeyboardInterrupt:  # outside the episodes (e.g. in set-up, its first servers booting: stopped below)
+        print("\nInterrupted; rerun the same command to resume", file=sys.stderr)
+        raise SystemExit(INTERRUPTED) from None
     except (JobRefused, TaskDataError, ConfigError) as e:  # one line, no traceback (HYDRA_FULL_ERROR=1 shows it)
         # .hydra/ keeps describing the directory's own episodes (the class Hydra instantiated: under
         # `python -m mcp_gym.cli` this module is __main__, not mcp_gym.cli)
@@ -166,6 +171,8 @@ def _run_job(cfg: Any) -> None:
             raise
         print(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}", file=sys.stderr)  # one line, no traceback
         raise SystemExit(1) from None
+    finally:
+        stop_early_servers()  # the ones no env took (none outlives the job)
 
 
 def _log_own_warnings(show: Callable[..., None]) -> Callable[..., None]:

@@ -46,6 +46,7 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
 from mcp_gym._compat.mcp_wire import Wire
+from mcp_gym.client import _prespawn
 from mcp_gym.client.runtime import sync_call_alone
 
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
@@ -672,7 +673,7 @@ async def stdio_transport(
     link: _Link | None = None
     stdin, stdout = _Stdin(), _Stdout(lambda chunk: link.take_answers(chunk) if link is not None else chunk,
                                       _READ_BYTES)
-    process = await _spawn(params, stdin, stdout)
+    process = await _prespawn.adopted(params, stdin, stdout) or await _spawn(params, stdin, stdout)
     state.pid = process.pid
     link = _Link(params, state, max_message_bytes, process, stdin, stdout)
     state.wire.send, state.wire.loop = link.send_line, asyncio.get_running_loop()

@@ -4,7 +4,9 @@ An MCPMark-like task set: ``@modelcontextprotocol/server-filesystem`` rooted in 
 (``{workspace}`` on its command line), a fixture folder (``--files`` files in four sub-folders) copied into every
 workspace, each task writing one file and submitting, graded by a ``files`` state check after the episode. The policy
 is ``oracle`` (the reference solutions), so the numbers are mcp-gym's and the servers', not a model's. Each job is
-``mcp-gym eval`` with the defaults (run in this process through the CLI's ``main``) at ``launcher.num_envs`` slots;
+``mcp-gym eval`` with the defaults (run in this process through the CLI's ``main``; ``--process``: as a process of its
+own, ``python -m mcp_gym.cli``, as the ``mcp-gym`` program runs, its imports and set-up included) at
+``launcher.num_envs`` slots;
 the ``off`` arm adds ``env.spare_servers=0`` (a server started per episode, as before the pool), the ``on`` arm is
 the default. The arms alternate, round by round, so machine noise hits both alike. Each job starts as a job of its own
 process does: what npx ran for an earlier job (``mcp_gym.client._npx``) is forgotten, so its first starts run npx.
@@ -44,6 +46,7 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,8 +121,12 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
         args.append(f"env.spare_servers={a.spare_servers}")
     _npx.resolutions.clear()  # each job as its own process: its first starts run npx (what it ran is not known yet)
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):
-        code = cli(args)
+    if a.process:  # as the mcp-gym program: a fresh interpreter, its imports on the job's path
+        code = subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args], stdout=subprocess.DEVNULL, timeout=900,
+                              cwd=tasks.parent).returncode  # (-m puts its cwd first on sys.path: not a checkout)
+    else:
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = cli(args)
     wall = time.perf_counter() - t0
     if code != 0:
         raise SystemExit(f"{kind}/{arm}: eval exited {code}")
@@ -145,6 +152,9 @@ def main() -> None:
                     help="env.spare_servers in the on arm (default: the default)")
     ap.add_argument("--no-resolve-npx", action="store_true",
                     help="env.resolve_npx=false: npx at every server start, not only at each job's first")
+    ap.add_argument("--process", action="store_true",
+                    help="run each job as a process of its own (python -m mcp_gym.cli), as the mcp-gym program does, "
+                         "not in this process (whose imports are warm after the first job)")
     ap.add_argument("--model-latency", type=float, default=None, metavar="S",
                     help="policy=openai against a scripted endpoint answering in S seconds (default: oracle)")
     a = ap.parse_args()
@@ -174,7 +184,8 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
                   f"{a.fixtures} fixture(s) of {a.files} files, {'never re-rooted, ' if a.fresh_servers else ''}"
                   f"on arm spare_servers={a.spare_servers if a.spare_servers is not None else 'default'}, "
                   f"policy {'oracle' if base_url is None else f'openai (scripted, {a.model_latency:g} s per reply)'}, "
-                  f"{'env.resolve_npx=false, ' if a.no_resolve_npx else ''}{a.rounds} jobs per arm; "
+                  f"{'env.resolve_npx=false, ' if a.no_resolve_npx else ''}"
+                  f"{'each job a process of its own, ' if a.process else ''}{a.rounds} jobs per arm; "
                   f"load average {min(loads):.2f}-{max(loads):.2f} (1 min), "
                   f"{os.cpu_count()} cores")
             print(f"{'arm':>4} {'episodes/s':>11} {'start-up share':>15} {'success':>8}")
