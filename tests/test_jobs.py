@@ -358,3 +358,43 @@ def test_tasks_help_lists_every_tasks_command(capsys: pytest.CaptureFixture[str]
         assert f"\n  {command} " in out, command
     assert main(["tasks"]) == 2
     assert "import bfcl" in capsys.readouterr().err
+
+
+HELD_HANDSHAKE_SERVER = Path(__file__).parent / "_held_handshake_server.py"
+
+
+def test_ctrl_c_while_a_server_is_in_its_handshake_stops_the_job(tmp_path: Path) -> None:
+    """SIGINT an eval job while its first reset waits for a server's answer to ``initialize`` (the server has the
+    request: it said so): the job stops with exit 130 and its message at once, and no server process is left. The
+    connect timeout is an hour: a job that waited the handshake out (the close of a connecting server used to wait
+    for it to connect) would outlive the bound below by far."""
+    pids = tmp_path / "pids"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t0", "prompt": "p", "solution": [{"tool": "submit", "arguments": {}}]}) + "\n")
+    server = f'+env.servers.s="{sys.executable} {HELD_HANDSHAKE_SERVER} {pids}"'
+    cmd = _cli("eval", "env=custom", server, f"env.tasks={tasks}", "env.connect_timeout=3600", "policy=oracle",
+               "samples=1", "launcher.progress=false", "plots=false", f"out={tmp_path / 'run'}")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300  # a bound on a hang: the job imports, plans and starts its server
+        while time.monotonic() < deadline and proc.poll() is None and not (pids.exists() and pids.read_text()):
+            time.sleep(0.05)
+        assert pids.exists() and pids.read_text(), "the server never got its initialize request"
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, output
+    assert "interrupted; finished episodes are saved, rerun the same command to resume" in output
+    for pid in map(int, pids.read_text().split()):
+        assert not _alive(pid), f"server {pid} outlived the job"
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, exited and not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

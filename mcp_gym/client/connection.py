@@ -144,6 +144,7 @@ class ServerConnection:
         self._ready = anyio.Event()
         self._close = anyio.Event()
         self._done = anyio.Event()
+        self._connecting: anyio.CancelScope | None = None  # the handshake's scope, cancelled by close() and fail()
         self._stdio: StdioState | None = None
         self._npx: _npx.NpxStart | None = None  # a stdio server run by npx: its start (resolved or learning)
         self.http_wire: HttpWire | None = None  # the fast lane of a Streamable HTTP session (client._http_lane)
@@ -226,6 +227,10 @@ class ServerConnection:
         exc: BaseException | None = None
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
+                self._connecting = scope
+                if self._close.is_set():  # closed (or failed) before this task ran: no process to start
+                    scope.cancel()
+                    await anyio.lowlevel.checkpoint()
                 if self.tap_factory is not None and self.tap is None:
                     self.tap = self.tap_factory(self)
                 prior, lead = await _discovery.fresh_or_lead(self.spec)
@@ -240,6 +245,7 @@ class ServerConnection:
                 finally:
                     _discovery.release(self.spec, lead)
                 entered = True
+                self._connecting = None  # from here on close() ends the session gracefully (below)
                 scope.deadline = math.inf
                 self.client = client
                 self.connect_seconds, self.connected_at = time.perf_counter() - t0, anyio.current_time()
@@ -268,7 +274,11 @@ class ServerConnection:
                     if exc is not None and self.status == "ready":
                         self.status = "dead"
                         self.error = self._why(exc, "connection lost") + self._stderr_tail()
-            if not entered:
+            if not entered and self._close.is_set():  # close() or fail() during the handshake
+                if self.status == "connecting":
+                    self.status = "failed"
+                    self.error = "closed while connecting" + self._stderr_tail()
+            elif not entered:
                 self.status = "failed"
                 self.error = f"could not connect within {self.spec.connect_timeout:g} s" + self._stderr_tail()
         except BaseException as e:  # noqa: BLE001 - every failure becomes a status
@@ -277,6 +287,7 @@ class ServerConnection:
                 self.status = "failed"
                 self.error = self._http_why() + _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
+            self._connecting = None
             if not entered and self._npx is not None:
                 self._npx.failed()  # a resolved start that did not connect: npx again next time
             if self.tap is not None:
@@ -311,6 +322,8 @@ class ServerConnection:
             self.status = "closed"
             return
         self._close.set()
+        if self._connecting is not None:  # still in the handshake: stop it (the process stops), never wait it out
+            self._connecting.cancel()
         await self._done.wait()
         if self.status == "ready":
             self.status = "closed"
@@ -322,6 +335,8 @@ class ServerConnection:
             self.status = "failed"
             self.error = reason + self._stderr_tail()
         self._close.set()
+        if self._connecting is not None:  # still in the handshake: stop it
+            self._connecting.cancel()
 
     @property
     def pid(self) -> int | None:
