@@ -398,3 +398,54 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_ctrl_c_before_the_loop_starts_a_job_never_starts_it() -> None:
+    """A Ctrl-C that lands while the runtime's loop has not yet started the job (busy: here held by a callback until
+    the interrupt is handled) stops it all the same: the job never starts and :class:`JobInterrupted` is raised (the
+    job's cancellation used to reach only a job already running, so this one ran to its end after the Ctrl-C)."""
+    from mcp_gym.client.runtime import Runtime
+    from mcp_gym.jobs import JobInterrupted
+    from mcp_gym.jobs.collect import run_interruptible
+
+    assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    rt = Runtime(threaded=True)
+    gate, started = threading.Event(), []
+    rt.loop.call_soon_threadsafe(gate.wait, 600)  # the loop is busy until the interrupt is handled
+
+    async def job() -> None:
+        started.append(True)
+
+    def waiting_line() -> int | None:
+        """The line of run_interruptible where the main thread waits for the job's future, if it does."""
+        frame, waiting = sys._current_frames().get(main_thread), False
+        while frame is not None:
+            if frame.f_code.co_name == "result":
+                waiting = True
+            if frame.f_code.co_name == "run_interruptible":
+                return frame.f_lineno if waiting else None
+            frame = frame.f_back
+        return None
+
+    def interrupt() -> None:
+        try:
+            deadline = time.monotonic() + 300
+            while (first := waiting_line()) is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            signal.pthread_kill(main_thread, signal.SIGINT)
+            while waiting_line() in (None, first) and time.monotonic() < deadline:
+                time.sleep(0.001)  # until it waits again, past handling the interrupt
+        finally:
+            gate.set()
+
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    try:
+        with pytest.raises(JobInterrupted):
+            run_interruptible(job, rt)
+    finally:
+        helper.join(600)
+        rt.close()
+    assert started == []
