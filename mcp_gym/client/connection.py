@@ -205,19 +205,12 @@ class ServerConnection:
             if cb.logging is not None:
                 await cb.logging(self.alias, params)
 
-        return Client(
-            target,
-            mode=mode,
-            prior_discover=prior[0] if prior is not None else None,
-            cache=listing_cache(),  # caches nothing: hands mcp-gym's checked tool listing to the session
-            message_handler=self._on_message,
-            sampling_callback=cb.sampling,
-            elicitation_callback=cb.elicitation,
-            list_roots_callback=cb.list_roots,
-            logging_callback=logging_cb,
-            log_level="info" if cb.logging is not None else None,
-            client_info=mt.Implementation(name="mcp-gym", version=__version__),
-        )
+        return Client(target, mode=mode, prior_discover=prior[0] if prior is not None else None,
+                      cache=listing_cache(),  # caches nothing: hands mcp-gym's checked tool listing to the session
+                      message_handler=self._on_message, sampling_callback=cb.sampling,
+                      elicitation_callback=cb.elicitation, list_roots_callback=cb.list_roots,
+                      logging_callback=logging_cb, log_level="info" if cb.logging is not None else None,
+                      client_info=mt.Implementation(name="mcp-gym", version=__version__))
 
     async def _own(self) -> None:
         # Enter and exit the Client in this one task. The connect deadline lives on a scope that encloses the whole
@@ -228,9 +221,8 @@ class ServerConnection:
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
                 self._connecting = scope
-                if self._close.is_set():  # closed (or failed) before this task ran: no process to start
+                if self._close.is_set():  # closed (or failed) before this task ran: no handshake to wait out
                     scope.cancel()
-                    await anyio.lowlevel.checkpoint()
                 if self.tap_factory is not None and self.tap is None:
                     self.tap = self.tap_factory(self)
                 prior, lead = await _discovery.fresh_or_lead(self.spec)
@@ -274,20 +266,16 @@ class ServerConnection:
                     if exc is not None and self.status == "ready":
                         self.status = "dead"
                         self.error = self._why(exc, "connection lost") + self._stderr_tail()
-            if not entered and self._close.is_set():  # close() or fail() during the handshake
-                if self.status == "connecting":
-                    self.status = "failed"
-                    self.error = "closed while connecting" + self._stderr_tail()
-            elif not entered:
+            if not entered and self.status == "connecting":  # (a fail() in the handshake said why already)
                 self.status = "failed"
-                self.error = f"could not connect within {self.spec.connect_timeout:g} s" + self._stderr_tail()
+                self.error = ("closed while connecting" if self._close.is_set() else
+                              f"could not connect within {self.spec.connect_timeout:g} s") + self._stderr_tail()
         except BaseException as e:  # noqa: BLE001 - every failure becomes a status
             exc = e
             if not entered:
                 self.status = "failed"
                 self.error = self._http_why() + _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
-            self._connecting = None
             if not entered and self._npx is not None:
                 self._npx.failed()  # a resolved start that did not connect: npx again next time
             if self.tap is not None:
@@ -548,14 +536,8 @@ class ServerConnection:
         self._close.set()
         return ConnectionLost(f"server '{self.alias}' died: {self.error}")
 
-    async def request(
-        self,
-        fn: Callable[[Client], Awaitable[Any]],
-        *,
-        method: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> Any:
+    async def request(self, fn: Callable[[Client], Awaitable[Any]], *, method: str | None = None,
+                      params: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
         """Run one SDK request; connection loss becomes :class:`ConnectionLost` and marks the server dead.
 
         JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged. ``method`` and ``params``
