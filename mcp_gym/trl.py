@@ -234,8 +234,10 @@ def tool_method(
 ) -> tuple[Callable[..., str], ToolMethodSpec]:
     """Build the method for one MCP tool: ``def <name>(self, <params>) -> str`` with signature, hints and docstring.
 
-    The method calls ``self._call_tool(tool_name, arguments)``. Optional parameters default to ``None`` (or to the
-    schema's scalar default) and are left out of the call when ``None``, so the server applies its own default.
+    The method calls ``self._call_tool(tool_name, arguments)``; a keyword call with missing or unknown arguments (a
+    model's bad call) goes to the env as given, which answers it as at inference. Optional parameters default to
+    ``None`` (or to the schema's scalar default) and are left out of the call when ``None``, so the server applies its
+    own default.
     """
     name = method_name or _identifier(tool_name, set(), RESERVED_NAMES)
     summary, doc_args, doc_returns = split_google_docstring(description)
@@ -291,7 +293,14 @@ def tool_method(
     spec = ToolMethodSpec(name, tool_name, dict(params), frozenset(nullable), frozenset(optional))
 
     def method(self: Any, *args: Any, **kwargs: Any) -> str:
-        bound = signature.bind(self, *args, **kwargs)  # TypeError on unknown/missing arguments: TRL reports it
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            if args:  # a positional call is code's, not a model's: its mistake is an error
+                raise
+            # a model's call with a missing or extra argument (TRL passes the call's arguments as keywords): the env
+            # answers it as at inference, with its own error text, and counts the step
+            return self._call_tool(spec.tool_name, {spec.params.get(k, k): v for k, v in kwargs.items()})
         arguments: dict[str, Any] = {}
         for py, value in bound.arguments.items():
             if py == "self":

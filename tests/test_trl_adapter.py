@@ -116,8 +116,9 @@ def test_episode_through_the_methods(counter_cls: type[MCPToolEnvironment]) -> N
         assert env.add(4).count('"done": true') == 1
         assert env.get_reward() == pytest.approx(0.99) and env.done
         assert env.submit("9").startswith("Error: the episode is over")
+        assert env.add(amount=1, extra=2).startswith("Error: the episode is over")
         with pytest.raises(TypeError):
-            env.add(amount=1, extra=2)  # TRL turns this into a tool error for the model
+            env.add(1, 2)  # a positional call is code's, not a model's
         # A dataset without task_id: the prompt selects the task; an empty prompt draws one and returns it.
         assert env.reset(prompt=[{"role": "user", "content": env.env.tasks[1].prompt}]).startswith("\n\n[resource")
         assert env.env.task.id == "counter-0001"
@@ -127,6 +128,30 @@ def test_episode_through_the_methods(counter_cls: type[MCPToolEnvironment]) -> N
         assert env.done and env.last_info["termination"] == "submit"
     finally:
         env._close()
+
+
+def test_a_models_bad_call_gets_the_envs_answer_as_in_eval(counter_cls: type[MCPToolEnvironment]) -> None:
+    """A call missing an argument, with an extra one, or of a wrong type reaches the env as TRL passes it (keywords):
+    the tool message is the env's own text, the one ``mcp-gym eval``'s chat view shows, and the step is counted; before,
+    a missing or extra argument raised ``TypeError`` in the method and TRL showed the model
+    ``{'error': "missing a required argument: 'amount'"}`` without an env step."""
+    from mcp_gym.chat import ChatView
+    from mcp_gym.envs import make_env
+
+    env, direct = counter_cls(), make_env("Counter")
+    try:
+        env.reset(task_id="counter-0000")
+        obs, _ = direct.reset(options={"task_id": "counter-0000"})
+        view = ChatView(obs["task"], obs["resources"])
+        for k, arguments in enumerate(({}, {"amount": 1, "extra": 2}, {"amount": "x"}, {"amuont": 2})):
+            text = env.add(**arguments)
+            obs, *_ = direct.step({"tool": "add", "arguments": arguments})
+            assert text == view.tool_result(f"call_{k}", "add", obs["result"], obs["resources"])["content"]
+            assert env.env.steps == direct.steps == k + 1
+        assert env.last_info["error"]["argument"] == "amount" and "'amount' is required" in text
+    finally:
+        env._close()
+        direct.close()
 
 
 def test_reward_modes_and_options() -> None:
