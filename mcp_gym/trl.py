@@ -588,6 +588,23 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
 
 
 # -- the trainer: a rollout ends where its episode ends ----------------------------------------------------------------
+class _EnvTools(dict):  # type: ignore[type-arg]
+    """TRL's tool dict of one rollout over an mcp-gym environment: a name it lacks (a model's unknown or misspelled
+    tool) is still called on the env, which answers with its own error text (``Error: unknown tool 'nope'
+    (available: ...)``) and counts the step, as in ``mcp-gym eval``; TRL alone shows ``{'error': 'Tool nope not
+    found.'}`` and the env never sees the call. Names of the rollout's async tools stay TRL's."""
+
+    def __init__(self, tools: Mapping[str, Any], env: MCPToolEnvironment, async_tools: Mapping[str, Any]) -> None:
+        super().__init__(tools)
+        self.env, self.async_tools = env, async_tools
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name not in self.async_tools
+
+    def __missing__(self, name: str) -> Callable[..., str]:
+        return lambda **arguments: self.env._call_tool(name, arguments)
+
+
 def _episode_grpo_trainer() -> type:
     """TRL's ``GRPOTrainer`` with rollouts that end when their :class:`MCPToolEnvironment` episode ends.
 
@@ -596,6 +613,8 @@ def _episode_grpo_trainer() -> type:
     rollout's advantage. Here the loop's tool-result hook reports the turn after an ended episode as past the
     completion budget, which is TRL's own way of ending a rollout: the ending call's result is not appended and the
     model is not asked again (the result stays in ``env.last_info``; the reward comes from the env, as before).
+    A call of a tool the class does not offer goes to the env too, which answers as in ``mcp-gym eval`` (see
+    :class:`_EnvTools`).
     """
     import trl
 
@@ -612,6 +631,11 @@ def _episode_grpo_trainer() -> type:
         def _tool_call_loop(self, prompts: Any, prompt_ids: Any, completion_ids: Any, completions: Any,
                             *args: Any, **kwargs: Any) -> Any:
             self._episode_completions = completions  # each rollout's messages, to find whose tool result this is
+            if self.environments and getattr(self, "_sync_tool_dicts", None):
+                self._sync_tool_dicts = [
+                    _EnvTools(tools, env, self._async_tool_dicts[i])
+                    if isinstance(env, MCPToolEnvironment) and not isinstance(tools, _EnvTools) else tools
+                    for i, (tools, env) in enumerate(zip(self._sync_tool_dicts, self.environments, strict=True))]
             try:
                 return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *args, **kwargs)
             finally:
