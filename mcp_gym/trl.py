@@ -332,6 +332,7 @@ class MCPToolEnvironment:
     _reward: RewardMode | Callable[[MCPEnv], float] = "return"
     _show_resources: bool = True
     _tool_specs: Mapping[str, ToolMethodSpec] = {}
+    _probed: frozenset[str] = frozenset()
     openai_tools: list[dict[str, Any]] = []
     """The tool schemas TRL derives from the methods (computed once, for inspection)."""
     max_steps: int = 20
@@ -357,6 +358,12 @@ class MCPToolEnvironment:
         """
         options = reset_options(self.env, row if row else None)
         obs, info = self.env.reset(options=options)
+        unseen = [n for n in self.env.action_space.tool_names if n not in type(self)._probed]
+        if unseen:  # per-task tools (BFCL): this task's are not among the class's, which TRL shows the model
+            warnings.warn(f"mcp_gym.trl: {type(self).__name__} offers the tools its probe task listed; this episode's "
+                          f"task offers {', '.join(unseen)} too, which the model is not shown (a call still runs): "
+                          "build a class per tool set (environment_factory(probe_task=...))", UserWarning,
+                          stacklevel=2)
         self.done = False
         self.episode_return = 0.0
         self.last_info = dict(info)
@@ -454,6 +461,7 @@ def environment_factory(
         max_steps = probe.max_steps
     finally:
         probe.close()
+    probed = list(entries)  # every tool the probe saw (``tools`` may offer fewer, on purpose)
     if tools is not None:
         known = {name for name, _, _ in entries} | {"submit"}
         unknown = [t for t in tools if t not in known]
@@ -477,6 +485,7 @@ def environment_factory(
         _reward=staticmethod(reward) if callable(reward) else reward,
         _show_resources=show_resources,
         _tool_specs=specs,
+        _probed=frozenset(name for name, _, _ in probed) | {"submit"},
         max_steps=max_steps,
         __doc__=f"TRL environment over the mcp-gym env {env_id or env!r} (tools: {', '.join(specs)}).",
         __module__=__name__,

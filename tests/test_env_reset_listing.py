@@ -212,23 +212,9 @@ def test_a_tool_an_earlier_reset_showed_is_not_listed_in_an_episode_that_hides_i
     """A server whose reset shows a gated tool for some tasks only (per-task tools, as BFCL's): after an episode that
     showed it, the next episode's listing must not keep it; before, the env listed ``extra`` for task ``a`` and its
     call answered "Unknown tool"."""
-    from mcp_gym.serverkit import EpisodeServer
+    from episodes import per_task_tools_env
 
-    es: EpisodeServer[dict[str, Any]] = EpisodeServer(
-        "pertask", lambda task_id, seed: {"task": task_id},
-        on_reset=lambda state: es.show_tool("extra") if state["task"] == "b" else None)
-
-    @es.tool()
-    def base() -> str:
-        """Every task's tool."""
-        return "base"
-
-    @es.tool(hidden_until_shown=True)
-    def extra() -> str:
-        """Task b's tool."""
-        return "extra"
-
-    env = MCPEnv({"pertask": InProcess(es.mcp)}, [{"id": "a", "prompt": "A."}, {"id": "b", "prompt": "B."}])
+    env = per_task_tools_env()
     try:
         for task_id, tools in [("a", ["base", "submit"]), ("b", ["base", "extra", "submit"]), ("a", ["base", "submit"]),
                                ("a", ["base", "submit"]), ("b", ["base", "extra", "submit"])]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import serve_in_thread, start_server
-from episodes import recorded_episode
+from episodes import per_task_tools_env, recorded_episode
 
 from mcp_gym import MCPEnv, Stdio, make_env
 from mcp_gym.recording import RecordTrajectories
@@ -486,29 +486,6 @@ def test_a_conversation_through_openenv(serve: Callable[..., Server], tmp_path: 
     steps_table = load(tmp_path / "run").steps.to_list()
     assert [(r["tool"], r["user_turn"]) for r in steps_table] == [
         ("add_note", 0), ("submit", 0), ("add_note", 1), ("count_notes", 1), ("submit", 1)]
-
-
-def per_task_tools_env() -> MCPEnv:
-    """Task ``b`` offers a tool ``extra`` that task ``a`` lacks (as BFCL's tasks offer their own classes' tools)."""
-    from mcp_gym import InProcess
-    from mcp_gym.serverkit import EpisodeServer
-
-    es: EpisodeServer[dict[str, Any]] = EpisodeServer(
-        "pertask", lambda task_id, seed: {"task": task_id},
-        on_reset=lambda state: es.show_tool("extra") if state["task"] == "b" else None)
-
-    @es.tool()
-    def base() -> str:
-        """Every task's tool."""
-        return "base"
-
-    @es.tool(hidden_until_shown=True)
-    def extra() -> str:
-        """Task b's tool."""
-        return "extra"
-
-    return MCPEnv({"pertask": InProcess(es.mcp)}, [{"id": "a", "prompt": "A."}, {"id": "b", "prompt": "B."}],
-                  env_id="pertask")
 
 
 def test_tools_listed_before_reset_that_the_task_lacks_are_said(serve: Callable[..., Server],

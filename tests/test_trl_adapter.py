@@ -174,6 +174,30 @@ def test_an_unknown_tool_gets_the_envs_answer_as_in_eval(counter_cls: type[MCPTo
         direct.close()
 
 
+def test_a_tasks_tools_the_class_does_not_offer_are_named() -> None:
+    """Per-task tools (BFCL): the class offers its probe task's tools, which TRL shows the model for every row; a
+    task offering more says so in one ``UserWarning`` at reset (the call still runs); the probe task's own tools say
+    nothing."""
+    import warnings
+
+    from episodes import per_task_tools_env
+
+    cls = environment_factory(per_task_tools_env, probe_task="a")
+    assert tool_members(cls) == ["base", "submit"]
+    env = cls()
+    try:
+        with pytest.warns(UserWarning, match=r"PertaskEnvironment offers the tools its probe task listed; this "
+                                             r"episode's task offers extra too, which the model is not shown"):
+            env.reset(task_id="b")
+        assert env._call_tool("extra", {}) == "extra"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            env.reset(task_id="a")
+    finally:
+        env._close()
+    assert tool_members(environment_factory(per_task_tools_env, probe_task="b")) == ["base", "extra", "submit"]
+
+
 def test_reward_modes_and_options() -> None:
     cls = environment_factory("Counter", reward="verifier", tools=["add"], include_submit=False,
                               show_resources=False, class_name="Cnt")
