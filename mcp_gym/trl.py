@@ -597,7 +597,7 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
 
 
 # -- the trainer: a rollout ends where its episode ends ----------------------------------------------------------------
-class _EnvTools(dict):  # type: ignore[type-arg]
+class _EnvTools(dict[str, Any]):
     """TRL's tool dict of one rollout over an mcp-gym environment: a name it lacks (a model's unknown or misspelled
     tool) is still called on the env, which answers with its own error text (``Error: unknown tool 'nope'
     (available: ...)``) and counts the step, as in ``mcp-gym eval``; TRL alone shows ``{'error': 'Tool nope not
@@ -640,11 +640,12 @@ def _episode_grpo_trainer() -> type:
         def _tool_call_loop(self, prompts: Any, prompt_ids: Any, completion_ids: Any, completions: Any,
                             *args: Any, **kwargs: Any) -> Any:
             self._episode_completions = completions  # each rollout's messages, to find whose tool result this is
-            if self.environments and getattr(self, "_sync_tool_dicts", None):
+            sync_tools: list[Any] | None = getattr(self, "_sync_tool_dicts", None)
+            if self.environments and sync_tools:
                 self._sync_tool_dicts = [
                     _EnvTools(tools, env, self._async_tool_dicts[i])
                     if isinstance(env, MCPToolEnvironment) and not isinstance(tools, _EnvTools) else tools
-                    for i, (tools, env) in enumerate(zip(self._sync_tool_dicts, self.environments, strict=True))]
+                    for i, (tools, env) in enumerate(zip(sync_tools, self.environments, strict=True))]
             try:
                 return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *args, **kwargs)
             finally:
