@@ -50,7 +50,7 @@ import importlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from mcp_gym.async_env import areset, astep
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, call_id, env_tools
@@ -102,7 +102,15 @@ def resolve_env_factory(env: str | Callable[[], MCPEnv], env_kwargs: Mapping[str
         if not callable(fn):
             raise TypeError(f"env {env!r} is not callable (a function returning an MCPEnv)")
         kwargs = dict(env_kwargs or {})
-        return lambda: fn(**kwargs)
+
+        def make() -> MCPEnv:
+            made = fn(**kwargs)
+            if not isinstance(getattr(made, "unwrapped", None), MCPEnv):
+                raise TypeError(f"env {env!r} returned {type(made).__name__}, not an MCPEnv (a function returning "
+                                "an MCPEnv, called with env_kwargs)")
+            return cast("MCPEnv", made)
+
+        return make
     if isinstance(env, str):
         from mcp_gym.envs import make_env
 

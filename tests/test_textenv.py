@@ -220,6 +220,8 @@ def test_env_by_import_path() -> None:
         TextEnvBatch("mcp_gym.envs:nope", n=1)
     with pytest.raises(ValueError, match=r"env 'no_such_module:f': cannot import"):
         TextEnvBatch("no_such_module:f", n=1)
+    with pytest.raises(TypeError, match=r"^env 'os:getcwd' returned str, not an MCPEnv"):  # was AttributeError
+        TextEnvBatch("os:getcwd", n=1)
 
 
 def test_a_tool_added_mid_episode_is_named_when_the_listed_tools_lack_it() -> None:
