@@ -35,7 +35,10 @@ a later turn (the ``mcp_gym_turn`` hook); called before their turn, they return 
 
 Limits: TRL fixes the tool list per class, so the class offers the tools listed at the start of a probe episode (and
 at each of its user turns; ``submit`` included); tools a server reveals mid-episode (``tools/list_changed``) are not
-offered, and calling a tool absent from the current episode returns the env's error text.
+offered, and calling a tool absent from the current episode returns the env's error text. A task whose tools the
+class does not offer (per-task tools, BFCL) says so in a ``UserWarning`` at ``reset``. A model's bad call (a missing
+or extra argument; in this module's ``GRPOTrainer``, a tool the class does not offer) reaches the env, which answers
+it as in ``mcp-gym eval``.
 """
 
 from __future__ import annotations
