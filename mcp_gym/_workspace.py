@@ -12,7 +12,6 @@ import dataclasses
 import enum
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import anyio
 
 from mcp_gym._reroot import Rerooter, mentions_workspace, names_filesystem_server, template_key
+from mcp_gym._wsdir import new_workspace
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
@@ -37,8 +37,9 @@ PLACEHOLDER = "{workspace}"
 
 def make_workspace(task: Task) -> Path:
     """A new private temporary directory (mode ``0700``, whatever the fixture's) with the task's ``fixture`` copied
-    in: each entry with its mode and times, symlinks as links (the caller removes it)."""
-    workspace = Path(tempfile.mkdtemp(prefix="mcp-gym-ws-"))
+    in: each entry with its mode and times, symlinks as links (the caller removes it). Named after this process, so
+    a later process removes it if this one dies without doing so (:mod:`mcp_gym._wsdir`)."""
+    workspace = new_workspace()
     if task.fixture:
         fixture = Path(task.fixture)
         if not fixture.is_dir():
