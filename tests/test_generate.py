@@ -379,6 +379,11 @@ def test_generate_gives_up_when_every_call_fails(tmp_path: Path, capsys: pytest.
     assert err[0].endswith("give the arguments the server accepts with generator.fixed or generator.values")
     assert f"walk {walks}/30," in captured.err and f"walk {walks + 1}/30" not in captured.err
     assert (out / "proposals.jsonl").read_text() == ""
+    if walks == 2:  # a bound below 0 is refused in one line
+        assert main(["tasks", "generate", "env=custom", time_server, f"out={tmp_path / 'bad'}", "n=1",
+                     "generator.max_failed_walks=-1"]) == 2
+        assert "generator.max_failed_walks must be an integer, 0 (never give up) or more, not -1" in \
+            capsys.readouterr().err
 
 
 def test_generate_walks_on_while_some_calls_succeed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

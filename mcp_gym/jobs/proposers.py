@@ -300,9 +300,12 @@ class ExploreProposer:
         self.exclude = set(exclude_tools)
         self.read_tools = set(read_tools) if read_tools is not None else None
         self.max_calls = int(max_calls)
-        self.max_failed_walks = int(max_failed_walks)
-        if self.max_failed_walks < 0:
-            raise ValueError(f"generator.max_failed_walks must be 0 (never give up) or more, not {max_failed_walks}")
+        if isinstance(max_failed_walks, bool) or not isinstance(max_failed_walks, int) or max_failed_walks < 0:
+            from mcp_gym.jobs.schema import ConfigError
+
+            raise ConfigError(f"generator.max_failed_walks must be an integer, 0 (never give up) or more, not "
+                              f"{max_failed_walks!r}")
+        self.max_failed_walks = max_failed_walks
 
     # the walk ---------------------------------------------------------------------------------------------------------
     def tools(self, env: Any) -> list[str]:
