@@ -152,8 +152,8 @@ SERVERS = {
 
 
 CI_TASKS = {"memory": 50, "filesystem": 20, "git": 10}
-"""Tasks per server in CI's heavy lane (a 50-task run restarts its server about 250 times: 5 min on memory, 17 on
-git). ``MCP_GYM_GENERATE_N=50`` runs the docs' table (all three at 50: 42 min on 2 workers)."""
+"""Tasks per server in CI's heavy lane (a 50-task run restarts its server about 250 times: 5 min on memory, 9 to 17
+on git). ``MCP_GYM_GENERATE_N=50`` runs the docs' table (all three at 50: 42 min on 2 workers)."""
 
 
 @pytest.mark.slow
