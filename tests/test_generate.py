@@ -386,6 +386,9 @@ def test_generate_gives_up_when_every_call_fails(tmp_path: Path, capsys: pytest.
             capsys.readouterr().err
 
 
+# Heavy lane (11 s: a job of fresh servers per walk); its fast cover: every explore test whose calls succeed (they
+# walk on to max_proposals), and test_generate_gives_up_when_every_call_fails[2] for the give-up bound.
+@pytest.mark.slow
 def test_generate_walks_on_while_some_calls_succeed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Calls that fail only sometimes (random time zones, and with ``generator.values`` now and then a real one) do
     not stop the walks: once a call has succeeded, walks go on to the job's other bounds."""
