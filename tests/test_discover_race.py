@@ -10,14 +10,20 @@ after the client gave up on it, whatever ``discover_timeout`` is.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import serve_in_thread
+from mcp.server.mcpserver import MCPServer
 
 from mcp_gym import MCPEnv, Stdio
+from mcp_gym.client import _discovery
 from mcp_gym.client.host import ServerUnavailableWarning
+from mcp_gym.client.specs import Http
 
 SERVER = Path(__file__).parent / "_slow_modern_server.py"
 
@@ -55,3 +61,58 @@ def test_connecting_again_in_the_modern_era_stays_within_connect_timeout(tmp_pat
         assert marker.with_suffix(".starts").read_text().count("started") == 2  # one retry, no more
     finally:
         env.close()
+
+
+def test_on_streamable_http_a_late_probe_leaves_a_handshake_era_session(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Each HTTP request is routed by its own era: a probe answered late locks nothing, the initialize succeeds."""
+    monkeypatch.setattr(_discovery, "_CACHE", {})
+    monkeypatch.setattr(_discovery, "_UNCACHEABLE", {})
+    mcp = MCPServer("slow-http", log_level="WARNING")
+
+    @mcp.tool()
+    def echo(text: str) -> str:
+        """Say ``text`` back."""
+        return text
+
+    inner = mcp.streamable_http_app(host="127.0.0.1")
+    initialized: list[asyncio.Event] = []
+    held = 0
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # each server/discover waits for an initialize
+        nonlocal held
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await inner(scope, receive, send)
+        if not initialized:
+            initialized.append(asyncio.Event())
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        if b'"server/discover"' in body:
+            held += 1
+            await initialized[0].wait()
+        elif b'"initialize"' in body:
+            initialized[0].set()
+        sent = False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await inner(scope, replay, send)
+
+    with serve_in_thread(app) as (port, _), caplog.at_level(logging.INFO, logger="mcp_gym.client"):
+        env = MCPEnv({"s": Http(f"http://127.0.0.1:{port}/mcp", discover_timeout=0.05, connect_timeout=60)}, ["t"])
+        try:
+            env.reset(seed=0)
+            conn = env.host.connections["s"]
+            assert conn.status == "ready", conn.error
+            assert held >= 1 and conn.protocol_version is not None and not conn.modern
+            assert env.host.has_tool("s", "echo")
+            assert not [r for r in caplog.records if "connecting again" in r.getMessage()]
+        finally:
+            env.close()
