@@ -27,7 +27,6 @@ import mcp.types as mt
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.subscriptions import ResourceUpdated
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_gym._compat import mcp_wire as _wire
 from mcp_gym._version import __version__
@@ -233,20 +232,7 @@ class ServerConnection:
                 try:
                     client = self._client(prior)
                     if self.spec.protocol == "auto" and prior is None:
-                        try:
-                            async with _discovery.DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
-                                await client.__aenter__()
-                        except Exception as e:  # noqa: BLE001 - only a modern server's refusal is retried
-                            version = _modern_refusal(e)
-                            if version is None:
-                                raise
-                            log.info("mcp-gym: server %r answered server/discover after its discover_timeout (%g s) "
-                                     "and refused the initialize fallback: connecting again in the %s era",
-                                     self.alias, self.spec.discover_timeout, version)
-                            client = self._client()  # a fresh session (and process, for stdio)
-                            # the server is modern: its probe may take what is left of connect_timeout
-                            async with _discovery.DISCOVER_TIMEOUT.use(self.spec.connect_timeout):
-                                await client.__aenter__()
+                        client = await _discovery.enter_auto(self.alias, self.spec, client, self._client)
                         _discovery.remember(self.spec, client.session.discover_result, client.protocol_version)
                     else:
                         await client.__aenter__()
@@ -700,22 +686,6 @@ class ServerConnection:
             params={"uri": uri, "_meta": dict(meta or {})},
             timeout=timeout,
         )
-
-
-def _modern_refusal(e: BaseException) -> str | None:
-    """The modern protocol version a server names when it refuses the ``initialize`` fallback of an ``auto``
-    handshake with -32022 (``UNSUPPORTED_PROTOCOL_VERSION``: it read the late-answered ``server/discover`` first and
-    serves the connection in the 2026-07-28 era), or ``None`` for any other failure."""
-    while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
-        e = e.exceptions[0]
-    if not isinstance(e, MCPError) or e.code != mt.UNSUPPORTED_PROTOCOL_VERSION:
-        return None
-    try:
-        supported = mt.UnsupportedProtocolVersionErrorData.model_validate(e.data).supported
-    except ValueError:  # pydantic's ValidationError: no versions named, no era to connect in
-        return None
-    modern = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
-    return modern[-1] if modern else None
 
 
 def _describe_exc(e: BaseException, default: str) -> str:
