@@ -12,7 +12,6 @@ import dataclasses
 import enum
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import anyio
 
 from mcp_gym._reroot import Rerooter, mentions_workspace, names_filesystem_server, template_key
+from mcp_gym._wsdir import new_workspace
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
@@ -36,15 +36,37 @@ PLACEHOLDER = "{workspace}"
 
 
 def make_workspace(task: Task) -> Path:
-    """A new temporary directory with the task's ``fixture`` copied in (the caller removes it)."""
-    workspace = Path(tempfile.mkdtemp(prefix="mcp-gym-ws-"))
+    """A new private temporary directory (mode ``0700``, whatever the fixture's) with the task's ``fixture`` copied
+    in: each entry with its mode and times, symlinks as links (the caller removes it). Named after this process, so
+    a later process removes it if this one dies without doing so (:mod:`mcp_gym._wsdir`)."""
+    workspace = new_workspace()
     if task.fixture:
         fixture = Path(task.fixture)
         if not fixture.is_dir():
             shutil.rmtree(workspace, ignore_errors=True)
             raise ValueError(f"task '{task.id}': fixture {fixture} is not a directory")
-        shutil.copytree(fixture, workspace, symlinks=True, dirs_exist_ok=True, copy_function=clone_file)
+        try:
+            _copy_entries(fixture, workspace)
+        except BaseException:
+            shutil.rmtree(workspace, ignore_errors=True)
+            raise
     return workspace
+
+
+def _copy_entries(fixture: Path, workspace: Path) -> None:
+    """Copy what ``fixture`` holds into ``workspace`` as ``shutil.copytree(symlinks=True)`` would, but never the
+    fixture folder's own mode and times onto ``workspace`` (it stays as ``mkdtemp`` made it: readable by its user
+    only, at every moment, so no other user can list what the episode writes there)."""
+    with os.scandir(fixture) as entries:
+        for entry in entries:
+            src, dst = entry.path, os.path.join(workspace, entry.name)
+            if entry.is_symlink():
+                os.symlink(os.readlink(src), dst)
+                shutil.copystat(src, dst, follow_symlinks=False)
+            elif entry.is_dir():
+                shutil.copytree(src, dst, symlinks=True, copy_function=clone_file)
+            else:
+                clone_file(src, dst)
 
 
 def clone_file(src: str, dst: str) -> str:

@@ -151,6 +151,7 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
         self.episode_return = 0.0
         self.done = False
         self._recorded = record_to is not None
+        self._listed_unreset: list[str] | None = None  # tools a list_tools before any reset listed (a drawn task's)
 
     @property
     def mcp_env(self) -> MCPEnv:
@@ -177,8 +178,18 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
         self.episode_return = 0.0
         self.done = False
         env = self.mcp_env
+        tools = env_tools(env)
+        listed, self._listed_unreset = self._listed_unreset, None
+        names = [t["function"]["name"] for t in tools]
+        if listed is not None and sorted(listed) != sorted(names):
+            log.warning("mcp-gym serve-openenv: a session listed tools before its first reset (those of a drawn task); "
+                        "task %r offers other tools (added: %s; gone: %s): a client that keeps that list (verifiers' "
+                        "OpenEnv taskset) shows the model tools the episode does not have; the reset's tool_schemas "
+                        "are this task's", env.task.id if env.task else None,
+                        ", ".join(n for n in names if n not in listed) or "none",
+                        ", ".join(n for n in listed if n not in names) or "none")
         return ResetObservation(done=False, reward=None, messages=[dict(m) for m in self.view.messages],
-                                tool_schemas=env_tools(env), task_id=env.task.id if env.task else None,
+                                tool_schemas=tools, task_id=env.task.id if env.task else None,
                                 episode_id=env.episode_id, reset_errors=list(info.get("reset_errors") or []))
 
     # -- step -----------------------------------------------------------------------------------------------------
@@ -192,6 +203,9 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
         if isinstance(action, ListToolsAction):
             if self.view is None:  # OpenEnv lists tools before any reset: start an episode to list them
                 await self.reset_async()
+                tools = self._tools()
+                self._listed_unreset = [t.name for t in tools]  # the next reset says if its task's tools differ
+                return ListToolsObservation(tools=tools, done=self.done, reward=None)
             return ListToolsObservation(tools=self._tools(), done=self.done, reward=None)
         if not isinstance(action, CallToolAction):
             raise ValueError(f"mcp-gym serves MCP tool actions (list_tools, call_tool), got {type(action).__name__}")

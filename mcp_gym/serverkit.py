@@ -120,6 +120,7 @@ class EpisodeServer(Generic[S]):
         self._max_episodes = max_episodes
         self._evicted: OrderedDict[str, None] = OrderedDict()
         self._gated: set[str] = set()
+        self._reset_showed = False  # a reset showed gated tools: a later episode's listing may hold them no more
         self._register_hidden_tools()
         self._accept_legacy_subscriptions()
 
@@ -256,8 +257,12 @@ class EpisodeServer(Generic[S]):
                 raise ToolError(f"{self.mcp.name} cannot reset to task {task_id!r}: {_reason(e)}") from e
             extra = self._on_reset(state) if self._on_reset else None
             changes = _changes.get()
-            if changes is not None and self._gated and self._episode().shown:
-                changes["tools"] = True  # on_reset showed gated tools: a fresh episode's listing no longer holds
+            showed = bool(self._episode().shown)
+            if changes is not None and self._gated and (showed or self._reset_showed):
+                # on_reset showed gated tools: a fresh episode's listing no longer holds; or an earlier reset showed
+                # some, which a client may still list for this episode (that does not show them)
+                changes["tools"] = True
+            self._reset_showed = self._reset_showed or showed
             return {"episode": _current_episode.get(), "task_id": task_id, "seed": seed, "info": extra}
 
         async def mcp_gym_state() -> dict[str, Any]:

@@ -42,7 +42,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.env import MCPEnv
 from mcp_gym.recording import RecordTrajectories
-from mcp_gym.textenv import FACE_OPTIONS, TextEnvBatch, face_settings, resolve_env_factory
+from mcp_gym.textenv import FACE_OPTIONS, TextEnvBatch, face_settings, resolve_env_factory, warn_unlisted_tools
 
 __all__ = ["MCPGymTextEnv", "register", "task_rows", "ENV_CLASS"]
 
@@ -91,6 +91,8 @@ class MCPGymTextEnv(BaseTextEnv):
         turns = self.extras.get("max_turns")
         self.max_turns = int(turns) if turns else 0  # 0: no turn limit besides the env's own max_steps
         self.last_info: dict[str, Any] = {}
+        self.listed_tools: list[dict[str, Any]] = []
+        """The tools of ``init``'s metadata: what a trajectory lists (SkyRL renders tools once)."""
         self._closed = False
 
     @property
@@ -108,7 +110,8 @@ class MCPGymTextEnv(BaseTextEnv):
         self.turns = 0
         self.last_info = {}
         env = self.env
-        return messages, {"tools": self.batch.tools_of(0), "task_id": env.task.id if env.task else None,
+        self.listed_tools = self.batch.tools_of(0)
+        return messages, {"tools": self.listed_tools, "task_id": env.task.id if env.task else None,
                           "episode_id": env.episode_id}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
@@ -117,6 +120,9 @@ class MCPGymTextEnv(BaseTextEnv):
         self.turns += 1
         (out,) = self.batch.step([action])
         done, info = out.done, out.info
+        unlisted = warn_unlisted_tools("mcp_gym.skyrl", self.batch.envs[0], self.listed_tools, info)
+        if unlisted:
+            info = {**info, "tools_unlisted": unlisted}
         if not done and self.max_turns and self.turns >= self.max_turns:
             done = True
             info = {**info, "truncated": True, "termination": "max_turns"}

@@ -47,9 +47,10 @@ import asyncio
 import dataclasses
 import hashlib
 import importlib
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from mcp_gym.async_env import areset, astep
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, call_id, env_tools
@@ -101,7 +102,15 @@ def resolve_env_factory(env: str | Callable[[], MCPEnv], env_kwargs: Mapping[str
         if not callable(fn):
             raise TypeError(f"env {env!r} is not callable (a function returning an MCPEnv)")
         kwargs = dict(env_kwargs or {})
-        return lambda: fn(**kwargs)
+
+        def make() -> MCPEnv:
+            made = fn(**kwargs)
+            if not isinstance(getattr(made, "unwrapped", None), MCPEnv):
+                raise TypeError(f"env {env!r} returned {type(made).__name__}, not an MCPEnv (a function returning "
+                                "an MCPEnv, called with env_kwargs)")
+            return cast("MCPEnv", made)
+
+        return make
     if isinstance(env, str):
         from mcp_gym.envs import make_env
 
@@ -147,6 +156,25 @@ def face_settings(source: Any, where: str, known: Mapping[str, Any] = FACE_OPTIO
     if unknown:
         raise ValueError(f"{where}: unknown setting(s) {unknown}; known: {sorted(known)}")
     return out
+
+
+def warn_unlisted_tools(where: str, env: Any, listed: Sequence[Mapping[str, Any]],
+                        info: Mapping[str, Any]) -> list[str]:
+    """The tools a step added that are not in ``listed`` (the tools a face rendered once, at the start of the
+    trajectory), with a one-line ``UserWarning`` naming them: a face that cannot list tools mid-trajectory (verl,
+    SkyRL) lets the model call them but never shows them, where ``mcp-gym eval``'s chat policies list them from the
+    next request on. Empty (and no warning) when the step's tools did not change or every tool was listed."""
+    if not info.get("tools_changed"):
+        return []
+    names = {t["function"]["name"] for t in listed}
+    added = [t["function"]["name"] for t in info.get("tools") or () if t["function"]["name"] not in names]
+    if added:
+        env_id = getattr(getattr(env, "unwrapped", env), "env_id", None) or type(env).__name__
+        warnings.warn(f"{where}: env {env_id!r} added tool(s) {', '.join(added)} mid-trajectory; the trajectory's "
+                      "tools were rendered once, at its start, so the model can call them but is not shown them "
+                      "(mcp-gym eval lists them from the next request on; see docs/training)", UserWarning,
+                      stacklevel=2)
+    return added
 
 
 def _message_text(prompt: Any) -> str:

@@ -35,7 +35,10 @@ a later turn (the ``mcp_gym_turn`` hook); called before their turn, they return 
 
 Limits: TRL fixes the tool list per class, so the class offers the tools listed at the start of a probe episode (and
 at each of its user turns; ``submit`` included); tools a server reveals mid-episode (``tools/list_changed``) are not
-offered, and calling a tool absent from the current episode returns the env's error text.
+offered, and calling a tool absent from the current episode returns the env's error text. A task whose tools the
+class does not offer (per-task tools, BFCL) says so in a ``UserWarning`` at ``reset``. A model's bad call (a missing
+or extra argument; in this module's ``GRPOTrainer``, a tool the class does not offer) reaches the env, which answers
+it as in ``mcp-gym eval``.
 """
 
 from __future__ import annotations
@@ -234,8 +237,10 @@ def tool_method(
 ) -> tuple[Callable[..., str], ToolMethodSpec]:
     """Build the method for one MCP tool: ``def <name>(self, <params>) -> str`` with signature, hints and docstring.
 
-    The method calls ``self._call_tool(tool_name, arguments)``. Optional parameters default to ``None`` (or to the
-    schema's scalar default) and are left out of the call when ``None``, so the server applies its own default.
+    The method calls ``self._call_tool(tool_name, arguments)``; a keyword call with missing or unknown arguments (a
+    model's bad call) goes to the env as given, which answers it as at inference. Optional parameters default to
+    ``None`` (or to the schema's scalar default) and are left out of the call when ``None``, so the server applies its
+    own default.
     """
     name = method_name or _identifier(tool_name, set(), RESERVED_NAMES)
     summary, doc_args, doc_returns = split_google_docstring(description)
@@ -291,7 +296,14 @@ def tool_method(
     spec = ToolMethodSpec(name, tool_name, dict(params), frozenset(nullable), frozenset(optional))
 
     def method(self: Any, *args: Any, **kwargs: Any) -> str:
-        bound = signature.bind(self, *args, **kwargs)  # TypeError on unknown/missing arguments: TRL reports it
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            if args:  # a positional call is code's, not a model's: its mistake is an error
+                raise
+            # a model's call with a missing or extra argument (TRL passes the call's arguments as keywords): the env
+            # answers it as at inference, with its own error text, and counts the step
+            return self._call_tool(spec.tool_name, {spec.params.get(k, k): v for k, v in kwargs.items()})
         arguments: dict[str, Any] = {}
         for py, value in bound.arguments.items():
             if py == "self":
@@ -323,6 +335,7 @@ class MCPToolEnvironment:
     _reward: RewardMode | Callable[[MCPEnv], float] = "return"
     _show_resources: bool = True
     _tool_specs: Mapping[str, ToolMethodSpec] = {}
+    _probed: frozenset[str] = frozenset()
     openai_tools: list[dict[str, Any]] = []
     """The tool schemas TRL derives from the methods (computed once, for inspection)."""
     max_steps: int = 20
@@ -348,6 +361,12 @@ class MCPToolEnvironment:
         """
         options = reset_options(self.env, row if row else None)
         obs, info = self.env.reset(options=options)
+        unseen = [n for n in self.env.action_space.tool_names if n not in type(self)._probed]
+        if unseen:  # per-task tools (BFCL): this task's are not among the class's, which TRL shows the model
+            warnings.warn(f"mcp_gym.trl: {type(self).__name__} offers the tools its probe task listed; this episode's "
+                          f"task offers {', '.join(unseen)} too, which the model is not shown (a call still runs): "
+                          "build a class per tool set (environment_factory(probe_task=...))", UserWarning,
+                          stacklevel=2)
         self.done = False
         self.episode_return = 0.0
         self.last_info = dict(info)
@@ -445,6 +464,7 @@ def environment_factory(
         max_steps = probe.max_steps
     finally:
         probe.close()
+    probed = list(entries)  # every tool the probe saw (``tools`` may offer fewer, on purpose)
     if tools is not None:
         known = {name for name, _, _ in entries} | {"submit"}
         unknown = [t for t in tools if t not in known]
@@ -468,6 +488,7 @@ def environment_factory(
         _reward=staticmethod(reward) if callable(reward) else reward,
         _show_resources=show_resources,
         _tool_specs=specs,
+        _probed=frozenset(name for name, _, _ in probed) | {"submit"},
         max_steps=max_steps,
         __doc__=f"TRL environment over the mcp-gym env {env_id or env!r} (tools: {', '.join(specs)}).",
         __module__=__name__,
@@ -579,6 +600,23 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
 
 
 # -- the trainer: a rollout ends where its episode ends ----------------------------------------------------------------
+class _EnvTools(dict[str, Any]):
+    """TRL's tool dict of one rollout over an mcp-gym environment: a name it lacks (a model's unknown or misspelled
+    tool) is still called on the env, which answers with its own error text (``Error: unknown tool 'nope'
+    (available: ...)``) and counts the step, as in ``mcp-gym eval``; TRL alone shows ``{'error': 'Tool nope not
+    found.'}`` and the env never sees the call. Names of the rollout's async tools stay TRL's."""
+
+    def __init__(self, tools: Mapping[str, Any], env: MCPToolEnvironment, async_tools: Mapping[str, Any]) -> None:
+        super().__init__(tools)
+        self.env, self.async_tools = env, async_tools
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name not in self.async_tools
+
+    def __missing__(self, name: str) -> Callable[..., str]:
+        return lambda **arguments: self.env._call_tool(name, arguments)
+
+
 def _episode_grpo_trainer() -> type:
     """TRL's ``GRPOTrainer`` with rollouts that end when their :class:`MCPToolEnvironment` episode ends.
 
@@ -587,6 +625,8 @@ def _episode_grpo_trainer() -> type:
     rollout's advantage. Here the loop's tool-result hook reports the turn after an ended episode as past the
     completion budget, which is TRL's own way of ending a rollout: the ending call's result is not appended and the
     model is not asked again (the result stays in ``env.last_info``; the reward comes from the env, as before).
+    A call of a tool the class does not offer goes to the env too, which answers as in ``mcp-gym eval`` (see
+    :class:`_EnvTools`).
     """
     import trl
 
@@ -603,6 +643,12 @@ def _episode_grpo_trainer() -> type:
         def _tool_call_loop(self, prompts: Any, prompt_ids: Any, completion_ids: Any, completions: Any,
                             *args: Any, **kwargs: Any) -> Any:
             self._episode_completions = completions  # each rollout's messages, to find whose tool result this is
+            sync_tools: list[Any] | None = getattr(self, "_sync_tool_dicts", None)
+            if self.environments and sync_tools:
+                self._sync_tool_dicts = [
+                    _EnvTools(tools, env, self._async_tool_dicts[i])
+                    if isinstance(env, MCPToolEnvironment) and not isinstance(tools, _EnvTools) else tools
+                    for i, (tools, env) in enumerate(zip(sync_tools, self.environments, strict=True))]
             try:
                 return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *args, **kwargs)
             finally:

@@ -53,7 +53,7 @@ from mcp_gym.async_env import aclose
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.client.runtime import Runtime
 from mcp_gym.recording import RecordTrajectories
-from mcp_gym.textenv import FACE_OPTIONS, TextEnvBatch, face_settings, resolve_env_factory
+from mcp_gym.textenv import FACE_OPTIONS, TextEnvBatch, face_settings, resolve_env_factory, warn_unlisted_tools
 
 __all__ = ["MCPGymAgentLoop", "AGENT_NAME", "OPTIONS", "agent_loop_entry", "register", "task_rows"]
 
@@ -125,6 +125,7 @@ class MCPGymAgentLoop(AgentLoopBase):
         max_turns = self.rollout_config.multi_turn.max_assistant_turns
         limit = self.rollout_config.response_length
         done, out, cut, user_turns = False, None, "max_turns", 0
+        unlisted: list[str] = []
         while True:
             with simple_timer("generate_sequences", metrics):
                 gen = await self.server_manager.generate(request_id=request_id, prompt_ids=ids,
@@ -137,6 +138,8 @@ class MCPGymAgentLoop(AgentLoopBase):
             with simple_timer("tool_calls", metrics):
                 (out,) = await batch.astep([text])
             turn_scores.append(out.reward)
+            unlisted += [n for n in warn_unlisted_tools(f"verl agent loop {self.agent_name!r}", batch.envs[0], tools,
+                                                         out.info) if n not in unlisted]
             done = out.done
             if done or (max_turns and len(turn_scores) >= max_turns):
                 break
@@ -164,7 +167,8 @@ class MCPGymAgentLoop(AgentLoopBase):
             num_turns=len(turn_scores) + user_turns + 1, metrics=metrics,
             extra_fields={"turn_scores": turn_scores, "success": info.get("success"),
                           "termination": info.get("termination") if done else cut,
-                          "task_id": info.get("task_id"), "episode_id": info.get("episode_id")})
+                          "task_id": info.get("task_id"), "episode_id": info.get("episode_id"),
+                          "tools_unlisted": unlisted})
 
 
 _VERL_KWARGS = {"trainer_config", "server_manager", "tokenizer", "processor", "dataset_cls", "data_config",

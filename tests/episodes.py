@@ -74,3 +74,27 @@ MAZE_TEXTS = ["I should look around first.", hermes(("look", {})), hermes(("move
               hermes(("submit", {"answer": "x"}))]
 """Replies to Maze task ``maze-5x5-0000`` in every shape: no call, a call, two calls with reasoning, broken JSON, the
 final ``submit``."""
+
+
+def per_task_tools_env() -> Any:
+    """An env whose tools depend on the task (as BFCL's tasks offer their own classes' functions): task ``b``'s reset
+    shows a tool ``extra`` that task ``a`` lacks."""
+    from mcp_gym import InProcess, MCPEnv
+    from mcp_gym.serverkit import EpisodeServer
+
+    es: EpisodeServer[dict[str, Any]] = EpisodeServer(
+        "pertask", lambda task_id, seed: {"task": task_id},
+        on_reset=lambda state: es.show_tool("extra") if state["task"] == "b" else None)
+
+    @es.tool()
+    def base() -> str:
+        """Every task's tool."""
+        return "base"
+
+    @es.tool(hidden_until_shown=True)
+    def extra() -> str:
+        """Task b's tool."""
+        return "extra"
+
+    return MCPEnv({"pertask": InProcess(es.mcp)}, [{"id": "a", "prompt": "A."}, {"id": "b", "prompt": "B."}],
+                  env_id="pertask")

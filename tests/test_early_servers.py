@@ -111,6 +111,9 @@ def test_the_first_reset_takes_the_early_server_and_replaces_one_that_is_not_pro
     assert not any(alive(p) for p in pids(setup["pids"]))
 
 
+# Heavy lane (11 s: a whole eval job); its fast cover: test_no_early_server_outlives_a_killed_job (a real job,
+# killed) and test_the_first_reset_takes_the_early_server_and_replaces_one_that_is_not_provably_re_rootable.
+@pytest.mark.slow
 def test_an_eval_job_with_early_servers_leaves_no_process_and_no_folder(setup: dict[str, Path],
                                                                         tmp_path: Path) -> None:
     args = _eval_args(setup, tmp_path, samples=2)  # two tasks of fixture "a" (setup["a"], beside the task file)

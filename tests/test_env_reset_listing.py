@@ -206,3 +206,19 @@ def test_a_listing_made_outside_an_episode_is_not_trusted_by_the_first_reset() -
         assert seen["tools/list"] == 2
     finally:
         env.close()
+
+
+def test_a_tool_an_earlier_reset_showed_is_not_listed_in_an_episode_that_hides_it() -> None:
+    """A server whose reset shows a gated tool for some tasks only (per-task tools, as BFCL's): after an episode that
+    showed it, the next episode's listing must not keep it; before, the env listed ``extra`` for task ``a`` and its
+    call answered "Unknown tool"."""
+    from episodes import per_task_tools_env
+
+    env = per_task_tools_env()
+    try:
+        for task_id, tools in [("a", ["base", "submit"]), ("b", ["base", "extra", "submit"]), ("a", ["base", "submit"]),
+                               ("a", ["base", "submit"]), ("b", ["base", "extra", "submit"])]:
+            env.reset(options={"task_id": task_id})
+            assert env.action_space.tool_names == tools, task_id
+    finally:
+        env.close()

@@ -38,9 +38,9 @@ def git_server() -> str:
         '{workspace}"'
 
 
-def generate(out: Path, server: str, *extra: str) -> list[dict[str, Any]]:
-    code = main(["tasks", "generate", "env=custom", server, f"out={out}", *extra])
-    assert code == 0
+def generate(out: Path, server: str, *extra: str, code: int = 0) -> list[dict[str, Any]]:
+    """Run ``tasks generate``, check its exit status (1: no task kept), and return the task file's rows."""
+    assert main(["tasks", "generate", "env=custom", server, f"out={out}", *extra]) == code
     return [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
 
 
@@ -111,9 +111,10 @@ def test_explore_does_not_depend_on_the_clock(tmp_path: Path) -> None:
 @pytest.mark.slow  # walks until max_proposals on a restarted server: the heavy lane
 def test_explore_ends_when_no_walk_proposes_anything(tmp_path: Path) -> None:
     """A server whose every result differs between runs (a fresh random token) gives walks that propose nothing: the
-    run ends after ``max_proposals`` walks with what it has (here nothing), instead of walking forever."""
+    run ends after ``max_proposals`` walks with what it has (here nothing: exit 1), instead of walking forever; its
+    calls succeed, so ``generator.max_failed_walks`` does not end it sooner."""
     clock = f'+env.servers.clock="{sys.executable} {ROOT / "tests" / "servers" / "clock_server.py"}"'
-    assert generate(tmp_path / "out", clock, "n=2", "max_proposals=3") == []
+    assert generate(tmp_path / "out", clock, "n=2", "max_proposals=3", "generator.max_failed_walks=1", code=1) == []
 
 
 def git_fixture(tmp: Path) -> Path:
@@ -151,8 +152,8 @@ SERVERS = {
 
 
 CI_TASKS = {"memory": 50, "filesystem": 20, "git": 10}
-"""Tasks per server in CI's heavy lane (a 50-task run restarts its server about 250 times: 5 min on memory, 17 on
-git). ``MCP_GYM_GENERATE_N=50`` runs the docs' table (all three at 50: 42 min on 2 workers)."""
+"""Tasks per server in CI's heavy lane (a 50-task run restarts its server about 250 times: 5 min on memory, 9 to 17
+on git). ``MCP_GYM_GENERATE_N=50`` runs the docs' table (all three at 50: 42 min on 2 workers)."""
 
 
 @pytest.mark.slow
@@ -302,7 +303,7 @@ def test_facts_about_now_make_no_answer(tmp_path: Path) -> None:
     time_server = f'+env.servers.time="{_time_server()} --local-timezone UTC"'
     with serve_chat_completions(reply) as url:
         rows = generate(tmp_path / "llm", time_server, "generator=llm", f"generator.base_url={url}",
-                        "generator.model=proposer", "generator.rounds=1", "n=3")
+                        "generator.model=proposer", "generator.rounds=1", "n=3", code=1)
     assert rows == []
     ledger = [json.loads(line) for line in (tmp_path / "llm" / "proposals.jsonl").read_text().splitlines()]
     assert [r["verdict"] for r in ledger] == ["kept" if why is None else why for why, _ in proposals]
@@ -346,16 +347,59 @@ def test_generate_refuses_a_server_that_cannot_start(tmp_path: Path, capsys: pyt
 
 
 def test_generate_says_why_no_walk_proposed_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Walks whose every call fails (random time zones for mcp-server-time) end with a line saying so, the first error
-    and what to set, not only a table of zeros; the progress bar counts the failed calls as it goes (a run of the
-    default 30 x n walks showed an empty bar for minutes)."""
+    """Walks whose every call fails (random time zones for mcp-server-time) end the job with exit 1 and one line
+    saying so, the first error and what to set, not only a table of zeros; the progress bar counts the failed calls
+    as it goes (a run of the default 30 x n walks showed an empty bar for minutes)."""
     time_server = f'+env.servers.time="{_time_server()} --local-timezone UTC"'
-    assert generate(tmp_path / "none", time_server, "n=1", "max_proposals=1", "generator.walk_length=1") == []
+    assert generate(tmp_path / "none", time_server, "n=1", "max_proposals=1", "generator.walk_length=1",
+                    code=1) == []
     captured = capsys.readouterr()
-    out = " ".join(captured.out.split())
-    assert "no proposal: 2 of 2 calls failed (first: " in out and "Invalid timezone" in out, out
+    err = [line for line in captured.err.splitlines() if line.startswith("mcp-gym tasks generate:")]
+    assert len(err) == 1, captured.err
+    assert "no proposal: all 2 calls failed (first: " in err[0] and "Invalid timezone" in err[0], err
+    assert "generator.fixed or generator.values" in err[0]
     assert "walk 1/1, calls failed 2/2" in captured.err  # the progress bar says it while the walks go on
-    assert "generator.fixed or generator.values" in out
+
+
+@pytest.mark.parametrize("walks", [2, pytest.param(10, marks=pytest.mark.slow)])  # 10: the default (20 starts)
+def test_generate_gives_up_when_every_call_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 walks: int) -> None:
+    """A server none of whose calls succeeds (mcp-server-time with random time zones; PyPI mcp-server-calculator with
+    random expressions) stops the walks after ``generator.max_failed_walks`` (default 10) walks, not 30 x n: exit 1,
+    one line saying why and which keys to set. It walked 30 x n walks (3,600 calls for n=10) and exited 0."""
+    time_server = f'+env.servers.time="{_time_server()} --local-timezone UTC"'
+    extra = [] if walks == 10 else [f"generator.max_failed_walks={walks}"]
+    out = tmp_path / "gave-up"
+    assert generate(out, time_server, "n=1", "generator.walk_length=1", *extra, code=1) == []
+    captured = capsys.readouterr()
+    err = [line for line in captured.err.splitlines() if line.startswith("mcp-gym tasks generate:")]
+    assert len(err) == 1, captured.err
+    assert f"no proposal: all {2 * walks} calls of the first {walks} walks failed, so the walks stopped " \
+           "(generator.max_failed_walks; first: " in err[0] and "Invalid timezone" in err[0], err
+    assert err[0].endswith("give the arguments the server accepts with generator.fixed or generator.values")
+    assert f"walk {walks}/30," in captured.err and f"walk {walks + 1}/30" not in captured.err
+    assert (out / "proposals.jsonl").read_text() == ""
+    if walks == 2:  # a bound below 0 is refused in one line
+        assert main(["tasks", "generate", "env=custom", time_server, f"out={tmp_path / 'bad'}", "n=1",
+                     "generator.max_failed_walks=-1"]) == 2
+        assert "generator.max_failed_walks must be an integer, 0 (never give up) or more, not -1" in \
+            capsys.readouterr().err
+
+
+# Heavy lane (11 s: a job of fresh servers per walk); its fast cover: every explore test whose calls succeed (they
+# walk on to max_proposals), and test_generate_gives_up_when_every_call_fails[2] for the give-up bound.
+@pytest.mark.slow
+def test_generate_walks_on_while_some_calls_succeed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Calls that fail only sometimes (random time zones, and with ``generator.values`` now and then a real one) do
+    not stop the walks: once a call has succeeded, walks go on to the job's other bounds."""
+    time_server = f'+env.servers.time="{_time_server()} --local-timezone UTC"'
+    generate(tmp_path / "some", time_server, "n=1", "max_proposals=3", "generator.max_failed_walks=1",
+             "generator.walk_length=3", "generator.values=[Europe/Paris]", "generator.exclude_tools=[convert_time]",
+             code=1)
+    captured = capsys.readouterr()
+    assert "walk 1/3, calls failed 2/6" in captured.err and "walk 3/3," in captured.err  # walk 1: 2 of 6 failed
+    err = [line for line in captured.err.splitlines() if line.startswith("mcp-gym tasks generate:")]
+    assert len(err) == 1 and "no proposal: no result made a task" in err[0], captured.err
 
 
 def test_placeholders_for_images_and_resources_make_no_answer() -> None:

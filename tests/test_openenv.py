@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import serve_in_thread, start_server
-from episodes import recorded_episode
+from episodes import per_task_tools_env, recorded_episode
 
 from mcp_gym import MCPEnv, Stdio, make_env
 from mcp_gym.recording import RecordTrajectories
@@ -486,3 +486,27 @@ def test_a_conversation_through_openenv(serve: Callable[..., Server], tmp_path: 
     steps_table = load(tmp_path / "run").steps.to_list()
     assert [(r["tool"], r["user_turn"]) for r in steps_table] == [
         ("add_note", 0), ("submit", 0), ("add_note", 1), ("count_notes", 1), ("submit", 1)]
+
+
+def test_tools_listed_before_reset_that_the_task_lacks_are_said(serve: Callable[..., Server],
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """verifiers' OpenEnv taskset lists the tools before its reset and shows the model that list all episode: when
+    the reset's task offers other tools, the server says so in one line (the reset's ``tool_schemas`` are the
+    task's); a task with the same tools says nothing."""
+    server = serve(per_task_tools_env)
+
+    async def go(pick: Callable[[list[str]], str]) -> tuple[list[str], list[str]]:
+        async with GenericEnvClient(base_url=server.url) as client:  # what verifiers' OpenEnvEnv.run does
+            listed = [t["name"] for t in (await client.step({"type": "list_tools"})).observation["tools"]]
+            reset = await client.reset(task_id=pick(listed))
+            return listed, [t["function"]["name"] for t in reset.observation["tool_schemas"]]
+
+    with caplog.at_level("WARNING", logger="mcp_gym.openenv"):
+        listed, offered = asyncio.run(go(lambda listed: "a" if "extra" in listed else "b"))  # the other task
+    assert sorted(listed) != sorted(offered) and "extra" in listed + offered
+    (line,) = [r.getMessage() for r in caplog.records if "before its first reset" in r.getMessage()]
+    assert ("added: extra; gone: none" if "extra" in offered else "added: none; gone: extra") in line
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mcp_gym.openenv"):
+        asyncio.run(go(lambda listed: "b" if "extra" in listed else "a"))  # the same tools
+    assert not [r for r in caplog.records if "before its first reset" in r.getMessage()]

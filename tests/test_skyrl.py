@@ -165,3 +165,18 @@ def test_trajectories_in_worker_threads_at_once(tmp_path: Path, registered: Call
         assert list(pool.map(one, rows)) == [1.0] * len(rows)
     episodes = load(tmp_path / "run").episodes
     assert sorted(episodes["task_id"]) == sorted(r["task_id"] for r in rows) and all(episodes["success"])
+
+
+def test_a_tool_added_mid_trajectory_is_named_not_silently_unlisted(registered: Callable[..., str]) -> None:
+    """Maze's key reveals ``unlock``: SkyRL lists ``init``'s tools once, so the step that adds it says so in one
+    ``UserWarning`` and in its metadata (``tools_unlisted``); the call still runs. Fast cover:
+    tests/test_textenv.py::test_a_tool_added_mid_episode_is_named_when_the_listed_tools_lack_it."""
+    from mcp_gym.envs import load_env_tasks
+
+    task = next(t for t in load_env_tasks("Maze", None, 0) if t.id == "maze-5x5-0003")
+    env_class = registered("test_maze_unlock", "Maze")
+    texts = [hermes((c["tool"], c["arguments"])) for c in task.solution] + [hermes(("submit", {"answer": "x"}))]
+    with pytest.warns(UserWarning, match=r"added tool\(s\) unlock mid-trajectory"):
+        _, outs, _, metrics = play(env_class, {"prompt": [], "env_class": env_class, "task_id": task.id}, texts)
+    assert [o["metadata"].get("tools_unlisted") for o in outs].count(["unlock"]) == 1
+    assert metrics["success"] == 1.0  # the unlisted tool was called and worked

@@ -220,3 +220,29 @@ def test_env_by_import_path() -> None:
         TextEnvBatch("mcp_gym.envs:nope", n=1)
     with pytest.raises(ValueError, match=r"env 'no_such_module:f': cannot import"):
         TextEnvBatch("no_such_module:f", n=1)
+    with pytest.raises(TypeError, match=r"^env 'os:getcwd' returned str, not an MCPEnv"):  # was AttributeError
+        TextEnvBatch("os:getcwd", n=1)
+
+
+def test_a_tool_added_mid_episode_is_named_when_the_listed_tools_lack_it() -> None:
+    """The fast cover of the verl/SkyRL faces' warning (tests/test_verl.py, tests/test_skyrl.py): Maze's key reveals
+    ``unlock``; a face that rendered the first tools once names it in one ``UserWarning``."""
+    import warnings
+
+    from mcp_gym.envs import load_env_tasks
+    from mcp_gym.textenv import warn_unlisted_tools
+
+    task = next(t for t in load_env_tasks("Maze", None, 0) if t.id == "maze-5x5-0003")
+    with TextEnvBatch("Maze", n=1) as b:
+        b.reset([task.id])
+        listed = b.tools
+        added: list[str] = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for call in task.solution:
+                (out,) = b.step([hermes(call["tool"], **call["arguments"])])
+                added += warn_unlisted_tools("face", b.envs[0], listed, out.info)
+                assert warn_unlisted_tools("face", b.envs[0], b.tools, out.info) == []  # listed now: no warning
+    assert added == ["unlock"] and "unlock" not in [t["function"]["name"] for t in listed]
+    (w,) = [w for w in caught if "unlock" in str(w.message)]
+    assert "face: env 'mcp_gym/Maze-v0' added tool(s) unlock mid-trajectory" in str(w.message)

@@ -116,8 +116,9 @@ def test_episode_through_the_methods(counter_cls: type[MCPToolEnvironment]) -> N
         assert env.add(4).count('"done": true') == 1
         assert env.get_reward() == pytest.approx(0.99) and env.done
         assert env.submit("9").startswith("Error: the episode is over")
+        assert env.add(amount=1, extra=2).startswith("Error: the episode is over")
         with pytest.raises(TypeError):
-            env.add(amount=1, extra=2)  # TRL turns this into a tool error for the model
+            env.add(1, 2)  # a positional call is code's, not a model's
         # A dataset without task_id: the prompt selects the task; an empty prompt draws one and returns it.
         assert env.reset(prompt=[{"role": "user", "content": env.env.tasks[1].prompt}]).startswith("\n\n[resource")
         assert env.env.task.id == "counter-0001"
@@ -127,6 +128,74 @@ def test_episode_through_the_methods(counter_cls: type[MCPToolEnvironment]) -> N
         assert env.done and env.last_info["termination"] == "submit"
     finally:
         env._close()
+
+
+def test_a_models_bad_call_gets_the_envs_answer_as_in_eval(counter_cls: type[MCPToolEnvironment]) -> None:
+    """A call missing an argument, with an extra one, or of a wrong type reaches the env as TRL passes it (keywords):
+    the tool message is the env's own text, the one ``mcp-gym eval``'s chat view shows, and the step is counted; before,
+    a missing or extra argument raised ``TypeError`` in the method and TRL showed the model
+    ``{'error': "missing a required argument: 'amount'"}`` without an env step."""
+    from mcp_gym.chat import ChatView
+    from mcp_gym.envs import make_env
+
+    env, direct = counter_cls(), make_env("Counter")
+    try:
+        env.reset(task_id="counter-0000")
+        obs, _ = direct.reset(options={"task_id": "counter-0000"})
+        view = ChatView(obs["task"], obs["resources"])
+        for k, arguments in enumerate(({}, {"amount": 1, "extra": 2}, {"amount": "x"}, {"amuont": 2})):
+            text = env.add(**arguments)
+            obs, *_ = direct.step({"tool": "add", "arguments": arguments})
+            assert text == view.tool_result(f"call_{k}", "add", obs["result"], obs["resources"])["content"]
+            assert env.env.steps == direct.steps == k + 1
+        assert env.last_info["error"]["argument"] == "amount" and "'amount' is required" in text
+    finally:
+        env._close()
+        direct.close()
+
+
+def test_an_unknown_tool_gets_the_envs_answer_as_in_eval(counter_cls: type[MCPToolEnvironment]) -> None:
+    """The fast cover of test_grpo_trainer_answers_an_unknown_tool_as_eval_does: the tool dict mcp_gym.trl.GRPOTrainer
+    gives TRL's loop sends a name the class lacks to the env (its error text, a counted step), not TRL's
+    ``{'error': 'Tool nope not found.'}``."""
+    from mcp_gym.envs import make_env
+
+    env, direct = counter_cls(), make_env("Counter")
+    try:
+        env.reset(task_id="counter-0000")
+        direct.reset(options={"task_id": "counter-0000"})
+        tools = trl._EnvTools({"add": env.add}, env, {"fetch": None})
+        assert "nope" in tools and "add" in tools and "fetch" not in tools  # an async tool stays TRL's
+        obs, _, _, _, info = direct.step({"tool": "nope", "arguments": {"x": 1}})
+        assert tools["nope"](x=1) == obs["result"] == "Error: unknown tool 'nope' (available: add, get_count, submit)"
+        assert env.env.steps == direct.steps == 1 and env.last_info["error"] == info["error"]
+    finally:
+        env._close()
+        direct.close()
+
+
+def test_a_tasks_tools_the_class_does_not_offer_are_named() -> None:
+    """Per-task tools (BFCL): the class offers its probe task's tools, which TRL shows the model for every row; a
+    task offering more says so in one ``UserWarning`` at reset (the call still runs); the probe task's own tools say
+    nothing."""
+    import warnings
+
+    from episodes import per_task_tools_env
+
+    cls = environment_factory(per_task_tools_env, probe_task="a")
+    assert tool_members(cls) == ["base", "submit"]
+    env = cls()
+    try:
+        with pytest.warns(UserWarning, match=r"PertaskEnvironment offers the tools its probe task listed; this "
+                                             r"episode's task offers extra too, which the model is not shown"):
+            env.reset(task_id="b")
+        assert env._call_tool("extra", {}) == "extra"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            env.reset(task_id="a")
+    finally:
+        env._close()
+    assert tool_members(environment_factory(per_task_tools_env, probe_task="b")) == ["base", "extra", "submit"]
 
 
 def test_reward_modes_and_options() -> None:
@@ -339,3 +408,43 @@ def test_grpo_trainer_ends_each_rollout_where_its_episode_ends(tmp_path: Path) -
     log, generations = run(mcp_gym.trl.GRPOTrainer)
     assert log["tools/call_frequency"] == 1 and generations == [2], (log, generations)
     assert log["completions/mean_length"] == len(reply) and log["completions/clipped_ratio"] == 0, log
+
+
+@pytest.mark.train
+def test_grpo_trainer_answers_an_unknown_tool_as_eval_does(tmp_path: Path) -> None:
+    """A model's call of a tool the class does not offer: TRL's own loop shows ``{'error': 'Tool nope not found.'}``
+    and the env never sees it; in mcp_gym.trl.GRPOTrainer the env answers with the text ``mcp-gym eval`` shows and
+    counts the step. Fast cover: test_an_unknown_tool_gets_the_envs_answer_as_in_eval."""
+    pytest.importorskip("torch")
+    trl = pytest.importorskip("trl")
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import mcp_gym.trl
+
+    tok = prepare_tokenizer(hermes_tokenizer())
+    reply = tok('<tool_call>\n{"name": "nope", "arguments": {"x": 1}}\n</tool_call><|im_end|>')["input_ids"]
+    prompts: list[str] = []
+
+    class Scripted(mcp_gym.trl.GRPOTrainer):  # type: ignore[misc, name-defined]  # the model: always calls nope
+        def _generate_single_turn(self, prompt_ids: list[list[int]], *args: Any, **kwargs: Any) -> Any:
+            prompts.extend(tok.decode(p) for p in prompt_ids)
+            return [list(reply) for _ in prompt_ids], None
+
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to=[], max_steps=1,
+                          logging_steps=1, num_generations=2, per_device_train_batch_size=2,
+                          max_completion_length=4096, max_tool_calling_iterations=1, disable_tqdm=True)
+    trainer = Scripted(model=model, processing_class=tok, args=args, train_dataset=task_dataset(
+        "Counter", "train", limit=1), environment_factory=environment_factory("Counter"))
+    trainer.train()
+    envs = [e for pool in trainer._environment_pool.values() for e in pool]
+    try:
+        answered = [p for p in prompts if "<tool_response>" in p]
+        assert len(answered) == 2 and all(
+            "Error: unknown tool 'nope' (available: add, get_count, submit)" in p and "not found" not in p
+            for p in answered), answered
+        assert all(e.env.steps == 1 and e.last_info["error"]["kind"] == "unknown_tool" for e in envs)
+    finally:
+        for e in envs:
+            e._close()

@@ -285,3 +285,22 @@ def test_bad_settings_are_named(model_dir: Path, tmp_path: Path) -> None:
         rollout(model_dir, tmp_path, [entry], [row], lambda prompt: COUNTER_TEXTS)
     with pytest.raises(ValueError, match="verl agent loop 'mcp_gym': no env"):
         rollout(model_dir, tmp_path, [], [{**row, "agent_name": "mcp_gym"}], lambda prompt: COUNTER_TEXTS)
+
+
+def test_a_tool_added_mid_trajectory_is_named_not_silently_unlisted(model_dir: Path, tmp_path: Path) -> None:
+    """Maze's key reveals ``unlock``: the loop renders the first turn's tools into the prompt tokens once, so the
+    trajectory says in one ``UserWarning`` and in ``extra_fields["tools_unlisted"]`` that the model was not shown it;
+    the call still runs. Fast cover: tests/test_textenv.py::test_a_tool_added_mid_episode_is_named_when_the_listed_
+    tools_lack_it."""
+    from mcp_gym.envs import load_env_tasks
+
+    task = next(t for t in load_env_tasks("Maze", None, 0) if t.id == "maze-5x5-0003")
+    texts = [hermes((c["tool"], c["arguments"])) for c in task.solution] + [hermes(("submit", {"answer": "x"}))]
+    entry = mcp_verl.agent_loop_entry("mcp_gym_maze_unlock", "Maze")
+    row = {"prompt": [], "agent_name": entry["name"], "extra_info": {"task_id": task.id}}
+    with pytest.warns(UserWarning, match=r"verl agent loop 'mcp_gym_maze_unlock': .* added tool\(s\) unlock"):
+        out, model = rollout(model_dir, tmp_path, [entry], [row], lambda prompt: texts)
+    assert list(out.non_tensor_batch["tools_unlisted"][0]) == ["unlock"]
+    assert out.non_tensor_batch["success"][0] is True
+    prompt = model.tokenizer.decode(out.batch["prompts"][0].tolist())
+    assert '"name": "move"' in prompt and '"name": "unlock"' not in prompt  # what the model was shown

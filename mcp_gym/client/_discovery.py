@@ -20,22 +20,31 @@ listens on that port), the answer is dropped (:func:`forget`) and the host conne
 from __future__ import annotations
 
 import contextlib
+import logging
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import mcp.types as mt
 from anyio.lowlevel import RunVar
+from mcp import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym.client.specs import Http
 
-__all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget", "mismatch", "DISCOVER_TIMEOUT"]
+__all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget", "mismatch", "DISCOVER_TIMEOUT", "enter_auto"]
 
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
+log = logging.getLogger("mcp_gym.client")
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 
 
 _MAX = 256  # authorization contexts remembered (a process talks to few servers)
@@ -171,3 +180,43 @@ class _DiscoverTimeout:
 
 DISCOVER_TIMEOUT = _DiscoverTimeout()
 """Sets the SDK's ``server/discover`` probe timeout for each handshake in turn (see :class:`_DiscoverTimeout`)."""
+
+
+def _modern_refusal(e: BaseException) -> str | None:
+    """The modern protocol version a server names when it refuses the ``initialize`` fallback of an ``auto``
+    handshake with -32022 (``UNSUPPORTED_PROTOCOL_VERSION``: it read the late-answered ``server/discover`` first and
+    serves the connection in the 2026-07-28 era), or ``None`` for any other failure."""
+    while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+        e = e.exceptions[0]
+    if not isinstance(e, MCPError) or e.code != mt.UNSUPPORTED_PROTOCOL_VERSION:
+        return None
+    try:
+        supported = mt.UnsupportedProtocolVersionErrorData.model_validate(e.data).supported
+    except ValueError:  # pydantic's ValidationError: no versions named, no era to connect in
+        return None
+    modern = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
+    return modern[-1] if modern else None
+
+
+async def enter_auto(alias: str, spec: Any, client: Any, again: Callable[[], Any]) -> Any:
+    """Enter ``client`` (an SDK ``Client`` with ``mode="auto"``), its probe bounded by ``spec.discover_timeout``.
+
+    A server still starting when the probe times out reads the queued ``server/discover`` first, serves the
+    connection in the 2026-07-28 era and refuses the ``initialize`` fallback (-32022; the SDK re-probes once, and
+    gives up when that probe is late too). That refusal proves the server modern: the client ``again()`` makes (a
+    fresh session, and process for stdio) is entered instead, its probe allowed ``spec.connect_timeout`` (the caller's
+    connect deadline bounds it), said once at INFO. Returns the client entered; any other failure propagates."""
+    try:
+        async with DISCOVER_TIMEOUT.use(spec.discover_timeout):
+            await client.__aenter__()
+        return client
+    except Exception as e:  # noqa: BLE001 - only a modern server's refusal is retried
+        version = _modern_refusal(e)
+        if version is None:
+            raise
+    log.info("mcp-gym: server %r answered server/discover after its discover_timeout (%g s) and refused the "
+             "initialize fallback: connecting again in the %s era", alias, spec.discover_timeout, version)
+    client = again()
+    async with DISCOVER_TIMEOUT.use(spec.connect_timeout):
+        await client.__aenter__()
+    return client

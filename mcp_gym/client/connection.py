@@ -229,8 +229,7 @@ class ServerConnection:
                 try:
                     client = self._client(prior)
                     if self.spec.protocol == "auto" and prior is None:
-                        async with _discovery.DISCOVER_TIMEOUT.use(self.spec.discover_timeout):
-                            await client.__aenter__()
+                        client = await _discovery.enter_auto(self.alias, self.spec, client, self._client)
                         _discovery.remember(self.spec, client.session.discover_result, client.protocol_version)
                     else:
                         await client.__aenter__()

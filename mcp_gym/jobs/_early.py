@@ -12,8 +12,6 @@ pyarrow or Gymnasium: that is the time the servers boot in)."""
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 __all__ = ["start_early_servers", "stop_early_servers"]
@@ -31,6 +29,7 @@ def start_early_servers(cfg: Any) -> int:
     if (spare := env.get("spare_servers")) is not None and int(spare) <= 0:
         return 0
     from mcp_gym._reroot import PLACEHOLDER, mentions_workspace, names_filesystem_server, template_key
+    from mcp_gym._wsdir import new_workspace
     from mcp_gym.client import _prespawn
     from mcp_gym.client.specs import Stdio, normalise_servers
     from mcp_gym.jobs.schema import to_dict
@@ -47,7 +46,7 @@ def start_early_servers(cfg: Any) -> int:
     slots = max(1, min(int(launcher.get("num_envs") or 1), int(launcher.get("max_connecting") or 2)))
     key = template_key(templates)
     for _ in range(slots):
-        workspace = Path(tempfile.mkdtemp(prefix="mcp-gym-ws-"))
+        workspace = new_workspace()  # private, named after this process (a sweep of dead ones first)
         _prespawn.offer(key, workspace)  # first: stop_early_servers removes it whatever happens next
         for t in templates.values():
             args = [str(workspace) if a == PLACEHOLDER else a for a in t.args]

@@ -146,6 +146,7 @@ class _Runner:
         self.episodes = 0
         self.calls = self.failed = 0  # calls played, and those that failed (an error result or a refused call)
         self.first_error: str | None = None  # the first failed call: "tool: message"
+        self.gave_up = 0  # the walks made before giving up because every call failed (0: did not give up)
 
     def task(self, prompt: str = "explore") -> Task:
         return Task(id="proposal", prompt=prompt, fixture=self.fixture)
@@ -415,6 +416,9 @@ def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[T
             w += 1
             if bar is not None:  # a run that keeps nothing for long says why as it goes: its calls fail
                 bar.set_postfix_str(f"walk {w}/{max_walks}, calls failed {runner.failed}/{runner.calls}")
+            if explorer.max_failed_walks and w >= explorer.max_failed_walks and runner.failed == runner.calls > 0:
+                runner.gave_up = w  # every call of every walk failed: more walks of the same draws would too
+                return
     elif kind == "llm":
         from mcp_gym.jobs.proposers import LLMProposer
 
@@ -428,7 +432,13 @@ def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[T
 
 
 def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> GenerateResult:
-    """Propose tasks with ``cfg.generator``, keep those the checks pass, write ``out/tasks.jsonl``."""
+    """Propose tasks with ``cfg.generator``, keep those the checks pass, write ``out/tasks.jsonl``.
+
+    Raises:
+        JobFailed: No task was kept (and fewer than ``n`` were there before): the message says why in one line (every
+            call failed, and the keys to set; or the drops by reason). With ``generator=explore`` the walks stop
+            after ``generator.max_failed_walks`` walks when every call so far failed.
+    """
     out = Path(out)
     n = int(cfg.n)
     dry = bool(cfg.get("dry_run"))
@@ -507,7 +517,33 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
                     f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
     if show:
         _print(result, dry, runner)
+    if not result.kept and (dry or len(existing) < want):
+        from mcp_gym.jobs.results import JobFailed
+
+        raise JobFailed(_why_none(result, runner, dry))
     return result
+
+
+def _why_none(result: GenerateResult, runner: _Runner, dry: bool) -> str:
+    """Why a run kept no task, in one line, with the keys to set."""
+    judged = sum(result.counts.values())
+    first = " ".join(str(runner.first_error).split())
+    keys = "give the arguments the server accepts with generator.fixed or generator.values"
+    if not judged and runner.calls and runner.failed == runner.calls:  # nothing to judge: every call fails
+        walks = "walk" if runner.gave_up == 1 else f"{runner.gave_up} walks"
+        failed = (f"all {runner.calls} calls of the first {walks} failed, so the walks stopped "
+                  f"(generator.max_failed_walks; first: {first})" if runner.gave_up else
+                  f"all {runner.calls} calls failed (first: {first})")
+        return f"no proposal: {failed}; {keys}"
+    if not judged and runner.calls:
+        failed = f"; {runner.failed} of {runner.calls} calls failed (first: {first}): {keys}" if runner.failed else ""
+        return ("no proposal: no result made a task (a value that differs between two fresh runs, or a date or time, "
+                f"makes none){failed}")
+    if not judged:
+        return "no proposal: the generator proposed nothing"
+    drops = ", ".join(f"{reason} {result.counts[reason]}" for reason in DROP_REASONS if result.counts[reason])
+    where = "" if dry else f"; {result.out.parent / 'proposals.jsonl'} gives each proposal's reason"
+    return f"no task kept: {judged} proposals dropped ({drops}){where}"
 
 
 def _measure(cfg: DictConfig, env: Any, tasks: list[Task], samples: int, fixture_abs: str | None) -> list[Task]:
@@ -562,7 +598,3 @@ def _print(result: GenerateResult, dry: bool, runner: _Runner) -> None:
     where = "(dry run: nothing written)" if dry else str(result.out)
     console.print(f"{len(result.kept)} new tasks ({', '.join(f'{k} {v}' for k, v in sorted(splits.items()))}), "
                   f"{result.already} before; {runner.episodes} fresh episodes run; {where}")
-    if not sum(result.counts.values()) and runner.calls:  # nothing to judge: say why, not just a table of zeros
-        console.print(f"no proposal: {runner.failed} of {runner.calls} calls failed (first: {runner.first_error}); "
-                      "give the arguments the server accepts with generator.fixed or generator.values",
-                      markup=False, highlight=False)

@@ -283,12 +283,14 @@ class ExploreProposer:
         exclude_tools: Tools never called.
         read_tools: Tools that only read (``None``: those annotated ``readOnlyHint``).
         max_calls: Most calls in a reference solution.
+        max_failed_walks: Walks made while every call fails before the job gives up (``0``: never): once any call
+            has succeeded, walks go on as long as the job's other bounds allow.
     """
 
     def __init__(self, *, seed: int = 0, walk_length: int = 6, fields_per_call: int = 2, chain: float = 0.7,
                  fixed: Mapping[str, Any] | None = None, values: Sequence[str] = (),
                  exclude_tools: Sequence[str] = (), read_tools: Sequence[str] | None = None,
-                 max_calls: int = 4) -> None:
+                 max_calls: int = 4, max_failed_walks: int = 10) -> None:
         self.seed = int(seed)
         self.walk_length = int(walk_length)
         self.fields_per_call = int(fields_per_call)
@@ -298,6 +300,12 @@ class ExploreProposer:
         self.exclude = set(exclude_tools)
         self.read_tools = set(read_tools) if read_tools is not None else None
         self.max_calls = int(max_calls)
+        if isinstance(max_failed_walks, bool) or not isinstance(max_failed_walks, int) or max_failed_walks < 0:
+            from mcp_gym.jobs.schema import ConfigError
+
+            raise ConfigError(f"generator.max_failed_walks must be an integer, 0 (never give up) or more, not "
+                              f"{max_failed_walks!r}")
+        self.max_failed_walks = max_failed_walks
 
     # the walk ---------------------------------------------------------------------------------------------------------
     def tools(self, env: Any) -> list[str]:
