@@ -124,8 +124,8 @@ def test_an_eval_job_with_early_servers_leaves_no_process_and_no_folder(setup: d
     assert list(setup["tmp"].iterdir()) == []
 
 
-def test_early_servers_exit_when_the_job_is_killed_before_any_env_took_them(setup: dict[str, Path]) -> None:
-    """The job process starts them and is SIGKILLed at once: no handler runs; their stdin closes with the job."""
+def _start_early_then(setup: dict[str, Path], ending: str) -> subprocess.CompletedProcess[str]:
+    """A process that starts a job's early servers as ``_run_job`` does, waits until both run, then runs ``ending``."""
     code = textwrap.dedent(f"""
         import os, signal, sys, time
         from pathlib import Path
@@ -137,10 +137,15 @@ def test_early_servers_exit_when_the_job_is_killed_before_any_env_took_them(setu
         deadline = time.monotonic() + 120
         while len(list(Path({str(setup["pids"])!r}).iterdir())) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGKILL)
+        {ending}
     """)
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(setup["tmp"])},
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(setup["tmp"])},
                           timeout=300, capture_output=True, text=True)
+
+
+def test_early_servers_exit_when_the_job_is_killed_before_any_env_took_them(setup: dict[str, Path]) -> None:
+    """The job process starts them and is SIGKILLed at once: no handler runs; their stdin closes with the job."""
+    done = _start_early_then(setup, "os.kill(os.getpid(), signal.SIGKILL)")
     assert done.returncode == -signal.SIGKILL, done.stderr
     early = pids(setup["pids"])
     assert len(early) == 2
@@ -157,21 +162,7 @@ def test_no_early_server_outlives_a_killed_job(setup: dict[str, Path], tmp_path:
 def test_ctrl_c_before_any_env_took_them_stops_the_early_servers_and_removes_their_folders(
         setup: dict[str, Path]) -> None:
     """Ctrl-C in the job's set-up (a KeyboardInterrupt in its main thread, as the job's imports see it)."""
-    code = textwrap.dedent(f"""
-        import time
-        from pathlib import Path
-        from omegaconf import OmegaConf
-        from mcp_gym.jobs._early import start_early_servers
-        cfg = OmegaConf.create({{"command": "eval", "env": {{"servers": {{"s": {fake_server(setup)!r}}}}},
-                                "launcher": {{"kind": "local", "num_envs": 2, "max_connecting": 2}}}})
-        assert start_early_servers(cfg) == 2
-        deadline = time.monotonic() + 120
-        while len(list(Path({str(setup["pids"])!r}).iterdir())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        raise KeyboardInterrupt
-    """)
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(setup["tmp"])},
-                          timeout=300, capture_output=True, text=True)
+    done = _start_early_then(setup, "raise KeyboardInterrupt")
     assert "KeyboardInterrupt" in done.stderr
     early = pids(setup["pids"])
     assert len(early) == 2 and not any(alive(p) for p in early)  # stopped before the interpreter exited
