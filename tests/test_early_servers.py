@@ -152,6 +152,9 @@ def test_early_servers_exit_when_the_job_is_killed_before_any_env_took_them(setu
     wait_for(lambda: not any(_still_ours(p, str(setup["tmp"])) for p in early), bound=120)
 
 
+# Heavy lane (6 s: a whole job, SIGKILLed mid-run); its fast cover:
+# test_early_servers_exit_when_the_job_is_killed_before_any_env_took_them (the same guarantee, no job around it).
+@pytest.mark.slow
 def test_no_early_server_outlives_a_killed_job(setup: dict[str, Path], tmp_path: Path) -> None:
     seen = _kill_job_mid_run(setup, tmp_path, f'+env.servers.s="{fake_server(setup)}"')
     every = [*seen, *pids(setup["pids"])]
@@ -169,6 +172,9 @@ def test_ctrl_c_before_any_env_took_them_stops_the_early_servers_and_removes_the
     assert list(setup["tmp"].iterdir()) == []
 
 
+# Heavy lane (8 s: npm server-filesystem); its fast cover:
+# test_the_first_reset_takes_the_early_server_and_replaces_one_that_is_not_provably_re_rootable.
+@pytest.mark.slow
 @pytest.mark.thirdparty
 def test_npm_server_filesystem_started_early_is_re_rooted_to_the_first_episode_s_workspace(
         setup: dict[str, Path]) -> None:

@@ -206,6 +206,9 @@ PROPOSALS: list[tuple[str | None, Any]] = [  # (the reason it is dropped, or Non
 ]
 
 
+# Heavy lane (11 s: an llm generate job over a scripted endpoint and its validation); its fast cover:
+# test_facts_about_now_make_no_answer (the llm generator end to end) and the explore tests for what is kept.
+@pytest.mark.slow
 def test_llm_generator_keeps_exactly_the_good_proposals(tmp_path: Path) -> None:
     """A scripted chat-completions server proposes good tasks, malformed JSON, a failing solution, a task that passes
     with no action, a flaky check (a token that differs in every run) and duplicates: exactly the good ones are kept,

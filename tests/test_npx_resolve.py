@@ -239,6 +239,9 @@ def test_env_resolve_npx_false_reaches_every_stdio_server_of_a_job_s_env() -> No
     assert isinstance(off, Stdio) and off.resolve_npx is False and off.args[-1] == "{workspace}"
 
 
+# Heavy lane (5 s: three npx starts); its fast cover: test_a_second_start_runs_the_server_npx_ran_without_npx
+# (the resolution) and test_arguments_that_do_not_map_back_keep_npx (a refused resolution keeps npx).
+@pytest.mark.slow
 def test_a_resolution_whose_files_are_gone_runs_npx_again(setup: dict[str, Path], tmp_path: Path) -> None:
     """The server npx ran is a copy of the pid server; once that copy is gone, the next start runs npx (whose wrapper
     then runs the original)."""
