@@ -94,7 +94,9 @@ def test_trl_templates_render_arguments_as_json_objects(exported: datasets.Datas
                                                         name: str) -> None:
     template = trl_template(name)
     key = ARGUMENT_KEY[name]
-    assert {ex["env_id"] for ex in exported} == {f"mcp_gym/{n}-v0" for n in BUNDLED_ENVS}
+    # Every bundled env but Maze: its oracle unlocks a door, a tool that appears mid-episode, and the messages layout
+    # drops such episodes (sft.tools_changed: one tools list per example could not be what each reply was offered).
+    assert {ex["env_id"] for ex in exported} == {f"mcp_gym/{n}-v0" for n in BUNDLED_ENVS if n != "Maze"}
     for ex in exported:
         text = render(tokenizer, ex, template)
         for tool in ex["tools"]:
