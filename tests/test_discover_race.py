@@ -48,6 +48,30 @@ def test_a_modern_server_that_answers_the_probe_late_is_connected_in_its_era(
             env.close()
 
 
+def test_a_handshake_never_left_does_not_hold_the_retry_until_connect_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process-wide probe-timeout gate still counts a handshake with another value (one abandoned with its loop):
+    the retry in the modern era waits a bounded turn, then connects; it waited out connect_timeout before (seen in CI
+    as "could not connect within 30 s")."""
+    monkeypatch.setattr(_discovery, "_TURN_WAIT", 0.2)
+    gate = _discovery.DISCOVER_TIMEOUT
+    assert gate._enter(7.0)  # a handshake with discover_timeout 7 that never leaves
+    try:
+        marker = tmp_path / "started"
+        spec = Stdio(sys.executable, [str(SERVER), str(marker)], discover_timeout=0.05, connect_timeout=60)
+        env = MCPEnv({"s": spec}, ["t"])
+        try:
+            env.reset(seed=0)
+            conn = env.host.connections["s"]
+            assert conn.status == "ready", conn.error
+            assert conn.protocol_version == "2026-07-28"
+        finally:
+            env.close()
+    finally:
+        with gate._lock:
+            gate._active -= 1
+
+
 def test_connecting_again_in_the_modern_era_stays_within_connect_timeout(tmp_path: Path) -> None:
     marker = tmp_path / "started"  # every process holds its probes: the second connection's probe is never answered
     spec = Stdio(sys.executable, [str(SERVER), str(marker), "always"], discover_timeout=0.05, connect_timeout=3)

@@ -148,6 +148,11 @@ def forget(spec: Http) -> None:
     _CACHE.pop(_key(spec), None)
 
 
+_TURN_WAIT = 5.0
+"""Seconds (counted in the waits' own steps) a handshake waits for those with another ``discover_timeout`` before it
+sets its own value anyway."""
+
+
 class _DiscoverTimeout:
     """The SDK (mcp 2.3) reads its ``server/discover`` probe timeout from a module global when it sends the probe, and
     has no per-client setting. Handshakes with the same ``discover_timeout`` run together; one with another value
@@ -158,9 +163,9 @@ class _DiscoverTimeout:
         self._value: float | None = None
         self._active = 0
 
-    def _enter(self, value: float) -> bool:
+    def _enter(self, value: float, force: bool = False) -> bool:
         with self._lock:
-            if self._active and self._value != value:
+            if self._active and self._value != value and not force:
                 return False
             self._value = value
             self._active += 1
@@ -169,8 +174,13 @@ class _DiscoverTimeout:
 
     @contextlib.asynccontextmanager
     async def use(self, value: float) -> AsyncIterator[None]:
-        while not self._enter(value):
+        """Hold the SDK's probe timeout at ``value`` for one handshake. The wait for handshakes with another value is
+        bounded (:data:`_TURN_WAIT`): a handshake is past its probe after a few seconds, and one never left (a task
+        abandoned with its loop) must not hold every later handshake with another value until its connect timeout."""
+        waited = 0.0
+        while not self._enter(value, force=waited >= _TURN_WAIT):
             await anyio.sleep(0.01)
+            waited += 0.01
         try:
             yield
         finally:
