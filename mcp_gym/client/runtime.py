@@ -396,10 +396,7 @@ class Runtime:
 
         previous = signals.signal(_SIGINT, on_sigint)
         try:
-            result = self._run_call(task)
-            if interrupted:  # the call ended anyway (it was past its last await, or shielded): the Ctrl-C stands
-                raise KeyboardInterrupt
-            return result
+            return self._run_call(task)
         except asyncio.CancelledError:
             if interrupted:
                 raise KeyboardInterrupt from None

@@ -7,7 +7,6 @@ exactly the planned episodes.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
 import time
@@ -44,28 +43,19 @@ def run_interruptible(job: Callable[[], Awaitable[T]], runtime: Runtime | None =
     """
     rt = runtime or default_runtime()
     scopes: list[anyio.CancelScope] = []
-    interrupted = threading.Event()
 
     async def main() -> T | None:
         with anyio.CancelScope() as scope:
             scopes.append(scope)
-            if not interrupted.is_set():  # else Ctrl-C came before the loop ran this: the job never starts
-                return await job()
+            return await job()
         return None
 
-    def cancel() -> None:  # on the loop, as main() is: it sees either the flag or main's scope
-        for scope in scopes:
-            scope.cancel()
-
-    future: concurrent.futures.Future[T | None] | None = None
+    future = rt.submit(main())
     try:
-        future = rt.submit(main())
         return future.result()  # type: ignore[return-value]  # None only once cancelled, by Ctrl-C (below)
     except KeyboardInterrupt:
-        interrupted.set()  # (main, if submit was interrupted after scheduling it, cancels itself as it starts)
-        rt.loop.call_soon_threadsafe(cancel)
-        if future is None:
-            raise
+        for scope in scopes:
+            rt.loop.call_soon_threadsafe(scope.cancel)
         print("\nInterrupted: stopping running episodes and saving the finished ones (Ctrl-C again to abort)...",
               flush=True)
         future.result()
