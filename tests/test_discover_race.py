@@ -28,17 +28,28 @@ from mcp_gym.client.specs import Http
 SERVER = Path(__file__).parent / "_slow_modern_server.py"
 
 
+def _connected_late(marker: Path) -> MCPEnv:
+    """An env reset on the slow modern server (its first process answers the probe late), checked connected in the
+    2026-07-28 era."""
+    spec = Stdio(sys.executable, [str(SERVER), str(marker)], discover_timeout=0.05, connect_timeout=60)
+    env = MCPEnv({"s": spec}, ["t"])
+    try:
+        env.reset(seed=0)
+        conn = env.host.connections["s"]
+        assert conn.status == "ready", conn.error
+        assert conn.protocol_version == "2026-07-28"
+    except BaseException:
+        env.close()
+        raise
+    return env
+
+
 def test_a_modern_server_that_answers_the_probe_late_is_connected_in_its_era(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     marker = tmp_path / "started"
-    spec = Stdio(sys.executable, [str(SERVER), str(marker)], discover_timeout=0.05, connect_timeout=60)
     with caplog.at_level(logging.INFO, logger="mcp_gym.client"):
-        env = MCPEnv({"s": spec}, ["t"])
+        env = _connected_late(marker)
         try:
-            env.reset(seed=0)
-            conn = env.host.connections["s"]
-            assert conn.status == "ready", conn.error
-            assert conn.protocol_version == "2026-07-28"
             assert env.host.has_tool("s", "echo")
             assert marker.with_suffix(".starts").read_text().count("started") == 2  # the refused process, a fresh one
             said = [r.getMessage() for r in caplog.records if r.name == "mcp_gym.client" and r.levelno == logging.INFO]
@@ -57,16 +68,7 @@ def test_a_handshake_never_left_does_not_hold_the_retry_until_connect_timeout(
     gate = _discovery.DISCOVER_TIMEOUT
     assert gate._enter(7.0)  # a handshake with discover_timeout 7 that never leaves
     try:
-        marker = tmp_path / "started"
-        spec = Stdio(sys.executable, [str(SERVER), str(marker)], discover_timeout=0.05, connect_timeout=60)
-        env = MCPEnv({"s": spec}, ["t"])
-        try:
-            env.reset(seed=0)
-            conn = env.host.connections["s"]
-            assert conn.status == "ready", conn.error
-            assert conn.protocol_version == "2026-07-28"
-        finally:
-            env.close()
+        _connected_late(tmp_path / "started").close()
     finally:
         with gate._lock:
             gate._active -= 1
