@@ -11,6 +11,7 @@ import fnmatch
 import json
 import os
 import re
+import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -415,6 +416,43 @@ class TaskDataError(MCPGymError, ValueError):
     (:data:`NETWORK_ENV`); or it holds no task of the split asked for, lacks a mapped column or repeats a task id."""
 
 
+_KINDS = {stat.S_IFIFO: "named pipe", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
+          stat.S_IFBLK: "block device"}
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is neither a regular file, a folder nor a symlink (``"named pipe"``, ...)."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return None
+    return _KINDS.get(stat.S_IFMT(mode), "special file")
+
+
+def _foreign_entry(folder: str | os.PathLike[str]) -> str | None:
+    """The first entry of ``folder`` whose copy would be a read of something outside it, said in words, or ``None``:
+    a named pipe, socket or device node (a copy would block, read without end, or read a whole disk), or a file with
+    a hard link outside ``folder`` (its content is that other file's: a tarball extracted as root can link
+    ``/etc/shadow`` or ``~/.ssh/id_rsa`` into a dataset). Walks without following symlinks (judged elsewhere)."""
+    root = Path(folder)
+    linked: dict[tuple[int, int], list[Any]] = {}  # (dev, ino) -> [first name, names it has, names seen inside]
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            entry = Path(dirpath, name)
+            try:
+                st = entry.lstat()
+            except OSError:
+                continue
+            if (kind := _not_regular(st.st_mode)) is not None:
+                return f"{entry.relative_to(root)} is a {kind}, not a regular file"
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                seen = linked.setdefault((st.st_dev, st.st_ino), [entry.relative_to(root), st.st_nlink, 0])
+                seen[2] += 1
+    for rel, names, inside in linked.values():
+        if inside < names:
+            return (f"{rel} is a hard link to a file outside it ({names} names, {inside} inside): its content is "
+                    "another file's")
+    return None
+
+
 class _TaskDataCheck:
     """Checks the tasks of one source and resolves their fixtures against its folder (``base``)."""
 
@@ -462,5 +500,7 @@ class _TaskDataCheck:
                     entry = Path(dirpath, name)
                     if entry.is_symlink() and not entry.resolve().is_relative_to(path):
                         raise TaskDataError(f"{where}: symlink {entry.relative_to(path)} points out of the fixture")
+            if (foreign := _foreign_entry(path)) is not None:
+                raise TaskDataError(f"{where}: {foreign}; not copied into any workspace")
         self._fixtures[raw] = str(path)
         return str(path)

@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mcp_gym.jobs._untrusted import UniqueIds, UntrustedInput, ZipLimits, check_tree, contained_path, extract_zip
+from mcp_gym.jobs._untrusted import (
+    UniqueIds,
+    UntrustedInput,
+    ZipLimits,
+    check_tree,
+    contained_path,
+    extract_zip,
+    read_file,
+)
 
 __all__ = ["import_mcpmark", "main"]
 
@@ -122,9 +130,7 @@ def _safe(name: str) -> str:
 def _read(root: Path, rel: PurePosixPath, name: str, task: str) -> bytes:
     """The bytes of the checkout's file ``rel/name``: refused when it (or a folder on the way) leads out of it."""
     path = contained_path(root, f"{rel}/{name}", what=name, task=task)
-    if not path.is_file():
-        raise UntrustedInput(f"task {task}: {name} {path} is not a file")
-    return path.read_bytes()
+    return read_file(path, what=name, task=task)  # a regular file with one name: no pipe, device or hard link
 
 
 def _tasks(root: Path) -> list[_Task]:
