@@ -22,6 +22,8 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
+from mcp_gym._terminal import plain
+
 __all__ = ["REPORT_DIR"]
 
 REPORT_DIR = "report"
@@ -118,10 +120,10 @@ def _fmt(value: Any, pct: bool = False) -> str:
 
 def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Evaluation") -> Table:
     """A rich table with one column per run (e.g. per policy) and one row per metric."""
-    table = Table(title=title, title_justify="left")
+    table = _PlainTable(title=plain(title), title_justify="left")  # task tags and grader paths come from task files
     table.add_column("metric", style="bold")
     for name in summaries:
-        table.add_column(name, justify="right")
+        table.add_column(plain(name), justify="right")
     ks = sorted({m for s in summaries.values() for m in s if m.startswith("pass@")}, key=lambda m: int(m[5:]))
     rows: list[tuple[str, str, bool]] = [("episodes", "episodes", False), ("tasks", "tasks", False),
                                          ("success rate", "success_rate", True)]
@@ -158,6 +160,13 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Eval
                                               for s in summaries.values()))
         table.add_row("judge agreement", *(_agreement_cell(s.get("judge_agreement")) for s in summaries.values()))
     return table
+
+
+class _PlainTable(Table):
+    """A rich table whose cells are plain text: never markup, control characters escaped (:mod:`mcp_gym._terminal`)."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*(plain(r) if isinstance(r, str) else r for r in renderables), **kwargs)
 
 
 def _grader_cell(g: Mapping[str, Any] | None) -> str:
