@@ -166,3 +166,22 @@ def test_mcpmark_refuses_a_state_folder_whose_copy_would_read_a_host_file(tmp_pa
     assert code == 1 and err.count("\n") == 1, err
     assert "task tasks/filesystem/standard/notes/shout: state folder" in err and f"notes.txt is a {kind}" in err
     assert not [p for p in tmp_path.joinpath("bench").rglob("*") if p.is_file() and b"host secret" in p.read_bytes()]
+
+
+@pytest.mark.parametrize("other", ["a_b", "A B"])
+def test_mcpmark_refuses_two_categories_sharing_one_state_folder(tmp_path: Path, other: str) -> None:
+    """Before: categories ``a b`` and ``a_b`` both wrote ``states/a_b`` (the second over the first), and the tasks of
+    ``a b`` silently ran, and were graded, on ``a_b``'s initial state. ``A B`` would share it on a case-insensitive
+    disk."""
+    checkout = tmp_path / "mcpmark"
+    for category, task in (("a b", "t1"), (other, "t2")):
+        folder = checkout / "tasks" / "filesystem" / category / task
+        folder.mkdir(parents=True)
+        (folder / "description.md").write_text(f"Do {task}.\n")
+        (folder / "verify.py").write_text("import sys\n")
+        (checkout / "test_environments" / category).mkdir(parents=True)
+        (checkout / "test_environments" / category / "state.txt").write_text(f"state of {category}\n")
+    code, err = _import(checkout, tmp_path / "bench")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "'a b'" in err and f"'{other}'" in err and "both map to the state folder states/" in err
+    assert not (tmp_path / "bench").exists()

@@ -248,6 +248,12 @@ def import_mcpmark(path: str | Path, out: str | Path = "mcpmark-filesystem", *, 
                 continue
             sources[t.category] = source
         chosen.append(t)
+    folders: dict[str, str] = {}  # state folder (as a case-insensitive disk sees it) -> the category written there
+    for t in chosen:
+        other = folders.setdefault(_safe(t.category).casefold(), t.category)
+        if other != t.category:
+            raise UntrustedInput(f"task {t.source}: categories {other!r} and {t.category!r} both map to the state "
+                                 f"folder states/{_safe(t.category)}; refusing to give one's tasks the other's state")
     out.mkdir(parents=True, exist_ok=True)
     (out / "verify").mkdir(exist_ok=True)
     rows: list[dict[str, Any]] = []
