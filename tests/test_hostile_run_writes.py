@@ -51,7 +51,7 @@ def test_view_never_writes_through_a_symlink_planted_in_the_run(tmp_path: Path, 
 
 
 def test_a_job_s_manifest_and_card_never_write_through_a_planted_symlink(tmp_path: Path, handed_over: Path) -> None:
-    """A job run into a handed-over run directory (to add episodes to it) rewrites its manifest and card."""
+    """A job run into a handed-over run directory (to add episodes to it) rewrites its manifest, card and report."""
     import shutil
 
     run = tmp_path / "run"
@@ -60,6 +60,17 @@ def test_a_job_s_manifest_and_card_never_write_through_a_planted_symlink(tmp_pat
     victim.write_text("root:$6$hash:19000:0:99999:7:::\n")
     pids = range(max(1, os.getpid() - 50), os.getpid() + 50)
     _plant(run, [f".{name}.{pid}.tmp" for pid in pids for name in ("manifest.json", "README.md")], victim)
-    assert main(["eval", *RUN, "policy=oracle", "samples=2", f"out={run}"]) == 0
+    report = ["results.json", "per_task.parquet", "success_by_task.png", "reward_hist.png", "steps_hist.png"]
+    for name in report:
+        (run / "report" / name).unlink(missing_ok=True)
+    _plant(run / "report", report, victim)  # the evaluation report's own names
+    args = [a for a in RUN if a != "plots=false"]
+    assert main(["eval", *args, "policy=oracle", "samples=2", f"out={run}"]) == 0
     assert victim.read_text() == "root:$6$hash:19000:0:99999:7:::\n"
     assert not (run / "manifest.json").is_symlink()
+    assert not [n for n in report if (run / "report" / n).is_symlink() or not (run / "report" / n).stat().st_size]
+    (run / "report").rename(run / "old-report")
+    (run / "report").symlink_to(tmp_path / "elsewhere", target_is_directory=True)  # report/ itself leading out
+    (tmp_path / "elsewhere").mkdir()
+    assert main(["eval", *RUN, "policy=oracle", "samples=2", f"out={run}"]) == 0
+    assert not list((tmp_path / "elsewhere").iterdir()) and (run / "report" / "results.json").is_file()

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mcp_gym._terminal import plain
+from mcp_gym.recording.atomic import new_file, write_text_atomic
 
 __all__ = ["REPORT_DIR"]
 
@@ -35,12 +36,14 @@ def write_report(
 ) -> Path:
     """Write the report files of an evaluation into ``out/report`` and return that folder."""
     folder = out / REPORT_DIR
+    if folder.is_symlink():  # a run handed over by someone else: its report/ may lead anywhere; ours is a folder
+        folder.unlink()
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(
-        json.dumps({"summary": summary, "per_task": list(tasks), "config": config}, indent=1, default=str),
-        encoding="utf-8",
-    )
-    pq.write_table(pa.Table.from_pylist(list(tasks)), folder / "per_task.parquet")
+    # each file through a fresh O_EXCL sibling: nothing planted in the run at these names is written through
+    write_text_atomic(folder / "results.json", json.dumps(
+        {"summary": summary, "per_task": list(tasks), "config": config}, indent=1, default=str))
+    with new_file(folder / "per_task.parquet") as tmp:
+        pq.write_table(pa.Table.from_pylist(list(tasks)), tmp)
     if plots:
         _plots(folder, tasks, episodes, plot_label(config))
     return folder
@@ -106,7 +109,8 @@ def _plots(folder: Path, tasks: Sequence[Mapping[str, Any]], episodes: pa.Table,
     import matplotlib.pyplot as plt
 
     for name, fig in figures(tasks, episodes, label).items():
-        fig.savefig(folder / f"{name}.png", dpi=120, metadata={"Title": fig.axes[0].get_title()})
+        with new_file(folder / f"{name}.png") as tmp:
+            fig.savefig(tmp, format="png", dpi=120, metadata={"Title": fig.axes[0].get_title()})
         plt.close(fig)
 
 
