@@ -63,3 +63,19 @@ def test_inspect_shows_a_hostile_server_s_names_as_plain_text(tmp_path: Path, ca
     assert code == 0, out[-2000:]
     _no_escape_reached(out)
     assert "evil[/]\\x1b[2J" in out and "read[/]file" in out and "\\x1b]52;c;" in out
+
+
+def test_mcpmark_import_prints_a_checkout_s_names_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A category folder named with an escape sequence (git stores any byte but ``/`` and NUL in a name)."""
+    checkout = tmp_path / "mcpmark"
+    for category in (f"notes{CLEAR}", f"clip{CLIPBOARD.replace('/', '_')}"):
+        folder = checkout / "tasks" / "filesystem" / category / "shout"
+        folder.mkdir(parents=True)
+        (folder / "description.md").write_text("Shout.\n")
+        (folder / "verify.py").write_text("import sys\n")
+    (checkout / "test_environments" / f"notes{CLEAR}").mkdir(parents=True)  # the other one is skipped
+    code = main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench")])
+    captured = capsys.readouterr()
+    assert code == 0
+    _no_escape_reached(captured.out + captured.err)
+    assert "skipped tasks/filesystem/clip\\x1b]52;c;" in captured.out and "notes\\x1b[2J\\x1b[H 1" in captured.out

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mcp_gym._terminal import printable
 from mcp_gym.jobs._untrusted import (
     UniqueIds,
     UntrustedInput,
@@ -313,12 +314,13 @@ def main(argv: list[str]) -> int:
     try:
         result = import_mcpmark(a.path, a.out, states=a.states, limits=limits)
     except (FileNotFoundError, ValueError, OSError, zipfile.BadZipFile) as e:
-        print(f"mcp-gym tasks import: {e}", file=sys.stderr)
+        print(printable(f"mcp-gym tasks import: {e}"), file=sys.stderr)  # the checkout's names: no escapes
         return 1
     for source, why in result.skipped:
-        print(f"skipped {source}: {why}")
+        print(printable(f"skipped {source}: {why}"))
     n = result.imported
-    print(f"wrote {result.tasks_file}: {n} tasks ({', '.join(f'{c} {k}' for c, k in result.categories.items())})"
+    print(printable(f"wrote {result.tasks_file}: {n} tasks ("
+                    f"{', '.join(f'{c} {k}' for c, k in result.categories.items())})")
           + (f"; {len(result.skipped)} skipped (listed above)" if result.skipped else ""))
     if not n:
         print("mcp-gym tasks import: no task imported (no category has its initial state)", file=sys.stderr)
