@@ -71,3 +71,22 @@ def test_a_grader_beside_the_task_file_is_left_to_trust_task_code(tmp_path: Path
     path = _tasks(tmp_path, "mygrader:check")
     (tmp_path / "mygrader.py").write_text("def check(task, answer, state):\n    return True\n")
     assert load_tasks(path)[0].grader == "mygrader:check"
+
+
+def test_a_trusted_grader_that_calls_sys_exit_fails_its_grade_and_the_job_ends(tmp_path: Path) -> None:
+    """A benchmark's verify.py ported as a function often ends with ``sys.exit(0 if ok else 1)``; run with trust, it
+    is a grading error naming the call, and the job ends (before: SystemExit ended the job's loop and eval waited for
+    good)."""
+    tasks = _tasks(tmp_path / "bench", "verify_port:verify")
+    (tmp_path / "bench" / "verify_port.py").write_text(
+        "import sys\n\ndef verify(task, answer, state):\n    sys.exit(0 if answer == 'hi' else 1)\n")
+    server = f'+env.servers.c="{sys.executable} -m mcp_gym.servers.counter"'
+    try:
+        done = subprocess.run([sys.executable, "-m", "mcp_gym.cli", "eval", "env=custom", server,
+                               f"env.tasks={tasks}", "env.trust_task_code=true", "policy=oracle", "samples=1",
+                               f"out={tmp_path / 'out'}", "launcher.progress=false", "plots=false"],
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail("mcp-gym eval did not end within 120 s with a grader calling sys.exit")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "verifier verify_port:verify called sys.exit(0) on task 't0'" in done.stderr
