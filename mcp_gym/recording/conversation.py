@@ -124,9 +124,9 @@ def conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
     initial = initial if isinstance(initial, dict) else {}
     task = initial["task"] if isinstance(initial.get("task"), str) else (ep["task_prompt"] or "")  # as shown
     notice = initial["result"] if isinstance(initial.get("result"), str) else ""  # servers down at reset, as shown
+    changes = _changes(ep)  # (most episodes: none, and no tools to track)
     view = ChatView(task, initial.get("resources") or {}, system_prompt=system_prompt, notice=notice,
-                    tools=offered_tools(ep, None))
-    changes = _changes(ep)
+                    tools=offered_tools(ep, None) if changes else None)
     _resources = _Resources()
     groups = turns(steps)
     ends = _turn_ends(steps)
