@@ -382,8 +382,8 @@ def test_tools_note_names_the_tools_added_and_removed_with_their_schemas() -> No
 
 def test_a_tool_added_mid_episode_is_noted_alike_by_eval_textenv_and_export(tmp_path: Path) -> None:
     """Maze's key reveals ``unlock``: the message answering that move ends with the tools note, the same in the chat
-    policy's request (eval), ``TextEnvBatch``'s history (the verl and SkyRL faces) and the recorded conversation (the
-    SFT export's prompt)."""
+    policy's request (eval: the ``openai`` policy's HTTP request body), ``TextEnvBatch``'s history (the verl and SkyRL
+    faces) and the recorded conversation (the SFT export's prompt)."""
     task = next(t for t in load_env_tasks("Maze", None, 0) if t.id == "maze-5x5-0003")
     texts = [hermes((c["tool"], c["arguments"])) for c in task.solution] + [hermes(("submit", {"answer": "x"}))]
     policy = run_policy(lambda: make_env("Maze"), task.id, texts, tmp_path / "run")
@@ -393,6 +393,25 @@ def test_a_tool_added_mid_episode_is_noted_alike_by_eval_textenv_and_export(tmp_
     assert [t["function"]["name"] for t in after if t not in before] == ["unlock"]
     assert noted["role"] == "tool" and noted["content"].endswith("\n\n" + chat.tools_note(before, after))
     assert '"name": "unlock"' in noted["content"] and "Removed" not in noted["content"]
+    bodies: list[dict[str, Any]] = []
+
+    def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        bodies.append(copy.deepcopy(body))
+        text = texts[sum(m["role"] == "assistant" for m in body["messages"])]
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+
+    async def go(url: str) -> None:
+        openai = OpenAIPolicy("scripted", url, "sk-test", retries=0)
+        try:
+            async with VectorMCPEnv(lambda i: make_env("Maze"), 1) as vec:
+                await vec.run(openai, [EpisodeSpec(f"{task.id}#0", task.id, 5)])
+        finally:
+            await openai.aclose()
+
+    with serve_chat_completions(reply) as url:
+        default_runtime().call(go, url)
+    assert [m for m in bodies[-1]["messages"] if "[tools changed]" in (m.get("content") or "")] == [noted]
     with TextEnvBatch("Maze", n=1) as batch:
         batch.reset([task.id])
         for text in texts:
