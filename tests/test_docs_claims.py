@@ -1,0 +1,45 @@
+"""Tables of the docs pages that list names of the code stay true: the recording schema tables of docs/recording.md
+list exactly the recorded columns, and the custom env's table of docs/benchmarks.md exactly the keys of
+conf/env/custom.yaml (the judge row: exactly the judge keys a job accepts). Static: reads the pages and the config."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from mcp_gym.recording import EpisodeRecord, StepRecord
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _section(page: str, start: str, end: str) -> str:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def _first_column(table: str) -> list[str]:
+    """The backticked names in the first column of a Markdown table's rows."""
+    names = []
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            names += re.findall(r"`([a-z_]+)`", line.split("|")[1])
+    return names
+
+
+def test_recording_tables_list_the_recorded_columns() -> None:
+    steps = _first_column(_section("recording.md", "**Steps**", "**Episodes**"))
+    episodes = _first_column(_section("recording.md", "**Episodes**", "\n## "))
+    assert sorted(steps) == sorted(StepRecord.COLUMNS)
+    assert sorted(episodes) == sorted(EpisodeRecord.COLUMNS)
+
+
+def test_custom_env_table_lists_the_custom_env_keys() -> None:
+    table = _section("benchmarks.md", "## The custom env", "\n## ")
+    config = yaml.safe_load((CONF / "env" / "custom.yaml").read_text(encoding="utf-8"))
+    assert sorted(_first_column(table)) == sorted(k for k in config if k != "defaults")
+    judge_row = next(line for line in table.splitlines() if line.startswith("| `judge` |"))
+    keys = {k for k in re.findall(r"`([^`]+)`", judge_row.split("|")[2].split(";")[0]) if re.fullmatch(r"[a-z_]+", k)}
+    assert keys == set(config["judge"]), "the judge row names the job's judge keys, and only those"
