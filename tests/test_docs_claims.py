@@ -1,12 +1,14 @@
 """Tables of the docs pages that list names of the code stay true: the recording schema tables of docs/recording.md
-list exactly the recorded columns, and the custom env's table of docs/benchmarks.md exactly the keys of
-conf/env/custom.yaml (the judge row: exactly the judge keys a job accepts). Static: reads the pages and the config."""
+list exactly the recorded columns, the custom env's table of docs/benchmarks.md exactly the keys of
+conf/env/custom.yaml (the judge row: exactly the judge keys a job accepts), and the serve-openenv table of
+docs/training/openenv.md exactly the command's options. Reads the pages, the config and ``--help``."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from mcp_gym.recording import EpisodeRecord, StepRecord
@@ -43,3 +45,15 @@ def test_custom_env_table_lists_the_custom_env_keys() -> None:
     judge_row = next(line for line in table.splitlines() if line.startswith("| `judge` |"))
     keys = {k for k in re.findall(r"`([^`]+)`", judge_row.split("|")[2].split(";")[0]) if re.fullmatch(r"[a-z_]+", k)}
     assert keys == set(config["judge"]), "the judge row names the job's judge keys, and only those"
+
+
+def test_serve_openenv_table_lists_the_command_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/training/openenv.md's option table names every option of ``mcp-gym serve-openenv --help`` (``--env-kwargs``
+    is in the prose above it), and nothing else."""
+    from mcp_gym.cli import main
+
+    assert main(["serve-openenv", "--help"]) == 0
+    usage = capsys.readouterr().out.split("positional arguments")[0]
+    options = set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--env-kwargs"}
+    table = _section("training/openenv.md", "| option | default | meaning |", "\n\n")
+    assert set(re.findall(r"^\| `(--[a-z-]+)", table, re.M)) == options
