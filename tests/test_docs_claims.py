@@ -57,3 +57,32 @@ def test_serve_openenv_table_lists_the_command_options(capsys: pytest.CaptureFix
     options = set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--env-kwargs"}
     table = _section("training/openenv.md", "| option | default | meaning |", "\n\n")
     assert set(re.findall(r"^\| `(--[a-z-]+)", table, re.M)) == options
+
+
+def _top_level_names(cell: str) -> set[str]:
+    """The backticked names of a table cell outside parentheses (the info keys, not what each holds)."""
+    depth, kept = 0, []
+    for ch in cell:
+        depth += ch == "("
+        if depth == 0:
+            kept.append(ch)
+        depth -= ch == ")" and depth > 0
+    return {n for part in re.findall(r"`([^`]+)`", "".join(kept)) for n in part.split("/")}
+
+
+def test_env_page_lists_the_info_keys() -> None:
+    """docs/env.md's table names every key of a reset's and a step's ``info`` (on the Counter env), and the reset row
+    names nothing a reset's ``info`` lacks."""
+    from mcp_gym import InProcess, MCPEnv
+    from mcp_gym.servers.counter import make_server
+
+    rows = {line.split("|")[1].strip(): line.split("|")[2] for line in _section("env.md", "| | |", "\n\n").splitlines()
+            if line.startswith("| `info`")}
+    env = MCPEnv({"counter": InProcess(make_server())}, ["Move the counter to 3."])
+    try:
+        _, reset_info = env.reset(seed=0)
+        *_, step_info = env.step({"tool": "add", "arguments": {"amount": 1}})
+    finally:
+        env.close()
+    assert _top_level_names(rows["`info` (reset)"]) == set(reset_info)
+    assert set(step_info) <= _top_level_names(rows["`info` (step)"])
