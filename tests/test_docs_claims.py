@@ -86,3 +86,15 @@ def test_env_page_lists_the_info_keys() -> None:
         env.close()
     assert _top_level_names(rows["`info` (reset)"]) == set(reset_info)
     assert set(step_info) <= _top_level_names(rows["`info` (step)"])
+
+
+def test_env_constructor_table_lists_each_group_fields() -> None:
+    """docs/env.md's constructor table names exactly the fields of ``Limits``, ``Scoring`` and ``Connection``."""
+    import dataclasses
+
+    from mcp_gym.options import GROUPS
+
+    table = _section("env.md", "| group | fields |", "\n\n")
+    for keyword, cls in GROUPS.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{keyword}="))
+        assert _top_level_names(row.split("|")[2]) == {f.name for f in dataclasses.fields(cls)}, keyword
