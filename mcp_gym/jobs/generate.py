@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import zlib
 from collections import Counter
@@ -88,6 +89,10 @@ class _Session:
                                                              "arguments": dict(call["arguments"])})
         ok = not info.get("error") and not info.get("is_error") and not (terminated or truncated)
         self.runner.last_error = None if ok else str((info.get("error") or {}).get("message") or obs["result"])[:300]
+        text = str(obs.get("result", ""))
+        if ok and self.runner.error_text is not None and self.runner.error_text.search(text):
+            ok = False  # a failure reported as an ordinary result (isError false), as mcp-server-sqlite does
+            self.runner.last_error = f"the result reads as an error (generator.error_text): {text}"[:300]
         self.runner.calls += 1
         if not ok:
             self.runner.failed += 1
@@ -139,9 +144,10 @@ def _files(root: Path) -> dict[str, str | None]:
 class _Runner:
     """Plays calls in fresh episodes of one env (the tasks' own workspace and fixture)."""
 
-    def __init__(self, env: Any, fixture: str | None) -> None:
+    def __init__(self, env: Any, fixture: str | None, error_text: re.Pattern[str] | None = None) -> None:
         self.env = env
         self.fixture = fixture
+        self.error_text = error_text  # a result text it matches is a failed call, whatever its isError
         self.last_error: str | None = None
         self.episodes = 0
         self.calls = self.failed = 0  # calls played, and those that failed (an error result or a refused call)
@@ -406,6 +412,7 @@ def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[T
                max_walks: int, bar: Any = None) -> Iterator[Proposal]:
     gen = to_dict(cfg.generator)
     kind = gen.pop("kind", "explore")
+    gen.pop("error_text", None)  # the runner's (_error_text), not the proposer's
     if kind == "explore":
         walks_seed = gen.pop("seed", None)  # the walks' own seed; the splits stay on the job's `seed`
         explorer = ExploreProposer(seed=int(cfg.seed if walks_seed is None else walks_seed), **gen)
@@ -465,7 +472,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     if not any("{workspace}" in str(v) for v in env_cfg["servers"].values()):
         env_cfg["reset_mode"] = "restart"  # a fresh server for every run
     env = env_factory(env_cfg, [])()
-    runner = _Runner(env, fixture_abs)
+    runner = _Runner(env, fixture_abs, _error_text(cfg.generator.get("error_text")))
     checker = _Checker(runner, str(env_cfg.get("name") or "task"), int(cfg.seed), to_dict(cfg.splits), fixture_rel)
     for t in existing:
         checker.near.add(json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
@@ -522,6 +529,20 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
 
         raise JobFailed(_why_none(result, runner, dry))
     return result
+
+
+def _error_text(pattern: Any) -> re.Pattern[str] | None:
+    """``generator.error_text`` compiled (case-insensitive; ``None``/empty: off), or a one-line ``ConfigError``."""
+    if pattern is None or pattern == "":
+        return None
+    from mcp_gym.jobs.schema import ConfigError
+
+    if not isinstance(pattern, str):
+        raise ConfigError(f"generator.error_text must be a regular expression or null, not {pattern!r}")
+    try:
+        return re.compile(pattern, re.IGNORECASE)
+    except re.error as e:
+        raise ConfigError(f"generator.error_text is not a regular expression ({e}): {pattern!r}") from None
 
 
 def _why_none(result: GenerateResult, runner: _Runner, dry: bool) -> str:
