@@ -129,3 +129,23 @@ def test_generated_sqlite_tasks_have_no_error_text_for_an_answer(tmp_path: Path)
     assert not [r["answer"] for r in rows if r["answer"] and error.search(r["answer"])]  # type: ignore[union-attr]
     ledger = [json.loads(line) for line in (out / "proposals.jsonl").read_text().splitlines()]
     assert not [p for p in ledger if p["verdict"] == "kept" and "Error" in p["prompt"]]
+
+
+# What the explore generator proposed for npm server-sequential-thinking (2026.8.31), whose one tool echoes its
+# arguments and adds ``thoughtHistoryLength``, the only value a task can ask for.
+THOUGHT = ('Step 1: call `sequentialthinking` with {"branchFromThought": 2, "branchId": "lajg9cm rv", '
+           '"nextThoughtNeeded": true, "thought": "iba", "thoughtNumber": 7, "totalThoughts": 8}.\n'
+           "Then answer with `thoughtHistoryLength` of what step 1 returned.")
+
+
+def test_the_prompts_own_step_numbers_give_no_answer() -> None:
+    """An answer counted as "given in the prompt" if it was a substring of it: ``thoughtHistoryLength`` 1 was given
+    by "Step 1", so all 173 proposals of 51 walks on server-sequential-thinking were dropped and the run would have
+    walked 300 walks (about 30 minutes) to keep nothing. An answer is given when it stands in the prompt as a whole
+    value, outside the prompt's own step and line numbers."""
+    from mcp_gym.jobs.generate import given_in
+
+    assert not given_in("1", THOUGHT)  # "Step 1", "step 1": the template's words
+    assert [a for a in ("7", "8", "2", "true", "iba", "lajg9cm rv", "TRUE") if not given_in(a, THOUGHT)] == []
+    assert not given_in("ib", THOUGHT) and not given_in("memo", "call `append_insight`: added to memory")
+    assert not given_in("0", "answer with `values[0][0]` of line 2") and given_in("0", '{"start_index": 0}')

@@ -167,6 +167,17 @@ class _Runner:
 
 
 # -- the checks --------------------------------------------------------------------------------------------------------
+_PLACES = re.compile(r"\b(?:step|line)s? \d+\b|\[\d+\]", re.IGNORECASE)
+"""The prompt's own numbers: the steps and lines it names (``Step 1: call``, ``line 2``) and list indexes of paths."""
+
+
+def given_in(answer: str, prompt: str) -> bool:
+    """Whether ``answer`` stands in ``prompt`` as a whole word or value (not inside a longer one: ``memo`` is not in
+    ``memory``), leaving out the prompt's own step and line numbers (``Step 1`` gives no answer ``1``)."""
+    pattern = rf"(?<![\w.]){re.escape(answer.strip())}(?![\w]|\.\w)"
+    return re.search(pattern, _PLACES.sub(" ", prompt), re.IGNORECASE) is not None
+
+
 def _diff(before: Any, after: Any) -> Any:
     """What ``after`` has that ``before`` has not (``None``: nothing): new keys and changed values of a dict, new
     items of a list, a changed scalar."""
@@ -363,7 +374,7 @@ class _Checker:
             if beside_clock(values[k - 1], path):
                 raise _Drop("check not derivable", f"the answer {answer!r} at {path} is in an object that holds a "
                                                    "date or time: it changes with the clock")
-            if answer.casefold() in p.prompt.casefold() or answer.casefold() in ("", "null"):
+            if given_in(answer, p.prompt) or answer.casefold() in ("", "null"):
                 raise _Drop("check not derivable", f"the answer {answer!r} is given in the prompt")
             again = extract(self._play(self.runner.session(), p)[k - 1], path)
             if again != answer:
