@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,48 @@ def test_the_prompts_own_step_numbers_give_no_answer() -> None:
     assert [a for a in ("7", "8", "2", "true", "iba", "lajg9cm rv", "TRUE") if not given_in(a, THOUGHT)] == []
     assert not given_in("ib", THOUGHT) and not given_in("memo", "call `append_insight`: added to memory")
     assert not given_in("0", "answer with `values[0][0]` of line 2") and given_in("0", '{"start_index": 0}')
+
+
+def _history_server() -> str:
+    return f'+env.servers.think="{sys.executable} {ROOT / "tests" / "servers" / "history_server.py"}"'
+
+
+def test_a_walk_on_a_process_kept_between_runs_proposes_no_growing_value() -> None:
+    """The fast cover of the test below: the explore walk on one in-process server kept from run to run (as
+    ``reset_mode=auto`` keeps a process) proposes no answer from a value that grew between its two runs."""
+    import runpy
+
+    from mcp_gym.jobs.proposers import ExploreProposer
+
+    server = runpy.run_path(str(ROOT / "tests" / "servers" / "history_server.py"))["server"]
+    env = MCPEnv({"think": InProcess(server)}, [], reset_mode="auto")
+    try:
+        explorer = ExploreProposer(seed=0, walk_length=2, values=["plan"], chain=0.0)
+        walk = explorer.walk(_Runner(env, None), env, 0)
+        proposals = list(explorer.proposals(walk, 0))
+    finally:
+        env.close()
+    assert [s.value["historyLength"] for s in walk.steps] == [101, 102]  # the second run saw 103 and 104
+    assert walk.stable == [None, None]
+    assert not [p for p in proposals if "historyLength" in json.dumps(p.check)], proposals
+
+
+# Heavy lane (~4.5 s: Hydra and a Python stdio server); fast cover:
+# test_a_walk_on_a_process_kept_between_runs_proposes_no_growing_value
+@pytest.mark.slow
+def test_a_value_that_grows_from_episode_to_episode_makes_no_answer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """npm server-sequential-thinking keeps every thought in its process and marks its tool read-only: in an ``eval``
+    (``reset_mode=auto``: one process for many episodes) ``thoughtHistoryLength`` went 1, 2, ..., 24 over 24 episodes.
+    The generator ran every proposal on a new process and kept "answer with `thoughtHistoryLength`" tasks (answer 1),
+    which ``tasks validate`` and the oracle (it submits the known answer) passed, while an agent reading the result
+    could not, and the SFT export showed a tool saying 17 and an assistant answering 1. Proposals are now judged under
+    the env's reset_mode, as the jobs run them: such a value makes no task, and the message says how to get one."""
+    from mcp_gym.cli import main
+
+    out = tmp_path / "gen"
+    assert main(["tasks", "generate", "env=custom", _history_server(), "n=1", "max_proposals=1",
+                 "generator.walk_length=1", f"out={out}"]) == 1
+    assert (out / "tasks.jsonl").read_text() == ""
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mcp-gym tasks generate:")]
+    assert len(err) == 1 and "no result made a task" in err[0] and "env.reset_mode=restart" in err[0], err

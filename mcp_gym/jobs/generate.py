@@ -1,7 +1,8 @@
 """``mcp-gym tasks generate``: tasks for any MCP server, proposed by a generator and kept only if running them says so.
 
-Every proposal (:class:`~mcp_gym.jobs.proposers.Proposal`) is run against fresh servers (a fresh episode: a fresh
-workspace when a server command line names ``{workspace}``) before it is kept:
+Every proposal (:class:`~mcp_gym.jobs.proposers.Proposal`) is run in fresh episodes under the env's ``reset_mode``, as
+``tasks validate``, ``eval`` and ``collect`` run the tasks (a fresh workspace and server process when a server command
+line names ``{workspace}``, a fresh process with ``reset_mode=restart``) before it is kept:
 
 1. its reference solution runs without a tool error (else ``solution failed``);
 2. the check comes from the real results: an answer task's answer is the value its solution's call returned at the
@@ -479,9 +480,10 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         fixture_abs = str((out / fixture_rel).resolve()) if not dry else str(src.resolve())
         if not dry and not (out / fixture_rel).exists():
             shutil.copytree(src, out / fixture_rel, symlinks=True)
-    env_cfg.setdefault("reset_mode", "restart")
-    if not any("{workspace}" in str(v) for v in env_cfg["servers"].values()):
-        env_cfg["reset_mode"] = "restart"  # a fresh server for every run
+    # Proposals are judged under the env's reset_mode, as tasks validate, eval and collect run the tasks (default auto:
+    # a server without {workspace} keeps its process from one run to the next unless env.reset_mode=restart), so a
+    # value that depends on earlier episodes (npm server-sequential-thinking's thoughtHistoryLength) makes no answer.
+    env_cfg.setdefault("reset_mode", "auto")
     env = env_factory(env_cfg, [])()
     runner = _Runner(env, fixture_abs, _error_text(cfg.generator.get("error_text")))
     checker = _Checker(runner, str(env_cfg.get("name") or "task"), int(cfg.seed), to_dict(cfg.splits), fixture_rel)
@@ -569,8 +571,13 @@ def _why_none(result: GenerateResult, runner: _Runner, dry: bool) -> str:
         return f"no proposal: {failed}; {keys}"
     if not judged and runner.calls:
         failed = f"; {runner.failed} of {runner.calls} calls failed (first: {first}): {keys}" if runner.failed else ""
+        env = runner.env
+        shared = env.reset_mode in ("auto", "none") and len(env.workspace_servers) < len(env.host.connections)
+        restart = (" (a server without {workspace} keeps its process from one run to the next: env.reset_mode=restart "
+                   "gives each a new one, and tasks validate, eval and collect need the same setting)")
+        restart = restart if shared else ""
         return ("no proposal: no result made a task (a value that differs between two fresh runs, or a date or time, "
-                f"makes none){failed}")
+                f"makes none){restart}{failed}")
     if not judged:
         return "no proposal: the generator proposed nothing"
     drops = ", ".join(f"{reason} {result.counts[reason]}" for reason in DROP_REASONS if result.counts[reason])
