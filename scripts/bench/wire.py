@@ -22,9 +22,9 @@ median of per-round ratios to the floor and to the raw SDK. The load average is 
     python scripts/bench/wire.py --pool          # a {workspace} server's env.step, the spare-server pool off and on
     git worktree add --detach /tmp/base main && python scripts/bench/wire.py --only stdio --compare /tmp/base
 
-``--compare DIR`` adds a stdio ``env.step`` of another checkout (DIR first on ``PYTHONPATH``: its ``mcp_gym``), run
-in a child process that reports its own CPU per batch, in the same alternating rounds ("before"; this checkout's is
-"after"), so both ratios to the floor come from one run.
+``--compare DIR`` runs the stdio ``env.step`` of another checkout ("before": DIR first on ``PYTHONPATH``, its
+``mcp_gym``) and of this one ("after"), each in a child process of its own that reports its own CPU per batch, in the
+same alternating rounds, so both ratios to the floor and their ratio come from one run.
 """
 
 from __future__ import annotations
@@ -273,9 +273,10 @@ class Gym:
         self.env.close()
 
 
-class Before:
-    """``--compare``: ``env.step`` of another checkout's ``mcp_gym``, in a child process (``--serve-gym``) that
-    reports the CPU seconds of each batch; ``calls`` returns them (the parent only waits meanwhile)."""
+class Child:
+    """``--compare``: ``env.step`` of a checkout's ``mcp_gym`` (``checkout`` first on ``PYTHONPATH``), in a child
+    process (``--serve-gym``) that reports the CPU seconds of each batch; ``calls`` returns them (the parent only
+    waits meanwhile)."""
 
     def __init__(self, checkout: Path, exe: str) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout.resolve()),
@@ -285,10 +286,10 @@ class Before:
         ready = self._read()
         if not ready.startswith("ready "):
             raise RuntimeError(f"--compare: the child did not start: {ready!r}")
-        here = Path(__import__("mcp_gym").__file__).resolve()
-        if ready.split(" ", 1)[1] == str(here):
-            raise RuntimeError(f"--compare: the child imported this checkout's mcp_gym ({here})")
-        print(f"before: {ready.split(' ', 1)[1]}", file=sys.stderr)
+        want = (checkout / "mcp_gym" / "__init__.py").resolve()
+        if ready.split(" ", 1)[1] != str(want):  # (an editable install or the current directory came first)
+            raise RuntimeError(f"--compare: the child imported {ready.split(' ', 1)[1]}, not {want}")
+        print(f"env.step of {want.parent}", file=sys.stderr)
 
     def _read(self) -> str:
         assert self.proc.stdout is not None
@@ -313,7 +314,7 @@ class Before:
 
 
 def serve_gym(exe: str) -> None:
-    """``--serve-gym``: the child of :class:`Before`: a :class:`Gym` on stdio; each input line ``[tool, arguments,
+    """``--serve-gym``: the child of :class:`Child`: a :class:`Gym` on stdio; each input line ``[tool, arguments,
     n]`` runs ``n`` steps and answers their CPU seconds (this process's)."""
     import mcp_gym
 
@@ -465,8 +466,8 @@ def main() -> None:
     p.add_argument("--layers", action="store_true", help="stdio only: env.step and each layer under it")
     p.add_argument("--pool", action="store_true", help="stdio only: a {workspace} server's env.step, pool off and on")
     p.add_argument("--compare", metavar="DIR", type=Path,
-                   help="stdio: also env.step of the mcp_gym in DIR (another checkout), in a child process, as "
-                        "'before' (this checkout's: 'after')")
+                   help="stdio: env.step of the mcp_gym in DIR (another checkout) as 'before' and of this checkout as "
+                        "'after', each in a child process")
     p.add_argument("--serve-gym", action="store_true", help=argparse.SUPPRESS)  # the child of --compare
     a = p.parse_args()
     if a.serve_gym:
@@ -480,11 +481,10 @@ def main() -> None:
             if not Path(a.everything).exists():
                 sys.exit(f"{a.everything} not found: run the tests once (they install it) or pass --everything")
             sides = (layer_sides if a.layers else pool_sides if a.pool else stdio_sides)(a.everything)
-            if a.compare is not None:
-                after = sides.pop("mcp-gym env.step", None)
-                sides["before: mcp-gym env.step"] = Before(a.compare, a.everything)
-                if after is not None:
-                    sides["after: mcp-gym env.step"] = after
+            if a.compare is not None:  # both in child processes alike (the parent holds the other clients)
+                sides.pop("mcp-gym env.step", None)
+                sides["before: mcp-gym env.step"] = Child(a.compare, a.everything)
+                sides["after: mcp-gym env.step"] = Child(ROOT, a.everything)
             cleanup += [s.close for s in sides.values()]
             rows += compare("stdio, server-everything `echo`", sides, "echo", {"message": "hello"}, a.rounds,
                             a.calls)
