@@ -417,10 +417,10 @@ class _Link:
         transport would, so the answer resolves its request without the loop's turns; the rest goes to the reader,
         in order. ``False``: a cancellation (Ctrl-C) was asked for meanwhile: the caller lets the loop turn once,
         so it takes effect where the call waits, as in the loop."""
-        if not sync_call_alone() or not self.wire.quiet(take=False) or not self.stdout.read_now(
+        if not sync_call_alone(loop := self.wire.loop) or not self.wire.quiet(take=False) or not self.stdout.read_now(
                 _READ_NOW if timeout is None else min(_READ_NOW, max(timeout, 0.0))):
-            return True
-        cancelling = getattr(asyncio.current_task(), "cancelling", None)  # (Python 3.11+)
+            return True  # (the loop named: no getpid system call per ask for the current task on Python < 3.12)
+        cancelling = getattr(asyncio.current_task(loop), "cancelling", None)  # (Python 3.11+)
         return cancelling is None or not cancelling()
 
     async def deliver(self, item: SessionMessage | Exception) -> bool:
