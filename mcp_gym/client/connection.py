@@ -275,7 +275,7 @@ class ServerConnection:
                 self.status = "failed"
                 self.error = self._http_why() + _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
-            if not entered and self._npx is not None:
+            if not entered and self._npx is not None and not self._close.is_set():  # (closed: it proved nothing)
                 self._npx.failed()  # a resolved start that did not connect: npx again next time
             if self.tap is not None:
                 self.tap.close()
