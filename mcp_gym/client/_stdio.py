@@ -644,10 +644,12 @@ async def _spawn(params: StdioServerParameters, stdin: _Stdin, stdout: _Stdout) 
     loop, transports = asyncio.get_running_loop(), []
     try:
         transports.append((await loop.connect_read_pipe(lambda: stdout, pipe))[0])
-        transports.append((await loop.connect_write_pipe(lambda: stdin, in_pipe))[0])
+        await loop.connect_write_pipe(lambda: stdin, in_pipe)  # (the last await: nothing after it to undo)
     except BaseException:  # e.g. close() in the handshake. Transports first: a pipe closed under its transport stays
-        for closing in (*transports, pipe, in_pipe):  # in the loop's selector, the next pipe given its number unread
-            closing.close()
+        for transport in transports:  # in the loop's selector, and the next pipe given its number is never read
+            transport.close()
+        pipe.close()
+        in_pipe.close()
         with anyio.CancelScope(shield=True):
             process.kill()
             await process.aclose()
