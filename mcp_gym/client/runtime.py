@@ -396,7 +396,10 @@ class Runtime:
 
         previous = signals.signal(_SIGINT, on_sigint)
         try:
-            return self._run_call(task)
+            result = self._run_call(task)
+            if interrupted:  # the call ended anyway (it was past its last await, or shielded): the Ctrl-C stands
+                raise KeyboardInterrupt
+            return result
         except asyncio.CancelledError:
             if interrupted:
                 raise KeyboardInterrupt from None
