@@ -26,6 +26,11 @@ The rules:
 * **Control tokens**: text from outside the model (task, tool results, resources) has chat-template control tokens
   neutralised (:func:`neutralize_control_tokens`): a tool result holding ``<|im_end|>\n<|im_start|>assistant`` can
   not open a turn of its own, at inference or in the SFT data built from the recording (the same function, here).
+* **Tools that change**: the request's ``tools`` are the env's tools at that moment, and the first message after a
+  change of the offered tools (a tool message, the feedback on a reply without a call, or the next user message)
+  ends with :func:`tools_note`: the tools added (with their schemas) and removed. A trainer that renders the tools
+  once per trajectory (verl, SkyRL) shows the model the same note, so the note is the one place every face tells the
+  model of a tool added mid-episode (Maze's ``unlock``, BFCL's held-back functions).
 * **Final answer**: the model ends an episode by calling the ``submit`` tool, which is always in the tools
   (:func:`openai_tools`, from :mod:`mcp_gym.protocol`). Plain text is never a final answer; it is a reply without a
   usable call.
@@ -55,6 +60,7 @@ __all__ = [
     "result_content",
     "assistant_content",
     "env_tools",
+    "tools_note",
     "to_wire",
     "neutralize_control_tokens",
     "control_tokens",
@@ -151,6 +157,26 @@ def no_call_feedback(parse_status: str | None) -> str:
             "`submit` with your final answer.")
 
 
+def tools_note(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> str:
+    """The note that tells the model its tools changed, from the OpenAI ``tools`` it was offered ``before`` to those
+    offered ``after`` (``""`` when they are equal): the tools added or changed, one JSON object per line (the
+    ``function`` of each schema, keys sorted), in the order offered, then the names of those removed. Deterministic: the
+    same two lists give the same text in every face and in the SFT export."""
+    old = {t["function"]["name"]: t["function"] for t in before}
+    new = {t["function"]["name"]: t["function"] for t in after}
+    added = [f for name, f in new.items() if old.get(name) != f]
+    removed = [name for name in old if name not in new]
+    if not added and not removed:
+        return ""
+    lines = ["[tools changed] The tools you can call have changed."]
+    if added:
+        lines.append("New or changed tools (now callable):")
+        lines += [json.dumps(f, sort_keys=True, ensure_ascii=False) for f in added]
+    if removed:
+        lines.append(f"Removed tools (no longer callable): {', '.join(removed)}")
+    return "\n".join(lines)
+
+
 def assistant_content(parsed: ParseResult) -> str:
     """The model's own text of a parsed reply: without tool-call markup when it has calls, else the whole text."""
     return parsed.content if parsed.calls else parsed.raw_text
@@ -184,12 +210,17 @@ class ChatView:
         show_resources: Render observed resources into the user turn and changed ones into the answers.
         notice: The first observation's ``result`` (why some servers are unavailable; usually empty), shown after
             the task.
+        tools: The OpenAI ``tools`` offered at reset (:func:`env_tools`): the view then ends the first message after
+            a change of the tools (given as ``tools=`` to :meth:`tool_result`, :meth:`no_call` or :meth:`end_turn`)
+            with :func:`tools_note`. ``None``: no note is ever added.
     """
 
     def __init__(self, task: str, resources: Mapping[str, str] | None = None, *,
                  system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, show_resources: bool = True,
-                 notice: str = "") -> None:
+                 notice: str = "", tools: Sequence[Mapping[str, Any]] | None = None) -> None:
         self.show_resources = show_resources
+        self.tools: list[Mapping[str, Any]] | None = None if tools is None else list(tools)
+        """The tools the model was last told of (reset's, then each change's); ``None``: not tracked."""
         self.resources: dict[str, str] = dict(resources or {})
         self.messages: list[dict[str, Any]] = []
         """The conversation in canonical form (arguments as JSON objects)."""
@@ -218,26 +249,39 @@ class ChatView:
         previous, self.resources = self.resources, resources
         return {u: t for u, t in resources.items() if previous.get(u) != t} if self.show_resources else {}
 
-    def tool_result(self, id: str, name: str, result: str, resources: Mapping[str, str] | None = None
-                    ) -> dict[str, Any]:
-        """Append the tool message answering call ``id``: the result, then the resources that changed."""
+    def _note(self, tools: Sequence[Mapping[str, Any]] | None) -> str:
+        """The :func:`tools_note` for the tools offered now (``None``: unchanged), updating the last ones told."""
+        if tools is None or self.tools is None:
+            return ""
+        note, self.tools = tools_note(self.tools, tools), list(tools)
+        return note
+
+    def tool_result(self, id: str, name: str, result: str, resources: Mapping[str, str] | None = None,
+                    tools: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """Append the tool message answering call ``id``: the result, then the resources that changed, then (when
+        ``tools``, those offered now, differ from the last ones told) :func:`tools_note`."""
         message = {"role": "tool", "tool_call_id": id, "name": name,
-                   "content": result_content(result, self._changed(resources))}
+                   "content": _join(result_content(result, self._changed(resources)), self._note(tools))}
         self.messages.append(message)
         return message
 
-    def no_call(self, parse_status: str | None, resources: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """Append the user message answering a reply without a usable call, plus the resources that changed."""
+    def no_call(self, parse_status: str | None, resources: Mapping[str, str] | None = None,
+                tools: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """Append the user message answering a reply without a usable call, plus the resources that changed (and
+        :func:`tools_note`, as in :meth:`tool_result`)."""
         message = {"role": "user",
-                   "content": _join(no_call_feedback(parse_status), render_resources(self._changed(resources)))}
+                   "content": _join(no_call_feedback(parse_status), render_resources(self._changed(resources)),
+                                    self._note(tools))}
         self.messages.append(message)
         return message
 
     def end_turn(self, prompt: str, resources: Mapping[str, str] | None = None, *, id: str | None = None,
-                 answer: str | None = None) -> list[dict[str, Any]]:
+                 answer: str | None = None, tools: Sequence[Mapping[str, Any]] | None = None
+                 ) -> list[dict[str, Any]]:
         """A user turn ended with ``submit``: the call ``id`` of the last reply (``None``: the reply was a text the
         caller submitted, already in the view) becomes the assistant's text reply ``answer``, and the next user
-        message (``prompt``, then the resources that changed) follows. Returns the messages appended."""
+        message (``prompt``, then the resources that changed, then :func:`tools_note` as in :meth:`tool_result`)
+        follows. Returns the messages appended."""
         added: list[dict[str, Any]] = []
         if id is not None:
             message = next(m for m in reversed(self.messages) if m["role"] == "assistant")
@@ -251,7 +295,8 @@ class ChatView:
                 message.pop("tool_calls", None)
                 if answer and not message["content"].endswith(answer):  # (a text reply submitted is its own answer)
                     message["content"] = _join(message["content"], answer)
-        added.append({"role": "user", "content": user_content(prompt, self._changed(resources))})
+        added.append({"role": "user", "content": _join(user_content(prompt, self._changed(resources)),
+                                                       self._note(tools))})
         self.messages.append(added[-1])
         return added
 

@@ -154,6 +154,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         tap: Callable[[ServerConnection], Any] | None = None
         if any(spec.record is not None for spec in self.server_templates.values()):
             from mcp_gym.cassette.recorder import record_tap as tap
+            from mcp_gym.cassette.recorder import refuse_workspace_recording
+
+            refuse_workspace_recording(self.server_templates, self.workspace_servers)  # its cassette cannot replay
         self.host = MCPHost(
             self.server_templates,
             tap=tap,

@@ -173,12 +173,12 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
         if episode_id is not None and self._recorded:
             options["metadata"] = {"openenv_episode_id": episode_id}
         obs, info = await areset(self.env, seed=seed, options=options or None)
-        self.view = ChatView(obs["task"], obs["resources"], system_prompt=self.system_prompt,
-                             show_resources=self.show_resources, notice=str(obs.get("result") or ""))
-        self.episode_return = 0.0
-        self.done = False
         env = self.mcp_env
         tools = env_tools(env)
+        self.view = ChatView(obs["task"], obs["resources"], system_prompt=self.system_prompt,
+                             show_resources=self.show_resources, notice=str(obs.get("result") or ""), tools=tools)
+        self.episode_return = 0.0
+        self.done = False
         listed, self._listed_unreset = self._listed_unreset, None
         names = [t["function"]["name"] for t in tools]
         if listed is not None and sorted(listed) != sorted(names):
@@ -219,7 +219,8 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
         self.done = bool(terminated or truncated)
         ids = self.view.reply(str(action.metadata.get("assistant_content") or ""),
                               [ToolCall(action.tool_name, dict(action.arguments))])
-        message = self.view.tool_result(ids[0], action.tool_name, obs["result"], obs["resources"])
+        changed = env_tools(self.mcp_env) if info.get("tools_changed") else None
+        message = self.view.tool_result(ids[0], action.tool_name, obs["result"], obs["resources"], changed)
         error = info.get("error")
         kind = (error or {}).get("kind")
         tool_error = None if kind in (None, "tool_error") else ToolError(
@@ -228,7 +229,7 @@ class MCPGymEnvironment(Environment[Action, Observation, State]):
             tool_name=action.tool_name, result=message["content"], error=tool_error, done=self.done,
             reward=float(reward), step_error=error, success=info.get("success"), termination=info.get("termination"),
             episode_return=self.episode_return, step=self.mcp_env.steps,
-            tool_schemas=env_tools(self.mcp_env) if info.get("tools_changed") else None)
+            tool_schemas=changed)
 
     def _tools(self) -> list[Tool]:
         env = self.mcp_env

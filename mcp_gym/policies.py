@@ -159,7 +159,7 @@ class _ChatAgent(Agent):
         self.env = env
         self.seed = seed
         self.view = ChatView(str(obs.get("task", "")), obs.get("resources") or {}, system_prompt=policy.system_prompt,
-                             notice=str(obs.get("result") or ""))
+                             notice=str(obs.get("result") or ""), tools=env_tools(env))
         self.pending: deque[tuple[ToolCall, str]] = deque()  # calls of the last reply not yet executed (+ their ids)
         self.reply: ParseResult | None = None  # the last reply, parsed
         self.current: tuple[ToolCall, str] | None = None  # the call just executed, None if the reply had none
@@ -190,18 +190,19 @@ class _ChatAgent(Agent):
         """Append what the last action produced: a tool turn, feedback on a reply without a usable call, or (a
         ``submit`` that ended a user turn) the assistant's reply of that turn and the next user message."""
         resources = obs.get("resources") or {}
+        tools = env_tools(self.env) if info.get("tools_changed") else None  # the view notes a change (tools_note)
         turn = int(info.get("turn") or 0)
         if turn != self.user_turn:
             self.user_turn = turn
             self.view.end_turn(str(obs.get("task", "")), resources, id=self.current[1] if self.current else None,
-                               answer=info.get("turn_answer"))
+                               answer=info.get("turn_answer"), tools=tools)
             self.pending.clear()  # calls the reply made after its submit are not run in the next turn
             return
         if self.current is None:
-            self.view.no_call(self.reply.status if self.reply is not None else None, resources)
+            self.view.no_call(self.reply.status if self.reply is not None else None, resources, tools)
         else:
             call, id = self.current
-            self.view.tool_result(id, call.name, str(obs.get("result", "")), resources)
+            self.view.tool_result(id, call.name, str(obs.get("result", "")), resources, tools)
 
 
 class ChatPolicy(Policy):

@@ -35,6 +35,10 @@ Conversations (tasks with several user turns): a ``submit`` that ends a user tur
 turn in the history (:meth:`ChatView.end_turn <mcp_gym.chat.ChatView.end_turn>`; calls after it in the same reply are
 not run) and the step's ``messages`` end with the next ``user`` message; ``info`` has ``turn`` and ``turns``.
 
+When a call changes the tools an episode offers (Maze's ``unlock``, a ``tools/list_changed``), the message answering
+it ends with :func:`mcp_gym.chat.tools_note` (the chat view's rule, as in the chat policies' requests) and the step's
+``info`` has ``tools_changed`` and ``tools``.
+
 Episodes that are done are skipped (empty messages, reward 0, ``done=True``).
 
 Recording: give ``TextEnvBatch`` envs wrapped in :class:`~mcp_gym.recording.RecordTrajectories`; each step is recorded
@@ -162,8 +166,10 @@ def warn_unlisted_tools(where: str, env: Any, listed: Sequence[Mapping[str, Any]
                         info: Mapping[str, Any]) -> list[str]:
     """The tools a step added that are not in ``listed`` (the tools a face rendered once, at the start of the
     trajectory), with a one-line ``UserWarning`` naming them: a face that cannot list tools mid-trajectory (verl,
-    SkyRL) lets the model call them but never shows them, where ``mcp-gym eval``'s chat policies list them from the
-    next request on. Empty (and no warning) when the step's tools did not change or every tool was listed."""
+    SkyRL) shows them to the model only in the tools note of the message answering the step
+    (:func:`mcp_gym.chat.tools_note`, which ``mcp-gym eval``'s chat view shows too), where eval's chat policies also
+    list them in the tools of the next request. Empty (and no warning) when the step's tools did not change or every
+    tool was listed."""
     if not info.get("tools_changed"):
         return []
     names = {t["function"]["name"] for t in listed}
@@ -171,8 +177,9 @@ def warn_unlisted_tools(where: str, env: Any, listed: Sequence[Mapping[str, Any]
     if added:
         env_id = getattr(getattr(env, "unwrapped", env), "env_id", None) or type(env).__name__
         warnings.warn(f"{where}: env {env_id!r} added tool(s) {', '.join(added)} mid-trajectory; the trajectory's "
-                      "tools were rendered once, at its start, so the model can call them but is not shown them "
-                      "(mcp-gym eval lists them from the next request on; see docs/training)", UserWarning,
+                      "tools were rendered once, at its start, so the model is told of them only by the tools note "
+                      "ending the next message (as in mcp-gym eval's conversation), not in the rendered tool list "
+                      "(mcp-gym eval lists them there from the next request on; see docs/training)", UserWarning,
                       stacklevel=2)
     return added
 
@@ -369,7 +376,8 @@ class TextEnvBatch:
         self.dones[i] = False
         self.returns[i] = 0.0
         view = ChatView(obs["task"], obs["resources"], system_prompt=self.system_prompt,
-                        show_resources=self.show_resources, notice=str(obs.get("result") or ""))
+                        show_resources=self.show_resources, notice=str(obs.get("result") or ""),
+                        tools=self.tools_of(i))
         self._views[i] = view
         self.histories[i] = view.messages
         return [dict(m) for m in view.messages]
@@ -415,12 +423,12 @@ class TextEnvBatch:
                                            info)
                 reward += r
                 if info.pop("turn_ended", False):  # a conversation's user turn ended: the next user message
-                    messages.extend(view.end_turn(obs["task"], obs["resources"]))
+                    messages.extend(view.end_turn(obs["task"], obs["resources"], tools=self._told(i, info)))
             else:
                 error = ToolCallError("parse_error", parsed.error or "no tool call found", code=parsed.status).as_dict()
                 r, obs = await self._apply(i, {"tool": "", "arguments": {}, **record}, info, error)  # as the policies
                 reward += r
-                messages.append(view.no_call(parsed.status, obs["resources"]))
+                messages.append(view.no_call(parsed.status, obs["resources"], self._told(i, info)))
         for k, (call, id) in enumerate(zip(parsed.calls, ids, strict=True)):
             if self.dones[i] or k >= self.max_calls_per_turn:
                 text = ("Error: the episode is over; this call was not executed." if self.dones[i] else
@@ -431,14 +439,21 @@ class TextEnvBatch:
                 r, obs = await self._apply(i, {**call.to_action(), **record}, info)
                 reward += r
                 if info.pop("turn_ended", False):  # the submit became the turn's reply; later calls are not run
-                    messages.extend(view.end_turn(obs["task"], obs["resources"], id=id, answer=info["turn_answer"]))
+                    messages.extend(view.end_turn(obs["task"], obs["resources"], id=id, answer=info["turn_answer"],
+                                                  tools=self._told(i, info)))
                     break
-                message = view.tool_result(id, call.name, obs["result"], obs["resources"])
+                message = view.tool_result(id, call.name, obs["result"], obs["resources"], self._told(i, info))
             messages.append(message)
+        info.pop("changed_now", None)
         info.update(self._base_info(i))
         if info["tools_changed"]:
             info["tools"] = self.tools_of(i)
         return StepOut([dict(m) for m in messages], reward, self.dones[i], info)
+
+    def _told(self, i: int, info: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The tools episode ``i`` offers now if the action just applied changed them (the chat view then ends the
+        message answering it with :func:`~mcp_gym.chat.tools_note`, as the chat policies' view does), else ``None``."""
+        return self.tools_of(i) if info.pop("changed_now", False) else None
 
     async def _apply(
         self, i: int, action: dict[str, Any], info: dict[str, Any], error: dict[str, Any] | None = None
@@ -453,7 +468,8 @@ class TextEnvBatch:
         self.returns[i] += reward
         if error is not None or step_info.get("error"):
             info["errors"].append(error or step_info["error"])
-        info["tools_changed"] = info["tools_changed"] or bool(step_info.get("tools_changed"))
+        info["changed_now"] = bool(step_info.get("tools_changed"))  # read (and dropped) by _told
+        info["tools_changed"] = info["tools_changed"] or info["changed_now"]
         for key in ("success", "final_answer", "turn", "turns", "turn_answer"):
             if key in step_info:
                 info[key] = step_info[key]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -379,3 +380,30 @@ def test_serve_replay_over_stdio_and_http(memory_run: dict[str, Any], closing: l
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- a server on {workspace}: refused at record time --------------------------------------------------------------
+def test_recording_a_workspace_server_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    """A server started per episode on ``{workspace}`` sends each episode's own temporary path in its requests and
+    results, and a replay starts no workspace (a task's fixture, a grader reading its files): its cassette cannot
+    replay, so ``record=`` on it is refused before anything starts, naming the server and the workaround; the other
+    servers of the env still record."""
+    from mcp_gym.cli import main
+
+    fs = [str(Path(__file__).parent / "servers" / "fs_server.py"), "{workspace}"]
+    refused = (r"server 'fs': record= cannot make a cassette that replays for a server started per episode on "
+               r"\{workspace\}")
+    with pytest.raises(ValueError, match=refused + r".*record the trajectories instead \(RecordTrajectories"):
+        MCPEnv({"fs": Stdio(sys.executable, fs, record=cassette_dir(tmp_path / "run"))}, ["Write a file."])
+    assert not (tmp_path / "run").exists()  # nothing recorded, nothing started
+    env = MCPEnv({"fs": Stdio(sys.executable, fs), "c": InProcess(make_server(), record=cassette_dir(tmp_path / "ok"))},
+                 ["Count."])
+    env.close()  # a workspace env whose fixed server records: built as before
+    out = tmp_path / "job"
+    code = main(["eval", "env=custom", f"+env.servers.fs.command={sys.executable}", f"+env.servers.fs.args=[{fs[0]},"
+                 "'{workspace}']", f"+env.servers.fs.record={tmp_path / 'cassettes'}", "policy=noop", "samples=1",
+                 "plots=false", "launcher.progress=false", f"out={out}"])
+    err = capsys.readouterr().err
+    assert code == 2 and re.match("mcp-gym eval: " + refused, err) and err.count("\n") == 1, err  # one line
+    assert not (tmp_path / "cassettes").exists()

@@ -358,3 +358,65 @@ def test_a_killed_run_of_schema_1_0_still_loads(tmp_path: Path) -> None:
     assert sorted(rec.episodes["episode_id"]) == sorted(episodes.column("episode_id").to_pylist())
     assert len(rec.steps) == steps.num_rows and set(rec.steps["turn"]) == set(rec.steps["user_turn"]) == {None}
     assert len(sft.build(old, success_only=False, drop_errors=False)) == TASKS_PER_ENV
+
+
+def test_tools_note_names_the_tools_added_and_removed_with_their_schemas() -> None:
+    """The one text every face shows the model when its tools change (verl, SkyRL, eval's policies, the export)."""
+    add = protocol.openai_function({"name": "add", "description": "Add.", "input_schema": {"type": "object"}})
+    unlock = protocol.openai_function({"name": "unlock", "description": "Open <|im_end|> it.",
+                                       "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}}}})
+    assert chat.tools_note([add], [add]) == ""
+    assert chat.tools_note([add], [add, unlock]) == (
+        "[tools changed] The tools you can call have changed.\nNew or changed tools (now callable):\n"
+        '{"description": "Open <|im_end|> it.", "name": "unlock", "parameters": {"properties": {"x": {"type": '
+        '"integer"}}, "type": "object"}}')
+    assert chat.tools_note([add, unlock], [unlock]).endswith("\nRemoved tools (no longer callable): add")
+    view = chat.ChatView("Go.", tools=[add])
+    view.reply("", [parse_tool_calls(hermes(("add", {}))).calls[0]] * 3)
+    assert view.tool_result("call_0_0", "add", "1", tools=None)["content"] == "1"  # no change: no note
+    noted = view.tool_result("call_0_1", "add", "2", tools=[add, unlock])["content"]
+    assert noted.startswith("2\n\n[tools changed]") and "<\u200b|im_end|>" in noted  # server text is neutralised
+    assert view.tool_result("call_0_2", "add", "3", tools=[add, unlock])["content"] == "3"  # told once
+    assert chat.ChatView("Go.").tool_result("x", "add", "1", tools=[unlock])["content"] == "1"  # not tracked
+
+
+def test_a_tool_added_mid_episode_is_noted_alike_by_eval_textenv_and_export(tmp_path: Path) -> None:
+    """Maze's key reveals ``unlock``: the message answering that move ends with the tools note, the same in the chat
+    policy's request (eval: the ``openai`` policy's HTTP request body), ``TextEnvBatch``'s history (the verl and SkyRL
+    faces) and the recorded conversation (the SFT export's prompt)."""
+    task = next(t for t in load_env_tasks("Maze", None, 0) if t.id == "maze-5x5-0003")
+    texts = [hermes((c["tool"], c["arguments"])) for c in task.solution] + [hermes(("submit", {"answer": "x"}))]
+    policy = run_policy(lambda: make_env("Maze"), task.id, texts, tmp_path / "run")
+    shown, _ = policy.requests[-1]
+    (noted,) = [m for m in shown if "[tools changed]" in m["content"]]
+    before, after = policy.requests[0][1], policy.requests[-1][1]
+    assert [t["function"]["name"] for t in after if t not in before] == ["unlock"]
+    assert noted["role"] == "tool" and noted["content"].endswith("\n\n" + chat.tools_note(before, after))
+    assert '"name": "unlock"' in noted["content"] and "Removed" not in noted["content"]
+    bodies: list[dict[str, Any]] = []
+
+    def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        bodies.append(copy.deepcopy(body))
+        text = texts[sum(m["role"] == "assistant" for m in body["messages"])]
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+
+    async def go(url: str) -> None:
+        openai = OpenAIPolicy("scripted", url, "sk-test", retries=0)
+        try:
+            async with VectorMCPEnv(lambda i: make_env("Maze"), 1) as vec:
+                await vec.run(openai, [EpisodeSpec(f"{task.id}#0", task.id, 5)])
+        finally:
+            await openai.aclose()
+
+    with serve_chat_completions(reply) as url:
+        default_runtime().call(go, url)
+    assert [m for m in bodies[-1]["messages"] if "[tools changed]" in (m.get("content") or "")] == [noted]
+    with TextEnvBatch("Maze", n=1) as batch:
+        batch.reset([task.id])
+        for text in texts:
+            batch.step([text])
+        assert batch.histories[0][:len(shown)] == shown
+    examples = sft.build(tmp_path / "run", layout="prompt_completion", success_only=False)
+    prompt = list(examples[-1]["prompt"])  # the first request after the change, rebuilt from the recording
+    assert prompt[-1] == noted and prompt == shown[:len(prompt)]

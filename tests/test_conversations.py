@@ -22,13 +22,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from mcp_gym import InProcess, MCPEnv, sft
-from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
+from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, tools_note
 from mcp_gym.cli import main
 from mcp_gym.parsing import ParseResult, parse_tool_calls
 from mcp_gym.policies import ChatPolicy
 from mcp_gym.protocol import HIDDEN_META_KEY, TURN_TOOL
 from mcp_gym.recording import RecordTrajectories, load
-from mcp_gym.recording.conversation import conversation
+from mcp_gym.recording.conversation import conversation, offered_tools
 from mcp_gym.tasks import Task, TaskDataError, load_tasks, save_tasks
 from mcp_gym.textenv import TextEnvBatch
 from mcp_gym.trl import environment_factory
@@ -144,12 +144,16 @@ def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path
     def result(turn: int, name: str, content: str) -> dict[str, object]:
         return {"role": "tool", "tool_call_id": f"call_{turn}_0", "name": name, "content": content}
 
+    ep = load(run).episodes.to_list()[0]
+    (change,) = json.loads(ep["catalogue_changes"])  # turn 1's hook showed count_notes: the next message says so
+    note = tools_note(offered_tools(ep, None), offered_tools(ep, change["tools"]))
+    assert note.startswith("[tools changed]") and '"name": "count_notes"' in note and "Removed" not in note
     assert messages == [
         {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
         {"role": "user", "content": "Add a note 'milk'."},
         call(0, "add_note", {"text": "milk"}), result(0, "add_note", "added 'milk'"),
         {"role": "assistant", "content": "Added milk."},  # the submit that ended turn 0: the turn's reply
-        {"role": "user", "content": TURN1},
+        {"role": "user", "content": f"{TURN1}\n\n{note}"},
         call(2, "add_note", {"text": "eggs"}), result(2, "add_note", "added 'eggs'"),
         call(3, "count_notes", {}), result(3, "count_notes", "2"),
         call(4, "submit", {"answer": "2"}),  # the final submit, as in a single-turn episode
@@ -179,13 +183,15 @@ def test_text_env_batch_carries_the_turns() -> None:
     batch = TextEnvBatch(lambda: MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns), n=1)
     try:
         batch.reset(["conv-0"])
+        before = batch.tools_of(0)
         out = batch.step([_call("add_note", text="milk") + _call("submit", answer="Added milk.")])[0]
         assert not out.done and (out.info["turn"], out.info["turns"]) == (1, 2)
-        assert out.messages[-1] == {"role": "user", "content": TURN1}  # the next user message
+        assert "count_notes" in [t["function"]["name"] for t in batch.tools_of(0)]
+        turn1 = {"role": "user", "content": f"{TURN1}\n\n{tools_note(before, batch.tools_of(0))}"}  # + the tool
+        assert out.messages[-1] == turn1  # the next user message
         history = batch.histories[0]
         assert history[2]["tool_calls"][0]["function"]["name"] == "add_note" and len(history[2]["tool_calls"]) == 1
-        assert history[-2:] == [{"role": "assistant", "content": "Added milk."}, {"role": "user", "content": TURN1}]
-        assert "count_notes" in [t["function"]["name"] for t in batch.tools_of(0)]
+        assert history[-2:] == [{"role": "assistant", "content": "Added milk."}, turn1]
         batch.step([_call("add_note", text="eggs")])
         batch.step([_call("count_notes")])
         out = batch.step([_call("submit", answer="2")])[0]
@@ -292,7 +298,8 @@ def test_a_reply_without_a_call_ends_the_turn_with_its_text_under_trls_rule(tmp_
     finally:
         env.close()
     shown, _ = policy.requests[-1]
-    assert shown[4:6] == [{"role": "assistant", "content": "Added milk."}, {"role": "user", "content": TURN1}]
+    assert shown[4] == {"role": "assistant", "content": "Added milk."}
+    assert shown[5]["role"] == "user" and shown[5]["content"].startswith(f"{TURN1}\n\n[tools changed]")
     rec = load(tmp_path / "r")
     steps = sorted(rec.steps.to_list(), key=lambda s: s["step_index"])
     assert conversation(rec.episodes.to_list()[0], steps)[:-1] == shown

@@ -358,3 +358,94 @@ def test_tasks_help_lists_every_tasks_command(capsys: pytest.CaptureFixture[str]
         assert f"\n  {command} " in out, command
     assert main(["tasks"]) == 2
     assert "import bfcl" in capsys.readouterr().err
+
+
+HELD_HANDSHAKE_SERVER = Path(__file__).parent / "_held_handshake_server.py"
+
+
+def test_ctrl_c_while_a_server_is_in_its_handshake_stops_the_job(tmp_path: Path) -> None:
+    """SIGINT an eval job while its first reset waits for a server's answer to ``initialize`` (the server has the
+    request: it said so): the job stops with exit 130 and its message at once, and no server process is left. The
+    connect timeout is an hour: a job that waited the handshake out (the close of a connecting server used to wait
+    for it to connect) would outlive the bound below by far."""
+    pids = tmp_path / "pids"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t0", "prompt": "p", "solution": [{"tool": "submit", "arguments": {}}]}) + "\n")
+    server = f'+env.servers.s="{sys.executable} {HELD_HANDSHAKE_SERVER} {pids}"'
+    cmd = _cli("eval", "env=custom", server, f"env.tasks={tasks}", "env.connect_timeout=3600", "policy=oracle",
+               "samples=1", "launcher.progress=false", "plots=false", f"out={tmp_path / 'run'}")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300  # a bound on a hang: the job imports, plans and starts its server
+        while time.monotonic() < deadline and proc.poll() is None and not (pids.exists() and pids.read_text()):
+            time.sleep(0.05)
+        assert pids.exists() and pids.read_text(), "the server never got its initialize request"
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, output
+    assert "interrupted; finished episodes are saved, rerun the same command to resume" in output
+    for pid in map(int, pids.read_text().split()):
+        assert not _alive(pid), f"server {pid} outlived the job"
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, exited and not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_before_the_loop_starts_a_job_never_starts_it() -> None:
+    """A Ctrl-C that lands while the runtime's loop has not yet started the job (busy: here held by a callback until
+    the interrupt is handled) stops it all the same: the job never starts and :class:`JobInterrupted` is raised (the
+    job's cancellation used to reach only a job already running, so this one ran to its end after the Ctrl-C)."""
+    from mcp_gym.client.runtime import Runtime
+    from mcp_gym.jobs import JobInterrupted
+    from mcp_gym.jobs.collect import run_interruptible
+
+    assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    rt = Runtime(threaded=True)
+    gate, started = threading.Event(), []
+    rt.loop.call_soon_threadsafe(gate.wait, 600)  # the loop is busy until the interrupt is handled
+
+    async def job() -> None:
+        started.append(True)
+
+    def waiting_line() -> int | None:
+        """The line of run_interruptible where the main thread waits for the job's future, if it does."""
+        frame, waiting = sys._current_frames().get(main_thread), False
+        while frame is not None:
+            if frame.f_code.co_name == "result":
+                waiting = True
+            if frame.f_code.co_name == "run_interruptible":
+                return frame.f_lineno if waiting else None
+            frame = frame.f_back
+        return None
+
+    def interrupt() -> None:
+        try:
+            deadline = time.monotonic() + 300
+            while (first := waiting_line()) is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            signal.pthread_kill(main_thread, signal.SIGINT)
+            while waiting_line() in (None, first) and time.monotonic() < deadline:
+                time.sleep(0.001)  # until it waits again, past handling the interrupt
+        finally:
+            gate.set()
+
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    try:
+        with pytest.raises(JobInterrupted):
+            run_interruptible(job, rt)
+    finally:
+        helper.join(600)
+        rt.close()
+    assert started == []

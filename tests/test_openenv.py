@@ -510,3 +510,35 @@ def test_tools_listed_before_reset_that_the_task_lacks_are_said(serve: Callable[
     with caplog.at_level("WARNING", logger="mcp_gym.openenv"):
         asyncio.run(go(lambda listed: "b" if "extra" in listed else "a"))  # the same tools
     assert not [r for r in caplog.records if "before its first reset" in r.getMessage()]
+
+
+def test_a_tool_added_mid_episode_is_noted_as_in_eval(serve: Callable[..., Server], tmp_path: Path) -> None:
+    """Maze's key reveals ``unlock``: the call that picked it up carries the new ``tool_schemas`` and its ``result``
+    is the tool message eval's chat policy is shown, tools note included (:func:`mcp_gym.chat.tools_note`)."""
+    from episodes import hermes, run_policy
+
+    from mcp_gym.envs import load_env_tasks
+    from mcp_gym.openenv import MCPGymClient
+
+    task = next(t for t in load_env_tasks("Maze", None, 0) if t.id == "maze-5x5-0003")
+    calls: Calls = [(c["tool"], c["arguments"], "") for c in task.solution] + [("submit", {"answer": "x"}, "")]
+    shown, _ = run_policy(lambda: make_env("Maze"), task.id, [hermes((n, a)) for n, a, _ in calls],
+                          tmp_path / "eval").requests[-1]
+    (noted,) = [m for m in shown if "[tools changed]" in m["content"]]
+
+    async def go(url: str) -> list[Any]:
+        async with MCPGymClient(base_url=url) as client:
+            reset = await client.reset(task_id=task.id, seed=5)
+            assert "unlock" not in [t["function"]["name"] for t in reset.observation.tool_schemas]  # the key shows it
+            steps = []
+            for n, a, _ in calls:
+                steps.append(await client.step(CallToolAction(tool_name=n, arguments=a)))
+                if steps[-1].done:
+                    return steps
+            return steps
+
+    steps = asyncio.run(go(serve("Maze").url))
+    assert steps[-1].done and steps[-1].reward > 0  # the unlisted tool was called and the goal reached
+    (changed,) = [s for s in steps if s.observation.tool_schemas is not None]
+    assert "unlock" in [t["function"]["name"] for t in changed.observation.tool_schemas]
+    assert changed.observation.result == noted["content"] and '"name": "unlock"' in noted["content"]

@@ -322,7 +322,12 @@ def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with
         env.step({"tool": "write_file", "arguments": {"path": "{workspace}/answer.txt", "content": "QUIET PLEASE"}})
         *_, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})
         assert info["success"] is True and "PASS" in info["grade"]["reason"]
-        env.reset(seed=0, options={"task_id": "letters__upper"})
+        # the second episode's server (a new process, a new workspace) is up and serves the task's state, so its
+        # failure below is the grade's, not a server that never started (a connect hang fails here, not at submit)
+        _, info = env.reset(seed=0, options={"task_id": "letters__upper"})
+        assert info["servers"]["fs"]["status"] == "ready", info["servers"]["fs"]
+        obs, _, _, _, info = env.step({"tool": "read_file", "arguments": {"path": "{workspace}/a.txt"}})
+        assert info["error"] is None and obs["result"].strip() == "abc", (obs["result"], info["error"])
         *_, info = env.step({"tool": "submit", "arguments": {"answer": "done"}})  # the do-nothing baseline
         assert info["success"] is False and "verify.py exit 1: answer.txt not found" in info["grade"]["reason"]
     finally:

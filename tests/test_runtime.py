@@ -119,6 +119,32 @@ def test_ctrl_c_cancels_the_call_and_keeps_the_session() -> None:
     rt.close()
 
 
+def test_ctrl_c_during_a_call_that_ends_anyway_still_interrupts() -> None:
+    """A Ctrl-C during a sync call that ends normally all the same (code that turns the cancellation into a result,
+    as a connection's owner task turns any failure into a status) raises ``KeyboardInterrupt`` once the call is done,
+    instead of vanishing with the cancellation. The signal is sent to this thread from the call itself, so it is
+    handled before the call ends."""
+    rt = Runtime()
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None and threading.get_ident() == main_thread and rt.mode == "driven"
+
+    async def ends_anyway() -> str:
+        signal.pthread_kill(main_thread, signal.SIGINT)
+        try:
+            for _ in range(3):
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            return "cancelled, and said so as a result"
+        return "done"
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            rt.call(ends_anyway)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        rt.close()
+
+
 def test_threads_share_the_loop_while_one_drives() -> None:
     rt = Runtime()
     env = stdio_env(rt)

@@ -167,9 +167,11 @@ def test_trajectories_in_worker_threads_at_once(tmp_path: Path, registered: Call
     assert sorted(episodes["task_id"]) == sorted(r["task_id"] for r in rows) and all(episodes["success"])
 
 
-def test_a_tool_added_mid_trajectory_is_named_not_silently_unlisted(registered: Callable[..., str]) -> None:
+def test_a_tool_added_mid_trajectory_is_named_not_silently_unlisted(registered: Callable[..., str],
+                                                                    tmp_path: Path) -> None:
     """Maze's key reveals ``unlock``: SkyRL lists ``init``'s tools once, so the step that adds it says so in one
-    ``UserWarning`` and in its metadata (``tools_unlisted``); the call still runs. Fast cover:
+    ``UserWarning`` and in its metadata (``tools_unlisted``), and its observation tells the model in the tools note
+    (:func:`mcp_gym.chat.tools_note`), the very message eval's chat policy is shown; the call still runs. Fast cover:
     tests/test_textenv.py::test_a_tool_added_mid_episode_is_named_when_the_listed_tools_lack_it."""
     from mcp_gym.envs import load_env_tasks
 
@@ -180,3 +182,8 @@ def test_a_tool_added_mid_trajectory_is_named_not_silently_unlisted(registered: 
         _, outs, _, metrics = play(env_class, {"prompt": [], "env_class": env_class, "task_id": task.id}, texts)
     assert [o["metadata"].get("tools_unlisted") for o in outs].count(["unlock"]) == 1
     assert metrics["success"] == 1.0  # the unlisted tool was called and worked
+    (k,) = [k for k, o in enumerate(outs) if o["metadata"].get("tools_unlisted")]
+    (noted,) = [m for o in outs for m in o["observations"] if "[tools changed]" in m["content"]]
+    assert noted in outs[k]["observations"] and '"name": "unlock"' in noted["content"]
+    shown, _ = run_policy(lambda: make_env("Maze"), task.id, texts, tmp_path / "eval").requests[-1]
+    assert [m for m in shown if "[tools changed]" in m["content"]] == [noted]  # what eval's model is shown

@@ -289,9 +289,10 @@ def test_bad_settings_are_named(model_dir: Path, tmp_path: Path) -> None:
 
 def test_a_tool_added_mid_trajectory_is_named_not_silently_unlisted(model_dir: Path, tmp_path: Path) -> None:
     """Maze's key reveals ``unlock``: the loop renders the first turn's tools into the prompt tokens once, so the
-    trajectory says in one ``UserWarning`` and in ``extra_fields["tools_unlisted"]`` that the model was not shown it;
-    the call still runs. Fast cover: tests/test_textenv.py::test_a_tool_added_mid_episode_is_named_when_the_listed_
-    tools_lack_it."""
+    trajectory says in one ``UserWarning`` and in ``extra_fields["tools_unlisted"]`` that the rendered tools lack it,
+    and the tool response tells the model in the tools note (:func:`mcp_gym.chat.tools_note`), the very message eval's
+    chat policy is shown; the call still runs. Fast cover: tests/test_textenv.py::test_a_tool_added_mid_episode_is_
+    named_when_the_listed_tools_lack_it."""
     from mcp_gym.envs import load_env_tasks
 
     task = next(t for t in load_env_tasks("Maze", None, 0) if t.id == "maze-5x5-0003")
@@ -303,4 +304,11 @@ def test_a_tool_added_mid_trajectory_is_named_not_silently_unlisted(model_dir: P
     assert list(out.non_tensor_batch["tools_unlisted"][0]) == ["unlock"]
     assert out.non_tensor_batch["success"][0] is True
     prompt = model.tokenizer.decode(out.batch["prompts"][0].tolist())
-    assert '"name": "move"' in prompt and '"name": "unlock"' not in prompt  # what the model was shown
+    assert '"name": "move"' in prompt and '"name": "unlock"' not in prompt  # the tools rendered once
+    shown, _ = run_policy(lambda: make_env("Maze"), task.id, texts, tmp_path / "eval").requests[-1]
+    (noted,) = [m for m in shown if "[tools changed]" in m["content"]]  # what eval's model is shown
+    assert '"name": "unlock"' in noted["content"]
+    ids, mask = check_tokens(out, model)
+    env_text = model.tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m == 0])
+    assert env_text.count("[tools changed]") == 1
+    assert f"<tool_response>\n{noted['content']}\n</tool_response>" in env_text  # the same note, as a tool response

@@ -5,6 +5,11 @@
 
     env = MCPEnv({"memory": Stdio("mcp-server-memory", record="runs/mem/cassettes")}, tasks)
 
+A server whose command line or environment names ``{workspace}`` (started per episode in a fresh temporary folder)
+cannot record: its requests and results hold each episode's own path, and a replay starts no workspace, so ``MCPEnv``
+refuses ``record=`` on it in one line (:func:`~mcp_gym.cassette.recorder.refuse_workspace_recording`); its
+trajectories (``RecordTrajectories``) keep such episodes.
+
 Every exchange of that connection is appended to the cassette: the negotiated protocol version, server info and
 capabilities, then each request (method, canonical params, result or JSON-RPC error) and each notification, in the
 order they happened, per episode.

@@ -8,7 +8,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.specs import ServerSpec, normalise_servers
 from mcp_gym.protocol import EPISODE_META_KEY, SEED_META_KEY, TASK_META_KEY
 
-__all__ = ["with_record", "record_servers", "record_tap", "Recorder"]
+__all__ = ["with_record", "record_servers", "record_tap", "refuse_workspace_recording", "Recorder"]
 
 def with_record(spec: ServerSpec, record: str | os.PathLike[str] | None) -> ServerSpec:
     """A copy of ``spec`` that records to ``record`` (see :func:`cassette_path`)."""
@@ -45,6 +45,23 @@ def record_servers(servers: Any, directory: str | os.PathLike[str]) -> dict[str,
     """Every server of an env (``MCPEnv``'s ``servers`` argument: specs, command lines, URLs or server objects)
     recording to ``directory/<alias>.jsonl``."""
     return {alias: with_record(spec, directory) for alias, spec in normalise_servers(servers).items()}
+
+
+def refuse_workspace_recording(servers: Mapping[str, ServerSpec], workspace_servers: Collection[str]) -> None:
+    """Refuse ``record=`` on a server whose command line or environment names ``{workspace}`` (``workspace_servers``,
+    the aliases :class:`~mcp_gym.env.MCPEnv` starts per episode), in one line naming the server, the reason and the
+    workaround: its cassette cannot replay. Each episode's requests (``"path": "/tmp/mcp-gym-ws-..."``) and results
+    hold that episode's own temporary path, which no later episode sends again, and :class:`~mcp_gym.cassette.Replay`
+    starts no workspace, so a task with a ``fixture`` cannot reset on it and a grader that reads the workspace's files
+    would find none of the writes the recorded server made."""
+    recorded = sorted(a for a in workspace_servers if servers[a].record is not None)
+    if recorded:
+        raise ValueError(
+            f"server '{recorded[0]}': record= cannot make a cassette that replays for a server started per episode on "
+            "{workspace} (each episode's requests and results hold its own temporary workspace path, and a replay "
+            "starts no workspace for the task's fixture or for a grader that reads its files); record the trajectories "
+            "instead (RecordTrajectories, a job's run directory: they write {workspace}), or give the server a fixed "
+            "folder in place of {workspace}")
 
 
 def record_tap(conn: ServerConnection) -> Recorder | None:

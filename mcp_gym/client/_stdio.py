@@ -417,10 +417,10 @@ class _Link:
         transport would, so the answer resolves its request without the loop's turns; the rest goes to the reader,
         in order. ``False``: a cancellation (Ctrl-C) was asked for meanwhile: the caller lets the loop turn once,
         so it takes effect where the call waits, as in the loop."""
-        if not sync_call_alone() or not self.wire.quiet(take=False) or not self.stdout.read_now(
+        if not sync_call_alone(loop := self.wire.loop) or not self.wire.quiet(take=False) or not self.stdout.read_now(
                 _READ_NOW if timeout is None else min(_READ_NOW, max(timeout, 0.0))):
-            return True
-        cancelling = getattr(asyncio.current_task(), "cancelling", None)  # (Python 3.11+)
+            return True  # (the loop named: no getpid system call per ask for the current task on Python < 3.12)
+        cancelling = getattr(asyncio.current_task(loop), "cancelling", None)  # (Python 3.11+)
         return cancelling is None or not cancelling()
 
     async def deliver(self, item: SessionMessage | Exception) -> bool:
@@ -628,15 +628,10 @@ async def _spawn(params: StdioServerParameters, stdin: _Stdin, stdout: _Stdout) 
     out_read, out_write = os.pipe()  # the server's stdout, read by asyncio's pipe transport into `stdout`
     in_read, in_write = os.pipe()  # the server's stdin, written by asyncio's pipe transport from `stdin`
     try:
-        process = await anyio.open_process(
-            [params.command, *params.args],
-            env=get_default_environment() | (params.env or {}),
-            stdin=in_read,
-            stdout=out_write,
-            stderr=subprocess.PIPE,
-            cwd=params.cwd,
-            start_new_session=True,
-        )
+        process = await anyio.open_process([params.command, *params.args],
+                                           env=get_default_environment() | (params.env or {}), stdin=in_read,
+                                           stdout=out_write, stderr=subprocess.PIPE, cwd=params.cwd,
+                                           start_new_session=True)
     except BaseException:
         os.close(out_read)
         os.close(in_write)
@@ -646,10 +641,13 @@ async def _spawn(params: StdioServerParameters, stdin: _Stdin, stdout: _Stdout) 
         os.close(in_read)
     pipe = open(out_read, "rb", buffering=0)  # noqa: SIM115 - the pipe transport closes it
     in_pipe = open(in_write, "wb", buffering=0)  # noqa: SIM115 - the pipe transport closes it
+    loop, transports = asyncio.get_running_loop(), []
     try:
-        await asyncio.get_running_loop().connect_read_pipe(lambda: stdout, pipe)
-        await asyncio.get_running_loop().connect_write_pipe(lambda: stdin, in_pipe)
-    except BaseException:
+        transports.append((await loop.connect_read_pipe(lambda: stdout, pipe))[0])
+        await loop.connect_write_pipe(lambda: stdin, in_pipe)  # (the last await: nothing after it to undo)
+    except BaseException:  # e.g. close() in the handshake. Transports first: a pipe closed under its transport stays
+        for transport in transports:  # in the loop's selector, and the next pipe given its number is never read
+            transport.close()
         pipe.close()
         in_pipe.close()
         with anyio.CancelScope(shield=True):

@@ -144,6 +144,7 @@ class ServerConnection:
         self._ready = anyio.Event()
         self._close = anyio.Event()
         self._done = anyio.Event()
+        self._connecting: anyio.CancelScope | None = None  # the handshake's scope, cancelled by close() and fail()
         self._stdio: StdioState | None = None
         self._npx: _npx.NpxStart | None = None  # a stdio server run by npx: its start (resolved or learning)
         self.http_wire: HttpWire | None = None  # the fast lane of a Streamable HTTP session (client._http_lane)
@@ -204,19 +205,12 @@ class ServerConnection:
             if cb.logging is not None:
                 await cb.logging(self.alias, params)
 
-        return Client(
-            target,
-            mode=mode,
-            prior_discover=prior[0] if prior is not None else None,
-            cache=listing_cache(),  # caches nothing: hands mcp-gym's checked tool listing to the session
-            message_handler=self._on_message,
-            sampling_callback=cb.sampling,
-            elicitation_callback=cb.elicitation,
-            list_roots_callback=cb.list_roots,
-            logging_callback=logging_cb,
-            log_level="info" if cb.logging is not None else None,
-            client_info=mt.Implementation(name="mcp-gym", version=__version__),
-        )
+        return Client(target, mode=mode, prior_discover=prior[0] if prior is not None else None,
+                      cache=listing_cache(),  # caches nothing: hands mcp-gym's checked tool listing to the session
+                      message_handler=self._on_message, sampling_callback=cb.sampling,
+                      elicitation_callback=cb.elicitation, list_roots_callback=cb.list_roots,
+                      logging_callback=logging_cb, log_level="info" if cb.logging is not None else None,
+                      client_info=mt.Implementation(name="mcp-gym", version=__version__))
 
     async def _own(self) -> None:
         # Enter and exit the Client in this one task. The connect deadline lives on a scope that encloses the whole
@@ -226,6 +220,9 @@ class ServerConnection:
         exc: BaseException | None = None
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
+                self._connecting = scope
+                if self._close.is_set():  # closed (or failed) before this task ran: no handshake to wait out
+                    scope.cancel()
                 if self.tap_factory is not None and self.tap is None:
                     self.tap = self.tap_factory(self)
                 prior, lead = await _discovery.fresh_or_lead(self.spec)
@@ -239,6 +236,7 @@ class ServerConnection:
                 finally:
                     _discovery.release(self.spec, lead)
                 entered = True
+                self._connecting = None  # from here on close() ends the session gracefully (below)
                 scope.deadline = math.inf
                 self.client = client
                 self.connect_seconds, self.connected_at = time.perf_counter() - t0, anyio.current_time()
@@ -267,16 +265,17 @@ class ServerConnection:
                     if exc is not None and self.status == "ready":
                         self.status = "dead"
                         self.error = self._why(exc, "connection lost") + self._stderr_tail()
-            if not entered:
+            if not entered and self.status == "connecting":  # (a fail() in the handshake said why already)
                 self.status = "failed"
-                self.error = f"could not connect within {self.spec.connect_timeout:g} s" + self._stderr_tail()
+                self.error = ("closed while connecting" if self._close.is_set() else
+                              f"could not connect within {self.spec.connect_timeout:g} s") + self._stderr_tail()
         except BaseException as e:  # noqa: BLE001 - every failure becomes a status
             exc = e
             if not entered:
                 self.status = "failed"
                 self.error = self._http_why() + _describe_exc(e, "could not connect") + self._stderr_tail()
         finally:
-            if not entered and self._npx is not None:
+            if not entered and self._npx is not None and not self._close.is_set():  # (closed: it proved nothing)
                 self._npx.failed()  # a resolved start that did not connect: npx again next time
             if self.tap is not None:
                 self.tap.close()
@@ -310,6 +309,8 @@ class ServerConnection:
             self.status = "closed"
             return
         self._close.set()
+        if self._connecting is not None:  # still in the handshake: stop it (the process stops), never wait it out
+            self._connecting.cancel()
         await self._done.wait()
         if self.status == "ready":
             self.status = "closed"
@@ -321,6 +322,8 @@ class ServerConnection:
             self.status = "failed"
             self.error = reason + self._stderr_tail()
         self._close.set()
+        if self._connecting is not None:  # still in the handshake: stop it
+            self._connecting.cancel()
 
     @property
     def pid(self) -> int | None:
@@ -532,14 +535,8 @@ class ServerConnection:
         self._close.set()
         return ConnectionLost(f"server '{self.alias}' died: {self.error}")
 
-    async def request(
-        self,
-        fn: Callable[[Client], Awaitable[Any]],
-        *,
-        method: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> Any:
+    async def request(self, fn: Callable[[Client], Awaitable[Any]], *, method: str | None = None,
+                      params: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
         """Run one SDK request; connection loss becomes :class:`ConnectionLost` and marks the server dead.
 
         JSON-RPC errors (``MCPError``) other than a closed connection propagate unchanged. ``method`` and ``params``

@@ -396,7 +396,10 @@ class Runtime:
 
         previous = signals.signal(_SIGINT, on_sigint)
         try:
-            return self._run_call(task)
+            result = self._run_call(task)
+            if interrupted:  # the call ended anyway (it was past its last await, or shielded): the Ctrl-C stands
+                raise KeyboardInterrupt
+            return result
         except asyncio.CancelledError:
             if interrupted:
                 raise KeyboardInterrupt from None
@@ -529,12 +532,14 @@ _sync_calls: dict[asyncio.Future[Any], Runtime] = {}
 """The task of each synchronous call that drives its runtime's loop now (driven mode), and that runtime."""
 
 
-def sync_call_alone() -> bool:
+def sync_call_alone(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     """True in the task of a synchronous call that drives its runtime's loop in this thread (driven mode) while no
     other thread's call waits for that loop and no :meth:`Runtime.keep_running` hold is taken: nothing then needs the
     loop but what this call waits for, so the call may wait for its own I/O in this thread for a short, bounded
-    while (the stdio transport reads a server's answer so, :meth:`mcp_gym.client._stdio._Link.read_now`)."""
-    rt = _sync_calls.get(asyncio.current_task())  # type: ignore[arg-type]  # None: not a sync call's task
+    while (the stdio transport reads a server's answer so, :meth:`mcp_gym.client._stdio._Link.read_now`). ``loop``:
+    the running loop, when the caller knows it (``asyncio.current_task()`` without it asks for the running loop, a
+    ``getpid`` system call on Python < 3.12)."""
+    rt = _sync_calls.get(asyncio.current_task(loop))  # type: ignore[arg-type]  # None: not a sync call's task
     return rt is not None and not rt._guests and not rt._holds
 
 
@@ -546,15 +551,16 @@ async def _call_and_stop(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...],
                          loop: asyncio.AbstractEventLoop) -> T:
     """``await fn(*args)`` (bounded by ``timeout``) as the task :meth:`Runtime._run_call` runs: as it ends, when the
     only done callback of its task is the loop's stop (not anyio's worker-thread stop, nor anything else), the
-    callback is taken off and the loop stopped here, instead of in one more iteration."""
-    task = asyncio.current_task()
+    callback is taken off and the loop stopped here, instead of in one more iteration. (``current_task(loop)``: the
+    running loop named, no ``getpid`` system call on Python < 3.12.)"""
+    task = asyncio.current_task(loop)
     try:
         if timeout is None:
             return await fn(*args)
         return await asyncio.wait_for(_call(fn, args), timeout)
     finally:
         # (the current task checked: not a close by the garbage collector)
-        if task is not None and asyncio.current_task() is task and only_until_complete(task):
+        if task is not None and asyncio.current_task(loop) is task and only_until_complete(task):
             task.remove_done_callback(until_complete_cb)  # type: ignore[arg-type]  # not None: only_until_complete
             loop.stop()
 

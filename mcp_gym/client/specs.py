@@ -48,7 +48,8 @@ class _SpecBase:
     its results (an mcp-gym server); it costs ~20% per call on stdio, so ``False`` turns it off for speed."""
     record: str | os.PathLike[str] | None = None
     """Record every exchange with this server to a cassette (:mod:`mcp_gym.cassette`): a ``.jsonl`` file, or a
-    directory that receives ``<alias>.jsonl``."""
+    directory that receives ``<alias>.jsonl``. Refused on a server naming ``{workspace}`` (its cassette cannot
+    replay)."""
 
     @property
     def transport(self) -> str:  # pragma: no cover - overridden

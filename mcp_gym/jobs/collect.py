@@ -7,6 +7,7 @@ exactly the planned episodes.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -43,19 +44,28 @@ def run_interruptible(job: Callable[[], Awaitable[T]], runtime: Runtime | None =
     """
     rt = runtime or default_runtime()
     scopes: list[anyio.CancelScope] = []
+    interrupted = threading.Event()
 
     async def main() -> T | None:
         with anyio.CancelScope() as scope:
             scopes.append(scope)
-            return await job()
+            if not interrupted.is_set():  # else Ctrl-C came before the loop ran this: the job never starts
+                return await job()
         return None
 
-    future = rt.submit(main())
+    def cancel() -> None:  # on the loop, as main() is: it sees either the flag or main's scope
+        for scope in scopes:
+            scope.cancel()
+
+    future: concurrent.futures.Future[T | None] | None = None
     try:
+        future = rt.submit(main())
         return future.result()  # type: ignore[return-value]  # None only once cancelled, by Ctrl-C (below)
     except KeyboardInterrupt:
-        for scope in scopes:
-            rt.loop.call_soon_threadsafe(scope.cancel)
+        interrupted.set()  # (main, if submit was interrupted after scheduling it, cancels itself as it starts)
+        rt.loop.call_soon_threadsafe(cancel)
+        if future is None:
+            raise
         print("\nInterrupted: stopping running episodes and saving the finished ones (Ctrl-C again to abort)...",
               flush=True)
         future.result()

@@ -92,6 +92,14 @@ def server_specs(env: Mapping[str, Any]) -> dict[str, ServerSpec]:
         if env.get("resolve_npx") is False:  # npx at every start (client._npx): on every stdio server of the env
             specs = {a: dataclasses.replace(s, resolve_npx=False) if isinstance(s, Stdio) else s
                      for a, s in specs.items()}
+        from mcp_gym._reroot import mentions_workspace
+        from mcp_gym.cassette.recorder import refuse_workspace_recording
+        from mcp_gym.jobs.schema import ConfigError
+
+        try:  # record= on a {workspace} server: refused before the job starts anything, in one line
+            refuse_workspace_recording(specs, [a for a, s in specs.items() if mentions_workspace(s)])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         return specs
     from mcp_gym.envs import env_servers
 

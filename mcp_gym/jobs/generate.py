@@ -1,7 +1,8 @@
 """``mcp-gym tasks generate``: tasks for any MCP server, proposed by a generator and kept only if running them says so.
 
-Every proposal (:class:`~mcp_gym.jobs.proposers.Proposal`) is run against fresh servers (a fresh episode: a fresh
-workspace when a server command line names ``{workspace}``) before it is kept:
+Every proposal (:class:`~mcp_gym.jobs.proposers.Proposal`) is run in fresh episodes under the env's ``reset_mode``, as
+``tasks validate``, ``eval`` and ``collect`` run the tasks (a fresh workspace and server process when a server command
+line names ``{workspace}``, a fresh process with ``reset_mode=restart``) before it is kept:
 
 1. its reference solution runs without a tool error (else ``solution failed``);
 2. the check comes from the real results: an answer task's answer is the value its solution's call returned at the
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import zlib
 from collections import Counter
@@ -88,6 +90,10 @@ class _Session:
                                                              "arguments": dict(call["arguments"])})
         ok = not info.get("error") and not info.get("is_error") and not (terminated or truncated)
         self.runner.last_error = None if ok else str((info.get("error") or {}).get("message") or obs["result"])[:300]
+        text = str(obs.get("result", ""))
+        if ok and self.runner.error_text is not None and self.runner.error_text.search(text):
+            ok = False  # a failure reported as an ordinary result (isError false), as mcp-server-sqlite does
+            self.runner.last_error = f"the result reads as an error (generator.error_text): {text}"[:300]
         self.runner.calls += 1
         if not ok:
             self.runner.failed += 1
@@ -139,9 +145,10 @@ def _files(root: Path) -> dict[str, str | None]:
 class _Runner:
     """Plays calls in fresh episodes of one env (the tasks' own workspace and fixture)."""
 
-    def __init__(self, env: Any, fixture: str | None) -> None:
+    def __init__(self, env: Any, fixture: str | None, error_text: re.Pattern[str] | None = None) -> None:
         self.env = env
         self.fixture = fixture
+        self.error_text = error_text  # a result text it matches is a failed call, whatever its isError
         self.last_error: str | None = None
         self.episodes = 0
         self.calls = self.failed = 0  # calls played, and those that failed (an error result or a refused call)
@@ -161,6 +168,17 @@ class _Runner:
 
 
 # -- the checks --------------------------------------------------------------------------------------------------------
+_PLACES = re.compile(r"\b(?:step|line)s? \d+\b|\[\d+\]", re.IGNORECASE)
+"""The prompt's own numbers: the steps and lines it names (``Step 1: call``, ``line 2``) and list indexes of paths."""
+
+
+def given_in(answer: str, prompt: str) -> bool:
+    """Whether ``answer`` stands in ``prompt`` as a whole word or value (not inside a longer one: ``memo`` is not in
+    ``memory``), leaving out the prompt's own step and line numbers (``Step 1`` gives no answer ``1``)."""
+    pattern = rf"(?<![\w.]){re.escape(answer.strip())}(?![\w]|\.\w)"
+    return re.search(pattern, _PLACES.sub(" ", prompt), re.IGNORECASE) is not None
+
+
 def _diff(before: Any, after: Any) -> Any:
     """What ``after`` has that ``before`` has not (``None``: nothing): new keys and changed values of a dict, new
     items of a list, a changed scalar."""
@@ -357,7 +375,7 @@ class _Checker:
             if beside_clock(values[k - 1], path):
                 raise _Drop("check not derivable", f"the answer {answer!r} at {path} is in an object that holds a "
                                                    "date or time: it changes with the clock")
-            if answer.casefold() in p.prompt.casefold() or answer.casefold() in ("", "null"):
+            if given_in(answer, p.prompt) or answer.casefold() in ("", "null"):
                 raise _Drop("check not derivable", f"the answer {answer!r} is given in the prompt")
             again = extract(self._play(self.runner.session(), p)[k - 1], path)
             if again != answer:
@@ -406,6 +424,7 @@ def _proposals(cfg: DictConfig, runner: _Runner, checker: _Checker, kept: list[T
                max_walks: int, bar: Any = None) -> Iterator[Proposal]:
     gen = to_dict(cfg.generator)
     kind = gen.pop("kind", "explore")
+    gen.pop("error_text", None)  # the runner's (_error_text), not the proposer's
     if kind == "explore":
         walks_seed = gen.pop("seed", None)  # the walks' own seed; the splits stay on the job's `seed`
         explorer = ExploreProposer(seed=int(cfg.seed if walks_seed is None else walks_seed), **gen)
@@ -461,11 +480,12 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         fixture_abs = str((out / fixture_rel).resolve()) if not dry else str(src.resolve())
         if not dry and not (out / fixture_rel).exists():
             shutil.copytree(src, out / fixture_rel, symlinks=True)
-    env_cfg.setdefault("reset_mode", "restart")
-    if not any("{workspace}" in str(v) for v in env_cfg["servers"].values()):
-        env_cfg["reset_mode"] = "restart"  # a fresh server for every run
+    # Proposals are judged under the env's reset_mode, as tasks validate, eval and collect run the tasks (default auto:
+    # a server without {workspace} keeps its process from one run to the next unless env.reset_mode=restart), so a
+    # value that depends on earlier episodes (npm server-sequential-thinking's thoughtHistoryLength) makes no answer.
+    env_cfg.setdefault("reset_mode", "auto")
     env = env_factory(env_cfg, [])()
-    runner = _Runner(env, fixture_abs)
+    runner = _Runner(env, fixture_abs, _error_text(cfg.generator.get("error_text")))
     checker = _Checker(runner, str(env_cfg.get("name") or "task"), int(cfg.seed), to_dict(cfg.splits), fixture_rel)
     for t in existing:
         checker.near.add(json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
@@ -524,6 +544,20 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     return result
 
 
+def _error_text(pattern: Any) -> re.Pattern[str] | None:
+    """``generator.error_text`` compiled (case-insensitive; ``None``/empty: off), or a one-line ``ConfigError``."""
+    if pattern is None or pattern == "":
+        return None
+    from mcp_gym.jobs.schema import ConfigError
+
+    if not isinstance(pattern, str):
+        raise ConfigError(f"generator.error_text must be a regular expression or null, not {pattern!r}")
+    try:
+        return re.compile(pattern, re.IGNORECASE)
+    except re.error as e:
+        raise ConfigError(f"generator.error_text is not a regular expression ({e}): {pattern!r}") from None
+
+
 def _why_none(result: GenerateResult, runner: _Runner, dry: bool) -> str:
     """Why a run kept no task, in one line, with the keys to set."""
     judged = sum(result.counts.values())
@@ -537,8 +571,13 @@ def _why_none(result: GenerateResult, runner: _Runner, dry: bool) -> str:
         return f"no proposal: {failed}; {keys}"
     if not judged and runner.calls:
         failed = f"; {runner.failed} of {runner.calls} calls failed (first: {first}): {keys}" if runner.failed else ""
+        env = runner.env
+        shared = env.reset_mode in ("auto", "none") and len(env.workspace_servers) < len(env.host.connections)
+        restart = (" (a server without {workspace} keeps its process from one run to the next: env.reset_mode=restart "
+                   "gives each a new one, and tasks validate, eval and collect need the same setting)")
+        restart = restart if shared else ""
         return ("no proposal: no result made a task (a value that differs between two fresh runs, or a date or time, "
-                f"makes none){failed}")
+                f"makes none){restart}{failed}")
     if not judged:
         return "no proposal: the generator proposed nothing"
     drops = ", ".join(f"{reason} {result.counts[reason]}" for reason in DROP_REASONS if result.counts[reason])

@@ -183,7 +183,7 @@ def extract(value: Any, path: str) -> str | None:
         return _scalar(line if kind == "line" else line.split()[-1])
     if kind == "field" and arg:
         for line in lines:
-            m = re.match(rf"{re.escape(arg)}\s*[:=]\s*(.+)$", line)
+            m = re.match(rf"{re.escape(arg)}\s*(?::(?!//)|=)\s*(.+)$", line)
             if m:
                 return _scalar(m.group(1))
     return None
@@ -214,7 +214,7 @@ def _fields(value: Any) -> Iterator[tuple[str, str]]:
         for n, line in enumerate(lines, 1):
             if _PLACEHOLDER.match(line):  # mcp-gym's stand-in for an image or a resource: not the server's text
                 continue
-            m = re.match(r"([A-Za-z][\w .-]{0,30}?)\s*:\s*(.+)$", line)
+            m = re.match(r"([A-Za-z][\w .-]{0,30}?)\s*:(?!//)\s*(.+)$", line)  # not a URL's scheme://
             if m and m.group(1) not in seen_keys:
                 seen_keys.add(m.group(1))
                 if (a := _scalar(m.group(2))) is not None:

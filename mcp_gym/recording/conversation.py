@@ -6,7 +6,8 @@ The rules of the view are :mod:`mcp_gym.chat`'s; this module only reads the reco
 a :class:`~mcp_gym.chat.ChatView`. Runs recorded before schema 1.1 (no ``turn``/``assistant_content``) still convert.
 A multi-turn task's episode (schema 1.2 ``user_turn``) is one chat: a ``submit`` after which the user turn moves on
 becomes the assistant's reply of that turn and the next user message (that step's observation) follows
-(:meth:`ChatView.end_turn <mcp_gym.chat.ChatView.end_turn>`).
+(:meth:`ChatView.end_turn <mcp_gym.chat.ChatView.end_turn>`). A change of the offered tools (``catalogue_changes``)
+ends the message answering the step that made it with :func:`mcp_gym.chat.tools_note`, as the view did live.
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ def conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
     initial = initial if isinstance(initial, dict) else {}
     task = initial["task"] if isinstance(initial.get("task"), str) else (ep["task_prompt"] or "")  # as shown
     notice = initial["result"] if isinstance(initial.get("result"), str) else ""  # servers down at reset, as shown
-    view = ChatView(task, initial.get("resources") or {}, system_prompt=system_prompt, notice=notice)
+    changes = _changes(ep)  # (most episodes: none, and no tools to track)
+    view = ChatView(task, initial.get("resources") or {}, system_prompt=system_prompt, notice=notice,
+                    tools=offered_tools(ep, None) if changes else None)
     _resources = _Resources()
     groups = turns(steps)
     ends = _turn_ends(steps)
@@ -134,7 +137,7 @@ def conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
         if not first["tool"]:  # a reply without a usable call
             view.reply(content, [])
             if not last:
-                view.no_call(first["parse_status"], _resources(first))
+                view.no_call(first["parse_status"], _resources(first), changes.get(first["step_index"]))
             continue
         calls = [ToolCall(s["tool"], _loads(s["arguments"])) for s in group]
         if (last and final_answer == "message" and [c.name for c in calls] == ["submit"]
@@ -149,10 +152,21 @@ def conversation(ep: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], *,
             if step["step_index"] in ends:  # a submit that ended a user turn: the turn's reply, the next user message
                 answer = _loads(step["arguments"]).get("answer")
                 view.end_turn(_tool_content(step), _resources(step), id=id,
-                              answer=answer if answer is None or isinstance(answer, str) else json.dumps(answer))
+                              answer=answer if answer is None or isinstance(answer, str) else json.dumps(answer),
+                              tools=changes.get(step["step_index"]))
                 break
-            view.tool_result(id, step["tool"], _tool_content(step), _resources(step))
+            view.tool_result(id, step["tool"], _tool_content(step), _resources(step), changes.get(step["step_index"]))
     return view.messages
+
+
+def _changes(ep: Mapping[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    """The tools offered after each step that changed them (``step_index`` -> OpenAI tools), from the recorded
+    ``catalogue_changes``: the view notes each change in the message answering that step, as it did live."""
+    text = ep.get("catalogue_changes")
+    if not text:
+        return {}
+    return {change["step_index"]: offered_tools(ep, change["tools"]) for change in json.loads(text)
+            if change["step_index"] is not None}
 
 
 def _turn_ends(steps: Sequence[Mapping[str, Any]]) -> set[int]:

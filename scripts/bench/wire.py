@@ -20,6 +20,11 @@ median of per-round ratios to the floor and to the raw SDK. The load average is 
     python scripts/bench/wire.py --only stdio
     python scripts/bench/wire.py --layers        # where a stdio env.step's client CPU goes, layer by layer
     python scripts/bench/wire.py --pool          # a {workspace} server's env.step, the spare-server pool off and on
+    git worktree add --detach /tmp/base main && python scripts/bench/wire.py --only stdio --compare /tmp/base
+
+``--compare DIR`` runs the stdio ``env.step`` of another checkout ("before": DIR first on ``PYTHONPATH``, its
+``mcp_gym``) and of this one ("after"), each in a child process of its own that reports its own CPU per batch, in the
+same alternating rounds, so both ratios to the floor and their ratio come from one run.
 """
 
 from __future__ import annotations
@@ -268,6 +273,63 @@ class Gym:
         self.env.close()
 
 
+class Child:
+    """``--compare``: ``env.step`` of a checkout's ``mcp_gym`` (``checkout`` first on ``PYTHONPATH``), in a child
+    process (``--serve-gym``) that reports the CPU seconds of each batch; ``calls`` returns them (the parent only
+    waits meanwhile)."""
+
+    def __init__(self, checkout: Path, exe: str) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout.resolve()),
+                                                            *filter(None, [os.environ.get("PYTHONPATH")])])}
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-gym", "--everything", exe], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready = self._read()
+        if not ready.startswith("ready "):
+            raise RuntimeError(f"--compare: the child did not start: {ready!r}")
+        want = (checkout / "mcp_gym" / "__init__.py").resolve()
+        if ready.split(" ", 1)[1] != str(want):  # (an editable install or the current directory came first)
+            raise RuntimeError(f"--compare: the child imported {ready.split(' ', 1)[1]}, not {want}")
+        print(f"env.step of {want.parent}", file=sys.stderr)
+
+    def _read(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("--compare: the child process ended")
+        return line.strip()
+
+    def calls(self, tool: str, arguments: dict[str, Any], n: int) -> float:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps([tool, arguments, n]) + "\n")
+        self.proc.stdin.flush()
+        return float(self._read())
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def serve_gym(exe: str) -> None:
+    """``--serve-gym``: the child of :class:`Child`: a :class:`Gym` on stdio; each input line ``[tool, arguments,
+    n]`` runs ``n`` steps and answers their CPU seconds (this process's)."""
+    import mcp_gym
+
+    gym = Gym(Runtime("gym"), Stdio(exe, ["stdio"]))
+    try:
+        print(f"ready {Path(mcp_gym.__file__).resolve()}", flush=True)
+        for line in sys.stdin:
+            tool, arguments, n = json.loads(line)
+            c0 = time.process_time()
+            gym.calls(tool, arguments, n)
+            print(time.process_time() - c0, flush=True)
+    finally:
+        gym.close()
+
+
 # -- rounds ----------------------------------------------------------------------------------------------------------
 def compare(label: str, sides: dict[str, Any], tool: str, arguments: dict[str, Any], rounds: int,
             calls: int) -> list[str]:
@@ -279,9 +341,13 @@ def compare(label: str, sides: dict[str, Any], tool: str, arguments: dict[str, A
     for k in range(rounds):
         for name, side in order[k % len(order):] + order[: k % len(order)]:
             c0 = time.process_time()
-            side.calls(tool, arguments, calls)
-            cpu[name].append((time.process_time() - c0) / calls * 1e6)
+            took = side.calls(tool, arguments, calls)  # a float: the CPU seconds a child process measured
+            cpu[name].append(((took if isinstance(took, float) else time.process_time() - c0)) / calls * 1e6)
     rows = []
+    if "before: mcp-gym env.step" in cpu and "after: mcp-gym env.step" in cpu:
+        ratio = [a / b for a, b in zip(cpu["after: mcp-gym env.step"], cpu["before: mcp-gym env.step"], strict=True)]
+        print(f"{label}: env.step after / before, median of per-round ratios: {statistics.median(ratio):.3f} "
+              f"({min(ratio):.3f}–{max(ratio):.3f})")
     for name in sides:
         to_floor = [c / f for c, f in zip(cpu[name], cpu["floor"], strict=True)]
         to_sdk = [c / f for c, f in zip(cpu[name], cpu["raw SDK"], strict=True)]
@@ -399,7 +465,14 @@ def main() -> None:
     p.add_argument("--everything", default=str(EVERYTHING), help="server-everything executable (stdio)")
     p.add_argument("--layers", action="store_true", help="stdio only: env.step and each layer under it")
     p.add_argument("--pool", action="store_true", help="stdio only: a {workspace} server's env.step, pool off and on")
+    p.add_argument("--compare", metavar="DIR", type=Path,
+                   help="stdio: env.step of the mcp_gym in DIR (another checkout) as 'before' and of this checkout as "
+                        "'after', each in a child process")
+    p.add_argument("--serve-gym", action="store_true", help=argparse.SUPPRESS)  # the child of --compare
     a = p.parse_args()
+    if a.serve_gym:
+        serve_gym(a.everything)
+        return
 
     rows: list[str] = []
     cleanup: list[Callable[[], None]] = []
@@ -408,6 +481,10 @@ def main() -> None:
             if not Path(a.everything).exists():
                 sys.exit(f"{a.everything} not found: run the tests once (they install it) or pass --everything")
             sides = (layer_sides if a.layers else pool_sides if a.pool else stdio_sides)(a.everything)
+            if a.compare is not None:  # both in child processes alike (the parent holds the other clients)
+                sides.pop("mcp-gym env.step", None)
+                sides["before: mcp-gym env.step"] = Child(a.compare, a.everything)
+                sides["after: mcp-gym env.step"] = Child(ROOT, a.everything)
             cleanup += [s.close for s in sides.values()]
             rows += compare("stdio, server-everything `echo`", sides, "echo", {"message": "hello"}, a.rounds,
                             a.calls)
