@@ -25,7 +25,7 @@ from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
 from mcp_gym.episode import Episode, EpisodeState
-from mcp_gym.tasks import Task, as_task
+from mcp_gym.tasks import Task, TaskDataError, _not_regular, as_task
 
 __all__ = ["PLACEHOLDER", "mentions_workspace", "make_workspace", "episode_spec", "task_env", "TaskEnvIgnored",
            "fill_task",
@@ -47,6 +47,9 @@ def make_workspace(task: Task) -> Path:
             raise ValueError(f"task '{task.id}': fixture {fixture} is not a directory")
         try:
             _copy_entries(fixture, workspace)
+        except TaskDataError as e:
+            shutil.rmtree(workspace, ignore_errors=True)
+            raise TaskDataError(f"task '{task.id}': {e}") from None
         except BaseException:
             shutil.rmtree(workspace, ignore_errors=True)
             raise
@@ -72,25 +75,39 @@ def _copy_entries(fixture: Path, workspace: Path) -> None:
 def clone_file(src: str, dst: str) -> str:
     """Copy one fixture file as ``shutil.copy2`` does (content, mode, times), sharing its blocks where the file
     system can: ``os.copy_file_range`` makes a copy-on-write clone on btrfs, XFS and other reflink file systems (a
-    write to either copy never reaches the other) and an in-kernel copy elsewhere; anything it cannot do falls back to
-    ``shutil.copy2``."""
-    copy_range = getattr(os, "copy_file_range", None)
-    size = os.stat(src).st_size
-    if copy_range is None or not size:
-        return shutil.copy2(src, dst)
+    write to either copy never reaches the other) and an in-kernel copy elsewhere; anything it cannot do is copied
+    the ordinary way. Only a regular file is copied: a named pipe, socket or device node (or a symlink put in the
+    file's place) is a :class:`~mcp_gym.tasks.TaskDataError`, never opened for reading (a copy would block, read
+    without end, or read a whole disk)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # a pipe's open never blocks
     try:
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
+        fd = os.open(src, flags)
+    except OSError as e:
+        if os.path.islink(src):
+            raise TaskDataError(f"fixture file {src} is a symlink where a file was: not copied") from None
+        raise e
+    with open(fd, "rb") as fin:
+        st = os.fstat(fin.fileno())
+        if (kind := _not_regular(st.st_mode)) is not None:
+            raise TaskDataError(f"fixture file {src} is a {kind}, not a regular file: not copied")
+        copy_range = getattr(os, "copy_file_range", None)
+        with open(dst, "wb") as fout:
             done = 0
-            while done < size:
-                n = copy_range(fin.fileno(), fout.fileno(), size - done)
-                if not n:  # a file system that reports nothing copied: copy it the ordinary way
-                    break
-                done += n
-    except OSError:  # not supported here (another file system, an old kernel): copy it the ordinary way
-        done = -1
-    if done != size:
-        return shutil.copy2(src, dst)
-    shutil.copystat(src, dst)
+            if copy_range is not None and st.st_size:
+                try:
+                    while done < st.st_size:
+                        n = copy_range(fin.fileno(), fout.fileno(), st.st_size - done)
+                        if not n:  # a file system that reports nothing copied: copy it the ordinary way
+                            break
+                        done += n
+                except OSError:  # not supported here (another file system, an old kernel): the ordinary way
+                    done = -1
+            if done != st.st_size or not st.st_size:
+                fin.seek(0)
+                fout.seek(0)
+                fout.truncate()
+                shutil.copyfileobj(fin, fout)
+    shutil.copystat(src, dst, follow_symlinks=False)
     return dst
 
 

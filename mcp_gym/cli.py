@@ -397,10 +397,12 @@ def _print_server(d: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from mcp_gym._terminal import markup_safe, plain
+
     console = Console()
-    s = d["server"]
-    console.print(f"[bold]{s['name'] or '?'}[/bold] {s['version'] or ''}  protocol {s['protocol_version']}  "
-                  f"({s['transport']}: {s['target']})")
+    s = d["server"]  # everything a server lists is its own text: shown plain, control characters escaped
+    console.print(f"[bold]{markup_safe(s['name'] or '?')}[/bold] {markup_safe(s['version'] or '')}  protocol "
+                  f"{markup_safe(s['protocol_version'])}  ({s['transport']}: {markup_safe(s['target'])})")
     tools = Table(title=f"Tools ({len(d['tools'])})", title_justify="left")
     for col in ("name", "arguments (* required)", "description", "hints"):
         tools.add_column(col, overflow="fold")
@@ -412,7 +414,7 @@ def _print_server(d: dict[str, Any]) -> None:
         hints = ", ".join(k.removesuffix("Hint") for k, v in (t.get("annotations") or {}).items()
                           if k.endswith("Hint") and v)
         name = t["name"] + (f" {HIDDEN_NOTE}" if t.get("hidden") else "")
-        tools.add_row(name, args, _first_line(t.get("description")), hints)
+        tools.add_row(plain(name), plain(args), plain(_first_line(t.get("description"))), plain(hints))
     console.print(tools)
     for key, title, cols in (("resources", "Resources", ("uri", "name", "mimeType")),
                              ("resource_templates", "Resource templates", ("uriTemplate", "name", "mimeType")),
@@ -427,10 +429,10 @@ def _print_server(d: dict[str, Any]) -> None:
                 if col == "arguments":
                     v = ", ".join(a["name"] + ("*" if a.get("required") else "") for a in v or [])
                 cells.append(_first_line(v if isinstance(v, str) else ("" if v is None else str(v))))
-            table.add_row(*cells)
+            table.add_row(*map(plain, cells))
         console.print(table)
     for key, why in (d.get("unavailable") or {}).items():
-        console.print(f"{key.replace('_', ' ')}: not listed by the server ({why})", markup=False)
+        console.print(plain(f"{key.replace('_', ' ')}: not listed by the server ({why})"))
 
 
 def _arg_type(schema: Any, depth: int = 0) -> str:

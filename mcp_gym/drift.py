@@ -417,18 +417,24 @@ def print_diff(diff: Diff, *, rich: bool | None = None) -> None:
     if rich is None:
         rich = sys.stdout.isatty()
     if not rich:
-        print(format_diff(diff))
+        from mcp_gym._terminal import printable
+
+        print(printable(format_diff(diff)))  # tool names and schemas are the servers' text: no escape sequences
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"tools: {diff.a} ({len(diff.a_tools)}) -> {diff.b} ({len(diff.b_tools)})")
+    from mcp_gym._terminal import plain
+
+    title = plain(f"tools: {diff.a} ({len(diff.a_tools)}) -> {diff.b} ({len(diff.b_tools)})")
+    table = Table(title=title)
     for col in ("", "change", "tool", "path", "detail"):
         table.add_column(col)
-    for c in diff.changes:
-        table.add_row("[red]BREAKING[/red]" if c.breaking else "[green]ok[/green]", c.kind, c.tool, c.path, c.detail)
+    for c in diff.changes:  # the tools' names and schemas come from servers, runs and cassettes: plain text
+        table.add_row("[red]BREAKING[/red]" if c.breaking else "[green]ok[/green]", plain(c.kind), plain(c.tool),
+                      plain(c.path), plain(c.detail))
     console = Console()
-    console.print(table if diff.changes else f"{table.title}: no changes")
+    console.print(table if diff.changes else title.append(": no changes"))
     console.print(f"{len(diff.breaking)} breaking change(s), {len(diff.changes) - len(diff.breaking)} other change(s)")
 
 

@@ -11,6 +11,7 @@ import fnmatch
 import json
 import os
 import re
+import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -255,13 +256,15 @@ def _jsonl_records(path: Path, source: str) -> list[dict[str, Any]]:
     return rows
 
 
-def load_tasks(path: str | Path, split: str | None = None, *, allow_env: Iterable[str] = ()) -> list[Task]:
+def load_tasks(path: str | Path, split: str | None = None, *, allow_env: Iterable[str] = (),
+               trust_code: bool = False) -> list[Task]:
     """Read a JSONL task file written by :func:`save_tasks`, optionally one split.
 
-    A task file is data: its ``fixture`` and ``env`` are checked as :func:`load_task_source` does (``allow_env``)."""
+    A task file is data: its ``fixture``, ``env`` and ``grader`` are checked as :func:`load_task_source` does
+    (``allow_env``, ``trust_code``)."""
     path = Path(path)
     out: list[Task] = []
-    checker = _TaskDataCheck(str(path), path.parent, allow_env)
+    checker = _TaskDataCheck(str(path), path.parent, allow_env, trust_code)
     for rec in _jsonl_records(path, str(path)):
         t = Task.from_record(rec)
         if split is None or t.split == split:
@@ -310,7 +313,7 @@ def _records(source: str, split: str | None) -> tuple[list[dict[str, Any]], Path
 
 def load_task_source(
     source: str | Path, split: str | None = None, columns: Mapping[str, str] | None = None, *,
-    allow_env: Iterable[str] = (),
+    allow_env: Iterable[str] = (), trust_code: bool = False,
 ) -> list[Task]:
     """Tasks from a JSONL or Parquet file, a saved ``datasets`` dataset (``save_to_disk``) or anything
     ``datasets.load_dataset`` opens (a local data directory, or a dataset name in the local cache).
@@ -336,7 +339,7 @@ def load_task_source(
     if unknown:
         raise TaskDataError(f"task_columns: unknown task field(s) {sorted(unknown)}; fields are {list(_TASK_FIELDS)}")
     rows, base = _records(source, split)
-    checker = _TaskDataCheck(source, base, allow_env)
+    checker = _TaskDataCheck(source, base, allow_env, trust_code)
     tasks: list[Task] = []
     splits: set[str] = set()
     for i, row in enumerate(rows):
@@ -415,15 +418,66 @@ class TaskDataError(MCPGymError, ValueError):
     (:data:`NETWORK_ENV`); or it holds no task of the split asked for, lacks a mapped column or repeats a task id."""
 
 
+_KINDS = {stat.S_IFIFO: "named pipe", stat.S_IFSOCK: "socket", stat.S_IFCHR: "character device",
+          stat.S_IFBLK: "block device"}
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is neither a regular file, a folder nor a symlink (``"named pipe"``, ...)."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return None
+    return _KINDS.get(stat.S_IFMT(mode), "special file")
+
+
+def _foreign_entry(folder: str | os.PathLike[str]) -> str | None:
+    """The first entry of ``folder`` whose copy would be a read of something outside it, said in words, or ``None``:
+    a named pipe, socket or device node (a copy would block, read without end, or read a whole disk), or a file with
+    a hard link outside ``folder`` (its content is that other file's: a tarball extracted as root can link
+    ``/etc/shadow`` or ``~/.ssh/id_rsa`` into a dataset). Walks without following symlinks (judged elsewhere)."""
+    root = Path(folder)
+    linked: dict[tuple[int, int], list[Any]] = {}  # (dev, ino) -> [first name, names it has, names seen inside]
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            entry = Path(dirpath, name)
+            try:
+                st = entry.lstat()
+            except OSError:
+                continue
+            if (kind := _not_regular(st.st_mode)) is not None:
+                return f"{entry.relative_to(root)} is a {kind}, not a regular file"
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                seen = linked.setdefault((st.st_dev, st.st_ino), [entry.relative_to(root), st.st_nlink, 0])
+                seen[2] += 1
+    for rel, names, inside in linked.values():
+        if inside < names:
+            return (f"{rel} is a hard link to a file outside it ({names} names, {inside} inside): its content is "
+                    "another file's")
+    return None
+
+
+def _code_paths(spec: Any) -> list[str]:
+    """The ``module:function`` paths a grader spec names (a bare string, ``python`` kinds, and ``all``/``any``/
+    ``weighted`` members)."""
+    if isinstance(spec, str):
+        return [spec] if ":" in spec else []
+    if isinstance(spec, (list, tuple)):
+        return [p for m in spec for p in _code_paths(m)]
+    if isinstance(spec, Mapping):
+        out = [str(spec["function"])] if spec.get("kind") == "python" and isinstance(spec.get("function"), str) else []
+        return out + _code_paths(spec.get("of") or [])
+    return []
+
+
 class _TaskDataCheck:
     """Checks the tasks of one source and resolves their fixtures against its folder (``base``)."""
 
-    def __init__(self, source: str, base: Path | None, allow_env: Iterable[str]) -> None:
+    def __init__(self, source: str, base: Path | None, allow_env: Iterable[str], trust_code: bool = False) -> None:
         if isinstance(allow_env, str):
             allow_env = [allow_env]
         self.source = source
         self.base = base.resolve() if base is not None else None
         self.allow = [str(a).upper() for a in allow_env]
+        self.trust_code = bool(trust_code)
         self._fixtures: dict[str, str] = {}
 
     def __call__(self, task: Task) -> Task:
@@ -441,7 +495,25 @@ class _TaskDataCheck:
                         "task file you trust)")
         if task.fixture:
             task = replace(task, fixture=self.fixture(task))
+        if task.grader is not None and not self.trust_code:
+            for path in _code_paths(task.grader):
+                self._grader_code(task, path)
         return task
+
+    def _grader_code(self, task: Task, path: str) -> None:
+        """Refuse a ``module:function`` grader that would import and call code outside mcp-gym: any installed module
+        (``sys:exit`` ends the job's grading thread and hangs it; an import runs the module's top-level code). A module
+        in the task file's folder is left to grading, which refuses it without ``trust_task_code`` and says why."""
+        module, _, attr = path.partition(":")
+        parts = module.split(".")
+        if self.base is not None and ((self.base / f"{parts[0]}.py").is_file() or (self.base / parts[0]).is_dir()):
+            return
+        if parts[0] == "mcp_gym" and "__main__" not in parts and attr.isidentifier() and not attr.startswith("_"):
+            return  # one public function of mcp-gym's own (BFCL's grader: mcp_gym.envs.bfcl.grade:verify)
+        raise TaskDataError(
+            f"task {task.id!r} of {self.source}: grader {path!r} imports and runs code outside mcp-gym (module "
+            f"{module!r}); a task file is data: allow it only for a task file you trust ('env.trust_task_code=true', "
+            "trust_code=True in Python)")
 
     def fixture(self, task: Task) -> str:
         """The task's fixture resolved inside the source's folder, or :class:`TaskDataError`."""
@@ -462,5 +534,7 @@ class _TaskDataCheck:
                     entry = Path(dirpath, name)
                     if entry.is_symlink() and not entry.resolve().is_relative_to(path):
                         raise TaskDataError(f"{where}: symlink {entry.relative_to(path)} points out of the fixture")
+            if (foreign := _foreign_entry(path)) is not None:
+                raise TaskDataError(f"{where}: {foreign}; not copied into any workspace")
         self._fixtures[raw] = str(path)
         return str(path)

@@ -254,6 +254,9 @@ class PythonGrader(Grader):
             raise
         except Exception as e:  # noqa: BLE001 - reported with the grader's name
             raise GraderError(f"verifier {self.path} failed on task '{ctx.task.id}': {type(e).__name__}: {e}") from e
+        except SystemExit as e:  # a ported verify.py's sys.exit(): left to rise, it ended the job's loop, which hung
+            raise GraderError(f"verifier {self.path} called sys.exit({e.code!r}) on task '{ctx.task.id}' (a grader "
+                              "returns its verdict: a bool, number, mapping or Grade)") from None
         if isinstance(out, Grade):
             return out
         if isinstance(out, Mapping):

@@ -7,7 +7,9 @@ task file, a prompt or an episode's workspace:
 
 - :func:`contained_path` joins a relative name from the checkout to a folder and refuses an absolute name, a ``..``,
   or a path that (through a symlink anywhere on the way) resolves outside the folder.
-- :func:`check_tree` refuses a folder holding a symlink that resolves outside it (before it is copied).
+- :func:`check_tree` refuses a folder holding a symlink that resolves outside it, a named pipe, socket or device
+  node, or a file with a hard link outside it (before it is copied).
+- :func:`read_file` reads one file only if it is a regular file with one name (no pipe, device or hard link).
 - :func:`extract_zip` extracts a zip within :class:`ZipLimits` (total uncompressed bytes, members, bytes per member,
   compression ratio), refusing absolute or ``..`` member names and symlink members; bytes are counted as they are
   written, so a member whose header under-states its size is stopped too. Files keep the members' modification
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from mcp_gym.errors import MCPGymError
+from mcp_gym.tasks import _foreign_entry
 
 __all__: list[str] = []  # internal to mcp_gym.jobs: the importers' shared helpers (tasks import mcpmark, bfcl, ...)
 
@@ -68,7 +71,28 @@ def check_tree(root: str | Path, folder: str | Path, *, what: str, task: str | N
     for entry in [real, *real.rglob("*")]:
         if entry.is_symlink() and not entry.resolve().is_relative_to(real):
             raise UntrustedInput(f"{_who(task)}{what}: symlink {entry} points out of {real}")
+    if (foreign := _foreign_entry(real)) is not None:
+        raise UntrustedInput(f"{_who(task)}{what} {real}: {foreign}")
     return real
+
+
+def read_file(path: str | Path, *, what: str, task: str | None = None) -> bytes:
+    """The bytes of the checkout's file ``path`` (already contained: :func:`contained_path`) if it is a regular file
+    with one name: a named pipe or device (a read that blocks, never ends, or reads a disk) or a hard link (whose
+    other name may be ``~/.ssh/id_rsa``: its content would become a prompt or a script) is refused, never read."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # a pipe's open never blocks
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise UntrustedInput(f"{_who(task)}{what} {path} is not a readable file ({e.strerror})") from None
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedInput(f"{_who(task)}{what} {path} is not a file")
+        if st.st_nlink > 1:
+            raise UntrustedInput(f"{_who(task)}{what} {path} is a hard link ({st.st_nlink} names): its content may be "
+                                 "another file's; copy it (cp) to import it")
+        return f.read()
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
     if env_cfg.get("servers"):
         path = env_cfg.get("tasks")
         allow = env_cfg.get("task_env_allow") or ()
-        return load_task_source(path, split, env_cfg.get("task_columns"), allow_env=allow) if path else []
+        return load_task_source(path, split, env_cfg.get("task_columns"), allow_env=allow,
+                                trust_code=bool(env_cfg.get("trust_task_code"))) if path else []
     from mcp_gym.envs import load_env_tasks
 
     return load_env_tasks(env_cfg["name"], split)

@@ -32,7 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mcp_gym.jobs._untrusted import UniqueIds, UntrustedInput, ZipLimits, check_tree, contained_path, extract_zip
+from mcp_gym._terminal import printable
+from mcp_gym.jobs._untrusted import (
+    UniqueIds,
+    UntrustedInput,
+    ZipLimits,
+    check_tree,
+    contained_path,
+    extract_zip,
+    read_file,
+)
 
 __all__ = ["import_mcpmark", "main"]
 
@@ -122,9 +131,7 @@ def _safe(name: str) -> str:
 def _read(root: Path, rel: PurePosixPath, name: str, task: str) -> bytes:
     """The bytes of the checkout's file ``rel/name``: refused when it (or a folder on the way) leads out of it."""
     path = contained_path(root, f"{rel}/{name}", what=name, task=task)
-    if not path.is_file():
-        raise UntrustedInput(f"task {task}: {name} {path} is not a file")
-    return path.read_bytes()
+    return read_file(path, what=name, task=task)  # a regular file with one name: no pipe, device or hard link
 
 
 def _tasks(root: Path) -> list[_Task]:
@@ -242,6 +249,12 @@ def import_mcpmark(path: str | Path, out: str | Path = "mcpmark-filesystem", *, 
                 continue
             sources[t.category] = source
         chosen.append(t)
+    folders: dict[str, str] = {}  # state folder (as a case-insensitive disk sees it) -> the category written there
+    for t in chosen:
+        other = folders.setdefault(_safe(t.category).casefold(), t.category)
+        if other != t.category:
+            raise UntrustedInput(f"task {t.source}: categories {other!r} and {t.category!r} both map to the state "
+                                 f"folder states/{_safe(t.category)}; refusing to give one's tasks the other's state")
     out.mkdir(parents=True, exist_ok=True)
     (out / "verify").mkdir(exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -301,12 +314,13 @@ def main(argv: list[str]) -> int:
     try:
         result = import_mcpmark(a.path, a.out, states=a.states, limits=limits)
     except (FileNotFoundError, ValueError, OSError, zipfile.BadZipFile) as e:
-        print(f"mcp-gym tasks import: {e}", file=sys.stderr)
+        print(printable(f"mcp-gym tasks import: {e}"), file=sys.stderr)  # the checkout's names: no escapes
         return 1
     for source, why in result.skipped:
-        print(f"skipped {source}: {why}")
+        print(printable(f"skipped {source}: {why}"))
     n = result.imported
-    print(f"wrote {result.tasks_file}: {n} tasks ({', '.join(f'{c} {k}' for c, k in result.categories.items())})"
+    print(printable(f"wrote {result.tasks_file}: {n} tasks ("
+                    f"{', '.join(f'{c} {k}' for c, k in result.categories.items())})")
           + (f"; {len(result.skipped)} skipped (listed above)" if result.skipped else ""))
     if not n:
         print("mcp-gym tasks import: no task imported (no category has its initial state)", file=sys.stderr)

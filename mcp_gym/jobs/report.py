@@ -22,6 +22,9 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
+from mcp_gym._terminal import plain
+from mcp_gym.recording.atomic import new_file, write_text_atomic
+
 __all__ = ["REPORT_DIR"]
 
 REPORT_DIR = "report"
@@ -33,12 +36,14 @@ def write_report(
 ) -> Path:
     """Write the report files of an evaluation into ``out/report`` and return that folder."""
     folder = out / REPORT_DIR
+    if folder.is_symlink():  # a run handed over by someone else: its report/ may lead anywhere; ours is a folder
+        folder.unlink()
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "results.json").write_text(
-        json.dumps({"summary": summary, "per_task": list(tasks), "config": config}, indent=1, default=str),
-        encoding="utf-8",
-    )
-    pq.write_table(pa.Table.from_pylist(list(tasks)), folder / "per_task.parquet")
+    # each file through a fresh O_EXCL sibling: nothing planted in the run at these names is written through
+    write_text_atomic(folder / "results.json", json.dumps(
+        {"summary": summary, "per_task": list(tasks), "config": config}, indent=1, default=str))
+    with new_file(folder / "per_task.parquet") as tmp:
+        pq.write_table(pa.Table.from_pylist(list(tasks)), tmp)
     if plots:
         _plots(folder, tasks, episodes, plot_label(config))
     return folder
@@ -104,7 +109,8 @@ def _plots(folder: Path, tasks: Sequence[Mapping[str, Any]], episodes: pa.Table,
     import matplotlib.pyplot as plt
 
     for name, fig in figures(tasks, episodes, label).items():
-        fig.savefig(folder / f"{name}.png", dpi=120, metadata={"Title": fig.axes[0].get_title()})
+        with new_file(folder / f"{name}.png") as tmp:
+            fig.savefig(tmp, format="png", dpi=120, metadata={"Title": fig.axes[0].get_title()})
         plt.close(fig)
 
 
@@ -118,10 +124,10 @@ def _fmt(value: Any, pct: bool = False) -> str:
 
 def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Evaluation") -> Table:
     """A rich table with one column per run (e.g. per policy) and one row per metric."""
-    table = Table(title=title, title_justify="left")
+    table = _PlainTable(title=plain(title), title_justify="left")  # task tags and grader paths come from task files
     table.add_column("metric", style="bold")
     for name in summaries:
-        table.add_column(name, justify="right")
+        table.add_column(plain(name), justify="right")
     ks = sorted({m for s in summaries.values() for m in s if m.startswith("pass@")}, key=lambda m: int(m[5:]))
     rows: list[tuple[str, str, bool]] = [("episodes", "episodes", False), ("tasks", "tasks", False),
                                          ("success rate", "success_rate", True)]
@@ -158,6 +164,13 @@ def summary_table(summaries: Mapping[str, Mapping[str, Any]], title: str = "Eval
                                               for s in summaries.values()))
         table.add_row("judge agreement", *(_agreement_cell(s.get("judge_agreement")) for s in summaries.values()))
     return table
+
+
+class _PlainTable(Table):
+    """A rich table whose cells are plain text: never markup, control characters escaped (:mod:`mcp_gym._terminal`)."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*(plain(r) if isinstance(r, str) else r for r in renderables), **kwargs)
 
 
 def _grader_cell(g: Mapping[str, Any] | None) -> str:

@@ -123,6 +123,8 @@ def _print(checks: list[TaskCheck], out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from mcp_gym._terminal import plain
+
     bad = [c for c in checks if c.status in ("failed", "error")]
     skipped = [c for c in checks if c.status == "skipped"]
     console = Console()
@@ -131,7 +133,7 @@ def _print(checks: list[TaskCheck], out: Path) -> None:
         for col in ("task", "status", "reason"):
             table.add_column(col, overflow="fold")
         for c in bad + skipped:
-            table.add_row(c.task_id, c.status, c.reason)
+            table.add_row(plain(c.task_id), c.status, plain(c.reason))  # task files' ids, servers' error text
         console.print(table)
     passed = sum(c.status == "passed" for c in checks)
     console.print(f"{passed} of {len(checks)} tasks pass with their reference solution; {len(bad)} fail, "

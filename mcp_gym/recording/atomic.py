@@ -16,6 +16,7 @@ import ctypes
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]  # Windows has no fcntl: no locking
 
-__all__ = ["staging_dir", "replace_dir", "sweep_staging"]
+__all__ = ["staging_dir", "replace_dir", "sweep_staging", "new_file", "write_text_atomic"]
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -55,6 +56,37 @@ def sweep_staging(out: Path) -> int:
         finally:
             os.close(fd)
     return removed
+
+
+@contextlib.contextmanager
+def new_file(out: Path) -> Iterator[Path]:
+    """A new empty hidden sibling of ``out`` to write (by path: Parquet, a figure), renamed over ``out`` when the
+    ``with`` block ends without an error (removed otherwise).
+
+    The sibling is made with a random name and ``O_EXCL`` (``tempfile.mkstemp``), so nothing already in the folder
+    is written through: a folder handed over by someone else (a run directory ``mcp-gym view`` writes its page into,
+    or a job resumes) may hold a symlink at any predictable name, pointing at ``/root/.bashrc`` or ``/etc/shadow``.
+    ``out`` itself, if it is a symlink, is replaced, never followed. The file gets mode ``0644``."""
+    fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        os.close(fd)
+        yield Path(name)
+        os.replace(name, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+
+
+def write_text_atomic(out: Path, text: str, *, fsync: bool = False) -> None:
+    """Write ``out`` whole or not at all, never through anything planted at a predictable name (:func:`new_file`);
+    ``fsync`` flushes it before the rename."""
+    with new_file(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
 
 
 @contextlib.contextmanager

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_gym.errors import MCPGymError
+from mcp_gym.recording.atomic import write_text_atomic
 from mcp_gym.recording.schema import (
     EPISODES_DIR,
     MANIFEST,
@@ -441,12 +442,7 @@ class RunDirectory:
             os.close(lock)
 
     def _write_atomic(self, name: str, text: str) -> None:
-        tmp = self.path / f".{name}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path / name)
+        write_text_atomic(self.path / name, text, fsync=True)  # never through a symlink planted in the run
         fsync_dir(self.path)
 
     @property

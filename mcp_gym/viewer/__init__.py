@@ -39,6 +39,7 @@ from typing import Any
 from mcp_gym.graders import Grade
 from mcp_gym.jobs.report import REPORT_DIR
 from mcp_gym.protocol import REDACTED, redact_text
+from mcp_gym.recording.atomic import write_text_atomic
 from mcp_gym.recording.reader import read_tables
 from mcp_gym.recording.run import parse_manifest
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
@@ -480,9 +481,8 @@ def write_view(
         out = Path(views[0].path) / VIEW_FILE if len(views) == 1 and "://" not in views[0].path else Path(VIEW_FILE)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(render_html(views, title=title), encoding="utf-8")
-    os.replace(tmp, out)
+    # a run handed over by someone else may hold a symlink at any predictable name: never written through
+    write_text_atomic(out, render_html(views, title=title))
     return out
 
 

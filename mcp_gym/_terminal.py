@@ -1,0 +1,44 @@
+"""Untrusted text shown in the terminal through rich (task ids and tags, graders' reasons, a server's names and
+descriptions, run directories' and cassettes' tools): as plain text, never as rich markup, and with its control
+characters shown escaped.
+
+Markup would let the text decide what the user sees: a task tag ``[/]`` ends ``mcp-gym eval`` with a ``MarkupError``
+after every episode ran, ``[link=https://...]`` plants a hyperlink. Control characters reach the terminal through rich
+as they are (it drops only BEL, backspace, vertical tab, form feed and carriage return): an escape sequence from a
+tool description could clear the screen, rewrite the lines above (a spoofed success rate), set the window title or,
+in terminals that honour OSC 52, the user's clipboard (a command waiting to be pasted). Bidirectional overrides
+(U+202A..U+202E, U+2066..U+2069) reorder what is shown. Each becomes ``\\x1b`` / ``\\u202e``; tabs and newlines
+stay. Standard library only until a cell is made (rich is imported there)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__: list[str] = []  # internal: used by the commands that print tables
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(value: object) -> str:
+    """``value`` as text with every control character (but tab and newline) and bidirectional override escaped."""
+    return _CONTROL.sub(_escaped, value if isinstance(value, str) else str(value))
+
+
+def plain(value: object) -> Any:
+    """A rich ``Text`` of ``value`` (:func:`printable`): a table cell or title that rich never reads as markup."""
+    from rich.text import Text
+
+    return Text(printable(value))
+
+
+def markup_safe(value: object) -> str:
+    """``value`` (:func:`printable`) with rich's markup escaped, to embed in a string that holds markup of its own."""
+    from rich.markup import escape
+
+    return escape(printable(value))

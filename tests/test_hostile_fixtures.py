@@ -1,0 +1,187 @@
+"""Fixtures and benchmark checkouts whose files are not plain files: a hard link to a host file (a tarball extracted
+as root, by GNU tar or Python's ``tarfile`` without a filter, can link ``/etc/shadow`` or ``~/.ssh/id_rsa`` into a
+dataset; ``protected_hardlinks`` does not stop root), a named pipe, a device node. Copying one into a workspace (or
+reading it as a prompt) hands the host file, or a disk, to the server and the agent, and from them to the run, the
+report and the SFT export; a pipe blocks the copy. Attacked on real parts: ``mcp-gym eval`` with a real stdio
+filesystem server and the oracle reading the file, ``make_workspace`` on a Python-built task (not checked at load),
+and ``mcp-gym tasks import mcpmark``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from mcp_gym.cli import main
+
+FS_SERVER = ROOT / "tests" / "servers" / "fs_server.py"
+FS = f'+env.servers.fs="{sys.executable} {FS_SERVER} {{workspace}}"'
+KEY = "-----BEGIN OPENSSH PRIVATE KEY----- host secret\n"
+root_only = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mknod needs root (CI is)")
+
+
+@pytest.fixture
+def host_key(tmp_path: Path) -> Path:
+    """A private key of the host, outside every task folder (on the same file system, so it can be hard-linked)."""
+    home = tmp_path / "root" / ".ssh"
+    home.mkdir(parents=True)
+    (home / "id_rsa").write_text(KEY)
+    return home / "id_rsa"
+
+
+def _plant(fixture: Path, kind: str, host_key: Path) -> str:
+    """Put a ``kind`` entry into ``fixture``; its name."""
+    if kind == "hard link":
+        os.link(host_key, fixture / "notes.txt")
+        return "notes.txt"
+    if kind == "named pipe":
+        os.mkfifo(fixture / "notes.txt")
+        return "notes.txt"
+    os.mknod(fixture / "notes.txt", 0o644 | 0o020000, os.makedev(1, 3))  # a character device (/dev/null's numbers)
+    return "notes.txt"
+
+
+@pytest.mark.parametrize("kind", ["hard link", "named pipe", pytest.param("character device", marks=root_only)])
+def test_eval_refuses_a_fixture_whose_copy_would_read_a_host_file(tmp_path: Path, host_key: Path, kind: str) -> None:
+    """Before: the hard-linked key was copied into every workspace, read by the oracle through the server and
+    recorded in the run (exit 0); a device was read as a file (``/dev/zero``'s numbers: without end)."""
+    bench = tmp_path / "bench"
+    (bench / "initial" / "docs").mkdir(parents=True)
+    (bench / "initial" / "in.txt").write_text("hello")
+    name = _plant(bench / "initial" / "docs", kind, host_key)
+    tasks = bench / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "peek-1", "prompt": "What do the notes say?", "fixture": "initial",
+                                 "answer": KEY, "solution": [{"tool": "read_file", "arguments": {
+                                     "path": f"{{workspace}}/docs/{name}"}}]}) + "\n")
+    out = tmp_path / "eval"
+    code = main(["eval", "env=custom", FS, f"env.tasks={tasks}", "policy=oracle", "samples=1", f"out={out}",
+                 "launcher.progress=false", "plots=false", "env.max_steps=3"])
+    assert code == 2
+    leaked = [p for p in out.rglob("*") if p.is_file() and b"host secret" in p.read_bytes()] if out.exists() else []
+    assert not leaked
+
+
+@pytest.mark.parametrize("kind", ["hard link", "named pipe", pytest.param("character device", marks=root_only)])
+def test_the_refusal_is_one_line_naming_the_task_file_and_entry(tmp_path: Path, host_key: Path, kind: str) -> None:
+    from mcp_gym.tasks import TaskDataError, load_tasks
+
+    bench = tmp_path / "bench"
+    (bench / "initial" / "docs").mkdir(parents=True)
+    _plant(bench / "initial" / "docs", kind, host_key)
+    tasks = bench / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "peek-1", "prompt": "p", "fixture": "initial"}) + "\n")
+    with pytest.raises(TaskDataError) as e:
+        load_tasks(tasks)
+    line = str(e.value)
+    assert "\n" not in line and "'peek-1'" in line and str(tasks) in line and "docs/notes.txt" in line
+    assert kind in line and "host secret" not in line
+
+
+def test_a_hard_link_inside_the_fixture_is_fine(tmp_path: Path) -> None:
+    from mcp_gym._workspace import make_workspace
+    from mcp_gym.tasks import load_tasks
+
+    (tmp_path / "fx").mkdir()
+    (tmp_path / "fx" / "a.txt").write_text("same")
+    os.link(tmp_path / "fx" / "a.txt", tmp_path / "fx" / "b.txt")
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": "t", "prompt": "p", "fixture": "fx"}) + "\n")
+    workspace = make_workspace(load_tasks(tmp_path / "tasks.jsonl")[0])
+    try:
+        assert (workspace / "b.txt").read_text() == "same" and (workspace / "b.txt").stat().st_nlink == 1
+    finally:
+        import shutil
+
+        shutil.rmtree(workspace)
+
+
+@pytest.mark.parametrize("kind", ["named pipe", pytest.param("character device", marks=root_only)])
+def test_the_copy_itself_never_reads_a_pipe_or_device(tmp_path: Path, host_key: Path, kind: str) -> None:
+    """A ``Task`` built in Python is not checked at load, and a fixture can change after it: the copy refuses
+    anything but a regular file before reading it (a pipe's open does not block), naming the task and file, and
+    leaves no workspace behind."""
+    import tempfile
+
+    from mcp_gym._workspace import make_workspace
+    from mcp_gym.tasks import Task, TaskDataError
+
+    (tmp_path / "fx" / "deep").mkdir(parents=True)
+    _plant(tmp_path / "fx" / "deep", kind, host_key)
+    (tmp_path / "tmp").mkdir()
+    before = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path / "tmp")
+    try:
+        with pytest.raises(TaskDataError, match=f"task 't': fixture file .*deep/notes.txt is a {kind}"):
+            make_workspace(Task(id="t", prompt="p", fixture=str(tmp_path / "fx")))
+    finally:
+        tempfile.tempdir = before
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+# -- MCPMark checkouts ------------------------------------------------------------------------------------------------
+def _mcpmark(checkout: Path) -> Path:
+    folder = checkout / "tasks" / "filesystem" / "standard" / "notes" / "shout"
+    folder.mkdir(parents=True)
+    (folder / "description.md").write_text("Shout.\n")
+    (folder / "verify.py").write_text("import sys\nsys.exit(0)\n")
+    (folder / "meta.json").write_text(json.dumps({"task_id": "shout", "category_id": "notes"}))
+    (checkout / "test_environments" / "notes").mkdir(parents=True)
+    (checkout / "test_environments" / "notes" / "a.txt").write_text("a\n")
+    return folder
+
+
+def _import(checkout: Path, out: Path) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    e = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(e):
+        code = main(["tasks", "import", "mcpmark", str(checkout), "--out", str(out)])
+    return code, e.getvalue()
+
+
+@pytest.mark.parametrize("name", ["description.md", "verify.py", "meta.json"])
+def test_mcpmark_never_reads_a_hard_linked_task_file(tmp_path: Path, host_key: Path, name: str) -> None:
+    """Before: a ``description.md`` hard-linked to the key became the prompt (sent to the model, recorded)."""
+    checkout = tmp_path / "mcpmark"
+    folder = _mcpmark(checkout)
+    (folder / name).unlink()
+    os.link(host_key, folder / name)
+    code, err = _import(checkout, tmp_path / "bench")
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"task tasks/filesystem/standard/notes/shout: {name}" in err and "is a hard link (2 names)" in err
+    assert not [p for p in tmp_path.joinpath("bench").rglob("*") if p.is_file() and b"host secret" in p.read_bytes()]
+
+
+@pytest.mark.parametrize("kind", ["hard link", "named pipe", pytest.param("character device", marks=root_only)])
+def test_mcpmark_refuses_a_state_folder_whose_copy_would_read_a_host_file(tmp_path: Path, host_key: Path,
+                                                                          kind: str) -> None:
+    checkout = tmp_path / "mcpmark"
+    _mcpmark(checkout)
+    _plant(checkout / "test_environments" / "notes", kind, host_key)
+    code, err = _import(checkout, tmp_path / "bench")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "task tasks/filesystem/standard/notes/shout: state folder" in err and f"notes.txt is a {kind}" in err
+    assert not [p for p in tmp_path.joinpath("bench").rglob("*") if p.is_file() and b"host secret" in p.read_bytes()]
+
+
+@pytest.mark.parametrize("other", ["a_b", "A B"])
+def test_mcpmark_refuses_two_categories_sharing_one_state_folder(tmp_path: Path, other: str) -> None:
+    """Before: categories ``a b`` and ``a_b`` both wrote ``states/a_b`` (the second over the first), and the tasks of
+    ``a b`` silently ran, and were graded, on ``a_b``'s initial state. ``A B`` would share it on a case-insensitive
+    disk."""
+    checkout = tmp_path / "mcpmark"
+    for category, task in (("a b", "t1"), (other, "t2")):
+        folder = checkout / "tasks" / "filesystem" / category / task
+        folder.mkdir(parents=True)
+        (folder / "description.md").write_text(f"Do {task}.\n")
+        (folder / "verify.py").write_text("import sys\n")
+        (checkout / "test_environments" / category).mkdir(parents=True)
+        (checkout / "test_environments" / category / "state.txt").write_text(f"state of {category}\n")
+    code, err = _import(checkout, tmp_path / "bench")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "'a b'" in err and f"'{other}'" in err and "both map to the state folder states/" in err
+    assert not (tmp_path / "bench").exists()

