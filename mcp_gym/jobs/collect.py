@@ -190,7 +190,7 @@ def _collect(cfg: DictConfig, out: Path, runtime: Runtime | None) -> CollectResu
         progress = _Progress(len(specs), result.already_done, bool(launcher.progress), f"{cfg.command} {out.name}")
         share = launcher.get("share_servers")
         if share and needs_own_sessions(to_dict(cfg.env), tasks):
-            log.info("episodes need sessions of their own (workspace, task env or a state grader): not sharing")
+            log.debug("episodes need sessions of their own (workspace, task env or a state grader): not sharing")
             share = None
         vec = VectorMCPEnv(env_fn, num_envs, share_servers=share,
                            max_connecting=int(launcher.get("max_connecting") or 2))
