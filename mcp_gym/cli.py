@@ -402,7 +402,8 @@ def _print_server(d: dict[str, Any]) -> None:
     console = Console()
     s = d["server"]  # everything a server lists is its own text: shown plain, control characters escaped
     console.print(f"[bold]{markup_safe(s['name'] or '?')}[/bold] {markup_safe(s['version'] or '')}  protocol "
-                  f"{markup_safe(s['protocol_version'])}  ({s['transport']}: {markup_safe(s['target'])})")
+                  f"{markup_safe(s['protocol_version'])}  ({s['transport']}: {markup_safe(s['target'])})",
+                  soft_wrap=True)  # one line at any width (a pipe's console is 80 columns)
     tools = Table(title=f"Tools ({len(d['tools'])})", title_justify="left")
     for col in ("name", "arguments (* required)", "description", "hints"):
         tools.add_column(col, overflow="fold")

@@ -216,9 +216,13 @@ def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
         server.terminate()
         server.wait(10)
     monkeypatch.setenv("MCP_GYM_DIAGNOSTICS", "1")  # the server inherits our environment
-    assert main(["inspect", f"{sys.executable} -m mcp_gym.servers.counter"]) == 0
+    # (two -W options make the command line long: the header names it on one line even past a pipe's 80 columns)
+    command = (f"{sys.executable} -W ignore::ResourceWarning -W ignore::PendingDeprecationWarning "
+               "-m mcp_gym.servers.counter")
+    assert main(["inspect", command]) == 0
     shown = capsys.readouterr().out
     assert "Tools (" in shown and "unlock_bonus" in shown and "counter://state" in shown
+    assert shown.splitlines()[0].endswith(f"(stdio: {command})"), shown.splitlines()[:2]
     with bound_socket() as held:  # never listening: nothing listens on its port, and nothing else can start to
         assert main(["inspect", f"http://127.0.0.1:{held.getsockname()[1]}/mcp", "--timeout", "3"]) == 1
 
