@@ -15,7 +15,6 @@ from omegaconf import OmegaConf
 
 from mcp_gym import InProcess, MCPEnv, Scoring
 from mcp_gym.cli import main
-from mcp_gym.jobs.generate import _runner_error_text
 from mcp_gym.recording import load
 
 SERVER = Path(__file__).resolve().parent / "servers" / "error_text_server.py"
@@ -141,6 +140,8 @@ def test_a_bad_env_error_text_stops_the_job_in_one_line(tmp_path: Path, value: s
 
 def test_the_generator_reads_env_error_text_when_set() -> None:
     """``tasks generate``: ``generator.error_text`` (on by default) unless the user sets ``env.error_text``."""
+    from mcp_gym.jobs.generate import _runner_error_text
+
     gen = OmegaConf.create({"env": {"error_text": None}, "generator": {"error_text": PATTERN}})
     assert _runner_error_text(gen).pattern == PATTERN  # type: ignore[union-attr]
     gen.env.error_text = "^failed"
