@@ -142,6 +142,10 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             Grading(grader, o["judge"]) if grader is not None or self.verifier is None else None)
         self.reward_fn: RewardFn = o["reward_fn"] or ConventionReward(o["error_penalty"])
         self.error_penalty = o["error_penalty"]
+        from mcp_gym.options import compile_error_text
+
+        self.error_text = compile_error_text(o["error_text"])
+        """``Scoring.error_text`` compiled: a result whose text it matches is a tool error (``None``: off)."""
         self.reset_mode: ResetMode = o["reset_mode"]
         self.max_observation_chars = o["max_observation_chars"]
         self.success_threshold = o["success_threshold"]
@@ -538,13 +542,17 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         is_error = bool(result.is_error) if result is not None else error is not None
         if out is not None and result is not None:
             text = render_content(result.content, self.max_observation_chars)
-            if result.is_error:
+            matched = self.error_text is not None and not is_error and self.error_text.search(text) is not None
+            if matched:  # a failure the server reports as an ordinary result (Scoring.error_text): a tool error
+                is_error = True
+            if is_error:
                 text = redact_text(text)  # an error text quoting a URL (with its token) is not sent to the model
             structured = result.structured_content
             signal = read_reward(structured, result.meta, text if structured is None else None)
-            if result.is_error and error is None:
-                error = ToolCallError("tool_error", f"tool '{out.tool}' on server '{out.server}' returned an error: "
-                                      + text[:500], tool=out.tool, server=out.server).as_dict()
+            if is_error and error is None:
+                error = ToolCallError("tool_error", f"tool '{out.tool}' on server '{out.server}' returned an error"
+                                      + (" (its text matches error_text): " if matched else ": ") + text[:500],
+                                      tool=out.tool, server=out.server).as_dict()
         else:
             text = "Error: " + (error or {}).get("message", "unknown error") if next_turn is None else next_turn
             structured = None

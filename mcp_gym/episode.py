@@ -50,7 +50,7 @@ class StepInfo(TypedDict, total=False):
     server_tool: str | None
     """The tool's name on that server (without the alias prefix)."""
     is_error: bool
-    """The call failed (an error result or an ``error``)."""
+    """The call failed (an error result, a result whose text matches ``error_text``, or an ``error``)."""
     content: list[dict[str, Any]]
     """All content blocks of the result as JSON (images included)."""
     structured_content: Any

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
@@ -71,6 +72,9 @@ class Scoring:
         judge: Settings of LLM-judge graders (:class:`~mcp_gym.graders.JudgeSettings` fields).
         reward_fn: Per-step reward (default :class:`~mcp_gym.rewards.ConventionReward` with ``error_penalty``).
         error_penalty: Subtracted from the reward of a failed step: bad action, tool error, timeout (default 0).
+        error_text: A regular expression (case-insensitive): a tool result with ``isError`` false whose text matches
+            it is a tool error all the same, as servers that report failures as text (``mcp-server-sqlite``'s
+            ``Error: ...``) need (default ``None``: ``isError`` alone decides; :func:`compile_error_text`).
         success_threshold: Success is a verifier's score at or above it; without a grader or verifier, an episode
             the server ends with ``done`` succeeds when its return reaches it (default 1.0).
     """
@@ -81,6 +85,7 @@ class Scoring:
     reward_fn: RewardFn | None = None
     error_penalty: float | None = None
     success_threshold: float | None = None
+    error_text: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +135,7 @@ class EnvSettings(TypedDict, total=False):
     reward_fn: RewardFn | None
     error_penalty: float
     success_threshold: float
+    error_text: str | None
     roots: Sequence[str] | None
     sampling: SamplingFn | None
     elicitation: ElicitationFn | None
@@ -145,6 +151,7 @@ DEFAULTS: dict[str, Any] = {
     "max_steps": 20, "max_turns": None, "max_tool_calls": None, "call_timeout": 30.0, "reset_timeout": 120.0,
     "max_argument_bytes": 1_000_000, "max_observation_chars": 20_000,
     "verifier": None, "grader": None, "judge": None, "reward_fn": None, "error_penalty": 0.0, "success_threshold": 1.0,
+    "error_text": None,
     "roots": None, "sampling": None, "elicitation": None, "prefix_tools": None, "block_destructive": False,
     "include_tools": None, "exclude_tools": None, "reset_mode": "auto", "spare_servers": 1,
 }
@@ -201,3 +208,21 @@ def split_settings(kwargs: Mapping[str, Any], where: str = "MCPEnv()") -> tuple[
 def resolve_settings(given: Mapping[str, Any]) -> dict[str, Any]:
     """Every grouped setting's value: ``given`` (from :func:`split_settings`) over :data:`DEFAULTS`."""
     return {**DEFAULTS, **given}
+
+
+def compile_error_text(pattern: Any, key: str = "error_text") -> re.Pattern[str] | None:
+    """``error_text`` (of :class:`Scoring`; the jobs' ``env.error_text`` and ``generator.error_text``) compiled
+    case-insensitive, or ``None`` when it is ``None`` or empty (off: ``isError`` alone decides).
+
+    Raises:
+        TypeError: ``pattern`` is not a string (the message names ``key``).
+        ValueError: ``pattern`` is not a regular expression (the message names ``key`` and says why).
+    """
+    if pattern is None or pattern == "":
+        return None
+    if not isinstance(pattern, str):
+        raise TypeError(f"{key} must be a regular expression or null, not {pattern!r}")
+    try:
+        return re.compile(pattern, re.IGNORECASE)
+    except re.error as e:
+        raise ValueError(f"{key} is not a regular expression ({e}): {pattern!r}") from None

@@ -120,6 +120,8 @@ def env_factory(env: Mapping[str, Any], tasks: Sequence[Task] | None = None, *,
     for budget in ("max_steps", "max_turns", "max_tool_calls"):
         if env.get(budget) is not None:
             kwargs[budget] = int(env[budget])
+    if env.get("error_text"):  # results whose text matches are tool errors (Scoring.error_text); unset: off
+        kwargs["error_text"] = env["error_text"]
     if env.get("servers"):
         from mcp_gym.env import MCPEnv
 

@@ -485,7 +485,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     # value that depends on earlier episodes (npm server-sequential-thinking's thoughtHistoryLength) makes no answer.
     env_cfg.setdefault("reset_mode", "auto")
     env = env_factory(env_cfg, [])()
-    runner = _Runner(env, fixture_abs, _error_text(cfg.generator.get("error_text")))
+    runner = _Runner(env, fixture_abs, _runner_error_text(cfg))
     checker = _Checker(runner, str(env_cfg.get("name") or "task"), int(cfg.seed), to_dict(cfg.splits), fixture_rel)
     for t in existing:
         checker.near.add(json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
@@ -544,18 +544,25 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     return result
 
 
-def _error_text(pattern: Any) -> re.Pattern[str] | None:
-    """``generator.error_text`` compiled (case-insensitive; ``None``/empty: off), or a one-line ``ConfigError``."""
-    if pattern is None or pattern == "":
-        return None
+def _error_text(pattern: Any, key: str = "generator.error_text") -> re.Pattern[str] | None:
+    """``key`` compiled by :func:`~mcp_gym.options.compile_error_text` (case-insensitive; ``None``/empty: off), or a
+    one-line ``ConfigError`` naming ``key``."""
     from mcp_gym.jobs.schema import ConfigError
+    from mcp_gym.options import compile_error_text
 
-    if not isinstance(pattern, str):
-        raise ConfigError(f"generator.error_text must be a regular expression or null, not {pattern!r}")
     try:
-        return re.compile(pattern, re.IGNORECASE)
-    except re.error as e:
-        raise ConfigError(f"generator.error_text is not a regular expression ({e}): {pattern!r}") from None
+        return compile_error_text(pattern, key)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+
+
+def _runner_error_text(cfg: DictConfig) -> re.Pattern[str] | None:
+    """What the runner reads as a failed call: ``env.error_text`` when the user sets it (the env flags those results
+    itself, and eval, collect and tasks validate do alike), else ``generator.error_text`` (on by default)."""
+    env_text = cfg.env.get("error_text")
+    if env_text is not None and env_text != "":
+        return _error_text(env_text, "env.error_text")
+    return _error_text(cfg.generator.get("error_text"))
 
 
 def _why_none(result: GenerateResult, runner: _Runner, dry: bool) -> str:

@@ -130,6 +130,7 @@ class _Env:
     max_steps: int | None = MISSING
     call_timeout: float = MISSING
     connect_timeout: float | None = MISSING
+    error_text: str | None = MISSING  # a regex: results whose text matches are tool errors (checked below)
 
 
 @dataclass
@@ -283,6 +284,13 @@ def check_job_config(cfg: DictConfig) -> None:
         value = env.get(key) if env is not None else None
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             raise ConfigError(f"env.{key} must be a positive integer or null, not {value}")
+    if env is not None and env.get("error_text") is not None:  # a bad regex: refused before anything starts
+        from mcp_gym.options import compile_error_text
+
+        try:
+            compile_error_text(env.get("error_text"), "env.error_text")
+        except (TypeError, ValueError) as e:
+            raise ConfigError(str(e)) from None
 
 
 _BUDGETS = ("max_steps", "max_turns", "max_tool_calls")
