@@ -42,3 +42,13 @@ def markup_safe(value: object) -> str:
     from rich.markup import escape
 
     return escape(printable(value))
+
+
+def json_printable(value: object, **dumps: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, **dumps)`` with every control character and bidirectional override
+    written as a JSON ``\\uXXXX`` escape: the JSON reads back the same, and the terminal gets none of them raw (JSON
+    itself escapes only U+0000..U+001F)."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, **dumps)
+    return _CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", text)

@@ -79,3 +79,38 @@ def test_mcpmark_import_prints_a_checkout_s_names_escaped(tmp_path: Path, capsys
     assert code == 0
     _no_escape_reached(captured.out + captured.err)
     assert "skipped tasks/filesystem/clip\\x1b]52;c;" in captured.out and "notes\\x1b[2J\\x1b[H 1" in captured.out
+
+
+def test_diff_tools_shows_a_server_s_schema_property_names_escaped(capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two real stdio servers whose ``echo`` tool differs by required arguments named with an OSC 52 sequence, a
+    screen clear, an 8-bit CSI (U+009B) and a right-to-left override: the plain, rich and ``--json`` outputs of
+    ``mcp-gym diff-tools`` all show the names escaped (``--json`` as JSON escapes, so the JSON reads back the same).
+    Before, ``--json`` printed the override and the 8-bit CSI as they are."""
+    import shlex
+
+    from mcp_gym.drift import diff_tools, print_diff
+
+    monkeypatch.setenv("COLUMNS", "250")
+    names = [f"clip{CLIPBOARD}", f"cls{CLEAR}", "csi\x9b2J", f"rtl{BIDI}x"]
+    echo = {"name": "echo", "description": "Echo text.",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
+    hostile = {**echo, "inputSchema": {"type": "object", "required": names, "properties": {
+        "text": {"type": "string"}, **{n: {"type": "string"} for n in names}}}}
+    server = Path(__file__).parent / "servers" / "bad_server.py"
+    a, b = (f"{shlex.quote(sys.executable)} {shlex.quote(str(server))} --tools {shlex.quote(json.dumps([t]))}"
+            for t in (echo, hostile))
+    assert "\x1b" not in a + b  # the command lines carry the names as JSON escapes; only the server's list has them
+    assert main(["diff-tools", a, b]) == 1
+    plain_out = capsys.readouterr().out
+    assert main(["diff-tools", a, b, "--json"]) == 1
+    json_out = capsys.readouterr().out
+    print_diff(diff_tools(a, b), rich=True)
+    rich_out = capsys.readouterr().out
+    for out in (plain_out, json_out, rich_out):
+        _no_escape_reached(out)
+        assert "\x9b" not in out, repr(out[:400])
+    assert "argument 'clip\\x1b]52;c;" in plain_out and "csi\\x9b2J" in plain_out and "rtl\\u202ex" in plain_out
+    assert "cls\\x1b[2J" in rich_out and "rtl\\u202ex" in rich_out
+    changes = json.loads(json_out)["changes"]
+    assert {c["detail"] for c in changes} >= {f"argument '{n}' added (required)" for n in names}
