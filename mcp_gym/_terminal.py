@@ -12,6 +12,7 @@ stay. Standard library only until a cell is made (rich is imported there)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -52,3 +53,13 @@ def json_printable(value: object, **dumps: Any) -> str:
 
     text = json.dumps(value, ensure_ascii=False, **dumps)
     return _CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
+class PrintableLogs(logging.Filter):
+    """A logging filter for handlers that write to the terminal: each record's message (a server's stderr, a task's
+    id) is made :func:`printable` before it is formatted (the jobs' handlers, ``conf/config.yaml``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Replace the record's message by its printable form; never drops a record."""
+        record.msg, record.args = printable(record.getMessage()), None
+        return True

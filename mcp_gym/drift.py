@@ -456,7 +456,9 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         diff = diff_tools(args.a, args.b, server=args.server, timeout=args.timeout)
     except Exception as e:  # noqa: BLE001 - a CLI reports and exits
-        print(f"mcp-gym diff-tools: {type(e).__name__}: {e}", file=sys.stderr)
+        from mcp_gym._terminal import printable
+
+        print(printable(f"mcp-gym diff-tools: {type(e).__name__}: {e}"), file=sys.stderr)
         return 2
     if args.json:
         from mcp_gym._terminal import json_printable

@@ -114,3 +114,30 @@ def test_diff_tools_shows_a_server_s_schema_property_names_escaped(capsys: pytes
     assert "cls\\x1b[2J" in rich_out and "rtl\\u202ex" in rich_out
     changes = json.loads(json_out)["changes"]
     assert {c["detail"] for c in changes} >= {f"argument '{n}' added (required)" for n in names}
+
+
+DYING_SERVER = r"""
+import sys
+sys.stderr.write("boom \x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\x07 \x1b[2J\x1b[H \u202e \x9b2J\n")
+sys.exit(3)
+"""
+
+
+def test_a_dying_server_s_stderr_is_escaped_in_the_job_s_log_and_error_lines(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that writes escape sequences to its stderr and exits: the tail of its stderr is quoted in the warning
+    the job logs (a logging handler) and in the one-line error ``mcp-gym eval`` ends with (a ``print``); both show
+    it escaped. Before, both wrote the sequences to the terminal as they are."""
+    script = tmp_path / "dying_server.py"
+    script.write_text(DYING_SERVER)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t1", "prompt": "Say hi", "answer": "hi"}) + "\n")
+    code = main(["eval", "env=custom", f'+env.servers.c="{sys.executable} {script}"', f"env.tasks={tasks}",
+                 "policy=oracle", "samples=1", f"out={tmp_path / 'out'}", "launcher.progress=false", "plots=false"])
+    captured = capsys.readouterr()
+    assert code == 1, captured.err[-2000:]
+    _no_escape_reached(captured.out + captured.err)
+    assert "\x9b" not in captured.out + captured.err
+    lines = [line for line in captured.err.splitlines() if "server stderr: boom \\x1b]52;c;" in line]
+    assert len(lines) == 2 and lines[1].startswith("mcp-gym eval: "), captured.err  # the log line, the error line
+    assert all("\\x1b[2J" in line and "\\u202e" in line and "\\x9b2J" in line for line in lines)

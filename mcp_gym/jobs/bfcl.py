@@ -281,7 +281,9 @@ def main(argv: list[str]) -> int:
     try:
         result = import_bfcl(a.path, a.out, a.category or check.CATEGORIES)
     except (FileNotFoundError, ValueError, OSError, KeyError) as e:
-        print(f"mcp-gym tasks import bfcl: {e}", file=sys.stderr)
+        from mcp_gym._terminal import printable
+
+        print(printable(f"mcp-gym tasks import bfcl: {e}"), file=sys.stderr)  # the copy's text: no escapes
         return 1
     root = check.find_root(a.path)
     for category, target in result.files.items():
