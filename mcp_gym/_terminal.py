@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+from contextlib import suppress
 from typing import Any
 
 __all__: list[str] = []  # internal: used by the commands that print tables
@@ -61,5 +62,6 @@ class PrintableLogs(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Replace the record's message by its printable form; never drops a record."""
-        record.msg, record.args = printable(record.getMessage()), None
+        with suppress(Exception):  # a malformed log call stays as it is: the handler reports it as logging does
+            record.msg, record.args = printable(record.getMessage()), None
         return True
