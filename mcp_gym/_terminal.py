@@ -12,7 +12,9 @@ stay. Standard library only until a cell is made (rich is imported there)."""
 
 from __future__ import annotations
 
+import logging
 import re
+from contextlib import suppress
 from typing import Any
 
 __all__: list[str] = []  # internal: used by the commands that print tables
@@ -42,3 +44,24 @@ def markup_safe(value: object) -> str:
     from rich.markup import escape
 
     return escape(printable(value))
+
+
+def json_printable(value: object, **dumps: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, **dumps)`` with every control character and bidirectional override
+    written as a JSON ``\\uXXXX`` escape: the JSON reads back the same, and the terminal gets none of them raw (JSON
+    itself escapes only U+0000..U+001F)."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, **dumps)
+    return _CONTROL.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
+class PrintableLogs(logging.Filter):
+    """A logging filter for handlers that write to the terminal: each record's message (a server's stderr, a task's
+    id) is made :func:`printable` before it is formatted (the jobs' handlers, ``conf/config.yaml``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Replace the record's message by its printable form; never drops a record."""
+        with suppress(Exception):  # a malformed log call stays as it is: the handler reports it as logging does
+            record.msg, record.args = printable(record.getMessage()), None
+        return True

@@ -50,6 +50,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from mcp_gym._terminal import json_printable, printable
+
 __all__ = ["main", "run"]
 
 JOBS = {"collect": "collect", "eval": "eval", "export-sft": "export_sft", "demo": "demo",
@@ -153,7 +155,7 @@ def _run_job(cfg: Any) -> None:
         else:
             raise ValueError(f"unknown command {cfg.command!r}")
     except jobs.JobInterrupted as e:
-        print(str(e), file=sys.stderr)
+        print(printable(e), file=sys.stderr)
         raise SystemExit(INTERRUPTED) from None
     except KeyboardInterrupt:  # outside the episodes (e.g. in set-up, its first servers booting: stopped below)
         print("\nInterrupted; rerun the same command to resume", file=sys.stderr)
@@ -164,12 +166,12 @@ def _run_job(cfg: Any) -> None:
         importlib.import_module("mcp_gym.cli").KeepHydraFiles.restore()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}", file=sys.stderr)  # as the user typed it
+        print(printable(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}"), file=sys.stderr)  # as typed
         raise SystemExit(REFUSED) from None
     except Exception as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(e, jobs.JobFailed) and not _is_user_error(e):
             raise
-        print(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}", file=sys.stderr)  # one line, no traceback
+        print(printable(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}"), file=sys.stderr)  # one line
         raise SystemExit(1) from None
     finally:
         stop_early_servers()  # the ones no env took (none outlives the job)
@@ -470,10 +472,10 @@ def _inspect(argv: Sequence[str]) -> int:
     try:
         d = default_runtime().call(_describe_server, _spec(a.server, a.timeout, a.header))
     except (RuntimeError, ValueError) as e:
-        print(f"mcp-gym inspect: {e}", file=sys.stderr)
+        print(printable(f"mcp-gym inspect: {e}"), file=sys.stderr)
         return 1
     if a.json:
-        print(json.dumps(d, indent=1, ensure_ascii=False))
+        print(json_printable(d, indent=1))  # the server's text: control characters as JSON escapes
     else:
         _print_server(d)
     return 0

@@ -456,10 +456,14 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         diff = diff_tools(args.a, args.b, server=args.server, timeout=args.timeout)
     except Exception as e:  # noqa: BLE001 - a CLI reports and exits
-        print(f"mcp-gym diff-tools: {type(e).__name__}: {e}", file=sys.stderr)
+        from mcp_gym._terminal import printable
+
+        print(printable(f"mcp-gym diff-tools: {type(e).__name__}: {e}"), file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(diff.to_dict(), ensure_ascii=False, indent=1))
+        from mcp_gym._terminal import json_printable
+
+        print(json_printable(diff.to_dict(), indent=1))  # the servers' text: control characters as JSON escapes
     else:
         print_diff(diff)
     return diff.exit_code(args.fail_on)

@@ -270,3 +270,63 @@ def test_the_printed_commands_run_as_printed(bfcl_root: Path, tmp_path: Path, ca
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert re.search(r"success rate\s*│\s*0\.0%", done.stdout) and re.search(r"grading errors\s*│\s*0", done.stdout)
+
+
+def _small_copy(bfcl_root: Path, dest: Path) -> Path:
+    """The part of the BFCL copy that ``tasks import bfcl --category base`` reads (the rest left out: faster)."""
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        skip = {"model_handler", "unused_datasets", "memory_prereq_conversation", "scripts"}
+        return [n for n in names if n in skip or (n.startswith("BFCL_v") and "multi_turn_base" not in n)]
+
+    shutil.copytree(bfcl_root / "bfcl_eval", dest / "bfcl_eval", ignore=ignore)
+    return dest
+
+
+_READ = {"data": "data/BFCL_v4_multi_turn_base.json", "answers": "data/possible_answer/BFCL_v4_multi_turn_base.json",
+         "docs": "data/multi_turn_func_doc/gorilla_file_system.json", "constants": "constants/default_prompts.py",
+         "source": "eval_checker/multi_turn_eval/func_source_code/gorilla_file_system.py"}
+
+
+@pytest.mark.parametrize(("file", "kind"), [*((f, "hard link") for f in _READ), ("data", "named pipe"),
+                                            ("answers", "named pipe"), pytest.param("data", "character device",
+                                            marks=pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root"))])
+def test_import_never_reads_a_hard_linked_or_special_file_of_the_copy(bfcl_root: Path, tmp_path: Path, file: str,
+                                                                     kind: str, capsys: pytest.CaptureFixture) -> None:
+    """Every file the import reads of the copy is a regular file with one name. Before: a file hard-linked to one
+    outside the copy (a tarball extracted as root can link ``~/.ssh/id_rsa`` in) was read as BFCL's and its content
+    became prompts and ground truth; a named pipe was read from whatever wrote into it (here: the real data) and a
+    device as a file. Now each is refused, never opened for reading, with one line naming the file."""
+    import threading
+
+    copy = _small_copy(bfcl_root, tmp_path / "copy")
+    target = copy / "bfcl_eval" / _READ[file]
+    outside = tmp_path / "outside" / target.name
+    outside.parent.mkdir()
+    shutil.move(target, outside)
+    writer = None
+    if kind == "hard link":
+        os.link(outside, target)
+    elif kind == "named pipe":
+        os.mkfifo(target)
+
+        def feed() -> None:  # whoever opens the pipe for reading gets the real file's content
+            try:
+                with open(target, "wb") as f:
+                    f.write(outside.read_bytes())
+            except OSError:
+                pass
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+    else:
+        os.mknod(target, 0o644 | 0o020000, os.makedev(1, 3))  # /dev/null's numbers (/dev/zero's: a read without end)
+    try:
+        code = bfcl_import.main([str(copy), "--out", str(tmp_path / "out"), "--category", "base"])
+    finally:
+        while writer is not None and writer.is_alive():  # a writer still waiting for a reader: give it one
+            os.close(os.open(target, os.O_RDONLY | os.O_NONBLOCK))
+            writer.join(0.05)
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"{target} is a {kind}" in err, err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

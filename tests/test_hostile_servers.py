@@ -502,3 +502,46 @@ def test_a_failure_while_reading_output_marks_the_server_dead(tmp_path: Path, mo
         echo(env)
     finally:
         env.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups")
+def test_a_start_cancelled_before_its_pipes_connect_kills_the_wrapper_s_children(tmp_path: Path) -> None:
+    """A server command that is a wrapper (``sh -c 'child & exec server'``) has started a child by the time the
+    start is cancelled (here: in the first pipe's ``connection_made``, once the child's pid is written, so no timing
+    decides it). The whole process group is killed, the child too. Before, only the wrapper got SIGKILL and the
+    child ran on, orphaned."""
+    from mcp import StdioServerParameters
+
+    from mcp_gym.client._stdio import _spawn, _Stdin, _Stdout
+
+    pidfile = tmp_path / "child.pid"
+    params = StdioServerParameters(command="sh", args=["-c", f"sleep 600 & echo $! > {pidfile}; exec sleep 600"])
+
+    def child_pid() -> int | None:
+        text = pidfile.read_text() if pidfile.exists() else ""
+        return int(text) if text.endswith("\n") else None
+
+    async def start() -> bool:
+        with anyio.CancelScope() as scope:
+            class Cancelling(_Stdout):  # the stdout pipe's protocol: runs once the process exists
+                def connection_made(self, transport: Any) -> None:
+                    deadline = time.monotonic() + 30  # a bound on the wrapper starting its child, not a timing
+                    while child_pid() is None and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    scope.cancel()
+                    super().connection_made(transport)
+
+            await _spawn(params, _Stdin(), Cancelling(lambda chunk: chunk, 1 << 16))
+        return scope.cancelled_caught
+
+    assert anyio.run(start)
+    pid = child_pid()
+    assert pid is not None, "the wrapper never started its child"
+    try:
+        deadline = time.monotonic() + 10  # SIGKILL's delivery is not instant; a left child sleeps for 600 s
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not alive(pid), f"the wrapper's child {pid} outlived the cancelled start"
+    finally:
+        if alive(pid):
+            os.kill(pid, 9)  # our own test's process, left by the bug

@@ -24,6 +24,7 @@ import keyword
 import re
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +117,10 @@ def data_file(root: str | Path, category: str, *, answers: bool = False) -> Path
     return path
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
+def _lines(path: Path, read: Callable[[Path], str] | None = None) -> list[dict[str, Any]]:
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    text = read(path) if read is not None else path.read_text(encoding="utf-8")
+    for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             rec = json.loads(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
@@ -130,21 +132,24 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 _CACHE: dict[tuple[Any, ...], dict[str, tuple[dict[str, Any], list[list[str]]]]] = {}
 
 
-def entries(root: str | Path, category: str) -> dict[str, tuple[dict[str, Any], list[list[str]]]]:
+def entries(root: str | Path, category: str,
+            read: Callable[[Path], str] | None = None) -> dict[str, tuple[dict[str, Any], list[list[str]]]]:
     """BFCL id -> (test entry, ground truth per turn) of a category, read once per process (again when a file
-    changes)."""
+    changes). ``read`` (the importer's: it refuses a pipe, device or hard link) reads the two data files afresh."""
     questions, answer_file = data_file(root, category), data_file(root, category, answers=True)
     key = (str(Path(root).resolve()), category, *((p.stat().st_mtime_ns, p.stat().st_size)
                                                    for p in (questions, answer_file)))
-    if key not in _CACHE:
-        answers = {a["id"]: a.get("ground_truth") for a in _lines(answer_file)}
+    if key not in _CACHE or read is not None:
+        answers = {a["id"]: a.get("ground_truth") for a in _lines(answer_file, read)}
         out = {}
-        for e in _lines(questions):
+        for e in _lines(questions, read):
             gt = answers.get(e["id"])
             if not isinstance(gt, list) or not all(isinstance(t, list) and all(isinstance(c, str) for c in t)
                                                    for t in gt):
                 raise ValueError(f"{e['id']}: no ground truth (a list of lists of calls) in possible_answer/")
             out[e["id"]] = (e, gt)
+        if read is not None:
+            return out
         _CACHE[key] = out
     return _CACHE[key]
 

@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 from collections import deque
@@ -651,7 +652,8 @@ async def _spawn(params: StdioServerParameters, stdin: _Stdin, stdout: _Stdout) 
         pipe.close()
         in_pipe.close()
         with anyio.CancelScope(shield=True):
-            process.kill()
+            with suppress(ProcessLookupError):  # its own group: a wrapper's children too (the leader is not reaped)
+                os.killpg(process.pid, signal.SIGKILL)
             await process.aclose()
         raise
     return process

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from mcp_gym.errors import MCPGymError
-from mcp_gym.tasks import _foreign_entry
+from mcp_gym.tasks import _foreign_entry, _not_regular
 
 __all__: list[str] = []  # internal to mcp_gym.jobs: the importers' shared helpers (tasks import mcpmark, bfcl, ...)
 
@@ -88,7 +88,8 @@ def read_file(path: str | Path, *, what: str, task: str | None = None) -> bytes:
     with open(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise UntrustedInput(f"{_who(task)}{what} {path} is not a file")
+            kind = _not_regular(st.st_mode) or "folder"
+            raise UntrustedInput(f"{_who(task)}{what} {path} is a {kind}, not a regular file")
         if st.st_nlink > 1:
             raise UntrustedInput(f"{_who(task)}{what} {path} is a hard link ({st.st_nlink} names): its content may be "
                                  "another file's; copy it (cp) to import it")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_gym.envs.bfcl import check, grade
-from mcp_gym.jobs._untrusted import UniqueIds, UntrustedInput, contained_path
+from mcp_gym.jobs._untrusted import UniqueIds, UntrustedInput, contained_path, read_file
 
 __all__ = ["main"]
 
@@ -53,7 +53,13 @@ class ImportResult:
     max_turns: int = 0
 
 
-def _constants(path: Path) -> dict[str, Any]:
+def _read(path: Path, what: str, task: str | None = None) -> str:
+    """The text of the copy's file ``path``, only if it is a regular file with one name: a named pipe, socket or device
+    (a read that blocks or never ends) or a hard link (whose other name may be ``~/.ssh/id_rsa``) is refused."""
+    return read_file(path, what=what, task=task).decode("utf-8")
+
+
+def _constants(path: Path, what: str) -> dict[str, Any]:
     """Module-level constants of a BFCL source file, read with ``ast``: literals, and f-strings of earlier ones."""
     out: dict[str, Any] = {}
 
@@ -74,7 +80,7 @@ def _constants(path: Path) -> dict[str, Any]:
             return value(node.left) + value(node.right)
         return ast.literal_eval(node)
 
-    for stmt in ast.parse(path.read_text(encoding="utf-8")).body:
+    for stmt in ast.parse(_read(path, what)).body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             try:
                 out[stmt.targets[0].id] = value(stmt.value)
@@ -83,9 +89,9 @@ def _constants(path: Path) -> dict[str, Any]:
     return out
 
 
-def _signatures(path: Path, cls: str) -> dict[str, list[str]]:
+def _signatures(path: Path, cls: str, task: str) -> dict[str, list[str]]:
     """Method name -> parameter names (without ``self``) of class ``cls`` in a BFCL source file (``ast``)."""
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in ast.parse(_read(path, f"the source of {cls}", task)).body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
             return {f.name: [a.arg for a in [*f.args.posonlyargs, *f.args.args][1:]]
                     for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -133,11 +139,12 @@ class _Copy:
     def __init__(self, root: Path) -> None:
         self.root = root
         pkg = check.PACKAGE
-        backend = _constants(contained_path(root, f"{pkg}/constants/executable_backend_config.py",
-                                            what="BFCL's executable_backend_config"))
+        what = "BFCL's executable_backend_config"
+        backend = _constants(contained_path(root, f"{pkg}/constants/executable_backend_config.py", what=what), what)
         self.modules: dict[str, str] = dict(backend.get("CLASS_FILE_PATH_MAPPING") or {})
         self.doc_files: dict[str, str] = dict(backend.get("MULTI_TURN_FUNC_DOC_FILE_MAPPING") or {})
-        prompts = _constants(contained_path(root, f"{pkg}/constants/default_prompts.py", what="BFCL's default_prompts"))
+        what = "BFCL's default_prompts"
+        prompts = _constants(contained_path(root, f"{pkg}/constants/default_prompts.py", what=what), what)
         self.more_functions = str(prompts.get("DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC") or
                                   "I have updated some more functions you can choose from. What about now?")
         self._docs: dict[str, list[str]] = {}
@@ -151,7 +158,7 @@ class _Copy:
                                      "executable_backend_config")
             path = contained_path(self.root, f"{check.PACKAGE}/data/multi_turn_func_doc/{self.doc_files[cls]}",
                                   what="function docs", task=task)
-            self._docs[cls] = [str(json.loads(line)["name"]) for line in path.read_text(encoding="utf-8").splitlines()
+            self._docs[cls] = [str(json.loads(line)["name"]) for line in _read(path, "function docs", task).splitlines()
                                if line.strip()]
         return self._docs[cls]
 
@@ -162,7 +169,7 @@ class _Copy:
             if not module.startswith(check.PACKAGE + ".") or not all(_NAME.fullmatch(p) for p in module.split(".")):
                 raise UntrustedInput(f"task {task}: class {cls!r} lives in {module!r}, not a module of {check.PACKAGE}")
             path = contained_path(self.root, module.replace(".", "/") + ".py", what=f"the source of {cls}", task=task)
-            self._sigs[cls] = _signatures(path, cls)
+            self._sigs[cls] = _signatures(path, cls, task)
         return self._sigs[cls]
 
 
@@ -231,7 +238,8 @@ def import_bfcl(path: str | Path, out: str | Path = "bfcl-multi-turn",
                              f"choose from {', '.join(check.CATEGORIES)}")
         source = check.data_file(root, category)
         rows = []
-        for task_id, (entry, ground_truth) in check.entries(root, category).items():
+        data = check.entries(root, category, read=lambda p: _read(p, "BFCL's data file"))
+        for task_id, (entry, ground_truth) in data.items():
             rec = _task(copy, category, entry, ground_truth)
             ids.add(rec["id"], f"{source.name}:{task_id}")
             rows.append(rec)
@@ -273,7 +281,9 @@ def main(argv: list[str]) -> int:
     try:
         result = import_bfcl(a.path, a.out, a.category or check.CATEGORIES)
     except (FileNotFoundError, ValueError, OSError, KeyError) as e:
-        print(f"mcp-gym tasks import bfcl: {e}", file=sys.stderr)
+        from mcp_gym._terminal import printable
+
+        print(printable(f"mcp-gym tasks import bfcl: {e}"), file=sys.stderr)  # the copy's text: no escapes
         return 1
     root = check.find_root(a.path)
     for category, target in result.files.items():

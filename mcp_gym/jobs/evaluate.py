@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from omegaconf import DictConfig
 
+from mcp_gym._terminal import printable
 from mcp_gym.jobs.collect import CollectResult, collect
 from mcp_gym.jobs.config import run_location, run_metadata
 from mcp_gym.jobs.identity import hold_run
@@ -92,4 +93,4 @@ def _check_grading(steps: pa.Table, episodes: pa.Table, summary: dict[str, Any],
             f"shared by {alike}: {first}")
     if not summary.get("graded"):
         raise JobFailed(f"no episode was graded: {text} (report: {report})")
-    print(f"warning: {text}", file=sys.stderr)
+    print(printable(f"warning: {text}"), file=sys.stderr)  # a grader's error: task and server text

@@ -632,7 +632,7 @@ def _print(result: GenerateResult, dry: bool, runner: _Runner) -> None:
     console = Console()
     if dry:
         for t in result.kept[:3]:
-            console.print_json(json.dumps(t.to_record(), ensure_ascii=False, default=str))
+            console.print_json(data=t.to_record(), default=str, ensure_ascii=True)  # model text: no raw escapes
     table = Table(title="Proposals", title_justify="left")
     table.add_column("verdict")
     table.add_column("proposals", justify="right")

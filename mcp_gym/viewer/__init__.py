@@ -505,7 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         out = write_view(a.runs, a.out, max_episodes=a.max_episodes, max_text=a.max_text)
     except (FileNotFoundError, ValueError, OSError) as e:
-        print(f"mcp-gym view: {e}", file=sys.stderr)
+        from mcp_gym._terminal import printable
+
+        print(printable(f"mcp-gym view: {e}"), file=sys.stderr)
         return 1
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser")
     return 0
