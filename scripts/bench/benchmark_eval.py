@@ -34,6 +34,25 @@ would, so the start-up share is that of an evaluation whose episodes take a mode
     python scripts/bench/benchmark_eval.py --server npx --rounds 2 --num-envs 4
     python scripts/bench/benchmark_eval.py --model-latency 0.5   # a model answering in 0.5 s per reply
     python scripts/bench/benchmark_eval.py --server local --fixtures 3 --fresh-servers --spare-servers 2
+
+``--bench bfcl`` and ``--bench git`` run other real benchmarks instead of the server-filesystem set (``--bench fs``,
+the default), with the same arms, each job reporting also the time to first step, the seconds per episode (the job's
+slots times its wall over its episodes), the mean reset, server start-up and episode (steps and grading) per episode,
+and the job's CPU (its own process, and its children: servers, graders):
+
+Without ``--process`` one untimed job of ``--num-envs`` episodes warms this process's imports first.
+
+- ``bfcl``: BFCL multi-turn ``base`` (``mcp-gym tasks import bfcl`` of the copy ``--bfcl``, default the tests'
+  ``.mcp-gym-cache/bfcl/2026.3.23``), the first ``--tasks`` tasks, on ``python -m mcp_gym.servers.bfcl`` (one process
+  per slot, reset between episodes by ``mcp_gym_reset``: the pool does not apply, so the arms differ only by noise),
+  graded by BFCL's own checker;
+- ``git``: PyPI ``mcp-server-git`` (``--git-server``, default the one on this Python's ``PATH``) started per episode on
+  ``{workspace}`` (a copy of a 3-commit repository with a change and an untracked file), its tasks made by
+  ``mcp-gym tasks generate`` (the explore generator, ``--tasks`` tasks; once per run, not timed), as
+  docs/benchmarks.md and docs/tasks-generate.md do.
+
+    python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 2
+    python scripts/bench/benchmark_eval.py --bench git --tasks 8 --samples 2 --rounds 2
 """
 
 from __future__ import annotations
@@ -44,6 +63,7 @@ import io
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -105,13 +125,85 @@ def scripted_model(body: dict[str, Any], headers: Any) -> dict[str, Any]:
     return chat_completion(body, message)
 
 
+GIT_DATE = "2026-01-03T00:00:00"  # the server's commit clock (GitPython's format), as docs/tasks-generate.md pins it
+
+
+def bfcl_server(a: argparse.Namespace) -> str:
+    return f'+env.servers.bfcl="{sys.executable} -m mcp_gym.servers.bfcl --bfcl {a.bfcl}"'
+
+
+def git_server(a: argparse.Namespace) -> str:
+    return f'+env.servers.git="env GIT_AUTHOR_DATE={GIT_DATE} GIT_COMMITTER_DATE={GIT_DATE} {a.git_server} ' \
+        '--repository {workspace}"'
+
+
+def make_repo(repo: Path) -> None:
+    """The git fixture: three commits, a changed tracked file, an untracked one (tests/test_generate.py's)."""
+    repo.mkdir()
+    git = ["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.com", "-C", str(repo)]
+    env = {"GIT_AUTHOR_DATE": "2026-01-02T03:04:05Z", "GIT_COMMITTER_DATE": "2026-01-02T03:04:05Z",
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    for i, name in enumerate(["alpha.txt", "beta.txt", "gamma.txt"]):
+        (repo / name).write_text(f"{name} line {i}\n")
+        subprocess.run([*git, "add", name], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", f"add {name}"], check=True, env=env)
+    (repo / "delta.txt").write_text("not tracked yet\n")
+    (repo / "alpha.txt").write_text("alpha changed\n")
+
+
+def bench_tasks(a: argparse.Namespace, tmp: Path) -> Path:
+    """The task file of ``--bench bfcl`` (imported) or ``git`` (generated), made once, before the timed jobs."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        if a.bench == "bfcl":
+            if cli(["tasks", "import", "bfcl", str(a.bfcl), "--category", "base", "--out", str(tmp / "bfcl")]) != 0:
+                raise SystemExit(f"tasks import bfcl {a.bfcl} failed")
+            return tmp / "bfcl" / "multi_turn_base.jsonl"
+        make_repo(tmp / "repo")
+        code = cli(["tasks", "generate", "env=custom", git_server(a), f"fixture={tmp / 'repo'}",
+                    '+generator.fixed.repo_path="{workspace}"', "+generator.fixed.branch_type=local",
+                    f"n={a.tasks}", f"out={tmp / 'gen'}"])
+        if code != 0:
+            raise SystemExit(f"tasks generate (mcp-server-git) exited {code}")
+        return tmp / "gen" / "tasks.jsonl"
+
+
+def cpu() -> tuple[float, float]:
+    """CPU seconds of this process and of its waited-for children (servers, graders, jobs run with --process)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def breakdown(out: Path, summary: dict[str, Any]) -> dict[str, float]:
+    """Per episode, from the run's episodes: mean reset (``reset_seconds``), server start-up (``startup_seconds``)
+    and episode (steps and grading: start to end), and the time to first step (p50, from ``results.json``)."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out / "episodes", columns=["metadata", "started_at", "ended_at"]).to_pylist()
+    metas = [json.loads(r["metadata"]) if r["metadata"] else {} for r in rows]
+
+    def mean(xs: list[float]) -> float:
+        return statistics.fmean(xs) if xs else 0.0
+
+    return {"reset": mean([float(m.get("reset_seconds") or 0.0) for m in metas]),
+            "startup": mean([float(m.get("startup_seconds") or 0.0) for m in metas]),
+            "episode": mean([(r["ended_at"] - r["started_at"]).total_seconds() for r in rows]),
+            "first_step": float((summary.get("first_step_s") or {}).get("p50") or 0.0)}
+
+
 def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
         base_url: str | None = None) -> dict[str, float]:
-    command = " ".join(server_command(kind) + ([str(tasks.parent / "empty")] if a.fresh_servers else []))
     policy = ["policy=oracle"] if base_url is None else \
         ["policy=openai", f"policy.base_url={base_url}", "policy.model=scripted", "policy.api_key=sk-bench"]
-    args = ["eval", "env=custom", f'+env.servers.fs="{command}"', f"env.tasks={tasks}", *policy,
-            f"samples={a.samples}", f"launcher.num_envs={a.num_envs}", "launcher.progress=false", "plots=false",
+    if a.bench == "fs":
+        command = " ".join(server_command(kind) + ([str(tasks.parent / "empty")] if a.fresh_servers else []))
+        bench = [f'+env.servers.fs="{command}"', f"env.tasks={tasks}", f"samples={a.samples}"]
+    else:  # the first --tasks tasks of the imported/generated file, --samples episodes each
+        bench = [bfcl_server(a) if a.bench == "bfcl" else git_server(a), f"env.tasks={tasks}", "split=null",
+                 f"episodes={a.tasks * a.samples}", f"samples={a.samples}"]
+        bench += ["env.max_steps=168"] if a.bench == "bfcl" else []
+    args = ["eval", "env=custom", *bench, *policy,
+            f"launcher.num_envs={a.num_envs}", "launcher.progress=false", "plots=false",
             f"out={out}", "env.connect_timeout=120"]
     if a.no_resolve_npx:
         args.append("env.resolve_npx=false")
@@ -120,6 +212,7 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
     elif a.spare_servers is not None:
         args.append(f"env.spare_servers={a.spare_servers}")
     _npx.resolutions.clear()  # each job as its own process: its first starts run npx (what it ran is not known yet)
+    c0 = cpu()
     t0 = time.perf_counter()
     if a.process:  # as the mcp-gym program: a fresh interpreter, its imports on the job's path
         code = subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args], stdout=subprocess.DEVNULL, timeout=900,
@@ -128,17 +221,28 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
         with contextlib.redirect_stdout(io.StringIO()):
             code = cli(args)
     wall = time.perf_counter() - t0
+    c1 = cpu()
     if code != 0:
         raise SystemExit(f"{kind}/{arm}: eval exited {code}")
     summary = json.loads((out / "report" / "results.json").read_text())["summary"]
+    parts = breakdown(out, summary)
     shutil.rmtree(out, ignore_errors=True)
-    episodes = a.tasks * a.samples
+    episodes = int(summary.get("episodes") or a.tasks * a.samples)
     return {"eps": episodes / wall, "share": float(summary.get("startup_share") or 0.0),
-            "success": float(summary.get("success_rate") or 0.0)}
+            "success": float(summary.get("success_rate") or 0.0), **parts,
+            "slot_s": wall * a.num_envs / episodes, "job_cpu": (c1[0] - c0[0]) / episodes,
+            "child_cpu": (c1[1] - c0[1]) / episodes}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", choices=["fs", "bfcl", "git"], default="fs",
+                    help="fs: server-filesystem per episode (default); bfcl: BFCL multi-turn base; git: mcp-server-git "
+                         "per episode on generated tasks")
+    ap.add_argument("--bfcl", type=Path, default=ROOT / ".mcp-gym-cache" / "bfcl" / "2026.3.23",
+                    help="--bench bfcl: the BFCL copy (an unpacked bfcl-eval wheel)")
+    ap.add_argument("--git-server", default=shutil.which("mcp-server-git") or "mcp-server-git",
+                    help="--bench git: the mcp-server-git program")
     ap.add_argument("--server", choices=["local", "npx", "both"], default="both")
     ap.add_argument("--rounds", type=int, default=3, help="jobs per arm, alternating")
     ap.add_argument("--tasks", type=int, default=12)
@@ -169,29 +273,46 @@ def main() -> None:
 def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
     """Both arms of every server kind, alternating, and their table."""
     try:
-        make_fixtures(tmp, a.fixtures, a.files)
-        (tmp / "empty").mkdir()
-        tasks = write_tasks(tmp, a.tasks, a.fixtures)
-        for kind in (["local", "npx"] if a.server == "both" else [a.server]):
+        if a.bench == "fs":
+            make_fixtures(tmp, a.fixtures, a.files)
+            (tmp / "empty").mkdir()
+            tasks = write_tasks(tmp, a.tasks, a.fixtures)
+        else:
+            tasks = bench_tasks(a, tmp)
+        kinds = [a.bench] if a.bench != "fs" else (["local", "npx"] if a.server == "both" else [a.server])
+        for kind in kinds:
             rows: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+            if a.bench != "fs" and not a.process:  # this process's imports and first calls, before the timed jobs
+                job(kind, "on", argparse.Namespace(**{**vars(a), "tasks": 1, "samples": a.num_envs}), tasks,
+                    tmp / f"warm-{kind}", base_url)
             loads = [os.getloadavg()[0]]
             for r in range(a.rounds):
                 for arm in rows:
                     rows[arm].append(job(kind, arm, a, tasks, tmp / f"run-{kind}-{arm}-{r}", base_url))
                 loads.append(os.getloadavg()[0])
-            print(f"\neval, server-filesystem per episode ({kind}: {' '.join(server_command(kind)[:3])}), "
-                  f"{a.tasks} tasks x {a.samples} samples, launcher.num_envs={a.num_envs}, "
-                  f"{a.fixtures} fixture(s) of {a.files} files, {'never re-rooted, ' if a.fresh_servers else ''}"
+            what = {"bfcl": "BFCL multi-turn base (python -m mcp_gym.servers.bfcl, reset per episode)",
+                    "git": "mcp-server-git per episode, generated tasks"}.get(
+                kind, f"server-filesystem per episode ({kind}: {' '.join(server_command(kind)[:3])})")
+            fs = f"{a.fixtures} fixture(s) of {a.files} files, {'never re-rooted, ' if a.fresh_servers else ''}" \
+                if a.bench == "fs" else ""
+            print(f"\neval, {what}, "
+                  f"{a.tasks} tasks x {a.samples} samples, launcher.num_envs={a.num_envs}, {fs}"
                   f"on arm spare_servers={a.spare_servers if a.spare_servers is not None else 'default'}, "
                   f"policy {'oracle' if base_url is None else f'openai (scripted, {a.model_latency:g} s per reply)'}, "
                   f"{'env.resolve_npx=false, ' if a.no_resolve_npx else ''}"
                   f"{'each job a process of its own, ' if a.process else ''}{a.rounds} jobs per arm; "
                   f"load average {min(loads):.2f}-{max(loads):.2f} (1 min), "
                   f"{os.cpu_count()} cores")
-            print(f"{'arm':>4} {'episodes/s':>11} {'start-up share':>15} {'success':>8}")
+            print(f"{'arm':>4} {'episodes/s':>11} {'start-up share':>15} {'success':>8} {'first step':>11} "
+                  f"{'s/episode':>10} {'reset':>7} {'start-up':>9} {'episode':>8} {'job CPU':>8} {'children':>9}")
             med = {arm: {k: statistics.median(x[k] for x in xs) for k in xs[0]} for arm, xs in rows.items()}
             for arm, m in med.items():
-                print(f"{arm:>4} {m['eps']:>11.2f} {m['share']:>14.1%} {m['success']:>8.0%}")
+                print(f"{arm:>4} {m['eps']:>11.2f} {m['share']:>14.1%} {m['success']:>8.0%} {m['first_step']:>10.3f}s "
+                      f"{m['slot_s']:>9.3f}s {m['reset']:>6.3f}s {m['startup']:>8.3f}s {m['episode']:>7.3f}s "
+                      f"{m['job_cpu']:>7.3f}s {m['child_cpu']:>8.3f}s")
+            print("(first step: p50 from the reset's start; s/episode: slots x wall / episodes; reset, start-up, "
+                  "episode: means per episode; job CPU and children: CPU seconds per episode"
+                  f"{', children including the job processes' if a.process else ''})")
             ratios = [on["eps"] / off["eps"] for on, off in zip(rows["on"], rows["off"], strict=True)]
             print(f"on/off: episodes/s x{statistics.median(ratios):.2f} (median of per-round ratios; "
                   f"{min(ratios):.2f}-{max(ratios):.2f})")
