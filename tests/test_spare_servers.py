@@ -280,7 +280,10 @@ def _kill_job_mid_run(setup: dict[str, Path], tmp_path: Path, server: str | None
         seen = wait_for(lambda: (s := _processes_naming(str(setup["tmp"]))) and len(s) >= 3 and s, bound=300)
         if ctrl_c:
             os.killpg(proc.pid, signal.SIGINT)
-            assert proc.wait(timeout=120) == 130
+            # 130, or killed by SIGINT after its clean-up: a Ctrl-C during the job's set-up can end in CPython 3.10/3.11
+            # re-raising SIGINT on itself after finalization (strace: the job's own kill(self, SIGINT) after its early
+            # servers were stopped, ~1 run in 8 under load); a shell reports both as exit status 130
+            assert proc.wait(timeout=120) in (130, -signal.SIGINT)
         else:
             proc.send_signal(signal.SIGKILL)  # a crash: no handler, no cleanup in the job
             proc.wait(timeout=60)
