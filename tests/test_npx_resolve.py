@@ -149,7 +149,9 @@ def test_no_server_outlives_a_job_whose_servers_run_directly(setup: dict[str, Pa
         assert proc.poll() is None
         if stop == "ctrl_c":
             os.killpg(proc.pid, signal.SIGINT)
-            assert proc.wait(timeout=120) == 130
+            # 130, or killed by SIGINT after its clean-up (a Ctrl-C in the job's set-up: see test_spare_servers'
+            # _kill_job_mid_run); a shell reports both as 130
+            assert proc.wait(timeout=120) in (130, -signal.SIGINT)
         else:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=60)
