@@ -453,3 +453,21 @@ def test_ctrl_c_before_the_loop_starts_a_job_never_starts_it() -> None:
         helper.join(600)
         rt.close()
     assert started == []
+
+
+def test_a_job_recording_a_workspace_server_is_refused_in_one_line(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``record=`` on a server started per episode on ``{workspace}`` (its cassette could not replay) stops the job in
+    one line naming the server (exit status 2) before anything is recorded (tests/test_cassette.py: the env's own
+    refusal)."""
+    import re
+
+    fs = str(Path(__file__).parent / "servers" / "fs_server.py")
+    code = main(["eval", "env=custom", f"+env.servers.fs.command={sys.executable}", f"+env.servers.fs.args=[{fs},"
+                 "'{workspace}']", f"+env.servers.fs.record={tmp_path / 'cassettes'}", "policy=noop", "samples=1",
+                 "plots=false", "launcher.progress=false", f"out={tmp_path / 'job'}"])
+    err = capsys.readouterr().err
+    refused = (r"mcp-gym eval: server 'fs': record= cannot make a cassette that replays for a server started per "
+               r"episode on \{workspace\}")
+    assert code == 2 and re.match(refused, err) and err.count("\n") == 1, err  # one line
+    assert not (tmp_path / "cassettes").exists()
