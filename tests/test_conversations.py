@@ -131,10 +131,15 @@ def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path
     episode = json.loads(re.search(r'<script type="application/json" id="ep-0">(.*?)</script>', page, re.S)[1])
     assert episode["turns"] == ["Add a note 'milk'.", TURN1]
     assert [s["user_turn"] for s in episode["steps"]] == [0, 0, 1, 1, 1]
-    # count_notes appears at turn 1: one `messages` example (one `tools` list) cannot show it, so the default refuses
-    assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 2
-    assert main(["export-sft", f"runs=[{run}]", f"out={sft}", "sft.tools_changed=last"]) == 0
+    # count_notes appears at turn 1: the example keeps the reset's tools and tells the change where the model was told
+    # of it (as verl and SkyRL render the trajectory); tools_changed=last gives the last request's tools, the same chat
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 0
     rows = pq.read_table(next((sft / "data").glob("train-*.parquet"))).to_pylist()
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}", "sft.tools_changed=last", "overwrite=true"]) == 0
+    last = pq.read_table(next((sft / "data").glob("train-*.parquet"))).to_pylist()
+    assert last[0]["messages"] == rows[0]["messages"]
+    assert [t["function"]["name"] for t in rows[0]["tools"]] == ["add_note", "submit"]
+    assert [t["function"]["name"] for t in last[0]["tools"]] == ["add_note", "count_notes", "submit"]
     messages = [json.loads(m) for m in rows[0]["messages"]]
 
     def call(turn: int, name: str, arguments: dict[str, object]) -> dict[str, object]:
