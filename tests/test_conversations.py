@@ -249,11 +249,12 @@ def test_a_chat_policy_sees_the_conversation_sft_exports(tmp_path: Path) -> None
         assert sorted(t["function"]["name"] for t in row["tools"]) == sorted(policy.requests[first][1])
         assert policy.requests[first][1] == policy.requests[last][1]
         assert row["prompt"] + row["completion"][:-1] == policy.requests[last][0]
-    with pytest.raises(sft.NothingToExport, match="tools_changed: 1.*sft.layout=prompt_completion"):
-        sft.build(tmp_path / "r")
-    # The example replays as it was played: each user turn's text reply is that turn's submit (before, the turn-0
+    # One `messages` example: the last request's messages (the tools note where count_notes appeared), the reset's
+    # tools; it replays as it was played: each user turn's text reply is that turn's submit (before, the turn-0
     # submit was left out, so turn 1's calls ran in turn 0 and the replay scored 0 where the episode scored 1)
-    whole = sft.build(tmp_path / "r", tools_changed="last")[0]
+    (whole,) = sft.build(tmp_path / "r")
+    assert whole["messages"][:-1] == shown and sorted(t["function"]["name"] for t in whole["tools"]) == sorted(
+        policy.requests[0][1])
     assert [a["tool"] for a in sft.actions(whole)] == ["add_note", "submit", "add_note", "count_notes", "submit"]
     assert sft.actions(whole)[1]["arguments"] == {"answer": "Noted.\n\nAdded milk."}  # the reply as the model saw it
     replayed = MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns)
