@@ -120,7 +120,8 @@ def test_eval_oracle_and_noop_and_validate(tmp_path: Path) -> None:
     assert [c["status"] for c in checks] == ["passed", "passed"]
 
 
-def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path) -> None:
+def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     tasks = save_tasks([TASK], tmp_path / "tasks.jsonl")
     run, sft = tmp_path / "run", tmp_path / "sft"
     assert main(["collect", *RUN[:4], f"env.tasks={tasks}", "policy=oracle", "episodes=1", f"out={run}"]) == 0
@@ -133,6 +134,8 @@ def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path
     assert [s["user_turn"] for s in episode["steps"]] == [0, 0, 1, 1, 1]
     # count_notes appears at turn 1: the example keeps the reset's tools and tells the change where the model was told
     # of it (as verl and SkyRL render the trajectory); tools_changed=last gives the last request's tools, the same chat
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}", "sft.tools_changed=split"]) == 2  # (prompt_completion)
+    assert "tools_changed='split' needs layout='prompt_completion'" in capsys.readouterr().err
     assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 0
     rows = pq.read_table(next((sft / "data").glob("train-*.parquet"))).to_pylist()
     assert main(["export-sft", f"runs=[{run}]", f"out={sft}", "sft.tools_changed=last", "overwrite=true"]) == 0
