@@ -9,7 +9,12 @@ other pids (another container sharing the folder) never judges them. The first w
 temporary directory sweeps it (:func:`sweep`): it removes at most :data:`SWEEP_MAX` folders named so whose owner is
 provably gone, that are real directories (never a symlink, never followed) owned by this user; anything else, and
 anything it cannot remove, is left, and nothing it meets raises into the job. The temporary directory is treated as
-shared with other users and processes. Standard library only (the job's early start imports it)."""
+shared with other users and processes. Standard library only (the job's early start imports it).
+
+Versions before this naming made ``<tmp>/mcp-gym-ws-<8 of [a-z0-9_]>`` (``tempfile.mkdtemp``'s name), which names no
+owner. The sweep removes such a folder, with the same rules, only where the kernel proves its maker gone: its inode
+last changed (``st_ctime``, which no ``utime`` can set back) before this system booted (``btime`` of ``/proc/stat``),
+so every process that could own it has ended. A folder that is not provably older than the boot is left."""
 
 from __future__ import annotations
 
@@ -27,7 +32,20 @@ SWEEP_MAX = 32
 """The most dead workspaces one sweep removes (the rest go in later sweeps)."""
 _SCAN_MAX = 100_000  # the most entries of the temporary directory one sweep looks at
 _NAME = re.compile(re.escape(PREFIX) + r"(\d{1,10})-(\d{1,20})-(\d{1,20})-[A-Za-z0-9_]{1,32}(?:\.removing)?")
+_OLD_NAME = re.compile(re.escape(PREFIX) + r"[a-z0-9_]{8}")  # before the owner tag: tempfile.mkdtemp(prefix=PREFIX)
 _swept: set[str] = set()  # temporary directories this process has swept
+
+
+def _boot_time() -> float | None:
+    """When this system booted (``btime`` of ``/proc/stat``, seconds since the epoch), or ``None`` if unknown."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
 
 
 def _stat_of(pid: int | str) -> tuple[str, int] | None:
@@ -90,25 +108,31 @@ def _owner_gone(pid: int, start: int, ns: int) -> bool:
 
 def sweep(tmp: str | os.PathLike[str] | None = None) -> list[Path]:
     """Remove up to :data:`SWEEP_MAX` workspaces in ``tmp`` (default: the temporary directory) whose owning process
-    is gone: real directories (not symlinks) owned by this user, named as :func:`new_workspace` names them. The ones
-    removed; never raises (a folder it cannot remove is left)."""
+    is gone: real directories (not symlinks) owned by this user, named as :func:`new_workspace` names them (or as
+    versions before it did, when made before this boot). The ones removed; never raises (a folder it cannot remove is
+    left)."""
     removed: list[Path] = []
     try:
         folder = os.fspath(tmp if tmp is not None else tempfile.gettempdir())
         uid = os.geteuid() if hasattr(os, "geteuid") else None
+        booted: list[float | None] = []  # read once, at the first folder of the old naming
         with os.scandir(folder) as entries:
             for seen, entry in enumerate(entries):
                 if seen >= _SCAN_MAX or len(removed) >= SWEEP_MAX:
                     break
                 m = _NAME.fullmatch(entry.name)
-                if m is None:
+                if m is None and _OLD_NAME.fullmatch(entry.name) is None:
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
                     if not stat.S_ISDIR(st.st_mode) or (uid is not None and st.st_uid != uid):
                         continue  # a symlink, a file, another user's folder: never touched
-                    if not _owner_gone(int(m[1]), int(m[2]), int(m[3])):
+                    if m is not None and not _owner_gone(int(m[1]), int(m[2]), int(m[3])):
                         continue
+                    if m is None:  # the old naming: no owner named; gone only if made before this boot
+                        booted = booted or [_boot_time()]
+                        if booted[0] is None or not st.st_ctime < booted[0]:
+                            continue
                     # rmtree refuses a symlink at the top and, where the system allows, works through directory
                     # descriptors without following links inside (shutil.rmtree.avoids_symlink_attacks)
                     if not shutil.rmtree.avoids_symlink_attacks:

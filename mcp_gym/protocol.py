@@ -11,6 +11,8 @@ server kit, the client host, the env, rewards, the cassette, drift, SFT export, 
 * Tool catalogues are compared (drift, recordings, the env's ``info["catalogue_hash"]``) by
   :func:`catalogue_fingerprint`, the one recipe.
 * ``info["error"]`` of a failed step: a :class:`ToolCallError` as a dict; its ``kind`` is one of :data:`ERROR_KINDS`.
+* A ``tools/call`` result a reader cannot take as one value (neither content nor ``structuredContent``, or the two
+  disagreeing): :func:`result_problem`, the one rule of graders and recorders.
 * Secrets: :func:`redact_url` is the one function every URL passes through before it is written or shown (specs,
   ``info["servers"]``, manifests, cassettes, reports, logs, error texts sent to an agent); :func:`redact_text` applies
   it to every URL inside a text.
@@ -18,6 +20,7 @@ server kit, the client host, the env, rewards, the cassette, drift, SFT export, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,6 +31,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
+    "result_problem",
     "REDACTED",
     "redact_url",
     "redact_text",
@@ -279,3 +283,54 @@ def openai_tools(records: Sequence[Mapping[str, Any]], *, submit: bool = True) -
 SUMMARY_KEY = "summary"
 """The ``info`` key of mcp-gym's episode summary (``return``, ``length``, ``termination``, ``turns``, ``tool_calls``) on
 an episode's last step; ``info["episode"]`` is left to Gymnasium's ``RecordEpisodeStatistics``."""
+
+
+# -- results that cannot be read as one value --------------------------------------------------------------------------
+def _agrees(text: str, value: Any) -> bool:
+    """Whether a text block agrees with the structured ``value`` it should serialise: equal as a string, or (a JSON
+    text) equal as JSON; a text that is not JSON is a rendering and is not compared."""
+    if isinstance(value, str) and text == value:
+        return True
+    try:
+        shown = json.loads(text)
+    except ValueError:
+        return not isinstance(value, str)  # a rendering of a non-string; a string must be shown as itself
+    return bool(shown == value)
+
+
+def result_problem(result: Any) -> str | None:
+    """Why a successful ``tools/call`` result (``isError`` absent or false) cannot be read as one value, or ``None``.
+
+    * Neither ``content`` nor ``structuredContent``: the tool said nothing a grader or a reward could read.
+    * ``structuredContent`` that disagrees with its text content: MCP asks a tool with structured output to return it
+      serialised as text too, and the model is shown the text while a grader or a reward reads the structure. Text
+      blocks are compared only where they are JSON (or the structure is a string): other text is a rendering. The MCP
+      SDK's own forms agree: a dict as JSON, a wrapped value ``{"result": v}`` as ``v``, a wrapped list as one block
+      per item.
+
+    ``result`` is an ``mcp.types.CallToolResult`` (read by attribute: ``content``, ``structured_content``)."""
+    content = list(getattr(result, "content", None) or ())
+    structured = getattr(result, "structured_content", None)
+    if not content and structured is None:
+        return "returned neither content nor structuredContent"
+    texts = [b.text for b in content
+             if getattr(b, "type", None) == "text" and isinstance(getattr(b, "text", None), str)]
+    if structured is None or not texts:
+        return None
+    joined = "\n".join(texts)
+    if isinstance(structured, dict) and set(structured) == {"result"}:  # the SDK's wrapped value: shown as itself
+        value = structured["result"]
+        with contextlib.suppress(ValueError):
+            if json.loads(joined) == structured:
+                return None
+        if isinstance(value, list) and len(value) == len(texts) and len(texts) > 1:  # one block per item
+            agrees = all(map(_agrees, texts, value))
+        else:
+            agrees = _agrees(joined, value) or (isinstance(value, list) and len(value) == len(texts)
+                                                and _agrees(texts[0], value[0]))
+    else:
+        agrees = _agrees(joined, structured)
+    if agrees:
+        return None
+    return (f"returned structuredContent that disagrees with its text content (structuredContent "
+            f"{json.dumps(structured, default=str)[:200]}, text {joined[:200]!r})")

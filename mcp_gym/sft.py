@@ -11,9 +11,11 @@
 One example per recorded episode, in the chat view of :mod:`mcp_gym.chat`: ``messages`` are exactly the messages the
 chat policies sent the model in the episode's last request (system prompt, the task with the observed resources, per
 model reply an assistant turn with the model's own text and its calls, their tool messages with the resources that
-changed, the feedback on replies without a usable call), followed by the final reply -- normally the ``submit`` call
-(``final_answer="tool_call"``, the default). ``tools`` are the OpenAI function schemas of that request, ``submit``
-included (tools that changed mid-episode: ``ExportOptions.tools_changed``). Metadata columns say where each came from.
+changed, the feedback on replies without a usable call, the note on tools that changed), followed by the final reply
+-- normally the ``submit`` call (``final_answer="tool_call"``, the default). ``tools`` are the OpenAI function schemas
+offered, ``submit`` included: an episode whose tools changed mid-episode keeps the reset's tools, each change told in
+the messages by :func:`mcp_gym.chat.tools_note` (``ExportOptions.tools_changed``). Metadata columns say where each
+came from.
 
 Every message is stored with the ``datasets`` :class:`~datasets.Json` feature: it round-trips through Parquet, JSONL
 and ``save_to_disk`` exactly as written -- tool-call ``arguments`` stay JSON objects (a JSON *string* would be encoded a
@@ -89,8 +91,9 @@ FIELDS: dict[str, str] = {
     "prompt": "Layout `prompt_completion`: the system and user messages.",
     "completion": "Layout `prompt_completion`: every message after the user turn.",
     "tools": "OpenAI function schemas (`type`, `function.name`, `function.description`, `function.parameters`) of the "
-    "tools offered in the example's last model request, `submit` included (an episode whose tools changed between "
-    "replies gives one example per tool list: `sft.tools_changed`).",
+    "tools offered, `submit` included: for an episode whose tools changed between replies, those offered at reset "
+    "(the messages tell each change where the model was told of it, as verl and SkyRL render a trajectory; "
+    "`sft.tools_changed`: `split` gives one example per tool list, `last` the last request's).",
     "episode_id": "Recorded episode id.",
     "task_id": "Task id (train/test splits never share one).",
     "env_id": "Environment id, e.g. `mcp_gym/Counter-v0` (`gymnasium.make` builds it).",
@@ -187,10 +190,13 @@ class ExportOptions:
             ``transformers.AutoTokenizer``, never downloaded): its special tokens count as ``special_tokens``.
         test_size: Hold out this fraction (float) or number (int) of task ids as a ``test`` split.
         seed: Seed of the train/test assignment of task ids.
-        tools_changed: An episode whose offered tools changed between model replies (BFCL ``miss_func``):
-            ``"split"`` (default) gives one example per tool list, its ``completion`` (layout ``prompt_completion``)
-            only the replies made with its ``tools``, its ``prompt`` the request as sent; layout ``messages`` drops
-            such episodes (``tools_changed``). ``"last"``: one example with the last request's tools.
+        tools_changed: An episode whose offered tools changed between model replies (Maze's ``unlock``, BFCL
+            ``miss_func``): its messages always hold the chat view's :func:`~mcp_gym.chat.tools_note` where the model
+            was told of each change. ``"initial"`` (the default of layout ``messages``): one example whose ``tools``
+            are those offered at reset, as verl and SkyRL render a trajectory (the tools once, then the notes).
+            ``"split"`` (the default of layout ``prompt_completion``, which it needs): one example per tool list, its
+            ``prompt`` the request as sent and its ``completion`` only the replies made with its ``tools``.
+            ``"last"``: one example with the last request's tools (eval's last request).
     """
 
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
@@ -208,15 +214,21 @@ class ExportOptions:
     tokenizer: Any = None
     test_size: float | int | None = None
     seed: int = 0
-    tools_changed: Literal["split", "last"] = "split"
+    tools_changed: Literal["initial", "split", "last"] | None = None
 
     def __post_init__(self) -> None:
-        if self.tools_changed not in ("split", "last"):
-            raise ValueError(f"tools_changed must be 'split' or 'last', not {self.tools_changed!r}")
+        if self.tools_changed not in (None, "initial", "split", "last"):
+            raise ValueError(f"tools_changed must be 'initial', 'split' or 'last', not {self.tools_changed!r}")
         if self.final_answer not in ("message", "tool_call"):
             raise ValueError(f"final_answer must be 'message' or 'tool_call', not {self.final_answer!r}")
         if self.layout not in ("messages", "prompt_completion"):
             raise ValueError(f"layout must be 'messages' or 'prompt_completion', not {self.layout!r}")
+        if self.tools_changed is None:
+            object.__setattr__(self, "tools_changed", "initial" if self.layout == "messages" else "split")
+        elif self.tools_changed == "split" and self.layout == "messages":
+            raise ValueError("tools_changed='split' needs layout='prompt_completion' (an example per tool list); one "
+                             "`messages` example per episode takes tools_changed='initial' (the reset's tools, every "
+                             "change noted where the model was told of it) or 'last'")
         if self.test_size is not None and not (
             (isinstance(self.test_size, int) and self.test_size >= 0) or 0.0 <= float(self.test_size) < 1.0
         ):
@@ -394,11 +406,9 @@ def _examples(runs: RunSource | Iterable[RunSource], opts: ExportOptions, report
             groups = recorded.turns(steps)
             split = opts.tools_changed == "split"
             segments: list[tuple[int | None, int, str | None]] = [*recorded.tool_segments(ep, groups)] if split else []
-            if len(segments) > 1 and opts.layout == "messages":
-                report.dropped["tools_changed"] += 1  # later examples would train earlier replies under later tools
-                continue
-            if len(segments) <= 1:
-                segments = [(len(groups) - 1 if groups else None, len(steps), None)]
+            if len(segments) <= 1:  # one example: the tools of the last request, or (initial) of the first
+                last = opts.tools_changed == "last" or split
+                segments = [(len(groups) - 1 if groups and last else None, len(steps), None)]
             for first, end, answer in segments:
                 change, catalogue = recorded.catalogue_at(ep, None if first is None else groups[first][0]["step_index"])
                 key = (ep["tools"], ep["catalogue_changes"] if change >= 0 else None, change)
@@ -494,18 +504,11 @@ def _build(runs: RunSource | Iterable[RunSource], opts: ExportOptions) -> tuple[
     if not examples and read:  # a non-empty run that gives nothing: say which filters took it, do not write it
         reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.dropped.items()))
         raise NothingToExport(f"nothing to export: all {read} episodes read were dropped ({reasons}); see the sft.* "
-                              "filters (success_only, min_reward, max_turns, task_ids, drop_errors, drop_tool_errors)"
-                              + _TOOLS_CHANGED * bool(report.dropped.get("tools_changed")))
+                              "filters (success_only, min_reward, max_turns, task_ids, drop_errors, drop_tool_errors)")
     if report.dropped.get("dedupe") or report.neutralized or report.dropped.get("control_tokens"):
         log.warning("SFT export: %s", _tally(report))
-    if report.dropped.get("tools_changed") and examples:  # (in messages layout)
-        log.warning("SFT export: %d episodes dropped%s", report.dropped["tools_changed"], _TOOLS_CHANGED)
     splits = _split(examples, opts)
     return {name: _dataset(rows, feats, opts) for name, rows in splits.items()}, report
-
-
-_TOOLS_CHANGED = ("; tools_changed: their tools changed between model replies, which one `messages` example cannot "
-                  "show: use sft.layout=prompt_completion (an example per tool list) or sft.tools_changed=last")
 
 
 def _result(splits: dict[str, datasets.Dataset], opts: ExportOptions) -> datasets.Dataset | datasets.DatasetDict:
@@ -647,7 +650,7 @@ def _card(splits: dict[str, datasets.Dataset], report: _Report, opts: ExportOpti
         "# MCP agent trajectories for SFT", "",
         f"Exported by mcp-gym from {len(report.runs)} recorded run(s): {sum(report.runs.values())} episodes read, "
         f"{sum(len(ds) for ds in splits.values())} examples kept ({counts}), stored as {files}. One example per "
-        f"episode (per tool list if its tools changed), in the chat format of TRL's `SFTTrainer` (`{column}` + "
+        f"episode (per tool list with `tools_changed=split`), in the chat format of TRL's `SFTTrainer` (`{column}` + "
         "`tools`); every message is a JSON object and tool-call arguments are JSON objects, not strings.", "",
         "## Fields", "", "| column | description |", "|---|---|", *fields, "",
         "## Source runs", "", "| run | episodes | examples |", "|---|---|---|", *runs, "",

@@ -216,7 +216,8 @@ def test_a_conversation_plays_through_the_env_and_is_graded_by_bfcl(bfcl_root: P
 
 def test_a_miss_func_episode_exports_one_example_per_tool_list(bfcl_root: Path, imported, tmp_path: Path) -> None:
     """The ground truth of miss_func_0 recorded and exported: `sort` (held back until turn 3) is never offered to the
-    replies made before it was there, and the default `messages` layout refuses rather than offer it."""
+    replies made before it was there: `prompt_completion` splits the episode per tool list, the default `messages`
+    layout keeps the reset's tools and tells `sort` in the tools note at its turn."""
     from mcp_gym import sft
     from mcp_gym.client.specs import Stdio
     from mcp_gym.env import MCPEnv
@@ -245,8 +246,11 @@ def test_a_miss_func_episode_exports_one_example_per_tool_list(bfcl_root: Path, 
     for ex in (first, second):
         offered = {t["function"]["name"] for t in ex["tools"]}
         assert {c["function"]["name"] for m in ex["completion"] for c in m.get("tool_calls") or ()} <= offered
-    with pytest.raises(sft.NothingToExport, match="tools_changed: 1"):
-        sft.build(tmp_path / "run")  # one `messages` example cannot show the turn at which sort appeared
+    (whole,) = sft.build(tmp_path / "run")  # one `messages` example: the reset's tools, `sort` told at its turn
+    assert whole["tools"] == first["tools"]
+    assert whole["messages"][:len(second["prompt"])] == second["prompt"]
+    (noted,) = [m for m in whole["messages"] if "[tools changed]" in (m.get("content") or "")]
+    assert noted["role"] == "user" and '"name": "sort"' in noted["content"]
 
 
 @pytest.mark.slow

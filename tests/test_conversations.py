@@ -120,7 +120,8 @@ def test_eval_oracle_and_noop_and_validate(tmp_path: Path) -> None:
     assert [c["status"] for c in checks] == ["passed", "passed"]
 
 
-def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path) -> None:
+def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     tasks = save_tasks([TASK], tmp_path / "tasks.jsonl")
     run, sft = tmp_path / "run", tmp_path / "sft"
     assert main(["collect", *RUN[:4], f"env.tasks={tasks}", "policy=oracle", "episodes=1", f"out={run}"]) == 0
@@ -131,10 +132,17 @@ def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path
     episode = json.loads(re.search(r'<script type="application/json" id="ep-0">(.*?)</script>', page, re.S)[1])
     assert episode["turns"] == ["Add a note 'milk'.", TURN1]
     assert [s["user_turn"] for s in episode["steps"]] == [0, 0, 1, 1, 1]
-    # count_notes appears at turn 1: one `messages` example (one `tools` list) cannot show it, so the default refuses
-    assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 2
-    assert main(["export-sft", f"runs=[{run}]", f"out={sft}", "sft.tools_changed=last"]) == 0
+    # count_notes appears at turn 1: the example keeps the reset's tools and tells the change where the model was told
+    # of it (as verl and SkyRL render the trajectory); tools_changed=last gives the last request's tools, the same chat
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}", "sft.tools_changed=split"]) == 2  # (prompt_completion)
+    assert "tools_changed='split' needs layout='prompt_completion'" in capsys.readouterr().err
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}"]) == 0
     rows = pq.read_table(next((sft / "data").glob("train-*.parquet"))).to_pylist()
+    assert main(["export-sft", f"runs=[{run}]", f"out={sft}", "sft.tools_changed=last", "overwrite=true"]) == 0
+    last = pq.read_table(next((sft / "data").glob("train-*.parquet"))).to_pylist()
+    assert last[0]["messages"] == rows[0]["messages"]
+    assert [t["function"]["name"] for t in rows[0]["tools"]] == ["add_note", "submit"]
+    assert [t["function"]["name"] for t in last[0]["tools"]] == ["add_note", "count_notes", "submit"]
     messages = [json.loads(m) for m in rows[0]["messages"]]
 
     def call(turn: int, name: str, arguments: dict[str, object]) -> dict[str, object]:
@@ -244,11 +252,12 @@ def test_a_chat_policy_sees_the_conversation_sft_exports(tmp_path: Path) -> None
         assert sorted(t["function"]["name"] for t in row["tools"]) == sorted(policy.requests[first][1])
         assert policy.requests[first][1] == policy.requests[last][1]
         assert row["prompt"] + row["completion"][:-1] == policy.requests[last][0]
-    with pytest.raises(sft.NothingToExport, match="tools_changed: 1.*sft.layout=prompt_completion"):
-        sft.build(tmp_path / "r")
-    # The example replays as it was played: each user turn's text reply is that turn's submit (before, the turn-0
+    # One `messages` example: the last request's messages (the tools note where count_notes appeared), the reset's
+    # tools; it replays as it was played: each user turn's text reply is that turn's submit (before, the turn-0
     # submit was left out, so turn 1's calls ran in turn 0 and the replay scored 0 where the episode scored 1)
-    whole = sft.build(tmp_path / "r", tools_changed="last")[0]
+    (whole,) = sft.build(tmp_path / "r")
+    assert whole["messages"][:-1] == shown and sorted(t["function"]["name"] for t in whole["tools"]) == sorted(
+        policy.requests[0][1])
     assert [a["tool"] for a in sft.actions(whole)] == ["add_note", "submit", "add_note", "count_notes", "submit"]
     assert sft.actions(whole)[1]["arguments"] == {"answer": "Noted.\n\nAdded milk."}  # the reply as the model saw it
     replayed = MCPEnv({"t": InProcess(make_server().mcp)}, [TASK], grader=grade_turns)

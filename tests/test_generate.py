@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _chat_server import chat_completion, serve_chat_completions
+from _git_fixture import make_git_repo
 from conftest import ROOT, npm_bin
 
 from mcp_gym.cli import main
@@ -118,19 +118,7 @@ def test_explore_ends_when_no_walk_proposes_anything(tmp_path: Path) -> None:
 
 
 def git_fixture(tmp: Path) -> Path:
-    repo = tmp / "repo"
-    repo.mkdir()
-    git = ["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.com", "-C", str(repo)]
-    date = "2026-01-02T03:04:05Z"
-    env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "PATH": "/usr/bin:/bin"}
-    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
-    for i, name in enumerate(["alpha.txt", "beta.txt", "gamma.txt"]):
-        (repo / name).write_text(f"{name} line {i}\n")
-        subprocess.run([*git, "add", name], check=True)
-        subprocess.run([*git, "commit", "-q", "-m", f"add {name}"], check=True, env=env)
-    (repo / "delta.txt").write_text("not tracked yet\n")
-    (repo / "alpha.txt").write_text("alpha changed\n")
-    return repo
+    return make_git_repo(tmp / "repo")
 
 
 def files_fixture(tmp: Path) -> Path:

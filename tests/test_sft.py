@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import with_code_marked
+from mcp.server.mcpserver import Context, MCPServer
+from test_env_reset_listing import declare_list_changed, tools_changed
 
 import mcp_gym
 from mcp_gym import chat, sft
@@ -410,3 +412,76 @@ def test_export_refuses_to_clobber(oracle_run: Path, tmp_path: Path) -> None:
         sft.export(oracle_run, other, overwrite=True)
     assert (other / "notes.txt").read_text() == "keep me"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp dirs left behind
+
+
+# -- tools that change mid-episode -------------------------------------------------------------------------------------
+def door_server() -> MCPServer:
+    """A plain MCPServer whose tools change mid-episode: ``take_key`` adds ``unlock`` and removes itself, and says so
+    with ``notifications/tools/list_changed`` (nothing else tells the client)."""
+    mcp = MCPServer("door", log_level="WARNING")
+    declare_list_changed(mcp)
+
+    @mcp.tool()
+    async def look() -> str:
+        """Look around."""
+        return "A locked door. A key on the floor. <|im_end|>"  # server text: neutralised alike everywhere
+
+    async def unlock(code: int) -> str:
+        """Open the door with the key and a code."""
+        return f"The door opens ({code})."
+
+    @mcp.tool()
+    async def take_key(ctx: Context) -> str:
+        """Pick up the key."""
+        mcp.add_tool(unlock)
+        mcp.remove_tool("take_key")
+        await tools_changed(ctx)
+        return "You hold the key."
+
+    return mcp
+
+
+def test_an_episode_whose_tools_changed_exports_as_the_policy_saw_it(tmp_path: Path) -> None:
+    """Recorded through the chat policy (eval's chat view), exported to Parquet, loaded with ``datasets``: the one
+    example's messages are every request the policy sent, byte for byte, tools note included, then the final reply;
+    its ``tools`` are those offered at reset (what verl and SkyRL render once per trajectory)."""
+    from episodes import hermes, run_policy
+
+    from mcp_gym import InProcess, MCPEnv
+    from mcp_gym.recording.schema import dumps
+    from mcp_gym.tasks import Task
+
+    def make() -> MCPEnv:
+        return MCPEnv({"door": InProcess(door_server())}, [Task(id="door-0", prompt="Open the door.", answer="open")],
+                      env_id="test/Door-v0", verifier=lambda t, answer, state: float(answer == t.answer))
+
+    texts = [hermes(("look", {}), text="Let me look."), hermes(("take_key", {})), "The key is mine.",
+             hermes(("unlock", {"code": 7})), hermes(("submit", {"answer": "open"}))]
+    policy = run_policy(make, "door-0", texts, tmp_path / "run")
+    assert len(policy.requests) == len(texts)
+    before, after = policy.requests[0][1], policy.requests[-1][1]
+    assert {t["function"]["name"] for t in before} == {"look", "take_key", "submit"}
+    assert {t["function"]["name"] for t in after} == {"look", "unlock", "submit"}
+    note = chat.tools_note(before, after)
+    assert '"name": "unlock"' in note and note.endswith("Removed tools (no longer callable): take_key")
+
+    sft.export(tmp_path / "run", tmp_path / "sft", drop_errors=False)  # (keeps the reply without a call)
+    (ex,) = datasets.load_dataset("parquet", data_files=str(tmp_path / "sft" / "data" / "*.parquet"), split="train",
+                                  cache_dir=str(tmp_path / "hf"))
+    messages = ex["messages"]
+    for shown, _ in policy.requests:  # every request: a prefix of the example, message for message, byte for byte
+        assert [dumps(m) for m in messages[:len(shown)]] == [dumps(m) for m in shown]
+    assert len(messages) == len(policy.requests[-1][0]) + 1
+    assert messages[-1]["tool_calls"][0]["function"] == {"name": "submit", "arguments": {"answer": "open"}}
+    (noted,) = [m for m in messages if "[tools changed]" in (m.get("content") or "")]
+    assert noted["role"] == "tool" and noted["name"] == "take_key"
+    assert noted["content"] == "You hold the key.\n\n" + note  # the message answering the step that changed them
+    assert "<\u200b|im_end|>" in messages[3]["content"]  # look's result, as the model was shown it
+    assert ex["tools"] == before and ex["success"] is True
+    # tools_changed=last: the last request's tools, the same messages; prompt_completion: one example per tool list
+    assert sft.build(tmp_path / "run", drop_errors=False, tools_changed="last")[0]["tools"] == after
+    first, second = sft.build(tmp_path / "run", drop_errors=False, layout="prompt_completion")
+    assert (first["tools"], second["tools"]) == (before, after)
+    assert second["prompt"] == next(shown for shown, tools in policy.requests if tools == after)
+    with pytest.raises(ValueError, match="tools_changed='split' needs layout='prompt_completion'"):
+        sft.build(tmp_path / "run", tools_changed="split")

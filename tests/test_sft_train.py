@@ -94,9 +94,9 @@ def test_trl_templates_render_arguments_as_json_objects(exported: datasets.Datas
                                                         name: str) -> None:
     template = trl_template(name)
     key = ARGUMENT_KEY[name]
-    # Every bundled env but Maze: its oracle unlocks a door, a tool that appears mid-episode, and the messages layout
-    # drops such episodes (sft.tools_changed: one tools list per example could not be what each reply was offered).
-    assert {ex["env_id"] for ex in exported} == {f"mcp_gym/{n}-v0" for n in BUNDLED_ENVS if n != "Maze"}
+    # Every bundled env, Maze too: its oracle unlocks a door, a tool that appears mid-episode (the reset's tools, the
+    # change told in the messages: test_a_tools_note_renders_where_the_model_was_told)
+    assert {ex["env_id"] for ex in exported} == {f"mcp_gym/{n}-v0" for n in BUNDLED_ENVS}
     for ex in exported:
         text = render(tokenizer, ex, template)
         for tool in ex["tools"]:
@@ -114,6 +114,22 @@ def test_trl_templates_render_arguments_as_json_objects(exported: datasets.Datas
         if ex["final_answer"] is not None:
             assert ex["final_answer"] in text.rsplit("assistant", 1)[1]
         assert tokenizer(text)["input_ids"]
+
+
+@pytest.mark.parametrize("name", ["qwen2_5", "qwen3"])
+def test_a_tools_note_renders_where_the_model_was_told(exported: datasets.Dataset, tokenizer: Any, name: str) -> None:
+    """Maze's `unlock` appears mid-episode: the rendered example lists the reset's tools in its header (no `unlock`)
+    and shows the tools note, with `unlock`'s schema, inside the tool message that answered the move to the key."""
+    noted = [ex for ex in exported if any("[tools changed]" in (m.get("content") or "") for m in ex["messages"])]
+    assert noted and {ex["env_id"] for ex in noted} == {"mcp_gym/Maze-v0"}
+    for ex in noted:
+        assert "unlock" not in {t["function"]["name"] for t in ex["tools"]}
+        text = render(tokenizer, ex, trl_template(name))
+        header, rest = text.split("<|im_start|>user", 1)
+        assert '"name": "move"' in header and '"name": "unlock"' not in header
+        (note,) = [m for m in ex["messages"] if "[tools changed]" in (m.get("content") or "")]
+        assert note["role"] == "tool" and '"name": "unlock"' in note["content"]
+        assert note["content"] in rest and rest.index(note["content"]) < rest.index('"name": "unlock", "arguments"')
 
 
 @pytest.mark.parametrize("name", ["qwen2_5", "llama3_1"])

@@ -6,11 +6,14 @@ removes those whose owning process is gone, never a live process's, never throug
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +135,38 @@ def test_a_sweep_never_follows_or_deletes_through_a_symlink_planted_in_the_tempo
     assert (victim / "precious.txt").read_text() == "keep me" and (victim / "sub" / "deep.txt").read_text() == \
         "keep me too"
     assert sweep(tmp_path / "missing") == []  # never raises into the job
+
+
+SWEEP = "import json, sys; from mcp_gym._wsdir import sweep; print(json.dumps([str(p) for p in sweep(sys.argv[1])]))"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="a time namespace (unshare --time) needs root and util-linux")
+def test_old_named_workspaces_are_removed_only_when_made_before_this_boot(tmp_path: Path) -> None:
+    """Versions before the owner tag made ``mcp-gym-ws-<8 random>`` (``tempfile.mkdtemp``), which names no owner. A
+    sweep removes one only where the kernel proves its maker gone: the folder's inode last changed before this boot.
+    Seen from this boot it is kept; seen from a time namespace whose boot is after the folder was made (``unshare
+    --time --boottime``: ``/proc/stat``'s ``btime`` follows it), it is removed, with the sweep's rules (a symlink or a
+    file of that name is left, a link inside is never followed)."""
+    tmp, victim = tmp_path / "tmp", tmp_path / "victim"
+    tmp.mkdir()
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    old = Path(tempfile.mkdtemp(prefix="mcp-gym-ws-", dir=tmp))  # exactly as those versions made them
+    (old / "out.txt").write_text("left by a killed job")
+    (old / "into-victim").symlink_to(victim)
+    link, afile, other = tmp / "mcp-gym-ws-abcd1234", tmp / "mcp-gym-ws-efgh5678", tmp / "mcp-gym-ws-notours"
+    link.symlink_to(victim)
+    afile.write_text("not a folder")
+    other.mkdir()  # 7 characters: no name mkdtemp gives
+    assert sweep(tmp) == [] and old.is_dir()  # made during this boot: its maker may run
+    made = os.lstat(old).st_ctime
+    while time.time() < made + 2.5:  # the clock moves on (btime has whole seconds): bounded by the clock itself
+        time.sleep(0.1)
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    done = subprocess.run(["unshare", "--time", "--boottime", str(-int(uptime)), sys.executable, "-c", SWEEP,
+                           str(tmp)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [str(old)] and not os.path.lexists(old)
+    assert link.is_symlink() and afile.read_text() == "not a folder" and other.is_dir()
+    assert (victim / "precious.txt").read_text() == "keep me"

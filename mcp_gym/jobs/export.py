@@ -33,13 +33,19 @@ def export_sft(cfg: DictConfig, out: str | Path) -> Any:
 
     from mcp_gym.jobs.identity import JobRefused
     from mcp_gym.jobs.results import JobFailed
-    from mcp_gym.sft import NothingToExport, export
+    from mcp_gym.jobs.schema import ConfigError
+    from mcp_gym.sft import ExportOptions, NothingToExport, export
 
     datasets.disable_progress_bars()  # one summary line instead of a bar per shard
     # runs=<one path> on the command line is a string, not a list: one run (not one per character)
     runs = [str(cfg.runs)] if isinstance(cfg.runs, (str, Path)) else [str(r) for r in cfg.runs]
+    options = to_dict(cfg.sft)
     try:
-        dataset = export(runs, out, format=cfg.format, overwrite=bool(cfg.overwrite), **to_dict(cfg.sft))
+        ExportOptions(**options)  # a bad option value (sft.layout=bogus): one line naming it, before any run is read
+    except ValueError as e:
+        raise ConfigError(f"sft: {e}") from None
+    try:
+        dataset = export(runs, out, format=cfg.format, overwrite=bool(cfg.overwrite), **options)
     except NothingToExport as e:  # the CLI prints it as one line
         raise JobRefused(str(e)) from e
     except OSError as e:

@@ -90,7 +90,7 @@ class _ExportOptions:
     layout: str = MISSING
     test_size: float | None = MISSING
     seed: int = MISSING
-    tools_changed: str = MISSING
+    tools_changed: str | None = MISSING
 
 
 @dataclass

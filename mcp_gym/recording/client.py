@@ -10,9 +10,12 @@ records every ``call_tool``; :class:`RecordingHost` wraps an :class:`~mcp_gym.cl
         client.end_episode(final_answer="3", success=True)
 
 Step rewards follow the reward convention (``reward``/``done`` in structured content or ``_meta``) when the server
-uses it, else they are null. Calls outside an episode open one implicitly; an open episode is finished on close with
-``termination = "closed"``. Everything else (``list_tools``, ``read_resource``, ...) passes through to the wrapped
-object.
+uses it, else they are null. A failed call is a failed step (``is_error``): an ``isError`` result, a JSON-RPC error
+(``error.kind`` ``jsonrpc``), and a result that is neither but cannot be read as one value
+(:func:`mcp_gym.protocol.result_problem`: no content and no ``structuredContent``, or the two disagreeing; kind
+``invalid_result``, no reward read from it). Calls outside an episode open one implicitly; an open episode is
+finished on close with ``termination = "closed"``. Everything else (``list_tools``, ``read_resource``, ...) passes
+through to the wrapped object.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import mcp.types as mt
 from mcp import MCPError
 
 from mcp_gym.client.host import CallOutcome, MCPHost, ToolEntry
-from mcp_gym.protocol import ToolCallError, catalogue_fingerprint
+from mcp_gym.protocol import ToolCallError, catalogue_fingerprint, result_problem
 from mcp_gym.recording.writer import EpisodeWriter, TrajectoryWriter, writer_for
 from mcp_gym.rewards import read_reward
 
@@ -144,9 +147,15 @@ class _RecordingMiddleware:
             content = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content]
             structured = result.structured_content
             is_error = is_error or bool(result.is_error)
-            text = "\n".join(b["text"] for b in content if b.get("type") == "text") if structured is None else None
-            signal = read_reward(structured, result.meta, text)
-            reward, done = signal.reward, signal.done
+            problem = result_problem(result) if not is_error else None
+            if problem is not None:  # nothing to read, or two values: a failed step, no reward read from it
+                error = ToolCallError("invalid_result", f"tool {tool} on server '{server}' {problem}", tool=tool,
+                                      server=server).as_dict()
+                is_error = True
+            else:
+                text = "\n".join(b["text"] for b in content if b.get("type") == "text") if structured is None else None
+                signal = read_reward(structured, result.meta, text)
+                reward, done = signal.reward, signal.done
         episode.add_step(
             tool, arguments, server=server, server_tool=server_tool, content=content, structured_content=structured,
             is_error=is_error, error=error, reward=reward, terminated=done, duration=duration, timestamp=started,

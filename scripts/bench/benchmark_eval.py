@@ -79,6 +79,7 @@ from startup import make_fixture, server_command  # noqa: E402 - the same fixtur
 
 sys.path.insert(0, str(ROOT / "tests"))
 from _chat_server import chat_completion, serve_chat_completions  # noqa: E402 - the tests' scripted endpoint
+from _git_fixture import make_git_repo  # noqa: E402 - the tests' git fixture
 
 from mcp_gym.cli import main as cli  # noqa: E402
 from mcp_gym.client import _npx  # noqa: E402 - forgotten between jobs (each job a process of its own)
@@ -137,21 +138,6 @@ def git_server(a: argparse.Namespace) -> str:
         '--repository {workspace}"'
 
 
-def make_repo(repo: Path) -> None:
-    """The git fixture: three commits, a changed tracked file, an untracked one (tests/test_generate.py's)."""
-    repo.mkdir()
-    git = ["git", "-c", "user.name=Ada", "-c", "user.email=ada@example.com", "-C", str(repo)]
-    env = {"GIT_AUTHOR_DATE": "2026-01-02T03:04:05Z", "GIT_COMMITTER_DATE": "2026-01-02T03:04:05Z",
-           "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
-    for i, name in enumerate(["alpha.txt", "beta.txt", "gamma.txt"]):
-        (repo / name).write_text(f"{name} line {i}\n")
-        subprocess.run([*git, "add", name], check=True)
-        subprocess.run([*git, "commit", "-q", "-m", f"add {name}"], check=True, env=env)
-    (repo / "delta.txt").write_text("not tracked yet\n")
-    (repo / "alpha.txt").write_text("alpha changed\n")
-
-
 def bench_tasks(a: argparse.Namespace, tmp: Path) -> Path:
     """The task file of ``--bench bfcl`` (imported) or ``git`` (generated), made once, before the timed jobs."""
     with contextlib.redirect_stdout(io.StringIO()):
@@ -159,7 +145,7 @@ def bench_tasks(a: argparse.Namespace, tmp: Path) -> Path:
             if cli(["tasks", "import", "bfcl", str(a.bfcl), "--category", "base", "--out", str(tmp / "bfcl")]) != 0:
                 raise SystemExit(f"tasks import bfcl {a.bfcl} failed")
             return tmp / "bfcl" / "multi_turn_base.jsonl"
-        make_repo(tmp / "repo")
+        make_git_repo(tmp / "repo")  # tests/test_generate.py's git fixture
         code = cli(["tasks", "generate", "env=custom", git_server(a), f"fixture={tmp / 'repo'}",
                     '+generator.fixed.repo_path="{workspace}"', "+generator.fixed.branch_type=local",
                     f"n={a.tasks}", f"out={tmp / 'gen'}"])
