@@ -53,6 +53,15 @@ Without ``--process`` one untimed job of ``--num-envs`` episodes warms this proc
 
     python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 2
     python scripts/bench/benchmark_eval.py --bench git --tasks 8 --samples 2 --rounds 2
+
+``--compare DIR`` (``bfcl`` and ``git``): instead of the pool's arms, ``before`` (the checkout DIR, e.g. a detached
+worktree of main) and ``after`` (this checkout), each job in a process of its own that imports ``mcp_gym`` and its
+``envs/``, ``servers/`` and ``conf/`` from its checkout (first on ``PYTHONPATH``; a finder put ahead of the editable
+install's) and warms up with one untimed job first, the sides alternating round by round. The servers the jobs
+start get the MCP SDK's default environment, not ``PYTHONPATH``: they run the installed checkout's code on both sides.
+
+    git worktree add --detach /tmp/base main
+    python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 3 --compare /tmp/base
 """
 
 from __future__ import annotations
