@@ -59,7 +59,7 @@ class ForkChecker:
         self._rids = itertools.count(1)
         self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
         self._ready = threading.Event()
-        self._dead = self._closed = False
+        self._dead = self._ended = False
         self._tmp = tempfile.mkdtemp(prefix="mcp-gym-bfcl-")
         self._stderr: IO[bytes] = open(os.path.join(self._tmp, ".stderr"), "w+b")  # noqa: SIM115 - closed in close()
         work = os.path.join(self._tmp, "cwd")
@@ -127,8 +127,9 @@ class ForkChecker:
         is gone (or never became ready), ``RuntimeError`` naming the tasks when the check ran over ``timeout``."""
         ids = ", ".join(str(c.get("id")) for c in checks)
         if not self._ready.wait(START_TIMEOUT) or self._dead:
-            self.close()
-            raise _CheckerDied(f"BFCL's checker process did not start: {self._why()}")
+            why = self._why()
+            self.close(ending=False)
+            raise _CheckerDied(f"BFCL's checker process did not start: {why}")
         event = threading.Event()
         box: list[dict[str, Any]] = []
         with self._lock:
@@ -147,10 +148,9 @@ class ForkChecker:
         if not event.wait(timeout + MARGIN):
             with self._lock:
                 self._waiting.pop(rid, None)
-            self.close()  # the checker process itself is stuck: the next request starts a new one
-            self._closed = False
+            self.close(ending=False)  # the checker process itself is stuck: the next request starts a new one
             raise RuntimeError(f"BFCL's checker process gave no verdict on {ids} in {timeout + MARGIN:g} s (killed)")
-        if not box and self._closed:
+        if not box and self._ended:
             raise RuntimeError(f"BFCL's checker process was stopped (the job's end) while checking {ids}")
         if not box:
             raise _CheckerDied(f"BFCL's checker process ended while checking {ids}: {self._why()}")
@@ -162,10 +162,12 @@ class ForkChecker:
             raise RuntimeError("BFCL's checker answered something other than one verdict per check")
         return results
 
-    def close(self) -> None:
-        """Stop the checker process (its children die with it) and remove its folder; idempotent."""
+    def close(self, *, ending: bool = True) -> None:
+        """Stop the checker process (its children die with it) and remove its folder; idempotent. ``ending``: the
+        job's end (a request in flight then fails, rather than being run again by the one-shot checker)."""
         with self._lock:
-            self._dead = self._closed = True
+            self._dead = True
+            self._ended = self._ended or ending
         if self.proc.poll() is None:
             with contextlib.suppress(OSError, ValueError):
                 assert self.proc.stdin is not None
@@ -195,7 +197,7 @@ def _checker(root: str | Path) -> ForkChecker:
         if found is not None and found.alive:
             return found
         if found is not None:
-            found.close()
+            found.close(ending=False)
         _checkers[key] = made = ForkChecker(key)
         return made
 
