@@ -142,6 +142,24 @@ def test_a_killed_checker_process_is_replaced_and_no_verdict_is_lost(bfcl_root: 
     assert new != old and alive(new)
 
 
+def test_a_stuck_checker_process_is_killed_at_the_jobs_bound_and_replaced(bfcl_root: Path,  # noqa: F811
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checker process that never answers (stopped with SIGSTOP): the job waits the request's timeout plus
+    ``MARGIN``, kills it, fails that grade in one line naming the task, and the next grade gets a new one."""
+    want = grade.run_checks(bfcl_root, [_gt(bfcl_root, "multi_turn_base_0")], fork=False)
+    assert forked.run(bfcl_root, [_gt(bfcl_root, "multi_turn_base_0")], 60) == want
+    (old,) = forked.checker_pids()
+    monkeypatch.setattr(forked, "MARGIN", 0.5)
+    os.kill(old, signal.SIGSTOP)
+    with pytest.raises(RuntimeError, match=r"^BFCL's checker process gave no verdict on multi_turn_base_0 in 1.5 s "
+                                           r"\(killed\)$"):
+        grade.run_checks(bfcl_root, [_gt(bfcl_root, "multi_turn_base_0")], timeout=1.0)
+    assert not alive(old) and forked.checker_pids() == []
+    assert forked.run(bfcl_root, [_gt(bfcl_root, "multi_turn_base_0")], 60) == want
+    (new,) = forked.checker_pids()
+    assert new != old
+
+
 def test_close_all_stops_the_checker_process_and_its_children(probed: Path) -> None:
     with ThreadPoolExecutor(1) as pool:
         hanging = pool.submit(grade.run_checks, probed, [_gt(probed, HANGS)], timeout=600)
