@@ -175,6 +175,8 @@ def _run_job(cfg: Any) -> None:
         raise SystemExit(1) from None
     finally:
         stop_early_servers()  # the ones no env took (none outlives the job)
+        if (checkers := sys.modules.get("mcp_gym.envs.bfcl.forked")) is not None:
+            checkers.close_all()  # BFCL's checker processes (tasks validate, eval)
 
 
 def _log_own_warnings(show: Callable[..., None]) -> Callable[..., None]:

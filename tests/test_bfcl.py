@@ -167,7 +167,7 @@ def test_the_grader_refuses_task_data_that_differ_from_bfcls(bfcl_root: Path, im
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # 480 episodes, each graded in its own checker process
+@pytest.mark.timeout(1800)  # 480 episodes, each graded by a child of the checker process
 def test_mcp_gym_verdict_equals_bfcls_own_on_120_tasks(bfcl_root: Path) -> None:
     """Ground truth and perturbed trajectories (a dropped call, a changed argument, a later turn's call done early)
     played through the server and graded by mcp-gym equal BFCL's checker run directly on the same calls."""

@@ -17,19 +17,24 @@ Code in the copy runs (BFCL's checker ``eval``\\ s its ground truth): name only 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import json
 import keyword
+import os
 import re
+import signal
 import sys
+import threading
+import time
 import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 __all__ = ["find_root", "inside", "load_bfcl", "data_file", "entries", "entry", "category_of", "call_string", "check",
-           "check_strings", "CATEGORIES", "MAX_DATA_BYTES"]
+           "check_strings", "run_all", "serve", "CATEGORIES", "MAX_DATA_BYTES"]
 
 PACKAGE = "bfcl_eval"
 CHECKER_FILE = ("eval_checker", "multi_turn_eval", "multi_turn_checker.py")
@@ -213,13 +218,11 @@ def check(bfcl: types.SimpleNamespace, entry_id: str, turns: list[list[dict[str,
                                           for turn in turns])
 
 
-def main() -> int:
-    """Script entry: ``{"root", "checks": [{"id", "turns"} | {"id", "strings"}]}`` on stdin, a JSON list of verdicts
-    on stdout (a check that raises gives ``{"valid": null, "error": ...}``)."""
-    request = json.load(sys.stdin)
-    bfcl = load_bfcl(find_root(request["root"]))
+def run_all(bfcl: types.SimpleNamespace, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The verdicts of ``checks`` (``{"id", "turns"} | {"id", "strings"}``), in order (a check that raises gives
+    ``{"valid": null, "error": ...}``)."""
     results = []
-    for item in request["checks"]:
+    for item in checks:
         try:
             if "strings" in item:
                 results.append(check_strings(bfcl, str(item["id"]), item["strings"]))
@@ -227,7 +230,152 @@ def main() -> int:
                 results.append(check(bfcl, str(item["id"]), item["turns"]))
         except Exception as e:  # noqa: BLE001 - reported per check, with its type
             results.append({"valid": None, "error": f"{type(e).__name__}: {e}"})
-    json.dump(results, sys.stdout)
+    return results
+
+
+class _Child:
+    """A forked check in :func:`serve`: its request id, process, answer pipe (read end), deadline and bytes read."""
+
+    def __init__(self, rid: Any, pid: int, fd: int, limit: float, ids: list[str], work: str) -> None:
+        self.rid, self.pid, self.fd, self.limit, self.ids, self.work = rid, pid, fd, limit, ids, work
+        self.deadline = time.monotonic() + limit
+        self.data = bytearray()
+
+
+def _threads() -> int:
+    """The threads of this process (the kernel's count where it shows one: native threads too)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _write(fd: int, obj: Any) -> None:
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _in_child(bfcl: types.SimpleNamespace, parent: int, checks: list[dict[str, Any]], limit: float, fd: int,
+              work: str) -> None:
+    """A forked child: die with the checker process (Linux), and by itself past ``limit``; run ``checks`` in the
+    fresh folder ``work``; write their verdicts to ``fd``. Never returns."""
+    try:
+        os.chdir(work)
+        if sys.platform.startswith("linux"):
+            import ctypes  # noqa: PLC0415 - imported in the checker process before its first fork
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the checker process died before the prctl
+                os._exit(1)
+        signal.alarm(int(limit) + 2)  # the checker process kills it at ``limit``: this is the bound if it cannot
+        _write(fd, {"results": run_all(bfcl, checks)})
+    finally:
+        os._exit(0)
+
+
+def serve(bfcl: types.SimpleNamespace, owner: int) -> int:
+    """The checker process (:mod:`mcp_gym.envs.bfcl.forked`): BFCL loaded once, its data read, then for each request
+    line ``{"rid", "checks", "timeout"}`` on stdin one forked child, a fresh copy of this process (which never runs a
+    check itself), whose verdicts come back as ``{"rid", "results"}`` on stdout, or ``{"rid", "error"}`` (the child
+    ran over ``timeout`` seconds and was killed, or died). Requests run concurrently. Ends, killing its children, when
+    stdin closes (the job ended or died) or the ``owner`` process is gone; single-threaded (it refuses to fork
+    otherwise)."""
+    import select  # noqa: PLC0415 - the checker process only
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    if sys.platform.startswith("linux"):
+        import ctypes  # noqa: F401, PLC0415 - for the children's prctl, imported before any fork
+    for category in CATEGORIES:  # the data, read once here: every child starts from it (an error: the child's)
+        with contextlib.suppress(OSError, ValueError):
+            entries(bfcl.root, category)
+    reply = os.dup(1)
+    os.dup2(2, 1)  # print() of BFCL's code goes to stderr, never into the answers
+    me, home = os.getpid(), os.getcwd()
+    children: dict[int, _Child] = {}
+    pending = b""
+
+    def finish(c: _Child, error: str | None) -> None:
+        del children[c.fd]
+        os.close(c.fd)
+        done, status = os.waitpid(c.pid, os.WNOHANG)
+        if not done:
+            os.kill(c.pid, signal.SIGKILL)  # it wrote its answer (or ran over): its exit is all that is left
+            _, status = os.waitpid(c.pid, 0)
+        shutil.rmtree(c.work, ignore_errors=True)
+        if error is None:
+            try:
+                answer = json.loads(bytes(c.data))
+                _write(reply, {"rid": c.rid, "results": answer["results"]})
+                return
+            except (ValueError, KeyError, TypeError):
+                why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                       else f"exit status {os.WEXITSTATUS(status)}")
+                error = f"BFCL's checker ended without a verdict on {', '.join(c.ids)} ({why})"
+        _write(reply, {"rid": c.rid, "error": error})
+
+    def start(line: bytes) -> None:
+        request = json.loads(line)
+        rid, checks, limit = request["rid"], list(request["checks"]), float(request["timeout"])
+        ids = [str(c.get("id")) for c in checks]
+        if _threads() != 1:  # a fork would copy a lock another thread holds
+            _write(reply, {"rid": rid, "error": f"BFCL's checker process has {_threads()} threads: no fork"})
+            return
+        work = tempfile.mkdtemp(prefix="check-", dir=home)  # its working folder, as a one-shot check's
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            for fd in (reply, *children):
+                os.close(fd)
+            _in_child(bfcl, me, checks, limit, w, work)
+        os.close(w)
+        children[r] = _Child(rid, pid, r, limit, ids, work)
+
+    _write(reply, {"ready": me})
+    try:
+        while True:
+            now = time.monotonic()
+            soonest = min((c.deadline for c in children.values()), default=now + 1.0)
+            ready, _, _ = select.select([0, *children], [], [], max(0.0, min(soonest - now, 1.0)))
+            for fd in ready:
+                if fd == 0:
+                    data = os.read(0, 1 << 16)
+                    if not data:
+                        return 0  # the job closed its end (or died): the children go in the finally
+                    pending += data
+                    while b"\n" in pending:
+                        line, pending = pending.split(b"\n", 1)
+                        if line.strip():
+                            start(line)
+                elif fd in children:
+                    data = os.read(fd, 1 << 16)
+                    if data:
+                        children[fd].data += data
+                    else:
+                        finish(children[fd], None)
+            now = time.monotonic()
+            for c in [c for c in children.values() if c.deadline <= now]:
+                finish(c, f"BFCL's checker ran over {c.limit:g} s on {', '.join(c.ids)} (killed)")
+            if os.getppid() != owner:
+                return 0  # the job is gone (its stdin may be held by someone else)
+    finally:
+        for c in list(children.values()):
+            os.kill(c.pid, signal.SIGKILL)
+            os.waitpid(c.pid, 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Script entry: ``{"root", "checks": [{"id", "turns"} | {"id", "strings"}]}`` on stdin, a JSON list of verdicts
+    on stdout (a check that raises gives ``{"valid": null, "error": ...}``); ``--serve ROOT OWNER``: the job's checker
+    process (:mod:`mcp_gym.envs.bfcl.forked`)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"] and len(argv) == 3:
+        return serve(load_bfcl(find_root(argv[1])), int(argv[2]))
+    request = json.load(sys.stdin)
+    bfcl = load_bfcl(find_root(request["root"]))
+    json.dump(run_all(bfcl, request["checks"]), sys.stdout)
     return 0
 
 

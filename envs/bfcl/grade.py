@@ -2,16 +2,19 @@
 
 ``{"kind": "python", "function": "mcp_gym.envs.bfcl.grade:verify"}`` (what ``mcp-gym tasks import bfcl`` writes into
 each task). It reads the BFCL server's ``mcp_gym_state`` (the copy the server was started on, the task, the calls
-that ran in each turn), refuses a task whose data differ from the copy's own, and runs
-:mod:`mcp_gym.envs.bfcl.check` as a script in a subprocess (``python -I``, an empty environment, a fresh temporary
-folder, bounded by :data:`CHECK_TIMEOUT`), which runs BFCL's ``multi_turn_checker`` on them with the task's ground
-truth from the copy. An episode cut off before its last turn ended fails as BFCL's ``multi_turn:force_terminated``.
+that ran in each turn), refuses a task whose data differ from the copy's own, and has BFCL's
+``multi_turn_checker`` run on them with the task's ground truth from the copy, never in the job's process: by the
+job's checker process (:mod:`mcp_gym.envs.bfcl.forked`: BFCL imported once, one forked child per check), or, with
+``MCP_GYM_BFCL_CHECKER=oneshot`` and whenever that process is gone, by :mod:`mcp_gym.envs.bfcl.check` as a script in
+a subprocess of its own (``python -I``, an empty environment, a fresh temporary folder). Both are bounded by
+:data:`CHECK_TIMEOUT`. An episode cut off before its last turn ended fails as BFCL's ``multi_turn:force_terminated``.
 The grade's reason is BFCL's ``error_type`` and ``error_message``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -19,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_gym.envs.bfcl import check
+from mcp_gym.envs.bfcl import check, forked
 
-__all__ = ["verify", "run_checks", "CHECK_TIMEOUT", "DATA_KEYS", "GRADER_SPEC"]
+__all__ = ["verify", "run_checks", "close_checkers", "CHECK_TIMEOUT", "DATA_KEYS", "GRADER_SPEC", "CHECKER_VARIABLE"]
 
 GRADER_SPEC = {"kind": "python", "function": "mcp_gym.envs.bfcl.grade:verify"}
 """The grader spec of an imported BFCL task."""
@@ -32,11 +35,37 @@ DATA_KEYS = ("involved_classes", "initial_config")
 """Fields of a task's ``data`` that must equal the BFCL copy's own (the server and checker read the copy's)."""
 
 
-def run_checks(root: str | Path, checks: Sequence[Mapping[str, Any]], *,
-               timeout: float | None = CHECK_TIMEOUT) -> list[dict[str, Any]]:
+CHECKER_VARIABLE = "MCP_GYM_BFCL_CHECKER"
+"""The environment variable that chooses the checker: ``fork`` (the default: the job's checker process, one forked
+child per check) or ``oneshot`` (a new subprocess per check)."""
+
+
+def run_checks(root: str | Path, checks: Sequence[Mapping[str, Any]], *, timeout: float | None = CHECK_TIMEOUT,
+               fork: bool | None = None) -> list[dict[str, Any]]:
     """BFCL's verdicts on ``checks`` (``{"id", "turns"}``: calls per turn, or ``{"id", "strings"}``: BFCL call strings
-    per turn), run by :mod:`mcp_gym.envs.bfcl.check` in a subprocess with the copy at ``root``. Raises
-    ``RuntimeError`` naming the cause when the checker cannot run."""
+    per turn) with the copy at ``root``: by the job's checker process (``fork``; default: unless
+    :data:`CHECKER_VARIABLE` is ``oneshot``; never without a ``timeout``), else, or when that process is gone, by
+    :mod:`mcp_gym.envs.bfcl.check` in a subprocess of its own. Raises ``RuntimeError`` naming the cause when the
+    checker cannot run or runs over ``timeout``."""
+    if fork is None:
+        choice = os.environ.get(CHECKER_VARIABLE, "fork").strip().lower()
+        if choice not in ("fork", "oneshot"):
+            raise ValueError(f"{CHECKER_VARIABLE}={choice!r}: want 'fork' or 'oneshot'")
+        fork = choice == "fork"
+    if fork and timeout is not None:
+        found = forked.run(root, checks, timeout)
+        if found is not None:
+            return found
+    return _one_shot(root, checks, timeout)
+
+
+def close_checkers() -> None:
+    """Stop the job's BFCL checker processes (the end of a job does; so does the interpreter's exit)."""
+    forked.close_all()
+
+
+def _one_shot(root: str | Path, checks: Sequence[Mapping[str, Any]], timeout: float | None) -> list[dict[str, Any]]:
+    """The verdicts from :mod:`mcp_gym.envs.bfcl.check` run as a script in a subprocess of its own."""
     request = json.dumps({"root": str(root), "checks": list(checks)})
     with tempfile.TemporaryDirectory(prefix="mcp-gym-bfcl-") as tmp:
         try:
@@ -44,7 +73,8 @@ def run_checks(root: str | Path, checks: Sequence[Mapping[str, Any]], *,
                                   input=request, capture_output=True, text=True, timeout=timeout, cwd=tmp,
                                   env={"PYTHONHASHSEED": "0"}, check=False)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f"BFCL's checker ran over {timeout:g} s") from None
+            ids = ", ".join(str(c.get("id")) for c in checks)
+            raise RuntimeError(f"BFCL's checker ran over {timeout:g} s on {ids} (killed)") from None
     if done.returncode != 0:
         tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"BFCL's checker exited {done.returncode}: {tail}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -107,13 +108,23 @@ def collect(cfg: DictConfig, out: str | Path, *, runtime: Runtime | None = None)
     :class:`~mcp_gym.jobs.identity.RunConfigMismatch` (see :mod:`mcp_gym.jobs.identity`).
     """
     out = Path(out)
-    if not cfg.recorder.enabled:
-        return _collect(cfg, out, runtime)
-    from mcp_gym.jobs.config import run_location
-    from mcp_gym.jobs.identity import hold_run
+    try:
+        if not cfg.recorder.enabled:
+            return _collect(cfg, out, runtime)
+        from mcp_gym.jobs.config import run_location
+        from mcp_gym.jobs.identity import hold_run
 
-    with hold_run(run_location(cfg, out)):  # one job per run directory: a second one refuses, naming this one
-        return _collect(cfg, out, runtime)
+        with hold_run(run_location(cfg, out)):  # one job per run directory: a second one refuses, naming this one
+            return _collect(cfg, out, runtime)
+    finally:
+        _stop_checkers()
+
+
+def _stop_checkers() -> None:
+    """Stop the job's BFCL checker processes, if its graders started any (none outlives the job)."""
+    forked = sys.modules.get("mcp_gym.envs.bfcl.forked")  # not imported: no BFCL task was graded
+    if forked is not None:
+        forked.close_all()
 
 
 MODEL_POLICIES = ("openai", "hf")

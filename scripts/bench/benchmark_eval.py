@@ -53,6 +53,15 @@ Without ``--process`` one untimed job of ``--num-envs`` episodes warms this proc
 
     python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 2
     python scripts/bench/benchmark_eval.py --bench git --tasks 8 --samples 2 --rounds 2
+
+``--compare DIR`` (``bfcl`` and ``git``): instead of the pool's arms, ``before`` (the checkout DIR, e.g. a detached
+worktree of main) and ``after`` (this checkout), each job in a process of its own that imports ``mcp_gym`` and its
+``envs/``, ``servers/`` and ``conf/`` from its checkout (first on ``PYTHONPATH``; a finder put ahead of the editable
+install's) and warms up with one untimed job first, the sides alternating round by round. The servers the jobs
+start get the MCP SDK's default environment, not ``PYTHONPATH``: they run the installed checkout's code on both sides.
+
+    git worktree add --detach /tmp/base main
+    python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 3 --compare /tmp/base
 """
 
 from __future__ import annotations
@@ -74,6 +83,34 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+CHECKOUT_VARIABLE = "MCP_GYM_BENCH_CHECKOUT"
+"""Set by ``--compare`` for each side's process: the checkout whose mcp_gym (and envs/, servers/, conf/) it runs."""
+
+
+def _checkout_first() -> None:
+    """In a ``--compare`` side's process: ``mcp_gym`` and its ``envs/``, ``servers/`` and ``conf/`` packages from the
+    checkout :data:`CHECKOUT_VARIABLE` names, whatever the installed (editable) mcp-gym maps them to (``mcp_gym.envs``
+    is the checkout's top-level ``envs/``, so ``PYTHONPATH`` alone would mix the two checkouts)."""
+    top = os.environ.get(CHECKOUT_VARIABLE)
+    if not top:
+        return
+    import importlib.abc
+    import importlib.util
+
+    folders = {"mcp_gym": "mcp_gym", "mcp_gym.envs": "envs", "mcp_gym.servers": "servers", "mcp_gym.conf": "conf"}
+
+    class Checkout(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+            if name not in folders:
+                return None
+            folder = Path(top) / folders[name]
+            return importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                          submodule_search_locations=[str(folder)])
+
+    sys.meta_path.insert(0, Checkout())
+
+
+_checkout_first()
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from startup import make_fixture, server_command  # noqa: E402 - the same fixture and server lines as startup.py
 
@@ -220,6 +257,22 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
             "child_cpu": (c1[1] - c0[1]) / episodes}
 
 
+def side(a: argparse.Namespace, arm: str, tasks: Path, folder: Path) -> dict[str, float]:
+    """One ``--compare`` job: this script in a process of its own, the ``before`` (``--compare``) or ``after`` (this)
+    checkout first on ``PYTHONPATH`` and its packages imported from there; it warms up with one untimed job, runs one
+    timed job and writes its row."""
+    top = (a.compare if arm == "before" else ROOT).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tasks, folder / "tasks.jsonl")
+    argv = [sys.executable, str(Path(__file__).resolve()), "--bench", a.bench, "--bfcl", str(a.bfcl), "--git-server",
+            a.git_server, "--tasks", str(a.tasks), "--samples", str(a.samples), "--num-envs", str(a.num_envs),
+            "--side-out", str(folder / f"{arm}.json")]
+    env = {**os.environ, CHECKOUT_VARIABLE: str(top),
+           "PYTHONPATH": os.pathsep.join([str(top), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    subprocess.run(argv, env=env, check=True, timeout=1800, cwd=folder)
+    return json.loads((folder / f"{arm}.json").read_text())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", choices=["fs", "bfcl", "git"], default="fs",
@@ -247,7 +300,14 @@ def main() -> None:
                          "not in this process (whose imports are warm after the first job)")
     ap.add_argument("--model-latency", type=float, default=None, metavar="S",
                     help="policy=openai against a scripted endpoint answering in S seconds (default: oracle)")
+    ap.add_argument("--compare", type=Path, default=None, metavar="DIR",
+                    help="--bench bfcl/git: instead of the pool's arms, this checkout (after) against the checkout DIR "
+                         "(before), each job in a process of its own with its checkout first on PYTHONPATH, the sides "
+                         "alternating (each process warms up with one untimed job first)")
+    ap.add_argument("--side-out", type=Path, default=None, help=argparse.SUPPRESS)  # a --compare side's process
     a = ap.parse_args()
+    if a.compare is not None and a.bench == "fs":
+        ap.error("--compare is for --bench bfcl and --bench git")
 
     tmp = Path(tempfile.mkdtemp(prefix="mcp-gym-bench-eval-"))
     with contextlib.ExitStack() as stack:
@@ -264,17 +324,22 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
             (tmp / "empty").mkdir()
             tasks = write_tasks(tmp, a.tasks, a.fixtures)
         else:
-            tasks = bench_tasks(a, tmp)
+            tasks = a.side_out.parent / "tasks.jsonl" if a.side_out is not None else bench_tasks(a, tmp)
         kinds = [a.bench] if a.bench != "fs" else (["local", "npx"] if a.server == "both" else [a.server])
         for kind in kinds:
-            rows: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
-            if a.bench != "fs" and not a.process:  # this process's imports and first calls, before the timed jobs
+            rows: dict[str, list[dict[str, float]]] = {"before": [], "after": []} if a.compare else \
+                {"off": [], "on": []}
+            if a.bench != "fs" and not a.process and not a.compare:  # this process's imports and first calls
                 job(kind, "on", argparse.Namespace(**{**vars(a), "tasks": 1, "samples": a.num_envs}), tasks,
                     tmp / f"warm-{kind}", base_url)
+            if a.side_out is not None:  # one timed job, for the --compare process that started this one
+                a.side_out.write_text(json.dumps(job(kind, "on", a, tasks, tmp / "run", base_url)))
+                return
             loads = [os.getloadavg()[0]]
             for r in range(a.rounds):
                 for arm in rows:
-                    rows[arm].append(job(kind, arm, a, tasks, tmp / f"run-{kind}-{arm}-{r}", base_url))
+                    rows[arm].append(side(a, arm, tasks, tmp / f"side-{r}") if a.compare else
+                                     job(kind, arm, a, tasks, tmp / f"run-{kind}-{arm}-{r}", base_url))
                 loads.append(os.getloadavg()[0])
             what = {"bfcl": "BFCL multi-turn base (python -m mcp_gym.servers.bfcl, reset per episode)",
                     "git": "mcp-server-git per episode, generated tasks"}.get(
@@ -286,21 +351,24 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
                   f"on arm spare_servers={a.spare_servers if a.spare_servers is not None else 'default'}, "
                   f"policy {'oracle' if base_url is None else f'openai (scripted, {a.model_latency:g} s per reply)'}, "
                   f"{'env.resolve_npx=false, ' if a.no_resolve_npx else ''}"
-                  f"{'each job a process of its own, ' if a.process else ''}{a.rounds} jobs per arm; "
+                  f"{'each job a process of its own, ' if a.process else ''}"
+                  f"{f'before: {a.compare}, after: {ROOT}, each job in a process of its own, ' if a.compare else ''}"
+                  f"{a.rounds} jobs per arm; "
                   f"load average {min(loads):.2f}-{max(loads):.2f} (1 min), "
                   f"{os.cpu_count()} cores")
-            print(f"{'arm':>4} {'episodes/s':>11} {'start-up share':>15} {'success':>8} {'first step':>11} "
+            print(f"{'arm':>6} {'episodes/s':>11} {'start-up share':>15} {'success':>8} {'first step':>11} "
                   f"{'s/episode':>10} {'reset':>7} {'start-up':>9} {'episode':>8} {'job CPU':>8} {'children':>9}")
             med = {arm: {k: statistics.median(x[k] for x in xs) for k in xs[0]} for arm, xs in rows.items()}
             for arm, m in med.items():
-                print(f"{arm:>4} {m['eps']:>11.2f} {m['share']:>14.1%} {m['success']:>8.0%} {m['first_step']:>10.3f}s "
+                print(f"{arm:>6} {m['eps']:>11.2f} {m['share']:>14.1%} {m['success']:>8.0%} {m['first_step']:>10.3f}s "
                       f"{m['slot_s']:>9.3f}s {m['reset']:>6.3f}s {m['startup']:>8.3f}s {m['episode']:>7.3f}s "
                       f"{m['job_cpu']:>7.3f}s {m['child_cpu']:>8.3f}s")
             print("(first step: p50 from the reset's start; s/episode: slots x wall / episodes; reset, start-up, "
                   "episode: means per episode; job CPU and children: CPU seconds per episode"
                   f"{', children including the job processes' if a.process else ''})")
-            ratios = [on["eps"] / off["eps"] for on, off in zip(rows["on"], rows["off"], strict=True)]
-            print(f"on/off: episodes/s x{statistics.median(ratios):.2f} (median of per-round ratios; "
+            after, before = ("after", "before") if a.compare else ("on", "off")
+            ratios = [on["eps"] / off["eps"] for on, off in zip(rows[after], rows[before], strict=True)]
+            print(f"{after}/{before}: episodes/s x{statistics.median(ratios):.2f} (median of per-round ratios; "
                   f"{min(ratios):.2f}-{max(ratios):.2f})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
