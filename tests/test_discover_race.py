@@ -84,7 +84,9 @@ def test_connecting_again_in_the_modern_era_stays_within_connect_timeout(tmp_pat
         conn = env.host.connections["s"]
         assert conn.status == "failed"
         assert conn.error is not None and conn.error.startswith("could not connect within 3 s"), conn.error
-        assert marker.with_suffix(".starts").read_text().count("started") == 2  # one retry, no more
+        # one retry, no more (the test above shows the retry; here, on a loaded machine, the first process's start
+        # and refusal can use up all 3 s before the retry starts: seen in a fresh-clone run at load 12)
+        assert marker.with_suffix(".starts").read_text().count("started") in (1, 2)
     finally:
         env.close()
 
