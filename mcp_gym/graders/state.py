@@ -22,6 +22,15 @@ def _inside(root: Path, rel: str) -> Path:
     return p
 
 
+def _in_workspace(ctx: GradeContext, spec: str, path: Path, what: str) -> Path:
+    """``path`` (resolved), refused when ``spec`` names the workspace but the agent's symlink leads it out (a
+    ``{workspace}/data.db`` the agent replaced with a link to ``~/.mozilla/.../cookies.sqlite``)."""
+    if "{workspace}" in str(spec) and ctx.workspace is not None and not path.is_relative_to(
+            Path(ctx.workspace).resolve()):
+        raise GraderError(f"{what} {spec!r} leads out of the episode's workspace (to {path}, through a symlink)")
+    return path
+
+
 class FilesGrader(Grader):
     """Files under a directory after the episode: contents, substrings, patterns, absence, glob counts."""
 
@@ -34,7 +43,7 @@ class FilesGrader(Grader):
         self.dir, self.expect, self.globs = dir, expect, globs
 
     async def grade(self, ctx: GradeContext) -> Grade:
-        root = ctx.path(self.dir).resolve()  # a relative dir: from the task file's folder
+        root = _in_workspace(ctx, self.dir, ctx.path(self.dir).resolve(), "files grader dir")
         expect = self.expect if self.expect is not None else ctx.task.data.get("files")
         globs = self.globs if self.globs is not None else ctx.task.data.get("globs")
         if not expect and not globs:
@@ -97,6 +106,7 @@ class SQLiteGrader(Grader):
             raise GraderError(f"task '{ctx.task.id}': the sqlite grader needs a query and rows (options or the task's "
                               "data.query/data.rows)")
         path = ctx.path(self.db)  # a relative db: from the task file's folder
+        _in_workspace(ctx, self.db, path.resolve(), "sqlite grader db")
         if not path.is_file():
             raise GraderError(f"sqlite grader: no database at {path}")
         try:
