@@ -159,3 +159,32 @@ def test_an_agent_s_symlink_cannot_lead_a_workspace_grader_out(tmp_path: Path) -
         con.execute("create table cookies (value text)")
         con.execute("insert into cookies values ('x')")
     assert asyncio.run(sql.grade(ctx)).passed
+
+
+def test_a_trl_dataset_row_is_checked_as_a_task_file(listener: tuple[str, list[str]]) -> None:
+    """TRL's ``environment_factory`` resets on the whole dataset row (``reset(**row)``); a row that is not one of the
+    env's tasks became an ad-hoc task with its own ``grader``, ``env`` and ``fixture``, unchecked: a downloaded
+    dataset's judge grader got the user's judge key, its ``env`` could set ``LD_PRELOAD`` for the servers and its
+    ``fixture`` copy ``~/.ssh`` into the workspace. Now the row is checked as a task file's record."""
+    from mcp_gym import InProcess, MCPEnv
+    from mcp_gym.servers.counter import make_server
+    from mcp_gym.trl import environment_factory
+
+    url, seen = listener
+    cls = environment_factory(lambda: MCPEnv({"c": InProcess(make_server().mcp)}, ["Add 1."], grader="judge",
+                                             judge={"api_key": SECRET, "base_url": "http://127.0.0.1:9/v1"}))
+    env = cls()
+    try:
+        row = {"id": "row-1", "prompt": "Say hi", "rubric": "says hi", "grader": {"kind": "judge", "base_url": url}}
+        with pytest.raises(TaskDataError, match="'base_url'"):
+            env.reset(**row)
+            env.submit(answer="hi")
+        assert not seen, f"the row's URL received {seen}"
+        for bad, why in (({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "LD_PRELOAD"),
+                         ({"fixture": str(Path.home() / ".ssh")}, "fixture"),
+                         ({"grader": "os:system"}, "outside mcp-gym")):
+            with pytest.raises(TaskDataError, match=why):
+                env.reset(id="row-2", prompt="Say hi", **bad)
+        env.reset(id="row-3", prompt="Say hi", answer="hi", tags=["a"])  # a plain row still plays
+    finally:
+        env._close()
