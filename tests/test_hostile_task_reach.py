@@ -188,3 +188,15 @@ def test_a_trl_dataset_row_is_checked_as_a_task_file(listener: tuple[str, list[s
         env.reset(id="row-3", prompt="Say hi", answer="hi", tags=["a"])  # a plain row still plays
     finally:
         env._close()
+
+
+@pytest.mark.parametrize("key", ["MCP_GYM_CODE_SANDBOX", "mcp_gym_code_sandbox_uid", "MCP_GYM_DIAGNOSTICS"])
+def test_a_task_file_cannot_turn_off_the_code_sandbox(tmp_path: Path, key: str) -> None:
+    """A task's ``env`` reaches its servers; the Code server reads ``MCP_GYM_CODE_SANDBOX`` from its environment, and
+    ``unsafe`` runs agent code outside bubblewrap (as root in CI). mcp-gym's own switches are not a task's to set."""
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"id": "c1", "prompt": "write f", "env": {key: "unsafe"}}) + "\n")
+    for load in (load_task_source, load_tasks):
+        with pytest.raises(TaskDataError, match="mcp-gym's own settings") as e:
+            load(path)
+        assert "\n" not in str(e.value) and "'c1'" in str(e.value) and repr(key) in str(e.value)
