@@ -200,3 +200,21 @@ def test_a_task_file_cannot_turn_off_the_code_sandbox(tmp_path: Path, key: str) 
         with pytest.raises(TaskDataError, match="mcp-gym's own settings") as e:
             load(path)
         assert "\n" not in str(e.value) and "'c1'" in str(e.value) and repr(key) in str(e.value)
+
+
+def test_a_task_s_resource_templates_are_filled_by_name_only() -> None:
+    """A task's ``resources`` templates were filled with ``str.format``: ``{title:>200000000}`` built a 200 MB URI
+    (and asked the server for it) at every reset, ``{title.__class__.__name__}`` walked the value's attributes. Only
+    ``{name}`` fields are filled now; any other template is one this task cannot fill."""
+    from mcp_gym import InProcess, MCPEnv
+    from mcp_gym.servers.counter import make_server
+
+    hostile = ["counter://{title:>100000}", "counter://{title.__class__.__name__}", "counter://{0}"]
+    task = Task(id="t", prompt="p", data={"title": "state"}, resources=[*hostile, "counter://{title}"])
+    env = MCPEnv({"c": InProcess(make_server().mcp)}, [task])
+    try:
+        obs, _ = env.reset(seed=0)
+        assert list(obs["resources"]) == ["counter://state"]
+        assert obs["resources"]["counter://state"].startswith("count=0")
+    finally:
+        env.close()
