@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mcp_gym.errors import MCPGymError
 
-__all__ = ["RunFileRefused", "check_run_file", "read_run_file"]
+__all__ = ["read_run_file"]  # check_run_file and RunFileRefused: used inside mcp_gym.recording only
 
 
 class RunFileRefused(MCPGymError, ValueError):
