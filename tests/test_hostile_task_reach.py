@@ -218,3 +218,23 @@ def test_a_task_s_resource_templates_are_filled_by_name_only() -> None:
         assert obs["resources"]["counter://state"].startswith("count=0")
     finally:
         env.close()
+
+
+def test_a_files_grader_s_globs_count_only_inside_its_folder(tmp_path: Path) -> None:
+    """``globs`` counted matches wherever the pattern led: ``../*`` counted the files beside the workspace (an oracle
+    on the user's files, one grade at a time), and an agent's link ``out -> ~`` had ``out/*`` count the home's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "beside.key").write_text("x")
+    (ws / "out").symlink_to(home, target_is_directory=True)
+    (ws / "mine.txt").write_text("x")
+    ctx = GradeContext(Task(id="t", prompt="p"), "hi", workspace=ws)
+    for pattern in ("../*.key", "/etc/*", ""):
+        grader = make_grader({"kind": "files", "globs": {pattern: 1}})
+        with pytest.raises(GraderError, match="leads out of"):
+            asyncio.run(grader.grade(ctx))
+    grade = asyncio.run(make_grader({"kind": "files", "globs": {"out/*": 0, "*.txt": 1}}).grade(ctx))
+    assert grade.passed, grade.reason  # the home's id_rsa is not counted; the workspace's own file is

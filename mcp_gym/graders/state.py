@@ -73,7 +73,11 @@ class FilesGrader(Grader):
             else:
                 checks.append((f"{rel} == {str(want)[:60]!r}", text == str(want)))
         for pattern, want in dict(globs or {}).items():
-            n = sum(1 for _ in root.glob(pattern))
+            if not pattern or Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+                raise GraderError(f"task '{ctx.task.id}': files grader glob {pattern!r} leads out of {root} (absolute "
+                                  "or '..')")
+            # a match is counted only inside root: never through the agent's symlink out of it
+            n = sum(1 for p in root.glob(pattern) if p.resolve().is_relative_to(root))
             lo, hi = (want.get("min", 0), want.get("max")) if isinstance(want, Mapping) else (want, want)
             checks.append((f"{pattern}: {n} files", n >= int(lo) and (hi is None or n <= int(hi))))
         failed = [c for c, ok in checks if not ok]
