@@ -412,6 +412,11 @@ changes where a program's network traffic goes or whom it trusts (``HTTPS_PROXY`
 with the user's credentials could send them elsewhere. The user's own config allows names (``env.task_env_allow``)."""
 
 
+_OWN_ENV: tuple[str, ...] = ("MCP_GYM_*",)
+"""mcp-gym's own switches, which its bundled servers read (``MCP_GYM_CODE_SANDBOX=unsafe`` turns the Code server's
+bubblewrap sandbox off, ``MCP_GYM_CODE_SANDBOX_UID`` picks the sandbox's host uid): never a task file's to set."""
+
+
 class TaskDataError(MCPGymError, ValueError):
     """A task source asks for something a task file may not: a ``fixture`` outside its folder or an ``env`` key that
     changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes
@@ -498,7 +503,9 @@ class _TaskDataCheck:
             upper = str(key).upper()
             if any(fnmatch.fnmatchcase(upper, a) for a in self.allow):
                 continue
-            for patterns, what in ((CODE_LOADING_ENV, "changes how a program loads code"),
+            for patterns, what in ((_OWN_ENV, "changes mcp-gym's own settings (MCP_GYM_CODE_SANDBOX=unsafe runs agent "
+                                              "code outside its sandbox)"),
+                                   (CODE_LOADING_ENV, "changes how a program loads code"),
                                    (NETWORK_ENV, "changes where a program's network traffic goes or whom it trusts")):
                 denied = next((p for p in patterns if fnmatch.fnmatchcase(upper, p)), None)
                 if denied is not None:
