@@ -238,3 +238,35 @@ def test_a_files_grader_s_globs_count_only_inside_its_folder(tmp_path: Path) -> 
             asyncio.run(grader.grade(ctx))
     grade = asyncio.run(make_grader({"kind": "files", "globs": {"out/*": 0, "*.txt": 1}}).grade(ctx))
     assert grade.passed, grade.reason  # the home's id_rsa is not counted; the workspace's own file is
+
+
+ENDLESS = """
+import asyncio, sqlite3, sys
+from pathlib import Path
+from mcp_gym.graders.base import GradeContext, GraderError
+from mcp_gym.graders.spec import make_grader
+from mcp_gym.tasks import Task
+ws = Path(sys.argv[1])
+with sqlite3.connect(ws / "data.db") as con:  # the agent's work: its table replaced by an endless view
+    con.execute("create view t as with recursive c(x) as (select 1 union all select x + 1 from c) select x from c")
+grader = make_grader({"kind": "sqlite", "db": "{workspace}/data.db", "query": sys.argv[2], "rows": [[1]],
+                      "timeout": 2})
+try:
+    asyncio.run(grader.grade(GradeContext(Task(id="t", prompt="p"), "hi", workspace=ws)))
+except GraderError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize(("query", "why"), [("select count(*) from t", "stopped after 2 s"),
+                                            ("select x from t", "returned more than 100000 rows")])
+def test_an_agent_s_endless_view_stops_the_sqlite_grader(tmp_path: Path, query: str, why: str) -> None:
+    """Before, the query ran on after the grade timed out (its thread abandoned, a core busy for good), and ``select
+    x from t`` fetched rows until memory ran out. Run in its own process, bounded."""
+    (tmp_path / "ws").mkdir()
+    try:
+        done = subprocess.run([sys.executable, "-c", ENDLESS, str(tmp_path / "ws"), query], capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the sqlite grader's {query!r} did not stop within 120 s")
+    assert why in done.stdout, done.stdout + done.stderr[-2000:]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mcp_gym._schema import bounded_search
-from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError, normalise_answer
+from mcp_gym.graders.base import DEFAULT_GRADER_TIMEOUT, Grade, GradeContext, Grader, GraderError, normalise_answer
 
 __all__: list[str] = []  # internal to mcp_gym.graders: used by its sibling modules only
 
@@ -20,6 +21,10 @@ def _inside(root: Path, rel: str) -> Path:
     if p != root and root not in p.parents:
         raise GraderError(f"files grader: {rel!r} is outside {root}")
     return p
+
+
+SQLITE_MAX_ROWS = 100_000
+"""Rows an ``sqlite`` grader's query may return (more is a grading error, never fetched on)."""
 
 
 def _in_workspace(ctx: GradeContext, spec: str, path: Path, what: str) -> Path:
@@ -113,11 +118,23 @@ class SQLiteGrader(Grader):
         _in_workspace(ctx, self.db, path.resolve(), "sqlite grader db")
         if not path.is_file():
             raise GraderError(f"sqlite grader: no database at {path}")
+        # The database is the agent's work: a table replaced by an endless recursive view would run the query (and
+        # its thread, which a grader timeout abandons) for good, and fetch rows until memory runs out. So the query
+        # stops at the grader's timeout and at SQLITE_MAX_ROWS rows.
+        seconds = self.timeout or DEFAULT_GRADER_TIMEOUT
+        deadline = time.monotonic() + seconds
         try:
             with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0) as con:
-                got = _rows(con.execute(query).fetchall())
+                con.set_progress_handler(lambda: time.monotonic() > deadline, 10_000)
+                fetched = con.execute(query).fetchmany(SQLITE_MAX_ROWS + 1)
         except sqlite3.Error as e:
+            if time.monotonic() > deadline:
+                raise GraderError(f"sqlite grader: {query!r} on {path} stopped after {seconds:g} s (its timeout)") \
+                    from None
             raise GraderError(f"sqlite grader: {query!r} on {path}: {e}") from None
+        if len(fetched) > SQLITE_MAX_ROWS:
+            raise GraderError(f"sqlite grader: {query!r} on {path} returned more than {SQLITE_MAX_ROWS} rows")
+        got = _rows(fetched)
         want = _rows(rows)
         ok = got == want if self.ordered else Counter(got) == Counter(want)
         return self._grade(ok, f"{len(got)} rows {'as expected' if ok else f'differ from the expected {want!r}'}",
