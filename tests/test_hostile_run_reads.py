@@ -151,3 +151,9 @@ def test_a_run_config_naming_another_run_as_its_storage_is_not_followed(tmp_path
     proc = _view(str(hostile), "--storage", str(private))  # the user names where the shards are
     assert proc.returncode == 0, proc.stderr
     assert (hostile / "report.html").is_file()
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{\"per_task\": 3}", "not json", "[" * 100_000])
+def test_a_malformed_results_file_is_refused_in_one_line(handed_over: Path, text: str) -> None:
+    (handed_over / "report" / "results.json").write_text(text)
+    _refused(_view(str(handed_over)), "results.json", "results file")

@@ -291,7 +291,16 @@ def _report(root: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]], li
     if not results.exists():
         return None, [], []
     # report/ and its files are the run's: one leading out of it (x.png -> ~/.ssh/id_rsa) is refused, never embedded
-    data = json.loads(read_run_file(root, results, limit=_MAX_RUN_FILE))
+    try:
+        data = json.loads(read_run_file(root, results, limit=_MAX_RUN_FILE))
+    except RecursionError:
+        raise ValueError(f"{results}: not a readable results file (nested too deeply)") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{results}: not a readable results file ({e.reason})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{results}: not a readable results file ({e.msg}, line {e.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("per_task") or [], list):
+        raise ValueError(f"{results}: not a results file (a JSON object with a 'per_task' list)")
     plots = [(p.name, "data:image/png;base64," + base64.b64encode(read_run_file(root, p, limit=_MAX_RUN_FILE))
               .decode()) for p in sorted(folder.glob("*.png"))]
     return data.get("summary"), list(data.get("per_task") or []), plots
