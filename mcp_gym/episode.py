@@ -5,6 +5,7 @@ instead of its private attributes; :class:`ObservedResources`, the resources an 
 
 from __future__ import annotations
 
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -246,6 +247,30 @@ class EpisodeState(Protocol):
         ...
 
 
+_URI_FIELD = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]")
+
+
+def _fill_uri(template: str, data: Mapping[str, Any]) -> str | None:
+    """``template`` with each ``{name}`` replaced by ``data[name]`` (``{{`` and ``}}`` stand for braces), or ``None``
+    when a name is missing or a brace holds anything else. A task's templates and data are untrusted: unlike
+    ``str.format``, no format spec (``{n:>2000000000}`` built a 2 GB string) and no attribute or index
+    (``{n.__class__}``) is ever evaluated."""
+    missing = False
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal missing
+        text = m.group(0)
+        if text in ("{{", "}}"):
+            return text[0]
+        if m.group(1) is None or m.group(1) not in data:
+            missing = True
+            return ""
+        return str(data[m.group(1)])
+
+    out = _URI_FIELD.sub(one, template)
+    return None if missing else out
+
+
 class ObservedResources:
     """The resources an episode observes (``observe_resources`` and the task's ``resources``) and their latest texts
     (``texts``: what each observation's ``resources`` shows), re-read when a server says one was updated.
@@ -284,10 +309,9 @@ class ObservedResources:
         uris = []
         data = {k: v for k, v in dict(task.data).items() if isinstance(v, (str, int, float))}
         for u in dict.fromkeys(wanted):
-            try:
-                uris.append(u.format(**data) if "{" in u else u)
-            except (KeyError, IndexError, ValueError):
-                continue  # a template this task cannot fill
+            filled = _fill_uri(u, data) if "{" in u else u
+            if filled is not None:  # None: a template this task cannot fill
+                uris.append(filled)
         self.uris = {u: None for u in uris}
         self.texts = {}
         for alias, conn in self.host.connections.items():

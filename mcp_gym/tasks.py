@@ -412,6 +412,11 @@ changes where a program's network traffic goes or whom it trusts (``HTTPS_PROXY`
 with the user's credentials could send them elsewhere. The user's own config allows names (``env.task_env_allow``)."""
 
 
+_OWN_ENV: tuple[str, ...] = ("MCP_GYM_*",)
+"""mcp-gym's own switches, which its bundled servers read (``MCP_GYM_CODE_SANDBOX=unsafe`` turns the Code server's
+bubblewrap sandbox off, ``MCP_GYM_CODE_SANDBOX_UID`` picks the sandbox's host uid): never a task file's to set."""
+
+
 class TaskDataError(MCPGymError, ValueError):
     """A task source asks for something a task file may not: a ``fixture`` outside its folder or an ``env`` key that
     changes how a program loads code (:data:`CODE_LOADING_ENV`) or where its network traffic goes
@@ -468,6 +473,19 @@ def _code_paths(spec: Any) -> list[str]:
     return []
 
 
+_JUDGE_CONFIG_ONLY = ("base_url", "api_key")
+"""``judge`` grader options a task file may not set: the endpoint and the key are the job config's (``env.judge``)."""
+
+
+def _grader_mappings(spec: Any) -> list[Mapping[str, Any]]:
+    """The mapping specs in a grader spec (itself, a list's items, and ``all``/``any``/``weighted`` members)."""
+    if isinstance(spec, (list, tuple)):
+        return [m for item in spec for m in _grader_mappings(item)]
+    if isinstance(spec, Mapping):
+        return [spec, *_grader_mappings(spec.get("of") or [])]
+    return []
+
+
 class _TaskDataCheck:
     """Checks the tasks of one source and resolves their fixtures against its folder (``base``)."""
 
@@ -485,7 +503,9 @@ class _TaskDataCheck:
             upper = str(key).upper()
             if any(fnmatch.fnmatchcase(upper, a) for a in self.allow):
                 continue
-            for patterns, what in ((CODE_LOADING_ENV, "changes how a program loads code"),
+            for patterns, what in ((_OWN_ENV, "changes mcp-gym's own settings (MCP_GYM_CODE_SANDBOX=unsafe runs agent "
+                                              "code outside its sandbox)"),
+                                   (CODE_LOADING_ENV, "changes how a program loads code"),
                                    (NETWORK_ENV, "changes where a program's network traffic goes or whom it trusts")):
                 denied = next((p for p in patterns if fnmatch.fnmatchcase(upper, p)), None)
                 if denied is not None:
@@ -495,10 +515,42 @@ class _TaskDataCheck:
                         "task file you trust)")
         if task.fixture:
             task = replace(task, fixture=self.fixture(task))
+        if task.grader is not None:
+            for spec in _grader_mappings(task.grader):
+                self._grader_reach(task, spec)
         if task.grader is not None and not self.trust_code:
             for path in _code_paths(task.grader):
                 self._grader_code(task, path)
         return task
+
+    def _grader_reach(self, task: Task, spec: Mapping[str, Any]) -> None:
+        """Refuse grader options by which a task file would reach past its own data: a ``judge`` grader's endpoint
+        or key (the user's key would go to the task's URL), and a ``files`` grader's ``dir`` or an ``sqlite``
+        grader's ``db`` outside the episode's workspace and the task file's folder (``~/.mozilla/.../cookies.sqlite``:
+        its rows are recorded in the grade). A task file you trust (``trust_code``) may name any path."""
+        where = f"task {task.id!r} of {self.source}: grader {spec.get('kind')!r}"
+        if spec.get("kind") == "judge":
+            for key in _JUDGE_CONFIG_ONLY:
+                if key in spec:
+                    raise TaskDataError(
+                        f"{where} sets {key!r}: where the judge is asked and with which key come from your config "
+                        f"(env.judge.{key}), never from a task file (it would send your API key to the task's URL)")
+        option = {"files": "dir", "sqlite": "db"}.get(str(spec.get("kind")))
+        if option is None or self.trust_code or not isinstance(spec.get(option), str):
+            return
+        raw = spec[option]
+        if raw.startswith("{workspace}"):
+            rest = raw[len("{workspace}"):]
+            if (rest and not rest.startswith("/")) or ".." in Path(rest).parts or "{workspace}" in rest:
+                raise TaskDataError(f"{where} {option} {raw!r} leads out of the episode's workspace")
+            return
+        if ("{workspace}" in raw or raw.startswith("~") or Path(raw).is_absolute()
+                or ".." in Path(raw).parts or self.base is None
+                or not (self.base / raw).resolve().is_relative_to(self.base)):
+            raise TaskDataError(
+                f"{where} {option} {raw!r} must be inside the episode's workspace ('{{workspace}}/...') or the task "
+                f"file's folder (a relative path without '..' or a symlink out); a task file may not read other files "
+                "(allow it only for a task file you trust: 'env.trust_task_code=true')")
 
     def _grader_code(self, task: Task, path: str) -> None:
         """Refuse a ``module:function`` grader that would import and call code outside mcp-gym: any installed module

@@ -61,7 +61,7 @@ from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT, ChatView, assistant_content, cal
 from mcp_gym.env import MCPEnv
 from mcp_gym.parsing import ParseResult, parse_message, parse_tool_calls
 from mcp_gym.protocol import ToolCallError
-from mcp_gym.tasks import Task
+from mcp_gym.tasks import Task, _TaskDataCheck, as_task
 
 __all__ = ["TextEnvBatch", "StepOut", "parse_model_output", "FACE_OPTIONS", "face_settings"]
 
@@ -208,7 +208,8 @@ def reset_options(env: MCPEnv, spec: Any) -> dict[str, Any] | None:
     ``spec`` may be ``None`` (draw a task with the env's RNG), a :class:`Task`, a task id of the env, a prompt string,
     or a dataset row: ``{"task_id": ...}``, a task record ``{"id", "prompt", ...}``, or ``{"prompt": str | messages}``
     (a prompt equal to one of the env's task prompts selects that task; any other prompt becomes an ad-hoc task; an
-    empty prompt draws a task).
+    empty prompt draws a task). A task record that is not one of the env's tasks is untrusted data, as a task file
+    is: its ``fixture``, ``env`` and ``grader`` are checked the same way (:class:`~mcp_gym.tasks.TaskDataError`).
     """
     if spec is None:
         return None
@@ -226,7 +227,13 @@ def reset_options(env: MCPEnv, spec: Any) -> dict[str, Any] | None:
     if task_id is not None and task_id != "":
         return {"task_id": str(task_id)}
     if "id" in spec and "prompt" in spec and isinstance(spec["prompt"], str):
-        return {"task_id": spec["id"]} if spec["id"] in ids else {"task": dict(spec)}
+        if spec["id"] in ids:
+            return {"task_id": spec["id"]}
+        # A dataset row is untrusted data, as a task file is: its fixture, env and grader are checked as a task
+        # file's are (no folder: no fixture; no env key that loads code or redirects traffic; no grader code outside
+        # mcp-gym, no judge endpoint or key, no state grader outside the workspace)
+        _TaskDataCheck(f"a dataset row ({type(spec).__name__})", None, ())(as_task(dict(spec)))
+        return {"task": dict(spec)}
     text = _message_text(spec.get("prompt")).strip()
     if not text:
         return None

@@ -308,7 +308,9 @@ def test_view_of_ray_run(tmp_path: Path) -> None:
                  "launcher.num_cpus=1", "launcher.cpus_per_worker=0.5", "launcher.num_envs=2",
                  "launcher.progress=false", f"launcher.storage={storage.as_uri()}", f"out={out}"]) == 0
     assert not (out / "episodes").exists()
-    view = load_run(out)
+    with pytest.raises(ValueError, match="launcher.storage"):  # a run's config is untrusted: named by the caller
+        load_run(out)
+    view = load_run(out, storage=storage.as_uri())
     assert view.kind == ["collect", "ray", "shared storage"] and view.storage == storage.as_uri()
     assert {e["id"] for e in view.episodes} == {e["episode_id"] for e in episodes_of(storage)}
     assert len(view.episodes) == 4 and all(len(view.steps[e["id"]]) == e["len"] for e in view.episodes)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mcp_gym._schema import bounded_search
-from mcp_gym.graders.base import Grade, GradeContext, Grader, GraderError, normalise_answer
+from mcp_gym.graders.base import DEFAULT_GRADER_TIMEOUT, Grade, GradeContext, Grader, GraderError, normalise_answer
 
 __all__: list[str] = []  # internal to mcp_gym.graders: used by its sibling modules only
 
@@ -20,6 +21,19 @@ def _inside(root: Path, rel: str) -> Path:
     if p != root and root not in p.parents:
         raise GraderError(f"files grader: {rel!r} is outside {root}")
     return p
+
+
+SQLITE_MAX_ROWS = 100_000
+"""Rows an ``sqlite`` grader's query may return (more is a grading error, never fetched on)."""
+
+
+def _in_workspace(ctx: GradeContext, spec: str, path: Path, what: str) -> Path:
+    """``path`` (resolved), refused when ``spec`` names the workspace but the agent's symlink leads it out (a
+    ``{workspace}/data.db`` the agent replaced with a link to ``~/.mozilla/.../cookies.sqlite``)."""
+    if "{workspace}" in str(spec) and ctx.workspace is not None and not path.is_relative_to(
+            Path(ctx.workspace).resolve()):
+        raise GraderError(f"{what} {spec!r} leads out of the episode's workspace (to {path}, through a symlink)")
+    return path
 
 
 class FilesGrader(Grader):
@@ -34,7 +48,7 @@ class FilesGrader(Grader):
         self.dir, self.expect, self.globs = dir, expect, globs
 
     async def grade(self, ctx: GradeContext) -> Grade:
-        root = ctx.path(self.dir).resolve()  # a relative dir: from the task file's folder
+        root = _in_workspace(ctx, self.dir, ctx.path(self.dir).resolve(), "files grader dir")
         expect = self.expect if self.expect is not None else ctx.task.data.get("files")
         globs = self.globs if self.globs is not None else ctx.task.data.get("globs")
         if not expect and not globs:
@@ -64,7 +78,11 @@ class FilesGrader(Grader):
             else:
                 checks.append((f"{rel} == {str(want)[:60]!r}", text == str(want)))
         for pattern, want in dict(globs or {}).items():
-            n = sum(1 for _ in root.glob(pattern))
+            if not pattern or Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+                raise GraderError(f"task '{ctx.task.id}': files grader glob {pattern!r} leads out of {root} (absolute "
+                                  "or '..')")
+            # a match is counted only inside root: never through the agent's symlink out of it
+            n = sum(1 for p in root.glob(pattern) if p.resolve().is_relative_to(root))
             lo, hi = (want.get("min", 0), want.get("max")) if isinstance(want, Mapping) else (want, want)
             checks.append((f"{pattern}: {n} files", n >= int(lo) and (hi is None or n <= int(hi))))
         failed = [c for c, ok in checks if not ok]
@@ -97,13 +115,26 @@ class SQLiteGrader(Grader):
             raise GraderError(f"task '{ctx.task.id}': the sqlite grader needs a query and rows (options or the task's "
                               "data.query/data.rows)")
         path = ctx.path(self.db)  # a relative db: from the task file's folder
+        _in_workspace(ctx, self.db, path.resolve(), "sqlite grader db")
         if not path.is_file():
             raise GraderError(f"sqlite grader: no database at {path}")
+        # The database is the agent's work: a table replaced by an endless recursive view would run the query (and
+        # its thread, which a grader timeout abandons) for good, and fetch rows until memory runs out. So the query
+        # stops at the grader's timeout and at SQLITE_MAX_ROWS rows.
+        seconds = self.timeout or DEFAULT_GRADER_TIMEOUT
+        deadline = time.monotonic() + seconds
         try:
             with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0) as con:
-                got = _rows(con.execute(query).fetchall())
+                con.set_progress_handler(lambda: time.monotonic() > deadline, 10_000)
+                fetched = con.execute(query).fetchmany(SQLITE_MAX_ROWS + 1)
         except sqlite3.Error as e:
+            if time.monotonic() > deadline:
+                raise GraderError(f"sqlite grader: {query!r} on {path} stopped after {seconds:g} s (its timeout)") \
+                    from None
             raise GraderError(f"sqlite grader: {query!r} on {path}: {e}") from None
+        if len(fetched) > SQLITE_MAX_ROWS:
+            raise GraderError(f"sqlite grader: {query!r} on {path} returned more than {SQLITE_MAX_ROWS} rows")
+        got = _rows(fetched)
         want = _rows(rows)
         ok = got == want if self.ordered else Counter(got) == Counter(want)
         return self._grade(ok, f"{len(got)} rows {'as expected' if ok else f'differ from the expected {want!r}'}",

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_gym.errors import MCPGymError
+from mcp_gym.recording._contained import check_run_file, read_run_file
 from mcp_gym.recording.atomic import write_text_atomic
 from mcp_gym.recording.schema import (
     EPISODES_DIR,
@@ -99,6 +100,8 @@ write-ahead log (an interrupted writer).
 """
 
 
+MANIFEST_LIMIT = 256 << 20
+"""Bytes a run's ``manifest.json`` may have (its plan lists every episode key: a million keys take about 50 MB)."""
 _MANIFEST_DEPTH = 64
 """Nesting a manifest may have (its metadata holds a job's config: a few levels)."""
 
@@ -412,8 +415,8 @@ class RunDirectory:
     @property
     def manifest(self) -> dict[str, Any]:
         """The manifest (``{}`` if the directory has none)."""
-        try:
-            text = (self.path / MANIFEST).read_bytes()
+        try:  # a run is untrusted: a manifest linked out of it, a pipe or a device is refused, unread
+            text = read_run_file(self.path, self.path / MANIFEST, limit=MANIFEST_LIMIT)
         except FileNotFoundError:
             return {}
         return parse_manifest(text, self.path / MANIFEST)
@@ -507,6 +510,7 @@ class RunDirectory:
             if p.suffix == ".wal":
                 wid, _, seq = p.stem.rpartition("-")
                 if wid and seq.isdigit():
+                    check_run_file(self.path, p)  # never a segment linked out of the run, a pipe or a device
                     out.setdefault(wid, []).append((int(seq), p))
         return {w: sorted(s) for w, s in out.items()}
 

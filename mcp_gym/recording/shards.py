@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mcp_gym.errors import MCPGymError
+from mcp_gym.recording._contained import RunFileRefused, check_run_file
 from mcp_gym.recording.schema import EPISODES_DIR, EPISODES_SCHEMA, STEPS_DIR, STEPS_SCHEMA, check_version
 
 __all__: list[str] = []  # internal to mcp_gym.recording: used by its sibling modules only
@@ -170,7 +171,13 @@ def list_shards(root: Path, table: str) -> list[Path]:
     d = root / table
     if not d.is_dir():
         return []
-    return sorted(p for p in d.iterdir() if p.name.endswith(".parquet") and not p.name.startswith((".", "_")))
+    shards = sorted(p for p in d.iterdir() if p.name.endswith(".parquet") and not p.name.startswith((".", "_")))
+    for p in shards:  # a run is untrusted: a shard linked into another run, a pipe or a device is refused, unread
+        try:
+            check_run_file(root, p)
+        except RunFileRefused as exc:
+            raise ShardRefused(str(exc)) from None
+    return shards
 
 
 MAX_INFLATION = 1000

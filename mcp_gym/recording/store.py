@@ -86,6 +86,11 @@ class RunStore:
     # -- manifest -------------------------------------------------------------------------------------------------
     def manifest(self) -> dict[str, Any]:
         """The manifest (``{}`` if there is none yet)."""
+        if self.is_local:  # never through a symlink out of the run, a pipe or a device (RunDirectory.manifest)
+            try:
+                return RunDirectory(self.root, create=False).manifest
+            except FileNotFoundError:
+                return {}
         try:
             with self.fs.open_input_stream(self._path(MANIFEST)) as f:
                 text = f.read()

@@ -39,9 +39,10 @@ from typing import Any
 from mcp_gym.graders import Grade
 from mcp_gym.jobs.report import REPORT_DIR
 from mcp_gym.protocol import REDACTED, redact_text
+from mcp_gym.recording._contained import read_run_file
 from mcp_gym.recording.atomic import write_text_atomic
 from mcp_gym.recording.reader import read_tables
-from mcp_gym.recording.run import parse_manifest
+from mcp_gym.recording.run import RunDirectory
 from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
 from mcp_gym.recording.store import RunStore
 
@@ -51,6 +52,7 @@ VIEW_FILE = "report.html"
 """Name of the page ``mcp-gym view RUN`` writes into a single run's directory."""
 
 _INDEX_TEXT = 300  # characters of prompts and answers in the episode table (searchable); the full text on opening
+_MAX_RUN_FILE = 64 << 20  # bytes of a run's manifest, config, results.json or plot read for the page
 _SECRET_WORDS = ("key", "token", "secret", "password", "auth", "header", "cookie", "credential")
 
 _STEP_COLUMNS = ["episode_id", "step_index", "tool", "server", "server_tool", "arguments", "content",
@@ -85,12 +87,13 @@ class RunView:
 # -- reading a run ----------------------------------------------------------------------------------------------------
 def _hydra_config(root: Path) -> dict[str, Any] | None:
     path = root / ".hydra" / "config.yaml"
-    if not path.is_file():
+    if not path.exists():
         return None
+    text = read_run_file(root, path, limit=_MAX_RUN_FILE)  # never a file outside the run, a pipe or a device
     from omegaconf import OmegaConf
 
     try:
-        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        cfg = OmegaConf.to_container(OmegaConf.create(text.decode("utf-8")), resolve=False)
     except Exception:  # noqa: BLE001 - a damaged config only costs the page its "how it was made" line
         return None
     return _redact(cfg) if isinstance(cfg, dict) else None
@@ -107,8 +110,9 @@ def _redact(value: Any) -> Any:
     return redact_text(value) if isinstance(value, str) else value
 
 
-def _locate(path: str) -> tuple[str, Path | None, dict[str, Any] | None]:
-    """``(where the shards are, local run folder or None, hydra config)``; raises ``FileNotFoundError``."""
+def _locate(path: str, storage: str | None = None) -> tuple[str, Path | None, dict[str, Any] | None]:
+    """``(where the shards are, local run folder or None, hydra config)``; raises ``FileNotFoundError``, or
+    ``ValueError`` for a run whose config names another place for its shards that the caller did not name."""
     if "://" in path:
         return path, None, None
     root = Path(path)
@@ -117,9 +121,15 @@ def _locate(path: str) -> tuple[str, Path | None, dict[str, Any] | None]:
     if not root.is_dir():
         raise FileNotFoundError(f"no run at {path!r}: not a directory (give a run directory, e.g. runs/collect/x)")
     config = _hydra_config(root)
-    storage = ((config or {}).get("launcher") or {}).get("storage")
-    if storage and not (root / MANIFEST).exists() and not (root / EPISODES_DIR).is_dir():
-        return str(storage), root, config  # a launcher published the shards elsewhere (launcher.storage)
+    if storage:
+        return storage, root, config  # the caller named where the shards are (--storage)
+    named = ((config or {}).get("launcher") or {}).get("storage")
+    if named and not (root / MANIFEST).exists() and not (root / EPISODES_DIR).is_dir():
+        # A run directory is untrusted: its config could name another run of yours (or your bucket), whose episodes
+        # the page, written into this run, would then carry. It is read only where the caller says.
+        raise ValueError(f"{path}: its .hydra/config.yaml says its shards are at launcher.storage {str(named)!r}; a "
+                         "run directory is untrusted data, so the view reads elsewhere only where you name it: "
+                         f"mcp-gym view {path} --storage {str(named)!r}")
     if not any((root / p).exists() for p in (MANIFEST, EPISODES_DIR, STEPS_DIR)):
         raise FileNotFoundError(f"no run at {path!r}: the directory has no {MANIFEST}, {EPISODES_DIR}/ or "
                                 f"{STEPS_DIR}/ (is it the parent of the run directories?)")
@@ -278,24 +288,36 @@ def _iso(value: Any) -> str | None:
 def _report(root: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[tuple[str, str]]]:
     folder = root / REPORT_DIR
     results = folder / "results.json"
-    if not results.is_file():
+    if not results.exists():
         return None, [], []
-    data = json.loads(results.read_text(encoding="utf-8"))
-    plots = [(p.name, "data:image/png;base64," + base64.b64encode(p.read_bytes()).decode())
-             for p in sorted(folder.glob("*.png"))]
+    # report/ and its files are the run's: one leading out of it (x.png -> ~/.ssh/id_rsa) is refused, never embedded
+    try:
+        data = json.loads(read_run_file(root, results, limit=_MAX_RUN_FILE))
+    except RecursionError:
+        raise ValueError(f"{results}: not a readable results file (nested too deeply)") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{results}: not a readable results file ({e.reason})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{results}: not a readable results file ({e.msg}, line {e.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("per_task") or [], list):
+        raise ValueError(f"{results}: not a results file (a JSON object with a 'per_task' list)")
+    plots = [(p.name, "data:image/png;base64," + base64.b64encode(read_run_file(root, p, limit=_MAX_RUN_FILE))
+              .decode()) for p in sorted(folder.glob("*.png"))]
     return data.get("summary"), list(data.get("per_task") or []), plots
 
 
 def load_run(
     path: str | os.PathLike[str], *, name: str | None = None, max_episodes: int = 500, max_text: int = 20_000,
-    max_image_bytes: int = 2_000_000,
+    max_image_bytes: int = 2_000_000, storage: str | None = None,
 ) -> RunView:
     """Read a run directory (or a ``pyarrow.fs`` URI of one) into what :func:`render_html` draws.
 
+    ``storage``: where the run's shards are when a launcher published them elsewhere (its ``launcher.storage``); a
+    run whose config names such a place is refused without it (``ValueError``), since a run's files are untrusted.
     Raises ``FileNotFoundError`` (one line, naming the path) when there is no run there. The run is only read:
     episodes still in a write-ahead log are shown, nothing is recovered or rewritten.
     """
-    location, root, config = _locate(os.fspath(path))
+    location, root, config = _locate(os.fspath(path), storage)
     if root is None or location != str(root):
         shared = RunStore(location)
         manifest = shared.manifest()
@@ -303,8 +325,7 @@ def load_run(
             raise FileNotFoundError(f"no run at {location!r}: no {MANIFEST} and no episodes shards there")
         steps, episodes = shared.read_tables()
     else:
-        manifest = parse_manifest((root / MANIFEST).read_bytes(), root / MANIFEST) if (root / MANIFEST).is_file() \
-            else {}
+        manifest = RunDirectory(root, create=False).manifest
         steps, episodes = read_tables(root)
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -465,18 +486,21 @@ def render_html(runs: Sequence[RunView], *, title: str | None = None) -> str:
 
 def write_view(
     runs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None, *, max_episodes: int = 500,
-    max_text: int = 20_000, max_image_bytes: int = 2_000_000, title: str | None = None,
+    max_text: int = 20_000, max_image_bytes: int = 2_000_000, title: str | None = None, storage: str | None = None,
 ) -> Path:
     """Write the HTML report of one or more runs and return its path.
 
     ``out`` defaults to ``<run>/report.html`` for one run and ``./report.html`` for several. ``max_episodes`` caps the
     episodes shown per run, ``max_text`` the characters of each text, ``max_image_bytes`` each embedded image.
+    ``storage`` (one run only): where its shards are, for a run a launcher published elsewhere (:func:`load_run`).
     """
     if not runs:
         raise ValueError("give at least one run directory")
+    if storage and len(runs) > 1:
+        raise ValueError("--storage names the shards of one run: give one run with it")
     names = _names([os.fspath(r) for r in runs])
-    views = [load_run(r, name=n, max_episodes=max_episodes, max_text=max_text, max_image_bytes=max_image_bytes)
-             for r, n in zip(runs, names, strict=True)]
+    views = [load_run(r, name=n, max_episodes=max_episodes, max_text=max_text, max_image_bytes=max_image_bytes,
+                      storage=storage) for r, n in zip(runs, names, strict=True)]
     if out is None:
         out = Path(views[0].path) / VIEW_FILE if len(views) == 1 and "://" not in views[0].path else Path(VIEW_FILE)
     out = Path(out)
@@ -499,11 +523,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", help=f"the HTML file (default: RUN/{VIEW_FILE} for one run, ./{VIEW_FILE} for several)")
     p.add_argument("--max-episodes", type=int, default=500, help="episodes shown per run (default 500)")
     p.add_argument("--max-text", type=int, default=20_000, help="characters shown of each text (default 20000)")
+    p.add_argument("--storage", help="where the run's shards are, for a run a launcher published elsewhere "
+                                     "(its launcher.storage, a pyarrow.fs URI or a folder)")
     a = p.parse_args(argv)
     if a.max_episodes < 1 or a.max_text < 1:
         p.error("--max-episodes and --max-text must be at least 1")
     try:
-        out = write_view(a.runs, a.out, max_episodes=a.max_episodes, max_text=a.max_text)
+        out = write_view(a.runs, a.out, max_episodes=a.max_episodes, max_text=a.max_text, storage=a.storage)
     except (FileNotFoundError, ValueError, OSError) as e:
         from mcp_gym._terminal import printable
 
