@@ -556,6 +556,8 @@ async def _set_up(env: _EpisodeServers, episode: Episode, spares: SpareServers |
             await _take_early(env, spares.rerooter)
         episode.workspace = make_workspace(task)
     if spares is not None and pool and not restarted:  # warm servers re-rooted to this workspace (_reroot)
+        if all(spares.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers):
+            spares.old.drop(env.runtime)  # a re-root needs the old root gone (renamed away at once)
         restarted.update(await _reroot_all(env, spares.rerooter, episode))
     for alias, template in env.server_templates.items():
         if alias in restarted:

@@ -91,9 +91,9 @@ def test_a_reset_takes_the_spare_while_the_old_server_still_exits_and_the_bound_
             assert step(env, "read_file", name="in.txt") == "hello a"
             open_gate(setup, old)
             assert exit_note(setup, old) == {"workspace": True, "live_max": 2}  # it wrote late.txt into its own
-            wait_for(lambda: not alive(old))
+            wait_for(lambda pid=old: not alive(pid))
             spare = wait_for(lambda: env.spares.pids)  # the unit freed: the next spare
-            wait_for(lambda: not old_ws.exists())  # removed once its server is gone
+            wait_for(lambda ws=old_ws: not ws.exists())  # removed once its server is gone
             assert sorted(p.name for p in env.workspace.iterdir()) == ["in.txt"]  # nothing of the old server's
         (setup["notes"] / "all.go").touch()
     finally:

@@ -53,6 +53,12 @@ Without ``--process`` one untimed job of ``--num-envs`` episodes warms this proc
 
     python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 2
     python scripts/bench/benchmark_eval.py --bench git --tasks 8 --samples 2 --rounds 2
+
+``--compare DIR`` compares two checkouts instead of the pool off and on: the arms ``before`` (the checkout ``DIR``
+first on ``PYTHONPATH``) and ``after`` (this one), both with the pool on, each job a process of its own, alternating::
+
+    git worktree add --detach /tmp/base main
+    python scripts/bench/benchmark_eval.py --bench git --tasks 8 --samples 2 --rounds 2 --compare /tmp/base
 """
 
 from __future__ import annotations
@@ -193,6 +199,8 @@ def breakdown(out: Path, summary: dict[str, Any]) -> dict[str, float]:
 
 def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
         base_url: str | None = None) -> dict[str, float]:
+    """One ``eval`` of ``arm``: ``off`` (``env.spare_servers=0``), ``on``, or with ``--compare`` ``before`` (the
+    checkout ``a.compare`` first on the job process's ``PYTHONPATH``) and ``after`` (this checkout), both pool on."""
     policy = ["policy=oracle"] if base_url is None else \
         ["policy=openai", f"policy.base_url={base_url}", "policy.model=scripted", "policy.api_key=sk-bench"]
     if a.bench == "fs":
@@ -214,9 +222,12 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
     _npx.resolutions.clear()  # each job as its own process: its first starts run npx (what it ran is not known yet)
     c0 = cpu()
     t0 = time.perf_counter()
-    if a.process:  # as the mcp-gym program: a fresh interpreter, its imports on the job's path
+    if a.process or a.compare is not None:  # as the mcp-gym program: a fresh interpreter, its imports on its path
+        checkout = a.compare if arm == "before" else ROOT
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), *filter(None, [
+            os.environ.get("PYTHONPATH")])])} if a.compare is not None else None
         code = subprocess.run([sys.executable, "-m", "mcp_gym.cli", *args], stdout=subprocess.DEVNULL, timeout=900,
-                              cwd=tasks.parent).returncode  # (-m puts its cwd first on sys.path: not a checkout)
+                              cwd=tasks.parent, env=env).returncode  # (-m puts its cwd first on sys.path)
     else:
         with contextlib.redirect_stdout(io.StringIO()):
             code = cli(args)
@@ -261,7 +272,14 @@ def main() -> None:
                          "not in this process (whose imports are warm after the first job)")
     ap.add_argument("--model-latency", type=float, default=None, metavar="S",
                     help="policy=openai against a scripted endpoint answering in S seconds (default: oracle)")
+    ap.add_argument("--compare", type=Path, default=None, metavar="DIR",
+                    help="arms before (the checkout DIR first on PYTHONPATH) and after (this one), both pool on, "
+                         "each job a process of its own")
     a = ap.parse_args()
+    if a.compare is not None:
+        a.compare = a.compare.resolve()
+        if not (a.compare / "mcp_gym" / "__init__.py").is_file():
+            raise SystemExit(f"--compare {a.compare}: no mcp_gym package there")
 
     tmp = Path(tempfile.mkdtemp(prefix="mcp-gym-bench-eval-"))
     with contextlib.ExitStack() as stack:
@@ -281,8 +299,9 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
             tasks = bench_tasks(a, tmp)
         kinds = [a.bench] if a.bench != "fs" else (["local", "npx"] if a.server == "both" else [a.server])
         for kind in kinds:
-            rows: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
-            if a.bench != "fs" and not a.process:  # this process's imports and first calls, before the timed jobs
+            rows: dict[str, list[dict[str, float]]] = {"off": [], "on": []} if a.compare is None else \
+                {"before": [], "after": []}
+            if a.bench != "fs" and not a.process and a.compare is None:  # this process's imports, before the timed jobs
                 job(kind, "on", argparse.Namespace(**{**vars(a), "tasks": 1, "samples": a.num_envs}), tasks,
                     tmp / f"warm-{kind}", base_url)
             loads = [os.getloadavg()[0]]
@@ -300,21 +319,23 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
                   f"on arm spare_servers={a.spare_servers if a.spare_servers is not None else 'default'}, "
                   f"policy {'oracle' if base_url is None else f'openai (scripted, {a.model_latency:g} s per reply)'}, "
                   f"{'env.resolve_npx=false, ' if a.no_resolve_npx else ''}"
-                  f"{'each job a process of its own, ' if a.process else ''}{a.rounds} jobs per arm; "
+                  f"{'each job a process of its own, ' if a.process or a.compare else ''}"
+                  f"{f'before: {a.compare}, after: {ROOT}, ' if a.compare else ''}{a.rounds} jobs per arm; "
                   f"load average {min(loads):.2f}-{max(loads):.2f} (1 min), "
                   f"{os.cpu_count()} cores")
-            print(f"{'arm':>4} {'episodes/s':>11} {'start-up share':>15} {'success':>8} {'first step':>11} "
+            print(f"{'arm':>6} {'episodes/s':>11} {'start-up share':>15} {'success':>8} {'first step':>11} "
                   f"{'s/episode':>10} {'reset':>7} {'start-up':>9} {'episode':>8} {'job CPU':>8} {'children':>9}")
             med = {arm: {k: statistics.median(x[k] for x in xs) for k in xs[0]} for arm, xs in rows.items()}
             for arm, m in med.items():
-                print(f"{arm:>4} {m['eps']:>11.2f} {m['share']:>14.1%} {m['success']:>8.0%} {m['first_step']:>10.3f}s "
+                print(f"{arm:>6} {m['eps']:>11.2f} {m['share']:>14.1%} {m['success']:>8.0%} {m['first_step']:>10.3f}s "
                       f"{m['slot_s']:>9.3f}s {m['reset']:>6.3f}s {m['startup']:>8.3f}s {m['episode']:>7.3f}s "
                       f"{m['job_cpu']:>7.3f}s {m['child_cpu']:>8.3f}s")
             print("(first step: p50 from the reset's start; s/episode: slots x wall / episodes; reset, start-up, "
                   "episode: means per episode; job CPU and children: CPU seconds per episode"
                   f"{', children including the job processes' if a.process else ''})")
-            ratios = [on["eps"] / off["eps"] for on, off in zip(rows["on"], rows["off"], strict=True)]
-            print(f"on/off: episodes/s x{statistics.median(ratios):.2f} (median of per-round ratios; "
+            first, second = rows
+            ratios = [y["eps"] / x["eps"] for x, y in zip(rows[first], rows[second], strict=True)]
+            print(f"{second}/{first}: episodes/s x{statistics.median(ratios):.2f} (median of per-round ratios; "
                   f"{min(ratios):.2f}-{max(ratios):.2f})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
