@@ -144,6 +144,30 @@ def test_close_waits_for_the_servers_still_exiting(setup: dict[str, Path]) -> No
     assert all(json.loads(p.read_text())["workspace"] for p in setup["notes"].glob("*.exit"))
 
 
+def test_an_old_server_that_never_exits_is_terminated_in_the_background(setup: dict[str, Path],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that does not exit when its stdin closes (its gate never opens) is stopped by SIGTERM after the
+    transport's bounded wait (0.5 s here), in the background; its unit frees once it is gone (the next spare starts)
+    and so does its workspace."""
+    monkeypatch.setattr(_stdio, "_STOP_GRACE", 0.5)
+    env = make_env(setup)
+    try:
+        env.reset(options={"task_id": "a1"})
+        wait_for(lambda: env.spares.pids)
+        old, old_ws = env.host.connections["s"].pid, env.workspace
+        env.reset(options={"task_id": "a2"})
+        assert old is not None and old_ws is not None and env.spares.taken == 1
+        wait_for(lambda: not alive(old))
+        spare = wait_for(lambda: env.spares.pids and set(env.spares.pids) <= live(setup) and env.spares.pids)
+        wait_for(lambda: not old_ws.exists())
+        assert not (setup["notes"] / f"{old}.exit").exists()  # it never got to exit on its own: it was terminated
+        assert live(setup) == {env.host.connections["s"].pid, *spare}
+    finally:
+        (setup["notes"] / "all.go").touch()
+        env.close()
+    assert not live(setup) and list(setup["tmp"].iterdir()) == []
+
+
 @pytest.mark.parametrize("spare_servers", [0, 1])
 def test_no_workspace_is_removed_before_its_server_exits(setup: dict[str, Path], spare_servers: int) -> None:
     """With the pool on or off, every server finds its workspace still there once its stdin has closed (a server
