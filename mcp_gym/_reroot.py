@@ -14,7 +14,7 @@ A server whose command line names ``server-filesystem`` starts with the roots ca
 (an error answer: server-filesystem then keeps its command-line directories, as without roots) until those checks
 passed; another server that passes them does so from its next start. From then on ``roots/list`` is answered with the
 connection's current workspace, and a reset re-roots it: the previous workspace must be gone already (the env removes
-it at the start of a reset; a re-root refuses otherwise), the new root is announced, and the re-root counts only once
+it just before; a re-root refuses otherwise), the new root is announced, and the re-root counts only once
 the server's own ``list_allowed_directories`` reports exactly the new workspace, within ``connect_timeout``. A root
 update of the server still in flight for an older root cannot land afterwards: the server checks that a root exists
 before taking it, and every older root has been removed. Anything else (a refusal, a timeout, an error) falls back to

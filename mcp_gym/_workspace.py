@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import os
 import shutil
 import warnings
@@ -20,6 +21,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import anyio
 
 from mcp_gym._reroot import Rerooter, mentions_workspace, names_filesystem_server, template_key
+from mcp_gym._retire import Retirement, Retirer, SpareBudget
 from mcp_gym._wsdir import new_workspace
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
@@ -159,28 +161,6 @@ class _Spare:
     gone: anyio.Event = dataclasses.field(default_factory=anyio.Event)  # closed and its workspace removed
 
 
-class SpareBudget:
-    """The spares (each one server per ``{workspace}`` alias) that the envs of one job may run at once: a job at
-    concurrency N so runs at most ``N + total`` servers per alias, plus none while a slot swaps its server (the old
-    one is closed before the unit is given back). Workspace-only spares (re-rooting) do not count."""
-
-    def __init__(self, total: int) -> None:
-        self.total = max(0, int(total))
-        self.used = 0
-        self.peak = 0
-        """The most units ever held at once (for tests)."""
-
-    def acquire(self) -> bool:
-        if self.used >= self.total:
-            return False
-        self.used += 1
-        self.peak = max(self.peak, self.used)
-        return True
-
-    def release(self) -> None:
-        self.used -= 1
-
-
 class SpareServers:
     """A bounded pool of spare per-episode servers, prepared ahead of the env's next reset.
 
@@ -189,8 +169,11 @@ class SpareServers:
     the task just started. A spare is a fresh workspace (the fixture copied in) and the servers naming ``{workspace}``
     started in it and initialized, in the background while the episode runs. The next reset whose task has the same
     key takes it (a task with another key closes it and starts its servers as without a pool: a wrong forecast costs
-    a server start, never a wrong state). At most ``size`` spares exist at once; :meth:`aclose` (the env's close)
-    stops every one and removes its workspace, so no spare process outlives the env."""
+    a server start, never a wrong state). Each spare holds a unit of the budget (``size`` units of the env's own, or
+    the job's shared :class:`SpareBudget`), and so does a slot's old servers while they exit in the background after
+    a reset (:mod:`mcp_gym._retire`): a spare that finds the budget spent is started when a unit frees.
+    :meth:`aclose` (the env's close) stops every one and removes its workspace, so no spare process outlives the
+    env."""
 
     def __init__(self, size: int = 1) -> None:
         self.size = max(0, int(size))
@@ -202,14 +185,28 @@ class SpareServers:
         """Warm servers re-rooted to the next workspace over MCP roots (:mod:`mcp_gym._reroot`)."""
         self.budget: SpareBudget | None = None
         """Shared by the envs of a job (``jobs.config.env_factory``): their spares count against its concurrency."""
-        self._removing: list[tuple[Path, anyio.Event]] = []  # old workspaces being deleted in a worker thread
+        self._own = SpareBudget(self.size)  # the env's units when no job shares one
+        self.old = Retirer(self._refill)
+        self.old.background = bool(self.size)
+        """The slot's old servers closed, and old workspaces removed, off the reset's path (:mod:`mcp_gym._retire`)."""
         self._leaving: list[_Spare] = []  # spares for a task no longer expected, being closed in the background
         self._hint: Task | None | Literal[_NoHint.NO_HINT] = NO_HINT
+        self._want: tuple[_EpisodeServers, Task, tuple[Any, ...], bool, int] | None = None  # what _refill makes
+
+    @property
+    def units(self) -> SpareBudget:
+        """The budget the spares and the slot's exiting servers take their units from."""
+        return self.budget if self.budget is not None else self._own
 
     @property
     def pids(self) -> list[int]:
         """Process ids of the spare stdio servers now running (for tests)."""
         return [c.pid for s in self._spares for c in s.conns.values() if c.pid is not None]
+
+    @property
+    def retiring_pids(self) -> list[int]:
+        """Process ids of the slot's old stdio servers being closed in the background (for tests)."""
+        return [c.pid for r in self.old.retiring for c in r.conns if c.pid is not None]
 
     def expect(self, task: Task | None | Literal[_NoHint.NO_HINT]) -> None:
         """Set what the next :meth:`prepare` prepares for (once): ``task``, nothing (``None``: no episode follows), or
@@ -218,8 +215,9 @@ class SpareServers:
 
     def prepare(self, env: _EpisodeServers, task: Task) -> None:
         """Start preparing spares for tasks like ``task``, up to ``size``, or one for the task :meth:`expect` named, in
-        the env runtime's task group (returns at once). Spares for another set-up are closed in the background."""
-        hint, self._hint = self._hint, NO_HINT
+        the env runtime's task group (returns at once); those the budget has no unit for start when one frees. Spares
+        for another set-up are closed in the background."""
+        hint, self._hint, self._want = self._hint, NO_HINT, None
         if not self.size or not env.workspace_servers:  # the pool is off (every env without a {workspace} server)
             return
         upcoming = task if hint is NO_HINT else hint
@@ -230,10 +228,19 @@ class SpareServers:
         self._close_later(env, [s for s in self._spares if s.key != key])
         servers = not all(self.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers)
         wanted = self.size if servers and hint is NO_HINT else 1  # a forecast names one episode: one spare for it
-        while not self._closed and len(self._spares) < wanted:
+        self._want = (env, upcoming, key, servers, wanted)
+        self._refill()
+
+    def _refill(self) -> None:
+        """Start the spares :meth:`prepare` wants and the budget has units for (on the loop; again when one frees)."""
+        if self._want is None or self._closed:
+            return
+        env, upcoming, key, servers, wanted = self._want
+        while len(self._spares) < wanted:
             spare = _Spare(key, servers)
-            if servers and self.budget is not None:
-                if not self.budget.acquire():
+            if servers:
+                if not self.units.acquire():  # spent: this spare starts when a unit frees, if still wanted
+                    self.units.when_free(self._refill)
                     return
                 spare.budgeted = True
             self._spares.append(spare)
@@ -287,7 +294,12 @@ class SpareServers:
 
     async def take(self, key: tuple[Any, ...]) -> _Spare | None:
         """The spare prepared for ``key`` once it is ready (its servers started or failed), or ``None``; spares for
-        other keys are closed."""
+        other keys are closed. A spare wanted for ``key`` but not started, the budget's unit held by the slot's old
+        servers still exiting, is waited for: those servers' exit (bounded: their stop), then the spare's start."""
+        if self._want is not None and self._want[2] == key and not any(s.key == key for s in self._spares):
+            for r in list(self.old.retiring):
+                await r.gone.wait()  # its unit frees: _refill starts the spare (unless another env's took it)
+        self._want = None  # the reset's prepare says what comes next
         found = next((s for s in self._spares if s.key == key), None)  # the oldest: the most likely to be ready
         for spare in [s for s in self._spares if s.key != key]:
             await self._drop(spare)
@@ -307,9 +319,19 @@ class SpareServers:
 
     def release(self, spare: _Spare) -> None:
         """``spare``'s servers are closed, or a slot's own now (its old ones closed): its budget unit is free."""
-        if spare.budgeted and self.budget is not None:
+        if spare.budgeted:
             spare.budgeted = False
-            self.budget.release()
+            self.units.release()
+
+    def retirement(self, spare: _Spare | None = None) -> Retirement | None:
+        """A unit for closing the slot's old ``{workspace}`` servers in the background (:mod:`mcp_gym._retire`):
+        ``spare``'s (taken by this reset), else a free one; ``None`` (close them at once) without one."""
+        if not self.size or self._closed:
+            return None
+        held = spare is not None and spare.budgeted
+        if spare is not None:
+            spare.budgeted = False
+        return self.old.start(self.units, held)
 
     async def _discard(self, spare: _Spare) -> None:
         with anyio.CancelScope(shield=True):
@@ -324,55 +346,19 @@ class SpareServers:
             finally:
                 spare.gone.set()
 
-    def drop_workspace(self, runtime: Any, episode: Episode) -> None:
-        """Remove the finished ``episode``'s workspace, with the pool on off the reset's path: renamed at once (its
-        path is gone before the next episode's servers are set up), deleted in a worker thread (:meth:`aclose` waits
-        for it). With the pool off, or if the rename fails, it is deleted here."""
-        workspace = episode.workspace
-        if workspace is None or not self.size or self._closed:
-            episode.drop_workspace()
-            return
-        trash = workspace.with_name(workspace.name + ".removing")
-        try:
-            os.rename(workspace, trash)
-        except OSError:
-            episode.drop_workspace()
-            return
-        episode.workspace = None
-        done = anyio.Event()
-
-        release = runtime.keep_running()  # the loop runs on its own until the folder is gone
-
-        async def remove() -> None:
-            try:
-                await anyio.to_thread.run_sync(lambda: shutil.rmtree(trash, ignore_errors=True))
-            finally:
-                done.set()
-                release()
-
-        self._removing = [(p, e) for p, e in self._removing if not e.is_set()]
-        self._removing.append((trash, done))
-        try:
-            runtime.task_group.start_soon(remove, name="mcp-gym-remove-workspace")
-        except Exception:  # noqa: BLE001 - no task group to run it on: delete it here
-            shutil.rmtree(trash, ignore_errors=True)
-            done.set()
-            release()
-
     def forget(self) -> None:
         """Remove the spares' workspaces without stopping their servers (the runtime that ran them has ended)."""
         self._closed = True
-        for trash, _ in self._removing:
-            shutil.rmtree(trash, ignore_errors=True)
-        self._removing.clear()
+        self.old.forget()
         for spare in [*self._spares, *self._leaving]:
             if spare.workspace is not None:
                 shutil.rmtree(spare.workspace, ignore_errors=True)
         self._spares.clear()
 
     async def aclose(self, then: Callable[[], Awaitable[Any]] | None = None) -> None:
-        """Stop every spare server and remove its workspace (idempotent; no new spares afterwards); then await
-        ``then()`` (the env's own sessions' close), whatever happened."""
+        """Stop every spare server and every old one still exiting, remove their workspaces (idempotent; no new spares
+        afterwards); then await ``then()`` (the env's own sessions' close), whatever happened, and remove the
+        workspaces its servers ran in."""
         self._closed = True
         try:
             for spare in list(self._spares):
@@ -380,11 +366,13 @@ class SpareServers:
             with anyio.CancelScope(shield=True):
                 for spare in list(self._leaving):
                     await spare.gone.wait()  # bounded: closing its servers
-                for _, done in self._removing:
-                    await done.wait()  # bounded: a worker thread deleting a folder
+                await self.old.aclose()
         finally:
             if then is not None:
                 await then()
+            behind, self.old.behind = self.old.behind, []
+            for workspace in behind:
+                await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, workspace, ignore_errors=True))
 
 
 def episode_spec(spec: Any, workspace: Path | None, env: Mapping[str, str]) -> Any:
@@ -522,30 +510,54 @@ class _EpisodeServers(EpisodeState, Protocol):
 async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set[str]:
     """Per-task server set-up of the env's next ``episode``: a fresh workspace (the task's ``fixture`` copied in) when
     a server command line names ``{workspace}`` (``episode.workspace``), the task's ``env`` variables (never over one
-    the server's own config sets: :func:`task_env`); servers whose
-    spec changes restart. Returns them."""
+    the server's own config sets: :func:`task_env`); servers whose spec changes restart. With the pool on, the old
+    ``{workspace}`` servers are closed in the background when a unit of the budget covers them
+    (:mod:`mcp_gym._retire`), and the last episode's workspace is removed once they are gone. Returns them."""
     task = episode.task
     if task.fixture and not env.workspace_servers:
         raise ValueError(f"task '{task.id}' has a fixture but no server command line names {{workspace}}")
-    restarted: set[str] = set()
     spares: SpareServers | None = getattr(env, "spares", None)
-    own = spares is not None and not any(getattr(env.host.connections[a], "shared", False)
-                                         for a in env.workspace_servers)
+    if spares is None:
+        return await _set_up(env, episode, None, False)
+    retiring: list[Retirement | None] = [None]
+    done = False
+    try:
+        restarted = await _set_up(env, episode, spares, not any(getattr(env.host.connections[a], "shared", False)
+                                                                for a in env.workspace_servers), retiring)
+        done = True
+    finally:
+        spares.old.seal(env.runtime, retiring[0], done)  # the old workspace goes once its servers are gone
+    return restarted
+
+
+async def _set_up(env: _EpisodeServers, episode: Episode, spares: SpareServers | None, own: bool,
+                  retiring: list[Retirement | None] | None = None) -> set[str]:
+    """:func:`prepare_episode_servers`'s work; ``retiring[0]``: the retirement closing the slot's old servers."""
+    task, tg, restarted = episode.task, env.runtime.task_group, set[str]()
     pool = spares is not None and own and bool(spares.size) and bool(env.workspace_servers)
     spare = await spares.take(setup_key(env, task)) if spares is not None and pool else None
-    if spare is not None:  # a workspace (and servers) prepared while the last episode ran
+
+    def retirer() -> Callable[[ServerConnection], None] | None:
+        if retiring is None or retiring[0] is None or spares is None:
+            return None
+        return functools.partial(spares.old.retire, env.runtime, retiring[0])
+
+    if spare is not None and spares is not None:  # a workspace (and servers) prepared while the last episode ran
         episode.workspace = spare.workspace
         restarted.update(spare.conns)
+        if retiring is not None:
+            retiring[0] = spares.retirement(spare)  # the spare's unit covers the old servers until they exit
         try:
-            await env.host.adopt(spare.conns, env.runtime.task_group)
+            await env.host.adopt(spare.conns, tg, retirer())
         finally:
-            if spares is not None:
-                spares.release(spare)
+            spares.release(spare)
     elif env.workspace_servers:
         if spares is not None and pool:  # a first reset: a server started ahead by the job, re-rooted below
             await _take_early(env, spares.rerooter)
         episode.workspace = make_workspace(task)
     if spares is not None and pool and not restarted:  # warm servers re-rooted to this workspace (_reroot)
+        if all(spares.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers):
+            spares.old.drop(env.runtime)  # a re-root needs the old root gone (renamed away at once)
         restarted.update(await _reroot_all(env, spares.rerooter, episode))
     for alias, template in env.server_templates.items():
         if alias in restarted:
@@ -557,15 +569,25 @@ async def prepare_episode_servers(env: _EpisodeServers, episode: Episode) -> set
         if getattr(conn, "shared", False):  # a session shared by concurrent episodes (VectorMCPEnv)
             raise ValueError(f"server '{alias}': per-episode set-up (workspace, task env) needs a session of its "
                              "own per episode; do not share sessions (share_servers=None)")
-        conn.spec = spec
+        if spares is not None and pool and retiring is not None and retiring[0] is None \
+                and alias in env.workspace_servers and conn.status != "new":
+            retiring[0] = spares.retirement()  # a free unit: the old server exits while the new one starts
+        retire = retirer() if alias in env.workspace_servers else None
         if spares is not None and pool and spares.rerooter.advertises(alias, template) and episode.workspace:
             new = spares.rerooter.connection(alias, template, spec, episode.workspace, conn)  # advertising roots
-            if conn.status != "new":  # never started: adopt closes it (a second close would wait for its task)
-                await conn.close()  # first, as a restart does: one server per slot
-            await new.start(env.runtime.task_group)
-            await env.host.adopt({alias: new}, env.runtime.task_group)
+        elif retire is not None:
+            new = ServerConnection(alias, spec, conn.callbacks, conn.tap_factory)
         else:
-            await env.host.restart(alias, env.runtime.task_group)
+            conn.spec = spec
+            await env.host.restart(alias, tg)
+            restarted.add(alias)
+            continue
+        if retire is not None:
+            retire(conn)
+        elif conn.status != "new":  # never started: adopt closes it (a second close would wait for its task)
+            await conn.close()  # first, as a restart does: one server per slot
+        await new.start(tg)
+        await env.host.adopt({alias: new}, tg, retire)
         restarted.add(alias)
     if spares is not None and pool and episode.workspace is not None:
         for alias in restarted & env.workspace_servers:  # a first start: may this server be re-rooted next time?

@@ -371,7 +371,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         task_seed = int(seed) if seed is not None else int(self.np_random.integers(2**31 - 1))
         previous, self._episode = self._episode, None  # until this reset succeeds there is no episode to step
         if previous is not None:
-            self.spares.drop_workspace(self._rt, previous)  # with the pool on, deleted off the reset's path
+            self.spares.old.leave(previous)  # removed once no server of that episode runs in it
         ep = Episode(task, task_seed, Budget(self._limits.max_turns, self._limits.max_tool_calls))
         self.host.episode_id = ep.id
         self.host.drain_logs()
@@ -380,7 +380,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             await self.aconnect()  # connecting in the first reset lists tools for this episode (not twice)
             reset_errors = await self._prepare_episode(ep)
         except BaseException:
-            ep.drop_workspace()  # a failed reset leaves no workspace behind
+            self.spares.old.leave(ep)  # a failed reset's workspace goes once its servers are gone (or at close)
             raise
         self._sync_space()
         self._episode = ep

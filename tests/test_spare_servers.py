@@ -89,12 +89,13 @@ def test_the_next_reset_takes_a_started_server_in_a_fresh_copy_of_the_fixture(se
         env.reset(options={"task_id": "a2"})
         assert env.spares.taken == 1
         assert env.host.connections["s"].pid == spare[0] != first_pid
-        assert env.workspace is not None and env.workspace != first_ws and not first_ws.exists()
+        assert env.workspace is not None and env.workspace != first_ws
         assert read(env, "in.txt") == "hello a"  # a fresh copy: the last episode's write is not seen
         env.step({"tool": "write_file", "arguments": {"name": "out.txt", "content": "x"}})
         assert (env.workspace / "out.txt").read_text() == "x"  # the server serves this episode's workspace
         assert (setup["a"] / "in.txt").read_text() == "hello a" and not (setup["a"] / "out.txt").exists()
-        assert not alive(first_pid)
+        wait_for(lambda: not alive(first_pid))  # closed in the background (tests/test_background_close.py)
+        wait_for(lambda: not first_ws.exists())  # ... and its workspace removed once it is gone
         wait_for(lambda: env.spares.pids)  # the next spare: three servers in all
         assert len(wait_for(lambda: pids(setup["pids"]) if len(pids(setup["pids"])) >= 3 else None)) == 3
     finally:

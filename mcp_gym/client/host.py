@@ -286,18 +286,18 @@ class MCPHost:
         """Close one server's connection and connect anew (reset by restart), within its ``connect_timeout``."""
         old = self.connections[alias]
         await old.close()
-        new = ServerConnection(alias, old.spec, old.callbacks, old.tap_factory)
-        self.connections[alias] = new
+        self.connections[alias] = new = ServerConnection(alias, old.spec, old.callbacks, old.tap_factory)
         await self._connect(new, task_group)
         self._rebuild()
 
-    async def adopt(self, conns: Mapping[str, ServerConnection], task_group: Any) -> None:
-        """Put ``conns`` (started already: spare servers) in place at once (cancelled later, the host owns them all),
-        close the old ones, list the new ones' tools within ``connect_timeout`` (a stale discovery answer: restart)."""
+    async def adopt(self, conns: Mapping[str, ServerConnection], task_group: Any,
+                    retire: Callable[[ServerConnection], None] | None = None) -> None:
+        """Put ``conns`` (started servers) in place at once (cancelled later, the host owns them all), close the old
+        ones (``retire``: hand each over, closed in the background), list the new ones' tools (stale: restart)."""
         old = [self.connections[alias] for alias in conns]
         self.connections.update(conns)
         for conn in old:
-            await conn.close()
+            await conn.close() if retire is None else retire(conn)
         for alias, conn in conns.items():
             if conn.status != "ready":
                 continue

@@ -16,11 +16,20 @@ round by round:
     python scripts/bench/python_server_start.py                  # mcp-server-git, 6 rounds
     python scripts/bench/python_server_start.py --rounds 8 -- mcp-server-time
     python scripts/bench/python_server_start.py --rounds 0 --resets 6 --think 3   # resets with a spare ready
+
+``--compare DIR`` runs the whole measurement twice, each in a child process: ``before`` with the checkout ``DIR``
+first on ``PYTHONPATH``, then ``after`` with this one (``--compare-rounds`` pairs, alternating). A reset's close is
+counted only where the reset waits for it; a close run in the background (``mcp-gym-retire``: the previous server
+exiting off the reset's path) is listed apart::
+
+    git worktree add --detach /tmp/base main
+    python scripts/bench/python_server_start.py --rounds 0 --resets 6 --think 3 --compare /tmp/base
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import shutil
@@ -37,6 +46,8 @@ from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
 
 LATE = [0]
+BACKGROUND: list[float] = []
+"""Closes of a previous episode's server run off the reset's path (a task named ``mcp-gym-retire``)."""
 
 
 class _Late(logging.Handler):
@@ -91,7 +102,9 @@ def resets(command: list[str], fixture: Path | None, n: int, think: float) -> li
         try:
             await plain(self)
         finally:
-            closes.append(time.perf_counter() - t0)
+            task = asyncio.current_task()
+            (BACKGROUND if task is not None and task.get_name() == "mcp-gym-retire" else closes).append(
+                time.perf_counter() - t0)
 
     connection.ServerConnection.close = timed  # type: ignore[method-assign]
     out = []
@@ -117,8 +130,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--resets", type=int, default=0, help="also time this many env resets (the pool on)")
     ap.add_argument("--think", type=float, default=3.0, help="seconds between those resets (a model's episode)")
+    ap.add_argument("--compare", type=Path, default=None, metavar="DIR",
+                    help="run it all in a child process per checkout: before (DIR first on PYTHONPATH), after (this)")
+    ap.add_argument("--compare-rounds", type=int, default=1, help="with --compare: before/after pairs")
     ap.add_argument("command", nargs="*", help="the server's command line (default: mcp-server-git on a scratch repo)")
     a = ap.parse_args()
+    if a.compare is not None:
+        return compare(a)
     tmp = Path(tempfile.mkdtemp(prefix="mcp-gym-bench-pystart-"))
     try:
         command = a.command
@@ -160,8 +178,30 @@ def main() -> None:
                   f"{os.getloadavg()[0]:.2f}: " + ", ".join(f"{r:.3f} s (closing the previous server {c:.3f} s)"
                                                          for r, c, _ in done)
                   + f"; spares taken {done[-1][2] if done else 0}")
+            if BACKGROUND:
+                print(f"  closed off the reset's path: {len(BACKGROUND)} servers, median "
+                      f"{statistics.median(BACKGROUND):.3f} s ({min(BACKGROUND):.3f}-{max(BACKGROUND):.3f})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def compare(a: argparse.Namespace) -> None:
+    """``--compare``: the same measurement in a child process per checkout, ``before`` (``a.compare``) and ``after``
+    (this one) alternating, each checkout first on the child's ``PYTHONPATH`` (checked: the ``mcp_gym`` it imported)."""
+    here = Path(__file__).resolve().parents[2]
+    args = [sys.executable, __file__, "--rounds", str(a.rounds), "--resets", str(a.resets), "--think", str(a.think),
+            "--", *a.command]
+    for _ in range(a.compare_rounds):
+        for side, checkout in (("before", a.compare.resolve()), ("after", here)):
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), *filter(None, [
+                os.environ.get("PYTHONPATH")])])}
+            want = str(checkout / "mcp_gym" / "__init__.py")
+            found = subprocess.run([sys.executable, "-c", "import mcp_gym; print(mcp_gym.__file__)"], env=env,
+                                   capture_output=True, text=True, cwd=tempfile.gettempdir()).stdout.strip()
+            if found != want:
+                raise SystemExit(f"--compare: the child imports {found}, not {want}")
+            print(f"{side} ({checkout}):", flush=True)
+            subprocess.run(args, env=env, check=True, cwd=tempfile.gettempdir())
 
 
 if __name__ == "__main__":
