@@ -459,31 +459,32 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     async def _reset_servers(self, ep: Episode, errors: list[dict[str, Any]], done: set[str],
                              skip: set[str] | frozenset[str] = frozenset()) -> None:
-        """Reset every server for ``ep`` (``skip``: the ones just restarted for its workspace or task env)."""
+        """Reset every server for ``ep`` (``skip``: the ones just started for its workspace or task env, which are
+        not restarted again but still get the episode's reset tool call)."""
         for alias, conn in list(self.host.connections.items()):
-            if alias in skip:
-                if conn.status != "ready":
-                    errors.append(ToolCallError("server_dead", f"server '{alias}' failed to start for this episode: "
-                                                f"{conn.error}", server=alias).as_dict())
+            if alias in skip and conn.status != "ready":
+                errors.append(ToolCallError("server_dead", f"server '{alias}' failed to start for this episode: "
+                                            f"{conn.error}", server=alias).as_dict())
                 done.add(alias)
                 continue
             with self._waiting_on(alias):
-                await self._reset_server(alias, conn, ep, errors)
+                await self._reset_server(alias, conn, ep, errors, fresh=alias in skip)
             done.add(alias)
 
     async def _reset_server(self, alias: str, conn: ServerConnection, ep: Episode,
-                            errors: list[dict[str, Any]]) -> None:
+                            errors: list[dict[str, Any]], *, fresh: bool = False) -> None:
+        """Restore one server for ``ep`` per ``reset_mode``. A process started for this episode (``fresh``, a restart,
+        a revived server) still gets the reset tool when it has one: an episode server (:class:`EpisodeServer`) knows
+        an episode, its task and its seed only from that call (it answered every call "never reset here" without)."""
         mode = self.reset_mode
-        if conn.status != "ready" and mode != "none":
-            await self.host.revive(alias, self._rt.task_group)  # a dead server comes back next episode
-            if mode == "restart":
-                return
-        if mode == "restart":
-            await self.host.restart(alias, self._rt.task_group)
-            return
+        if not fresh and mode != "none":
+            if conn.status != "ready":
+                await self.host.revive(alias, self._rt.task_group)  # a dead server comes back next episode
+            elif mode == "restart":
+                await self.host.restart(alias, self._rt.task_group)
         if mode == "none" or self.host.connections[alias].status != "ready":
             return
-        if mode == "auto" and not self.host.has_tool(alias, RESET_TOOL):
+        if mode != "tool" and not self.host.has_tool(alias, RESET_TOOL):
             return
         args = {"task_id": None if ep.task is _NO_TASK else ep.task.id, "seed": ep.seed}  # no task: the default
         out = await self.host.call_server(alias, RESET_TOOL, args, timeout=self.call_timeout)

@@ -231,3 +231,24 @@ def test_a_nested_field_of_the_wrong_kind_is_refused_in_one_line(tmp_path: Path,
     assert _job(["tasks", "validate"], tasks, tmp_path / "out") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"task 'a': {why}" in err[0], err
+
+
+@pytest.mark.parametrize("reset_mode", ["auto", "restart"])
+def test_a_server_restarted_for_a_tasks_env_is_reset_for_the_task(tmp_path: Path, reset_mode: str) -> None:
+    """A task's ``env`` restarts its stdio server; an episode server (``mcp_gym_reset``) is then reset for the task
+    too: it answered every call "never reset here" before (the restart skipped the reset)."""
+    from mcp_gym import MCPEnv, Stdio
+    from mcp_gym.tasks import Task
+
+    spec = Stdio(sys.executable, [str(ROOT / "tests" / "_turns_server.py")])
+    tasks = [Task(id="plain", prompt="p"), Task(id="labelled", prompt="p", env={"NOTES_LABEL": "x"})]
+    env = MCPEnv({"s": spec}, tasks, reset_mode=reset_mode)
+    try:
+        for task_id in ("plain", "labelled", "labelled", "plain"):
+            _, info = env.reset(options={"task_id": task_id})
+            assert info["reset_errors"] == [], info["reset_errors"]
+            obs, _, _, _, info = env.step({"tool": "add_note", "arguments": {"text": "milk"}})
+            assert info.get("error") is None, (task_id, info.get("error"))
+            assert obs["result"] == "added 'milk'", (task_id, obs["result"])
+    finally:
+        env.close()
