@@ -349,6 +349,22 @@ def test_generate_refuses_a_server_that_cannot_start(tmp_path: Path, capsys: pyt
         assert len(err) == 1 and "server 'time' is unavailable" in err[0] and "mcp-server-tim'" in err[0], err
 
 
+def test_generate_refuses_a_fixture_no_server_sees(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fixture=`` with no server started on ``{workspace}`` (PyPI mcp-text-editor, which takes no directory) ends
+    ``tasks generate`` in one line naming the fixture and the servers, before anything is written: it was a
+    traceback ending in ``task 'proposal' has a fixture but no server command line names {workspace}``, a task the
+    user never wrote."""
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "a.txt").write_text("alpha\n")
+    clock = f'+env.servers.clock="{sys.executable} {ROOT / "tests" / "servers" / "clock_server.py"}"'
+    out = tmp_path / "gen"
+    assert main(["tasks", "generate", "env=custom", clock, f"fixture={tmp_path / 'files'}", "n=1",
+                 f"out={out}"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mcp-gym tasks generate:")]
+    assert len(err) == 1 and "no server command line names {workspace} (servers: clock)" in err[0], err
+    assert not (out / "fixture").exists() and not (out / "tasks.jsonl").exists()
+
+
 def test_generate_says_why_no_walk_proposed_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Walks whose every call fails (random time zones for mcp-server-time) end the job with exit 1 and one line
     saying so, the first error and what to set, not only a table of zeros; the progress bar counts the failed calls

@@ -35,7 +35,9 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from mcp_gym.jobs.config import env_factory, to_dict
+from mcp_gym._reroot import mentions_workspace
+from mcp_gym.jobs.config import env_factory, server_specs, to_dict
+from mcp_gym.jobs.identity import JobRefused
 from mcp_gym.jobs.proposers import (
     ExploreProposer,
     Proposal,
@@ -476,6 +478,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         src = Path(str(cfg.fixture)).expanduser()
         if not src.is_dir():
             raise FileNotFoundError(f"tasks generate: fixture {src} is not a directory")
+        _refuse_fixture_without_workspace(env_cfg, str(cfg.fixture))
         fixture_rel = "fixture"
         fixture_abs = str((out / fixture_rel).resolve()) if not dry else str(src.resolve())
         if not dry and not (out / fixture_rel).exists():
@@ -542,6 +545,16 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
 
         raise JobFailed(_why_none(result, runner, dry))
     return result
+
+
+def _refuse_fixture_without_workspace(env_cfg: Mapping[str, Any], fixture: str) -> None:
+    """A ``fixture`` is copied into each episode's workspace, which only a server started on ``{workspace}`` sees:
+    without one, every proposal would fail at its first reset (a traceback naming the internal task 'proposal')."""
+    if not any(mentions_workspace(spec) for spec in server_specs(env_cfg).values()):
+        names = ", ".join(sorted(str(a) for a in env_cfg["servers"]))
+        raise JobRefused(f"fixture={fixture} is copied into each episode's workspace, but no server command line names "
+                         f"{{workspace}} (servers: {names}): start the server on it (an argument, an env variable, or "
+                         f"cwd: \"{{workspace}}\"), or leave out fixture=")
 
 
 def _error_text(pattern: Any, key: str = "generator.error_text") -> re.Pattern[str] | None:
