@@ -337,6 +337,46 @@ def test_generate_refuses_a_server_that_cannot_start(tmp_path: Path, capsys: pyt
         assert len(err) == 1 and "server 'time' is unavailable" in err[0] and "mcp-server-tim'" in err[0], err
 
 
+def test_generate_refuses_a_fixture_no_server_sees(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fixture=`` with no server started on ``{workspace}`` (PyPI mcp-text-editor, which takes no directory) ends
+    ``tasks generate`` in one line naming the fixture and the servers, before anything is written: it was a
+    traceback ending in ``task 'proposal' has a fixture but no server command line names {workspace}``, a task the
+    user never wrote."""
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "a.txt").write_text("alpha\n")
+    clock = f'+env.servers.clock="{sys.executable} {ROOT / "tests" / "servers" / "clock_server.py"}"'
+    out = tmp_path / "gen"
+    assert main(["tasks", "generate", "env=custom", clock, f"fixture={tmp_path / 'files'}", "n=1",
+                 f"out={out}"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mcp-gym tasks generate:")]
+    assert len(err) == 1 and "no server command line names {workspace} (servers: clock)" in err[0], err
+    assert not (out / "fixture").exists() and not (out / "tasks.jsonl").exists()
+
+
+def test_an_answer_that_other_tasks_change_is_not_kept(tmp_path: Path) -> None:
+    """On a server without ``{workspace}`` that keeps state (PyPI mcp-server-duckdb on a fixed ``--db-path``), a task
+    "call `query` with SELECT count(*) FROM orders, answer with line 1" was kept with the count of that moment; the
+    INSERTs of the other kept tasks then moved it, and ``tasks validate`` and the oracle (which submits the stored
+    answer) still passed it while the right answer failed. Every kept answer is now read again after the kept
+    solutions ran once more; one that moved is dropped as flaky."""
+    tally = f'+env.servers.t="{sys.executable} {ROOT / "tests" / "servers" / "tally_server.py"}"'
+    read = {"prompt": "Report the total.", "solution": [{"tool": "total", "arguments": {}}],
+            "check": {"answer": {"step": 1, "path": "text"}}}
+    write = {"prompt": "Add 2 to the total.", "solution": [{"tool": "add", "arguments": {"amount": 2}}],
+             "check": {"answer": {"step": 1, "path": "text"}}}
+
+    def reply(body: dict[str, Any], headers: Any) -> dict[str, Any]:
+        return chat_completion(body, {"role": "assistant", "content": json.dumps([read, write])})
+
+    with serve_chat_completions(reply) as url:
+        rows = generate(tmp_path / "out", tally, "generator=llm", f"generator.base_url={url}",
+                        "generator.model=proposer", "generator.rounds=1", "n=2")
+    assert [r["prompt"] for r in rows] == ["Add 2 to the total."]
+    ledger = {r["prompt"]: r for r in map(json.loads, (tmp_path / "out" / "proposals.jsonl").read_text().splitlines())}
+    assert ledger["Report the total."]["verdict"] == "flaky", ledger
+    assert "keeps state between runs" in ledger["Report the total."]["detail"]
+
+
 def test_generate_says_why_no_walk_proposed_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Walks whose every call fails (random time zones for mcp-server-time) end the job with exit 1 and one line
     saying so, the first error and what to set, not only a table of zeros; the progress bar counts the failed calls

@@ -4,6 +4,7 @@ say what they need)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -204,3 +205,33 @@ def test_the_readme_counts_the_bundled_envs_and_names_what_the_full_suite_and_th
     for script in ("grpo_trl.py", "sft_from_scratch.py"):
         first = training.index(f"python scripts/examples/{script}")
         assert 'pip install -e ".[train]"' in training[first - 200:first], script
+
+
+# -- the oracle on tasks without a reference (MCPMark's imported tasks carry no solution) ------------------------------
+def test_the_oracle_refuses_tasks_without_a_reference_and_warns_for_some(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``policy=oracle`` on MCPMark's imported filesystem tasks (no solution, no answer: a ``python`` grader reads the
+    workspace) played an empty ``submit`` in each of 160 episodes and reported "success rate 0.0%", as if the
+    reference failed. Now a task file with no reference at all is refused in one line before anything runs; one
+    where only some tasks lack it runs and says how many."""
+    server = f'+env.servers.c="{sys.executable} -m mcp_gym.servers.counter"'
+    bare = {"id": "bare", "prompt": "Count to one.", "grader": {"kind": "mcp", "tool": "get_count",
+                                                                 "equals": 1}}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(bare) + "\n")
+    out = tmp_path / "run"
+    code, stderr = _run(capsys, "eval", "env=custom", server, f"env.tasks={tasks}", "split=null", "policy=oracle",
+                        f"out={out}", "launcher.progress=false", subprocess_run=False)
+    assert code == 2, stderr
+    assert stderr.strip().splitlines() == [
+        "mcp-gym eval: policy=oracle plays each task's reference solution, but none of the 1 tasks has one (no "
+        "solution calls, no answer): every episode would submit nothing and be graded on its starting state; "
+        "policy=noop is that baseline"]
+    assert not (out / "episodes").exists()
+    solved = {"id": "solved", "prompt": "Count to one.", "grader": bare["grader"],
+              "solution": [{"tool": "add", "arguments": {"amount": 1}}]}
+    tasks.write_text(json.dumps(bare) + "\n" + json.dumps(solved) + "\n")
+    code, stderr = _run(capsys, "collect", "env=custom", server, f"env.tasks={tasks}", "split=null", "policy=oracle",
+                        f"out={out}", "launcher.progress=false", subprocess_run=True)  # the job's log on stderr
+    assert code == 0, stderr
+    assert "policy=oracle: 1 of 2 tasks have no reference solution or answer (first: 'bare')" in stderr

@@ -241,6 +241,8 @@ def plan_job(cfg: DictConfig, out: Path, store: RunStore | None, *, extra_metada
     from mcp_gym.jobs.identity import plan_run
 
     tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
+    if str((cfg.get("policy") or {}).get("kind")) == "oracle":
+        _check_references(tasks)
     specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
     pending = specs
     if store is not None:
@@ -252,6 +254,23 @@ def plan_job(cfg: DictConfig, out: Path, store: RunStore | None, *, extra_metada
     if not pending:
         log.info("%s: all %d planned episodes are recorded", store.location if store else out, len(specs))
     return JobPlan(tasks, specs, pending, CollectResult(out, len(specs), len(specs) - len(pending)))
+
+
+def _check_references(tasks: Sequence[Task]) -> None:
+    """``policy=oracle`` plays each task's reference (its calls, then ``submit`` of its answer): a task with neither
+    submits nothing and is graded on its starting state, which a run would report as the oracle failing (MCPMark's
+    imported tasks carry no solution). Refuse when no task has one; warn, naming one, when only some lack it."""
+    from mcp_gym.jobs.identity import JobRefused
+
+    bare = [t.id for t in tasks if not any(calls or answer not in (None, "") for calls, answer in t.turn_plan())]
+    if not bare:
+        return
+    if len(bare) == len(tasks):
+        raise JobRefused(f"policy=oracle plays each task's reference solution, but none of the {len(tasks)} tasks has "
+                         "one (no solution calls, no answer): every episode would submit nothing and be graded on its "
+                         "starting state; policy=noop is that baseline")
+    log.warning("policy=oracle: %d of %d tasks have no reference solution or answer (first: %r); their episodes "
+                "submit nothing and are graded on their starting state", len(bare), len(tasks), bare[0])
 
 
 def _redacted_env(env: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ line names ``{workspace}``, a fresh process with ``reset_mode=restart``) before 
    fresh run (else ``check not derivable``, or ``flaky`` when two runs disagree);
 3. the task, as written to the file, passes with its solution (as ``mcp-gym tasks validate`` runs it) and fails with no
    action (``policy=noop``: else ``passes with no action``);
-4. it is not a near-duplicate of a kept task (same calls and check, or same tools, check and answer).
+4. it is not a near-duplicate of a kept task (same calls and check, or same tools, check and answer);
+5. on a server without ``{workspace}``: its answer still holds after the kept solutions ran again (else ``flaky``).
 
 Kept tasks go to ``OUT/tasks.jsonl`` (splits ``train``/``validation``/``test`` by a seeded hash of the solution, so
 tasks sharing a solution share a split); every proposal and its verdict to ``OUT/proposals.jsonl``. A rerun extends
@@ -20,6 +21,7 @@ the file: proposals already judged are skipped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -35,7 +37,9 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from mcp_gym.jobs.config import env_factory, to_dict
+from mcp_gym._reroot import mentions_workspace
+from mcp_gym.jobs.config import env_factory, server_specs, to_dict
+from mcp_gym.jobs.identity import JobRefused
 from mcp_gym.jobs.proposers import (
     ExploreProposer,
     Proposal,
@@ -476,6 +480,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         src = Path(str(cfg.fixture)).expanduser()
         if not src.is_dir():
             raise FileNotFoundError(f"tasks generate: fixture {src} is not a directory")
+        _refuse_fixture_without_workspace(env_cfg, str(cfg.fixture))
         fixture_rel = "fixture"
         fixture_abs = str((out / fixture_rel).resolve()) if not dry else str(src.resolve())
         if not dry and not (out / fixture_rel).exists():
@@ -497,6 +502,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     bar = tqdm(total=want, desc="tasks generate", unit="task", disable=not show, dynamic_ncols=True,
                initial=0 if dry else min(len(existing), want))
     records: list[dict[str, Any]] = []
+    props: dict[str, Proposal] = {}  # the proposal of each task kept in this run
     try:
         if len(existing) < want or dry:
             have = 0 if dry else len(existing)
@@ -518,11 +524,14 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
                 else:
                     result.counts["kept"] += 1
                     result.kept.append(task)
+                    props[task.id] = p
                     shown.append(task)
                     have += 1
                     bar.update(1)
                     rec.update(verdict="kept", task_id=task.id)
                 records.append(rec)
+        if result.kept and len(env.workspace_servers) < len(env.host.connections):
+            _recheck_answers(checker, result, props, records)
         samples = int(cfg.get("samples") or 0)
         if samples > 0 and result.kept:
             result.kept = _measure(cfg, env, result.kept, samples, fixture_abs)
@@ -542,6 +551,48 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
 
         raise JobFailed(_why_none(result, runner, dry))
     return result
+
+
+def _recheck_answers(checker: _Checker, result: GenerateResult, props: Mapping[str, Proposal],
+                     records: list[dict[str, Any]]) -> None:
+    """A server without ``{workspace}`` keeps its state from one episode to the next (a database on a fixed path, a
+    process's memory): an answer read from that state holds only until another task's solution changes it, and the
+    oracle, which submits the stored answer, would never show it. Play every kept task's solution once more, then
+    each answer task's: one whose answer moved is dropped (*flaky*), as an eval in another order would fail it."""
+    for task in result.kept:
+        with contextlib.suppress(_Drop):  # a solution that fails when played again changes no more than it did
+            checker._play(checker.runner.session(), props[task.id])
+    for task in list(result.kept):
+        p = props[task.id]
+        if "answer" not in p.check:
+            continue
+        k, path = p.check["answer"]["step"], p.check["answer"]["path"]
+        try:
+            again = extract(checker._play(checker.runner.session(), p)[k - 1], path)
+        except _Drop:
+            again = None
+        if again == task.answer:
+            continue
+        detail = (f"its answer {task.answer!r} at {path} became {again!r} after the kept tasks' solutions ran again: "
+                  "the server keeps state between runs (give it a {workspace})")[:300]
+        result.kept.remove(task)
+        result.counts["kept"] -= 1
+        result.counts["flaky"] += 1
+        result.drops.append({"reason": "flaky", "detail": detail, "prompt": p.prompt[:200]})
+        for rec in records:
+            if rec.get("task_id") == task.id:
+                rec.update(verdict="flaky", detail=detail)
+                del rec["task_id"]
+
+
+def _refuse_fixture_without_workspace(env_cfg: Mapping[str, Any], fixture: str) -> None:
+    """A ``fixture`` is copied into each episode's workspace, which only a server started on ``{workspace}`` sees:
+    without one, every proposal would fail at its first reset (a traceback naming the internal task 'proposal')."""
+    if not any(mentions_workspace(spec) for spec in server_specs(env_cfg).values()):
+        names = ", ".join(sorted(str(a) for a in env_cfg["servers"]))
+        raise JobRefused(f"fixture={fixture} is copied into each episode's workspace, but no server command line names "
+                         f"{{workspace}} (servers: {names}): start the server on it (an argument, an env variable, or "
+                         f"cwd: \"{{workspace}}\"), or leave out fixture=")
 
 
 def _error_text(pattern: Any, key: str = "generator.error_text") -> re.Pattern[str] | None:
