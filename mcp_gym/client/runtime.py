@@ -9,7 +9,12 @@ each connection's owner task lives. The loop runs in one of three modes:
   anyio stops its worker threads with; when nothing else waits on the task, the task stops the loop itself as it
   ends, one loop iteration fewer), so a step pays no thread hop. While no other thread's call waits for the loop
   and no hold is taken (:func:`sync_call_alone`), the call's own stdio fast-lane request waits for its answer in
-  this thread (a few milliseconds at most, then the loop waits), so a step takes one loop iteration, not three.
+  this thread (a few milliseconds at most, then the loop waits), so a step takes one loop iteration, not three. A
+  stdio ``env.step`` goes further (``call(..., inline=True)``): while, besides, at most one session is alive on the
+  runtime, its coroutine runs in this thread without the event loop at all (the running loop set, no task); when
+  the synchronous read takes its answer the step ends there, otherwise (a notification first, a dead server, a
+  timeout, a Ctrl-C, code that needs a task: :func:`~mcp_gym._compat.stdlib.own_task`) a task goes on with it from
+  where it waits, on the loop, as any call's.
   Owner tasks sleep between calls; what servers send meanwhile (notifications, a crash) is handled at the next call.
   A Ctrl-C during a call cancels that call (the sessions stay up) and raises ``KeyboardInterrupt``. Calls from other
   threads while one thread drives are run by the same loop, concurrently; the waiting thread takes over when the
@@ -51,7 +56,7 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 from anyio.abc import TaskGroup
@@ -397,7 +402,7 @@ class Runtime:
         to run as any call's task. Code that needs the running task awaits :func:`~mcp_gym._compat.stdlib.own_task`
         first."""
         loop, ctx = self.loop, contextvars.copy_context()
-        coro = fn(*args)
+        coro = cast(Coroutine[Any, Any, T], fn(*args))  # (an async function's coroutine)
         assert set_running_loop is not None
         self._interrupted = False
         set_running_loop(loop)
@@ -409,7 +414,7 @@ class Runtime:
         finally:
             del _inline[loop]
             set_running_loop(None)
-        return ctx.run(loop.create_task, Rest(coro, yielded))  # type: ignore[arg-type]  # a Coroutine
+        return ctx.run(loop.create_task, Rest(coro, yielded))
 
     def _drive_task(self, task: asyncio.Task[T] | Callable[[], Done[T] | asyncio.Task[T]]) -> T:
         """Run the call's task, or an inline call's first part (:meth:`_drive_inline`) and then its task if it
@@ -600,12 +605,12 @@ def sync_call_alone(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     return rt is not None and not rt._guests and not rt._holds
 
 
-def cancel_asked(loop: asyncio.AbstractEventLoop) -> bool:
+def cancel_asked(loop: asyncio.AbstractEventLoop | None) -> bool:
     """Whether the call running on ``loop`` now (its task, or a synchronous call's inline first part) was asked to
     stop (a Ctrl-C; on Python 3.10 a task's cancellation is not seen here)."""
     task = asyncio.current_task(loop)
     if task is None:
-        rt = _inline.get(loop)
+        rt = _inline.get(loop) if loop is not None else None
         return rt is not None and rt._interrupted
     cancelling = getattr(task, "cancelling", None)  # (Python 3.11+)
     return cancelling is not None and bool(cancelling())
