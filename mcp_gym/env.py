@@ -26,6 +26,7 @@ import gymnasium as gym
 
 from mcp_gym import _workspace as _ws
 from mcp_gym._budget import Budget
+from mcp_gym._compat.stdlib import own_task
 from mcp_gym._stateful import note_state_change
 from mcp_gym._workspace import fill_task, mentions_workspace, prepare_episode_servers
 from mcp_gym.client._tools import ToolFilter
@@ -227,7 +228,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
           every step; a ``submit`` that ends a turn before the last starts the next one (the observation's ``task``
           and ``result`` are the next user message) and adds ``turn_answer``.
         """
-        return self._rt.call(self._astep, action)
+        return self._rt.call(self._astep, action, inline=True)  # (a stdio step's answer read inline: no loop)
 
     @property
     def unwrapped(self) -> MCPEnv:
@@ -562,18 +563,21 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if reward_fn.__class__ is ConventionReward:  # the default: what it reads, without a StepContext
             reward = reward_fn.of(signal, is_error, error)
         else:
+            await own_task()  # the user's code: in the call's task (an inline step's first part has none)
             reward = float(reward_fn(StepContext(name if isinstance(name, str) else None, arguments, is_error, error,
                                                  structured, text, signal, ep.steps, ep.task)))
         terminated = signal.done
         host = self.host
         tools_changed = host.poll_changes_now()
         if tools_changed is None:
+            await own_task()  # notification handlers, a re-listing: in the call's task (so below too)
             tools_changed = await host.poll_changes(timeout=self.call_timeout)
         if tools_changed:
             self._sync_space()
             ep.catalogue_changes.append({"step": ep.steps, "tools": self.tool_catalogue(),
                                            "hash": host.catalogue_hash()})
         if host.updates_pending():  # else refresh() has nothing to do
+            await own_task()
             await self.observed.refresh(self.call_timeout, self.max_observation_chars)
         cut = ep.budget.cut(ep.steps, self.max_steps, out is not None)  # counts the call
         truncated = False
@@ -608,6 +612,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if terminated and not self.graded:  # the reward convention: the server's `done` and the return
             info["success"] = ep.episode_return >= self.success_threshold - _SUCCESS_TOLERANCE
         if terminated or ep.done:  # else grade_step_end() has nothing to do
+            await own_task()
             await grade_step_end(self, info, terminated)
         return obs, reward, terminated, truncated, info
 
@@ -617,6 +622,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return is_graded(self)
 
     async def _submit(self, action: dict[str, Any]) -> StepResult:
+        await own_task()  # graders, verifiers, turn hooks: in the call's task
         try:
             bad = self.action_space.submit_error(action)
             problem = None if bad is None else ToolCallError(bad.kind, bad.message, tool="submit",

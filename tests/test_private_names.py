@@ -32,7 +32,7 @@ STDLIB = {"stdlib"}
 
 EXPECTED: dict[str, list[str]] = {
     "mcp": ["_drive_input_required", "_lowlevel_server"],
-    "stdlib": ["_callbacks", "_get_running_loop", "_parser", "_run_until_complete_cb", "_signal"],
+    "stdlib": ["_callbacks", "_get_running_loop", "_parser", "_run_until_complete_cb", "_set_running_loop", "_signal"],
     "verl": ["_agent_loop_registry"],
 }
 """The private names each ``_compat`` module reaches, by module (its file name)."""
@@ -54,10 +54,16 @@ httpx2 transports, hydra.main, the SDK's response-cache store and mcp-gym's own 
 
 STEP_PATH: dict[str, list[str]] = {
     "stdlib": ["_callbacks"],
-    "(called from mcp-gym)": ["_get_running_loop"],
+    "(called from mcp-gym)": ["_get_running_loop", "_set_running_loop"],
 }
 """The private names a stdio or Streamable HTTP ``env.step`` reaches, by ``_compat`` module (the goal: none of a
-dependency)."""
+dependency). A stdio step whose answer the synchronous read takes runs inline, without a task (``_set_running_loop``,
+not ``_callbacks``); one that waits longer, and every HTTP step, runs a task (``_callbacks``)."""
+
+
+def on_step_path(found: dict[str, list[str]]) -> bool:
+    """Whether ``found`` is :data:`STEP_PATH` or a part of it (which steps ran inline depends on the machine)."""
+    return all(set(n) <= set(STEP_PATH.get(m, [])) for m, n in found.items())
 
 _IDENT = re.compile(r"(?<![A-Za-z0-9_])_[A-Za-z][A-Za-z0-9_]*")
 _WIRE_KEYS = {"_meta", "_compat"}  # MCP's wire field (a key, not a name); mcp-gym's own package
@@ -237,7 +243,8 @@ def step_path_names(env: MCPEnv, steps: int = 5) -> dict[str, set[str]]:
 
 def test_the_step_path_reaches_only_the_listed_private_names(env: MCPEnv) -> None:
     found = {m: sorted(n) for m, n in step_path_names(env).items()}
-    assert found == STEP_PATH, f"private names on the stdio env.step path: {found}"
+    assert on_step_path(found) and "_set_running_loop" in found["(called from mcp-gym)"], \
+        f"private names on the stdio env.step path: {found}"
 
 
 def test_the_http_step_path_reaches_only_the_listed_private_names() -> None:
@@ -252,7 +259,7 @@ def test_the_http_step_path_reaches_only_the_listed_private_names() -> None:
         e.reset(seed=0)
         e.step({"tool": "echo", "arguments": {"text": "warm"}})  # the session's stamp is known by now
         found = {m: sorted(n) for m, n in step_path_names(e).items()}
-        assert found == STEP_PATH, f"private names on the Streamable HTTP env.step path: {found}"
+        assert on_step_path(found), f"private names on the Streamable HTTP env.step path: {found}"
         assert e.host.connections["c"].http_wire.calls >= 5  # the steps went on the lane
     finally:
         e.close()

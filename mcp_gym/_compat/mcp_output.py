@@ -20,6 +20,8 @@ import mcp.types as mt
 from jsonschema.exceptions import best_match
 from referencing.exceptions import Unresolvable
 
+from mcp_gym._compat.stdlib import own_task
+
 __all__ = ["OUTPUT_SCHEMAS", "remember_output_schemas", "check_output", "missing"]
 
 
@@ -53,6 +55,7 @@ async def check_output(session: Any, name: str, result: mt.CallToolResult, *, sd
     entry = tools.get(name) if tools is not None else None
     if entry is None or (entry[0] is not None and entry[1] is None):
         if not sdk_checked:
+            await own_task()  # the SDK's code: in the call's task (an inline step's first part has none)
             await session.validate_tool_result(name, result)
         return
     schema, validator = entry

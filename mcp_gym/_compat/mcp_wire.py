@@ -49,6 +49,7 @@ from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import mcp_surface, tool_results
 from mcp_gym._compat.mcp_output import check_output
 from mcp_gym._compat.mcp_surface import clamp_ttl
+from mcp_gym._compat.stdlib import own_task
 
 try:  # what the SDK's tracing runs on (mcp requires it; pyproject names it too): see _inject()
     from opentelemetry import context as _otel_context
@@ -528,6 +529,8 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
                                          progress_callback, meta)
         except StepAside:
             sdk = True
+    if sdk or not isinstance(result, mt.CallToolResult):
+        await own_task()  # the SDK's code: in the call's task (an inline step's first part has none)
     if sdk:
         final: mt.CallToolResult = await client.call_tool(
             name, arguments, read_timeout_seconds=read_timeout_seconds, progress_callback=progress_callback,

@@ -7,6 +7,8 @@
   match a schema's ``pattern`` (:data:`sre_parse`);
 * ``asyncio._get_running_loop``: the running loop or ``None``, without the exception ``get_running_loop`` raises
   when there is none (each synchronous env call asks, :func:`running_loop`);
+* ``asyncio._set_running_loop``: the running loop set (and reset) around the first part of a synchronous step that
+  the runtime runs in the calling thread without the event loop (:data:`set_running_loop`, :func:`own_task`);
 * ``asyncio.base_events._run_until_complete_cb`` and a task's ``_callbacks``: the done callback by which anyio
   recognises the task a loop runs until complete (its root task, which stops its worker threads when done), and
   whether anything else waits on a task; a synchronous env call's task stops the loop itself when nothing does,
@@ -24,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_gym._compat import moved
 
-__all__ = ["c_json_encoders", "signals", "sre_parse", "running_loop", "until_complete_cb", "only_until_complete",
-           "missing"]
+__all__ = ["c_json_encoders", "signals", "sre_parse", "running_loop", "set_running_loop", "own_task",
+           "until_complete_cb", "only_until_complete", "missing"]
 
 if sys.version_info >= (3, 11):
     import re._parser as sre_parse
@@ -54,6 +56,22 @@ def _running_loop_raising() -> asyncio.AbstractEventLoop | None:
 running_loop: Callable[[], asyncio.AbstractEventLoop | None] = getattr(
     asyncio, "_get_running_loop", _running_loop_raising)
 """The event loop running in this thread, or ``None``."""
+
+set_running_loop: Callable[[asyncio.AbstractEventLoop | None], None] | None = getattr(
+    asyncio, "_set_running_loop", None)
+"""Sets the event loop :func:`running_loop` returns in this thread (``None``: not there; no step then runs without
+the event loop)."""
+
+
+async def own_task() -> None:
+    """Before code that needs the running task (anyio's cancel scopes and checkpoints, the SDK's requests, callables
+    of the user's): a coroutine run outside any task (the first part of a synchronous step, run in the calling
+    thread without the event loop: :meth:`mcp_gym.client.runtime.Runtime.call`'s ``inline``) suspends here once, so
+    what follows runs in the call's task, on the loop. In a task: nothing."""
+    loop = running_loop()
+    if loop is not None and asyncio.current_task(loop) is None:
+        await asyncio.sleep(0)
+
 
 until_complete_cb: Callable[[Any], None] | None = getattr(
     getattr(asyncio, "base_events", None), "_run_until_complete_cb", None)
@@ -85,6 +103,8 @@ def missing() -> list[str]:
         out.append("asyncio._get_running_loop")
     if until_complete_cb is None:
         out.append("asyncio.base_events._run_until_complete_cb")
+    if set_running_loop is None:
+        out.append("asyncio._set_running_loop")
     if not hasattr(sre_parse, "parse"):
         out.append(f"{sre_parse.__name__}.parse")
     return out

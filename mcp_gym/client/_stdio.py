@@ -48,7 +48,7 @@ from mcp.shared.message import SessionMessage
 
 from mcp_gym._compat.mcp_wire import Wire
 from mcp_gym.client import _prespawn
-from mcp_gym.client.runtime import sync_call_alone
+from mcp_gym.client.runtime import cancel_asked, sync_call_alone
 
 __all__ = ["MESSAGE_TOO_LARGE", "INVALID_MESSAGE", "StdioState", "stdio_transport"]
 
@@ -421,8 +421,7 @@ class _Link:
         if not sync_call_alone(loop := self.wire.loop) or not self.wire.quiet(take=False) or not self.stdout.read_now(
                 _READ_NOW if timeout is None else min(_READ_NOW, max(timeout, 0.0))):
             return True  # (the loop named: no getpid system call per ask for the current task on Python < 3.12)
-        cancelling = getattr(asyncio.current_task(loop), "cancelling", None)  # (Python 3.11+)
-        return cancelling is None or not cancelling()
+        return not cancel_asked(loop)
 
     async def deliver(self, item: SessionMessage | Exception) -> bool:
         """To the waiting fast-lane request it answers, else to the session (``False``: the session is gone)."""

@@ -29,8 +29,10 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.subscriptions import ResourceUpdated
 
 from mcp_gym._compat import mcp_wire as _wire
+from mcp_gym._compat.stdlib import own_task
 from mcp_gym._version import __version__
 from mcp_gym.client import _discovery, _http, _npx
+from mcp_gym.client._inline import session_started
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
 from mcp_gym.client._tools import list_tools_checked, listing_cache
@@ -215,8 +217,7 @@ class ServerConnection:
     async def _own(self) -> None:
         # Enter and exit the Client in this one task. The connect deadline lives on a scope that encloses the whole
         # session (the Client's own scopes must nest inside it) and is lifted once connected.
-        t0 = time.perf_counter()
-        entered = False
+        t0, ended, entered = time.perf_counter(), session_started(), False  # (ended: counted for inline sync calls)
         exc: BaseException | None = None
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.spec.connect_timeout) as scope:
@@ -277,6 +278,7 @@ class ServerConnection:
         finally:
             if not entered and self._npx is not None and not self._close.is_set():  # (closed: it proved nothing)
                 self._npx.failed()  # a resolved start that did not connect: npx again next time
+            ended()
             if self.tap is not None:
                 self.tap.close()
             if self.status in ("ready", "connecting"):
@@ -591,6 +593,8 @@ class ServerConnection:
         t = None if timeout is None or math.isinf(timeout) else timeout
         arguments, sent = dict(arguments), cast(mt.RequestParamsMeta, dict(meta or {}))  # an open TypedDict
         wire = self._lane()
+        if self._stdio is None or wire is None or self.tap is not None:  # only the stdio lane's I/O runs inline
+            await own_task()  # (an inline step's first part has no task: aiohttp, the SDK, the tap need the call's)
         if wire is not None and self.tap is None:  # the fast lane, nothing to tap: request() without its frame
             return await self._send(self._check(), lambda c: _wire.call_tool(
                 c, name, arguments, wire=wire, read_timeout_seconds=t, progress_callback=progress, meta=sent))

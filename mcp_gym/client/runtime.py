@@ -9,7 +9,12 @@ each connection's owner task lives. The loop runs in one of three modes:
   anyio stops its worker threads with; when nothing else waits on the task, the task stops the loop itself as it
   ends, one loop iteration fewer), so a step pays no thread hop. While no other thread's call waits for the loop
   and no hold is taken (:func:`sync_call_alone`), the call's own stdio fast-lane request waits for its answer in
-  this thread (a few milliseconds at most, then the loop waits), so a step takes one loop iteration, not three.
+  this thread (a few milliseconds at most, then the loop waits), so a step takes one loop iteration, not three. A
+  stdio ``env.step`` goes further (``call(..., inline=True)``): while, besides, at most one session is alive on the
+  runtime, its coroutine runs in this thread without the event loop at all (the running loop set, no task); when
+  the synchronous read takes its answer the step ends there, otherwise (a notification first, a dead server, a
+  timeout, a Ctrl-C, code that needs a task: :func:`~mcp_gym._compat.stdlib.own_task`) a task goes on with it from
+  where it waits, on the loop, as any call's.
   Owner tasks sleep between calls; what servers send meanwhile (notifications, a crash) is handled at the next call.
   A Ctrl-C during a call cancels that call (the sessions stay up) and raises ``KeyboardInterrupt``. Calls from other
   threads while one thread drives are run by the same loop, concurrently; the waiting thread takes over when the
@@ -45,12 +50,13 @@ import atexit
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import os
 import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 from anyio.abc import TaskGroup
@@ -58,13 +64,15 @@ from anyio.abc import TaskGroup
 from mcp_gym._compat.stdlib import (
     only_until_complete,  # whether the loop's stop is a task's only done callback
     running_loop,  # the running loop or None, without an exception per call
+    set_running_loop,  # the running loop set around an inline step's first part (None: no inline steps)
     signals,  # signal's functions without its enum conversions (~10 µs a call)
     until_complete_cb,  # asyncio's run_until_complete stop callback (anyio finds its root task by it)
 )
+from mcp_gym.client._inline import Done, Rest, session_started, sessions
 
 T = TypeVar("T")
 
-__all__ = ["Runtime", "default_runtime", "sync_call_alone"]
+__all__ = ["Runtime", "default_runtime", "sync_call_alone", "cancel_asked", "session_started"]
 
 _POLL = 0.002
 """Seconds between checks of a thread waiting for its call while another thread drives the loop."""
@@ -115,6 +123,7 @@ class Runtime:
         self._holds = 0  # keep_running() holds not yet released
         self._guests = 0  # sync calls of other threads scheduled on the loop while one thread drives it
         self._no_holds: asyncio.Future[None] | None = None  # set (on the loop) when the last hold is released
+        self._interrupted = False  # a Ctrl-C came during the inline part of the call that drives the loop now
         self._ready = threading.Event()
         self._serve_task = self.loop.create_task(self._serve(), name=name if hosted else None)
 
@@ -324,10 +333,13 @@ class Runtime:
         self._start_thread()
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None,
+             inline: bool = False) -> T:
         """Run ``await fn(*args)`` on the runtime from synchronous code and return its result.
 
-        ``timeout``: seconds before ``TimeoutError`` (the call is then cancelled).
+        ``timeout``: seconds before ``TimeoutError`` (the call is then cancelled). ``inline``: in driven mode, while
+        nothing else needs the loop (no other thread's call, no hold, at most one session on the runtime), the
+        coroutine's first part runs in this thread without the event loop (:meth:`_drive_inline`).
         """
         if self.in_loop():
             raise RuntimeError("mcp-gym: a sync method was called on the runtime's own event loop" + (
@@ -343,6 +355,9 @@ class Runtime:
                 self._start_thread()
             elif self._claim():
                 try:
+                    if inline and timeout is None and set_running_loop is not None and not self._guests and \
+                            not self._holds and sessions.get(self.loop, 0) <= 1:
+                        return self._drive_task(functools.partial(self._drive_inline, fn, args))
                     return self._drive(fn, args, timeout)
                 finally:
                     self._release()
@@ -379,24 +394,58 @@ class Runtime:
         finally:
             del _sync_calls[task]
 
-    def _drive_task(self, task: asyncio.Task[T]) -> T:
+    def _drive_inline(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> Done[T] | asyncio.Task[T]:
+        """The first part of an inline call: ``fn(*args)`` sent its first ``None`` in this thread, with the running
+        loop set and no task (nothing else needs the loop, see :meth:`call`), in a copy of this thread's context (as
+        a task's). Returns its result if it ends there (a stdio step whose answer the synchronous read took: no
+        loop at all), else the task that goes on with it from where it waits (:class:`~mcp_gym.client._inline.Rest`),
+        to run as any call's task. Code that needs the running task awaits :func:`~mcp_gym._compat.stdlib.own_task`
+        first."""
+        loop, ctx = self.loop, contextvars.copy_context()
+        coro = cast(Coroutine[Any, Any, T], fn(*args))  # (an async function's coroutine)
+        assert set_running_loop is not None
+        self._interrupted = False
+        set_running_loop(loop)
+        _inline[loop] = self
+        try:
+            yielded = ctx.run(coro.send, None)
+        except StopIteration as done:
+            return Done(done.value)
+        finally:
+            del _inline[loop]
+            set_running_loop(None)
+        return ctx.run(loop.create_task, Rest(coro, yielded))
+
+    def _drive_task(self, task: asyncio.Task[T] | Callable[[], Done[T] | asyncio.Task[T]]) -> T:
+        """Run the call's task, or an inline call's first part (:meth:`_drive_inline`) and then its task if it
+        needs one, under the Ctrl-C guard."""
         if threading.current_thread() is not threading.main_thread() or \
                 signals.getsignal(_SIGINT) is not signal.default_int_handler:
-            return self._run_call(task)
+            return self._run_call(task) if isinstance(task, asyncio.Task) else self._then(task())
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
+        current = task if isinstance(task, asyncio.Task) else None
 
         def on_sigint(signum: int, frame: Any) -> None:
             nonlocal interrupted
-            if interrupted or task.done():
+            if interrupted or (current is not None and current.done()):
                 raise KeyboardInterrupt
-            interrupted = True
-            task.cancel()
-            self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
+            interrupted = self._interrupted = True  # (inline: the synchronous read stops waiting, cancel_asked)
+            if current is not None:
+                current.cancel()
+                self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
 
         previous = signals.signal(_SIGINT, on_sigint)
         try:
-            result = self._run_call(task)
+            if current is None:  # inline: its first part, then its task if it needs one (cancelled on a Ctrl-C)
+                first = task()  # type: ignore[operator]  # (not a task: the inline part)
+                if not isinstance(first, Done):
+                    current = first
+                    if interrupted:
+                        current.cancel()
+                result = self._then(first)
+            else:
+                result = self._run_call(current)
             if interrupted:  # the call ended anyway (it was past its last await, or shielded): the Ctrl-C stands
                 raise KeyboardInterrupt
             return result
@@ -406,6 +455,16 @@ class Runtime:
             raise
         finally:
             signals.signal(_SIGINT, previous)
+
+    def _then(self, first: Done[T] | asyncio.Task[T]) -> T:
+        """An inline call's result, or its task run to the end as a sync call's task."""
+        if isinstance(first, Done):
+            return first.value
+        _sync_calls[first] = self
+        try:
+            return self._run_call(first)
+        finally:
+            del _sync_calls[first]
 
     def _wait(self, fut: concurrent.futures.Future[T], timeout: float | None) -> T:
         """Wait for a call scheduled on the loop, driving the loop whenever no other thread does."""
@@ -530,17 +589,31 @@ class Runtime:
 
 _sync_calls: dict[asyncio.Future[Any], Runtime] = {}
 """The task of each synchronous call that drives its runtime's loop now (driven mode), and that runtime."""
+_inline: dict[asyncio.AbstractEventLoop, Runtime] = {}
+"""The runtime whose synchronous call runs its first part inline (no task, :meth:`Runtime._drive_inline`) now."""
 
 
 def sync_call_alone(loop: asyncio.AbstractEventLoop | None = None) -> bool:
-    """True in the task of a synchronous call that drives its runtime's loop in this thread (driven mode) while no
-    other thread's call waits for that loop and no :meth:`Runtime.keep_running` hold is taken: nothing then needs the
-    loop but what this call waits for, so the call may wait for its own I/O in this thread for a short, bounded
-    while (the stdio transport reads a server's answer so, :meth:`mcp_gym.client._stdio._Link.read_now`). ``loop``:
-    the running loop, when the caller knows it (``asyncio.current_task()`` without it asks for the running loop, a
-    ``getpid`` system call on Python < 3.12)."""
-    rt = _sync_calls.get(asyncio.current_task(loop))  # type: ignore[arg-type]  # None: not a sync call's task
+    """True in the task of a synchronous call that drives its runtime's loop in this thread (driven mode), or in its
+    inline first part, while no other thread's call waits for that loop and no :meth:`Runtime.keep_running` hold is
+    taken: nothing then needs the loop but what this call waits for, so the call may wait for its own I/O in this
+    thread for a short, bounded while (the stdio transport reads a server's answer so,
+    :meth:`mcp_gym.client._stdio._Link.read_now`). ``loop``: the running loop, when the caller knows it
+    (``asyncio.current_task()`` without it asks for the running loop, a ``getpid`` system call on Python < 3.12)."""
+    task = asyncio.current_task(loop)
+    rt = _sync_calls.get(task) if task is not None else _inline.get(loop) if loop is not None else None
     return rt is not None and not rt._guests and not rt._holds
+
+
+def cancel_asked(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether the call running on ``loop`` now (its task, or a synchronous call's inline first part) was asked to
+    stop (a Ctrl-C; on Python 3.10 a task's cancellation is not seen here)."""
+    task = asyncio.current_task(loop)
+    if task is None:
+        rt = _inline.get(loop) if loop is not None else None
+        return rt is not None and rt._interrupted
+    cancelling = getattr(task, "cancelling", None)  # (Python 3.11+)
+    return cancelling is not None and bool(cancelling())
 
 
 async def _call(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
