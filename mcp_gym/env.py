@@ -46,7 +46,7 @@ from mcp_gym.graders import Grade, Grading
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.graders.session import state_snapshot as read_state
 from mcp_gym.options import Connection, EnvSettings, Limits, ResetMode, Scoring, resolve_settings, split_settings
-from mcp_gym.protocol import RESET_TOOL, SUBMIT_SCHEMA, ToolCallError, openai_tools
+from mcp_gym.protocol import RESET_TOOL, SUBMIT_SCHEMA, ToolCallError, openai_tools, result_problem
 from mcp_gym.rewards import ConventionReward, RewardFn, StepContext, read_reward
 from mcp_gym.spaces import TextMapping, ToolCallSpace, Utf8Text
 from mcp_gym.tasks import Task, as_task
@@ -551,6 +551,12 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 text = redact_text(text)  # an error text quoting a URL (with its token) is not sent to the model
             structured = result.structured_content
             signal = read_reward(structured, result.meta, text if structured is None else None)
+            if (structured is not None and not is_error and (signal.reward is not None or signal.done)
+                    and (problem := result_problem(result)) is not None):
+                # a reward or done read from a structure the model was not shown (its JSON text says otherwise)
+                is_error, signal = True, read_reward(None)
+                error = ToolCallError("invalid_result", f"tool '{out.tool}' on server '{out.server}' {problem}",
+                                      tool=out.tool, server=out.server).as_dict()
             if is_error and error is None:
                 error = ToolCallError("tool_error", f"tool '{out.tool}' on server '{out.server}' returned an error"
                                       + (" (its text matches error_text): " if matched else ": ") + text[:500],

@@ -153,3 +153,21 @@ def test_the_recording_client_records_them_as_failed_steps(tmp_path: Path) -> No
         assert (error["kind"], error["tool"], error["server"]) == ("invalid_result", step["tool"], "h")
         assert f"tool {step['tool']} on server 'h' " in error["message"] and why in error["message"]
     assert rpc["is_error"] is True and json.loads(rpc["error"])["kind"] == "jsonrpc"
+
+
+def test_a_step_takes_no_reward_from_a_structure_its_text_contradicts() -> None:
+    """The model is shown the text (``"reward": 0.0``); the reward convention reads ``structuredContent`` (``1.0``).
+    A step whose two disagree is an ``invalid_result`` error with no reward (it was rewarded 1.0 before); an agreeing
+    result keeps its reward."""
+    env = MCPEnv({"h": InProcess(hostile_server())}, ["t"])
+    try:
+        env.reset(seed=0)
+        obs, reward, terminated, _, info = env.step({"tool": "good", "arguments": {}})
+        assert (reward, info["error"]) == (1.0, None)
+        obs, reward, terminated, _, info = env.step({"tool": "mismatch", "arguments": {}})
+        assert reward == 0.0 and info["is_error"] is True and not terminated
+        assert info["error"]["kind"] == "invalid_result" and info["error"]["tool"] == "mismatch", info["error"]
+        assert "server 'h'" in info["error"]["message"] and "disagrees with its text" in info["error"]["message"]
+        assert '"reward": 0.0' in obs["result"]  # what the model was shown
+    finally:
+        env.close()
