@@ -262,7 +262,7 @@ def fresh_default_runtime() -> Iterator[None]:
 
 
 KEPT_LOGGERS = ("", "mcp_gym", "mcp_gym.client", "mcp", "httpx", "httpx2", "httpcore", "matplotlib", "hydra",
-                "mcp_gym._stateful", "mcp_gym.jobs.collect")
+                "mcp_gym._stateful", "mcp_gym.jobs.collect", "mcp_gym.jobs.config")
 """The loggers whose set-up a test may change (root: ``""``): an in-process CLI job's Hydra ``dictConfig`` (a handler on
 the ``sys.stderr`` pytest captured then, ``mcp_gym.client`` not propagating), a test raising an HTTP logger to INFO."""
 
