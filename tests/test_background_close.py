@@ -103,6 +103,7 @@ def test_a_reset_takes_the_spare_while_the_old_server_still_exits_and_the_bound_
     assert max(int(p.read_text()) for p in setup["notes"].glob("*.start")) <= 2
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_a_fresh_start_also_leaves_the_old_server_to_exit_in_the_background(setup: dict[str, Path]) -> None:
     """A task with another fixture gets a fresh server (the spare for a's is stopped, its unit freed): that unit
     covers the old server, which exits while the new one starts; its workspace stays until it is gone."""
@@ -168,6 +169,7 @@ def test_an_old_server_that_never_exits_is_terminated_in_the_background(setup: d
     assert not live(setup) and list(setup["tmp"].iterdir()) == []
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 @pytest.mark.parametrize("spare_servers", [0, 1])
 def test_no_workspace_is_removed_before_its_server_exits(setup: dict[str, Path], spare_servers: int) -> None:
     """With the pool on or off, every server finds its workspace still there once its stdin has closed (a server
@@ -185,6 +187,7 @@ def test_no_workspace_is_removed_before_its_server_exits(setup: dict[str, Path],
     assert not live(setup) and list(setup["tmp"].iterdir()) == []
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_a_job_at_concurrency_2_never_runs_more_than_3_servers(setup: dict[str, Path], tmp_path: Path) -> None:
     """Two slots, spare_servers=1 (job-wide): every server counts the live servers from /proc when it starts and
     while it exits (lingering 0.3 s after its stdin closes, so an old server overlaps whatever starts meanwhile): no

@@ -132,6 +132,7 @@ def graded_task(i: int, **data: Any) -> dict[str, Any]:
     return row
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_sync_graders_overlap_and_see_the_episode(tmp_path: Path) -> None:
     tasks = fs_benchmark(tmp_path / "bench", [graded_task(i, sleep=2) for i in range(4)])
     (tmp_path / "bench" / "bench_grader.py").write_text(GRADER_MODULE)  # next to the task file, not on sys.path
@@ -151,6 +152,7 @@ def test_sync_graders_overlap_and_see_the_episode(tmp_path: Path) -> None:
     assert most >= 2, grades
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_a_grader_past_its_timeout_is_a_failed_grade(tmp_path: Path) -> None:
     rows = [graded_task(0, sleep=10), graded_task(1, sleep=10), graded_task(2)]
     rows[1]["grader"] = {"kind": "python", "function": "bench_grader:check_async", "timeout": 0.5}  # task override

@@ -118,6 +118,7 @@ def test_every_check_starts_from_fresh_bfcl_state(probed: Path) -> None:
     assert first == second == [one_process[0]] and first is not None and first[0]["valid"] is True
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_a_hanging_check_is_killed_and_fails_in_one_line_naming_the_task(probed: Path) -> None:
     with pytest.raises(RuntimeError, match=rf"^BFCL's checker ran over 1 s on {HANGS} \(killed\)$"):
         grade.run_checks(probed, [_gt(probed, HANGS)], timeout=1.0)
@@ -142,6 +143,7 @@ def test_a_killed_checker_process_is_replaced_and_no_verdict_is_lost(bfcl_root: 
     assert new != old and alive(new)
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_a_stuck_checker_process_is_killed_at_the_jobs_bound_and_replaced(bfcl_root: Path,  # noqa: F811
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A checker process that never answers (stopped with SIGSTOP): the job waits the request's timeout plus

@@ -121,6 +121,7 @@ def test_the_spec_rebuilds_the_same_env_and_pickles() -> None:
         old.close()
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_groups_reach_the_worker_processes_of_a_vector_env() -> None:
     """``gym.make_vec(..., vectorization_mode="async")`` with spawned workers pickles the kwargs: the limit holds in
     each worker."""

@@ -306,6 +306,7 @@ def test_unanswered_first_listing_fails_within_connect_timeout(tmp_path: Path) -
         env.close()
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_relisting_after_list_changed_is_bounded_by_call_timeout(tmp_path: Path) -> None:
     # answers the first listing (connect) and the second (reset), never the one after list_changed
     # call_timeout 5 s: the call itself (answered at once) stays within it on a busy machine; the listing never ends

@@ -136,6 +136,7 @@ def test_a_stalled_server_times_the_request_out_and_the_session_survives(served:
         env.close()
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_sessions_keep_at_most_max_in_flight_requests_on_one_server(served: Served) -> None:
     """12 sessions call a slow tool at once with ``max_in_flight=3``: the server never holds more than 3 of their
     requests (the rest queue in the client, in order), and every call succeeds."""
@@ -278,6 +279,7 @@ def test_a_connection_broken_under_a_call_fails_that_call_and_the_session_surviv
         proxy.close()
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_an_idle_connection_is_not_reused_past_the_keepalive_expiry(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """Servers close idle connections after a few seconds (uvicorn, Node: 5 s) and a request sent on one as the server

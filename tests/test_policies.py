@@ -145,6 +145,7 @@ def _specs(n: int) -> list[EpisodeSpec]:
     return [EpisodeSpec(f"{t.id}#0", t.id, i) for i, t in enumerate(tasks[:n])]
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_a_stuck_episode_is_truncated_without_stalling_the_others(tmp_path: Path) -> None:
     specs = _specs(6)
     stuck = specs[0].task_id

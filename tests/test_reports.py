@@ -41,6 +41,7 @@ def results(out: Path) -> dict[str, Any]:
 
 
 # -- item 8: reports per tag, the requested split, the noop baseline -------------------------------------------------
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_eval_reports_success_and_pass_hat_k_per_tag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tasks = benchmark(tmp_path / "bench", [write_task(0, "a", tags=["easy", "copy"]), write_task(1, "b", tags=["easy"]),
                                            write_task(2, "c", written="wrong", tags=["hard"]), write_task(3, "d")])

@@ -61,6 +61,7 @@ def test_a_wrong_forecast_costs_a_server_start_never_a_wrong_fixture(setup: dict
     assert list(setup["tmp"].iterdir()) == []
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_spares_for_a_set_up_no_longer_expected_are_closed_for_the_forecast_one(setup: dict[str, Path]) -> None:
     """Two spares per env: two are made for a task like a1; told b1 comes next, the left-over one for a's fixture is
     closed (in the background) and one is made for b1, which the next reset takes."""
@@ -198,6 +199,7 @@ def test_a_slot_that_finds_the_plan_done_runs_an_episode_another_slot_kept(setup
     assert list(setup["tmp"].iterdir()) == []
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_eval_over_interleaved_fixtures_with_the_pool_grades_every_episode(setup: dict[str, Path],
                                                                            tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"

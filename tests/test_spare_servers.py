@@ -243,6 +243,7 @@ def _processes_naming(text: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_a_job_at_concurrency_n_runs_at_most_n_plus_spare_servers_servers(setup: dict[str, Path],
                                                                         tmp_path: Path) -> None:
     """Two slots, spare_servers=1 (job-wide): never more than 3 servers at once (sampled from /proc while it runs:
@@ -304,6 +305,7 @@ def _still_ours(pid: int, text: str) -> bool:
     return alive(pid) and (not cmdline or text.encode() in cmdline)
 
 
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_no_server_or_spare_outlives_a_sigkilled_job(setup: dict[str, Path], tmp_path: Path) -> None:
     seen = _kill_job_mid_run(setup, tmp_path)
     every = [*seen, *pids(setup["pids"])]

@@ -233,7 +233,7 @@ def test_a_nested_field_of_the_wrong_kind_is_refused_in_one_line(tmp_path: Path,
     assert len(err) == 1 and f"task 'a': {why}" in err[0], err
 
 
-@pytest.mark.parametrize("reset_mode", ["auto", "restart"])
+@pytest.mark.parametrize("reset_mode", ["auto", pytest.param("restart", marks=pytest.mark.slow)])
 def test_a_server_restarted_for_a_tasks_env_is_reset_for_the_task(tmp_path: Path, reset_mode: str) -> None:
     """A task's ``env`` restarts its stdio server; an episode server (``mcp_gym_reset``) is then reset for the task
     too: it answered every call "never reset here" before (the restart skipped the reset)."""

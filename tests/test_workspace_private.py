@@ -142,6 +142,7 @@ SWEEP = "import json, sys; from mcp_gym._wsdir import sweep; print(json.dumps([s
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare"),
                     reason="a time namespace (unshare --time) needs root and util-linux")
+@pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_old_named_workspaces_are_removed_only_when_made_before_this_boot(tmp_path: Path) -> None:
     """Versions before the owner tag made ``mcp-gym-ws-<8 random>`` (``tempfile.mkdtemp``), which names no owner. A
     sweep removes one only where the kernel proves its maker gone: the folder's inode last changed before this boot.
