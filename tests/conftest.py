@@ -313,6 +313,19 @@ CI_FULL_ENV = "MCP_GYM_CI_FULL"
 for a missing one fails instead (the README's test command, run first, skips them as on a user's machine)."""
 
 
+COUNTER_EVAL = ["env=counter", "env.transport=inprocess", "launcher.progress=false", "plots=false",
+                "env.max_steps=4", "launcher.num_envs=1"]
+"""A small in-process ``eval`` on the bundled Counter: its options (:func:`counter_eval_run`)."""
+
+
+def counter_eval_run(out: Path, samples: int = 1) -> Path:
+    """A real run directory at ``out``: the oracle's ``eval`` on the bundled Counter, in this process."""
+    from mcp_gym.cli import main
+
+    assert main(["eval", *COUNTER_EVAL, "policy=oracle", f"samples={samples}", f"out={out}"]) == 0
+    return out
+
+
 def skip_unless_ci_full(reason: str) -> None:
     """Skip with ``reason``, or fail with it where everything is meant to be installed (:data:`CI_FULL_ENV`)."""
     if os.environ.get(CI_FULL_ENV) == "1":

@@ -16,21 +16,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import counter_eval_run
 
-from mcp_gym.cli import main
 from mcp_gym.recording import load
 
-RUN = ["env=counter", "env.transport=inprocess", "launcher.progress=false", "plots=false", "env.max_steps=4",
-       "launcher.num_envs=1"]
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAAhostile5secret\n"
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real run directory (an eval on the bundled Counter server)."""
-    run = tmp_path_factory.mktemp("runs") / "eval"
-    assert main(["eval", *RUN, "policy=oracle", "samples=1", f"out={run}"]) == 0
-    return run
+    return counter_eval_run(tmp_path_factory.mktemp("runs") / "eval")
 
 
 @pytest.fixture

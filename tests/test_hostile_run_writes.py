@@ -12,20 +12,18 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import COUNTER_EVAL as RUN
+from conftest import counter_eval_run
 
 from mcp_gym.cli import main
 
-RUN = ["env=counter", "env.transport=inprocess", "launcher.progress=false", "plots=false", "env.max_steps=4",
-       "launcher.num_envs=1"]
 BASHRC = "export PATH=$HOME/bin:$PATH  # the user's own\n"
 
 
 @pytest.fixture(scope="module")
 def handed_over(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real run directory (an eval on the bundled Counter server), as someone else would hand it over."""
-    run = tmp_path_factory.mktemp("runs") / "eval"
-    assert main(["eval", *RUN, "policy=oracle", "samples=1", f"out={run}"]) == 0
-    return run
+    return counter_eval_run(tmp_path_factory.mktemp("runs") / "eval")
 
 
 def _plant(folder: Path, names: list[str], victim: Path) -> None:
