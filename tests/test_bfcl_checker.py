@@ -31,6 +31,7 @@ HANGS = "multi_turn_base_1"
 
 @pytest.fixture(autouse=True)
 def _no_checker_left() -> Any:
+    forked.close_all()  # one left by an earlier module's env (closing an env does not stop it; a job's end does)
     yield
     forked.close_all()
 
