@@ -628,10 +628,14 @@ async def _spawn(params: StdioServerParameters, stdin: _Stdin, stdout: _Stdout) 
     out_read, out_write = os.pipe()  # the server's stdout, read by asyncio's pipe transport into `stdout`
     in_read, in_write = os.pipe()  # the server's stdin, written by asyncio's pipe transport from `stdin`
     try:
-        process = await anyio.open_process([params.command, *params.args],
-                                           env=get_default_environment() | (params.env or {}), stdin=in_read,
-                                           stdout=out_write, stderr=subprocess.PIPE, cwd=params.cwd,
-                                           start_new_session=True)
+        # Shielded (bounded: a fork and exec, the stderr pipe connected): cancelled in there, asyncio kills the
+        # leader alone, and a wrapper's child (npx's node, a shell's command) would live on; a cancel now lands at
+        # the next await below, whose clean-up kills the whole process group.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process([params.command, *params.args],
+                                               env=get_default_environment() | (params.env or {}), stdin=in_read,
+                                               stdout=out_write, stderr=subprocess.PIPE, cwd=params.cwd,
+                                               start_new_session=True)
     except BaseException:
         os.close(out_read)
         os.close(in_write)
