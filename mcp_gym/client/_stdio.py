@@ -627,11 +627,8 @@ async def _spawn(params: StdioServerParameters, stdin: _Stdin, stdout: _Stdout) 
     ``stdin`` and ``stdout``, its stderr a pipe; the process."""
     out_read, out_write = os.pipe()  # the server's stdout, read by asyncio's pipe transport into `stdout`
     in_read, in_write = os.pipe()  # the server's stdin, written by asyncio's pipe transport from `stdin`
-    try:
-        # Shielded (bounded: a fork and exec, the stderr pipe connected): cancelled in there, asyncio kills the
-        # leader alone, and a wrapper's child (npx's node, a shell's command) would live on; a cancel now lands at
-        # the next await below, whose clean-up kills the whole process group.
-        with anyio.CancelScope(shield=True):
+    try:  # shielded, bounded: cancelled inside, asyncio kills the leader alone (npx's node would live on)
+        with anyio.CancelScope(shield=True):  # a cancel lands at the next await, whose clean-up kills the group
             process = await anyio.open_process([params.command, *params.args],
                                                env=get_default_environment() | (params.env or {}), stdin=in_read,
                                                stdout=out_write, stderr=subprocess.PIPE, cwd=params.cwd,
