@@ -555,7 +555,8 @@ async def _set_up(env: _EpisodeServers, episode: Episode, spares: SpareServers |
     elif env.workspace_servers:
         if spares is not None and pool:  # a first reset: a server started ahead by the job, re-rooted below
             await _take_early(env, spares.rerooter)
-        episode.workspace = make_workspace(task)
+        with anyio.CancelScope(shield=True):  # off the loop (the other slots' steps go on); a copy made is ours
+            episode.workspace = await anyio.to_thread.run_sync(make_workspace, task)
     if spares is not None and pool and not restarted:  # warm servers re-rooted to this workspace (_reroot)
         if all(spares.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers):
             spares.old.drop(env.runtime)  # a re-root needs the old root gone (renamed away at once)
