@@ -30,7 +30,7 @@ import anyio
 from mcp_gym._compat.stdlib import running_loop
 from mcp_gym.client.connection import ServerConnection
 
-__all__ = ["SpareBudget", "Retirement", "Retirer"]
+__all__ = ["SpareBudget", "Retirement", "Retirer", "close_or_unit"]
 
 
 class SpareBudget:
@@ -228,3 +228,29 @@ class Retirer:
         for workspace in [*self.behind, *(w for r in self.retiring for w in r.workspaces)]:
             shutil.rmtree(workspace, ignore_errors=True)
         self.behind.clear()
+
+
+async def close_or_unit(conn: ServerConnection, units: SpareBudget, start: Callable[[], Retirement | None],
+                        retiring: list[Retirement | None]) -> None:
+    """Close a slot's old server ``conn`` that no free unit covers, unless a unit frees first (e.g. a wrong forecast's
+    spare, closed in the background, has exited): whichever comes first. A unit got is a retirement from ``start()``,
+    put in ``retiring[0]`` at once (the caller retires ``conn`` with it, its close going on in the background, and
+    seals it whatever happens); else ``conn`` is closed. Bounded: ``conn``'s stop."""
+    async with anyio.create_task_group() as tg:
+
+        async def close() -> None:
+            await conn.close()  # (its owner task stops the server: cancelling this wait leaves that going)
+            tg.cancel_scope.cancel()
+
+        async def unit() -> None:
+            while True:
+                freed = anyio.Event()
+                units.when_free(freed.set)  # asked first: a release between the two is not missed
+                if (r := start()) is not None:
+                    retiring[0] = r
+                    tg.cancel_scope.cancel()
+                    return
+                await freed.wait()
+
+        tg.start_soon(close)
+        tg.start_soon(unit)

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import anyio
 
 from mcp_gym._reroot import Rerooter, mentions_workspace, names_filesystem_server, template_key
-from mcp_gym._retire import Retirement, Retirer, SpareBudget
+from mcp_gym._retire import Retirement, Retirer, SpareBudget, close_or_unit
 from mcp_gym._wsdir import new_workspace
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
@@ -292,17 +292,18 @@ class SpareServers:
             spare.ready.set()
             release()
 
-    async def take(self, key: tuple[Any, ...]) -> _Spare | None:
-        """The spare prepared for ``key`` once it is ready (its servers started or failed), or ``None``; spares for
-        other keys are closed. A spare wanted for ``key`` but not started, the budget's unit held by the slot's old
-        servers still exiting, is waited for: those servers' exit (bounded: their stop), then the spare's start."""
+    async def take(self, env: _EpisodeServers, key: tuple[Any, ...]) -> _Spare | None:
+        """The spare prepared for ``key`` once it is ready (its servers started or failed), or ``None``. Spares for
+        other keys (a wrong forecast) are closed in the background (:meth:`_close_later`), each holding its unit of
+        the budget until it has exited: the reset never waits for one. A spare wanted for ``key`` but not started,
+        the budget's unit held by the slot's old servers still exiting, is waited for: those servers' exit (bounded:
+        their stop), then the spare's start."""
         if self._want is not None and self._want[2] == key and not any(s.key == key for s in self._spares):
             for r in list(self.old.retiring):
                 await r.gone.wait()  # its unit frees: _refill starts the spare (unless another env's took it)
         self._want = None  # the reset's prepare says what comes next
         found = next((s for s in self._spares if s.key == key), None)  # the oldest: the most likely to be ready
-        for spare in [s for s in self._spares if s.key != key]:
-            await self._drop(spare)
+        self._close_later(env, [s for s in self._spares if s.key != key])
         if found is None:
             return None
         await found.ready.wait()  # bounded: each server's connect_timeout (and the reset's reset_timeout)
@@ -535,7 +536,7 @@ async def _set_up(env: _EpisodeServers, episode: Episode, spares: SpareServers |
     """:func:`prepare_episode_servers`'s work; ``retiring[0]``: the retirement closing the slot's old servers."""
     task, tg, restarted = episode.task, env.runtime.task_group, set[str]()
     pool = spares is not None and own and bool(spares.size) and bool(env.workspace_servers)
-    spare = await spares.take(setup_key(env, task)) if spares is not None and pool else None
+    spare = await spares.take(env, setup_key(env, task)) if spares is not None and pool else None
 
     def retirer() -> Callable[[ServerConnection], None] | None:
         if retiring is None or retiring[0] is None or spares is None:
@@ -554,7 +555,8 @@ async def _set_up(env: _EpisodeServers, episode: Episode, spares: SpareServers |
     elif env.workspace_servers:
         if spares is not None and pool:  # a first reset: a server started ahead by the job, re-rooted below
             await _take_early(env, spares.rerooter)
-        episode.workspace = make_workspace(task)
+        with anyio.CancelScope(shield=True):  # off the loop (the other slots' steps go on); a copy made is ours
+            episode.workspace = await anyio.to_thread.run_sync(make_workspace, task)
     if spares is not None and pool and not restarted:  # warm servers re-rooted to this workspace (_reroot)
         if all(spares.rerooter.armed(env.host.connections[a]) for a in env.workspace_servers):
             spares.old.drop(env.runtime)  # a re-root needs the old root gone (renamed away at once)
@@ -572,6 +574,8 @@ async def _set_up(env: _EpisodeServers, episode: Episode, spares: SpareServers |
         if spares is not None and pool and retiring is not None and retiring[0] is None \
                 and alias in env.workspace_servers and conn.status != "new":
             retiring[0] = spares.retirement()  # a free unit: the old server exits while the new one starts
+            if retiring[0] is None:  # none: its exit, or a unit freed (a spare exiting elsewhere), whichever first
+                await close_or_unit(conn, spares.units, spares.retirement, retiring)
         retire = retirer() if alias in env.workspace_servers else None
         if spares is not None and pool and spares.rerooter.advertises(alias, template) and episode.workspace:
             new = spares.rerooter.connection(alias, template, spec, episode.workspace, conn)  # advertising roots

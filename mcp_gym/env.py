@@ -43,6 +43,7 @@ from mcp_gym.client.specs import ServerSpec, normalise_servers, redact_text
 from mcp_gym.episode import Episode, FromEpisode, ObservedResources, StepInfo, StepResult
 from mcp_gym.errors import MCPGymError
 from mcp_gym.graders import Grade, Grading
+from mcp_gym.graders._shared import release as release_shared
 from mcp_gym.graders.episode import grade_step_end, grade_submit, is_graded
 from mcp_gym.graders.session import state_snapshot as read_state
 from mcp_gym.options import Connection, EnvSettings, Limits, ResetMode, Scoring, resolve_settings, split_settings
@@ -269,6 +270,7 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def _ended(self) -> None:
         self._closed = True
+        release_shared(self)  # what its graders used (a BFCL checker process) and no open env uses is stopped
         self.spares.forget()  # after aclose, nothing left; after the runtime ended, the spares' workspaces
         if self._episode is not None:
             self._episode.drop_workspace()

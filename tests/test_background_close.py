@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,41 @@ def test_a_reset_takes_the_spare_while_the_old_server_still_exits_and_the_bound_
         env.close()
     assert not live(setup) and list(setup["tmp"].iterdir()) == []
     assert max(int(p.read_text()) for p in setup["notes"].glob("*.start")) <= 2
+
+
+@pytest.mark.slow  # four Python servers started: about 5 s of CPU
+def test_a_wrong_forecast_s_spare_exits_in_the_background_holding_its_unit(setup: dict[str, Path]) -> None:
+    """A reset whose task is not the one forecast does not wait for the spare made for the forecast one: that spare
+    (its gate shut: alive after its stdin closed, whatever the timing) is still running when the reset returns, and
+    holds its unit until it has exited (no spare for the next episode meanwhile: N + spare_servers = 2 servers). The
+    old server, no unit free for it, is closed by the reset (its gate open: it exits at once)."""
+    env = make_env(setup)
+    # before this change the reset waited for the spare, which only its gate ends: that hang is bounded by opening
+    # every gate after 60 s, and the spare then is gone when the reset returns (the test fails, not hangs)
+    unhang = threading.Timer(60.0, (setup["notes"] / "all.go").touch)
+    try:
+        env.reset(options={"task_id": "a1", "next_task_id": "b1"})
+        spare = wait_for(lambda: env.spares.pids)
+        old = env.host.connections["s"].pid
+        open_gate(setup, old)
+        unhang.start()
+        env.reset(options={"task_id": "a2"})
+        unhang.cancel()
+        new = env.host.connections["s"].pid
+        assert env.spares.taken == 0 and new not in (old, *spare)
+        assert alive(spare[0]) and not (setup["notes"] / f"{spare[0]}.exit").exists()  # it did not wait for it
+        assert env.spares.pids == [] and env.spares.units.used == 1  # the leaving spare holds its unit
+        assert live(setup) == {new, spare[0]}
+        assert step(env, "read_file", name="in.txt") == "hello a"
+        open_gate(setup, spare[0])
+        assert exit_note(setup, spare[0]) == {"workspace": True, "live_max": 2}
+        nxt = wait_for(lambda: env.spares.pids and set(env.spares.pids) <= live(setup) and env.spares.pids)
+        assert live(setup) == {new, *nxt}  # the unit freed once the spare was gone: the next spare
+    finally:
+        unhang.cancel()
+        (setup["notes"] / "all.go").touch()
+        env.close()
+    assert not live(setup) and list(setup["tmp"].iterdir()) == []
 
 
 @pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min

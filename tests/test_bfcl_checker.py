@@ -22,7 +22,7 @@ from mcp_gym.envs.bfcl import check, forked, grade
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bfcl_harness import perturbations  # noqa: E402
-from test_bfcl import bfcl_root  # noqa: E402, F401 - the fixture
+from test_bfcl import bfcl_root, imported  # noqa: E402, F401 - the fixtures
 from test_spare_servers import alive, wait_for  # noqa: E402
 
 HANGS = "multi_turn_base_1"
@@ -31,7 +31,7 @@ HANGS = "multi_turn_base_1"
 
 @pytest.fixture(autouse=True)
 def _no_checker_left() -> Any:
-    forked.close_all()  # one left by an earlier module's env (closing an env does not stop it; a job's end does)
+    forked.close_all()  # one left by an earlier module's grades outside any env (the last env's close stops it)
     yield
     forked.close_all()
 
@@ -260,3 +260,34 @@ def test_an_eval_job_stops_its_checker_process_at_its_end(bfcl_root: Path, tmp_p
     summary = json.loads((tmp_path / "run" / "report" / "results.json").read_text())["summary"]
     assert summary["success_rate"] == 1.0 and summary["episodes"] == 2
     assert _checkers_of(os.getpid()) == [] and answered[0][1] and not alive(answered[0][1][0])
+
+
+@pytest.mark.slow  # two BFCL servers and a checker process: about 10 s at load 9
+def test_the_checker_process_stops_when_the_last_env_that_graded_with_it_closes(
+        bfcl_root: Path, imported: Any) -> None:  # noqa: F811
+    """Two envs grade through the checker process (one process for both): closing the first leaves it running for
+    the second, closing the second stops it (and its folder goes); a grade then starts a new one."""
+    from mcp_gym.client.specs import Stdio
+    from mcp_gym.env import MCPEnv
+    from mcp_gym.graders import _shared
+    from mcp_gym.tasks import load_tasks
+
+    tasks = [t for t in load_tasks(imported.files["base"]) if t.id == "multi_turn_base_0"]
+    spec = Stdio(sys.executable, ["-m", "mcp_gym.servers.bfcl", "--bfcl", str(bfcl_root)])
+    envs = [MCPEnv({"bfcl": spec}, tasks, max_steps=50) for _ in range(2)]
+    try:
+        for env in envs:
+            env.reset()
+            for _ in tasks[0].turns:
+                _, _, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": ""}})
+            assert terminated and info["grade"]["reason"].startswith("BFCL multi_turn:"), info
+        (pid,) = forked.checker_pids()
+        assert _shared.holders(("bfcl-checker", str(bfcl_root.resolve()))) == 2
+        envs[0].close()
+        assert forked.checker_pids() == [pid] and alive(pid)  # the second env still holds it
+        envs[1].close()
+        assert forked.checker_pids() == [] and not alive(pid)  # stopped (and reaped) by the last close
+        assert _shared.holders(("bfcl-checker", str(bfcl_root.resolve()))) == 0
+    finally:
+        for env in envs:
+            env.close()

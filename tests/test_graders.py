@@ -560,3 +560,36 @@ def test_judge_prompt_keeps_literal_braces() -> None:
     assert messages[1]["content"] == 'Reply like {"verdict": "pass"}. Rubric: be right. Answer: 42'
     with pytest.raises(GraderError, match="no rubric"):
         grader._messages(GradeContext(Task(id="t", prompt="p"), "42"))
+
+
+def test_a_resource_graders_share_stops_when_the_last_env_that_used_it_closes() -> None:
+    """``mcp_gym.graders._shared`` (how the BFCL checker process is owned): a sync Python grader, run in a worker
+    thread, asks for a shared resource while it grades, and the env grading holds it. Two envs grade: closing the
+    first leaves the resource, closing the second stops it, once. Asked for outside any env's grade, nobody holds
+    it."""
+    from test_benchmarks import notes_server
+
+    from mcp_gym import InProcess
+    from mcp_gym.graders import _shared
+
+    key, stopped = object(), []
+
+    def grader(ctx: Any) -> bool:
+        return _shared.use(key, lambda: stopped.append(key))
+
+    assert not _shared.use(key, lambda: stopped.append(key)) and _shared.holders(key) == 0
+    envs = [MCPEnv(InProcess(notes_server()), ["keep notes"], grader=grader) for _ in range(2)]
+    try:
+        for env in envs:
+            env.reset(seed=0)
+            _, _, terminated, _, info = env.step({"tool": "submit", "arguments": {"answer": "x"}})
+            assert terminated and info["success"] is True, info  # the grader ran in an env's grade
+        assert _shared.holders(key) == 2
+        envs[0].close()
+        assert stopped == [] and _shared.holders(key) == 1
+        envs[1].close()
+        assert stopped == [key] and _shared.holders(key) == 0
+    finally:
+        for env in envs:
+            env.close()
+    assert stopped == [key]

@@ -54,7 +54,7 @@ def test_a_wrong_forecast_costs_a_server_start_never_a_wrong_fixture(setup: dict
         env.reset(options={"task_id": "a2"})  # not b1: the spare (b's fixture) is not taken
         assert env.spares.taken == 0 and env.host.connections["s"].pid not in spare
         assert read(env, "in.txt") == "hello a"
-        assert not alive(spare[0])
+        wait_for(lambda: not alive(spare[0]))  # closed in the background (test_background_close)
     finally:
         env.close()
     assert not any(alive(p) for p in pids(setup["pids"]))

@@ -14,7 +14,8 @@ the task); the job waits for an answer at most that timeout plus :data:`MARGIN`,
 checker process that dies (or will not start) is noticed: the request in flight is run by the one-shot subprocess
 instead, and the next request starts a new checker process.
 
-Lifetime: one checker process per BFCL copy in the job's process, stopped by :func:`close_all` (at the end of a
+Lifetime: one checker process per BFCL copy in the job's process, owned by the envs that graded with it
+(:mod:`mcp_gym.graders._shared`): stopped when the last of them closes, else by :func:`close_all` (at the end of a
 ``collect``/``eval`` job, and at the interpreter's exit, Ctrl-C included). If the job dies without either (SIGKILL),
 the checker process reads the end of its stdin, or sees its parent gone, and exits, killing its children; the
 children also die with it (Linux ``PR_SET_PDEATHSIG``) and each has an alarm of its own past its timeout.
@@ -37,8 +38,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from mcp_gym.envs.bfcl import check
+from mcp_gym.graders import _shared
 
-__all__ = ["ForkChecker", "run", "close_all", "checker_pids", "START_TIMEOUT", "MARGIN"]
+__all__ = ["ForkChecker", "run", "close", "close_all", "checker_pids", "START_TIMEOUT", "MARGIN"]
 
 START_TIMEOUT = 60.0
 """Seconds a checker process may take to load BFCL and say it is ready (else the one-shot subprocess grades)."""
@@ -206,10 +208,21 @@ def run(root: str | Path, checks: Sequence[Mapping[str, Any]], timeout: float) -
     """BFCL's verdicts on ``checks`` from the job's checker process for ``root`` (started on first use), or ``None``
     when there is none to ask (it died or would not start: the caller runs the one-shot checker; the next request
     starts a new one). Raises ``RuntimeError`` naming the tasks when the check ran over ``timeout``."""
+    key = str(Path(root).resolve())
+    _shared.use(("bfcl-checker", key), lambda: close(key))  # the env grading holds it: stopped at its last close
     try:
-        return _checker(root).run(checks, timeout)
+        return _checker(key).run(checks, timeout)
     except (_CheckerDied, OSError):
         return None
+
+
+def close(root: str | Path) -> None:
+    """Stop the checker process for ``root``, if one runs (a request in flight falls back to the one-shot checker):
+    the last env that graded with it closes."""
+    with _lock:
+        found = _checkers.pop(str(Path(root).resolve()), None)
+    if found is not None:
+        found.close(ending=False)
 
 
 def checker_pids() -> list[int]:

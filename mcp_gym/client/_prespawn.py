@@ -201,11 +201,14 @@ async def adopt(popen: subprocess.Popen[bytes], stdin: Any, stdout: Any) -> Any:
         transports.append((await loop.connect_write_pipe(lambda: stdin, popen.stdin))[0])
         transports.append((await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                                         popen.stderr))[0])
-    except BaseException:
+    except BaseException:  # e.g. cancelled: the whole group killed (npx's node too), its pipes closed
         for t in transports:
             t.close()
+        for pipe in (popen.stdin, popen.stdout, popen.stderr):
+            if pipe is not None:
+                pipe.close()
         with anyio.CancelScope(shield=True):
-            popen.kill()
+            _signal_group(popen.pid, signal.SIGKILL)
             await anyio.to_thread.run_sync(popen.wait)
         raise
     return _Started(popen, reader, transports[-1])

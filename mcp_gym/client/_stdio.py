@@ -627,11 +627,12 @@ async def _spawn(params: StdioServerParameters, stdin: _Stdin, stdout: _Stdout) 
     ``stdin`` and ``stdout``, its stderr a pipe; the process."""
     out_read, out_write = os.pipe()  # the server's stdout, read by asyncio's pipe transport into `stdout`
     in_read, in_write = os.pipe()  # the server's stdin, written by asyncio's pipe transport from `stdin`
-    try:
-        process = await anyio.open_process([params.command, *params.args],
-                                           env=get_default_environment() | (params.env or {}), stdin=in_read,
-                                           stdout=out_write, stderr=subprocess.PIPE, cwd=params.cwd,
-                                           start_new_session=True)
+    try:  # shielded, bounded: cancelled inside, asyncio kills the leader alone (npx's node would live on)
+        with anyio.CancelScope(shield=True):  # a cancel lands at the next await, whose clean-up kills the group
+            process = await anyio.open_process([params.command, *params.args],
+                                               env=get_default_environment() | (params.env or {}), stdin=in_read,
+                                               stdout=out_write, stderr=subprocess.PIPE, cwd=params.cwd,
+                                               start_new_session=True)
     except BaseException:
         os.close(out_read)
         os.close(in_write)

@@ -9,6 +9,7 @@ import anyio
 
 from mcp_gym.client.host import MCPHost
 from mcp_gym.episode import Episode, EpisodeState, StepInfo
+from mcp_gym.graders import _shared
 from mcp_gym.graders.base import Grade, GradeContext, GraderError
 from mcp_gym.graders.session import SessionAccess
 from mcp_gym.graders.spec import Grading
@@ -66,8 +67,8 @@ async def grade_episode(env: _GradedEpisode, info: StepInfo, answer: str | None,
         grader = env.grading.for_task(ep.task)
         assert grader is not None
         limit = env.grading.limit(grader)
-        with anyio.move_on_after(math.inf if limit is None else limit) as scope:
-            grade = await grader.grade(ctx)
+        with anyio.move_on_after(math.inf if limit is None else limit) as scope, _shared.grading(env):
+            grade = await grader.grade(ctx)  # (what it uses of graders' shared resources is the env's: _shared)
         if scope.cancelled_caught:
             grade = Grade(0.0, False, f"grader timed out after {limit:g} s (grader_timeout)", grader.name,
                           grader.kind, details={"timed_out": True})

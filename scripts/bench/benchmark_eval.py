@@ -54,7 +54,8 @@ Without ``--process`` one untimed job of ``--num-envs`` episodes warms this proc
     python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 2
     python scripts/bench/benchmark_eval.py --bench git --tasks 8 --samples 2 --rounds 2
 
-``--compare DIR`` (``bfcl`` and ``git``): instead of the pool's arms, ``before`` (the checkout DIR, e.g. a detached
+``--compare DIR`` (any ``--bench``; ``fs``: one ``--server``, the default arm, ``--spare-servers 0`` for no pool):
+instead of the pool's arms, ``before`` (the checkout DIR, e.g. a detached
 worktree of main) and ``after`` (this checkout), each job in a process of its own that imports ``mcp_gym`` and its
 ``envs/``, ``servers/`` and ``conf/`` from its checkout (first on ``PYTHONPATH``; a finder put ahead of the editable
 install's) and warms up with one untimed job first, the sides alternating round by round. The servers the jobs
@@ -257,7 +258,7 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
             "child_cpu": (c1[1] - c0[1]) / episodes}
 
 
-def side(a: argparse.Namespace, arm: str, tasks: Path, folder: Path) -> dict[str, float]:
+def side(a: argparse.Namespace, arm: str, tasks: Path, folder: Path, kind: str) -> dict[str, float]:
     """One ``--compare`` job: this script in a process of its own, the ``before`` (``--compare``) or ``after`` (this)
     checkout first on ``PYTHONPATH`` and its packages imported from there; it warms up with one untimed job, runs one
     timed job and writes its row."""
@@ -266,7 +267,11 @@ def side(a: argparse.Namespace, arm: str, tasks: Path, folder: Path) -> dict[str
     shutil.copy(tasks, folder / "tasks.jsonl")
     argv = [sys.executable, str(Path(__file__).resolve()), "--bench", a.bench, "--bfcl", str(a.bfcl), "--git-server",
             a.git_server, "--tasks", str(a.tasks), "--samples", str(a.samples), "--num-envs", str(a.num_envs),
-            "--side-out", str(folder / f"{arm}.json")]
+            "--side-out", str(folder / f"{arm}.json"), "--server", kind if kind in ("local", "npx") else "local",
+            "--files", str(a.files), "--fixtures", str(a.fixtures)]  # (--bench fs: the side makes its own fixtures)
+    argv += ["--fresh-servers"] if a.fresh_servers else []
+    argv += ["--no-resolve-npx"] if a.no_resolve_npx else []
+    argv += ["--spare-servers", str(a.spare_servers)] if a.spare_servers is not None else []
     env = {**os.environ, CHECKOUT_VARIABLE: str(top),
            "PYTHONPATH": os.pathsep.join([str(top), *filter(None, [os.environ.get("PYTHONPATH")])])}
     subprocess.run(argv, env=env, check=True, timeout=1800, cwd=folder)
@@ -301,13 +306,13 @@ def main() -> None:
     ap.add_argument("--model-latency", type=float, default=None, metavar="S",
                     help="policy=openai against a scripted endpoint answering in S seconds (default: oracle)")
     ap.add_argument("--compare", type=Path, default=None, metavar="DIR",
-                    help="--bench bfcl/git: instead of the pool's arms, this checkout (after) against the checkout DIR "
+                    help="instead of the pool's arms, this checkout (after) against the checkout DIR "
                          "(before), each job in a process of its own with its checkout first on PYTHONPATH, the sides "
                          "alternating (each process warms up with one untimed job first)")
     ap.add_argument("--side-out", type=Path, default=None, help=argparse.SUPPRESS)  # a --compare side's process
     a = ap.parse_args()
-    if a.compare is not None and a.bench == "fs":
-        ap.error("--compare is for --bench bfcl and --bench git")
+    if a.compare is not None and a.model_latency is not None:
+        ap.error("--compare runs oracle jobs (no --model-latency)")
 
     tmp = Path(tempfile.mkdtemp(prefix="mcp-gym-bench-eval-"))
     with contextlib.ExitStack() as stack:
@@ -319,17 +324,18 @@ def main() -> None:
 def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
     """Both arms of every server kind, alternating, and their table."""
     try:
-        if a.bench == "fs":
-            make_fixtures(tmp, a.fixtures, a.files)
-            (tmp / "empty").mkdir()
-            tasks = write_tasks(tmp, a.tasks, a.fixtures)
+        if a.bench == "fs":  # (a --compare side's own, beside its output)
+            base = a.side_out.parent if a.side_out is not None else tmp
+            make_fixtures(base, a.fixtures, a.files)
+            (base / "empty").mkdir(exist_ok=True)
+            tasks = write_tasks(base, a.tasks, a.fixtures)
         else:
             tasks = a.side_out.parent / "tasks.jsonl" if a.side_out is not None else bench_tasks(a, tmp)
         kinds = [a.bench] if a.bench != "fs" else (["local", "npx"] if a.server == "both" else [a.server])
         for kind in kinds:
             rows: dict[str, list[dict[str, float]]] = {"before": [], "after": []} if a.compare else \
                 {"off": [], "on": []}
-            if a.bench != "fs" and not a.process and not a.compare:  # this process's imports and first calls
+            if (a.bench != "fs" or a.side_out is not None) and not a.process and not a.compare:  # imports, first calls
                 job(kind, "on", argparse.Namespace(**{**vars(a), "tasks": 1, "samples": a.num_envs}), tasks,
                     tmp / f"warm-{kind}", base_url)
             if a.side_out is not None:  # one timed job, for the --compare process that started this one
@@ -338,7 +344,7 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
             loads = [os.getloadavg()[0]]
             for r in range(a.rounds):
                 for arm in rows:
-                    rows[arm].append(side(a, arm, tasks, tmp / f"side-{r}") if a.compare else
+                    rows[arm].append(side(a, arm, tasks, tmp / f"side-{kind}-{r}", kind) if a.compare else
                                      job(kind, arm, a, tasks, tmp / f"run-{kind}-{arm}-{r}", base_url))
                 loads.append(os.getloadavg()[0])
             what = {"bfcl": "BFCL multi-turn base (python -m mcp_gym.servers.bfcl, reset per episode)",
