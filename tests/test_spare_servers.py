@@ -276,8 +276,8 @@ def _kill_job_mid_run(setup: dict[str, Path], tmp_path: Path, server: str | None
         args[2] = server
     cmd = [sys.executable, "-m", "mcp_gym.cli", *args]
     env = {**os.environ, "TMPDIR": str(setup["tmp"])}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
+    log = (tmp_path / "job.log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         seen = wait_for(lambda: (s := _processes_naming(str(setup["tmp"]))) and len(s) >= 3 and s, bound=300)
         if ctrl_c:
@@ -285,13 +285,15 @@ def _kill_job_mid_run(setup: dict[str, Path], tmp_path: Path, server: str | None
             # 130, or killed by SIGINT after its clean-up: a Ctrl-C during the job's set-up can end in CPython 3.10/3.11
             # re-raising SIGINT on itself after finalization (strace: the job's own kill(self, SIGINT) after its early
             # servers were stopped, ~1 run in 8 under load); a shell reports both as exit status 130
-            assert proc.wait(timeout=120) in (130, -signal.SIGINT)
+            code = proc.wait(timeout=120)
+            assert code in (130, -signal.SIGINT), (code, (tmp_path / "job.log").read_text()[-3000:])
         else:
             proc.send_signal(signal.SIGKILL)  # a crash: no handler, no cleanup in the job
             proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+        log.close()
     return list(seen)
 
 
