@@ -570,9 +570,8 @@ class MCPHost:
 
         t0 = time.perf_counter()
         try:
-            out.result = await conn.call_tool(
-                tool, arguments, timeout=timeout, meta={**self.meta, **(meta or {})}, progress=on_progress
-            )
+            out.result = await conn.call_tool(tool, arguments, timeout=timeout, progress=on_progress,
+                                              meta={**self.meta, **meta} if meta else self.meta)
         except ConnectionLost as e:
             out.error = self._error("server_dead", exposed, alias, str(e))
         except MCPError as e:
