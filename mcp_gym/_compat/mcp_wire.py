@@ -479,7 +479,8 @@ def _not_asking(adapter: Any) -> Any:
 def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
     """What the SDK's ``send_request`` does with a raw result: TTL clamp, the negotiated version's schema (without its
     dump of the result), a later revision's fields dropped, then ``adapter``."""
-    clamp_ttl(raw)
+    if "ttlMs" in raw:
+        clamp_ttl(raw)
     version = session.protocol_version or "2025-11-25"
     surface = mcp_surface.surface(method, version)
     if surface is not None and not ((quick := mcp_surface.quick_surface(method, version)) is not None and quick(raw)):

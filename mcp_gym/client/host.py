@@ -506,8 +506,8 @@ class MCPHost:
     def poll_changes_now(self) -> bool | None:
         """:meth:`poll_changes` where it has nothing to do, without awaiting: ``False`` (no connection passed anything
         to the SDK since the last poll, none has a tools change pending, none died); ``None``: await it."""
-        for c in self.connections.values():
-            if not c.quiet(take=False) or c.events.tools_changed or self._died_listed(c):
+        for c in self.connections.values():  # (_died_listed(c) without its call: this runs every step)
+            if not c.quiet(take=False) or c.events.tools_changed or (c.status != "ready" and c.alias in self.all_tools):
                 return None
         return False
 

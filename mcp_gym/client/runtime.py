@@ -606,18 +606,22 @@ def sync_call_alone(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     thread for a short, bounded while (the stdio transport reads a server's answer so,
     :meth:`mcp_gym.client._stdio._Link.read_now`). ``loop``: the running loop, when the caller knows it
     (``asyncio.current_task()`` without it asks for the running loop, a ``getpid`` system call on Python < 3.12)."""
-    task = asyncio.current_task(loop)
-    rt = _sync_calls.get(task) if task is not None else _inline.get(loop) if loop is not None else None
+    rt = _inline.get(loop) if loop is not None else None  # (an inline part runs no task: no current_task() call)
+    if rt is None:
+        task = asyncio.current_task(loop)
+        rt = _sync_calls.get(task) if task is not None else None
     return rt is not None and not rt._guests and not rt._holds
 
 
 def cancel_asked(loop: asyncio.AbstractEventLoop | None) -> bool:
     """Whether the call running on ``loop`` now (its task, or a synchronous call's inline first part) was asked to
     stop (a Ctrl-C; on Python 3.10 a task's cancellation is not seen here)."""
+    rt = _inline.get(loop) if loop is not None else None  # (an inline part runs no task: no current_task() call)
+    if rt is not None:
+        return rt._interrupted
     task = asyncio.current_task(loop)
     if task is None:
-        rt = _inline.get(loop) if loop is not None else None
-        return rt is not None and rt._interrupted
+        return False
     cancelling = getattr(task, "cancelling", None)  # (Python 3.11+)
     return cancelling is not None and bool(cancelling())
 
