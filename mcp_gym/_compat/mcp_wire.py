@@ -518,8 +518,8 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
         if meta is not None:
             params["_meta"] = meta
         try:
-            raw = await _roundtrip(client, wire, "tools/call", params, read_timeout_seconds,  # type: ignore[arg-type]
-                                   progress_callback)
+            raw = await _roundtrip(client, wire, "tools/call", params,  # type: ignore[arg-type]  # not None: sdk
+                                   read_timeout_seconds, progress_callback)
         except StepAside:
             sdk = True
         else:
