@@ -32,7 +32,7 @@ def note_state_change(env: Any, out: Any) -> None:
     result = getattr(out, "result", None)
     if alias is None or result is None or result.is_error:
         return
-    entry = env.host.resolve(out.tool)
+    entry = env.host.catalogue.get(out.tool)  # (host.resolve(), without its call)
     if entry is None or getattr(entry.tool.annotations, "read_only_hint", None) is True:
         return
     conn = env.host.connections[alias]

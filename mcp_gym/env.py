@@ -600,19 +600,17 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if next_turn is None:  # (Episode.next_turn recorded the submit that ended the turn)
             ep.record_call(name if isinstance(name, str) else None, arguments, text)
         obs = self._obs(text)
-        info = self._info(
-            error=error,
-            tools_changed=tools_changed,
-            tool=out.tool if out else (name if isinstance(name, str) else None),
-            server=out.server if out else (error or {}).get("server"),
-            server_tool=out.server_tool if out else None,
-            is_error=is_error,
-            content=content_json(result.content) if result is not None else [],
-            structured_content=structured,
-            duration=out.duration if out else 0.0,
-            progress=out.progress if out else [],
-            termination=termination,
-        )
+        info: StepInfo = {  # what _info() makes, in its key order
+            "episode_id": ep.id, "task_id": ep.task.id, "step": ep.steps, "error": error,
+            "tools_changed": tools_changed, "logs": host.drain_logs(),
+            "tool": out.tool if out else (name if isinstance(name, str) else None),
+            "server": out.server if out else (error or {}).get("server"),
+            "server_tool": out.server_tool if out else None, "is_error": is_error,
+            "content": content_json(result.content) if result is not None else [], "structured_content": structured,
+            "duration": out.duration if out else 0.0, "progress": out.progress if out else [],
+            "termination": termination}
+        if ep.task.turns or ep.done:
+            self._info_end(info, ep, termination)
         if tools_changed or termination == "servers_dead":
             info["servers"] = self.host.server_info()
         if truncated:  # cut off before an answer: a failure where something would have graded it, else unknown
@@ -691,9 +689,14 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "logs": self.host.drain_logs(),
             **kw,
         })
-        if task is not None and task.turns:
-            info["turn"], info["turns"] = ep.turn, ep.turn_count  # type: ignore[union-attr]  # a task: an episode
-        if ep is not None and ep.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
-            info["summary"] = {"return": self.episode_return, "length": self.steps,
-                                 "termination": kw.get("termination"), **self.budget.used()}
+        if ep is not None:
+            self._info_end(info, ep, kw.get("termination"))
         return info
+
+    def _info_end(self, info: StepInfo, ep: Episode, termination: str | None) -> None:
+        """``info``'s last keys: ``turn`` and ``turns`` (a multi-turn task), ``summary`` (the episode is over)."""
+        if ep.task.turns:
+            info["turn"], info["turns"] = ep.turn, ep.turn_count
+        if ep.done:  # mcp-gym's own key: Gymnasium's RecordEpisodeStatistics owns info["episode"]
+            info["summary"] = {"return": ep.episode_return, "length": ep.steps, "termination": termination,
+                               **ep.budget.used()}

@@ -196,3 +196,24 @@ def test_no_step_runs_inline_while_another_session_is_alive(tasks: list[int], mo
     finally:
         alone.close()
         rt.close()
+
+
+def test_a_step_info_keeps_its_keys_their_order_and_the_summary() -> None:
+    """A tool step's ``info`` is built as one dict, not through ``_info``'s keywords: the same keys in the same order
+    (the ones every step has, then the tool step's), and on the last step ``summary`` and then ``success``."""
+    env = MCPEnv({"c": counter()}, ["t"], max_steps=2)
+    keys = ["episode_id", "task_id", "step", "error", "tools_changed", "logs", "tool", "server", "server_tool",
+            "is_error", "content", "structured_content", "duration", "progress", "termination"]
+    try:
+        env.reset(seed=0)
+        _, _, _, truncated, info = env.step({"tool": "echo", "arguments": {"text": "a"}})
+        assert list(info) == keys and not truncated
+        assert (info["task_id"], info["step"], info["tool"], info["server"], info["termination"]) == \
+            (env.task.id, 1, "echo", "c", None)  # type: ignore[union-attr]
+        _, _, _, truncated, info = env.step({"tool": "echo", "arguments": {"text": "b"}})
+        assert truncated and list(info) == [*keys, "summary", "success"]
+        assert info["summary"] == {"return": 0.0, "length": 2, "termination": "max_steps", "turns": 2,
+                                   "tool_calls": 2}
+        assert info["episode_id"] == env.episode_id and info["success"] is None
+    finally:
+        env.close()

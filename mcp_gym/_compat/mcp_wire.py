@@ -479,7 +479,8 @@ def _not_asking(adapter: Any) -> Any:
 def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
     """What the SDK's ``send_request`` does with a raw result: TTL clamp, the negotiated version's schema (without its
     dump of the result), a later revision's fields dropped, then ``adapter``."""
-    clamp_ttl(raw)
+    if "ttlMs" in raw:
+        clamp_ttl(raw)
     version = session.protocol_version or "2025-11-25"
     surface = mcp_surface.surface(method, version)
     if surface is not None and not ((quick := mcp_surface.quick_surface(method, version)) is not None and quick(raw)):
@@ -501,51 +502,46 @@ def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> An
     return adapter.validate_python(raw, by_name=False)
 
 
-async def _session_call(client: Any, wire: Lane, name: str, arguments: dict[str, Any] | None, timeout: float | None,
-                        progress: Any, meta: Mapping[str, Any] | None) -> Any:
-    """What ``ClientSession.call_tool(..., allow_input_required=True)`` does, on the lane (the output schema is
-    checked by :func:`call_tool`)."""
-    session = client.session
-    params: dict[str, Any] = {"name": name}
-    if arguments is not None:
-        params["arguments"] = arguments
-    if meta is not None:
-        params["_meta"] = meta
-    raw = await _roundtrip(client, wire, "tools/call", params, timeout, progress)
-    return _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
-
-
 async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *, wire: Lane | None,
-                    read_timeout_seconds: float | None, progress_callback: Any, meta: mt.RequestParamsMeta | None
+                    read_timeout_seconds: float | None, progress_callback: Any, meta: Mapping[str, Any] | None
                     ) -> mt.CallToolResult:
-    """``Client.call_tool`` with the first round on the lane (``wire``; ``None``: the SDK's way), the result checked
-    against the tool's output schema (:func:`~mcp_gym._compat.mcp_output.check_output`); a result that asks for
-    input is finished by the SDK's own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's
-    way."""
+    """``Client.call_tool`` with the first round on the lane (``wire``; ``None``: the SDK's way): what
+    ``ClientSession.call_tool(..., allow_input_required=True)`` does, then the result checked against the tool's
+    output schema (:func:`~mcp_gym._compat.mcp_output.check_output`); a result that asks for input is finished by
+    the SDK's own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
+    session = client.session
     sdk = wire is None or not usable(client)
     if not sdk:
+        params: dict[str, Any] = {"name": name}
+        if arguments is not None:
+            params["arguments"] = arguments
+        if meta is not None:
+            params["_meta"] = meta
         try:
-            result = await _session_call(client, cast(Lane, wire), name, arguments, read_timeout_seconds,
-                                         progress_callback, meta)
+            raw = await _roundtrip(client, wire, "tools/call", params,  # type: ignore[arg-type]  # not None: sdk
+                                   read_timeout_seconds, progress_callback)
         except StepAside:
             sdk = True
+        else:
+            result = _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
     if sdk or not isinstance(result, mt.CallToolResult):
         await own_task()  # the SDK's code: in the call's task (an inline step's first part has none)
     if sdk:
         final: mt.CallToolResult = await client.call_tool(
             name, arguments, read_timeout_seconds=read_timeout_seconds, progress_callback=progress_callback,
-            meta=meta)
+            meta=cast(mt.RequestParamsMeta | None, meta))  # (an open TypedDict)
     elif isinstance(result, mt.CallToolResult):
         final = result
     else:
         async def again(r: Any, s: Any) -> Any:
             return await client.session.call_tool(
                 name, arguments, read_timeout_seconds=read_timeout_seconds, progress_callback=progress_callback,
-                input_responses=r, request_state=s, meta=meta, allow_input_required=True)
+                input_responses=r, request_state=s, meta=cast(mt.RequestParamsMeta | None, meta),
+                allow_input_required=True)
 
         final = await mcp_compat.drive_input_required(client, result, again)
         sdk = True  # the last round's result went through the SDK's session.call_tool
-    await check_output(client.session, name, final, sdk_checked=sdk)
+    await check_output(session, name, final, sdk_checked=sdk)
     return final
 
 

@@ -53,5 +53,14 @@ def call_tool_result(arm: Any, raw: dict[str, Any]) -> Any:
         result = arm.validate_python({**raw, "content": []}, by_name=False)
     except ValidationError:
         return None
-    result.content = blocks
+    if _PLAIN_SET:
+        result.__dict__["content"] = blocks  # what pydantic's __setattr__ does here ("content" is already set)
+    else:  # pragma: no cover - a later SDK's model that validates or freezes assignments
+        result.content = blocks
     return result
+
+
+_PLAIN_SET = not mt.CallToolResult.model_config.get("validate_assignment") and \
+    not mt.CallToolResult.model_config.get("frozen") and "content" not in mt.CallToolResult.__private_attributes__
+"""Whether setting a ``CallToolResult``'s ``content`` only stores it (no validation, not frozen)."""
+

@@ -591,7 +591,7 @@ class ServerConnection:
     ) -> mt.CallToolResult:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
-        arguments, sent = dict(arguments), cast(mt.RequestParamsMeta, dict(meta or {}))  # an open TypedDict
+        arguments, sent = dict(arguments), dict(meta or {})  # (sent: an open TypedDict, mt.RequestParamsMeta)
         wire = self._lane()
         if self._stdio is None or wire is None or self.tap is not None:  # only the stdio lane's I/O runs inline
             await own_task()  # (an inline step's first part has no task: aiohttp, the SDK, the tap need the call's)

@@ -506,8 +506,8 @@ class MCPHost:
     def poll_changes_now(self) -> bool | None:
         """:meth:`poll_changes` where it has nothing to do, without awaiting: ``False`` (no connection passed anything
         to the SDK since the last poll, none has a tools change pending, none died); ``None``: await it."""
-        for c in self.connections.values():
-            if not c.quiet(take=False) or c.events.tools_changed or self._died_listed(c):
+        for c in self.connections.values():  # (_died_listed(c) without its call: this runs every step)
+            if not c.quiet(take=False) or c.events.tools_changed or (c.status != "ready" and c.alias in self.all_tools):
                 return None
         return False
 
@@ -570,9 +570,8 @@ class MCPHost:
 
         t0 = time.perf_counter()
         try:
-            out.result = await conn.call_tool(
-                tool, arguments, timeout=timeout, meta={**self.meta, **(meta or {})}, progress=on_progress
-            )
+            out.result = await conn.call_tool(tool, arguments, timeout=timeout, progress=on_progress,
+                                              meta={**self.meta, **meta} if meta else self.meta)
         except ConnectionLost as e:
             out.error = self._error("server_dead", exposed, alias, str(e))
         except MCPError as e:

@@ -50,13 +50,12 @@ import atexit
 import concurrent.futures
 import contextlib
 import contextvars
-import functools
 import os
 import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -79,6 +78,10 @@ _POLL = 0.002
 _HOST_POLL = 0.5
 """Seconds between checks, by a thread waiting for a call on a hosted runtime, that the hosting loop still runs."""
 _SIGINT = int(signal.SIGINT)
+_main_ident = [threading.main_thread().ident]
+"""The main thread's id (the only one that can set a signal handler), as of the last fork."""
+if hasattr(os, "register_at_fork"):  # (after threading's own handler: the thread that forked is the main one)
+    os.register_at_fork(after_in_child=lambda: _main_ident.__setitem__(0, threading.main_thread().ident))
 
 
 def _foreign_loop_running() -> bool:
@@ -351,13 +354,13 @@ class Runtime:
             loop = self._host_loop()
             return self._wait_hosted(asyncio.run_coroutine_threadsafe(_call(fn, args), loop), timeout)
         if self._thread is None:
-            if _foreign_loop_running():  # e.g. a sync env.step in Jupyter, whose thread runs its own loop
+            if running_loop() is not None:  # e.g. a sync env.step in Jupyter (_foreign_loop_running, inline)
                 self._start_thread()
             elif self._claim():
                 try:
                     if inline and timeout is None and set_running_loop is not None and not self._guests and \
                             not self._holds and sessions.get(self.loop, 0) <= 1:
-                        return self._drive_task(functools.partial(self._drive_inline, fn, args))
+                        return self._drive_task(None, fn, args)
                     return self._drive(fn, args, timeout)
                 finally:
                     self._release()
@@ -402,7 +405,7 @@ class Runtime:
         to run as any call's task. Code that needs the running task awaits :func:`~mcp_gym._compat.stdlib.own_task`
         first."""
         loop, ctx = self.loop, contextvars.copy_context()
-        coro = cast(Coroutine[Any, Any, T], fn(*args))  # (an async function's coroutine)
+        coro: Coroutine[Any, Any, T] = fn(*args)  # type: ignore[assignment]  # (an async function's coroutine)
         assert set_running_loop is not None
         self._interrupted = False
         set_running_loop(loop)
@@ -416,15 +419,18 @@ class Runtime:
             set_running_loop(None)
         return ctx.run(loop.create_task, Rest(coro, yielded))
 
-    def _drive_task(self, task: asyncio.Task[T] | Callable[[], Done[T] | asyncio.Task[T]]) -> T:
-        """Run the call's task, or an inline call's first part (:meth:`_drive_inline`) and then its task if it
-        needs one, under the Ctrl-C guard."""
-        if threading.current_thread() is not threading.main_thread() or \
+    def _drive_task(self, task: asyncio.Task[T] | None, fn: Callable[..., Awaitable[T]] | None = None,
+                    args: tuple[Any, ...] = ()) -> T:
+        """Run the call's task, or (``task`` ``None``) an inline call's first part (:meth:`_drive_inline` of ``fn``
+        and ``args``) and then its task if it needs one, under the Ctrl-C guard."""
+        if threading.get_ident() != _main_ident[0] or \
                 signals.getsignal(_SIGINT) is not signal.default_int_handler:
-            return self._run_call(task) if isinstance(task, asyncio.Task) else self._then(task())
+            if task is not None:
+                return self._run_call(task)
+            return self._then(self._drive_inline(fn, args))  # type: ignore[arg-type]  # (fn: an inline call's)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
-        current = task if isinstance(task, asyncio.Task) else None
+        current = task
 
         def on_sigint(signum: int, frame: Any) -> None:
             nonlocal interrupted
@@ -438,7 +444,7 @@ class Runtime:
         previous = signals.signal(_SIGINT, on_sigint)
         try:
             if current is None:  # inline: its first part, then its task if it needs one (cancelled on a Ctrl-C)
-                first = task()  # type: ignore[operator]  # (not a task: the inline part)
+                first = self._drive_inline(fn, args)  # type: ignore[arg-type]  # (fn: an inline call's)
                 if not isinstance(first, Done):
                     current = first
                     if interrupted:
@@ -600,18 +606,22 @@ def sync_call_alone(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     thread for a short, bounded while (the stdio transport reads a server's answer so,
     :meth:`mcp_gym.client._stdio._Link.read_now`). ``loop``: the running loop, when the caller knows it
     (``asyncio.current_task()`` without it asks for the running loop, a ``getpid`` system call on Python < 3.12)."""
-    task = asyncio.current_task(loop)
-    rt = _sync_calls.get(task) if task is not None else _inline.get(loop) if loop is not None else None
+    rt = _inline.get(loop) if loop is not None else None  # (an inline part runs no task: no current_task() call)
+    if rt is None:
+        task = asyncio.current_task(loop)
+        rt = _sync_calls.get(task) if task is not None else None
     return rt is not None and not rt._guests and not rt._holds
 
 
 def cancel_asked(loop: asyncio.AbstractEventLoop | None) -> bool:
     """Whether the call running on ``loop`` now (its task, or a synchronous call's inline first part) was asked to
     stop (a Ctrl-C; on Python 3.10 a task's cancellation is not seen here)."""
+    rt = _inline.get(loop) if loop is not None else None  # (an inline part runs no task: no current_task() call)
+    if rt is not None:
+        return rt._interrupted
     task = asyncio.current_task(loop)
     if task is None:
-        rt = _inline.get(loop) if loop is not None else None
-        return rt is not None and rt._interrupted
+        return False
     cancelling = getattr(task, "cancelling", None)  # (Python 3.11+)
     return cancelling is not None and bool(cancelling())
 
