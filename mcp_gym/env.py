@@ -681,14 +681,9 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         ep = self._episode  # (read once: the FromEpisode properties each look it up)
         task = ep.task if ep is not None else None
         info = cast(StepInfo, {
-            "episode_id": ep.id if ep is not None else None,
-            "task_id": task.id if task else None,
-            "step": ep.steps if ep is not None else 0,
-            "error": None,
-            "tools_changed": False,
-            "logs": self.host.drain_logs(),
-            **kw,
-        })
+            "episode_id": ep.id if ep is not None else None, "task_id": task.id if task else None,
+            "step": ep.steps if ep is not None else 0, "error": None, "tools_changed": False,
+            "logs": self.host.drain_logs(), **kw})
         if ep is not None:
             self._info_end(info, ep, kw.get("termination"))
         return info
