@@ -272,6 +272,31 @@ def _narrow(exp: dict[str, Any], value: Any) -> dict[str, Any] | None:
     return None
 
 
+def _same_calls(solution: Sequence[Mapping[str, Any]], grader: Any, answer: Any) -> str:
+    """A task's calls with every repeat of an earlier identical call left out, its check and its answer: two tasks
+    with the same key differ only by repeated calls (a walk that created the same entity twice proposed "create X"
+    and "create X, then create X" with the same check), and the first kept stands for both."""
+    calls = dict.fromkeys(json.dumps({"tool": c["tool"], "arguments": c.get("arguments") or {}}, sort_keys=True,
+                                     default=str) for c in solution)
+    return json.dumps(["calls", list(calls), grader, answer], sort_keys=True, default=str)
+
+
+def _answered(p: Proposal, answer: Any) -> str | None:
+    """An answer task's answered call, the place in its result and the answer (``None`` for a state task): two tasks
+    with the same key ask the same question of the same call, one with calls before it that change nothing in the
+    answer (PyPI mcp-shell-server: "call `head`, then `wc` with stdin `cat`" beside "call `wc` with stdin `cat`",
+    the same count: the unannotated `head` counted as a change the `wc` might need)."""
+    spec = p.check.get("answer") if isinstance(p.check, dict) else None
+    if not isinstance(spec, dict) or answer is None:
+        return None
+    k = spec.get("step")
+    if not isinstance(k, int) or not 1 <= k <= len(p.solution):
+        return None
+    call = p.solution[k - 1]
+    return json.dumps(["answered", call["tool"], call.get("arguments") or {}, spec.get("path"), answer],
+                      sort_keys=True, default=str)
+
+
 class _Checker:
     """Runs proposals and decides: a kept :class:`Task`, or a :class:`_Drop` with its reason."""
 
@@ -285,6 +310,7 @@ class _Checker:
         self.fixture_rel = fixture_rel
         self.seen: set[str] = set()
         self.near: set[str] = set()
+        self.prompts: set[str] = set()
 
     def signature(self, p: Proposal) -> str:
         return hashlib.sha1(json.dumps([p.solution, p.check], sort_keys=True, default=str).encode()).hexdigest()
@@ -304,12 +330,21 @@ class _Checker:
         if sig in self.seen:
             raise _Drop("duplicate", "the same calls and check as an earlier proposal")
         self.seen.add(sig)
+        if p.prompt in self.prompts:  # what the agent is shown: two such tasks are one task to it
+            raise _Drop("duplicate", "the same prompt as a kept task (checked by another read)")
         grader, answer, kind = self._derive(p)
         task = Task(id="", prompt=p.prompt, solution=tuple(p.solution), answer=answer, grader=grader,
                     fixture=self.runner.fixture, tags=())
         near = json.dumps([[c["tool"] for c in p.solution], grader, answer], sort_keys=True, default=str)
         if near in self.near:
             raise _Drop("duplicate", "same tools, check and answer as a kept task")
+        same = _same_calls(p.solution, grader, answer)
+        if same in self.near:
+            raise _Drop("duplicate", "the same calls (a repeated call aside), check and answer as a kept task")
+        asked = _answered(p, answer)
+        if asked is not None and asked in self.near:
+            raise _Drop("duplicate", "the same call, place and answer as a kept task: its other calls do not change "
+                                     "the answer")
         from mcp_gym.jobs.validate import check_task
 
         tid = f"{self.prefix}-{hashlib.sha1(near.encode()).hexdigest()[:10]}"
@@ -326,7 +361,8 @@ class _Checker:
                 raise _Drop("passes with no action", "the check passes before any call")
         finally:
             self.env.tasks.remove(task)
-        self.near.add(near)
+        self.near |= {near, same} | ({asked} if asked is not None else set())
+        self.prompts.add(p.prompt)
         n = len(p.solution)
         level = "easy" if n == 1 else "medium" if n <= 3 else "hard"
         tags = (*p.tags, f"kind:{kind}", f"calls:{n}", f"difficulty:{level}", f"generator:{p.source}")
@@ -493,8 +529,9 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     runner = _Runner(env, fixture_abs, _runner_error_text(cfg))
     checker = _Checker(runner, str(env_cfg.get("name") or "task"), int(cfg.seed), to_dict(cfg.splits), fixture_rel)
     for t in existing:
-        checker.near.add(json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
-                                    default=str))
+        checker.near |= {json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
+                                    default=str), _same_calls(t.solution, t.grader, t.answer)}
+        checker.prompts.add(t.prompt)
     checker.seen |= judged
     want = min(n, 3) if dry else n
     cap = int(cfg.get("max_proposals") or 30 * max(n, 1))

@@ -12,6 +12,7 @@ text result ``line:N`` (the N-th non-empty line), ``field:KEY`` (the value after
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -73,8 +74,19 @@ def servers_started(info: Mapping[str, Any]) -> None:
 
 # -- values in results ------------------------------------------------------------------------------------------------
 def result_value(structured: Any, text: str) -> Any:
-    """What a call returned, as a JSON value: its structured content, else its text parsed as JSON, else the text."""
+    """What a call returned, as a JSON value: its structured content, else its text parsed as JSON, else the text.
+
+    The text is parsed whole, never line by line. A structured content that only wraps a string, ``{"result": TEXT}``
+    (what the Python SDK makes of a tool returning ``str``), is that string parsed as JSON when it holds a JSON object
+    or array: its members make answers, not one multi-line string that makes none."""
     if structured is not None:
+        inner = structured.get("result") if isinstance(structured, dict) and len(structured) == 1 else None
+        if isinstance(inner, str) and inner.lstrip()[:1] in ("{", "["):
+            try:
+                parsed = json.loads(inner)
+            except ValueError:
+                return structured
+            return parsed if isinstance(parsed, (dict, list)) else structured
         return structured
     try:
         return json.loads(text)
@@ -231,7 +243,7 @@ def _json_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, dict):
         stamped = _stamped(value)  # its scalars are facts about that moment: none makes an answer
         for k, v in value.items():
-            key = f"{path}.{k}" if re.fullmatch(r"[A-Za-z_]\w*", str(k)) else None
+            key = _member(path, str(k))
             if key is not None and not (stamped and not isinstance(v, (dict, list))):
                 yield from _json_fields(v, key)
     elif isinstance(value, list):
@@ -239,6 +251,30 @@ def _json_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _json_fields(v, f"{path}[{i}]")
     elif path != "$" and (a := _scalar(value)) is not None:
         yield path, a
+
+
+def _member(path: str, key: str) -> str | None:
+    """The JSONPath of member ``key`` of the object at ``path``: ``$.name``, or ``$['{workspace}/a.txt']`` for a key
+    that is no identifier (PyPI mcp-text-editor keys its results by the file's path: without it no value under such a
+    key made an answer or a chained value). ``None`` for a key no JSONPath can name plainly (a quote, a backslash)."""
+    if re.fullmatch(r"[A-Za-z_]\w*", key):
+        return f"{path}.{key}"
+    if not key or len(key) > MAX_ANSWER_CHARS or re.search(r"['\\\x00-\x1f]", key) or not _named(key):
+        return None
+    return f"{path}['{key}']"
+
+
+@functools.lru_cache(maxsize=1024)
+def _named(key: str) -> bool:
+    """Whether ``$['key']`` names member ``key`` and nothing else in jsonpath_ng (``*``, ``$``, ``..``: checked, not
+    guessed)."""
+    from jsonpath_ng.ext import parse as jsonpath
+
+    try:
+        found = jsonpath(f"$['{key}']").find({key: 1, "other": 2})
+    except Exception:  # noqa: BLE001 - a key the grammar refuses names nothing
+        return False
+    return [m.value for m in found] == [1]
 
 
 # -- explore ----------------------------------------------------------------------------------------------------------
