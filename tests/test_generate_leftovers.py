@@ -229,3 +229,46 @@ def test_validate_replay_leaves_an_answer_no_result_held(answer: str) -> None:
     tasks = [Task(id="sum", prompt="Add 2, answer 7.", solution=({"tool": "add", "arguments": {"amount": 2}},),
                   answer=answer, grader={"kind": "exact"})]
     assert _validate(tasks) == (["passed"], ["passed"])
+
+
+def _motherduck_like() -> MCPServer:
+    """What PyPI mcp-server-motherduck 1.1.0 answers (a str result: the SDK wraps it in ``{"result": TEXT}``), isError
+    false every time: rows, or a failure as JSON."""
+    srv = MCPServer("db")
+
+    @srv.tool(annotations=READ_ONLY)
+    def list_columns(table: str) -> str:
+        """The columns of a table."""
+        if table != "orders":
+            return json.dumps({"success": False, "error": f"Table or view not found: db.main.{table}",
+                               "errorType": "NotFoundError"}, indent=2)
+        return json.dumps({"success": True, "table": "orders", "columns": [{"name": "id", "type": "INTEGER"}]},
+                          indent=2)
+
+    return srv
+
+
+def test_a_json_result_that_reports_a_failure_is_a_failed_call() -> None:
+    """Read whole, motherduck's failures became answers ("answer with `error`": ``Table or view not found: ...``;
+    mcp-text-editor's ``"result": "error"``): a JSON object saying it failed is a failed call now, as a text matching
+    ``generator.error_text`` is, and makes no answer or chained value; ``generator.error_text: null`` trusts isError
+    alone."""
+    from mcp_gym.jobs.generate import _error_text
+    from mcp_gym.jobs.proposers import reports_failure
+
+    env = MCPEnv({"db": InProcess(_motherduck_like())}, [])
+    try:
+        runner = _Runner(env, None, _error_text(r"^\W*(\w+ )?error\W?:"))
+        bad, good = runner([{"tool": "list_columns", "arguments": {"table": "SELECT 1"}},
+                            {"tool": "list_columns", "arguments": {"table": "orders"}}])
+        trusting = _Runner(env, None, None)([{"tool": "list_columns", "arguments": {"table": "x"}}])
+    finally:
+        env.close()
+    assert bad[0] is False and "the result reports a failure (\"success\": false" in runner.first_error
+    assert good == (True, {"success": True, "table": "orders", "columns": [{"name": "id", "type": "INTEGER"}]})
+    # "success: true" holds for every kept call: no answer (@cyanheads/git-mcp-server's tasks all had one)
+    assert dict(fields(good[1])) == {"$.table": "orders", "$.columns[0].name": "id", "$.columns[0].type": "INTEGER"}
+    assert trusting[0][0] is True
+    assert reports_failure({"{workspace}/a.txt": {"result": "error", "reason": "Hash mismatch"}}) == '"result": "error"'
+    assert [reports_failure(v) for v in ({"error": None, "rows": []}, {"result": "ok"}, {"a": {"b": {"ok": False}}},
+                                         [{"success": False}], "error")] == [None] * 5

@@ -47,6 +47,7 @@ from mcp_gym.jobs.proposers import (
     beside_clock,
     clocklike,
     extract,
+    reports_failure,
     result_value,
     servers_started,
     steady,
@@ -98,11 +99,16 @@ class _Session:
         if ok and self.runner.error_text is not None and self.runner.error_text.search(text):
             ok = False  # a failure reported as an ordinary result (isError false), as mcp-server-sqlite does
             self.runner.last_error = f"the result reads as an error (generator.error_text): {text}"[:300]
+        value = result_value(info.get("structured_content"), text)
+        if ok and self.runner.error_text is not None and (why := reports_failure(value)) is not None:
+            ok = False  # the same in JSON: {"success": false, "error": ...} (mcp-server-motherduck), {"result": "error"}
+            self.runner.last_error = f"the result reports a failure ({why}; generator.error_text: null trusts " \
+                                     f"isError alone): {text}"[:300]
         self.runner.calls += 1
         if not ok:
             self.runner.failed += 1
             self.runner.first_error = self.runner.first_error or f"{call['tool']}: {self.runner.last_error}"
-        return ok, result_value(info.get("structured_content"), str(obs.get("result", "")))
+        return ok, value
 
     def read(self, read: Any) -> Any:
         """A state read as the ``mcp``/``files`` graders see it (``{workspace}`` masked), or ``None`` if it fails."""

@@ -94,6 +94,32 @@ def result_value(structured: Any, text: str) -> Any:
         return text
 
 
+_FAILED = frozenset({"error", "failed", "failure"})
+_VERDICTS = frozenset({"success", "ok"})
+"""Members by which a JSON result says whether its call worked: a call that made a task worked, so they are ``true``
+there, and an answer "`success`: true" could be given without reading anything (@cyanheads/git-mcp-server)."""
+
+
+def reports_failure(value: Any, depth: int = 2) -> str | None:
+    """Why a JSON result says its call failed although ``isError`` is false, or ``None``: an object (or an object in
+    it, one level down) with ``"success": false`` or ``"ok": false``, a non-empty ``"error"``, or ``"status"`` /
+    ``"result"`` of ``error``/``failed`` (PyPI mcp-server-motherduck: ``{"success": false, "error": "Table or view not
+    found: ..."}``; mcp-text-editor, per file: ``{"result": "error", "reason": "Hash mismatch ..."}``). Such a result
+    makes no task: its answer would be an error message."""
+    if not isinstance(value, dict) or depth <= 0:
+        return None
+    for key in ("success", "ok"):
+        if value.get(key) is False:
+            return f'"{key}": false'
+    for key in ("status", "result"):
+        v = value.get(key)
+        if isinstance(v, str) and v.strip().casefold() in _FAILED:
+            return f'"{key}": "{v}"'
+    if value.get("error") not in (None, "", False, [], {}):
+        return '"error"'
+    return next((why for v in value.values() if (why := reports_failure(v, depth - 1)) is not None), None)
+
+
 def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
@@ -243,6 +269,8 @@ def _json_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, dict):
         stamped = _stamped(value)  # its scalars are facts about that moment: none makes an answer
         for k, v in value.items():
+            if k in _VERDICTS and isinstance(v, bool):  # true in every call kept (reports_failure): no information
+                continue
             key = _member(path, str(k))
             if key is not None and not (stamped and not isinstance(v, (dict, list))):
                 yield from _json_fields(v, key)
