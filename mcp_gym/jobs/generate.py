@@ -101,7 +101,7 @@ class _Session:
             self.runner.last_error = f"the result reads as an error (generator.error_text): {text}"[:300]
         value = result_value(info.get("structured_content"), text)
         if ok and self.runner.error_text is not None and (why := reports_failure(value)) is not None:
-            ok = False  # the same in JSON: {"success": false, "error": ...} (mcp-server-motherduck), {"result": "error"}
+            ok = False  # the same in JSON: {"success": false, "error": ...} (mcp-server-motherduck)
             self.runner.last_error = f"the result reports a failure ({why}; generator.error_text: null trusts " \
                                      f"isError alone): {text}"[:300]
         self.runner.calls += 1
