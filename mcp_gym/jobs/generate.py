@@ -38,12 +38,12 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from mcp_gym._reroot import mentions_workspace
+from mcp_gym.jobs._checks import answered, expectation, narrow, same_calls
 from mcp_gym.jobs.config import env_factory, server_specs, to_dict
 from mcp_gym.jobs.identity import JobRefused
 from mcp_gym.jobs.proposers import (
     ExploreProposer,
     Proposal,
-    as_text,
     beside_clock,
     clocklike,
     extract,
@@ -51,7 +51,6 @@ from mcp_gym.jobs.proposers import (
     result_value,
     servers_started,
     steady,
-    unmasked,
 )
 from mcp_gym.tasks import Task, load_tasks, save_tasks
 
@@ -189,120 +188,6 @@ def given_in(answer: str, prompt: str) -> bool:
     return re.search(pattern, _PLACES.sub(" ", prompt), re.IGNORECASE) is not None
 
 
-def _diff(before: Any, after: Any) -> Any:
-    """What ``after`` has that ``before`` has not (``None``: nothing): new keys and changed values of a dict, new
-    items of a list, a changed scalar."""
-    if isinstance(after, dict) and isinstance(before, dict):
-        out = {}
-        for k, v in after.items():
-            if k not in before:
-                out[k] = v
-            elif before[k] != v and (d := _diff(before[k], v)) is not None:
-                out[k] = d
-        return out or None
-    if isinstance(after, list) and isinstance(before, list):
-        old = [json.dumps(x, sort_keys=True) for x in before]
-        new = [x for x in after if json.dumps(x, sort_keys=True) not in old]
-        return new or None
-    return None if before == after else after
-
-
-def _expectation(read: Any, before: Any, after: Any) -> dict[str, Any] | None:
-    """How a check on ``read`` tells ``after`` from ``before`` (an ``mcp`` grader's ``subset``/``contains``, or the
-    ``files`` grader's ``expect``). Dates, times and timestamps are no part of it (:func:`steady`): a value that
-    changes only with the clock is no change, and is never checked."""
-    if before is None or after is None:
-        return None
-    if read == "files":
-        exp: dict[str, Any] = {k: v for k, v in after.items() if steady(before.get(k)) != steady(v)
-                               and not clocklike(v or "")}
-        exp.update({k: None for k in before if k not in after})
-        return {"expect": exp} if exp else None
-    before, after = steady(before), steady(after)
-    if isinstance(after, (dict, list)) and isinstance(before, (dict, list)):
-        d = unmasked(_diff(before, after))
-        if d is not None:
-            return {"subset": d}
-        # a changed text field whose new text carries a time: the new lines of that field, at its path
-        old: dict[str, Any] = before if isinstance(before, dict) else {}
-        for k, v in after.items() if isinstance(after, dict) and isinstance(before, dict) else ():
-            if isinstance(v, str) and isinstance(old.get(k), str) and v != old[k] and k.isidentifier():
-                lines = _new_lines(old[k], v)
-                return {"path": f"$.{k}", "contains": lines} if lines else None
-        return None
-    new = _new_lines(as_text(before), as_text(after))
-    return {"contains": new} if new else None
-
-
-def _new_lines(before: str, after: str) -> list[str]:
-    """The lines of ``after`` that ``before`` lacks, without those holding a masked time."""
-    old = {line.strip() for line in before.splitlines()}
-    return list(dict.fromkeys(line.strip() for line in after.splitlines()
-                              if line.strip() and line.strip() not in old and unmasked(line.strip()) is not None))
-
-
-def _at(exp: Mapping[str, Any], value: Any) -> Any:
-    """The part of a read's value an expectation is about (its ``path``, as the ``mcp`` grader takes it)."""
-    if "path" not in exp or not isinstance(value, dict):
-        return value
-    return value.get(exp["path"][2:])
-
-
-def _holds(exp: Mapping[str, Any], value: Any) -> bool:
-    from mcp_gym.graders.state import subset_match
-
-    if "subset" in exp:
-        return subset_match(exp["subset"], value)
-    if "contains" in exp:
-        return all(s in as_text(_at(exp, value)) for s in exp["contains"])
-    return isinstance(value, dict) and all(value.get(k) == v for k, v in exp["expect"].items())
-
-
-def _narrow(exp: dict[str, Any], value: Any) -> dict[str, Any] | None:
-    """The part of ``exp`` that also holds for ``value`` (a second run), or ``None``."""
-    if _holds(exp, value):
-        return exp
-    if "contains" in exp:
-        keep = [s for s in exp["contains"] if s in as_text(_at(exp, value))]
-        return {**exp, "contains": keep} if keep else None
-    if "expect" in exp:
-        keep2 = {k: v for k, v in exp["expect"].items() if isinstance(value, dict) and value.get(k) == v}
-        return {"expect": keep2} if keep2 else None
-    sub = exp["subset"]
-    if isinstance(sub, list):
-        keep3 = [x for x in sub if _holds({"subset": [x]}, value)]
-        return {"subset": keep3} if keep3 else None
-    if isinstance(sub, dict):
-        keep4 = {k: v for k, v in sub.items() if _holds({"subset": {k: v}}, value)}
-        return {"subset": keep4} if keep4 else None
-    return None
-
-
-def _same_calls(solution: Sequence[Mapping[str, Any]], grader: Any, answer: Any) -> str:
-    """A task's calls with every repeat of an earlier identical call left out, its check and its answer: two tasks
-    with the same key differ only by repeated calls (a walk that created the same entity twice proposed "create X"
-    and "create X, then create X" with the same check), and the first kept stands for both."""
-    calls = dict.fromkeys(json.dumps({"tool": c["tool"], "arguments": c.get("arguments") or {}}, sort_keys=True,
-                                     default=str) for c in solution)
-    return json.dumps(["calls", list(calls), grader, answer], sort_keys=True, default=str)
-
-
-def _answered(p: Proposal, answer: Any) -> str | None:
-    """An answer task's answered call, the place in its result and the answer (``None`` for a state task): two tasks
-    with the same key ask the same question of the same call, one with calls before it that change nothing in the
-    answer (PyPI mcp-shell-server: "call `head`, then `wc` with stdin `cat`" beside "call `wc` with stdin `cat`",
-    the same count: the unannotated `head` counted as a change the `wc` might need)."""
-    spec = p.check.get("answer") if isinstance(p.check, dict) else None
-    if not isinstance(spec, dict) or answer is None:
-        return None
-    k = spec.get("step")
-    if not isinstance(k, int) or not 1 <= k <= len(p.solution):
-        return None
-    call = p.solution[k - 1]
-    return json.dumps(["answered", call["tool"], call.get("arguments") or {}, spec.get("path"), answer],
-                      sort_keys=True, default=str)
-
-
 class _Checker:
     """Runs proposals and decides: a kept :class:`Task`, or a :class:`_Drop` with its reason."""
 
@@ -344,10 +229,10 @@ class _Checker:
         near = json.dumps([[c["tool"] for c in p.solution], grader, answer], sort_keys=True, default=str)
         if near in self.near:
             raise _Drop("duplicate", "same tools, check and answer as a kept task")
-        same = _same_calls(p.solution, grader, answer)
+        same = same_calls(p.solution, grader, answer)
         if same in self.near:
             raise _Drop("duplicate", "the same calls (a repeated call aside), check and answer as a kept task")
-        asked = _answered(p, answer)
+        asked = answered(p, answer)
         if asked is not None and asked in self.near:
             raise _Drop("duplicate", "the same call, place and answer as a kept task: its other calls do not change "
                                      "the answer")
@@ -436,7 +321,7 @@ class _Checker:
         before = [s.read(r) for r in reads]
         self._play(s, p)
         after = [s.read(r) for r in reads]
-        found = [(r, e) for r, b, a in zip(reads, before, after, strict=True) if (e := _expectation(r, b, a))]
+        found = [(r, e) for r, b, a in zip(reads, before, after, strict=True) if (e := expectation(r, b, a))]
         if not found:
             if any(b is not None and steady(b) == steady(a) for b, a in zip(before, after, strict=True)):
                 raise _Drop("passes with no action", "the reads return the same before and after the solution")
@@ -444,7 +329,7 @@ class _Checker:
         s2 = self.runner.session()
         self._play(s2, p)
         for read, exp in found:
-            narrowed = _narrow(exp, s2.read(read))
+            narrowed = narrow(exp, s2.read(read))
             if narrowed is not None:
                 return self._grader(read, narrowed), None, "state"
         raise _Drop("flaky", "what the solution changes differs between two fresh runs")
@@ -536,7 +421,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     checker = _Checker(runner, str(env_cfg.get("name") or "task"), int(cfg.seed), to_dict(cfg.splits), fixture_rel)
     for t in existing:
         checker.near |= {json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
-                                    default=str), _same_calls(t.solution, t.grader, t.answer)}
+                                    default=str), same_calls(t.solution, t.grader, t.answer)}
         checker.prompts.add(t.prompt)
     checker.seen |= judged
     want = min(n, 3) if dry else n
