@@ -6,6 +6,8 @@ alone never saw (``replay=true``)."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -272,3 +274,27 @@ def test_a_json_result_that_reports_a_failure_is_a_failed_call() -> None:
     assert reports_failure({"{workspace}/a.txt": {"result": "error", "reason": "Hash mismatch"}}) == '"result": "error"'
     assert [reports_failure(v) for v in ({"error": None, "rows": []}, {"result": "ok"}, {"a": {"b": {"ok": False}}},
                                          [{"success": False}], "error")] == [None] * 5
+
+
+# Heavy lane (~4-11 s: Hydra and two stdio server starts); fast cover:
+# test_validate_replay_fails_a_stale_answer_and_a_check_left_passing
+@pytest.mark.slow
+def test_tasks_validate_replay_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mcp-gym tasks validate ... replay=true`` on a stdio server that keeps a total in its process: exit 1, the
+    stale answer in validation.json and a line saying what the replay did; without it, exit 0."""
+    from mcp_gym.cli import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in (
+        {"id": "read", "prompt": "Report the total.", "solution": [{"tool": "total", "arguments": {}}], "answer": "0"},
+        {"id": "add", "prompt": "Add 2.", "solution": [{"tool": "add", "arguments": {"amount": 2}}],
+         "answer": "added"})))
+    server = f'+env.servers.t="{sys.executable} {Path(__file__).parent / "servers" / "tally_server.py"}"'
+    args = ["tasks", "validate", "env=custom", server, f"env.tasks={tasks}"]
+    assert main([*args, f"out={tmp_path / 'once'}"]) == 0
+    assert main([*args, f"out={tmp_path / 'replay'}", "replay=true"]) == 1
+    checks = {c["task_id"]: c for c in json.loads((tmp_path / "replay" / "validation.json").read_text())}
+    assert checks["add"]["status"] == "passed" and checks["read"]["status"] == "failed"
+    assert checks["read"]["reason"].startswith("stale answer: after the other tasks' solutions ran, call 1 at ")
+    assert "2 passed tasks checked again after their solutions ran once more on the servers that keep state (t): " \
+        "1 no longer pass" in capsys.readouterr().out
