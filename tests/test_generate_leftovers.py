@@ -6,6 +6,8 @@ alone never saw (``replay=true``)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -298,3 +300,62 @@ def test_tasks_validate_replay_on_the_command_line(tmp_path: Path, capsys: pytes
     assert checks["read"]["reason"].startswith("stale answer: after the other tasks' solutions ran, call 1 at ")
     assert "2 passed tasks checked again after their solutions ran once more on the servers that keep state (t): " \
         "1 no longer pass" in capsys.readouterr().out
+
+
+MOTHERDUCK = os.environ.get("MCP_GYM_MOTHERDUCK_SERVER") or shutil.which("mcp-server-motherduck")
+TEXT_EDITOR = os.environ.get("MCP_GYM_TEXT_EDITOR_SERVER") or shutil.which("mcp-text-editor")
+
+
+# Heavy lane (~2-5 min: a fresh server per run); fast cover: the tests above on in-process servers of the same shapes
+@pytest.mark.slow
+@pytest.mark.thirdparty
+@pytest.mark.skipif(MOTHERDUCK is None, reason="needs PyPI mcp-server-motherduck (it brings duckdb): python -m venv "
+                                               "md && md/bin/pip install mcp-server-motherduck, then "
+                                               "MCP_GYM_MOTHERDUCK_SERVER=md/bin/mcp-server-motherduck")
+def test_generated_motherduck_tasks_answer_from_its_json(tmp_path: Path) -> None:
+    """The real mcp-server-motherduck on a fixture database: its pretty-printed JSON (sent as ``{"result": TEXT}``)
+    makes answer tasks, none of them on an error it reported with isError false, and they pass tasks validate."""
+    import subprocess
+
+    from mcp_gym.cli import main
+
+    fixture = tmp_path / "fixture"
+    fixture.mkdir()
+    python = str(Path(str(MOTHERDUCK)).resolve().parent / "python")  # its own venv has duckdb
+    subprocess.run([python, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+                    "c.execute('CREATE TABLE orders(id INT, qty INT)'); c.execute('INSERT INTO orders VALUES (1, 3), "
+                    "(2, 10)'); c.close()", str(fixture / "db.duckdb")], check=True)
+    server = f'+env.servers.db="{MOTHERDUCK} --db-path {{workspace}}/db.duckdb --read-write"'
+    out = tmp_path / "gen"
+    assert main(["tasks", "generate", "env=custom", server, f"fixture={fixture}", "n=3", "seed=0", f"out={out}",
+                 'generator.values=["SELECT count(*) FROM orders",orders,"SELECT 1 FROM nope"]']) == 0
+    rows = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and any(r["answer"] is not None for r in rows), rows
+    assert not [r for r in rows if "`success`" in r["prompt"] or "`error" in r["prompt"]
+                or "not found" in str(r["answer"])], rows
+    assert main(["tasks", "validate", "env=custom", server, f"env.tasks={out / 'tasks.jsonl'}",
+                 f"out={tmp_path / 'validate'}"]) == 0
+
+
+# Heavy lane (~1-3 min); fast cover: test_a_pretty_printed_json_text_keyed_by_paths_makes_answers
+@pytest.mark.slow
+@pytest.mark.thirdparty
+@pytest.mark.skipif(TEXT_EDITOR is None, reason="needs PyPI mcp-text-editor in a venv of its own (mcp<2): python -m "
+                                                "venv te && te/bin/pip install mcp-text-editor 'mcp<2', then "
+                                                "MCP_GYM_TEXT_EDITOR_SERVER=te/bin/mcp-text-editor")
+def test_generated_text_editor_tasks_read_members_keyed_by_path(tmp_path: Path) -> None:
+    """The real mcp-text-editor made no task (its results are keyed by the file's path); now it makes answer tasks
+    that name such a member, and they pass tasks validate."""
+    from mcp_gym.cli import main
+
+    fixture = tmp_path / "fixture"
+    fixture.mkdir()
+    (fixture / "a.txt").write_text("alpha\nbeta\ngamma\n")
+    server = f'+env.servers.te={{command: {TEXT_EDITOR}, cwd: "{{workspace}}"}}'
+    out = tmp_path / "gen"
+    assert main(["tasks", "generate", "env=custom", server, f"fixture={fixture}", "n=2", "seed=0", f"out={out}",
+                 'generator.values=["{workspace}/a.txt"]']) == 0
+    rows = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all("$['{workspace}/a.txt']" in r["prompt"] for r in rows), rows
+    assert main(["tasks", "validate", "env=custom", server, f"env.tasks={out / 'tasks.jsonl'}",
+                 f"out={tmp_path / 'validate'}"]) == 0

@@ -459,7 +459,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
                     rec.update(verdict="kept", task_id=task.id)
                 records.append(rec)
         if result.kept and len(env.workspace_servers) < len(env.host.connections):
-            _recheck_answers(checker, result, props, records)
+            _recheck_answers(checker, result, props, records, existing)
         samples = int(cfg.get("samples") or 0)
         if samples > 0 and result.kept:
             result.kept = _measure(cfg, env, result.kept, samples, fixture_abs)
@@ -482,14 +482,16 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
 
 
 def _recheck_answers(checker: _Checker, result: GenerateResult, props: Mapping[str, Proposal],
-                     records: list[dict[str, Any]]) -> None:
+                     records: list[dict[str, Any]], existing: Sequence[Task] = ()) -> None:
     """A server without ``{workspace}`` keeps its state from one episode to the next (a database on a fixed path, a
     process's memory): an answer read from that state holds only until another task's solution changes it, and the
-    oracle, which submits the stored answer, would never show it. Play every kept task's solution once more, then
-    each answer task's: one whose answer moved is dropped (*flaky*), as an eval in another order would fail it."""
-    for task in result.kept:
+    oracle, which submits the stored answer, would never show it. Play every task's solution once more (those of the
+    file's earlier tasks too: an eval plays them all), then each new answer task's: one whose answer moved is dropped
+    (*flaky*), as an eval in another order would fail it."""
+    earlier = [Proposal(t.prompt, [dict(c) for c in t.solution], {}, "earlier") for t in existing if t.solution]
+    for p in [*earlier, *(props[task.id] for task in result.kept)]:
         with contextlib.suppress(_Drop):  # a solution that fails when played again changes no more than it did
-            checker._play(checker.runner.session(), props[task.id])
+            checker._play(checker.runner.session(), p)
     for task in list(result.kept):
         p = props[task.id]
         if "answer" not in p.check:
