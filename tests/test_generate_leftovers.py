@@ -302,60 +302,62 @@ def test_tasks_validate_replay_on_the_command_line(tmp_path: Path, capsys: pytes
         "1 no longer pass" in capsys.readouterr().out
 
 
-MOTHERDUCK = os.environ.get("MCP_GYM_MOTHERDUCK_SERVER") or shutil.which("mcp-server-motherduck")
-TEXT_EDITOR = os.environ.get("MCP_GYM_TEXT_EDITOR_SERVER") or shutil.which("mcp-text-editor")
+def _pypi(var: str, exe: str, install: str) -> tuple[str | None, pytest.MarkDecorator]:
+    """A PyPI server installed by the user (``$var``, else on PATH), and the mark that skips a test without it."""
+    path = os.environ.get(var) or shutil.which(exe)
+    return path, pytest.mark.skipif(path is None, reason=f"needs PyPI {exe} in a venv of its own: {install}, then "
+                                                         f"{var}=VENV/bin/{exe}")
 
 
-# Heavy lane (~2-5 min: a fresh server per run); fast cover: the tests above on in-process servers of the same shapes
+MOTHERDUCK, NEEDS_MOTHERDUCK = _pypi("MCP_GYM_MOTHERDUCK_SERVER", "mcp-server-motherduck",
+                                     "pip install mcp-server-motherduck (it brings duckdb)")
+TEXT_EDITOR, NEEDS_TEXT_EDITOR = _pypi("MCP_GYM_TEXT_EDITOR_SERVER", "mcp-text-editor",
+                                       "pip install mcp-text-editor 'mcp<2'")
+
+
+def _generate_and_validate(tmp: Path, server: str, n: int, *extra: str) -> list[dict[str, Any]]:
+    """``tasks generate`` (n tasks, seed 0, the fixture tmp/fixture), then ``tasks validate`` of them (all pass)."""
+    from mcp_gym.cli import main
+
+    out = tmp / "gen"
+    assert main(["tasks", "generate", "env=custom", server, f"fixture={tmp / 'fixture'}", f"n={n}", "seed=0",
+                 f"out={out}", *extra]) == 0
+    assert main(["tasks", "validate", "env=custom", server, f"env.tasks={out / 'tasks.jsonl'}",
+                 f"out={tmp / 'validate'}"]) == 0
+    return [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+
+
+# Heavy lane (~1-5 min: a fresh server per run); fast cover: the tests above on in-process servers of the same shapes
 @pytest.mark.slow
 @pytest.mark.thirdparty
-@pytest.mark.skipif(MOTHERDUCK is None, reason="needs PyPI mcp-server-motherduck (it brings duckdb): python -m venv "
-                                               "md && md/bin/pip install mcp-server-motherduck, then "
-                                               "MCP_GYM_MOTHERDUCK_SERVER=md/bin/mcp-server-motherduck")
+@NEEDS_MOTHERDUCK
 def test_generated_motherduck_tasks_answer_from_its_json(tmp_path: Path) -> None:
     """The real mcp-server-motherduck on a fixture database: its pretty-printed JSON (sent as ``{"result": TEXT}``)
     makes answer tasks, none of them on an error it reported with isError false, and they pass tasks validate."""
     import subprocess
 
-    from mcp_gym.cli import main
-
-    fixture = tmp_path / "fixture"
-    fixture.mkdir()
+    (tmp_path / "fixture").mkdir()
     python = str(Path(str(MOTHERDUCK)).resolve().parent / "python")  # its own venv has duckdb
     subprocess.run([python, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
                     "c.execute('CREATE TABLE orders(id INT, qty INT)'); c.execute('INSERT INTO orders VALUES (1, 3), "
-                    "(2, 10)'); c.close()", str(fixture / "db.duckdb")], check=True)
-    server = f'+env.servers.db="{MOTHERDUCK} --db-path {{workspace}}/db.duckdb --read-write"'
-    out = tmp_path / "gen"
-    assert main(["tasks", "generate", "env=custom", server, f"fixture={fixture}", "n=3", "seed=0", f"out={out}",
-                 'generator.values=["SELECT count(*) FROM orders",orders,"SELECT 1 FROM nope"]']) == 0
-    rows = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+                    "(2, 10)'); c.close()", str(tmp_path / "fixture" / "db.duckdb")], check=True)
+    rows = _generate_and_validate(tmp_path, f'+env.servers.db="{MOTHERDUCK} --db-path {{workspace}}/db.duckdb '
+                                  '--read-write"', 3, 'generator.values=["SELECT count(*) FROM orders",orders,'
+                                  '"SELECT 1 FROM nope"]')
     assert len(rows) == 3 and any(r["answer"] is not None for r in rows), rows
     assert not [r for r in rows if "`success`" in r["prompt"] or "`error" in r["prompt"]
                 or "not found" in str(r["answer"])], rows
-    assert main(["tasks", "validate", "env=custom", server, f"env.tasks={out / 'tasks.jsonl'}",
-                 f"out={tmp_path / 'validate'}"]) == 0
 
 
 # Heavy lane (~1-3 min); fast cover: test_a_pretty_printed_json_text_keyed_by_paths_makes_answers
 @pytest.mark.slow
 @pytest.mark.thirdparty
-@pytest.mark.skipif(TEXT_EDITOR is None, reason="needs PyPI mcp-text-editor in a venv of its own (mcp<2): python -m "
-                                                "venv te && te/bin/pip install mcp-text-editor 'mcp<2', then "
-                                                "MCP_GYM_TEXT_EDITOR_SERVER=te/bin/mcp-text-editor")
+@NEEDS_TEXT_EDITOR
 def test_generated_text_editor_tasks_read_members_keyed_by_path(tmp_path: Path) -> None:
     """The real mcp-text-editor made no task (its results are keyed by the file's path); now it makes answer tasks
     that name such a member, and they pass tasks validate."""
-    from mcp_gym.cli import main
-
-    fixture = tmp_path / "fixture"
-    fixture.mkdir()
-    (fixture / "a.txt").write_text("alpha\nbeta\ngamma\n")
-    server = f'+env.servers.te={{command: {TEXT_EDITOR}, cwd: "{{workspace}}"}}'
-    out = tmp_path / "gen"
-    assert main(["tasks", "generate", "env=custom", server, f"fixture={fixture}", "n=2", "seed=0", f"out={out}",
-                 'generator.values=["{workspace}/a.txt"]']) == 0
-    rows = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    (tmp_path / "fixture").mkdir()
+    (tmp_path / "fixture" / "a.txt").write_text("alpha\nbeta\ngamma\n")
+    rows = _generate_and_validate(tmp_path, f'+env.servers.te={{command: {TEXT_EDITOR}, cwd: "{{workspace}}"}}', 2,
+                                  'generator.values=["{workspace}/a.txt"]')
     assert len(rows) == 2 and all("$['{workspace}/a.txt']" in r["prompt"] for r in rows), rows
-    assert main(["tasks", "validate", "env=custom", server, f"env.tasks={out / 'tasks.jsonl'}",
-                 f"out={tmp_path / 'validate'}"]) == 0
