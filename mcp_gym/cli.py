@@ -532,6 +532,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from mcp_gym.jobs.bfcl import main as import_bfcl
 
                 return import_bfcl(rest[2:])
+            if rest[:1] == ["import"] and (rest[1:2] in ([], ["-h"], ["--help"], ["help"])):
+                # which benchmarks there are: mcpmark's own parser knows only itself (it listed {mcpmark} alone)
+                lines = [ln for ln in TASKS_HELP.splitlines() if ln.lstrip().startswith("import ")]
+                page = "usage: mcp-gym tasks import {mcpmark,bfcl} PATH ...\n\n" + "\n".join(lines) + \
+                    "\n\nmcp-gym tasks import mcpmark --help and mcp-gym tasks import bfcl --help say more."
+                print(page, file=sys.stdout if len(rest) > 1 else sys.stderr)
+                return 0 if len(rest) > 1 else 2
             if rest and rest[0] == "import":
                 from mcp_gym.jobs.mcpmark import main as import_tasks
 

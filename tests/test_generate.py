@@ -459,3 +459,26 @@ def test_placeholders_for_images_and_resources_make_no_answer() -> None:
     assert [path for path, _ in fields(blob)] == ["line:1", "line:3"]
     assert extract(image, "line:2") is None and extract(blob, "word:2") is None
     assert extract(image, "line:3") == "The image above is the MCP logo."
+
+
+@pytest.mark.slow  # two generate runs on a stdio server: the heavy lane (fast cover: the test above)
+def test_an_answer_that_the_files_earlier_tasks_change_is_not_kept(tmp_path: Path) -> None:
+    """A rerun extends the file: its new answers were checked after the new solutions ran again, not the earlier
+    tasks' (an eval plays those too). "Report the total" kept beside an earlier run's "Add 2" held until the eval
+    added 2; the earlier tasks' solutions are now played too, and the answer that moved is dropped."""
+    tally = f'+env.servers.t="{sys.executable} {ROOT / "tests" / "servers" / "tally_server.py"}"'
+    read = {"prompt": "Report the total.", "solution": [{"tool": "total", "arguments": {}}],
+            "check": {"answer": {"step": 1, "path": "text"}}}
+    write = {"prompt": "Add 2 to the total.", "solution": [{"tool": "add", "arguments": {"amount": 2}}],
+             "check": {"answer": {"step": 1, "path": "text"}}}
+    out = tmp_path / "out"
+    for proposals, n in (([write], 1), ([read], 2)):
+        def reply(body: dict[str, Any], headers: Any, proposals: list[Any] = proposals) -> dict[str, Any]:
+            return chat_completion(body, {"role": "assistant", "content": json.dumps(proposals)})
+
+        with serve_chat_completions(reply) as url:
+            rows = generate(out, tally, "generator=llm", f"generator.base_url={url}", "generator.model=proposer",
+                            "generator.rounds=1", f"n={n}", code=0 if n == 1 else 1)
+    assert [r["prompt"] for r in rows] == ["Add 2 to the total."]
+    ledger = {r["prompt"]: r for r in map(json.loads, (out / "proposals.jsonl").read_text().splitlines())}
+    assert ledger["Report the total."]["verdict"] == "flaky", ledger

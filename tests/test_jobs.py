@@ -362,6 +362,12 @@ def test_tasks_help_lists_every_tasks_command(capsys: pytest.CaptureFixture[str]
         assert f"\n  {command} " in out, command
     assert main(["tasks"]) == 2
     assert "import bfcl" in capsys.readouterr().err
+    # `tasks import --help` went to MCPMark's parser, whose help listed {mcpmark} alone: a user never learnt of bfcl
+    assert main(["tasks", "import", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "{mcpmark,bfcl}" in out and "\n  import bfcl PATH" in out and "\n  import mcpmark PATH" in out
+    assert main(["tasks", "import"]) == 2
+    assert "import bfcl" in capsys.readouterr().err
 
 
 HELD_HANDSHAKE_SERVER = Path(__file__).parent / "_held_handshake_server.py"

@@ -38,19 +38,19 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from mcp_gym._reroot import mentions_workspace
+from mcp_gym.jobs._checks import answered, expectation, narrow, same_calls
 from mcp_gym.jobs.config import env_factory, server_specs, to_dict
 from mcp_gym.jobs.identity import JobRefused
 from mcp_gym.jobs.proposers import (
     ExploreProposer,
     Proposal,
-    as_text,
     beside_clock,
     clocklike,
     extract,
+    reports_failure,
     result_value,
     servers_started,
     steady,
-    unmasked,
 )
 from mcp_gym.tasks import Task, load_tasks, save_tasks
 
@@ -98,11 +98,16 @@ class _Session:
         if ok and self.runner.error_text is not None and self.runner.error_text.search(text):
             ok = False  # a failure reported as an ordinary result (isError false), as mcp-server-sqlite does
             self.runner.last_error = f"the result reads as an error (generator.error_text): {text}"[:300]
+        value = result_value(info.get("structured_content"), text)
+        if ok and self.runner.error_text is not None and (why := reports_failure(value)) is not None:
+            ok = False  # the same in JSON: {"success": false, "error": ...} (mcp-server-motherduck)
+            self.runner.last_error = f"the result reports a failure ({why}; generator.error_text: null trusts " \
+                                     f"isError alone): {text}"[:300]
         self.runner.calls += 1
         if not ok:
             self.runner.failed += 1
             self.runner.first_error = self.runner.first_error or f"{call['tool']}: {self.runner.last_error}"
-        return ok, result_value(info.get("structured_content"), str(obs.get("result", "")))
+        return ok, value
 
     def read(self, read: Any) -> Any:
         """A state read as the ``mcp``/``files`` graders see it (``{workspace}`` masked), or ``None`` if it fails."""
@@ -183,95 +188,6 @@ def given_in(answer: str, prompt: str) -> bool:
     return re.search(pattern, _PLACES.sub(" ", prompt), re.IGNORECASE) is not None
 
 
-def _diff(before: Any, after: Any) -> Any:
-    """What ``after`` has that ``before`` has not (``None``: nothing): new keys and changed values of a dict, new
-    items of a list, a changed scalar."""
-    if isinstance(after, dict) and isinstance(before, dict):
-        out = {}
-        for k, v in after.items():
-            if k not in before:
-                out[k] = v
-            elif before[k] != v and (d := _diff(before[k], v)) is not None:
-                out[k] = d
-        return out or None
-    if isinstance(after, list) and isinstance(before, list):
-        old = [json.dumps(x, sort_keys=True) for x in before]
-        new = [x for x in after if json.dumps(x, sort_keys=True) not in old]
-        return new or None
-    return None if before == after else after
-
-
-def _expectation(read: Any, before: Any, after: Any) -> dict[str, Any] | None:
-    """How a check on ``read`` tells ``after`` from ``before`` (an ``mcp`` grader's ``subset``/``contains``, or the
-    ``files`` grader's ``expect``). Dates, times and timestamps are no part of it (:func:`steady`): a value that
-    changes only with the clock is no change, and is never checked."""
-    if before is None or after is None:
-        return None
-    if read == "files":
-        exp: dict[str, Any] = {k: v for k, v in after.items() if steady(before.get(k)) != steady(v)
-                               and not clocklike(v or "")}
-        exp.update({k: None for k in before if k not in after})
-        return {"expect": exp} if exp else None
-    before, after = steady(before), steady(after)
-    if isinstance(after, (dict, list)) and isinstance(before, (dict, list)):
-        d = unmasked(_diff(before, after))
-        if d is not None:
-            return {"subset": d}
-        # a changed text field whose new text carries a time: the new lines of that field, at its path
-        old: dict[str, Any] = before if isinstance(before, dict) else {}
-        for k, v in after.items() if isinstance(after, dict) and isinstance(before, dict) else ():
-            if isinstance(v, str) and isinstance(old.get(k), str) and v != old[k] and k.isidentifier():
-                lines = _new_lines(old[k], v)
-                return {"path": f"$.{k}", "contains": lines} if lines else None
-        return None
-    new = _new_lines(as_text(before), as_text(after))
-    return {"contains": new} if new else None
-
-
-def _new_lines(before: str, after: str) -> list[str]:
-    """The lines of ``after`` that ``before`` lacks, without those holding a masked time."""
-    old = {line.strip() for line in before.splitlines()}
-    return list(dict.fromkeys(line.strip() for line in after.splitlines()
-                              if line.strip() and line.strip() not in old and unmasked(line.strip()) is not None))
-
-
-def _at(exp: Mapping[str, Any], value: Any) -> Any:
-    """The part of a read's value an expectation is about (its ``path``, as the ``mcp`` grader takes it)."""
-    if "path" not in exp or not isinstance(value, dict):
-        return value
-    return value.get(exp["path"][2:])
-
-
-def _holds(exp: Mapping[str, Any], value: Any) -> bool:
-    from mcp_gym.graders.state import subset_match
-
-    if "subset" in exp:
-        return subset_match(exp["subset"], value)
-    if "contains" in exp:
-        return all(s in as_text(_at(exp, value)) for s in exp["contains"])
-    return isinstance(value, dict) and all(value.get(k) == v for k, v in exp["expect"].items())
-
-
-def _narrow(exp: dict[str, Any], value: Any) -> dict[str, Any] | None:
-    """The part of ``exp`` that also holds for ``value`` (a second run), or ``None``."""
-    if _holds(exp, value):
-        return exp
-    if "contains" in exp:
-        keep = [s for s in exp["contains"] if s in as_text(_at(exp, value))]
-        return {**exp, "contains": keep} if keep else None
-    if "expect" in exp:
-        keep2 = {k: v for k, v in exp["expect"].items() if isinstance(value, dict) and value.get(k) == v}
-        return {"expect": keep2} if keep2 else None
-    sub = exp["subset"]
-    if isinstance(sub, list):
-        keep3 = [x for x in sub if _holds({"subset": [x]}, value)]
-        return {"subset": keep3} if keep3 else None
-    if isinstance(sub, dict):
-        keep4 = {k: v for k, v in sub.items() if _holds({"subset": {k: v}}, value)}
-        return {"subset": keep4} if keep4 else None
-    return None
-
-
 class _Checker:
     """Runs proposals and decides: a kept :class:`Task`, or a :class:`_Drop` with its reason."""
 
@@ -285,6 +201,7 @@ class _Checker:
         self.fixture_rel = fixture_rel
         self.seen: set[str] = set()
         self.near: set[str] = set()
+        self.prompts: set[str] = set()
 
     def signature(self, p: Proposal) -> str:
         return hashlib.sha1(json.dumps([p.solution, p.check], sort_keys=True, default=str).encode()).hexdigest()
@@ -304,12 +221,21 @@ class _Checker:
         if sig in self.seen:
             raise _Drop("duplicate", "the same calls and check as an earlier proposal")
         self.seen.add(sig)
+        if p.prompt in self.prompts:  # what the agent is shown: two such tasks are one task to it
+            raise _Drop("duplicate", "the same prompt as a kept task (checked by another read)")
         grader, answer, kind = self._derive(p)
         task = Task(id="", prompt=p.prompt, solution=tuple(p.solution), answer=answer, grader=grader,
                     fixture=self.runner.fixture, tags=())
         near = json.dumps([[c["tool"] for c in p.solution], grader, answer], sort_keys=True, default=str)
         if near in self.near:
             raise _Drop("duplicate", "same tools, check and answer as a kept task")
+        same = same_calls(p.solution, grader, answer)
+        if same in self.near:
+            raise _Drop("duplicate", "the same calls (a repeated call aside), check and answer as a kept task")
+        asked = answered(p, answer)
+        if asked is not None and asked in self.near:
+            raise _Drop("duplicate", "the same call, place and answer as a kept task: its other calls do not change "
+                                     "the answer")
         from mcp_gym.jobs.validate import check_task
 
         tid = f"{self.prefix}-{hashlib.sha1(near.encode()).hexdigest()[:10]}"
@@ -326,7 +252,8 @@ class _Checker:
                 raise _Drop("passes with no action", "the check passes before any call")
         finally:
             self.env.tasks.remove(task)
-        self.near.add(near)
+        self.near |= {near, same} | ({asked} if asked is not None else set())
+        self.prompts.add(p.prompt)
         n = len(p.solution)
         level = "easy" if n == 1 else "medium" if n <= 3 else "hard"
         tags = (*p.tags, f"kind:{kind}", f"calls:{n}", f"difficulty:{level}", f"generator:{p.source}")
@@ -394,7 +321,7 @@ class _Checker:
         before = [s.read(r) for r in reads]
         self._play(s, p)
         after = [s.read(r) for r in reads]
-        found = [(r, e) for r, b, a in zip(reads, before, after, strict=True) if (e := _expectation(r, b, a))]
+        found = [(r, e) for r, b, a in zip(reads, before, after, strict=True) if (e := expectation(r, b, a))]
         if not found:
             if any(b is not None and steady(b) == steady(a) for b, a in zip(before, after, strict=True)):
                 raise _Drop("passes with no action", "the reads return the same before and after the solution")
@@ -402,7 +329,7 @@ class _Checker:
         s2 = self.runner.session()
         self._play(s2, p)
         for read, exp in found:
-            narrowed = _narrow(exp, s2.read(read))
+            narrowed = narrow(exp, s2.read(read))
             if narrowed is not None:
                 return self._grader(read, narrowed), None, "state"
         raise _Drop("flaky", "what the solution changes differs between two fresh runs")
@@ -493,8 +420,9 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     runner = _Runner(env, fixture_abs, _runner_error_text(cfg))
     checker = _Checker(runner, str(env_cfg.get("name") or "task"), int(cfg.seed), to_dict(cfg.splits), fixture_rel)
     for t in existing:
-        checker.near.add(json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
-                                    default=str))
+        checker.near |= {json.dumps([[c["tool"] for c in t.solution], t.grader, t.answer], sort_keys=True,
+                                    default=str), same_calls(t.solution, t.grader, t.answer)}
+        checker.prompts.add(t.prompt)
     checker.seen |= judged
     want = min(n, 3) if dry else n
     cap = int(cfg.get("max_proposals") or 30 * max(n, 1))
@@ -531,7 +459,7 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
                     rec.update(verdict="kept", task_id=task.id)
                 records.append(rec)
         if result.kept and len(env.workspace_servers) < len(env.host.connections):
-            _recheck_answers(checker, result, props, records)
+            _recheck_answers(checker, result, props, records, existing)
         samples = int(cfg.get("samples") or 0)
         if samples > 0 and result.kept:
             result.kept = _measure(cfg, env, result.kept, samples, fixture_abs)
@@ -554,14 +482,16 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
 
 
 def _recheck_answers(checker: _Checker, result: GenerateResult, props: Mapping[str, Proposal],
-                     records: list[dict[str, Any]]) -> None:
+                     records: list[dict[str, Any]], existing: Sequence[Task] = ()) -> None:
     """A server without ``{workspace}`` keeps its state from one episode to the next (a database on a fixed path, a
     process's memory): an answer read from that state holds only until another task's solution changes it, and the
-    oracle, which submits the stored answer, would never show it. Play every kept task's solution once more, then
-    each answer task's: one whose answer moved is dropped (*flaky*), as an eval in another order would fail it."""
-    for task in result.kept:
+    oracle, which submits the stored answer, would never show it. Play every task's solution once more (those of the
+    file's earlier tasks too: an eval plays them all), then each new answer task's: one whose answer moved is dropped
+    (*flaky*), as an eval in another order would fail it."""
+    earlier = [Proposal(t.prompt, [dict(c) for c in t.solution], {}, "earlier") for t in existing if t.solution]
+    for p in [*earlier, *(props[task.id] for task in result.kept)]:
         with contextlib.suppress(_Drop):  # a solution that fails when played again changes no more than it did
-            checker._play(checker.runner.session(), props[task.id])
+            checker._play(checker.runner.session(), p)
     for task in list(result.kept):
         p = props[task.id]
         if "answer" not in p.check:

@@ -12,6 +12,7 @@ text result ``line:N`` (the N-th non-empty line), ``field:KEY`` (the value after
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -73,13 +74,50 @@ def servers_started(info: Mapping[str, Any]) -> None:
 
 # -- values in results ------------------------------------------------------------------------------------------------
 def result_value(structured: Any, text: str) -> Any:
-    """What a call returned, as a JSON value: its structured content, else its text parsed as JSON, else the text."""
+    """What a call returned, as a JSON value: its structured content, else its text parsed as JSON, else the text.
+
+    The text is parsed whole, never line by line. A structured content that only wraps a string, ``{"result": TEXT}``
+    (what the Python SDK makes of a tool returning ``str``), is that string parsed as JSON when it holds a JSON object
+    or array: its members make answers, not one multi-line string that makes none."""
     if structured is not None:
+        inner = structured.get("result") if isinstance(structured, dict) and len(structured) == 1 else None
+        if isinstance(inner, str) and inner.lstrip()[:1] in ("{", "["):
+            try:
+                parsed = json.loads(inner)
+            except ValueError:
+                return structured
+            return parsed if isinstance(parsed, (dict, list)) else structured
         return structured
     try:
         return json.loads(text)
     except ValueError:
         return text
+
+
+_FAILED = frozenset({"error", "failed", "failure"})
+_VERDICTS = frozenset({"success", "ok"})
+"""Members by which a JSON result says whether its call worked: a call that made a task worked, so they are ``true``
+there, and an answer "`success`: true" could be given without reading anything (@cyanheads/git-mcp-server)."""
+
+
+def reports_failure(value: Any, depth: int = 2) -> str | None:
+    """Why a JSON result says its call failed although ``isError`` is false, or ``None``: an object (or an object in
+    it, one level down) with ``"success": false`` or ``"ok": false``, a non-empty ``"error"``, or ``"status"`` /
+    ``"result"`` of ``error``/``failed`` (PyPI mcp-server-motherduck: ``{"success": false, "error": "Table or view not
+    found: ..."}``; mcp-text-editor, per file: ``{"result": "error", "reason": "Hash mismatch ..."}``). Such a result
+    makes no task: its answer would be an error message."""
+    if not isinstance(value, dict) or depth <= 0:
+        return None
+    for key in ("success", "ok"):
+        if value.get(key) is False:
+            return f'"{key}": false'
+    for key in ("status", "result"):
+        v = value.get(key)
+        if isinstance(v, str) and v.strip().casefold() in _FAILED:
+            return f'"{key}": "{v}"'
+    if value.get("error") not in (None, "", False, [], {}):
+        return '"error"'
+    return next((why for v in value.values() if (why := reports_failure(v, depth - 1)) is not None), None)
 
 
 def _lines(text: str) -> list[str]:
@@ -231,7 +269,9 @@ def _json_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, dict):
         stamped = _stamped(value)  # its scalars are facts about that moment: none makes an answer
         for k, v in value.items():
-            key = f"{path}.{k}" if re.fullmatch(r"[A-Za-z_]\w*", str(k)) else None
+            if k in _VERDICTS and isinstance(v, bool):  # true in every call kept (reports_failure): no information
+                continue
+            key = _member(path, str(k))
             if key is not None and not (stamped and not isinstance(v, (dict, list))):
                 yield from _json_fields(v, key)
     elif isinstance(value, list):
@@ -239,6 +279,30 @@ def _json_fields(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _json_fields(v, f"{path}[{i}]")
     elif path != "$" and (a := _scalar(value)) is not None:
         yield path, a
+
+
+def _member(path: str, key: str) -> str | None:
+    """The JSONPath of member ``key`` of the object at ``path``: ``$.name``, or ``$['{workspace}/a.txt']`` for a key
+    that is no identifier (PyPI mcp-text-editor keys its results by the file's path: without it no value under such a
+    key made an answer or a chained value). ``None`` for a key no JSONPath can name plainly (a quote, a backslash)."""
+    if re.fullmatch(r"[A-Za-z_]\w*", key):
+        return f"{path}.{key}"
+    if not key or len(key) > MAX_ANSWER_CHARS or re.search(r"['\\\x00-\x1f]", key) or not _named(key):
+        return None
+    return f"{path}['{key}']"
+
+
+@functools.lru_cache(maxsize=1024)
+def _named(key: str) -> bool:
+    """Whether ``$['key']`` names member ``key`` and nothing else in jsonpath_ng (``*``, ``$``, ``..``: checked, not
+    guessed)."""
+    from jsonpath_ng.ext import parse as jsonpath
+
+    try:
+        found = jsonpath(f"$['{key}']").find({key: 1, "other": 2})
+    except Exception:  # noqa: BLE001 - a key the grammar refuses names nothing
+        return False
+    return [m.value for m in found] == [1]
 
 
 # -- explore ----------------------------------------------------------------------------------------------------------

@@ -104,6 +104,7 @@ class _ExportSft(_Job):
 @dataclass
 class _ValidateTasks(_Job):
     split: str | None = MISSING
+    replay: bool = MISSING
 
 
 @dataclass
