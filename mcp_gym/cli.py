@@ -248,13 +248,14 @@ def _log_own_warnings(show: Callable[..., None]) -> Callable[..., None]:
 
 
 def _is_user_error(e: BaseException) -> bool:
-    """A missing run or file, an unreachable endpoint, a refused shard: errors whose message says all (no traceback
-    needed)."""
+    """A missing run or file, an unreachable endpoint, a refused shard or run file: errors whose message says all (no
+    traceback needed)."""
     import httpx2
 
-    from mcp_gym.recording.shards import ShardRefused
+    from mcp_gym.recording.shards import RunFileRefused, ShardRefused
 
-    return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError, ShardRefused))
+    return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError, ShardRefused,
+                          RunFileRefused))  # a run's file refused (a WAL segment too big, a link out): one line
 
 
 def _job(command: str, args: Sequence[str]) -> int:

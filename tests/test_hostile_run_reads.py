@@ -259,3 +259,20 @@ def test_shards_and_segments_of_a_hard_link_backup_still_read(handed_over: Path,
               *handed_over.glob(".wal/*.wal")]:
         os.link(p, backup / f"{p.parent.name}-{p.name}")
     assert load(handed_over).episodes.num_rows == before + 1
+
+
+def test_a_job_resuming_a_run_with_a_huge_segment_stops_in_one_line(handed_over: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A job resuming the run reads its WAL segments (done episodes, a dead writer's recovery): a refused segment ends
+    it with one line naming the file, exit status 1, not a traceback."""
+    from conftest import COUNTER_EVAL
+
+    from mcp_gym.cli import main
+    from mcp_gym.recording.wal import WAL_SEGMENT_LIMIT
+
+    seg = _wal_segment(handed_over)
+    os.truncate(seg, WAL_SEGMENT_LIMIT + 1)
+    assert main(["eval", *COUNTER_EVAL, "policy=oracle", "samples=1", f"out={handed_over}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mcp-gym eval: ") and seg.name in err[-1] and "over the 2147483648 allowed" in err[-1]
+    assert not [line for line in err if "Traceback" in line]
