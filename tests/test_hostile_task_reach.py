@@ -316,3 +316,25 @@ def test_an_agent_s_hostile_schema_cannot_write_or_run_untrusted_functions(tmp_p
         asyncio.run(bad.grade(ctx))
     assert (ws / "data.db").read_bytes() == before
     assert sorted(p.name for p in ws.iterdir()) == ["data.db"]
+
+
+def test_an_agent_s_wal_and_shm_links_are_not_written_through(tmp_path: Path) -> None:
+    """A WAL-mode database whose ``data.db-shm`` and ``data.db-wal`` the agent made links to the user's files: SQLite
+    opens them without following (``O_NOFOLLOW``), so the grade fails and the files are untouched. (Held before
+    round 6; kept as a guard.)"""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    con = sqlite3.connect(ws / "data.db")
+    con.execute("pragma journal_mode=wal")
+    con.execute("create table t (x)")
+    con.commit()
+    con.close()
+    victims = [tmp_path / "bashrc", tmp_path / "profile"]
+    for v, suffix in zip(victims, ("-shm", "-wal"), strict=True):
+        v.write_text(SECRET * 100)
+        (ws / f"data.db{suffix}").symlink_to(v)
+    grader = make_grader({"kind": "sqlite", "db": "{workspace}/data.db", "query": "select count(*) from t",
+                          "rows": [[0]]})
+    with pytest.raises(GraderError, match="unable to open database file"):
+        asyncio.run(grader.grade(GradeContext(Task(id="t", prompt="p"), "hi", workspace=ws)))
+    assert all(v.read_text() == SECRET * 100 for v in victims)
