@@ -252,7 +252,8 @@ def _is_user_error(e: BaseException) -> bool:
     traceback needed)."""
     import httpx2
 
-    from mcp_gym.recording.shards import RunFileRefused, ShardRefused
+    from mcp_gym.recording._contained import RunFileRefused
+    from mcp_gym.recording.shards import ShardRefused
 
     return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError, ShardRefused,
                           RunFileRefused))  # a run's file refused (a WAL segment too big, a link out): one line

@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 from mcp_gym.errors import MCPGymError
 
-__all__ = ["read_run_file"]  # check_run_file and RunFileRefused: used inside mcp_gym.recording only
+__all__ = ["read_run_file", "RunFileRefused"]  # check_run_file, open_run_file: used inside mcp_gym.recording only
 
 
 class RunFileRefused(MCPGymError, ValueError):
