@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -317,46 +318,38 @@ def test_copies_share_the_auth_flow() -> None:
     assert copy.deepcopy({"api": spec})["api"].auth is spec.auth
 
 
+def _answering(status: int, headers: dict[str, str], seen: list[str]) -> Any:
+    """A threading HTTP server on 127.0.0.1 answering every request with ``status`` and ``headers`` (an empty body),
+    noting each request's method and credentials in ``seen``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"{self.command} {self.headers.get('X-Api-Key')} {self.headers.get('Authorization')}")
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": "0"}.items():
+                self.send_header(k, v)
+            self.end_headers()
+
+        do_GET = do_POST = do_DELETE = _answer  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_a_redirect_to_another_origin_carries_no_header() -> None:
     """A hosted server answering ``307`` with another origin's ``Location``: httpx strips ``Authorization`` on such a
     redirect but not a custom header (``X-Api-Key``); mcp-gym follows no redirect of an MCP request, so neither
     reaches the other origin. (Held in round 6; kept as a guard.)"""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     seen: list[str] = []
-
-    class Other(BaseHTTPRequestHandler):
-        def _record(self) -> None:
-            seen.append(f"{self.command} {self.headers.get('X-Api-Key')} {self.headers.get('Authorization')}")
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_GET = do_POST = do_DELETE = _record  # noqa: N815 - http.server's names
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), Other)
-    threading.Thread(target=elsewhere.serve_forever, daemon=True).start()
-    other = f"http://127.0.0.1:{elsewhere.server_address[1]}"
-
-    class Redirect(BaseHTTPRequestHandler):
-        def _redirect(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(307)
-            self.send_header("Location", other + "/mcp")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_GET = do_POST = do_DELETE = _redirect  # noqa: N815 - http.server's names
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    elsewhere = _answering(404, {}, seen)
+    server = _answering(307, {"Location": f"http://127.0.0.1:{elsewhere.server_address[1]}/mcp"}, [])
     try:
         env = MCPEnv({"api": Http(f"http://127.0.0.1:{server.server_address[1]}/mcp", connect_timeout=10,
                                   headers={"X-Api-Key": TOKEN, "Authorization": f"Bearer {TOKEN}"})})
