@@ -44,6 +44,7 @@ import importlib
 import json
 import logging
 import os
+import stat
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
@@ -81,15 +82,21 @@ class KeepHydraFiles:
     """
 
     saved: ClassVar[tuple[Path, dict[Path, bytes]] | None] = None
+    WRITTEN: ClassVar[tuple[str, ...]] = ("config.yaml", "hydra.yaml", "overrides.yaml")
+    """The names Hydra writes (``open(..., "w")``, through whatever is there) in its output subdirectory."""
+    LIMIT: ClassVar[int] = 64 << 20
+    """Bytes of one ``.hydra/*.yaml`` snapshot at most (a larger file is not snapshotted)."""
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
-        """Read the files Hydra is about to overwrite."""
+        """Read the files Hydra is about to overwrite; first replace what Hydra would write through (the run
+        directory may be someone else's: a link at one of its names, or at the folder, leads to a file of yours)."""
         subdir = config.hydra.output_subdir
         if subdir is None:
             KeepHydraFiles.saved = None
             return
         folder = Path(str(config.hydra.run.dir)) / str(subdir)
-        KeepHydraFiles.saved = (folder, {p: p.read_bytes() for p in folder.glob("*.yaml")} if folder.is_dir() else {})
+        _unlink_written_through(folder, self.WRITTEN)
+        KeepHydraFiles.saved = (folder, _snapshot(folder, self.LIMIT))
 
     def __getattr__(self, name: str) -> Any:  # Hydra calls every on_* hook of a callback
         if name.startswith("on_"):
@@ -110,6 +117,54 @@ class KeepHydraFiles:
             p.write_bytes(data)
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
+
+
+def _unlink_written_through(folder: Path, names: Sequence[str]) -> None:
+    """Remove (never follow) what a write to ``folder/name`` would go through: ``folder`` as a symlink or other
+    non-folder, and a symlink, pipe, device or file with other names (a hard link) at each of ``names``. One line on
+    stderr names each."""
+    def drop(p: Path, why: str) -> None:
+        print(printable(f"mcp-gym: {p} is {why}: replaced, never written through"), file=sys.stderr)
+        p.unlink()
+
+    try:
+        st = folder.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        drop(folder, "a symlink" if stat.S_ISLNK(st.st_mode) else "not a folder")
+        return
+    for name in names:
+        p = folder / name
+        try:
+            st = p.lstat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            drop(p, "a symlink")
+        elif not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            drop(p, "not a regular file")
+        elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            drop(p, f"a file with {st.st_nlink} names (a hard link)")
+
+
+def _snapshot(folder: Path, limit: int) -> dict[Path, bytes]:
+    """The regular files ``folder/*.yaml`` with one name and at most ``limit`` bytes, read without following a link
+    or blocking on a pipe."""
+    out: dict[Path, bytes] = {}
+    if folder.is_symlink() or not folder.is_dir():
+        return out
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    for p in folder.glob("*.yaml"):
+        try:
+            fd = os.open(p, flags)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= limit:
+                out[p] = f.read(limit + 1)[:limit]
+    return out
 
 
 def _run_job(cfg: Any) -> None:
@@ -193,13 +248,15 @@ def _log_own_warnings(show: Callable[..., None]) -> Callable[..., None]:
 
 
 def _is_user_error(e: BaseException) -> bool:
-    """A missing run or file, an unreachable endpoint, a refused shard: errors whose message says all (no traceback
-    needed)."""
+    """A missing run or file, an unreachable endpoint, a refused shard or run file: errors whose message says all (no
+    traceback needed)."""
     import httpx2
 
+    from mcp_gym.recording._contained import RunFileRefused
     from mcp_gym.recording.shards import ShardRefused
 
-    return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError, ShardRefused))
+    return isinstance(e, (FileNotFoundError, NotADirectoryError, ConnectionError, httpx2.TransportError, ShardRefused,
+                          RunFileRefused))  # a run's file refused (a WAL segment too big, a link out): one line
 
 
 def _job(command: str, args: Sequence[str]) -> int:

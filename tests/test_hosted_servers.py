@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -150,7 +151,7 @@ def test_oauth_client_credentials(tmp_path: Path, secret: str, works: bool) -> N
     serving = _serve("http", log, "--client", "gym-client:cl-secret-Q9")
     url = next(serving)
     try:
-        issuer = url.removesuffix("/mcp")
+        issuer = None if works else url.removesuffix("/mcp")  # without issuer=: the server's own origin only
         auth = oauth_client_credentials(url, "gym-client", secret, issuer=issuer)
         assert isinstance(auth, ClientCredentialsOAuthProvider)
         spec = Http(url, auth=auth, record=tmp_path / "cassettes", connect_timeout=20)
@@ -168,6 +169,94 @@ def test_oauth_client_credentials(tmp_path: Path, secret: str, works: bool) -> N
     finally:
         serving.close()
     assert not [p for p in (tmp_path / "cassettes").rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
+
+
+@pytest.fixture
+def attacker_as() -> Iterator[tuple[str, list[str]]]:
+    """An authorization server on another origin (127.0.0.1, another port) that records the credentials it gets."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _json(self, body: dict[str, object]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            base = f"http://127.0.0.1:{self.server.server_address[1]}"
+            self._json({"issuer": base, "token_endpoint": base + "/token", "authorization_endpoint": base + "/a",
+                        "response_types_supported": ["code"], "grant_types_supported": ["client_credentials"],
+                        "token_endpoint_auth_methods_supported": ["client_secret_basic"]})
+
+        def do_POST(self) -> None:  # noqa: N802
+            seen.append(self.headers.get("Authorization", "") + " " + self.rfile.read(
+                int(self.headers.get("Content-Length") or 0)).decode())
+            self._json({"access_token": "stolen", "token_type": "Bearer", "expires_in": 3600})
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("lead", ["--auth-server", pytest.param("--token-endpoint", marks=pytest.mark.slow)])
+def test_oauth_credentials_go_only_to_the_server_s_origin(tmp_path: Path, attacker_as: tuple[str, list[str]],
+                                                          lead: str) -> None:
+    """Without ``issuer=``, the SDK sent the client secret wherever the server's metadata led: a server naming an
+    authorization server (or a token endpoint) on another origin received ``Authorization: Basic
+    base64(id:secret)`` there. Now the token endpoint must be on the server's origin unless ``issuer=`` names
+    another; the server is failed with one line saying so."""
+    import base64
+
+    attacker, seen = attacker_as
+    target = attacker if lead == "--auth-server" else attacker + "/token"
+    serving = _serve("http", tmp_path / "requests.log", "--client", "gym-client:cl-secret-Q9", lead, target)
+    url = next(serving)
+    try:
+        env = MCPEnv({"api": Http(url, auth=oauth_client_credentials(url, "gym-client", "cl-secret-Q9"),
+                                  connect_timeout=20)})
+        try:
+            s = env.reset(seed=0)[1]["servers"]["api"]
+        finally:
+            env.close()
+    finally:
+        serving.close()
+    assert not seen, seen
+    assert s["status"] == "failed", s
+    assert "refusing to send OAuth client 'gym-client''s credentials to the token endpoint" in s["error"], s
+    assert f"{attacker}/token" in s["error"] and "pass issuer=" in s["error"]
+    assert "cl-secret-Q9" not in s["error"] and base64.b64encode(b"gym-client:cl-secret-Q9").decode() not in s["error"]
+
+
+@pytest.mark.slow  # the fast lane's test_oauth_client_credentials passes issuer= on the server's origin
+def test_oauth_credentials_reach_another_origin_the_user_names(tmp_path: Path,
+                                                               attacker_as: tuple[str, list[str]]) -> None:
+    """``issuer=`` is the user's word: the authorization server it names gets the credentials, wherever it is."""
+    other, seen = attacker_as
+    serving = _serve("http", tmp_path / "requests.log", "--client", "gym-client:cl-secret-Q9", "--auth-server", other)
+    url = next(serving)
+    try:
+        env = MCPEnv({"api": Http(url, auth=oauth_client_credentials(url, "gym-client", "cl-secret-Q9", issuer=other),
+                                  connect_timeout=20)})
+        try:
+            env.reset(seed=0)
+        finally:
+            env.close()
+    finally:
+        serving.close()
+    assert seen and seen[0].startswith("Basic "), seen
 
 
 def test_cassette_does_not_contain_the_token(http_url: str, tmp_path: Path) -> None:
@@ -227,3 +316,49 @@ def test_copies_share_the_auth_flow() -> None:
 
     spec = Http("http://h/mcp", auth=BearerAuth(TOKEN))
     assert copy.deepcopy({"api": spec})["api"].auth is spec.auth
+
+
+def _answering(status: int, headers: dict[str, str], seen: list[str]) -> Any:
+    """A threading HTTP server on 127.0.0.1 answering every request with ``status`` and ``headers`` (an empty body),
+    noting each request's method and credentials in ``seen``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"{self.command} {self.headers.get('X-Api-Key')} {self.headers.get('Authorization')}")
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": "0"}.items():
+                self.send_header(k, v)
+            self.end_headers()
+
+        do_GET = do_POST = do_DELETE = _answer  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_redirect_to_another_origin_carries_no_header() -> None:
+    """A hosted server answering ``307`` with another origin's ``Location``: httpx strips ``Authorization`` on such a
+    redirect but not a custom header (``X-Api-Key``); mcp-gym follows no redirect of an MCP request, so neither
+    reaches the other origin. (Held in round 6; kept as a guard.)"""
+    seen: list[str] = []
+    elsewhere = _answering(404, {}, seen)
+    server = _answering(307, {"Location": f"http://127.0.0.1:{elsewhere.server_address[1]}/mcp"}, [])
+    try:
+        env = MCPEnv({"api": Http(f"http://127.0.0.1:{server.server_address[1]}/mcp", connect_timeout=10,
+                                  headers={"X-Api-Key": TOKEN, "Authorization": f"Bearer {TOKEN}"})})
+        try:
+            assert env.reset(seed=0)[1]["servers"]["api"]["status"] == "failed"
+        finally:
+            env.close()
+    finally:
+        for s in (server, elsewhere):
+            s.shutdown()
+            s.server_close()
+    assert not seen, seen

@@ -7,6 +7,9 @@ server in process, then edited line by line.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +152,67 @@ def test_fuzzed_lines_load_or_fail_with_a_cassette_error(recorded: list[dict[str
     for ex in server.cassette.all_exchanges():  # every recorded answer looks up and converts without raising
         found = server.lookup(None, ex.method, ex.params)
         assert not isinstance(found, str) or found.startswith("mcp-gym replay:")
+
+
+# -- round 6: a handed-over run's cassettes folder ---------------------------------------------------------------------
+def _replay_in_child(folder: Path) -> subprocess.CompletedProcess[str]:
+    """``replay_servers(folder)`` in its own process, bounded: a read that never ends fails the test, never hangs it."""
+    code = ("import sys\nfrom mcp_gym.cassette.spec import replay_servers\n"
+            "try:\n    replay_servers(sys.argv[1])\nexcept (ValueError, OSError) as e:\n    print(e)\n")
+    return subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def _plant(recorded: list[dict[str, Any]], tmp_path: Path, plant: str) -> Path:
+    """A run whose ``cassettes/`` holds its own ``testing.jsonl`` and ``other.jsonl``: a named pipe, a link to
+    ``/dev/zero`` or a link to a cassette of another run of the user's."""
+    folder = tmp_path / "run" / "cassettes"
+    folder.mkdir(parents=True)
+    _write(folder / "testing.jsonl", recorded)
+    bad = folder / "other.jsonl"
+    if plant == "pipe":
+        os.mkfifo(bad)
+    elif plant == "zero":
+        bad.symlink_to("/dev/zero")
+    else:
+        bad.symlink_to(_write(tmp_path / "private.jsonl", recorded))
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("plant", ["pipe", "zero", "outside"])
+def test_a_run_s_cassettes_are_read_only_if_they_are_its_own_regular_files(recorded: list[dict[str, Any]],
+                                                                          tmp_path: Path, plant: str) -> None:
+    """``replay_servers(run)`` read every ``cassettes/*.jsonl``: a named pipe there waited for a writer without end,
+    a link to ``/dev/zero`` read one endless line until memory ran out, and a link to a cassette of another run of
+    the user's replayed its recorded results. Each is refused in one line naming it. (In this process: the files are
+    opened without blocking; the slow test below runs the pipe in a child, bounded.)"""
+    from mcp_gym.cassette.spec import replay_servers
+
+    run = _plant(recorded, tmp_path, plant)
+    with pytest.raises(CassetteError, match="other.jsonl: refusing to read this cassette") as e:
+        replay_servers(run)
+    assert len(str(e.value).splitlines()) == 1
+
+
+@pytest.mark.slow  # a child process; the fast test above covers the same refusals in this process
+def test_a_pipe_among_a_run_s_cassettes_does_not_hang_a_replay(recorded: list[dict[str, Any]],
+                                                               tmp_path: Path) -> None:
+    try:
+        done = _replay_in_child(_plant(recorded, tmp_path, "pipe"))
+    except subprocess.TimeoutExpired:
+        pytest.fail("replay_servers read the pipe without end")
+    assert "other.jsonl: refusing to read this cassette" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def test_a_cassette_line_past_the_bound_is_refused(recorded: list[dict[str, Any]], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line is read at most ``MAX_LINE_BYTES`` at a time: a file of one endless line (sparse, no disk used)
+    fails naming the line instead of filling memory."""
+    from mcp_gym.cassette import reader
+
+    monkeypatch.setattr(reader, "MAX_LINE_BYTES", 1 << 16)
+    path = _write(tmp_path / "testing.jsonl", recorded)
+    with open(path, "ab") as f:
+        f.truncate(f.tell() + (1 << 20))
+    with pytest.raises(CassetteError, match=r"testing.jsonl:\d+: a line longer than 65536 bytes"):
+        Replay(path)

@@ -153,3 +153,126 @@ def test_a_run_config_naming_another_run_as_its_storage_is_not_followed(tmp_path
 def test_a_malformed_results_file_is_refused_in_one_line(handed_over: Path, text: str) -> None:
     (handed_over / "report" / "results.json").write_text(text)
     _refused(_view(str(handed_over)), "results.json", "results file")
+
+
+# -- round 6: a write-ahead-log segment's size, and hard links ---------------------------------------------------------
+def _wal_segment(run: Path) -> Path:
+    from mcp_gym.recording.schema import EpisodeRecord, StepRecord
+    from mcp_gym.recording.wal import WalFile
+
+    episode = EpisodeRecord(episode_id="wal-e0", episode_key="wal#0", length=1, recorder="env", started_at=0,
+                            ended_at=1).row()
+    wal = WalFile(run / ".wal" / "20000101T000000-1-dead00-00000.wal", fsync=False)
+    wal.append((episode, [StepRecord(episode_id="wal-e0", step_index=0, timestamp=0, tool="add").row()]))
+    wal.close()
+    return wal.path
+
+
+def test_a_huge_write_ahead_log_segment_is_refused_unread(handed_over: Path) -> None:
+    """A segment was read whole (``read_bytes``): a sparse file of 3 GiB (no disk used) cost 3 GiB of memory, one
+    larger than memory ended the viewer. Now a segment over ``WAL_SEGMENT_LIMIT`` is refused in one line, unread."""
+    from mcp_gym.recording.wal import WAL_SEGMENT_LIMIT
+
+    before = load(handed_over).episodes.num_rows
+    seg = _wal_segment(handed_over)
+    assert load(handed_over).episodes.num_rows == before + 1  # a real segment's episode is read
+    os.truncate(seg, WAL_SEGMENT_LIMIT + 1)
+    with pytest.raises(ValueError, match="write-ahead-log segment of the run: 2147483649 bytes, over the"):
+        load(handed_over)
+
+
+@pytest.mark.slow  # mcp-gym view in its own process
+def test_mcp_gym_view_refuses_a_huge_write_ahead_log_segment_in_one_line(handed_over: Path) -> None:
+    from mcp_gym.recording.wal import WAL_SEGMENT_LIMIT
+
+    seg = _wal_segment(handed_over)
+    os.truncate(seg, WAL_SEGMENT_LIMIT + 1)
+    _refused(_view(str(handed_over)), seg.name, "over the 2147483648 allowed")
+
+
+def test_a_frame_claiming_more_than_the_segment_holds_is_a_torn_tail(handed_over: Path) -> None:
+    """A frame header saying 4 GiB in a segment of a few bytes: nothing is allocated for it, the frames before it
+    are read and the rest is ignored, as a torn tail."""
+    import struct
+
+    before = load(handed_over).episodes.num_rows
+    seg = _wal_segment(handed_over)
+    with open(seg, "ab") as f:
+        f.write(struct.pack("<II", 0xFFFFFFF0, 0) + b"x" * 64)
+    assert load(handed_over).episodes.num_rows == before + 1
+
+
+def test_a_writer_starts_a_new_segment_before_readers_would_refuse_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's side of the bound: it publishes its shard (and so drops its segment) once the segment holds
+    ``WAL_ROLL_BYTES``, long before ``WAL_SEGMENT_LIMIT``, whatever its ``shard_bytes``."""
+    from mcp_gym.recording import TrajectoryWriter, writer
+
+    monkeypatch.setattr(writer, "WAL_ROLL_BYTES", 1)
+    with TrajectoryWriter(tmp_path / "run", fsync="never", row_group_rows=1) as w:
+        for i in range(3):
+            ep = w.start_episode(key=f"k{i}")
+            ep.add_step("add", {})
+            ep.finish()
+        assert len(list((tmp_path / "run" / "episodes").glob("part-*.parquet"))) == 3
+        assert not list((tmp_path / "run" / ".wal").glob("*.wal"))
+
+
+def _hard_link_secret(run: Path, tmp_path: Path, name: str) -> None:
+    secret = tmp_path / "home" / "secret.json"
+    secret.parent.mkdir()
+    secret.write_text('{"per_task": [], "summary": {"auth": "hostile5secret"}, "auths": "hostile5secret"}')
+    target = run / name
+    target.unlink(missing_ok=True)
+    os.link(secret, target)
+
+
+@pytest.mark.parametrize("name", ["report/x.png", "report/results.json", "manifest.json", ".hydra/config.yaml"])
+def test_a_run_file_hard_linked_to_a_user_s_file_is_refused(handed_over: Path, tmp_path: Path, name: str) -> None:
+    """A hard link has no "outside": ``report/x.png`` as a second name of ``~/.docker/config.json`` (a tarball
+    extracted as root, Python's ``tarfile`` before 3.14, or a machine without ``fs.protected_hardlinks``) passed
+    every check, and ``mcp-gym view`` put it, base64, into the page it wrote into the run. mcp-gym writes these files
+    with one name: one with more is refused, unread."""
+    from mcp_gym.viewer import load_run
+
+    _hard_link_secret(handed_over, tmp_path, name)
+    with pytest.raises(ValueError, match=f"{name}: refusing to read this file of the run: it has 2 names") as e:
+        load_run(handed_over)
+    assert "hostile5secret" not in str(e.value)
+
+
+@pytest.mark.slow  # mcp-gym view in its own process
+def test_mcp_gym_view_refuses_a_hard_linked_plot_in_one_line(handed_over: Path, tmp_path: Path) -> None:
+    _hard_link_secret(handed_over, tmp_path, "report/x.png")
+    _refused(_view(str(handed_over)), "report/x.png", "it has 2 names (a hard link")
+    _no_key_anywhere(handed_over)
+
+
+def test_shards_and_segments_of_a_hard_link_backup_still_read(handed_over: Path, tmp_path: Path) -> None:
+    """A hard-link backup (``cp -al``, ``rsync --link-dest``) gives every shard a second name: shards and WAL
+    segments must pass their own format's checks (a foreign file fails them), so they read with several names."""
+    before = load(handed_over).episodes.num_rows
+    _wal_segment(handed_over)
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    for p in [*handed_over.glob("episodes/*.parquet"), *handed_over.glob("steps/*.parquet"),
+              *handed_over.glob(".wal/*.wal")]:
+        os.link(p, backup / f"{p.parent.name}-{p.name}")
+    assert load(handed_over).episodes.num_rows == before + 1
+
+
+def test_a_job_resuming_a_run_with_a_huge_segment_stops_in_one_line(handed_over: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A job resuming the run reads its WAL segments (done episodes, a dead writer's recovery): a refused segment ends
+    it with one line naming the file, exit status 1, not a traceback."""
+    from conftest import COUNTER_EVAL
+
+    from mcp_gym.cli import main
+    from mcp_gym.recording.wal import WAL_SEGMENT_LIMIT
+
+    seg = _wal_segment(handed_over)
+    os.truncate(seg, WAL_SEGMENT_LIMIT + 1)
+    assert main(["eval", *COUNTER_EVAL, "policy=oracle", "samples=1", f"out={handed_over}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("mcp-gym eval: ") and seg.name in err[-1] and "over the 2147483648 allowed" in err[-1]
+    assert not [line for line in err if "Traceback" in line]

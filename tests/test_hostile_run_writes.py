@@ -72,3 +72,71 @@ def test_a_job_s_manifest_and_card_never_write_through_a_planted_symlink(tmp_pat
     (tmp_path / "elsewhere").mkdir()
     assert main(["eval", *RUN, "policy=oracle", "samples=2", f"out={run}"]) == 0
     assert not list((tmp_path / "elsewhere").iterdir()) and (run / "report" / "results.json").is_file()
+
+
+@pytest.mark.parametrize("how", ["symlinks", "hard links", "folder link"])
+def test_hydra_never_writes_a_job_s_config_through_the_run_s_links(tmp_path: Path, handed_over: Path,
+                                                                    how: str) -> None:
+    """Round 6. A job resumed in a handed-over run: Hydra writes ``.hydra/config.yaml``, ``hydra.yaml`` and
+    ``overrides.yaml`` with ``open(..., "w")``, through whatever the run holds at those names; a link to
+    ``~/.bashrc`` (or ``.hydra`` itself linked to a folder of the user's) had the user's file replaced by the job's
+    YAML. Now the job replaces such a name before Hydra writes (one line on stderr names it), never writing
+    through it."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(handed_over, run, symlinks=True)
+    home = tmp_path / "home"
+    home.mkdir()
+    victims = {name: home / name for name in ("config.yaml", "hydra.yaml", "overrides.yaml")}
+    for v in victims.values():
+        v.write_text(BASHRC)
+    hydra = run / ".hydra"
+    if how == "folder link":
+        shutil.rmtree(hydra)
+        hydra.symlink_to(home, target_is_directory=True)
+    else:
+        for name, victim in victims.items():
+            (hydra / name).unlink()
+            (hydra / name).symlink_to(victim) if how == "symlinks" else os.link(victim, hydra / name)
+    assert main(["eval", *RUN, "policy=oracle", "samples=1", f"out={run}"]) == 0
+    assert all(v.read_text() == BASHRC for v in victims.values())
+    assert not hydra.is_symlink() and (hydra / "config.yaml").read_text().startswith("env:")
+    assert all((hydra / n).stat().st_nlink == 1 and not (hydra / n).is_symlink() for n in victims)
+
+
+def test_the_hydra_snapshot_reads_only_regular_files_with_one_name(tmp_path: Path) -> None:
+    """The job snapshots ``.hydra/*.yaml`` before Hydra rewrites them (to put them back if it refuses the run): a
+    named pipe there made that read wait without end, ``/dev/zero`` grow without end, and a hard link to a file of
+    the user's was copied back into the run as a file of its own. Only regular files with one name are read now."""
+    from mcp_gym.cli import _snapshot
+
+    folder = tmp_path / ".hydra"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("env: {}\n")
+    os.mkfifo(folder / "x.yaml")
+    (folder / "zero.yaml").symlink_to("/dev/zero")
+    (tmp_path / "secret").write_text(BASHRC)
+    os.link(tmp_path / "secret", folder / "linked.yaml")
+    assert _snapshot(folder, 1 << 20) == {folder / "config.yaml": b"env: {}\n"}
+
+
+@pytest.mark.slow  # the whole job in its own process; the fast test above reads the same folder
+def test_a_pipe_in_the_run_s_hydra_folder_does_not_hang_the_job(tmp_path: Path, handed_over: Path) -> None:
+    """The job snapshots ``.hydra/*.yaml`` before Hydra rewrites them (to put them back if it refuses the run): a
+    named pipe there (``.hydra/x.yaml``) made that read wait for a writer without end. Only regular files with one
+    name are read now; the pipe is left alone. Run in its own process, bounded."""
+    import shutil
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(handed_over, run, symlinks=True)
+    os.mkfifo(run / ".hydra" / "x.yaml")
+    (run / ".hydra" / "zero.yaml").symlink_to("/dev/zero")
+    try:
+        done = subprocess.run([sys.executable, "-m", "mcp_gym.cli", "eval", *RUN, "policy=oracle", "samples=1",
+                               f"out={run}"], capture_output=True, text=True, timeout=150, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job waited on the pipe in .hydra/ without end")
+    assert done.returncode == 0, done.stderr[-2000:]

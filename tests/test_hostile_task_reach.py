@@ -270,3 +270,71 @@ def test_an_agent_s_endless_view_stops_the_sqlite_grader(tmp_path: Path, query: 
     except subprocess.TimeoutExpired:
         pytest.fail(f"the sqlite grader's {query!r} did not stop within 120 s")
     assert why in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("query", ["VACUUM INTO '{out}'", "ATTACH DATABASE '{out}' AS x", "PRAGMA query_only = 0",
+                                   "INSERT INTO t VALUES (1)"])
+def test_an_sqlite_grader_query_writes_nothing(tmp_path: Path, query: str) -> None:
+    """A task file's sqlite query ran with the connection's own powers: ``VACUUM INTO '~/.bash_aliases'`` wrote the
+    agent's database (rows of its choosing, lines of shell among them) to any new path the user may write, and
+    ``ATTACH`` created an empty file anywhere. Only reading queries run now; the rest is a grading error naming it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with sqlite3.connect(ws / "data.db") as con:
+        con.execute("create table t (x text)")
+        con.execute("insert into t values ('\nid > /tmp/pwned\n')")
+    con.close()
+    out = tmp_path / "home" / ".bash_aliases"
+    out.parent.mkdir()
+    grader = make_grader({"kind": "sqlite", "db": "{workspace}/data.db", "query": query.format(out=out),
+                          "rows": [[1]]})
+    with pytest.raises(GraderError, match="sqlite grader: .* refused: it may only read"):
+        asyncio.run(grader.grade(GradeContext(Task(id="t", prompt="p"), "hi", workspace=ws)))
+    assert not out.exists()
+
+
+def test_an_agent_s_hostile_schema_cannot_write_or_run_untrusted_functions(tmp_path: Path) -> None:
+    """The database is the agent's: its triggers never fire on a read, no file beside it is made, and a view calling a
+    function SQLite does not mark innocuous is refused (``trusted_schema=OFF`` besides SQLite's own direct-only
+    marks); ordinary views grade. (This attack held before round 6; kept as a guard.)"""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with sqlite3.connect(ws / "data.db") as con:
+        con.execute("create table t (x)")
+        con.execute("insert into t values (1)")
+        con.execute("create table log (x)")
+        con.execute("create trigger tr after insert on t begin insert into log values (1); end")
+        con.execute("create view plain as select x from t")
+        con.execute("create view tok as select fts3_tokenizer('simple') as x")
+    con.close()
+    before = (ws / "data.db").read_bytes()
+    ctx = GradeContext(Task(id="t", prompt="p"), "hi", workspace=ws)
+    ok = make_grader({"kind": "sqlite", "db": "{workspace}/data.db", "query": "select x from plain", "rows": [[1]]})
+    assert asyncio.run(ok.grade(ctx)).passed
+    bad = make_grader({"kind": "sqlite", "db": "{workspace}/data.db", "query": "select x from tok", "rows": [[1]]})
+    with pytest.raises(GraderError, match="sqlite grader: .*unsafe use of fts3_tokenizer"):
+        asyncio.run(bad.grade(ctx))
+    assert (ws / "data.db").read_bytes() == before
+    assert sorted(p.name for p in ws.iterdir()) == ["data.db"]
+
+
+def test_an_agent_s_wal_and_shm_links_are_not_written_through(tmp_path: Path) -> None:
+    """A WAL-mode database whose ``data.db-shm`` and ``data.db-wal`` the agent made links to the user's files: SQLite
+    opens them without following (``O_NOFOLLOW``), so the grade fails and the files are untouched. (Held before
+    round 6; kept as a guard.)"""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    con = sqlite3.connect(ws / "data.db")
+    con.execute("pragma journal_mode=wal")
+    con.execute("create table t (x)")
+    con.commit()
+    con.close()
+    victims = [tmp_path / "bashrc", tmp_path / "profile"]
+    for v, suffix in zip(victims, ("-shm", "-wal"), strict=True):
+        v.write_text(SECRET * 100)
+        (ws / f"data.db{suffix}").symlink_to(v)
+    grader = make_grader({"kind": "sqlite", "db": "{workspace}/data.db", "query": "select count(*) from t",
+                          "rows": [[0]]})
+    with pytest.raises(GraderError, match="unable to open database file"):
+        asyncio.run(grader.grade(GradeContext(Task(id="t", prompt="p"), "hi", workspace=ws)))
+    assert all(v.read_text() == SECRET * 100 for v in victims)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,30 @@ class CassetteError(MCPGymError, ValueError):
         where = f"{path}:{line}" if line is not None else str(path)
         super().__init__(f"{where}: {field}: {reason}" if field else f"{where}: {reason}")
         self.path, self.line, self.field, self.reason = path, line, field, reason
+
+
+MAX_LINE_BYTES = 512 << 20
+"""Longest cassette line read (a recorded answer is at most a server's ``max_message_bytes``, 32 MB by default, and
+JSON-escaped at most ~6 times that): a longer one, or a file of one endless line, is refused, not read on."""
+
+
+def _open_cassette(path: Path, root: Path | None = None) -> Any:  # also used by cassette.spec
+    """``path`` open for reading in binary, if it is a regular file (inside ``root`` when given): never a named pipe
+    (a read waiting without end) or a device (``/dev/zero``: one endless line), opened without blocking."""
+    if root is not None and not path.resolve().is_relative_to(root.resolve()):
+        raise CassetteError(path, None, None, f"refusing to read this cassette: it leads out of {root} (to "
+                                              f"{path.resolve()}, through a symlink)")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CassetteError(path, None, None, "refusing to read this cassette: it is not a regular file (a pipe "
+                                                  "or device would be read without end)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def _show(value: Any) -> str:
@@ -174,9 +199,11 @@ class Cassette:
         headers: list[dict[str, Any]] = []
         per_conn: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         episodes: dict[str | None, EpisodeTape] = {None: EpisodeTape(None)}
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, start=1):
-                line = line.strip()
+        with _open_cassette(path) as raw:
+            for number, data in enumerate(iter(lambda: raw.readline(MAX_LINE_BYTES + 1), b""), start=1):
+                if len(data) > MAX_LINE_BYTES:
+                    raise CassetteError(path, number, None, f"a line longer than {MAX_LINE_BYTES} bytes")
+                line = data.decode("utf-8", errors="replace").strip()
                 if not line:
                     continue
                 try:

@@ -9,7 +9,7 @@ from typing import Any
 from mcp_gym.cassette.format import (
     CASSETTES_DIR,
 )
-from mcp_gym.cassette.reader import Cassette
+from mcp_gym.cassette.reader import Cassette, _open_cassette
 from mcp_gym.cassette.replay import ReplayServer
 from mcp_gym.client.specs import InProcess, Protocol
 
@@ -84,6 +84,7 @@ def replay_servers(directory: str | os.PathLike[str], *, strict: bool = False) -
         d = d / CASSETTES_DIR
     out = {}
     for p in sorted(d.glob("*.jsonl")):
+        _open_cassette(p, d).close()  # the folder may be someone else's run: only its own regular files are read
         spec = Replay(p, strict=strict)
         out[str(spec.cassette.header.get("alias") or p.stem)] = spec
     if not out:

@@ -221,20 +221,17 @@ def oauth_client_credentials(
     The client authenticates at the token endpoint with either ``client_secret`` (``client_secret_basic``:
     ``ClientCredentialsOAuthProvider``) or ``private_key``, a PEM private key that signs a JWT assertion
     (``private_key_jwt``, RFC 7523, with ``signing_algorithm`` such as ``RS256`` or ``ES256``:
-    ``PrivateKeyJWTOAuthProvider``). ``issuer`` names the authorization server the credentials belong to (the SDK
-    warns when it is left out)."""
+    ``PrivateKeyJWTOAuthProvider``). ``issuer`` names the authorization server the credentials belong to; without it,
+    the credentials go only to a token endpoint on the server's own origin (scheme, host and port): the server
+    names where its authorization server is, and a hostile one would name its own. A token endpoint elsewhere is
+    then refused in one line (``OAuthFlowError``) saying to pass ``issuer=``."""
     if (client_secret is None) == (private_key is None):
         raise ValueError(f"oauth_client_credentials({redact_url(url)!r}, {client_id!r}): give exactly one of "
                          "client_secret= and private_key=")
-    from mcp.client.auth.extensions import client_credentials as cc
+    from mcp_gym.client._oauth import client_credentials
 
-    if client_secret is not None:
-        return cc.ClientCredentialsOAuthProvider(url, _MemoryTokens(), client_id, client_secret, scope=scope,
-                                                 issuer=issuer)
-    signer = cc.SignedJWTParameters(issuer=client_id, subject=client_id, signing_key=private_key or "",
-                                    signing_algorithm=signing_algorithm)
-    return cc.PrivateKeyJWTOAuthProvider(url, _MemoryTokens(), client_id, signer.create_assertion_provider(),
-                                         scope=scope, issuer=issuer)
+    return client_credentials(url, client_id, client_secret, private_key, signing_algorithm, issuer, scope,
+                              _MemoryTokens())
 
 
 class _MemoryTokens:

@@ -95,6 +95,36 @@ def _rows(rows: Any) -> list[tuple[Any, ...]]:
     return [tuple(r) if isinstance(r, (list, tuple)) else (r,) for r in rows]
 
 
+_SQLITE_READS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                           sqlite3.SQLITE_RECURSIVE})
+"""What an ``sqlite`` grader's query may do: read (views and CTEs included) and call functions."""
+_SQLITE_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
+                             "foreign_key_list", "table_list"})
+"""Pragmas a query may read (``pragma_table_info('t')``): they only describe the schema."""
+_SQLITE_ACTIONS = {sqlite3.SQLITE_ATTACH: "attach or write the file {0!r} (ATTACH, VACUUM INTO)",
+                   sqlite3.SQLITE_PRAGMA: "run PRAGMA {0}", sqlite3.SQLITE_DETACH: "detach {0}"}
+
+
+def _read_only(con: sqlite3.Connection, denied: list[str]) -> None:
+    """Make ``con`` read only what its database holds. The task file's query is untrusted and ``mode=ro`` guards only
+    the database itself: ``VACUUM INTO '~/.bash_aliases'`` wrote the database (rows of the agent's choosing) to any
+    new path, ``ATTACH`` created a file anywhere. The agent's schema is untrusted too: ``trusted_schema=OFF`` keeps
+    its views and triggers from calling functions SQLite does not mark innocuous. What was denied first goes in
+    ``denied``."""
+    con.execute("PRAGMA trusted_schema = OFF")
+    con.execute("PRAGMA query_only = ON")
+
+    def authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None) -> int:
+        if action in _SQLITE_READS or (action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _SQLITE_PRAGMAS) \
+                or (action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and trigger is None):
+            return sqlite3.SQLITE_OK  # (that update is how json_each and pragma_* get instantiated: nothing written)
+        if not denied:
+            denied.append(_SQLITE_ACTIONS.get(action, "change it ({0})").format(arg1 or arg2 or action))
+        return sqlite3.SQLITE_DENY
+
+    con.set_authorizer(authorize)
+
+
 class SQLiteGrader(Grader):
     """A query on an SQLite database after the episode returns the expected rows."""
 
@@ -123,14 +153,22 @@ class SQLiteGrader(Grader):
         # stops at the grader's timeout and at SQLITE_MAX_ROWS rows.
         seconds = self.timeout or DEFAULT_GRADER_TIMEOUT
         deadline = time.monotonic() + seconds
+        denied: list[str] = []
         try:
-            with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0) as con:
+            con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+            try:
+                _read_only(con, denied)
                 con.set_progress_handler(lambda: time.monotonic() > deadline, 10_000)
                 fetched = con.execute(query).fetchmany(SQLITE_MAX_ROWS + 1)
+            finally:
+                con.close()
         except sqlite3.Error as e:
             if time.monotonic() > deadline:
                 raise GraderError(f"sqlite grader: {query!r} on {path} stopped after {seconds:g} s (its timeout)") \
                     from None
+            if denied:
+                raise GraderError(f"sqlite grader: {query!r} on {path} refused: it may only read the database, not "
+                                  f"{denied[0]}") from None
             raise GraderError(f"sqlite grader: {query!r} on {path}: {e}") from None
         if len(fetched) > SQLITE_MAX_ROWS:
             raise GraderError(f"sqlite grader: {query!r} on {path} returned more than {SQLITE_MAX_ROWS} rows")

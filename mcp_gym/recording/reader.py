@@ -67,7 +67,7 @@ def read_tables(path: str | os.PathLike[str], *, include_wal: bool = True) -> tu
         wal_steps: list[tuple[Any, ...]] = []
         for _, segments in sorted(RunDirectory(root, create=False).wal_segments().items()):
             for _, seg in segments:
-                for row, rows in read_frames(seg):
+                for row, rows in read_frames(seg, root=root):
                     ep = EpisodeRecord.from_row(row)
                     if ep.episode_id in seen or (ep.episode_key and ep.episode_key in seen_keys):
                         continue

@@ -469,7 +469,7 @@ class RunDirectory:
     def _wal_frames(self) -> Iterator[Frame]:
         for _, segments in sorted(self.wal_segments().items()):
             for _, path in segments:
-                yield from read_frames(path)
+                yield from read_frames(path, root=self.path)
 
     def done_keys(self) -> set[str]:
         """Keys of the recorded episodes: in finished shards and in write-ahead logs (of live or killed writers)."""
@@ -565,7 +565,7 @@ class RunDirectory:
             episodes: list[tuple[Any, ...]] = []
             ids: list[str] = []
             keys: list[str] = []
-            for row, rows in read_frames(wal):
+            for row, rows in read_frames(wal, root=self.path):
                 episode = EpisodeRecord.from_row(row)
                 eid, key = episode.episode_id, episode.episode_key
                 if eid in seen_ids or (key and key in seen_keys):

@@ -35,6 +35,8 @@ from typing import Any
 
 import orjson
 
+from mcp_gym.recording._contained import RunFileRefused, open_run_file
+
 __all__: list[str] = []  # internal to mcp_gym.recording: used by its sibling modules only
 
 _log = logging.getLogger("mcp_gym.recording")
@@ -43,6 +45,11 @@ Frame = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
 """``(episode_row, step_rows)``."""
 CHUNK_BYTES = 4 << 20
 """A segment grows by this much at a time (allocated on disk and pre-faulted: ~5 ms per chunk)."""
+WAL_SEGMENT_LIMIT = 2 << 30
+"""Bytes of a WAL segment :func:`read_frames` reads at most (a larger one is refused). A writer starts a new segment
+(publishing its shard) once one holds :data:`WAL_ROLL_BYTES`, so only an episode of over a gigabyte comes near it."""
+WAL_ROLL_BYTES = 256 << 20
+"""A writer publishes its shard, and so starts a new WAL segment, once the segment holds this many bytes."""
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform == "linux" else None)
 
 
@@ -64,7 +71,7 @@ class WalFile:
         self.fsync = fsync
         self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self._map: mmap.mmap | None = None
-        self._size = 0  # bytes of frames
+        self._size = 0  # bytes of frames (the segment's size once closed)
         self._capacity = 0
         self.frames = 0
         self._buf = io.BytesIO()
@@ -133,6 +140,11 @@ class WalFile:
             page = start - start % mmap.ALLOCATIONGRANULARITY
             m.flush(page, end - page)
 
+    @property
+    def size(self) -> int:
+        """Bytes of the frames appended."""
+        return self._size
+
     def sync(self) -> None:
         """fsync the segment."""
         if self._map is not None:
@@ -156,35 +168,50 @@ class WalFile:
         self.path.unlink(missing_ok=True)
 
 
-def read_frames(path: Path) -> Iterator[Frame]:
-    """The intact frames of a WAL segment, stopping quietly at a torn or corrupt tail."""
+def read_frames(path: Path, *, root: Path | None = None, limit: int | None = None) -> Iterator[Frame]:
+    """The intact frames of a WAL segment, stopping quietly at a torn or corrupt tail.
+
+    Read frame by frame, never more than the segment's size when opened, and at most ``limit`` bytes (default
+    :data:`WAL_SEGMENT_LIMIT`): a larger segment is refused in one line (``RunFileRefused``, a ``ValueError``), so a
+    handed-over run's huge or still-growing segment costs neither all memory nor a read without end. ``root``: the
+    run directory the segment must stay in (a segment of someone else's run is checked like its other files)."""
+    limit = WAL_SEGMENT_LIMIT if limit is None else limit
     try:
-        data = path.read_bytes()
+        f = open_run_file(path.parent if root is None else root, path)
     except FileNotFoundError:
         return
-    pos, end = 0, len(data)
-    while pos + _HEADER.size <= end:
-        size, crc = _HEADER.unpack_from(data, pos)
-        if size == 0:  # the zeroed, preallocated end of a segment whose writer is alive or died
-            return
-        start = pos + _HEADER.size
-        payload = data[start : start + size]
-        if len(payload) < size or zlib.crc32(payload) != crc:
-            return
-        try:
-            if payload[:1] == b"[":
-                episode, steps = orjson.loads(payload)
-            else:
-                _no_references(payload)
-                episode, steps = _PlainUnpickler(io.BytesIO(payload)).load()
-            frame = tuple(episode), [tuple(s) for s in steps]
-        except (pickle.UnpicklingError, orjson.JSONDecodeError, ValueError, TypeError, EOFError) as e:
-            # CRC-intact but not a frame this module writes (crafted, or another program's): not a torn tail
-            _log.warning("%s: the frame at byte %d is not a write-ahead-log frame (%s); the rest of the segment is "
-                         "ignored", path, pos, e)
-            return
-        yield frame
-        pos = start + size
+    with f:
+        end = os.fstat(f.fileno()).st_size
+        if end > limit:
+            raise RunFileRefused(f"{path}: refusing to read this write-ahead-log segment of the run: {end} bytes, "
+                                 f"over the {limit} allowed")
+        pos = 0
+        while pos + _HEADER.size <= end:
+            header = f.read(_HEADER.size)
+            if len(header) < _HEADER.size:
+                return
+            size, crc = _HEADER.unpack(header)
+            start = pos + _HEADER.size
+            if size == 0 or start + size > end:  # the zeroed, preallocated end of a segment, or a torn tail
+                return
+            payload = f.read(size)
+            if len(payload) < size or zlib.crc32(payload) != crc:
+                return
+            try:
+                if payload[:1] == b"[":
+                    episode, steps = orjson.loads(payload)
+                else:
+                    _no_references(payload)
+                    episode, steps = _PlainUnpickler(io.BytesIO(payload)).load()
+                frame = tuple(episode), [tuple(s) for s in steps]
+            except (pickle.UnpicklingError, orjson.JSONDecodeError, ValueError, TypeError, EOFError) as e:
+                # CRC-intact but not a frame this module writes (crafted, or another program's): not a torn tail
+                _log.warning("%s: the frame at byte %d is not a write-ahead-log frame (%s); the rest of the segment "
+                             "is ignored", path, pos, e)
+                return
+            del payload
+            yield frame
+            pos = start + size
 
 
 _REFERENCES = frozenset({"GET", "BINGET", "LONG_BINGET"})

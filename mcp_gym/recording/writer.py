@@ -39,7 +39,7 @@ from mcp_gym.protocol import catalogue_fingerprint
 from mcp_gym.recording.run import RunDirectory, RunLock, WriterLock
 from mcp_gym.recording.schema import Catalogue, EpisodeRecord, dumps, safe_text
 from mcp_gym.recording.shards import PartWriter
-from mcp_gym.recording.wal import WalFile, read_frames
+from mcp_gym.recording.wal import WAL_ROLL_BYTES, WalFile, read_frames
 
 __all__ = ["TrajectoryWriter", "EpisodeWriter", "FsyncPolicy"]
 
@@ -593,8 +593,9 @@ class TrajectoryWriter:
 
     def _write_row_group(self) -> None:
         self._write_buffered()
-        if self._part is not None and self._part.bytes_written >= self.shard_bytes:
-            self._publish()
+        if self._part is not None and (self._part.bytes_written >= self.shard_bytes
+                                       or (self._wal is not None and self._wal.size >= WAL_ROLL_BYTES)):
+            self._publish()  # a segment past WAL_ROLL_BYTES too: readers refuse one past WAL_SEGMENT_LIMIT
 
     def _publish(self) -> None:
         """Publish the current part with every buffered episode, delete its WAL segment, start the next part."""

@@ -33,13 +33,36 @@ def server_spec(url: str, scenario: str, context: Mapping[str, Any]) -> Http:
     authorization-code provider (:func:`authorization_code`) for the other auth scenarios."""
     if "client_id" in context and "private_key_pem" in context:
         auth = oauth_client_credentials(url, context["client_id"], private_key=context["private_key_pem"],
-                                        signing_algorithm=context.get("signing_algorithm", "RS256"))
+                                        signing_algorithm=context.get("signing_algorithm", "RS256"),
+                                        issuer=suite_issuer(url))
         return Http(url, auth=auth)
     if "client_id" in context and "client_secret" in context:
-        return Http(url, auth=oauth_client_credentials(url, context["client_id"], context["client_secret"]))
+        return Http(url, auth=oauth_client_credentials(url, context["client_id"], context["client_secret"],
+                                                       issuer=suite_issuer(url)))
     if scenario.startswith("auth/"):
         return Http(url, auth=authorization_code(url))
     return Http(url)
+
+
+def suite_issuer(url: str) -> str | None:
+    """The authorization server the suite's server advertises (its protected-resource metadata, RFC 9728), as the
+    ``issuer=`` of the client credentials the suite hands out. The suite runs its authorization server on another
+    port, so another origin, where ``oauth_client_credentials`` sends credentials only to an issuer the caller
+    names; this harness trusts the suite's server to name it (a real client is configured with its issuer)."""
+    from urllib.parse import urlsplit
+    from urllib.request import urlopen
+
+    parts = urlsplit(url)
+    base = f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource"
+    for where in (base + parts.path.rstrip("/"), base):
+        try:
+            with urlopen(where, timeout=10) as r:  # noqa: S310 - the suite's own server, http on 127.0.0.1
+                servers = json.loads(r.read()).get("authorization_servers") or []
+        except (OSError, ValueError):
+            continue
+        if servers:
+            return str(servers[0])
+    return None
 
 
 def authorization_code(url: str) -> Any:
