@@ -377,16 +377,26 @@ class MCPGymClient(MCPToolClient):
     Its ``list_tools`` cache is dropped at each reset and whenever a step says the tool list changed (a tool a
     conversation's next user turn adds, a server's ``tools/list_changed``), so it never lists stale tools."""
 
+    tools_stale = False
+    """Whether ``list_tools``'s cache is older than the last reset or tools change (the next listing asks again)."""
+
+    async def list_tools(self, use_cache: bool = True) -> list[Any]:
+        """OpenEnv's ``list_tools``, asking the server again after a reset or a step that changed the tools (through
+        its public ``use_cache``: OpenEnv keeps the cache in a private attribute)."""
+        tools: list[Any] = await super().list_tools(use_cache=use_cache and not self.tools_stale)
+        self.tools_stale = False  # (a listing that raised leaves it set: the next one asks again)
+        return tools
+
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[Observation]:
         obs = payload.get("observation") or {}
         fields = {"done": payload.get("done", False), "reward": payload.get("reward")}
         if "messages" in obs and "tool_name" not in obs:
             observation: Observation = ResetObservation(**{**obs, **fields})
-            self._tools_cache = None
+            self.tools_stale = True
         elif "tool_name" in obs:
             observation = StepObservation(**{**obs, **fields})
             if obs.get("tool_schemas") is not None:
-                self._tools_cache = None
+                self.tools_stale = True
         else:
             return super()._parse_result(payload)
         return StepResult(observation=observation, reward=payload.get("reward"), done=payload.get("done", False))

@@ -629,6 +629,7 @@ def _episode_grpo_trainer() -> type:
     :class:`_EnvTools`).
     """
     import trl
+    from transformers import ProcessorMixin
 
     base = trl.GRPOTrainer
     for hook in ("_tool_call_loop", "_get_tool_suffix_ids"):
@@ -657,7 +658,9 @@ def _episode_grpo_trainer() -> type:
         def _get_tool_suffix_ids(self, tool_messages: list[dict[str, Any]]) -> list[int]:
             env = self._episode_env(tool_messages)
             if env is not None and env.done:  # past the budget: TRL drops this turn's results and ends the rollout
-                return [self._tokenizer.pad_token_id or 0] * (self.max_completion_length + 1)
+                pad = self.processing_class  # a processor's tokenizer, as TRL takes it (not its private _tokenizer)
+                pad = pad.tokenizer if isinstance(pad, ProcessorMixin) else pad
+                return [pad.pad_token_id or 0] * (self.max_completion_length + 1)
             return cast("list[int]", super()._get_tool_suffix_ids(tool_messages))
 
         def _episode_env(self, tool_messages: list[dict[str, Any]]) -> MCPToolEnvironment | None:

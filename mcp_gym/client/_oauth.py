@@ -47,7 +47,7 @@ def check_token_url(server_url: str, token_url: str, client_id: str) -> str:
 
 
 @functools.cache
-def _same_origin(base: type) -> type:
+def same_origin(base: type) -> type:
     """A subclass of the SDK provider ``base`` whose token requests (first and refresh) go only to the server's
     origin."""
 
@@ -78,7 +78,7 @@ def client_credentials(url: str, client_id: str, client_secret: str | None, priv
     with warnings.catch_warnings():
         if issuer is None:  # the SDK warns that the server then chooses: here it cannot (the same-origin check)
             warnings.simplefilter("ignore", MCPDeprecationWarning)
-            secret_cls, jwt_cls = _same_origin(secret_cls), _same_origin(jwt_cls)
+            secret_cls, jwt_cls = same_origin(secret_cls), same_origin(jwt_cls)
         if client_secret is not None:
             return secret_cls(url, storage, client_id, client_secret, scope=scope, issuer=issuer)
         signer = cc.SignedJWTParameters(issuer=client_id, subject=client_id, signing_key=private_key or "",
