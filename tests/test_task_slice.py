@@ -43,24 +43,6 @@ def test_select_tasks_keeps_the_set_order_and_refuses_bad_slices() -> None:
         select_tasks(tasks, ids[0])
 
 
-def test_collect_grows_into_a_wider_slice_and_refuses_a_narrower_one(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    base = ["collect", *FAST, "policy=oracle", "split=test", "samples=1", f"out={out}"]
-    ids = [t.id for t in load_env_tasks("Counter", "test")]
-    assert main([*base, "env.max_tasks=1"]) == 0
-    (first,) = list(load(out).episodes)
-    assert first["episode_key"] == f"{ids[0]}#0"
-    assert main([*base, "env.max_tasks=3"]) == 0  # wider: only the 2 new episodes run
-    after = {r["episode_key"]: r["episode_id"] for r in load(out).episodes}
-    assert set(after) == {f"{i}#0" for i in ids[:3]} and after[first["episode_key"]] == first["episode_id"]
-    capsys.readouterr()
-    assert main([*base, "env.max_tasks=2"]) == 2  # narrower: another plan
-    line = _one_line(capsys.readouterr().err)
-    assert "another plan (env.max_tasks: 3 -> 2)" in line and "env.task_ids, env.max_tasks" in line and "out=" in line
-    assert len(load(out).episodes) == 3
-
-
 @pytest.mark.slow
 def test_eval_plays_the_slice_and_a_wider_slice_runs_only_the_rest(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,6 +89,24 @@ def test_task_ids_resume_in_any_order_and_unknown_ids_are_refused(
     line = _one_line(capsys.readouterr().err)
     assert "env.task_ids: unknown task id(s) 'no-such-task'" in line and "split 'test'" in line
     assert not (tmp_path / "other" / "manifest.json").exists()
+
+
+def test_collect_grows_into_a_wider_slice_and_refuses_a_narrower_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    base = ["collect", *FAST, "policy=oracle", "split=test", "samples=1", f"out={out}"]
+    ids = [t.id for t in load_env_tasks("Counter", "test")]
+    assert main([*base, "env.max_tasks=1"]) == 0
+    (first,) = list(load(out).episodes)
+    assert first["episode_key"] == f"{ids[0]}#0"
+    assert main([*base, "env.max_tasks=2"]) == 0  # wider: only the new episode runs
+    after = {r["episode_key"]: r["episode_id"] for r in load(out).episodes}
+    assert set(after) == {f"{i}#0" for i in ids[:2]} and after[first["episode_key"]] == first["episode_id"]
+    capsys.readouterr()
+    assert main([*base, "env.max_tasks=1"]) == 2  # narrower: another plan
+    line = _one_line(capsys.readouterr().err)
+    assert "another plan (env.max_tasks: 2 -> 1)" in line and "env.task_ids, env.max_tasks" in line and "out=" in line
+    assert len(load(out).episodes) == 2
 
 
 @pytest.mark.parametrize(("value", "said"), [("0", "env.max_tasks must be a positive integer or null, not 0"),

@@ -149,7 +149,8 @@ def env_factory(env: Mapping[str, Any], tasks: Sequence[Task] | None = None, *,
     """A zero-argument function making the :class:`~mcp_gym.env.MCPEnv` of an env config (the ``env:`` node of a job
     config: :func:`env_config`), over its :func:`server_specs`, its budgets and timeouts, and, for a custom env, its
     grader, the tools it shows (``include_tools``/``exclude_tools``), reset mode and spare servers. ``tasks``: the
-    env's tasks (default: its task set or task file, the ``split`` if given). The trainer faces take it as their
+    env's tasks (default: its task set or task file, the ``split`` if given, cut to its ``task_ids``/``max_tasks``
+    slice: :func:`load_job_tasks`). The trainer faces take it as their
     ``env``."""
     env = to_dict(env)
     tasks = list(load_job_tasks(env, split) if tasks is None else tasks)
