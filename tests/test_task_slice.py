@@ -5,6 +5,7 @@ narrower one in one line; bad values are refused in one line before anything run
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,11 @@ def test_tasks_validate_checks_the_slice(tmp_path: Path) -> None:
                  "env.max_tasks=2", f"out={out}"]) == 0
     checks = json.loads((out / "validation.json").read_text())
     assert [c["task_id"] for c in checks] == [ids[0], ids[3]] and {c["status"] for c in checks} == {"passed"}
+
+
+def test_tasks_generate_refuses_a_slice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tasks generate makes a task set; a slice key there would be ignored, so it is refused in one line."""
+    assert main(["tasks", "generate", "env=custom", f"+env.servers.counter={sys.executable} -m mcp_gym.servers.counter",
+                 "env.max_tasks=3", f"out={tmp_path / 'gen'}"]) == 2
+    assert "tasks generate proposes new tasks; env.task_ids and env.max_tasks" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "gen" / "tasks.jsonl").exists()
