@@ -122,6 +122,8 @@ def test_the_cli_prints_runnable_commands(bfcl_root: Path, tmp_path: Path, capsy
     run = next(line for line in out.splitlines() if line.startswith("evaluate with: "))
     assert "mcp_gym.servers.bfcl --bfcl" in run and "multi_turn_miss_param.jsonl" in run
     assert run.endswith("policy=noop") and "env.max_steps=" in run
+    first = next(line for line in out.splitlines() if line.startswith("a first look ("))
+    assert first.endswith(f": {run.removeprefix('evaluate with: ')} env.max_tasks=5 samples=1")  # a slice first
 
 
 def test_the_server_plays_a_task_and_shows_held_back_functions_at_their_turn(bfcl_root: Path) -> None:
@@ -255,22 +257,20 @@ def test_a_miss_func_episode_exports_one_example_per_tool_list(bfcl_root: Path, 
 
 @pytest.mark.slow
 def test_the_printed_commands_run_as_printed(bfcl_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """The printed ``tasks validate`` and ``eval`` commands, with another ``env.tasks=`` (three tasks of miss_func)
-    appended, run: the ground truth passes, noop scores 0 and both exit as they should."""
+    """The printed ``tasks validate`` command and first look at ``eval``, with another ``env.tasks=`` (miss_func) and
+    ``env.max_tasks=3`` appended, run: the ground truth passes, noop scores 0 and both exit as they should."""
     import shlex
 
     assert bfcl_import.main([str(bfcl_root), "--out", str(tmp_path / "o")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    run = next(x for x in lines if x.startswith("evaluate with: ")).removeprefix("evaluate with: ")
+    first = next(x for x in lines if x.startswith("a first look (")).split("): ", 1)[1]
     validate = next(x for x in lines if x.startswith("check the ground truth with: ")).split(": ", 1)[1]
-    subset = tmp_path / "three.jsonl"
-    rows = _records(tmp_path / "o" / "multi_turn_miss_func.jsonl")[:3]
-    subset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    other = [f"env.tasks={tmp_path / 'o' / 'multi_turn_miss_func.jsonl'}", "env.max_tasks=3"]
     cli = [sys.executable, "-m", "mcp_gym.cli"]
-    done = subprocess.run([*cli, *shlex.split(validate)[1:], f"env.tasks={subset}"], cwd=tmp_path,
+    done = subprocess.run([*cli, *shlex.split(validate)[1:], *other], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "3 of 3 tasks pass" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
-    done = subprocess.run([*cli, *shlex.split(run)[1:], f"env.tasks={subset}", "samples=1"], cwd=tmp_path,
+    done = subprocess.run([*cli, *shlex.split(first)[1:], *other], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert re.search(r"success rate\s*│\s*0\.0%", done.stdout) and re.search(r"grading errors\s*│\s*0", done.stdout)

@@ -306,7 +306,11 @@ def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with
     out = tmp_path / "bench"
     assert main(["tasks", "import", "mcpmark", str(checkout), "--out", str(out),
                  "--states", str(checkout / "downloads")]) == 0
-    assert "2 tasks (letters 1, notes 1)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "2 tasks (letters 1, notes 1)" in printed
+    from mcp_gym.jobs.mcpmark import eval_command
+
+    assert f"  {eval_command(out / 'tasks.jsonl')} env.max_tasks=5 samples=1\n" in printed  # a first look, printed
     tasks = {t.id: t for t in load_task_source(out / "tasks.jsonl")}
     assert set(tasks) == {"standard__notes__shout", "letters__upper"}  # the level, where there is one, in the id
     shout = tasks["standard__notes__shout"]

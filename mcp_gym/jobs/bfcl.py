@@ -253,6 +253,10 @@ def import_bfcl(path: str | Path, out: str | Path = "bfcl-multi-turn",
     return result
 
 
+FIRST_LOOK = "env.max_tasks=5 samples=1"
+"""The overrides of the printed small slice: the first 5 tasks, one sample each (its run grows into the full one)."""
+
+
 def server_command(root: Path) -> str:
     """The server command line of the printed commands (this Python, so the server finds mcp-gym)."""
     return f"{shlex.quote(sys.executable)} -m mcp_gym.servers.bfcl --bfcl {shlex.quote(str(root))}"
@@ -291,6 +295,8 @@ def main(argv: list[str]) -> int:
     first = next(iter(result.files))
     run, validate = commands(root, result, first)
     print(f"evaluate with: {run}")
+    print(f"a first look (5 tasks, 1 sample each; the command above then runs only the rest): {run} "
+          f"{FIRST_LOOK}")
     print(f"check the ground truth with: {validate}")
     print(f"other categories: append env.tasks={Path(a.out).resolve()}/multi_turn_<category>.jsonl")
     return 0

@@ -35,8 +35,15 @@ log = logging.getLogger(__name__)
 
 
 def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
-    """The tasks of the configured env: a bundled env's task set, or a custom env's task source (one split), whose
-    ``env`` keys that load code are refused unless ``env.task_env_allow`` lists them."""
+    """The tasks a job plays: the env's :func:`job_task_set` (one split), then the job's slice of it
+    (:func:`select_tasks`: ``env.task_ids``, ``env.max_tasks``). Every job that plays tasks loads them here."""
+    return select_tasks(job_task_set(env_cfg, split), env_cfg.get("task_ids"), env_cfg.get("max_tasks"), split=split)
+
+
+def job_task_set(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
+    """The whole task set of the configured env (one split), before the job's slice: a bundled env's task set, or a
+    custom env's task source, whose ``env`` keys that load code are refused unless ``env.task_env_allow`` lists
+    them."""
     if env_cfg.get("servers"):
         path = env_cfg.get("tasks")
         allow = env_cfg.get("task_env_allow") or ()
@@ -45,6 +52,36 @@ def load_job_tasks(env_cfg: Mapping[str, Any], split: str | None) -> list[Task]:
     from mcp_gym.envs import load_env_tasks
 
     return load_env_tasks(env_cfg["name"], split)
+
+
+def select_tasks(tasks: Sequence[Task], task_ids: Sequence[Any] | None = None, max_tasks: Any = None, *,
+                 split: str | None = None) -> list[Task]:
+    """The job's slice of its tasks, in the task set's order: those named by ``task_ids`` (``None``: all), then the
+    first ``max_tasks`` of them (``None``: all).
+
+    Raises:
+        ConfigError: (one line) ``task_ids`` empty or naming a task the set (of that ``split``) does not have,
+            ``max_tasks`` not a positive integer.
+    """
+    from mcp_gym.jobs.schema import ConfigError
+
+    if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1):
+        raise ConfigError(f"env.max_tasks must be a positive integer or null, not {max_tasks!r}")
+    chosen = list(tasks)
+    if task_ids is not None:
+        if isinstance(task_ids, (str, bytes)) or not isinstance(task_ids, Sequence):
+            raise ConfigError(f"env.task_ids must be a list of task ids or null, not {task_ids!r}")
+        wanted = {str(t) for t in task_ids}
+        if not wanted:
+            raise ConfigError("env.task_ids is empty: name at least one task (null: all tasks)")
+        known = {t.id for t in chosen}
+        if unknown := [t for t in dict.fromkeys(str(t) for t in task_ids) if t not in known]:
+            where = f" of split {split!r}" if split is not None else ""
+            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            shown = ", ".join(repr(t) for t in unknown[:5]) + more
+            raise ConfigError(f"env.task_ids: unknown task id(s) {shown} (not among the {len(chosen)} tasks{where})")
+        chosen = [t for t in chosen if t.id in wanted]
+    return chosen if max_tasks is None else chosen[:max_tasks]
 
 
 def env_config(name: str, config_dir: str | Path | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -112,7 +149,8 @@ def env_factory(env: Mapping[str, Any], tasks: Sequence[Task] | None = None, *,
     """A zero-argument function making the :class:`~mcp_gym.env.MCPEnv` of an env config (the ``env:`` node of a job
     config: :func:`env_config`), over its :func:`server_specs`, its budgets and timeouts, and, for a custom env, its
     grader, the tools it shows (``include_tools``/``exclude_tools``), reset mode and spare servers. ``tasks``: the
-    env's tasks (default: its task set or task file, the ``split`` if given). The trainer faces take it as their
+    env's tasks (default: its task set or task file, the ``split`` if given, cut to its ``task_ids``/``max_tasks``
+    slice: :func:`load_job_tasks`). The trainer faces take it as their
     ``env``."""
     env = to_dict(env)
     tasks = list(load_job_tasks(env, split) if tasks is None else tasks)
@@ -240,13 +278,15 @@ def plan_job(cfg: DictConfig, out: Path, store: RunStore | None, *, extra_metada
     remove unfinished uploads of an earlier job (``sweep``) and leave out the episodes it already holds."""
     from mcp_gym.jobs.identity import plan_run
 
-    tasks = load_job_tasks(to_dict(cfg.env), cfg.get("split"))
+    env = to_dict(cfg.env)
+    task_set = job_task_set(env, cfg.get("split"))  # the identity pins the whole set; the plan plays the slice
+    tasks = select_tasks(task_set, env.get("task_ids"), env.get("max_tasks"), split=cfg.get("split"))
     if str((cfg.get("policy") or {}).get("kind")) == "oracle":
         _check_references(tasks)
     specs = plan_episodes(tasks, samples=int(cfg.get("samples") or 1), episodes=cfg.get("episodes"), seed=cfg.seed)
     pending = specs
     if store is not None:
-        plan_run(store, [s.key for s in specs], run_metadata(cfg, out, tasks) | dict(extra_metadata or {}))
+        plan_run(store, [s.key for s in specs], run_metadata(cfg, out, task_set) | dict(extra_metadata or {}))
         if sweep and (removed := store.sweep()):
             log.info("%s: removed %d unfinished upload(s) of an earlier job", store.location, removed)
         done = store.done_keys()
@@ -282,21 +322,22 @@ def _redacted_env(env: dict[str, Any]) -> dict[str, Any]:
     return env
 
 
-def job_identity(cfg: DictConfig, tasks: Sequence[Task] | None = None) -> dict[str, Any]:
-    """The job's run identity (see :mod:`mcp_gym.jobs.identity`): what shapes its episodes, resolved (``tasks``: the
-    job's tasks, loaded if not given). Server secrets are masked: a new token is the same run."""
+def job_identity(cfg: DictConfig, task_set: Sequence[Task] | None = None) -> dict[str, Any]:
+    """The job's run identity (see :mod:`mcp_gym.jobs.identity`): what shapes its episodes, resolved (``task_set``:
+    the env's whole :func:`job_task_set`, before ``env.task_ids``/``env.max_tasks`` slice it; loaded if not given).
+    Server secrets are masked: a new token is the same run."""
     from mcp_gym.jobs.identity import run_identity
 
     env = to_dict(cfg.env)
-    if tasks is None:
-        tasks = load_job_tasks(env, cfg.get("split"))
+    if task_set is None:
+        task_set = job_task_set(env, cfg.get("split"))
     return run_identity(_redacted_env(env), to_dict(cfg.policy), seed=cfg.seed, split=cfg.get("split"),
-                        samples=cfg.get("samples"), episodes=cfg.get("episodes"), tasks=tasks)
+                        samples=cfg.get("samples"), episodes=cfg.get("episodes"), tasks=task_set)
 
 
-def run_metadata(cfg: DictConfig, out: Path, tasks: Sequence[Task] | None = None) -> dict[str, Any]:
+def run_metadata(cfg: DictConfig, out: Path, task_set: Sequence[Task] | None = None) -> dict[str, Any]:
     """What a run directory's manifest records about the job (the api key left out, server secrets masked), its run
-    identity included (``tasks``: the job's tasks, loaded if not given)."""
+    identity included (``task_set``: the env's whole task set, loaded if not given)."""
     policy = {k: v for k, v in to_dict(cfg.policy).items() if k != "api_key"}
     env = to_dict(cfg.env)
     grading = custom_grading(env).describe() if env.get("servers") else None  # judge model and prompts as used
@@ -305,7 +346,7 @@ def run_metadata(cfg: DictConfig, out: Path, tasks: Sequence[Task] | None = None
         env["judge"] = {k: v for k, v in env["judge"].items() if k != "api_key"}
     meta = {"command": cfg.command, "env": env, "policy": policy, "seed": cfg.seed,
             "split": cfg.get("split"), "samples": cfg.get("samples"), "episodes": cfg.get("episodes"),
-            "out": str(out), "identity": job_identity(cfg, tasks)}
+            "out": str(out), "identity": job_identity(cfg, task_set)}
     if grading is not None:
         meta["grading"] = grading
     return _redact_urls(meta)

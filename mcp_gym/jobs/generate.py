@@ -395,6 +395,9 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
     env_cfg = to_dict(cfg.env)
     if not env_cfg.get("servers"):
         raise ValueError("tasks generate needs a custom env with servers (env=custom '+env.servers.NAME=\"cmd\"')")
+    if env_cfg.get("task_ids") is not None or env_cfg.get("max_tasks") is not None:  # not silently ignored
+        raise JobRefused("tasks generate proposes new tasks; env.task_ids and env.max_tasks slice the task set of "
+                         "the jobs that play one (n= is how many tasks to keep)")
     path = out / "tasks.jsonl"
     ledger = out / "proposals.jsonl"
     existing = load_tasks(path) if path.exists() and not dry else []

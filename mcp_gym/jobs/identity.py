@@ -9,7 +9,8 @@ temperature, ...; for a local ``policy=hf`` model also a digest of its files), `
 A rerun into the same directory (:func:`check_rerun`):
 
 * with the same identity resumes: it runs only the planned episodes not yet recorded;
-* with more ``episodes`` or ``samples`` (everything else equal) extends the plan and runs only the new episodes;
+* with more ``episodes`` or ``samples``, or a wider task slice (``env.task_ids``, ``env.max_tasks``: ``env.task_set``
+  digests the whole set they cut), everything else equal, extends the plan and runs only the new episodes;
 * with anything else refuses with one line naming the differing keys (``old -> new``) and the fix (``out=...``).
 """
 
@@ -30,8 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = ["JobRefused"]
 
-GROWABLE = ("samples", "episodes")
-"""Identity keys a rerun may grow (the plan is extended)."""
+GROWABLE = ("samples", "episodes", "env.task_ids", "env.max_tasks")
+"""Identity keys a rerun may change when its plan holds every planned episode (the plan is extended); the task slice
+is among them because ``env.task_set`` pins the whole set it is cut from."""
 _ENV_OPERATIONAL = frozenset({"transport", "url", "connect_timeout", "call_timeout", "task_env_allow", "grader_timeout",
                               "trust_task_code", "spare_servers", "resolve_npx"})
 """Env options that change how episodes run, not what they are (the tasks' own ``env`` is in ``env.task_set``)."""
@@ -159,10 +161,11 @@ def check_rerun(
         return False
     if set(planned) <= set(keys):
         return True  # more episodes or samples: extend the plan
-    grown = identity_diff(old or {}, identity, skip=[k for k in identity if k not in GROWABLE]) if old else []
+    grown = identity_diff(old or {}, identity, skip=[k for k in set(identity) | set(old or {})
+                                                    if k not in GROWABLE]) if old else []
     what = "; ".join(grown) if grown else "the planned episodes differ (the env's task set changed?)"
     raise RunConfigMismatch(f"{location} holds episodes of another plan ({what}); only growing episodes/samples "
-                            f"extends a run: {fix}")
+                            f"or the task slice (env.task_ids, env.max_tasks) extends a run: {fix}")
 
 
 def plan_run(store: RunStore, keys: Sequence[str], metadata: dict[str, Any]) -> None:

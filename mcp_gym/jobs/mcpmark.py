@@ -329,4 +329,6 @@ def main(argv: list[str]) -> int:
           "Python process in the episode's workspace with FILESYSTEM_TEST_DIR, a minimal PATH/LANG and an empty "
           "HOME/TMPDIR, none of your environment variables; policy=... picks the agent):")
     print(f"  {eval_command(result.tasks_file)}")
+    print("a first look (5 tasks, 1 sample each; the command above then runs only the rest):")
+    print(f"  {eval_command(result.tasks_file)} env.max_tasks=5 samples=1")
     return 0

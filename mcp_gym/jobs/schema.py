@@ -132,6 +132,8 @@ class _Env:
     call_timeout: float = MISSING
     connect_timeout: float | None = MISSING
     error_text: str | None = MISSING  # a regex: results whose text matches are tool errors (checked below)
+    task_ids: list[str] | None = None  # the job's slice of the task set (mcp_gym.jobs.config.select_tasks)
+    max_tasks: int | None = None  # a positive integer (checked below)
 
 
 @dataclass
@@ -281,7 +283,7 @@ def check_job_config(cfg: DictConfig) -> None:
         if schema is not None:
             _merge(schema, cfg[group], f"{group}.")
     env = cfg.get("env")
-    for key in _BUDGETS:  # 0 or less ran one step of every episode, then cut it off
+    for key in (*_BUDGETS, "max_tasks"):  # a budget of 0 or less ran one step of every episode, then cut it off
         value = env.get(key) if env is not None else None
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             raise ConfigError(f"env.{key} must be a positive integer or null, not {value}")
