@@ -18,7 +18,7 @@ from mcp.types import ToolAnnotations
 
 from mcp_gym import InProcess, MCPEnv
 from mcp_gym.jobs.generate import _Checker, _Drop, _Runner
-from mcp_gym.jobs.proposers import ExploreProposer, Proposal, extract, fields, result_value
+from mcp_gym.jobs.proposers import ExploreProposer, Proposal, _named, extract, fields, result_value
 from mcp_gym.jobs.validate import check_task, replay_checks
 from mcp_gym.tasks import Task
 
@@ -47,8 +47,9 @@ def test_a_pretty_printed_json_text_keyed_by_paths_makes_answers() -> None:
     for path, answer in found.items():
         assert extract(value, path) == answer  # the answer check reads what the walk saw
     odd = {"it's": {"x": 1}, "*": 2, "a.b": 3}
-    assert dict(fields(odd)) == {"$['*']": "2", "$['a.b']": "3"}  # a quote in a key: no path, no answer
-    assert extract(odd, "$['*']") == "2" and extract(odd, "$['a.b']") == "3"
+    star = {"$['*']": "2"} if _named("*") else {}  # jsonpath_ng 1.17 reads ['*'] as a name, 1.8 as a wildcard
+    assert dict(fields(odd)) == {**star, "$['a.b']": "3"}  # a quote in a key: no path, no answer
+    assert extract(odd, "$['a.b']") == "3" and all(extract(odd, path) == "2" for path in star)
 
 
 def _editor() -> MCPServer:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import mcp_gym
+import mcp_gym.client.runtime as runtime
 from mcp_gym import MCPEnv, Stdio
 from mcp_gym.client.runtime import Runtime
 
@@ -22,7 +23,13 @@ PACKAGE = str(Path(mcp_gym.__file__).parent)
 
 @pytest.mark.skipif(getattr(asyncio.current_task, "__code__", None) is None,
                     reason="asyncio.current_task is the C one here (Python 3.12+ asks no getpid)")
-def test_a_stdio_step_names_its_loop_when_it_asks_for_the_current_task() -> None:
+@pytest.mark.parametrize("inline", [False, True])
+def test_a_stdio_step_names_its_loop_when_it_asks_for_the_current_task(monkeypatch: pytest.MonkeyPatch,
+                                                                        inline: bool) -> None:
+    """A step on the loop asks and names its loop; an inline step (the default: its answer read in the calling
+    thread, no task) asks none, or names the loop when its answer came late and the step went on in a task."""
+    if not inline:
+        monkeypatch.setattr(runtime, "set_running_loop", None)  # no inline steps (Runtime.call's inline condition)
     rt = Runtime()
     env = MCPEnv({"c": Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")}, ["t"], runtime=rt,
                  max_steps=1000)
@@ -48,5 +55,5 @@ def test_a_stdio_step_names_its_loop_when_it_asks_for_the_current_task() -> None
     finally:
         env.close()
         rt.close()
-    assert asks, "the step asked for no current task: the trace saw nothing"
+    assert asks or inline, "the step asked for no current task: the trace saw nothing"
     assert all(named for _, named in asks), [where for where, named in asks if not named]
