@@ -231,15 +231,14 @@ def subclass_reaches(cls: type) -> dict[str, set[str]]:
 
     out: dict[str, set[str]] = {}
     for name in _reached(cls):
-        for base in cls.__mro__[1:]:
-            if (dep := _dependency(base)) is None:
-                continue
+        for base in cls.__mro__[1:]:  # the first class that defines the name owns it (mcp-gym's own: not counted)
             try:
                 source = inspect.getsource(base)
             except (OSError, TypeError):  # a compiled class: its namespace only
                 source = ""
             if name in vars(base) or re.search(rf"self\.{name}\b", source):
-                out.setdefault(dep, set()).add(name)
+                if (dep := _dependency(base)) is not None:
+                    out.setdefault(dep, set()).add(name)
                 break
     return out
 
