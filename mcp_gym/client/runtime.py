@@ -428,7 +428,7 @@ class Runtime:
             if task is not None:
                 return self._run_call(task)
             first = self._drive_inline(fn, args)  # type: ignore[arg-type]  # (fn: an inline call's)
-            return first.value if first.__class__ is Done else self._then(first)  # type: ignore[union-attr]
+            return first.value if type(first) is Done else self._then(first)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
         current = task
@@ -446,10 +446,11 @@ class Runtime:
         try:
             if current is None:  # inline: its first part, then its task if it needs one (cancelled on a Ctrl-C)
                 first = self._drive_inline(fn, args)  # type: ignore[arg-type]  # (fn: an inline call's)
-                if first.__class__ is Done:  # (the usual end: no _then call, no isinstance)
-                    result = first.value  # type: ignore[union-attr]
+                if type(first) is Done:  # (the usual end: no _then call, no isinstance)
+                    result = first.value
                 else:
-                    current = first  # type: ignore[assignment]
+                    assert not isinstance(first, Done)  # (for mypy: the task that goes on with it)
+                    current = first
                     if interrupted:
                         current.cancel()
                     result = self._then(first)
