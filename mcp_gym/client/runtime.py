@@ -427,7 +427,8 @@ class Runtime:
                 signals.getsignal(_SIGINT) is not signal.default_int_handler:
             if task is not None:
                 return self._run_call(task)
-            return self._then(self._drive_inline(fn, args))  # type: ignore[arg-type]  # (fn: an inline call's)
+            first = self._drive_inline(fn, args)  # type: ignore[arg-type]  # (fn: an inline call's)
+            return first.value if type(first) is Done else self._then(first)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
         interrupted = False
         current = task
@@ -445,11 +446,14 @@ class Runtime:
         try:
             if current is None:  # inline: its first part, then its task if it needs one (cancelled on a Ctrl-C)
                 first = self._drive_inline(fn, args)  # type: ignore[arg-type]  # (fn: an inline call's)
-                if not isinstance(first, Done):
+                if type(first) is Done:  # (the usual end: no _then call, no isinstance)
+                    result = first.value
+                else:
+                    assert not isinstance(first, Done)  # (for mypy: the task that goes on with it)
                     current = first
                     if interrupted:
                         current.cancel()
-                result = self._then(first)
+                    result = self._then(first)
             else:
                 result = self._run_call(current)
             if interrupted:  # the call ended anyway (it was past its last await, or shielded): the Ctrl-C stands
