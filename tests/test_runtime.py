@@ -179,7 +179,7 @@ def test_threads_share_the_loop_while_one_drives() -> None:
 
     def slow() -> None:
         started.set()
-        env.step({"tool": "slow", "arguments": {"seconds": 1.5}})
+        env.step({"tool": "slow", "arguments": {"seconds": 5}})  # the echo below has 5 s (1.5 s: a loaded machine)
         order.append("slow")
 
     t = threading.Thread(target=slow)
