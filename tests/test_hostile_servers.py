@@ -540,7 +540,7 @@ def test_a_start_cancelled_before_its_pipes_connect_kills_the_wrapper_s_children
     pid = child_pid()
     assert pid is not None, "the wrapper never started its child"
     try:
-        deadline = time.monotonic() + 60  # SIGKILL's delivery is not instant (a bound on hangs); a left child sleeps 600 s
+        deadline = time.monotonic() + 60  # a bound on hangs (SIGKILL's delivery is not instant); a left child: 600 s
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not alive(pid), f"the wrapper's child {pid} outlived the cancelled start"
