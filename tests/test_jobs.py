@@ -410,6 +410,40 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _waiting_line(main_thread: int) -> int | None:
+    """The line of run_interruptible where the main thread waits for the job's future, if it does."""
+    frame, waiting = sys._current_frames().get(main_thread), False
+    while frame is not None:
+        if frame.f_code.co_name == "result":
+            waiting = True
+        if frame.f_code.co_name == "run_interruptible":
+            return frame.f_lineno if waiting else None
+        frame = frame.f_back
+    return None
+
+
+def _ctrl_c_once_run_interruptible_waits(main_thread: int, then: threading.Event | None = None) -> threading.Thread:
+    """A thread that sends SIGINT to the main thread once it waits for the job's future in run_interruptible; with
+    ``then``, it waits until the main thread waits again (past handling the interrupt), then sets ``then`` (whatever
+    happens)."""
+
+    def interrupt() -> None:
+        try:
+            deadline = time.monotonic() + 300  # a bound on hangs only
+            while (first := _waiting_line(main_thread)) is None and time.monotonic() < deadline:
+                time.sleep(0.001)
+            signal.pthread_kill(main_thread, signal.SIGINT)
+            while then is not None and _waiting_line(main_thread) in (None, first) and time.monotonic() < deadline:
+                time.sleep(0.001)  # until it waits again, past handling the interrupt
+        finally:
+            if then is not None:
+                then.set()
+
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    return helper
+
+
 def test_ctrl_c_before_the_loop_starts_a_job_never_starts_it() -> None:
     """A Ctrl-C that lands while the runtime's loop has not yet started the job (busy: here held by a callback until
     the interrupt is handled) stops it all the same: the job never starts and :class:`JobInterrupted` is raised (the
@@ -428,30 +462,7 @@ def test_ctrl_c_before_the_loop_starts_a_job_never_starts_it() -> None:
     async def job() -> None:
         started.append(True)
 
-    def waiting_line() -> int | None:
-        """The line of run_interruptible where the main thread waits for the job's future, if it does."""
-        frame, waiting = sys._current_frames().get(main_thread), False
-        while frame is not None:
-            if frame.f_code.co_name == "result":
-                waiting = True
-            if frame.f_code.co_name == "run_interruptible":
-                return frame.f_lineno if waiting else None
-            frame = frame.f_back
-        return None
-
-    def interrupt() -> None:
-        try:
-            deadline = time.monotonic() + 300
-            while (first := waiting_line()) is None and time.monotonic() < deadline:
-                time.sleep(0.001)
-            signal.pthread_kill(main_thread, signal.SIGINT)
-            while waiting_line() in (None, first) and time.monotonic() < deadline:
-                time.sleep(0.001)  # until it waits again, past handling the interrupt
-        finally:
-            gate.set()
-
-    helper = threading.Thread(target=interrupt)
-    helper.start()
+    helper = _ctrl_c_once_run_interruptible_waits(main_thread, gate)
     try:
         with pytest.raises(JobInterrupted):
             run_interruptible(job, rt)
@@ -459,6 +470,42 @@ def test_ctrl_c_before_the_loop_starts_a_job_never_starts_it() -> None:
         helper.join(600)
         rt.close()
     assert started == []
+
+
+def test_an_error_in_the_clean_up_of_an_interrupted_job_does_not_replace_the_ctrl_c(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A Ctrl-C during a job whose clean-up then fails (its cancelled episodes' servers fail to stop, a recording
+    fails to close) is still :class:`JobInterrupted` (exit status 130), the error logged: the error used to replace
+    the interrupt, and the job ended with exit status 1 (Hydra's report of an exception) after a Ctrl-C. The job
+    runs until the interrupt is handled (it waits for good): nothing here depends on timing."""
+    import anyio
+
+    from mcp_gym.client.runtime import Runtime
+    from mcp_gym.jobs import JobInterrupted
+    from mcp_gym.jobs.collect import run_interruptible
+
+    assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    rt = Runtime(threaded=True)
+    cancelled: list[bool] = []
+
+    async def job() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.append(True)
+            raise RuntimeError("server s did not stop")
+
+    helper = _ctrl_c_once_run_interruptible_waits(main_thread)
+    try:
+        with caplog.at_level(logging.WARNING, logger="mcp_gym.jobs.collect"), pytest.raises(JobInterrupted):
+            run_interruptible(job, rt)
+    finally:
+        helper.join(600)
+        rt.close()
+    assert cancelled == [True]
+    assert "while stopping the interrupted job: RuntimeError: server s did not stop" in caplog.text
 
 
 def test_a_job_recording_a_workspace_server_is_refused_in_one_line(tmp_path: Path,

@@ -145,6 +145,31 @@ def test_ctrl_c_during_a_call_that_ends_anyway_still_interrupts() -> None:
         rt.close()
 
 
+def test_ctrl_c_during_a_call_that_fails_as_it_is_cancelled_still_interrupts() -> None:
+    """A Ctrl-C during a sync call whose clean-up fails once cancelled (a server that does not stop) raises
+    ``KeyboardInterrupt`` (the error chained), not that error: the error used to replace the Ctrl-C, and a job
+    ended with exit status 1 instead of 130. The signal is sent to this thread from the call itself."""
+    rt = Runtime()
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None and threading.get_ident() == main_thread and rt.mode == "driven"
+
+    async def fails_once_cancelled() -> str:
+        signal.pthread_kill(main_thread, signal.SIGINT)
+        try:
+            await asyncio.sleep(3600)  # cancelled by the Ctrl-C: never waited out
+        except asyncio.CancelledError:
+            raise RuntimeError("server s did not stop") from None
+        return "done"
+
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught:
+            rt.call(fails_once_cancelled)
+        assert isinstance(caught.value.__cause__, RuntimeError)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        rt.close()
+
+
 def test_threads_share_the_loop_while_one_drives() -> None:
     rt = Runtime()
     env = stdio_env(rt)
@@ -154,7 +179,7 @@ def test_threads_share_the_loop_while_one_drives() -> None:
 
     def slow() -> None:
         started.set()
-        env.step({"tool": "slow", "arguments": {"seconds": 1.5}})
+        env.step({"tool": "slow", "arguments": {"seconds": 5}})  # the echo below has 5 s (1.5 s: a loaded machine)
         order.append("slow")
 
     t = threading.Thread(target=slow)

@@ -252,7 +252,9 @@ def test_guard_holds_even_without_the_text_checks() -> None:
     assert fingerprint(ep) == before
 
 
-async def test_recursive_cte_bomb_times_out_and_server_stays_responsive() -> None:
+async def test_recursive_cte_bomb_times_out_and_server_stays_responsive(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the other episode's call must be served while the bomb runs: 3 s of it, not the 1 s limit (a loaded machine)
+    monkeypatch.setattr("mcp_gym.servers.sql.QUERY_TIME_LIMIT", 3.0)
     bomb = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
     # ~7 x 10^11 rows: no machine counts them within the limit (four tables, 8 x 10^7 rows, once finished in 1 s)
     cross = "SELECT COUNT(*) FROM orders a, orders b, orders c, orders d, orders e, orders f"

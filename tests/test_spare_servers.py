@@ -281,6 +281,9 @@ def _kill_job_mid_run(setup: dict[str, Path], tmp_path: Path, server: str | None
     try:
         seen = wait_for(lambda: (s := _processes_naming(str(setup["tmp"]))) and len(s) >= 3 and s, bound=300)
         if ctrl_c:
+            # a job that ended on its own (its servers failed) is not a Ctrl-C's doing: say so, with its output
+            assert proc.poll() is None, (f"the job ended with status {proc.returncode} before the Ctrl-C",
+                                         (tmp_path / "job.log").read_text()[-3000:])
             os.killpg(proc.pid, signal.SIGINT)
             # 130, or killed by SIGINT after its clean-up: a Ctrl-C during the job's set-up can end in CPython 3.10/3.11
             # re-raising SIGINT on itself after finalization (strace: the job's own kill(self, SIGINT) after its early

@@ -117,7 +117,8 @@ def test_no_tool_call_submit_mode_and_extra_calls() -> None:
 
 
 def test_episodes_run_concurrently() -> None:
-    """Four episodes' tool calls are in flight at the same time (the server counts calls running at once)."""
+    """Four episodes' tool calls are in flight at the same time (the server counts calls running at once). Each call
+    waits until all four are in (not a fixed sleep, which a loaded machine could outlast before the fourth began)."""
     import anyio
     from mcp.server.mcpserver import MCPServer
 
@@ -128,19 +129,21 @@ def test_episodes_run_concurrently() -> None:
 
     @server.tool()
     async def slow(seconds: float) -> str:
-        """Sleep `seconds`."""
+        """Wait until four calls run at once, or `seconds` (a bound: one after another, they never do)."""
         running["now"] += 1
         running["most"] = max(running["most"], running["now"])
         try:
-            await anyio.sleep(seconds)
+            with anyio.move_on_after(seconds):
+                while running["most"] < 4:
+                    await anyio.sleep(0.01)
         finally:
             running["now"] -= 1
-        return f"slept {seconds}"
+        return "four at once" if running["most"] == 4 else f"alone after {seconds} s"
 
     with TextEnvBatch(lambda: mcp_gym.MCPEnv(InProcess(server)), n=4) as b:
         b.reset()
-        outs = b.step([hermes("slow", seconds=0.4)] * 4)
-        assert all(o.messages[0]["content"] == "slept 0.4" for o in outs)
+        outs = b.step([hermes("slow", seconds=60)] * 4)
+        assert [o.messages[0]["content"] for o in outs] == ["four at once"] * 4
     assert running["most"] == 4  # one after another, it would be 1
 
 

@@ -459,9 +459,9 @@ class Runtime:
             if interrupted:  # the call ended anyway (it was past its last await, or shielded): the Ctrl-C stands
                 raise KeyboardInterrupt
             return result
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, Exception) as e:  # the Ctrl-C stands, whatever the cancelled call raised
             if interrupted:
-                raise KeyboardInterrupt from None
+                raise KeyboardInterrupt from (None if isinstance(e, asyncio.CancelledError) else e)
             raise
         finally:
             signals.signal(_SIGINT, previous)

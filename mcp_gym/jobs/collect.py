@@ -41,7 +41,9 @@ T = TypeVar("T")
 def run_interruptible(job: Callable[[], Awaitable[T]], runtime: Runtime | None = None) -> T:
     """Run ``await job()`` on the runtime loop; on Ctrl-C cancel it, let it clean up, and raise :class:`JobInterrupted`.
 
-    A second Ctrl-C during the clean-up aborts at once.
+    A second Ctrl-C during the clean-up aborts at once. An error in the clean-up (a server that failed to stop, a
+    recording that failed to close) is logged and does not replace the interrupt: it is still :class:`JobInterrupted`
+    (exit status 130), never a failure of the job.
     """
     rt = runtime or default_runtime()
     scopes: list[anyio.CancelScope] = []
@@ -69,7 +71,10 @@ def run_interruptible(job: Callable[[], Awaitable[T]], runtime: Runtime | None =
             raise
         print("\nInterrupted: stopping running episodes and saving the finished ones (Ctrl-C again to abort)...",
               flush=True)
-        future.result()
+        try:
+            future.result()
+        except Exception as e:  # noqa: BLE001 - the clean-up of a cancelled job failed: the Ctrl-C stands (exit 130)
+            log.warning("while stopping the interrupted job: %s: %s", type(e).__name__, e)
         raise JobInterrupted("interrupted; finished episodes are saved, rerun the same command to resume") from None
 
 
