@@ -70,6 +70,7 @@ def kinds(diff: Any) -> set[tuple[str, str, str, bool]]:
     return {(c.kind, c.tool, c.path, c.breaking) for c in diff.changes}
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_run_cassette_and_live_server_agree(counter_run: Path) -> None:
     label, run_tools = load_catalogue(counter_run)
     assert sorted(run_tools) == ["add", "get_count"]  # hidden reset/state tools and submit left out

@@ -108,6 +108,7 @@ def test_the_waiting_line_reaches_stderr_without_logging_configured(tmp_path: Pa
 
 
 # -- gym.make ids -----------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_gym_make_with_the_module_prefix_needs_no_import(tmp_path: Path) -> None:
     script = (
         "import gymnasium as gym\n"

@@ -73,6 +73,7 @@ def test_a_grader_beside_the_task_file_is_left_to_trust_task_code(tmp_path: Path
     assert load_tasks(path)[0].grader == "mygrader:check"
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_a_trusted_grader_that_calls_sys_exit_fails_its_grade_and_the_job_ends(tmp_path: Path) -> None:
     """A benchmark's verify.py ported as a function often ends with ``sys.exit(0 if ok else 1)``; run with trust, it
     is a grading error naming the call, and the job ends (before: SystemExit ended the job's loop and eval waited for

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 def _suite_conftest(take: str) -> str:
@@ -52,6 +54,7 @@ def test_caplog_sees_the_client_logger(caplog):
 """
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_a_job_run_by_a_module_fixture_leaves_no_logging_set_up_for_the_next_module(tmp_path: Path) -> None:
     """A module-scoped fixture runs a CLI job in-process (Hydra's logging set-up: ``mcp_gym.client`` not propagating);
     the next module's ``caplog`` still sees ``mcp_gym.client``'s records (with pytest 9.0.3 it saw none:

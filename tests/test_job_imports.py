@@ -75,6 +75,7 @@ def test_a_bundled_server_process_does_not_import_gymnasium() -> None:
     assert imported_after("import mcp_gym.servers.sql, mcp_gym.servers.counter") == ["mcp"]
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_gymnasium_finds_the_bundled_envs_whichever_is_imported_first() -> None:
     after = """
 import gymnasium

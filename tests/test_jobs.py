@@ -160,6 +160,7 @@ ANSWERS_BEFORE_SIGINT = 45
 submit), so at least 7 episodes (45 less the 2 x 4 of two unfinished ones, over 5) and at most 15 of the 30 finish."""
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_interrupt_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """SIGINT a collection after some episodes finished; it exits 130 keeping them, and the rerun completes the plan.
 

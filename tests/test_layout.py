@@ -363,6 +363,7 @@ def _wheel(dest: Path) -> Path:
     return wheel
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 @pytest.mark.timeout(900)  # a bound on a hang only (pip fetches setuptools for the isolated build)
 def test_the_wheel_carries_envs_servers_and_configs(tmp_path: Path) -> None:
     """The wheel holds the whole package under ``mcp_gym/``: every module and config of mcp_gym/, envs/, servers/

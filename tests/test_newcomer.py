@@ -208,6 +208,7 @@ def test_the_readme_counts_the_bundled_envs_and_names_what_the_full_suite_and_th
 
 
 # -- the oracle on tasks without a reference (MCPMark's imported tasks carry no solution) ------------------------------
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_the_oracle_refuses_tasks_without_a_reference_and_warns_for_some(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``policy=oracle`` on MCPMark's imported filesystem tasks (no solution, no answer: a ``python`` grader reads the

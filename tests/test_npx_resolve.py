@@ -79,6 +79,7 @@ def test_a_second_start_runs_the_server_npx_ran_without_npx(setup: dict[str, Pat
     assert not any(alive(p) for p in [*servers, *conns]) and list(setup["tmp"].iterdir()) == []
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_resolve_npx_false_keeps_npx(setup: dict[str, Path], tmp_path: Path) -> None:
     env = make(setup, package(tmp_path, server('"$@"', "")), ["{workspace}", str(setup["pids"])], resolve_npx=False)
     try:
@@ -91,6 +92,7 @@ def test_resolve_npx_false_keeps_npx(setup: dict[str, Path], tmp_path: Path) -> 
     assert _npx.resolutions == {}
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_arguments_that_do_not_map_back_keep_npx(setup: dict[str, Path], tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     """The wrapper swaps its two arguments: the server's argv does not end with what npx was given, so a direct start

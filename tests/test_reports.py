@@ -298,6 +298,7 @@ def mcpmark_checkout(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_tasks_import_mcpmark_reads_a_checkout_into_a_task_file_that_grades_with_verify_py(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from mcp_gym import MCPEnv

@@ -187,6 +187,7 @@ finally:
 """
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_an_adhoc_task_has_one_id_in_every_process() -> None:
     """The id of an ad-hoc task (a prompt that is no task of the env) depends on the prompt only: workers that record
     or group episodes by task id agree on it. It was ``hash(prompt)``, which differs between processes (Python

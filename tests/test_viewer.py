@@ -318,6 +318,7 @@ def test_view_of_ray_run(tmp_path: Path) -> None:
     assert {e["id"] for e in by_uri.episodes} == {e["id"] for e in view.episodes}
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_demo_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "demo"
     assert main(["demo", *FAST, "episodes=4", "demo.eval_samples=1", "demo.pass_k=[1]", f"out={out}"]) == 0

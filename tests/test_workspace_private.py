@@ -92,6 +92,7 @@ def _make_workspace_in(tmp: Path, hold: bool) -> tuple[subprocess.Popen[str], Pa
     return proc, Path(proc.stdout.readline().strip())
 
 
+@pytest.mark.slow  # the heavy lane: the README's test command took 5m36s quiet in CI (1311 tests)
 def test_the_next_job_s_first_episode_removes_a_killed_job_s_workspaces_and_keeps_a_live_one_s(
         setup: dict[str, Path], tmp_path: Path) -> None:
     live, kept = _make_workspace_in(setup["tmp"], hold=True)
