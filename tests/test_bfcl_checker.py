@@ -119,6 +119,77 @@ def test_every_check_starts_from_fresh_bfcl_state(probed: Path) -> None:
     assert first == second == [one_process[0]] and first is not None and first[0]["valid"] is True
 
 
+MATH_TASK = "multi_turn_base_15"
+"""A ``base`` task whose involved classes include ``MathAPI`` (the module that fails to import in :func:`preloaded`)."""
+
+
+@pytest.fixture(scope="module")
+def preloaded(bfcl_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    """A copy of BFCL's ``base`` category whose ``gorilla_file_system`` module records the process that imported it
+    and counts the ``GorillaFileSystem`` instances made since, whose ``math_api`` module does not import, and whose
+    ``multi_turn_checker`` says both in its ``error_message``."""
+    dest = tmp_path_factory.mktemp("preloaded")
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        skip = {"model_handler", "unused_datasets", "memory_prereq_conversation", "scripts", "__pycache__"}
+        return [n for n in names if n in skip or (n.startswith("BFCL_v") and "multi_turn_base" not in n)]
+
+    shutil.copytree(bfcl_root / "bfcl_eval", dest / "bfcl_eval", ignore=ignore)
+    apis = dest / "bfcl_eval" / "eval_checker" / "multi_turn_eval" / "func_source_code"
+    fs = apis / "gorilla_file_system.py"
+    fs.write_text(fs.read_text(encoding="utf-8") + textwrap.dedent("""
+
+        import os as _probe_os
+
+        _probe_imported_in = _probe_os.getpid()
+        _probe_made = []
+        _probe_init = GorillaFileSystem.__init__
+
+
+        def _probe_counted_init(self, *args, **kwargs):
+            _probe_made.append(1)
+            _probe_init(self, *args, **kwargs)
+
+
+        GorillaFileSystem.__init__ = _probe_counted_init
+    """), encoding="utf-8")
+    (apis / "math_api.py").write_text("import mcp_gym_no_such_module  # noqa\n", encoding="utf-8")
+    source = dest / "bfcl_eval" / "eval_checker" / "multi_turn_eval" / "multi_turn_checker.py"
+    source.write_text(source.read_text(encoding="utf-8") + textwrap.dedent("""
+
+        _probe_real = multi_turn_checker
+
+
+        def multi_turn_checker(decoded, ground_truth, test_entry, category, model):
+            import os
+            import sys
+
+            out = dict(_probe_real(decoded, ground_truth, test_entry, category, model))
+            fs = sys.modules["bfcl_eval.eval_checker.multi_turn_eval.func_source_code.gorilla_file_system"]
+            where = "this process" if fs._probe_imported_in == os.getpid() else f"process {fs._probe_imported_in}"
+            out["error_message"] = f"imported in {where}; {len(fs._probe_made)} made"
+            return out
+    """), encoding="utf-8")
+    return dest
+
+
+def test_the_checker_process_imports_the_api_classes_once_and_every_check_still_starts_fresh(preloaded: Path) -> None:
+    """The checker process imports the modules of the classes the copy's tasks involve before its first fork (the
+    one-shot subprocess imports them during its check), each forked check sees the instance count of a first check
+    (the one-shot subprocess's), twice in a row; a class whose module does not import fails the checks that need it
+    with the same verdict as the one-shot's, and the checker process goes on grading."""
+    one_shot = grade.run_checks(preloaded, [_gt(preloaded, "multi_turn_base_0")], fork=False)
+    assert one_shot[0]["valid"] is True and one_shot[0]["error_message"].startswith("imported in this process; ")
+    made = one_shot[0]["error_message"].split("; ")[1]
+    first, second = (forked.run(preloaded, [_gt(preloaded, "multi_turn_base_0")], 60) for _ in range(2))
+    (pid,) = forked.checker_pids()
+    assert first == second == [{**one_shot[0], "error_message": f"imported in process {pid}; {made}"}]
+    broken = grade.run_checks(preloaded, [_gt(preloaded, MATH_TASK)], fork=False)
+    assert broken[0]["valid"] is None and "mcp_gym_no_such_module" in broken[0]["error"]
+    assert forked.run(preloaded, [_gt(preloaded, MATH_TASK)], 60) == broken
+    assert forked.run(preloaded, [_gt(preloaded, "multi_turn_base_0")], 60) == first and forked.checker_pids() == [pid]
+
+
 @pytest.mark.slow  # the heavy lane: the fast lane stays under 5 min
 def test_a_hanging_check_is_killed_and_fails_in_one_line_naming_the_task(probed: Path) -> None:
     with pytest.raises(RuntimeError, match=rf"^BFCL's checker ran over 1 s on {HANGS} \(killed\)$"):

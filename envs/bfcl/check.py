@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["find_root", "inside", "load_bfcl", "data_file", "entries", "entry", "category_of", "call_string", "check",
-           "check_strings", "run_all", "serve", "CATEGORIES", "MAX_DATA_BYTES"]
+           "check_strings", "run_all", "preload", "serve", "CATEGORIES", "MAX_DATA_BYTES"]
 
 PACKAGE = "bfcl_eval"
 CHECKER_FILE = ("eval_checker", "multi_turn_eval", "multi_turn_checker.py")
@@ -274,13 +274,39 @@ def _in_child(bfcl: types.SimpleNamespace, parent: int, checks: list[dict[str, A
         os._exit(0)
 
 
+def preload(bfcl: types.SimpleNamespace) -> list[str]:
+    """Import the modules of the API classes that the copy's multi-turn tasks (the categories' data read so far)
+    involve, as BFCL's ``execute_multi_turn_func_call`` would at a check's first call (``CLASS_FILE_PATH_MAPPING``),
+    in sorted order; return the classes whose module imported. The checker process runs it before its first fork,
+    so no child imports them again (``long_context``'s data, ``mpmath``: ~15 ms of CPU per check); a module's
+    import only defines its classes and constants, so each child still starts from a freshly imported copy. A module
+    that fails to import is left to the checks that need it (the same error, raised there)."""
+    mapping = getattr(bfcl.backend, "CLASS_FILE_PATH_MAPPING", {})
+    root = str(Path(bfcl.root).resolve())
+    wanted: set[str] = set()
+    for key, table in _CACHE.items():
+        if key[0] == root:
+            for e, _ in table.values():
+                classes = e.get("involved_classes")
+                if isinstance(classes, list):
+                    wanted.update(c for c in classes if isinstance(c, str))
+    loaded = []
+    for name in sorted(c for c in wanted if isinstance(mapping.get(c), str)):
+        try:
+            importlib.import_module(mapping[name])
+        except Exception:  # noqa: BLE001, S112 - raised again by the check that needs it, as before
+            continue
+        loaded.append(name)
+    return loaded
+
+
 def serve(bfcl: types.SimpleNamespace, owner: int) -> int:
-    """The checker process (:mod:`mcp_gym.envs.bfcl.forked`): BFCL loaded once, its data read, then for each request
-    line ``{"rid", "checks", "timeout"}`` on stdin one forked child, a fresh copy of this process (which never runs a
-    check itself), whose verdicts come back as ``{"rid", "results"}`` on stdout, or ``{"rid", "error"}`` (the child
-    ran over ``timeout`` seconds and was killed, or died). Requests run concurrently. Ends, killing its children, when
-    stdin closes (the job ended or died) or the ``owner`` process is gone; single-threaded (it refuses to fork
-    otherwise)."""
+    """The checker process (:mod:`mcp_gym.envs.bfcl.forked`): BFCL loaded once, its data read and its API classes'
+    modules imported (:func:`preload`), then for each request line ``{"rid", "checks", "timeout"}`` on stdin one
+    forked child, a fresh copy of this process (which never runs a check itself), whose verdicts come back as
+    ``{"rid", "results"}`` on stdout, or ``{"rid", "error"}`` (the child ran over ``timeout`` seconds and was killed,
+    or died). Requests run concurrently. Ends, killing its children, when stdin closes (the job ended or died) or the
+    ``owner`` process is gone; single-threaded (it refuses to fork otherwise)."""
     import select  # noqa: PLC0415 - the checker process only
     import shutil  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
@@ -292,6 +318,7 @@ def serve(bfcl: types.SimpleNamespace, owner: int) -> int:
             entries(bfcl.root, category)
     reply = os.dup(1)
     os.dup2(2, 1)  # print() of BFCL's code goes to stderr, never into the answers
+    preload(bfcl)  # the API classes' modules, imported once here rather than in every child
     me, home = os.getpid(), os.getcwd()
     children: dict[int, _Child] = {}
     pending = b""

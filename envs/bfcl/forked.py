@@ -3,11 +3,11 @@
 :func:`mcp_gym.envs.bfcl.grade.run_checks` asks it first. It is :mod:`mcp_gym.envs.bfcl.check` run as
 ``python -I check.py --serve ROOT OWNER``, started as the one-shot checker is (``-I``, an environment of
 ``PYTHONHASHSEED=0`` alone, a fresh temporary folder as its working directory) and in a session of its own (a Ctrl-C
-at the terminal reaches the job, not it). It loads the BFCL copy and reads its data once, then forks one child per
-request, before anything of the request runs: each child is a fresh copy of the loaded BFCL (no instance, counter or
-global of another check; the checker process itself never runs one), and its verdicts come back over a pipe of its
-own. Requests from several slots run at once (a request id per request). BFCL's code still never runs in the job's
-process.
+at the terminal reaches the job, not it). It loads the BFCL copy, reads its data and imports the modules of the API
+classes its tasks involve once (:func:`mcp_gym.envs.bfcl.check.preload`), then forks one child per request, before
+anything of the request runs: each child is a fresh copy of the loaded BFCL (no instance, counter or global of another
+check; the checker process itself never runs one), and its verdicts come back over a pipe of its own. Requests
+from several slots run at once (a request id per request). BFCL's code still never runs in the job's process.
 
 Bounds: the checker process kills a child that runs over the request's timeout (the grade fails with one line naming
 the task); the job waits for an answer at most that timeout plus :data:`MARGIN`, then kills the checker process. A
