@@ -7,11 +7,13 @@ server returns from its hidden ``mcp_gym_state`` tool (``{}`` when the server ha
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
 import re
 import stat
+import tempfile
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -228,11 +230,20 @@ def save_tasks(tasks: Iterable[Task], path: str | Path) -> Path:
     """Write tasks as JSONL (one :meth:`Task.to_record` per line); loadable with ``datasets.load_dataset("json")``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for t in tasks:
-            f.write(json.dumps(t.to_record(), ensure_ascii=False, sort_keys=True) + "\n")
-    tmp.replace(path)
+    # a new sibling with a random name (O_EXCL), renamed over ``path``: a folder handed over (a generated task set a
+    # rerun extends) may hold a symlink at a predictable name (``.tasks.jsonl.tmp`` -> ``~/.bashrc``): never written
+    # through; a symlink at ``path`` itself is replaced, never followed
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with open(fd, "w", encoding="utf-8") as f:
+            for t in tasks:
+                f.write(json.dumps(t.to_record(), ensure_ascii=False, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 

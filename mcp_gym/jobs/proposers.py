@@ -73,25 +73,49 @@ def servers_started(info: Mapping[str, Any]) -> None:
 
 
 # -- values in results ------------------------------------------------------------------------------------------------
+MAX_RESULT_DEPTH = 64
+"""Deepest nesting of a result's JSON value that makes answers: a deeper one (a hostile server's ``[[[[...]]]]``, or
+``{"result": TEXT}`` wrapping it) is taken as its text, which makes none (before, it ended ``tasks generate`` with a
+``RecursionError`` traceback)."""
+
+
+def too_deep(value: Any, limit: int = MAX_RESULT_DEPTH) -> bool:
+    """Whether ``value`` nests objects and arrays deeper than ``limit`` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if items is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((item, depth + 1) for item in items)
+    return False
+
+
 def result_value(structured: Any, text: str) -> Any:
     """What a call returned, as a JSON value: its structured content, else its text parsed as JSON, else the text.
 
     The text is parsed whole, never line by line. A structured content that only wraps a string, ``{"result": TEXT}``
     (what the Python SDK makes of a tool returning ``str``), is that string parsed as JSON when it holds a JSON object
-    or array: its members make answers, not one multi-line string that makes none."""
+    or array: its members make answers, not one multi-line string that makes none. A value nested deeper than
+    :data:`MAX_RESULT_DEPTH` is the text."""
     if structured is not None:
+        if too_deep(structured):
+            return text
         inner = structured.get("result") if isinstance(structured, dict) and len(structured) == 1 else None
         if isinstance(inner, str) and inner.lstrip()[:1] in ("{", "["):
             try:
                 parsed = json.loads(inner)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
                 return structured
-            return parsed if isinstance(parsed, (dict, list)) else structured
+            return parsed if isinstance(parsed, (dict, list)) and not too_deep(parsed) else structured
         return structured
     try:
-        return json.loads(text)
-    except ValueError:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
         return text
+    return text if too_deep(parsed) else parsed
 
 
 _FAILED = frozenset({"error", "failed", "failure"})
