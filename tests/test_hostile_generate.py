@@ -122,3 +122,18 @@ def test_a_result_nested_without_end_makes_no_answer(tmp_path: Path, depth: int,
     assert code == 1, captured.err[-2000:]
     assert "RecursionError" not in captured.err + captured.out
     assert "no task kept" in captured.err or "no proposal" in captured.err
+
+
+def test_validate_never_writes_through_a_planted_validation_json(tmp_path: Path) -> None:
+    """``tasks validate out=DIR`` into a folder handed over: ``validation.json`` linked to the user's file is
+    replaced, never written through."""
+    from conftest import COUNTER_EVAL
+
+    victim = tmp_path / "bashrc"
+    victim.write_text(BASHRC)
+    out = tmp_path / "validate"
+    out.mkdir()
+    (out / "validation.json").symlink_to(victim)
+    main(["tasks", "validate", *COUNTER_EVAL[:2], "env.max_tasks=1", f"out={out}"])
+    assert victim.read_text() == BASHRC
+    assert not (out / "validation.json").is_symlink() and (out / "validation.json").read_text().startswith("[")
