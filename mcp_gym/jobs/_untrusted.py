@@ -76,10 +76,16 @@ def check_tree(root: str | Path, folder: str | Path, *, what: str, task: str | N
     return real
 
 
+MAX_FILE_BYTES = 64 << 20
+"""Largest file of a checkout :func:`read_file` reads (BFCL's largest data file is 4 MB): a larger one, a sparse file
+of gigabytes that uses no disk among them, would be read whole into memory (and into the task file)."""
+
+
 def read_file(path: str | Path, *, what: str, task: str | None = None) -> bytes:
     """The bytes of the checkout's file ``path`` (already contained: :func:`contained_path`) if it is a regular file
-    with one name: a named pipe or device (a read that blocks, never ends, or reads a disk) or a hard link (whose
-    other name may be ``~/.ssh/id_rsa``: its content would become a prompt or a script) is refused, never read."""
+    with one name of at most :data:`MAX_FILE_BYTES`: a named pipe or device (a read that blocks, never ends, or reads
+    a disk), a hard link (whose other name may be ``~/.ssh/id_rsa``: its content would become a prompt or a script)
+    or a larger file is refused, never read."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # a pipe's open never blocks
     try:
         fd = os.open(path, flags)
@@ -93,7 +99,14 @@ def read_file(path: str | Path, *, what: str, task: str | None = None) -> bytes:
         if st.st_nlink > 1:
             raise UntrustedInput(f"{_who(task)}{what} {path} is a hard link ({st.st_nlink} names): its content may be "
                                  "another file's; copy it (cp) to import it")
-        return f.read()
+        if st.st_size > MAX_FILE_BYTES:
+            raise UntrustedInput(f"{_who(task)}{what} {path} holds {st.st_size} bytes, over the {MAX_FILE_BYTES} an "
+                                 "import reads of one file: not a benchmark's file")
+        data = f.read(MAX_FILE_BYTES + 1)  # a file that grows meanwhile is still read no further
+        if len(data) > MAX_FILE_BYTES:
+            raise UntrustedInput(f"{_who(task)}{what} {path} grew past the {MAX_FILE_BYTES} bytes an import reads of "
+                                 "one file while it was read")
+        return data
 
 
 @dataclass(frozen=True)
