@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from mcp_gym._reroot import mentions_workspace
 from mcp_gym.jobs._checks import answered, expectation, narrow, same_calls
+from mcp_gym.jobs._untrusted import too_deep
 from mcp_gym.jobs.config import env_factory, server_specs, to_dict
 from mcp_gym.jobs.identity import JobRefused
 from mcp_gym.jobs.proposers import (
@@ -52,7 +53,6 @@ from mcp_gym.jobs.proposers import (
     result_value,
     servers_started,
     steady,
-    too_deep,
 )
 from mcp_gym.tasks import Task, load_tasks, save_tasks
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from mcp_gym.jobs._untrusted import too_deep
+
 __all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules only
 
 MAX_ANSWER_CHARS = 100
@@ -73,26 +75,6 @@ def servers_started(info: Mapping[str, Any]) -> None:
 
 
 # -- values in results ------------------------------------------------------------------------------------------------
-MAX_RESULT_DEPTH = 64
-"""Deepest nesting of a result's JSON value that makes answers: a deeper one (a hostile server's ``[[[[...]]]]``, or
-``{"result": TEXT}`` wrapping it) is taken as its text, which makes none (before, it ended ``tasks generate`` with a
-``RecursionError`` traceback)."""
-
-
-def too_deep(value: Any, limit: int = MAX_RESULT_DEPTH) -> bool:
-    """Whether ``value`` nests objects and arrays deeper than ``limit`` (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
-        if items is None:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((item, depth + 1) for item in items)
-    return False
-
-
 def result_value(structured: Any, text: str) -> Any:
     """What a call returned, as a JSON value: its structured content, else its text parsed as JSON, else the text.
 
