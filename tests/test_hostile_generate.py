@@ -137,3 +137,14 @@ def test_validate_never_writes_through_a_planted_validation_json(tmp_path: Path)
     main(["tasks", "validate", *COUNTER_EVAL[:2], "env.max_tasks=1", f"out={out}"])
     assert victim.read_text() == BASHRC
     assert not (out / "validation.json").is_symlink() and (out / "validation.json").read_text().startswith("[")
+
+
+def test_a_named_pipe_a_server_leaves_in_its_workspace_is_not_read(tmp_path: Path) -> None:
+    """A server that leaves a named pipe in its workspace: the generator's read of the workspace's files (the check of
+    a state task) opened it and waited without end. Only regular files are read; the job ends (a bounded run:
+    pytest's timeout is the only bound the old code met)."""
+    server = f'+env.servers.notes="{sys.executable} {ROOT / "tests" / "servers" / "pipe_server.py"} {{workspace}}"'
+    code = main(["tasks", "generate", "env=custom", server, f"out={tmp_path / 'gen'}", "n=1", "max_proposals=2",
+                 "generator.walk_length=1"])
+    assert code in (0, 1)
+    assert (tmp_path / "gen" / "proposals.jsonl").read_text().strip()  # proposals were judged, with the files read

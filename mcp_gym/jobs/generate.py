@@ -144,7 +144,8 @@ def _files(root: Path) -> dict[str, str | None]:
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
         for name in sorted(filenames):
             p = Path(dirpath, name)
-            if p.is_symlink() or p.stat().st_size > _MAX_FILE_BYTES:
+            st = p.lstat()  # a symlink, a named pipe the server made (its read waited without end), a device: no check
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_FILE_BYTES:
                 continue
             try:
                 out[p.relative_to(root).as_posix()] = p.read_text(encoding="utf-8")
