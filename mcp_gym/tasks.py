@@ -7,11 +7,13 @@ server returns from its hidden ``mcp_gym_state`` tool (``{}`` when the server ha
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
 import re
 import stat
+import tempfile
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -228,12 +230,54 @@ def save_tasks(tasks: Iterable[Task], path: str | Path) -> Path:
     """Write tasks as JSONL (one :meth:`Task.to_record` per line); loadable with ``datasets.load_dataset("json")``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for t in tasks:
-            f.write(json.dumps(t.to_record(), ensure_ascii=False, sort_keys=True) + "\n")
-    tmp.replace(path)
+    # a new sibling with a random name (O_EXCL), renamed over ``path``: a folder handed over (a generated task set a
+    # rerun extends) may hold a symlink at a predictable name (``.tasks.jsonl.tmp`` -> ``~/.bashrc``): never written
+    # through; a symlink at ``path`` itself is replaced, never followed
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with open(fd, "w", encoding="utf-8") as f:
+            for t in tasks:
+                f.write(json.dumps(t.to_record(), ensure_ascii=False, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
+
+
+PARQUET_MAX_BYTES = 256 << 20
+"""Most bytes a Parquet task file may decode to (its metadata's declared size, then what is read, row by row): a
+downloaded file of a few kB can declare a footer of gigabytes (a sparse file) or repeat one dictionary entry a
+million times (a compression bomb), which the reader decoded whole into memory."""
+
+
+def _parquet_records(path: Path, source: str) -> list[dict[str, Any]]:
+    """The rows of a Parquet task file, read within :data:`PARQUET_MAX_BYTES`, else a one-line
+    :class:`TaskDataError` naming the source."""
+    import pyarrow.parquet as pq
+
+    size = path.stat().st_size
+    refuse = f"task source {source!r}: refusing to read this Parquet file of {size} bytes"
+    with open(path, "rb") as f:  # the footer length its trailer declares: the reader allocates it before parsing
+        f.seek(max(0, size - 8))
+        tail = f.read(8)
+    if len(tail) == 8 and tail[4:] == b"PAR1" and int.from_bytes(tail[:4], "little") > PARQUET_MAX_BYTES // 4:
+        raise TaskDataError(f"{refuse}: its footer declares {int.from_bytes(tail[:4], 'little')} bytes of metadata")
+    pf = pq.ParquetFile(path)
+    declared = sum(pf.metadata.row_group(i).total_byte_size for i in range(pf.metadata.num_row_groups))
+    if declared > PARQUET_MAX_BYTES:
+        raise TaskDataError(f"{refuse}: it declares {declared} bytes of data, over the {PARQUET_MAX_BYTES} allowed")
+    rows: list[dict[str, Any]] = []
+    read = 0
+    for batch in pf.iter_batches(batch_size=1):  # one row at a time: a repeated entry is counted as it decodes
+        read += batch.nbytes
+        if read > PARQUET_MAX_BYTES:
+            raise TaskDataError(f"{refuse}: its rows decode to over {PARQUET_MAX_BYTES} bytes (a compression bomb, "
+                                "not a task set)")
+        rows.extend(batch.to_pylist())
+    return rows
 
 
 def _jsonl_records(path: Path, source: str) -> list[dict[str, Any]]:
@@ -290,9 +334,7 @@ def _records(source: str, split: str | None) -> tuple[list[dict[str, Any]], Path
     if path.is_file() and path.suffix in (".jsonl", ".json", ".ndjson"):
         return _jsonl_records(path, source), path.parent
     if path.is_file() and path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist(), path.parent
+        return _parquet_records(path, source), path.parent
     import datasets
 
     if path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists()):

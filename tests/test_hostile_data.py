@@ -10,6 +10,7 @@ process); no wall-clock thresholds.
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -110,6 +111,30 @@ def test_a_shard_whose_key_is_null_is_refused(recorded: Path, tmp_path: Path) ->
     pq.write_table(t.set_column(i, t.schema.field(i), pa.nulls(t.num_rows, pa.string())), shard)
     with pytest.raises(ShardRefused, match=f"{shard}: .* rows have no episode_id"):
         load(run)
+
+
+def test_a_sparse_shard_declaring_a_huge_footer_is_refused_before_it_is_read(recorded: Path, tmp_path: Path) -> None:
+    """Round 7: a shard of 1.5 GiB that is a hole (no disk used) whose trailer declares a footer of all of it: the
+    Parquet reader allocated the whole footer before parsing it (3 GiB of memory for a 3 GiB sparse file). Now
+    ``load`` refuses it from its last 8 bytes, in one line naming it, its memory at most a few hundred MB."""
+    run = copy_of(recorded, tmp_path)
+    shard = run / "steps" / "part-20990101T000000-1-5ca7ce-00000.parquet"
+    size = 3 << 29
+    with open(shard, "wb") as f:
+        f.write(b"PAR1")
+        f.truncate(size)
+        f.seek(size - 8)
+        f.write(struct.pack("<I", size - 16) + b"PAR1")
+    if shard.stat().st_blocks * 512 > 1 << 20:
+        shard.unlink()
+        pytest.skip("this filesystem stores no sparse files")
+    code = ("import resource, sys\nfrom mcp_gym.recording import load\ntry:\n    load(sys.argv[1])\n"
+            "except ValueError as e:\n    print(e)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=240)
+    message, rss_mb = done.stdout.strip().splitlines()
+    assert shard.name in message and "refusing to read" in message and "footer" in message, done.stdout + done.stderr
+    assert int(rss_mb) < 1024, rss_mb
 
 
 @pytest.mark.parametrize("tables", [("episodes",), ("steps",), ("steps", "episodes")])

@@ -185,3 +185,32 @@ def test_mcpmark_refuses_two_categories_sharing_one_state_folder(tmp_path: Path,
     assert code == 1 and err.count("\n") == 1, err
     assert "'a b'" in err and f"'{other}'" in err and "both map to the state folder states/" in err
     assert not (tmp_path / "bench").exists()
+
+
+def test_a_parquet_task_file_that_decodes_to_gigabytes_is_refused(tmp_path: Path) -> None:
+    """Round 7: a downloaded Parquet task file of 5 kB whose ``prompt`` column repeats one 1 MiB dictionary entry 2,048
+    times decoded to 2 GiB of tasks (2.2 GB of memory). It is now read row by row within ``PARQUET_MAX_BYTES`` and
+    refused in one line naming it; the loading process stays far below the decoded size."""
+    import subprocess
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, entry = 2048, "x" * (1 << 20)
+    prompt = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([entry]))
+    path = tmp_path / "tasks.parquet"
+    pq.write_table(pa.table({"id": [f"t{i}" for i in range(rows)], "prompt": prompt}), path, compression="zstd",
+                   row_group_size=rows)
+    assert path.stat().st_size < 64 << 10
+    code = ("import resource, sys\nfrom mcp_gym.tasks import load_task_source\ntry:\n"
+            "    print(len(load_task_source(sys.argv[1])))\nexcept ValueError as e:\n    print(e)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=240)
+    message, rss_mb = done.stdout.strip().splitlines()
+    assert str(path) in message and "refusing to read this Parquet file" in message, done.stdout + done.stderr
+    assert int(rss_mb) < 1024, rss_mb
+    small = tmp_path / "small.parquet"
+    pq.write_table(pa.table({"id": ["a", "b"], "prompt": ["one", "two"], "tags": [["x"], []]}), small)
+    from mcp_gym.tasks import load_task_source
+
+    assert [(t.id, t.prompt, t.tags) for t in load_task_source(str(small))] == [("a", "one", ("x",)), ("b", "two", ())]

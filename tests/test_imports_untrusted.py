@@ -364,3 +364,40 @@ def test_eval_says_why_when_no_episode_or_some_fail_to_grade(tmp_path: Path,
     assert main(printed_command(stdout, tmp_path / "some")) == 0
     err = capsys.readouterr().err
     assert "warning: 4 of 8 episodes failed to grade" in err and "easy__file_context__uppercase" in err
+
+
+def test_an_import_never_writes_through_links_planted_in_its_out_folder(tmp_path: Path) -> None:
+    """Round 7: ``--out`` may be an earlier import's folder handed over, holding symlinks at the names an import
+    writes (``.tasks.jsonl.tmp``, the grader module, ``verify/<task>.py``) pointing at the user's files. Each file is
+    written to a new randomly named sibling and renamed: the user's files stay as they were."""
+    checkout = tmp_path / "mcpmark"
+    mcpmark_task(checkout, "standard/a/b")
+    (checkout / "test_environments" / "a").mkdir(parents=True)
+    out = tmp_path / "bench"
+    (out / "verify").mkdir(parents=True)
+    victims = {name: tmp_path / f"victim-{i}" for i, name in
+               enumerate([".tasks.jsonl.tmp", "mcpmark_grader.py", "verify/standard__a__b.py"])}
+    for name, victim in victims.items():
+        victim.write_text("export PATH=$HOME/bin:$PATH  # the user's own\n")
+        (out / name).symlink_to(victim)
+    code, _, err = run_import(checkout, out)
+    assert code == 0, err
+    assert all(v.read_text() == "export PATH=$HOME/bin:$PATH  # the user's own\n" for v in victims.values())
+    assert not (out / "tasks.jsonl").is_symlink() and "standard__a__b" in (out / "tasks.jsonl").read_text()
+    assert not (out / "verify" / "standard__a__b.py").is_symlink()
+
+
+def test_mcpmark_refuses_a_file_too_large_to_be_the_benchmarks_unread(tmp_path: Path) -> None:
+    """Round 7: a ``meta.json`` of 100 MiB that is a hole (a sparse file, no disk used; it could be gigabytes) was read
+    whole into memory. A file over ``MAX_FILE_BYTES`` (64 MiB) is refused from its size, in one line naming it."""
+    from mcp_gym.jobs._untrusted import MAX_FILE_BYTES
+
+    checkout = tmp_path / "mcpmark"
+    folder = mcpmark_task(checkout, "standard/a/b")
+    (checkout / "test_environments" / "a").mkdir(parents=True)
+    with open(folder / "meta.json", "wb") as f:
+        f.truncate(MAX_FILE_BYTES + (36 << 20))
+    code, _, err = run_import(checkout, tmp_path / "bench")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "meta.json" in err and f"over the {MAX_FILE_BYTES}" in err, err
+    assert not (tmp_path / "bench" / "tasks.jsonl").exists()

@@ -9,7 +9,9 @@ task file, a prompt or an episode's workspace:
   or a path that (through a symlink anywhere on the way) resolves outside the folder.
 - :func:`check_tree` refuses a folder holding a symlink that resolves outside it, a named pipe, socket or device
   node, or a file with a hard link outside it (before it is copied).
-- :func:`read_file` reads one file only if it is a regular file with one name (no pipe, device or hard link).
+- :func:`read_file` reads one file only if it is a regular file with one name (no pipe, device or hard link) of at
+  most :data:`MAX_FILE_BYTES`.
+- :func:`too_deep` says whether a server's JSON result nests deeper than :data:`MAX_RESULT_DEPTH` (``tasks generate``).
 - :func:`extract_zip` extracts a zip within :class:`ZipLimits` (total uncompressed bytes, members, bytes per member,
   compression ratio), refusing absolute or ``..`` member names and symlink members; bytes are counted as they are
   written, so a member whose header under-states its size is stopped too. Files keep the members' modification
@@ -28,6 +30,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
 
 from mcp_gym.errors import MCPGymError
 from mcp_gym.tasks import _foreign_entry, _not_regular
@@ -76,10 +79,16 @@ def check_tree(root: str | Path, folder: str | Path, *, what: str, task: str | N
     return real
 
 
+MAX_FILE_BYTES = 64 << 20
+"""Largest file of a checkout :func:`read_file` reads (BFCL's largest data file is 4 MB): a larger one, a sparse file
+of gigabytes that uses no disk among them, would be read whole into memory (and into the task file)."""
+
+
 def read_file(path: str | Path, *, what: str, task: str | None = None) -> bytes:
     """The bytes of the checkout's file ``path`` (already contained: :func:`contained_path`) if it is a regular file
-    with one name: a named pipe or device (a read that blocks, never ends, or reads a disk) or a hard link (whose
-    other name may be ``~/.ssh/id_rsa``: its content would become a prompt or a script) is refused, never read."""
+    with one name of at most :data:`MAX_FILE_BYTES`: a named pipe or device (a read that blocks, never ends, or reads
+    a disk), a hard link (whose other name may be ``~/.ssh/id_rsa``: its content would become a prompt or a script)
+    or a larger file is refused, never read."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # a pipe's open never blocks
     try:
         fd = os.open(path, flags)
@@ -93,7 +102,34 @@ def read_file(path: str | Path, *, what: str, task: str | None = None) -> bytes:
         if st.st_nlink > 1:
             raise UntrustedInput(f"{_who(task)}{what} {path} is a hard link ({st.st_nlink} names): its content may be "
                                  "another file's; copy it (cp) to import it")
-        return f.read()
+        if st.st_size > MAX_FILE_BYTES:
+            raise UntrustedInput(f"{_who(task)}{what} {path} holds {st.st_size} bytes, over the {MAX_FILE_BYTES} an "
+                                 "import reads of one file: not a benchmark's file")
+        data = f.read(MAX_FILE_BYTES + 1)  # a file that grows meanwhile is still read no further
+        if len(data) > MAX_FILE_BYTES:
+            raise UntrustedInput(f"{_who(task)}{what} {path} grew past the {MAX_FILE_BYTES} bytes an import reads of "
+                                 "one file while it was read")
+        return data
+
+
+MAX_RESULT_DEPTH = 64
+"""Deepest nesting of a server's result (a JSON value) that makes answers in ``mcp-gym tasks generate``: a deeper one
+(a hostile server's ``[[[[...]]]]``, or ``{"result": TEXT}`` wrapping it) is taken as its text, which makes none
+(before, it ended the job with a ``RecursionError`` traceback)."""
+
+
+def too_deep(value: Any, limit: int = MAX_RESULT_DEPTH) -> bool:
+    """Whether ``value`` nests objects and arrays deeper than ``limit`` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if items is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((item, depth + 1) for item in items)
+    return False
 
 
 @dataclass(frozen=True)

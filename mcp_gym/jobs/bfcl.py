@@ -35,6 +35,7 @@ from typing import Any
 
 from mcp_gym.envs.bfcl import check, grade
 from mcp_gym.jobs._untrusted import UniqueIds, UntrustedInput, contained_path, read_file
+from mcp_gym.recording.atomic import write_text_atomic
 
 __all__ = ["main"]
 
@@ -245,9 +246,8 @@ def import_bfcl(path: str | Path, out: str | Path = "bfcl-multi-turn",
             rows.append(rec)
             result.max_turns = max(result.max_turns, len(rec["turns"]))
         target = out / f"multi_turn_{category}.jsonl"
-        tmp = out / f".{target.name}.tmp"
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        tmp.replace(target)
+        # through a new randomly named sibling: never through a symlink planted at a predictable name in --out
+        write_text_atomic(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
         result.files[category] = target
         result.counts[category] = len(rows)
     return result

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -39,6 +40,7 @@ from tqdm.auto import tqdm
 
 from mcp_gym._reroot import mentions_workspace
 from mcp_gym.jobs._checks import answered, expectation, narrow, same_calls
+from mcp_gym.jobs._untrusted import too_deep
 from mcp_gym.jobs.config import env_factory, server_specs, to_dict
 from mcp_gym.jobs.identity import JobRefused
 from mcp_gym.jobs.proposers import (
@@ -130,7 +132,7 @@ class _Session:
                 value = env.runtime.call(access.call, entry.server, entry.server_tool, args)
         except Exception:  # noqa: BLE001 - a read that fails is no check
             return None
-        return mask_workspace(value, env.workspace)
+        return None if too_deep(value) else mask_workspace(value, env.workspace)  # too deep to compare: no check
 
     def close(self) -> None:
         pass
@@ -142,7 +144,8 @@ def _files(root: Path) -> dict[str, str | None]:
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
         for name in sorted(filenames):
             p = Path(dirpath, name)
-            if p.is_symlink() or p.stat().st_size > _MAX_FILE_BYTES:
+            st = p.lstat()  # a symlink, a named pipe the server made (its read waited without end), a device: no check
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_FILE_BYTES:
                 continue
             try:
                 out[p.relative_to(root).as_posix()] = p.read_text(encoding="utf-8")
@@ -400,11 +403,16 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
                          "the jobs that play one (n= is how many tasks to keep)")
     path = out / "tasks.jsonl"
     ledger = out / "proposals.jsonl"
+    if not dry:
+        _refuse_planted(out)
     existing = load_tasks(path) if path.exists() and not dry else []
+    # written back as they were: load_tasks resolves a fixture to its path (inside out, checked), which the file
+    # must not hold (a task file's fixture is relative: the next rerun, or eval, refused the absolute one)
+    existing = [replace(t, fixture=os.path.relpath(t.fixture, out.resolve())) if t.fixture else t for t in existing]
     judged: set[str] = set()
     if ledger.exists() and not dry:
-        judged = {json.loads(line)["signature"] for line in ledger.read_text(encoding="utf-8").splitlines()
-                  if line.strip()}
+        with ledger.open(encoding="utf-8") as f:
+            judged = {json.loads(line)["signature"] for line in f if line.strip()}
     fixture_rel = fixture_abs = None
     if cfg.get("fixture"):
         src = Path(str(cfg.fixture)).expanduser()
@@ -415,6 +423,8 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         fixture_abs = str((out / fixture_rel).resolve()) if not dry else str(src.resolve())
         if not dry and not (out / fixture_rel).exists():
             shutil.copytree(src, out / fixture_rel, symlinks=True)
+        if not dry:  # the copy (or a rerun's) is every episode's workspace: checked as a task file's fixture
+            _refuse_planted(out, fixture_rel)
     # Proposals are judged under the env's reset_mode, as tasks validate, eval and collect run the tasks (default auto:
     # a server without {workspace} keeps its process from one run to the next unless env.reset_mode=restart), so a
     # value that depends on earlier episodes (npm server-sequential-thinking's thoughtHistoryLength) makes no answer.
@@ -472,7 +482,8 @@ def generate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> Ge
         if not dry:
             out.mkdir(parents=True, exist_ok=True)
             save_tasks([*existing, *result.kept], path)
-            with ledger.open("a", encoding="utf-8") as f:
+            fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with open(fd, "a", encoding="utf-8") as f:  # never through a symlink planted since the start
                 for rec in records:
                     f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
     if show:
@@ -516,6 +527,39 @@ def _recheck_answers(checker: _Checker, result: GenerateResult, props: Mapping[s
             if rec.get("task_id") == task.id:
                 rec.update(verdict="flaky", detail=detail)
                 del rec["task_id"]
+
+
+def _refuse_planted(out: Path, fixture: str | None = None) -> None:
+    """A rerun reads and extends ``out/tasks.jsonl`` and ``out/proposals.jsonl`` and copies ``out/fixture`` into
+    every episode's workspace; ``out`` may be a folder handed over (someone's generated task set to extend), holding a
+    symlink at those names (``proposals.jsonl`` -> ``~/.bashrc`` was appended to, ``fixture`` -> ``~/.ssh`` copied
+    into the workspaces, its files listed and read into answers), a hard link, a named pipe or a device. Each is
+    refused in one line naming it; a ``fixture`` folder is checked as a task file's (no symlink out of it, no pipe,
+    device or outside hard link)."""
+    from mcp_gym.jobs._untrusted import UntrustedInput, check_tree
+    from mcp_gym.tasks import _not_regular
+
+    fix = " (a rerun extends only what tasks generate wrote there: use a new out=, or copy the files in with cp)"
+    if fixture is not None:
+        try:
+            check_tree(out, out / fixture, what="fixture")
+        except UntrustedInput as e:
+            raise JobRefused(f"{e}: refusing to copy it into the workspaces{fix}") from None
+        return
+    for name in ("tasks.jsonl", "proposals.jsonl", "fixture"):
+        try:
+            st = (out / name).lstat()
+        except FileNotFoundError:
+            continue
+        folder = name == "fixture"
+        why = ("is a symlink" if stat.S_ISLNK(st.st_mode) else
+               None if folder and stat.S_ISDIR(st.st_mode) else
+               "is not a folder" if folder else
+               f"is a {_not_regular(st.st_mode) or 'folder'}, not a regular file" if not stat.S_ISREG(st.st_mode) else
+               f"is a hard link ({st.st_nlink} names)" if st.st_nlink > 1 else None)
+        if why is not None:
+            what = "copy it into the workspaces" if folder else "read or extend it"
+            raise JobRefused(f"{out / name} {why}: refusing to {what}{fix}")
 
 
 def _refuse_fixture_without_workspace(env_cfg: Mapping[str, Any], fixture: str) -> None:

@@ -42,6 +42,7 @@ from mcp_gym.jobs._untrusted import (
     extract_zip,
     read_file,
 )
+from mcp_gym.recording.atomic import new_file, write_text_atomic
 
 __all__ = ["import_mcpmark", "main"]
 
@@ -267,15 +268,14 @@ def import_mcpmark(path: str | Path, out: str | Path = "mcpmark-filesystem", *, 
                 shutil.rmtree(target)  # a previous import's copy: this checkout's state replaces it
             _write_state(sources[t.category], t.category, target, limits or ZipLimits(), t.source)
             written.add(t.category)
-        (out / "verify" / f"{t.id}.py").write_bytes(t.verify)
+        with new_file(out / "verify" / f"{t.id}.py") as tmp:  # never written through a link planted in --out
+            tmp.write_bytes(t.verify)
         rows.append({"id": t.id, "prompt": t.prompt + PROMPT_SUFFIX, "fixture": rel, "tags": t.tags,
                      "grader": f"{GRADER_MODULE}:verify",  # a python grader
                      "data": {"workspace": "{workspace}", "mcpmark_task": t.source}})
         result.categories[t.category] = result.categories.get(t.category, 0) + 1
-    (out / f"{GRADER_MODULE}.py").write_text(_GRADER.replace("__ENV__", repr(GRADER_ENV)), encoding="utf-8")
-    tmp = out / ".tasks.jsonl.tmp"
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    tmp.replace(result.tasks_file)
+    write_text_atomic(out / f"{GRADER_MODULE}.py", _GRADER.replace("__ENV__", repr(GRADER_ENV)))
+    write_text_atomic(result.tasks_file, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return result
 
 

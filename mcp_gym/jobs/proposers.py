@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from mcp_gym.jobs._untrusted import too_deep
+
 __all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules only
 
 MAX_ANSWER_CHARS = 100
@@ -78,20 +80,24 @@ def result_value(structured: Any, text: str) -> Any:
 
     The text is parsed whole, never line by line. A structured content that only wraps a string, ``{"result": TEXT}``
     (what the Python SDK makes of a tool returning ``str``), is that string parsed as JSON when it holds a JSON object
-    or array: its members make answers, not one multi-line string that makes none."""
+    or array: its members make answers, not one multi-line string that makes none. A value nested deeper than
+    :data:`MAX_RESULT_DEPTH` is the text."""
     if structured is not None:
+        if too_deep(structured):
+            return text
         inner = structured.get("result") if isinstance(structured, dict) and len(structured) == 1 else None
         if isinstance(inner, str) and inner.lstrip()[:1] in ("{", "["):
             try:
                 parsed = json.loads(inner)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
                 return structured
-            return parsed if isinstance(parsed, (dict, list)) else structured
+            return parsed if isinstance(parsed, (dict, list)) and not too_deep(parsed) else structured
         return structured
     try:
-        return json.loads(text)
-    except ValueError:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
         return text
+    return text if too_deep(parsed) else parsed
 
 
 _FAILED = frozenset({"error", "failed", "failure"})

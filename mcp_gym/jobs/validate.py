@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from mcp_gym.jobs.config import env_factory, load_job_tasks, to_dict
+from mcp_gym.recording.atomic import write_text_atomic
 
 __all__ = ["TaskCheck", "validate_tasks"]
 
@@ -63,7 +64,7 @@ def validate_tasks(cfg: DictConfig, out: str | Path, *, show: bool = True) -> li
         env.close()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "validation.json").write_text(json.dumps([asdict(c) for c in checks], indent=1), encoding="utf-8")
+    write_text_atomic(out / "validation.json", json.dumps([asdict(c) for c in checks], indent=1))  # no link followed
     if show:
         _print(checks, out)
     return checks

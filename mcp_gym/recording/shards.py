@@ -185,6 +185,10 @@ MAX_INFLATION = 1000
 refused unread: recorded JSON compresses 5-20x; a 14 kB file that decodes to 1.5 GB is a compression bomb."""
 FREE_BYTES = 256 << 20
 """Decoded bytes every shard may have, whatever its size on disk."""
+MAX_FOOTER_BYTES = 64 << 20
+"""Longest Parquet footer (the file's metadata) a shard may declare: the reader allocates it whole before parsing it,
+so a sparse file (no disk used) declaring a 3 GiB footer cost 3 GiB of memory. mcp-gym's shards hold at most a few
+hundred row groups of about 6 kB of metadata each (a few MB)."""
 
 
 class ShardRefused(MCPGymError, ValueError):
@@ -244,11 +248,27 @@ def read_shard(
         raise ShardRefused(f"{path}: refusing to read this shard: not a readable Parquet file ({detail})") from exc
 
 
+def _footer_bytes(path: Path | str, size: int, filesystem: Any) -> int:
+    """The footer length a Parquet file's last 8 bytes declare (0 when there is no Parquet trailer: pyarrow says why).
+    """
+    if size < 12:
+        return 0
+    opened = filesystem.open_input_file(str(path)) if filesystem is not None else open(path, "rb")  # noqa: SIM115
+    with opened as f:
+        f.seek(size - 8)
+        tail = f.read(8)
+    return int.from_bytes(tail[:4], "little") if len(tail) == 8 and tail[4:] == b"PAR1" else 0
+
+
 def _read_shard(path: Path | str, table: str, columns: Sequence[str] | None, filesystem: Any) -> pa.Table:
     schema = TABLES[table]
     size = filesystem.get_file_info(str(path)).size if filesystem is not None else os.path.getsize(path)
     limit = max(FREE_BYTES, MAX_INFLATION * size)
     names = list(columns) if columns is not None else schema.names
+    if (footer := _footer_bytes(path, size, filesystem)) > MAX_FOOTER_BYTES:
+        raise ShardRefused(f"{path}: refusing to read this shard: its footer declares {footer} bytes of "
+                           f"metadata, over the {MAX_FOOTER_BYTES} allowed (a file of {size} bytes, sparse or "
+                           "padded): not a recording")
     md = pq.read_metadata(path, filesystem=filesystem)
     on_disk = md.schema.to_arrow_schema()
     check_version(on_disk, str(path))
