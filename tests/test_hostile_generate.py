@@ -55,6 +55,7 @@ def _written(out: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in sorted(out.glob("*.jsonl")) if p.is_file())
 
 
+@pytest.mark.slow  # a whole generate run on real servers: 30-40 s at load 15
 def test_the_task_file_is_never_written_through_a_planted_temporary_name(tmp_path: Path, home: Path,
                                                                        src: Path) -> None:
     """``.tasks.jsonl.tmp`` (the name the task file was written to before its rename) linked to ``~/.bashrc``: the
@@ -139,6 +140,7 @@ def test_validate_never_writes_through_a_planted_validation_json(tmp_path: Path)
     assert not (out / "validation.json").is_symlink() and (out / "validation.json").read_text().startswith("[")
 
 
+@pytest.mark.slow  # a whole generate run on real servers: 30-40 s at load 15
 def test_a_named_pipe_a_server_leaves_in_its_workspace_is_not_read(tmp_path: Path) -> None:
     """A server that leaves a named pipe in its workspace: the generator's read of the workspace's files (the check of
     a state task) opened it and waited without end. Only regular files are read; the job ends (a bounded run:
