@@ -14,6 +14,7 @@ they are.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -40,22 +41,21 @@ def reads(step: Any) -> bool:
 
 
 def confirmed(steps: Sequence[Any], stable: Sequence[Any], i: int,
-              values: Callable[[Any], tuple[Iterable[str], str]]) -> frozenset[str]:
-    """The values a read after step ``i`` returned in both runs of the walk (``values``: a result's values and its
-    text): an answer of step ``i`` among them, or a whole word of one of their texts, is confirmed (:func:`holds`)."""
-    out: set[str] = set()
+              values: Callable[[Any], tuple[Iterable[str], str]]) -> list[tuple[frozenset[str], str, str]]:
+    """What each read after step ``i`` returned in both runs of the walk (``values``: a result's values and its text),
+    with its arguments as JSON: an answer of step ``i`` among its values, or a whole word of its text, is confirmed
+    (:func:`holds`), unless the read was given it (a read that echoes its arguments confirms nothing)."""
+    out = []
     for j in range(i + 1, len(steps)):
         if steps[j].ok and stable[j] is not None and reads(steps[j]):
             found, text = values(stable[j])
-            out |= set(found)
-            out.add("\ue002" + text)  # the whole text, for whole words (holds)
-    return frozenset(out)
+            out.append((frozenset(found), text, json.dumps(steps[j].call.get("arguments"), ensure_ascii=False)))
+    return out
 
 
-def holds(answer: str, seen: frozenset[str]) -> bool:
-    """Whether ``answer`` is one of the values :func:`confirmed` found, or a whole word or value of one of the texts
-    the reads returned."""
-    if answer in seen:
-        return True
+def holds(answer: str, seen: Sequence[tuple[frozenset[str], str, str]]) -> bool:
+    """Whether a read of :func:`confirmed` returned ``answer``, as one of its values or a whole word or value of its
+    text, without being given it in its arguments."""
     pattern = re.compile(rf"(?<![\w.]){re.escape(answer)}(?![\w]|\.\w)")
-    return any(s.startswith("\ue002") and pattern.search(s) for s in seen)
+    return any(pattern.search(given) is None and (answer in found or pattern.search(text) is not None)
+               for found, text, given in seen)

@@ -492,7 +492,7 @@ class ExploreProposer:
             order = [int(k) for k in rng.permutation(len(found))]
             claim = self.claims and changes(s)  # what a call that changed state says of itself: the server's word
             seen = confirmed(steps, walk.stable, i, lambda v: ({a for _, a in fields(v)}, as_text(v))) if claim \
-                else frozenset()
+                else []
             order.sort(key=lambda k: claim and not holds(found[k][1], seen))  # the confirmed ones first
             for k in order[: self.fields_per_call]:
                 path, answer = found[k]
