@@ -204,6 +204,19 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def wrapped_json(value: Any) -> Any:
+    """The JSON object or array inside a result that only wraps a string, ``{"result": TEXT}`` (what the Python SDK
+    makes of a tool returning ``str``: PyPI mcp-server-motherduck's pretty-printed JSON), else ``value`` itself."""
+    inner = value.get("result") if isinstance(value, dict) and len(value) == 1 else None
+    if isinstance(inner, str) and inner.lstrip()[:1] in ("{", "["):
+        try:
+            parsed = json.loads(inner)
+        except (ValueError, RecursionError):  # RecursionError: a server's JSON nested deeper than the parser goes
+            return value
+        return parsed if isinstance(parsed, (dict, list)) else value
+    return value
+
+
 class MCPGrader(Grader):
     """A final tool call or resource read on the episode's own session, compared with what the task expects."""
 
@@ -212,12 +225,15 @@ class MCPGrader(Grader):
 
     def __init__(self, name: str | None = None, tool: str | None = None, arguments: Mapping[str, Any] | None = None,
                  resource: str | None = None, server: str | None = None, path: str | None = None,
-                 equals: Any = None, contains: Any = None, subset: Any = None) -> None:
+                 equals: Any = None, contains: Any = None, subset: Any = None, unwrap_json: bool = False) -> None:
         super().__init__(name)
         if (tool is None) == (resource is None):
             raise ValueError("an mcp grader needs exactly one of tool= and resource=")
+        if not isinstance(unwrap_json, bool):
+            raise ValueError(f"the mcp grader's unwrap_json is true or false, not {unwrap_json!r}")
         self.tool, self.arguments, self.resource, self.server = tool, dict(arguments or {}), resource, server
         self.path = path
+        self.unwrap_json = unwrap_json  # a {"result": TEXT} result read as the JSON in TEXT (tasks generate sets it)
         self.expect = {k: v for k, v in (("equals", equals), ("contains", contains), ("subset", subset))
                        if v is not None}
 
@@ -233,6 +249,8 @@ class MCPGrader(Grader):
         else:
             what = str(self.resource)
             value = await ctx.read_resource(ctx.fill(self.resource), self.server)
+        if self.unwrap_json:
+            value = wrapped_json(value)
         if self.path:
             from jsonpath_ng.ext import parse as jsonpath
 
@@ -258,6 +276,7 @@ class MCPGrader(Grader):
 
     def spec(self) -> Any:
         return {**super().spec(), "tool": self.tool, "arguments": self.arguments, "resource": self.resource,
-                "server": self.server, "path": self.path, **self.expect}
+                "server": self.server, "path": self.path, **self.expect,
+                **({"unwrap_json": True} if self.unwrap_json else {})}
 
 

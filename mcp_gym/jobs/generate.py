@@ -59,7 +59,7 @@ from mcp_gym.tasks import Task, load_tasks, save_tasks
 __all__ = ["GenerateResult", "generate_tasks"]
 
 DROP_REASONS = ("malformed", "solution failed", "passes with no action", "flaky", "duplicate",
-                "check not derivable")
+                "check not derivable", "claim not confirmed")
 """Why a proposal is dropped (the summary table's rows)."""
 _MAX_FILE_BYTES = 100_000
 
@@ -132,7 +132,17 @@ class _Session:
                 value = env.runtime.call(access.call, entry.server, entry.server_tool, args)
         except Exception:  # noqa: BLE001 - a read that fails is no check
             return None
-        return None if too_deep(value) else mask_workspace(value, env.workspace)  # too deep to compare: no check
+        if too_deep(value):
+            return None  # too deep to compare: no check
+        if isinstance(read, dict) and "tool" in read:
+            from mcp_gym.graders.state import wrapped_json
+
+            inner = wrapped_json(value)  # {"result": TEXT}: the JSON in TEXT, as the check will read it (unwrap_json)
+            if too_deep(inner):
+                return None
+            self.runner.unwrapped[json.dumps(read, sort_keys=True, default=str)] = inner is not value
+            value = inner
+        return mask_workspace(value, env.workspace)
 
     def close(self) -> None:
         pass
@@ -166,6 +176,7 @@ class _Runner:
         self.calls = self.failed = 0  # calls played, and those that failed (an error result or a refused call)
         self.first_error: str | None = None  # the first failed call: "tool: message"
         self.gave_up = 0  # the walks made before giving up because every call failed (0: did not give up)
+        self.unwrapped: dict[str, bool] = {}  # a read (as JSON) -> whether its last value unwrapped {"result": TEXT}
 
     def task(self, prompt: str = "explore") -> Task:
         return Task(id="proposal", prompt=prompt, fixture=self.fixture)
@@ -211,7 +222,7 @@ class _Checker:
 
     def check(self, p: Proposal) -> Task:
         if p.malformed:
-            raise _Drop("flaky" if "differs between two fresh runs" in p.malformed else "malformed", p.malformed)
+            raise _Drop(p.reason if p.reason in DROP_REASONS else "malformed", p.malformed)
         names = set(self.env.action_space.tool_names) - {"submit"}
         unknown = sorted({c["tool"] for c in p.solution} - names)
         if unknown:
@@ -348,6 +359,8 @@ class _Checker:
             entry = self.env.host.resolve(read["tool"])
             spec.update(tool=entry.server_tool, arguments=dict(read.get("arguments") or {}))
             server = entry.server
+            if self.runner.unwrapped.get(json.dumps(read, sort_keys=True, default=str)):
+                spec["unwrap_json"] = True  # compared with the JSON in the text, not the text (absent: the text)
         if len(self.env.host.connections) > 1 and server:
             spec["server"] = server
         return {**spec, **exp}

@@ -15,19 +15,20 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from mcp_gym.jobs._chain import PATHLIKE, Token, chain_arguments, template
+from mcp_gym.jobs._claims import NOT_CONFIRMED, changes, confirmed, holds
 from mcp_gym.jobs._untrusted import too_deep
 
 __all__: list[str] = []  # internal to mcp_gym.jobs: used by its sibling modules only
 
 MAX_ANSWER_CHARS = 100
 """Longest answer (and chained value) an answer task asks for."""
-_PATHLIKE = re.compile(r"(path|dir|directory|file|folder|source|destination|root)s?$", re.IGNORECASE)
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*"
 _CLOCK = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"  # ISO 8601 dates, times
@@ -63,6 +64,7 @@ class Proposal:
     malformed: str | None = None
     tags: tuple[str, ...] = ()
     raw: Any = None
+    reason: str = "malformed"  # the drop reason when ``malformed`` is set
 
 
 def servers_started(info: Mapping[str, Any]) -> None:
@@ -83,16 +85,12 @@ def result_value(structured: Any, text: str) -> Any:
     or array: its members make answers, not one multi-line string that makes none. A value nested deeper than
     :data:`MAX_RESULT_DEPTH` is the text."""
     if structured is not None:
+        from mcp_gym.graders.state import wrapped_json
+
         if too_deep(structured):
             return text
-        inner = structured.get("result") if isinstance(structured, dict) and len(structured) == 1 else None
-        if isinstance(inner, str) and inner.lstrip()[:1] in ("{", "["):
-            try:
-                parsed = json.loads(inner)
-            except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-                return structured
-            return parsed if isinstance(parsed, (dict, list)) and not too_deep(parsed) else structured
-        return structured
+        inner = wrapped_json(structured)
+        return structured if inner is not structured and too_deep(inner) else inner
     try:
         parsed = json.loads(text)
     except (ValueError, RecursionError):
@@ -313,22 +311,15 @@ def _named(key: str) -> bool:
 
 # -- explore ----------------------------------------------------------------------------------------------------------
 @dataclass
-class _Token:
-    """A value an earlier call returned: ``prefix`` + what step ``origin`` returned at ``path``."""
-
-    value: str
-    origin: int
-    path: str
-    prefix: str = ""
-
-
-@dataclass
 class _Step:
     call: dict[str, Any]
     ok: bool
     value: Any = None
-    uses: dict[str, _Token] = field(default_factory=dict)  # placeholder -> token
+    uses: dict[str, Token] = field(default_factory=dict)  # placeholder -> token
     mutates: bool = False
+    where: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # placeholder -> where in the arguments
+    read_only: bool | None = None  # what its tool says (readOnlyHint, or generator.read_tools); None: nothing
+    same_files: bool | None = None  # the workspace's files the same after it (None: no workspace)
 
 
 @dataclass
@@ -353,6 +344,8 @@ class ExploreProposer:
         exclude_tools: Tools never called.
         read_tools: Tools that only read (``None``: those annotated ``readOnlyHint``).
         max_calls: Most calls in a reference solution.
+        claims: Keep an answer a state-changing call gave about itself only if a later read of its walk returns it
+            too (:mod:`mcp_gym.jobs._claims`); ``False``: keep it as any answer.
         max_failed_walks: Walks made while every call fails before the job gives up (``0``: never): once any call
             has succeeded, walks go on as long as the job's other bounds allow.
     """
@@ -360,7 +353,7 @@ class ExploreProposer:
     def __init__(self, *, seed: int = 0, walk_length: int = 6, fields_per_call: int = 2, chain: float = 0.7,
                  fixed: Mapping[str, Any] | None = None, values: Sequence[str] = (),
                  exclude_tools: Sequence[str] = (), read_tools: Sequence[str] | None = None,
-                 max_calls: int = 4, max_failed_walks: int = 10) -> None:
+                 max_calls: int = 4, max_failed_walks: int = 10, claims: bool = True) -> None:
         self.seed = int(seed)
         self.walk_length = int(walk_length)
         self.fields_per_call = int(fields_per_call)
@@ -370,6 +363,7 @@ class ExploreProposer:
         self.exclude = set(exclude_tools)
         self.read_tools = set(read_tools) if read_tools is not None else None
         self.max_calls = int(max_calls)
+        self.claims = bool(claims)
         if isinstance(max_failed_walks, bool) or not isinstance(max_failed_walks, int) or max_failed_walks < 0:
             from mcp_gym.jobs.schema import ConfigError
 
@@ -384,11 +378,16 @@ class ExploreProposer:
 
     def reads(self, env: Any, tool: str) -> bool:
         """Whether ``tool`` only reads."""
+        return bool(self.says(env, tool))
+
+    def says(self, env: Any, tool: str) -> bool | None:
+        """Whether ``tool`` says it only reads (``generator.read_tools``, else its ``readOnlyHint``; ``None``: it says
+        nothing)."""
         if self.read_tools is not None:
             return tool in self.read_tools
         entry = env.host.resolve(tool)
         ann = getattr(entry.tool, "annotations", None) if entry is not None else None
-        return bool(ann is not None and ann.read_only_hint)
+        return None if ann is None or ann.read_only_hint is None else bool(ann.read_only_hint)
 
     def walk(self, run: Any, env: Any, w: int) -> Walk:
         """Walk ``w``: ``run(calls)`` plays calls in a fresh episode and returns ``[(ok, value)]``; the walk is
@@ -438,58 +437,49 @@ class ExploreProposer:
         tools = self.tools(env)  # after the reset: servers naming {workspace} start there
         if not tools:
             raise ValueError("tasks generate: the servers offer no tool to explore")
+        files: Callable[[str], Any] | None = getattr(session, "read", None) if env.workspace is not None else None
         try:
             for _ in range(self.walk_length):
                 tool = tools[int(rng.integers(len(tools)))]
-                call, uses = self._draw(env, rng, tool, steps)
+                call, uses, where = self._draw(env, rng, tool, steps)
+                before = files("files") if files is not None and self.says(env, tool) is None else None
                 ok, value = session.step(call)
-                steps.append(_Step(call, ok, value, uses, not self.reads(env, tool)))
+                same = None if before is None or files is None else before == files("files")
+                steps.append(_Step(call, ok, value, uses, not self.reads(env, tool), where, self.says(env, tool),
+                                   same))
         finally:
             session.close()
         return steps
 
-    def _pool(self, steps: list[_Step]) -> list[_Token]:
-        pool = [_Token(v, -1, "") for v in self.values]
+    def _pool(self, steps: list[_Step]) -> list[Token]:
+        """The values a call may take: ``generator.values``, then what each earlier successful step returned (a value
+        without a ``/`` also joined to the step's path argument, as a path its listing names)."""
+        out = [Token(v, -1, "") for v in self.values]
         for i, s in enumerate(steps):
             if not s.ok:
                 continue
-            base = [v for k, v in s.call["arguments"].items() if isinstance(v, str) and _PATHLIKE.search(k)]
+            base = [v for k, v in s.call["arguments"].items() if isinstance(v, str) and PATHLIKE.search(k)]
             for path, answer in fields(s.value):
-                pool.append(_Token(answer, i, path))
+                out.append(Token(answer, i, path))
                 for b in base[:1]:
                     if "/" not in answer:
-                        pool.append(_Token(f"{b.rstrip('/')}/{answer}", i, path, prefix=b.rstrip("/") + "/"))
-        return pool
+                        out.append(Token(f"{b.rstrip('/')}/{answer}", i, path, prefix=b.rstrip("/") + "/"))
+        return out
 
-    def _draw(self, env: Any, rng: np.random.Generator, tool: str, steps: list[_Step]) -> tuple[dict[str, Any],
-                                                                                                dict[str, _Token]]:
+    def _draw(self, env: Any, rng: np.random.Generator, tool: str,
+              steps: list[_Step]) -> tuple[dict[str, Any], dict[str, Token], dict[str, tuple[Any, ...]]]:
         env.action_space.seed(int(rng.integers(2**31 - 1)))
         call = env.action_space.sample(mask={tool}, fixed=self.fixed)
-        pool = self._pool(steps)
-        if not pool:
-            return call, {}
-        uses: dict[str, _Token] = {}
-        fixed = set(self.fixed)
-
-        def chain(v: Any, key: str | None) -> Any:
-            if isinstance(v, str):
-                if key in fixed or rng.random() >= self.chain:
-                    return v
-                pathlike = key is not None and _PATHLIKE.search(key) is not None
-                options = [t for t in pool if (("/" in t.value) == pathlike) or t.origin < 0] or pool
-                tok = options[int(rng.integers(len(options)))]
-                uses[f"<{chr(65 + len(uses))}>"] = tok
-                return tok.value
-            if isinstance(v, dict):
-                return {k: chain(x, k) for k, x in v.items()}
-            if isinstance(v, list):
-                return [chain(x, key) for x in v]
-            return v
-
-        chained = {"tool": call["tool"], "arguments": chain(call["arguments"], None)}
+        tokens = self._pool(steps)
+        if not tokens:
+            return call, {}, {}
+        entry = env.host.resolve(tool)
+        args, uses, where = chain_arguments(call["arguments"], tokens, rng, self.chain, list(self.fixed),
+                                            entry.input_schema if entry is not None else None)
+        chained = {"tool": call["tool"], "arguments": args}
         if uses and env.action_space.validation_error(chained) is None:
-            return chained, uses
-        return call, {}
+            return chained, uses, where
+        return call, {}, {}
 
     # walks to proposals -----------------------------------------------------------------------------------------------
     def proposals(self, walk: Walk, w: int) -> Iterator[Proposal]:
@@ -505,9 +495,18 @@ class ExploreProposer:
             if s.mutates:
                 yield self._proposal(steps, deps, walk, {"state": self._reads(steps, walk.reads)})
             found = [(p, a) for p, a in fields(s.value) if extract(walk.stable[i], p) == a]
-            for k in rng.permutation(len(found))[: self.fields_per_call]:
-                path, _ = found[int(k)]
-                yield self._proposal(steps, deps, walk, {"answer": {"step": len(deps), "path": path}})
+            order = [int(k) for k in rng.permutation(len(found))]
+            claim = self.claims and changes(s)  # what a call that changed state says of itself: the server's word
+            seen = confirmed(steps, walk.stable, i, lambda v: ({a for _, a in fields(v)}, as_text(v))) if claim \
+                else []
+            order.sort(key=lambda k: claim and not holds(found[k][1], seen))  # the confirmed ones first
+            for k in order[: self.fields_per_call]:
+                path, answer = found[k]
+                p = self._proposal(steps, deps, walk, {"answer": {"step": len(deps), "path": path}})
+                if claim and not holds(answer, seen) and p.malformed is None:
+                    p.malformed, p.reason = (f"call {len(deps)} ({s.call['tool']}) changed state and said {answer!r} "
+                                             f"at {path}; no later read in its walk returned it"[:300], NOT_CONFIRMED)
+                yield p
 
     def _closure(self, steps: list[_Step], i: int) -> list[int] | None:
         """Step ``i`` and what it needs: the steps whose results it uses and the changes made before it."""
@@ -537,10 +536,9 @@ class ExploreProposer:
         unstable = False
         for j in deps:
             s = steps[j]
-            text = json.dumps(s.call["arguments"], ensure_ascii=False, sort_keys=True)
+            text = template(s.call["arguments"], s.uses, s.where)
             where = []
             for ph, tok in s.uses.items():
-                text = text.replace(json.dumps(tok.value, ensure_ascii=False)[1:-1], ph, 1)
                 if tok.origin < 0:
                     where.append(f"{ph} is {tok.value}")
                     continue
@@ -560,6 +558,7 @@ class ExploreProposer:
         tools = sorted({c["tool"] for c in solution})
         return Proposal("\n".join(lines), solution, check, "explore",
                         malformed="a chained value differs between two fresh runs" if unstable else None,
+                        reason="flaky",
                         tags=tuple(f"tool:{t}" for t in tools))
 
 
