@@ -264,6 +264,8 @@ def side(a: argparse.Namespace, arm: str, tasks: Path, folder: Path, kind: str) 
     timed job and writes its row."""
     top = (a.compare if arm == "before" else ROOT).resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    if a.bench == "git":  # the generated tasks name their fixture relative to their file: copied beside it
+        shutil.copytree(tasks.parent, folder, dirs_exist_ok=True)
     shutil.copy(tasks, folder / "tasks.jsonl")
     argv = [sys.executable, str(Path(__file__).resolve()), "--bench", a.bench, "--bfcl", str(a.bfcl), "--git-server",
             a.git_server, "--tasks", str(a.tasks), "--samples", str(a.samples), "--num-envs", str(a.num_envs),
