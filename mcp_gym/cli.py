@@ -224,6 +224,9 @@ def _run_job(cfg: Any) -> None:
         print(printable(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}"), file=sys.stderr)  # as typed
         raise SystemExit(REFUSED) from None
     except Exception as e:
+        if _is_ctrl_c(e):  # a Ctrl-C that became another error on its way up: still a Ctrl-C (exit status 130)
+            print(f"\nInterrupted ({type(e).__name__} on the way); rerun the same command to resume", file=sys.stderr)
+            raise SystemExit(INTERRUPTED) from None
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(e, jobs.JobFailed) and not _is_user_error(e):
             raise
         print(printable(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}"), file=sys.stderr)  # one line
@@ -245,6 +248,28 @@ def _log_own_warnings(show: Callable[..., None]) -> Callable[..., None]:
             show(message, category, *args, **kwargs)
 
     return showwarning
+
+
+def _is_ctrl_c(e: BaseException) -> bool:
+    """``e`` is a Ctrl-C turned into another error: raised while a ``KeyboardInterrupt`` was handled (a clean-up that
+    failed) or from one, or pydantic-core's ``SchemaError`` naming one (a Ctrl-C while a model class is built, e.g.
+    during an import of the MCP types: pydantic-core wraps the interrupt in the error's text, with no cause)."""
+    seen: set[int] = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, KeyboardInterrupt):
+            return True
+        if type(x).__name__ == "SchemaError" and type(x).__module__.startswith("pydantic_core") and \
+                "KeyboardInterrupt" in str(x):
+            return True
+        if isinstance(members := getattr(x, "exceptions", None), (list, tuple)):  # an exception group's
+            todo += [m for m in members if isinstance(m, BaseException)]
+        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
+    return False
 
 
 def _is_user_error(e: BaseException) -> bool:
@@ -613,6 +638,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
         return INTERRUPTED
+    except Exception as e:
+        if _is_ctrl_c(e):  # e.g. in an import before the job (see _is_ctrl_c)
+            print(f"\nInterrupted ({type(e).__name__} on the way)", file=sys.stderr)
+            return INTERRUPTED
+        raise
     print(f"mcp-gym: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

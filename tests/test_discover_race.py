@@ -85,8 +85,10 @@ def test_connecting_again_in_the_modern_era_stays_within_connect_timeout(tmp_pat
         assert conn.status == "failed"
         assert conn.error is not None and conn.error.startswith("could not connect within 3 s"), conn.error
         # one retry, no more (the test above shows the retry; here, on a loaded machine, the first process's start
-        # and refusal can use up all 3 s before the retry starts: seen in a fresh-clone run at load 12)
-        assert marker.with_suffix(".starts").read_text().count("started") in (1, 2)
+        # and refusal can use up all 3 s before the retry starts: seen in a fresh-clone run at load 12; or the first
+        # process's start alone, before it wrote its line: this file run alone at load 13)
+        starts = marker.with_suffix(".starts")
+        assert (starts.read_text().count("started") if starts.exists() else 0) <= 2
     finally:
         env.close()
 

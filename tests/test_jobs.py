@@ -525,3 +525,47 @@ def test_a_job_recording_a_workspace_server_is_refused_in_one_line(tmp_path: Pat
                r"episode on \{workspace\}")
     assert code == 2 and re.match(refused, err) and err.count("\n") == 1, err  # one line
     assert not (tmp_path / "cassettes").exists()
+
+
+def _schema_error(text: str) -> Exception:
+    from pydantic_core import SchemaError
+
+    return SchemaError(text)
+
+
+# pydantic-core's error for a Ctrl-C while it builds a model's validator (a job's import of mcp.types, SIGINT to its
+# process group: seen in 1 of 15 SIGINTs in test_spare_servers' Ctrl-C job, and in 2 of 12 during `import mcp.types`)
+CTRL_C_IN_A_MODEL = ('Error building "model" validator:\n  SchemaError: Error building "model-fields" validator:\n'
+                     '  SchemaError: Field "action":\n  SchemaError: Error building "literal" validator:\n'
+                     '  KeyboardInterrupt: ')
+
+
+def _while_a_ctrl_c_is_handled() -> None:
+    try:
+        raise KeyboardInterrupt
+    finally:
+        raise OSError("the recording failed to close")  # noqa: B012 - a clean-up error on the way up, as it happens
+
+
+@pytest.mark.parametrize(("raise_", "code"), [
+    (lambda: (_ for _ in ()).throw(_schema_error(CTRL_C_IN_A_MODEL)), 130),
+    (_while_a_ctrl_c_is_handled, 130),
+    (lambda: (_ for _ in ()).throw(_schema_error('Error building "model" validator: Field "x"')), 1),
+], ids=["schema-error-naming-a-ctrl-c", "error-while-a-ctrl-c-is-handled", "a-schema-error-alone"])
+def test_a_ctrl_c_that_became_another_error_in_a_job_still_exits_130(
+        raise_: Any, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C during a job's set-up that reaches the CLI as another error (pydantic-core turns a KeyboardInterrupt
+    raised while it builds a validator into a ``SchemaError`` naming it, with no cause; a clean-up that fails while
+    the interrupt is handled) ends the job with exit status 130, as a Ctrl-C: it ended with Hydra's exit status 1 and
+    a traceback. An error that is no Ctrl-C is still reported as one (exit status 1)."""
+    import mcp_gym.jobs
+
+    def evaluate(*args: Any, **kwargs: Any) -> None:
+        raise_()
+
+    monkeypatch.setattr(mcp_gym.jobs, "evaluate", evaluate, raising=False)
+    assert main(["eval", "env=counter", "env.transport=inprocess", "launcher.progress=false", "plots=false",
+                 f"out={tmp_path / 'run'}"]) == code
+    err = capsys.readouterr().err
+    assert ("Interrupted" in err) == (code == 130), err

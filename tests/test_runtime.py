@@ -14,7 +14,10 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 from mcp_gym import InProcess, MCPEnv, Stdio
 from mcp_gym.client.runtime import Runtime
@@ -170,27 +173,49 @@ def test_ctrl_c_during_a_call_that_fails_as_it_is_cancelled_still_interrupts() -
         rt.close()
 
 
+def held_server(holding: threading.Event, release: threading.Event) -> MCPServer:
+    """An in-process server whose ``hold`` tool runs until the test sets ``release`` (bounded: 60 s)."""
+    server = MCPServer("held", log_level="WARNING")
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    async def hold() -> str:
+        """Wait until released."""
+        holding.set()
+        return "released" if await anyio.to_thread.run_sync(release.wait, 60) else "not released"
+
+    return server
+
+
 def test_threads_share_the_loop_while_one_drives() -> None:
+    """A call from another thread runs on the loop while one thread drives it, before that thread's call ends: the
+    driver's call (an in-process tool) ends only once the test releases it, after the other thread's stdio echo is
+    done, so the order does not depend on timing (a loop that ran the echo only after the driver's call would end
+    with the release's 60 s bound and the order reversed)."""
     rt = Runtime()
-    env = stdio_env(rt)
+    holding, release = threading.Event(), threading.Event()
+    env = MCPEnv({"c": Stdio.python_module("mcp_gym.servers.counter", "--diagnostics"),
+                  "h": InProcess(held_server(holding, release))}, ["t"], runtime=rt, max_steps=1000)
     env.reset(seed=0)
     order: list[str] = []
-    started = threading.Event()
+    held: list[dict] = []
 
-    def slow() -> None:
-        started.set()
-        env.step({"tool": "slow", "arguments": {"seconds": 5}})  # the echo below has 5 s (1.5 s: a loaded machine)
-        order.append("slow")
+    def held_call() -> None:
+        held.append(env.step({"tool": "h__hold", "arguments": {}})[4])
+        order.append("held")
 
-    t = threading.Thread(target=slow)
+    t = threading.Thread(target=held_call)
     t.start()
-    started.wait(10)
-    while rt._driver is None and t.is_alive():  # the other thread drives the loop now
-        time.sleep(0.001)
-    env.step(ECHO)  # runs on the loop the other thread is driving, before its slow call ends
-    order.append("echo")
-    t.join(30)
-    assert order == ["echo", "slow"] and not rt.threaded
+    try:
+        assert holding.wait(60), "the hold tool did not start"
+        assert rt._driver == t.ident and not rt.threaded  # the other thread drives the loop now, its call waiting
+        _, _, _, _, info = env.step({"tool": "c__echo", "arguments": {"text": "hi"}})  # on the loop it drives
+        order.append("echo")
+        assert info["content"][0]["text"] == "hi"
+    finally:
+        release.set()
+        t.join(60)
+    assert not t.is_alive() and order == ["echo", "held"] and not rt.threaded
+    assert held[0]["content"][0]["text"] == "released"
     env.close()
     rt.close()
 
