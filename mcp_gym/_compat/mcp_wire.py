@@ -47,7 +47,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import mcp_surface, tool_results
-from mcp_gym._compat.mcp_output import check_output
+from mcp_gym._compat.mcp_output import check_output, nothing_to_check
 from mcp_gym._compat.mcp_surface import clamp_ttl
 from mcp_gym._compat.stdlib import own_task
 
@@ -187,8 +187,8 @@ def answer_of(obj: Any, waiting: Mapping[int, Any]) -> int | None:
 class Wire(LaneIds):
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
-    __slots__ = ("waiting", "send", "loop", "closed", "delivered", "sent", "spawn", "stamped", "_seen", "_due",
-                 "_watch", "read_now", "named")
+    __slots__ = ("waiting", "send", "drain", "loop", "closed", "delivered", "sent", "spawn", "stamped", "_seen",
+                 "_due", "_watch", "read_now", "named")
 
     def __init__(self) -> None:
         super().__init__()
@@ -197,8 +197,11 @@ class Wire(LaneIds):
         """The loop time past which each request with a timeout fails, and its future."""
         self._watch: asyncio.TimerHandle | None = None
         """One timer for all of them, due at the earliest (a call costs no timer of its own)."""
-        self.send: Callable[[bytes], Awaitable[None]] | None = None
-        """Writes one line to the server's stdin (set by the transport once the process runs)."""
+        self.send: Callable[[bytes], bool] | None = None
+        """Writes one line to the server's stdin now (set by the transport once the process runs); ``False``: the
+        pipe is full, await :attr:`drain` before going on."""
+        self.drain: Callable[[], Awaitable[None]] | None = None
+        """Waits until the server's stdin pipe has room again (set with ``send``)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         """The event loop the transport runs on (set with ``send``)."""
         self.closed = False
@@ -325,7 +328,9 @@ class Wire(LaneIds):
         self.waiting[rid] = fut
         try:
             try:
-                await self.send(body + b"\n")
+                if not self.send(body + b"\n"):  # (written with no await: the pipe had room)
+                    assert self.drain is not None
+                    await self.drain()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
             self.sent.add(rid)
@@ -541,7 +546,8 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
 
         final = await mcp_compat.drive_input_required(client, result, again)
         sdk = True  # the last round's result went through the SDK's session.call_tool
-    await check_output(session, name, final, sdk_checked=sdk)
+    if not nothing_to_check(session, name, final):  # (the usual text result: no coroutine to await)
+        await check_output(session, name, final, sdk_checked=sdk)
     return final
 
 
