@@ -3,9 +3,12 @@ the full check surely agrees, and everything else still gets the full check and 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import os
 from typing import Any
 
+import mcp.types as mt
 import pytest
 
 from mcp_gym.spaces import ToolCallSpace
@@ -95,3 +98,125 @@ def test_schemas_beyond_plain_scalars_have_no_fast_path() -> None:
                    {"type": "object", "properties": {"s": {"type": ["string", "null"]}}},
                    {"type": "object", "properties": {"s": {"type": "string"}}, "minProperties": 1}):
         assert fast_check(_compile(schema)) is None, schema
+
+
+def test_only_a_result_with_nothing_to_check_skips_the_output_check() -> None:
+    """``nothing_to_check`` lets a step skip awaiting ``check_output`` only for an error result or a listed tool
+    without an output schema; a tool with one (or one mcp-gym did not list) is still checked, with the SDK's error."""
+    from mcp_gym._compat.mcp_output import check_output, nothing_to_check, remember_output_schemas
+    from mcp_gym.spaces._compile import _compile as compile_schema
+
+    class Session:  # (a key of the weak store: any object the SDK's session would be)
+        pass
+
+    session = Session()
+    schema = {"type": "object", "properties": {"y": {"type": "integer"}}, "required": ["y"]}
+    tools = [mt.Tool(name="plain", input_schema={"type": "object"}),
+             mt.Tool(name="typed", input_schema={"type": "object"}, output_schema=schema)]
+    remember_output_schemas(session, tools, {"typed": compile_schema(schema)})
+    text = [mt.TextContent(type="text", text="hi")]
+    bad = mt.CallToolResult(content=text, structured_content={"y": "no"})
+    assert nothing_to_check(session, "plain", mt.CallToolResult(content=text))
+    assert nothing_to_check(session, "typed", mt.CallToolResult(content=text, is_error=True))
+    assert not nothing_to_check(session, "typed", bad)
+    assert not nothing_to_check(session, "unlisted", mt.CallToolResult(content=text))
+    assert not nothing_to_check(Session(), "plain", mt.CallToolResult(content=text))  # no listing of that session
+    with pytest.raises(RuntimeError, match="Invalid structured content returned by tool typed"):
+        asyncio.run(check_output(session, "typed", bad, sdk_checked=False))
+
+
+def test_a_request_line_is_written_at_once_and_a_full_pipe_is_waited_for() -> None:
+    """The lane writes a request line without awaiting (``_Stdin.write`` is True) while the pipe has room; once the
+    transport's queue is over its high-water mark it says so (False) and ``drain`` waits until the reader makes room
+    (a real pipe; every wait bounded)."""
+    from mcp_gym.client._stdio_pipes import _Stdin
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        stdin = _Stdin()
+        transport, _ = await loop.connect_write_pipe(lambda: stdin, open(write_fd, "wb", buffering=0))  # noqa: SIM115 - the transport closes it
+        try:
+            assert stdin.write(b"x\n") is True
+            assert os.read(read_fd, 10) == b"x\n"
+            assert stdin.write(b"y" * (1 << 20)) is False  # more than the pipe holds: the rest is queued
+            drained = asyncio.ensure_future(stdin.drain())
+            await asyncio.sleep(0.05)
+            assert not drained.done()  # nothing read: no room yet
+            os.set_blocking(read_fd, False)
+            got = 0
+            for _ in range(10_000):  # (bounded: 1 MB read 64 kB at a time, or waits of 1 ms)
+                if drained.done():
+                    break
+                try:
+                    got += len(os.read(read_fd, 1 << 16))
+                except BlockingIOError:
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(0)
+            await asyncio.wait_for(drained, 10)
+            assert got > 0
+        finally:
+            transport.close()
+            os.close(read_fd)
+
+    asyncio.run(main())
+
+
+PLAIN = [{"content": [{"type": "text", "text": "hi"}]}, {"content": [{"type": "text", "text": ""}] * 3, "isError": True},
+         {"content": [{"type": "text", "text": "é"}], "isError": False}]
+NOT_PLAIN = [
+    {"content": []},  # (no blocks: the whole way, which accepts it)
+    {"content": [{"type": "text", "text": 5}]},
+    {"content": [{"type": "text", "text": "hi", "annotations": {"priority": "high"}}]},
+    {"content": [{"type": "text", "text": "hi"}], "isError": 1},
+    {"content": [{"type": "text", "text": "hi"}], "isError": None},
+    {"content": [{"type": "text", "text": "hi"}], "structuredContent": {"a": 1}},
+    {"content": [{"type": "text", "text": "hi"}], "_meta": "m"},
+    {"content": [{"type": "text", "text": "hi"}], "ttlMs": -5},
+    {"content": [{"type": "text", "text": "hi"}], "requestState": "s1"},
+    {"content": [{"type": "text", "text": "hi"}], "resultType": 7},
+    {"content": [{"type": "image", "data": "AA==", "mimeType": "image/png"}]},
+    {"content": ({"type": "text", "text": "hi"},)},
+    {"content": "hi"},
+    {"isError": False},
+]
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25", "2026-07-28"])
+def test_only_the_plainest_tool_result_skips_the_version_checks(version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result of text blocks (and ``isError``) goes straight to ``CallToolResult``'s validation, where that is all
+    the whole way would do; every other shape still takes the whole way (the version's schema, later fields, the
+    union), with its own error. Same models, fields set and dumps either way."""
+    import mcp_gym._compat.mcp_wire as mw
+    from mcp_gym._compat import mcp_surface
+
+    class Session:
+        protocol_version = version
+
+    asked = [0]
+    quick = mcp_surface.quick_surface
+
+    def counting(method: str, v: str) -> Any:
+        asked[0] += 1
+        return quick(method, v)
+
+    def outcome(raw: dict[str, Any]) -> Any:
+        try:
+            result = mw._checked(Session(), "tools/call", dict(raw), mw.CALL_TOOL_RESULT)
+        except Exception as exc:  # noqa: BLE001 - the outcome compared is the exception itself
+            return f"{type(exc).__name__}: {exc}"
+        return result, result.model_fields_set, result.model_dump(by_alias=True)
+
+    mw._plain_text_ok.cache_clear()
+    plain = mw._plain_text_ok(version)  # (2026-07-28 requires resultType: no plain result there)
+    assert plain == (version != "2026-07-28")
+    for raw in PLAIN + NOT_PLAIN:
+        monkeypatch.setattr(mcp_surface, "quick_surface", counting)
+        asked[0] = 0
+        fast = outcome(raw)
+        took_fast_path = asked[0] == 0
+        assert took_fast_path == (plain and raw in PLAIN), raw  # never for a shape it does not cover
+        monkeypatch.setattr(mcp_surface, "quick_surface", quick)
+        with monkeypatch.context() as m:
+            m.setattr(mw, "_plain_text_ok", lambda v: False)  # the whole way, as before
+            assert outcome(raw) == fast, raw

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -481,12 +482,33 @@ def _not_asking(adapter: Any) -> Any:
     return _ARMS.get(id(adapter))
 
 
+_PLAIN_SAMPLES = ({"content": [{"type": "text", "text": ""}]}, {"content": [{"type": "text", "text": ""}],
+                                                                 "isError": False})
+
+
+@functools.cache
+def _plain_text_ok(version: str) -> bool:
+    """Whether a ``tools/call`` result of the plainest shape (:func:`~mcp_gym._compat.tool_results.plain_text`) needs
+    no more than ``CallToolResult``'s own validation under ``version``: its schema's check in Python passes that shape
+    (its checks look at types only, so the samples stand for every such result), no later revision declares its
+    keys, and neither key can make it an ``InputRequiredResult``."""
+    quick = mcp_surface.quick_surface("tools/call", version)
+    return quick is not None and all(quick(dict(raw)) for raw in _PLAIN_SAMPLES) and \
+        mcp_surface.later_fields("tools/call", version).isdisjoint(("content", "isError")) and \
+        _ASKING_KEYS.isdisjoint(("content", "isError")) and _not_asking(CALL_TOOL_RESULT) is not None
+
+
 def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
     """What the SDK's ``send_request`` does with a raw result: TTL clamp, the negotiated version's schema (without its
-    dump of the result), a later revision's fields dropped, then ``adapter``."""
+    dump of the result), a later revision's fields dropped, then ``adapter``. A tool's plainest result (text blocks,
+    ``isError``) goes straight to ``CallToolResult``'s validation where that is all the rest would do
+    (:func:`_plain_text_ok`); anything else, or what that validation refuses, takes the whole way."""
+    version = session.protocol_version or "2025-11-25"
+    if adapter is CALL_TOOL_RESULT and tool_results.plain_text(raw) and _plain_text_ok(version) and \
+            (result := tool_results.call_tool_result(_ARMS[id(CALL_TOOL_RESULT)], raw)) is not None:
+        return result
     if "ttlMs" in raw:
         clamp_ttl(raw)
-    version = session.protocol_version or "2025-11-25"
     surface = mcp_surface.surface(method, version)
     if surface is not None and not ((quick := mcp_surface.quick_surface(method, version)) is not None and quick(raw)):
         surface.validate_python(raw, by_name=False)
