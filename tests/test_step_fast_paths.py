@@ -162,7 +162,8 @@ def test_a_request_line_is_written_at_once_and_a_full_pipe_is_waited_for() -> No
     asyncio.run(main())
 
 
-PLAIN = [{"content": [{"type": "text", "text": "hi"}]}, {"content": [{"type": "text", "text": ""}] * 3, "isError": True},
+PLAIN = [{"content": [{"type": "text", "text": "hi"}]},
+         {"content": [{"type": "text", "text": ""}] * 3, "isError": True},
          {"content": [{"type": "text", "text": "é"}], "isError": False}]
 NOT_PLAIN = [
     {"content": []},  # (no blocks: the whole way, which accepts it)
