@@ -510,12 +510,11 @@ async def stdio_transport(
         async with stdio_client(params) as streams:
             yield streams
         return
-    link: _Link | None = None
-    stdin, stdout = _Stdin(), _Stdout(lambda chunk: link.take_answers(chunk) if link is not None else chunk,
-                                      _READ_BYTES)
+    stdin, stdout = _Stdin(), _Stdout(lambda chunk: chunk, _READ_BYTES)  # (nothing is taken before the link is)
     process = await _prespawn.adopted(params, stdin, stdout) or await _spawn(params, stdin, stdout)
     state.pid = process.pid
     link = _Link(params, state, max_message_bytes, process, stdin, stdout)
+    stdout.take = link.take_answers  # (no lambda between the pipe and the link: a call less per answer)
     state.wire.send, state.wire.drain, state.wire.loop = link.write_line, stdin.drain, asyncio.get_running_loop()
     state.wire.read_now = link.read_now
     async with anyio.create_task_group() as tg:

@@ -36,7 +36,7 @@ class _Stdout(asyncio.Protocol):
         self.eof = False
         self.idle = False  # the reader waits for data with no unfinished line: a chunk may be taken here
         self.failed: Exception | None = None  # what `take` raised: the reader ends the connection with it
-        self._take, self._limit = take, limit
+        self.take, self._limit = take, limit  # (the transport sets take once its link exists)
         self._waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.ReadTransport | None = None
         self._paused = False
@@ -52,7 +52,7 @@ class _Stdout(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:  # noqa: D102 - asyncio.Protocol's
         if self.idle and not self.chunks and self.failed is None:
             try:
-                data = self._take(data)
+                data = self.take(data)
             except Exception as exc:  # unforeseen: the reader fails the connection (raising here would lose the chunk)
                 self.failed = exc
                 self._wake()
