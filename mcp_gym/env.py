@@ -229,7 +229,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
           every step; a ``submit`` that ends a turn before the last starts the next one (the observation's ``task``
           and ``result`` are the next user message) and adds ``turn_answer``.
         """
-        return self._rt.call(self._astep, action, inline=True)  # (a stdio step's answer read inline: no loop)
+        ep = self._episode  # no workspace to mask: the step itself (_astep's coroutine less); inline, see Runtime.call
+        return self._rt.call(self._play if ep is None or ep.workspace is None else self._astep, action, inline=True)
 
     @property
     def unwrapped(self) -> MCPEnv:

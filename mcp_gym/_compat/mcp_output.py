@@ -22,7 +22,7 @@ from referencing.exceptions import Unresolvable
 
 from mcp_gym._compat.stdlib import own_task
 
-__all__ = ["OUTPUT_SCHEMAS", "remember_output_schemas", "check_output", "missing"]
+__all__ = ["OUTPUT_SCHEMAS", "remember_output_schemas", "check_output", "nothing_to_check", "missing"]
 
 
 def missing() -> list[str]:
@@ -41,6 +41,16 @@ def remember_output_schemas(session: Any, tools: Iterable[mt.Tool], validators: 
     """Make ``tools`` (a complete checked listing) the ones whose results :func:`check_output` checks on
     ``session``; ``validators``: each output schema's compiled validator, by tool name."""
     OUTPUT_SCHEMAS[session] = {t.name: (t.output_schema, validators.get(t.name)) for t in tools}
+
+
+def nothing_to_check(session: Any, name: str, result: mt.CallToolResult) -> bool:
+    """Whether :func:`check_output` surely has nothing to do (a step need not await it): an error result, or a tool of
+    mcp-gym's last checked listing without an output schema."""
+    if result.is_error:
+        return True
+    tools = OUTPUT_SCHEMAS.get(session)
+    entry = tools.get(name) if tools is not None else None
+    return entry is not None and entry[0] is None
 
 
 async def check_output(session: Any, name: str, result: mt.CallToolResult, *, sdk_checked: bool) -> None:

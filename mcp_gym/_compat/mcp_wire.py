@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -47,7 +48,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import mcp_surface, tool_results
-from mcp_gym._compat.mcp_output import check_output
+from mcp_gym._compat.mcp_output import check_output, nothing_to_check
 from mcp_gym._compat.mcp_surface import clamp_ttl
 from mcp_gym._compat.stdlib import own_task
 
@@ -187,8 +188,8 @@ def answer_of(obj: Any, waiting: Mapping[int, Any]) -> int | None:
 class Wire(LaneIds):
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
-    __slots__ = ("waiting", "send", "loop", "closed", "delivered", "sent", "spawn", "stamped", "_seen", "_due",
-                 "_watch", "read_now", "named")
+    __slots__ = ("waiting", "send", "drain", "loop", "closed", "delivered", "sent", "spawn", "stamped", "_seen",
+                 "_due", "_watch", "read_now", "named")
 
     def __init__(self) -> None:
         super().__init__()
@@ -197,8 +198,11 @@ class Wire(LaneIds):
         """The loop time past which each request with a timeout fails, and its future."""
         self._watch: asyncio.TimerHandle | None = None
         """One timer for all of them, due at the earliest (a call costs no timer of its own)."""
-        self.send: Callable[[bytes], Awaitable[None]] | None = None
-        """Writes one line to the server's stdin (set by the transport once the process runs)."""
+        self.send: Callable[[bytes], bool] | None = None
+        """Writes one line to the server's stdin now (set by the transport once the process runs); ``False``: the
+        pipe is full, await :attr:`drain` before going on."""
+        self.drain: Callable[[], Awaitable[None]] | None = None
+        """Waits until the server's stdin pipe has room again (set with ``send``)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         """The event loop the transport runs on (set with ``send``)."""
         self.closed = False
@@ -325,7 +329,9 @@ class Wire(LaneIds):
         self.waiting[rid] = fut
         try:
             try:
-                await self.send(body + b"\n")
+                if not self.send(body + b"\n"):  # (written with no await: the pipe had room)
+                    assert self.drain is not None
+                    await self.drain()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
             self.sent.add(rid)
@@ -476,12 +482,33 @@ def _not_asking(adapter: Any) -> Any:
     return _ARMS.get(id(adapter))
 
 
+_PLAIN_SAMPLES = ({"content": [{"type": "text", "text": ""}]}, {"content": [{"type": "text", "text": ""}],
+                                                                 "isError": False})
+
+
+@functools.cache
+def _plain_text_ok(version: str) -> bool:
+    """Whether a ``tools/call`` result of the plainest shape (:func:`~mcp_gym._compat.tool_results.plain_text`) needs
+    no more than ``CallToolResult``'s own validation under ``version``: its schema's check in Python passes that shape
+    (its checks look at types only, so the samples stand for every such result), no later revision declares its
+    keys, and neither key can make it an ``InputRequiredResult``."""
+    quick = mcp_surface.quick_surface("tools/call", version)
+    return quick is not None and all(quick(dict(raw)) for raw in _PLAIN_SAMPLES) and \
+        mcp_surface.later_fields("tools/call", version).isdisjoint(("content", "isError")) and \
+        _ASKING_KEYS.isdisjoint(("content", "isError")) and _not_asking(CALL_TOOL_RESULT) is not None
+
+
 def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
     """What the SDK's ``send_request`` does with a raw result: TTL clamp, the negotiated version's schema (without its
-    dump of the result), a later revision's fields dropped, then ``adapter``."""
+    dump of the result), a later revision's fields dropped, then ``adapter``. A tool's plainest result (text blocks,
+    ``isError``) goes straight to ``CallToolResult``'s validation where that is all the rest would do
+    (:func:`_plain_text_ok`); anything else, or what that validation refuses, takes the whole way."""
+    version = session.protocol_version or "2025-11-25"
+    if adapter is CALL_TOOL_RESULT and tool_results.plain_text(raw) and _plain_text_ok(version) and \
+            (result := tool_results.call_tool_result(_ARMS[id(CALL_TOOL_RESULT)], raw)) is not None:
+        return result
     if "ttlMs" in raw:
         clamp_ttl(raw)
-    version = session.protocol_version or "2025-11-25"
     surface = mcp_surface.surface(method, version)
     if surface is not None and not ((quick := mcp_surface.quick_surface(method, version)) is not None and quick(raw)):
         surface.validate_python(raw, by_name=False)
@@ -541,7 +568,8 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
 
         final = await mcp_compat.drive_input_required(client, result, again)
         sdk = True  # the last round's result went through the SDK's session.call_tool
-    await check_output(session, name, final, sdk_checked=sdk)
+    if not nothing_to_check(session, name, final):  # (the usual text result: no coroutine to await)
+        await check_output(session, name, final, sdk_checked=sdk)
     return final
 
 

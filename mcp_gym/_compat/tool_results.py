@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, cast, get_args, get_origin
 import mcp.types as mt
 from pydantic import Field, TypeAdapter, ValidationError
 
-__all__ = ["tagged_blocks", "call_tool_result", "CALL_BLOCKS"]
+__all__ = ["tagged_blocks", "call_tool_result", "plain_text", "CALL_BLOCKS"]
 
 
 def tagged_blocks(model: Any) -> Any:
@@ -64,3 +64,23 @@ _PLAIN_SET = not mt.CallToolResult.model_config.get("validate_assignment") and \
     not mt.CallToolResult.model_config.get("frozen") and "content" not in mt.CallToolResult.__private_attributes__
 """Whether setting a ``CallToolResult``'s ``content`` only stores it (no validation, not frozen)."""
 
+
+
+def plain_text(raw: dict[str, Any]) -> bool:
+    """Whether ``raw`` is a tool's plainest result: ``{"content": [text blocks], "isError": bool}`` (``isError``
+    optional), each block exactly ``{"type": "text", "text": str}``, nothing else (the lane's fast path,
+    ``mcp_wire._checked``)."""
+    n = len(raw)
+    if n == 2:
+        if raw.get("isError").__class__ is not bool:
+            return False
+    elif n != 1:
+        return False
+    content = raw.get("content")
+    if content.__class__ is not list:
+        return False
+    for block in content:
+        if block.__class__ is not dict or len(block) != 2 or block.get("type") != "text" or \
+                block.get("text").__class__ is not str:
+            return False
+    return True

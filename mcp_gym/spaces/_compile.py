@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from mcp_gym import _schema
-from mcp_gym.spaces.errors import _shorten
+from mcp_gym.spaces.errors import _MAX_INT_BITS, _shorten
 
 _OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
@@ -82,7 +82,10 @@ def quick_check(validator: Any) -> Any:
     return fn
 
 
-def _quick(schema: Any) -> Any:
+def _plain_object(schema: Any) -> tuple[dict[str, str], tuple[str, ...], bool] | None:
+    """``(property -> its type name, required, additionalProperties)`` of an object schema of plainly typed
+    properties (``type``, ``properties``, ``required``, ``additionalProperties`` true/false, annotations), else
+    ``None``."""
     if not isinstance(schema, dict) or schema.get("type") != "object" or \
             not set(schema) <= _ANNOTATIONS | {"type", "properties", "required", "additionalProperties", "$schema"}:
         return None
@@ -91,13 +94,21 @@ def _quick(schema: Any) -> Any:
     if not isinstance(props, dict) or not isinstance(required, list) or type(extra) is not bool or \
             not all(isinstance(r, str) for r in required):
         return None
-    checks: dict[str, Any] = {}
+    kinds: dict[str, str] = {}
     for key, sub in props.items():
         kind = sub.get("type") if isinstance(sub, dict) else None
         if not isinstance(kind, str) or kind not in _SCALARS or not set(sub) <= _ANNOTATIONS | {"type"}:
             return None
-        checks[key] = _SCALARS[kind]
-    need = tuple(required)
+        kinds[key] = kind
+    return kinds, tuple(required), extra
+
+
+def _quick(schema: Any) -> Any:
+    plain = _plain_object(schema)
+    if plain is None:
+        return None
+    kinds, need, extra = plain
+    checks = {key: _SCALARS[kind] for key, kind in kinds.items()}
 
     def check(arguments: dict[str, Any]) -> bool:
         for key in need:
@@ -113,6 +124,75 @@ def _quick(schema: Any) -> Any:
         return True
 
     return check
+
+
+# -- the whole argument check in one call, for the commonest arguments ------------------------------------------------
+_FAST: dict[int, tuple[Any, Any]] = {}
+_FAST_CLASSES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
+                                              "boolean": (bool,), "null": (type(None),)}
+"""The classes of the scalar values :func:`fast_check` takes for each property type (what ``_SCALARS`` accepts)."""
+
+
+def fast_check(validator: Any) -> Any:
+    """A one-call "certainly valid" test of a tool's arguments, made once per validator (so once per tool listing's
+    schema), or ``None`` for schemas :func:`quick_check` does not cover or with a property of type ``object`` or
+    ``array``: ``fn(arguments, max_bytes)`` is True only where the full check (:func:`~mcp_gym.spaces.errors.json_error`
+    with ``max_bytes``, then :func:`quick_check`) finds nothing: a plain ``dict`` of ASCII string keys and scalar
+    values (ASCII ``str``, ``int``, finite ``float``, ``bool``, ``None``), its JSON size bound (the one ``json_error``
+    computes) within ``max_bytes``, each value of its property's type, the required keys present. ``False`` means
+    "ask the full check", which finds the problem and its message."""
+    entry = _FAST.get(id(validator))
+    if entry is not None and entry[0] is validator:
+        return entry[1]
+    fn = _fast(getattr(validator, "schema", None))
+    if len(_FAST) >= _COMPILED_MAX:
+        _FAST.pop(next(iter(_FAST)))
+    _FAST[id(validator)] = (validator, fn)
+    return fn
+
+
+def _fast(schema: Any) -> Any:
+    plain = _plain_object(schema)
+    if plain is None or not all(kind in _FAST_CLASSES for kind in plain[0].values()):
+        return None
+    allowed = {key: _FAST_CLASSES[kind] for key, kind in plain[0].items()}
+    need, extra = plain[1], plain[2]
+
+    def fast(arguments: dict[str, Any], max_bytes: int) -> bool:
+        total = 2  # as json_error's _json_size_bound counts a dict
+        for key, value in arguments.items():
+            if key.__class__ is not str or not key.isascii():
+                return False
+            cls = value.__class__
+            classes = allowed.get(key)
+            if classes is None:
+                if not extra:
+                    return False
+            elif cls not in classes:
+                return False
+            if cls is str:
+                if not value.isascii():
+                    return False
+                total += 6 * len(key) + 6 + 6 * len(value) + 2
+            elif cls is int:
+                bits = value.bit_length()
+                if bits > _MAX_INT_BITS:
+                    return False
+                total += 6 * len(key) + 6 + bits // 3 + 2
+            elif cls is bool or value is None:
+                total += 6 * len(key) + 6 + 5
+            elif cls is float and value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
+                total += 6 * len(key) + 6 + 24
+            else:
+                return False
+        if total > max_bytes:
+            return False
+        for key in need:  # noqa: SIM110 - every step asks: a loop, not all()'s generator
+            if key not in arguments:
+                return False
+        return True
+
+    return fast
 
 
 def _normalise_schema(schema: Any, name: str) -> Any:

@@ -12,7 +12,7 @@ import gymnasium
 import numpy as np
 from jsonschema.exceptions import ValidationError, best_match
 
-from mcp_gym.spaces._compile import _compile, _parse_catalogue, quick_check
+from mcp_gym.spaces._compile import _compile, _parse_catalogue, fast_check, quick_check
 from mcp_gym.spaces._sampler import _SAMPLE_ATTEMPTS, _Generator, _Unsatisfiable
 from mcp_gym.spaces.errors import (
     _MAX_LISTED_TOOLS,
@@ -132,6 +132,13 @@ class ToolCallSpace(gymnasium.spaces.Space[dict[str, Any]]):
     def validation_error(self, action: Any) -> ActionError | None:
         """Return ``None`` if ``action`` is valid, else a structured :class:`ActionError`. Never raises, whatever
         ``action`` holds (deep nesting, cycles, objects whose ``repr`` or ``__eq__`` raise, ...)."""
+        if action.__class__ is dict and len(action) == 2:  # the commonest action, checked in one call (fast_check)
+            name, arguments = action.get("tool"), action.get("arguments")
+            if name.__class__ is str and arguments.__class__ is dict:  # (so the two keys are "tool", "arguments")
+                validator = self._validators.get(name)
+                fast = fast_check(validator) if validator is not None else None
+                if fast is not None and fast(arguments, self.max_argument_bytes):
+                    return None
         try:
             return self._validation_error(action)
         except Exception as exc:  # noqa: BLE001 - the last guard: an action we cannot even inspect is malformed
