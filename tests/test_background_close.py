@@ -68,6 +68,7 @@ def open_gate(f: dict[str, Path], pid: int | str) -> None:
     (f["notes"] / f"{pid}.go").touch()
 
 
+@pytest.mark.slow  # Python servers started per episode: 8-9 s at load 3 (the fast lane stays under 5 min)
 def test_a_reset_takes_the_spare_while_the_old_server_still_exits_and_the_bound_holds(setup: dict[str, Path]) -> None:
     """Each reset returns on the spare while the old server lingers (its gate shut): the old one holds the spare's
     unit, so no new spare starts and exactly two servers live (N + spare_servers = 1 + 1); its workspace is still
@@ -104,6 +105,7 @@ def test_a_reset_takes_the_spare_while_the_old_server_still_exits_and_the_bound_
     assert max(int(p.read_text()) for p in setup["notes"].glob("*.start")) <= 2
 
 
+@pytest.mark.slow  # Python servers started per episode: 8-9 s at load 3 (the fast lane stays under 5 min)
 def test_a_reset_whose_spare_never_started_does_not_wait_for_the_old_server_to_exit(setup: dict[str, Path]) -> None:
     """The slot's old server lingers (its gate shut) holding the budget's only unit, so the next episode's spare is
     wanted but never starts. The next reset does not wait for that exit and then for the spare's whole start (as it
