@@ -277,6 +277,7 @@ def test_max_tool_calls_counts_calls_that_reached_a_server_and_unmarked_steps_ar
         env.close()
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_eval_counts_a_graded_episode_cut_off_after_its_work_as_success(tmp_path: Path) -> None:
     tasks = fs_benchmark(tmp_path / "bench", [copy_task(0, "a")])  # 2 calls, then the oracle's submit
     out = tmp_path / "validate"

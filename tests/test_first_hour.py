@@ -93,6 +93,7 @@ def test_a_server_that_never_answers_is_announced_and_not_retried_by_the_first_r
         env.close()
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_the_waiting_line_reaches_stderr_without_logging_configured(tmp_path: Path) -> None:
     script = (
         "import sys, warnings\n"

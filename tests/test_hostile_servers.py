@@ -293,6 +293,7 @@ def test_construction_failure_stops_the_server(tmp_path: Path, monkeypatch: pyte
 
 
 # -- unanswered requests ---------------------------------------------------------------------------------------------
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_unanswered_first_listing_fails_within_connect_timeout(tmp_path: Path) -> None:
     # connect_timeout bounds the start and the handshake too (which must succeed here): 5 s, not 2, on a loaded machine
     env = MCPEnv({"s": spec(tmp_path, [ECHO], "--list-answers", "0", connect_timeout=5.0)}, ["t"], call_timeout=10)

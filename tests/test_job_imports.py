@@ -139,6 +139,7 @@ def test_eval_without_plots_does_not_import_matplotlib(tmp_path: Path) -> None:
     assert not list((tmp_path / "e" / "report").glob("*.png"))
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_an_eval_whose_plots_cannot_be_made_fails_with_the_error(tmp_path: Path) -> None:
     """The warm-up's failed import is not the end of it: the report's own import raises, and the job fails."""
     code = ("import sys\nsys.modules['matplotlib'] = None  # import matplotlib raises ImportError\n"

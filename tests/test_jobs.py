@@ -205,6 +205,7 @@ def test_interrupt_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert all(episodes["success"])
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_serve_and_inspect(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     server, port = start_server(_cli("serve", "counter", "--transport", "http", "--port", "0"))
     try:
@@ -258,6 +259,7 @@ def _refusal(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_rerun_with_another_model_refuses(tmp_path: Path) -> None:
     """eval with model A, then model B into the same out=: B refuses (naming policy.model) and A's report stays."""
     out = tmp_path / "eval"

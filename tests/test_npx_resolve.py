@@ -62,6 +62,7 @@ def read_in(env: MCPEnv) -> str:
     return str(info["content"][0]["text"])
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_a_second_start_runs_the_server_npx_ran_without_npx(setup: dict[str, Path], tmp_path: Path) -> None:
     env = make(setup, package(tmp_path, server('"$@"', "")), ["{workspace}", str(setup["pids"])])
     conns = []

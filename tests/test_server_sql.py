@@ -252,6 +252,7 @@ def test_guard_holds_even_without_the_text_checks() -> None:
     assert fingerprint(ep) == before
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 async def test_recursive_cte_bomb_times_out_and_server_stays_responsive(monkeypatch: pytest.MonkeyPatch) -> None:
     # the other episode's call must be served while the bomb runs: 3 s of it, not the 1 s limit (a loaded machine)
     monkeypatch.setattr("mcp_gym.servers.sql.QUERY_TIME_LIMIT", 3.0)

@@ -28,6 +28,7 @@ from mcp_gym.vector import EpisodeResult, VectorMCPEnv
 setup = test_spare_servers.setup  # the fixture folders a, b and c, shared with the pool's other tests
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_a_reset_told_the_next_task_starts_its_server_in_that_task_s_fixture(setup: dict[str, Path]) -> None:
     env = make_env(setup)
     try:
@@ -46,6 +47,7 @@ def test_a_reset_told_the_next_task_starts_its_server_in_that_task_s_fixture(set
     assert list(setup["tmp"].iterdir()) == []
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_a_wrong_forecast_costs_a_server_start_never_a_wrong_fixture(setup: dict[str, Path]) -> None:
     env = make_env(setup)
     try:

@@ -150,6 +150,7 @@ def _callout_task(tmp_path: Path, name: str, env: dict[str, str]) -> Path:
                                                     "env": env, "solution": [{"tool": "call_api", "arguments": {}}]})
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_a_task_file_cannot_send_the_users_api_key_elsewhere(tmp_path: Path, listeners: tuple[_Listener, _Listener],
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     user, attacker = listeners

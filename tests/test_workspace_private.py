@@ -43,6 +43,7 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
+@pytest.mark.slow  # 4.5-10 s: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_every_workspace_is_private_whatever_the_fixture_s_mode(setup: dict[str, Path]) -> None:
     for name in ("a", "b"):
         setup[name].chmod(0o755)
