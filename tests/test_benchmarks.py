@@ -69,6 +69,7 @@ def test_validate_names_the_failing_call_and_the_limit_that_cut_a_solution(tmp_p
     assert "cut short by max_steps" in cut["reason"]
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_validate_fails_a_solution_whose_call_failed_even_if_its_answer_grades_right(tmp_path: Path) -> None:
     """A second server prefixes every tool name (``fs__read_file``): the unprefixed solution's call fails, and the
     oracle's submitted answer still matches. Before, validate said "passed" (and the eval 100 %)."""

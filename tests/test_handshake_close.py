@@ -93,6 +93,7 @@ def test_a_server_closed_while_its_pipes_connect_leaves_the_loop_reading_the_nex
     assert seen["tools"], seen
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_a_server_run_directly_for_npx_closed_in_its_handshake_keeps_running_directly(
         setup: dict[str, Path], tmp_path: Path) -> None:
     """A server npx ran is started directly from its second start (``resolve_npx``). Such a start closed while still

@@ -223,6 +223,7 @@ def test_a_step_the_recorder_cannot_take_apart_is_recorded_as_unrecordable(tmp_p
     assert UNENCODABLE_KEY in json.loads(steps.arguments[0])
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_attacks_survive_in_the_wal_of_a_killed_writer(tmp_path: Path) -> None:
     """Episodes with unencodable arguments are in the WAL when the writer dies, and recovery publishes them."""
     script = textwrap.dedent(f"""

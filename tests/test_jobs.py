@@ -325,6 +325,7 @@ def test_eval_growing_samples_scores_every_sample(tmp_path: Path) -> None:
     assert summary["episodes"] == 48 and "pass@2" in summary and "missing_episodes" not in summary
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_rerun_with_changed_tasks_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Same task ids, another prompt: the task set's digest is part of the run identity."""
     from mcp_gym.envs import load_env_tasks
@@ -376,6 +377,7 @@ def test_tasks_help_lists_every_tasks_command(capsys: pytest.CaptureFixture[str]
 HELD_HANDSHAKE_SERVER = Path(__file__).parent / "_held_handshake_server.py"
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_ctrl_c_while_a_server_is_in_its_handshake_stops_the_job(tmp_path: Path) -> None:
     """SIGINT an eval job while its first reset waits for a server's answer to ``initialize`` (the server has the
     request: it said so): the job stops with exit 130 and its message at once, and no server process is left. The

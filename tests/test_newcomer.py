@@ -71,6 +71,7 @@ def test_an_unknown_added_key_is_refused_with_the_closest_known_key(
     assert not (out / "episodes").exists()
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_the_documented_added_keys_and_every_shipped_option_pass_the_check() -> None:
     from hydra import compose, initialize_config_module
 
@@ -106,6 +107,7 @@ def test_every_policy_option_of_the_constructors_is_a_declared_key() -> None:
 
 
 # -- item 9: a job whose server never started fails, and says why in its last line -------------------------------------
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_a_collect_whose_server_never_started_exits_non_zero_with_the_reason_last(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "t1", "prompt": "Say hi", "answer": "hi"}\n{"id": "t2", "prompt": "Say ho", "answer": '

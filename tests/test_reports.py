@@ -63,6 +63,7 @@ def test_eval_reports_success_and_pass_hat_k_per_tag(tmp_path: Path, capsys: pyt
     assert "tag easy" in table and "tag hard" in table and "pass^2 0.0% (1 task)" in table
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_a_split_run_records_tasks_without_a_split_as_that_split(tmp_path: Path) -> None:
     rows = [write_task(0, "a"), {**write_task(1, "b"), "split": "train"}, {**write_task(2, "c"), "split": "test"}]
     tasks = benchmark(tmp_path / "bench", rows)
@@ -75,6 +76,7 @@ def test_a_split_run_records_tasks_without_a_split_as_that_split(tmp_path: Path)
     assert recorded == {"write-0": "test", "write-2": "test"}
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_noop_policy_is_the_do_nothing_baseline(tmp_path: Path) -> None:
     tasks = benchmark(tmp_path / "bench", [write_task(0, "a"), write_task(1, "b")])
     out = tmp_path / "eval"

@@ -66,6 +66,7 @@ def test_task_set_shape() -> None:
 
 
 # -- reference, grading rule, random play -----------------------------------------------------------------------
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 async def test_reference_solutions_solve_every_task() -> None:
     """All 132 references, run concurrently (the server runs 2 x CPU sandboxes at a time)."""
     scores: dict[str, float] = {}

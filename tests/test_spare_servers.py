@@ -77,6 +77,7 @@ def read(env: MCPEnv, name: str) -> str:
     return str(info["content"][0]["text"])
 
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_the_next_reset_takes_a_started_server_in_a_fresh_copy_of_the_fixture(setup: dict[str, Path]) -> None:
     env = make_env(setup)
     try:
@@ -152,6 +153,7 @@ def test_an_env_without_a_workspace_server_prepares_nothing(tmp_path: Path, monk
         env.close()
         rt.close()
 
+@pytest.mark.slow  # 5-8 s under load: the heavy lane, which CI still runs (the fast lane stays under 5 min)
 def test_a_sync_env_with_the_pool_on_steps_in_driven_mode_once_the_spare_is_ready(setup: dict[str, Path]) -> None:
     """The spare starts on a loop thread while the episode runs (it progresses with no call to step), and once it is
     ready the runtime is driven again: steps run the loop in the caller's thread, no thread hop (it stayed threaded
