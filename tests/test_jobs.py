@@ -427,14 +427,17 @@ def _waiting_line(main_thread: int) -> int | None:
     return None
 
 
-def _ctrl_c_once_run_interruptible_waits(main_thread: int, then: threading.Event | None = None) -> threading.Thread:
-    """A thread that sends SIGINT to the main thread once it waits for the job's future in run_interruptible; with
-    ``then``, it waits until the main thread waits again (past handling the interrupt), then sets ``then`` (whatever
-    happens)."""
+def _ctrl_c_once_run_interruptible_waits(main_thread: int, then: threading.Event | None = None,
+                                        started: threading.Event | None = None) -> threading.Thread:
+    """A thread that sends SIGINT to the main thread once it waits for the job's future in run_interruptible (and,
+    with ``started``, once the job has started on the loop); with ``then``, it waits until the main thread waits again
+    (past handling the interrupt), then sets ``then`` (whatever happens)."""
 
     def interrupt() -> None:
         try:
             deadline = time.monotonic() + 300  # a bound on hangs only
+            if started is not None:
+                started.wait(300)
             while (first := _waiting_line(main_thread)) is None and time.monotonic() < deadline:
                 time.sleep(0.001)
             signal.pthread_kill(main_thread, signal.SIGINT)
@@ -482,7 +485,9 @@ def test_an_error_in_the_clean_up_of_an_interrupted_job_does_not_replace_the_ctr
     """A Ctrl-C during a job whose clean-up then fails (its cancelled episodes' servers fail to stop, a recording
     fails to close) is still :class:`JobInterrupted` (exit status 130), the error logged: the error used to replace
     the interrupt, and the job ended with exit status 1 (Hydra's report of an exception) after a Ctrl-C. The job
-    runs until the interrupt is handled (it waits for good): nothing here depends on timing."""
+    runs until the interrupt is handled (it waits for good) and the Ctrl-C comes once it runs (on a loaded machine
+    the main thread could wait before the loop had started the job, which a Ctrl-C then never starts): nothing here
+    depends on timing."""
     import anyio
 
     from mcp_gym.client.runtime import Runtime
@@ -494,15 +499,17 @@ def test_an_error_in_the_clean_up_of_an_interrupted_job_does_not_replace_the_ctr
     assert main_thread is not None
     rt = Runtime(threaded=True)
     cancelled: list[bool] = []
+    started = threading.Event()  # a Ctrl-C before the loop starts the job never starts it (the test below)
 
     async def job() -> None:
         try:
+            started.set()
             await anyio.sleep_forever()
         finally:
             cancelled.append(True)
             raise RuntimeError("server s did not stop")
 
-    helper = _ctrl_c_once_run_interruptible_waits(main_thread)
+    helper = _ctrl_c_once_run_interruptible_waits(main_thread, started=started)
     try:
         with caplog.at_level(logging.WARNING, logger="mcp_gym.jobs.collect"), pytest.raises(JobInterrupted):
             run_interruptible(job, rt)
