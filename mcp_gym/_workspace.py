@@ -295,12 +295,13 @@ class SpareServers:
     async def take(self, env: _EpisodeServers, key: tuple[Any, ...]) -> _Spare | None:
         """The spare prepared for ``key`` once it is ready (its servers started or failed), or ``None``. Spares for
         other keys (a wrong forecast) are closed in the background (:meth:`_close_later`), each holding its unit of
-        the budget until it has exited: the reset never waits for one. A spare wanted for ``key`` but not started
-        (the budget spent, e.g. its unit held by the slot's old servers still exiting) is not waited for: its start
-        would begin only when a unit frees, so the reset starts the slot's own server as without a pool (its old one
-        closed, or retired on a unit freed meanwhile, whichever comes first), never later than the spare would be
-        ready, and the unit goes to whoever needs it next instead of to a spare started too late to help."""
-        self._want = None  # the reset's prepare says what comes next (a _refill waiting for a unit then starts none)
+        the budget until it has exited: the reset never waits for one. A spare wanted for ``key`` but not started,
+        the budget's unit held by the slot's old servers still exiting, is waited for: those servers' exit (bounded:
+        their stop), then the spare's start."""
+        if self._want is not None and self._want[2] == key and not any(s.key == key for s in self._spares):
+            for r in list(self.old.retiring):
+                await r.gone.wait()  # its unit frees: _refill starts the spare (unless another env's took it)
+        self._want = None  # the reset's prepare says what comes next
         found = next((s for s in self._spares if s.key == key), None)  # the oldest: the most likely to be ready
         self._close_later(env, [s for s in self._spares if s.key != key])
         if found is None:

@@ -105,49 +105,6 @@ def test_a_reset_takes_the_spare_while_the_old_server_still_exits_and_the_bound_
     assert max(int(p.read_text()) for p in setup["notes"].glob("*.start")) <= 2
 
 
-@pytest.mark.slow  # Python servers started per episode: 8-9 s at load 3 (the fast lane stays under 5 min)
-def test_a_reset_whose_spare_never_started_does_not_wait_for_the_old_server_to_exit(setup: dict[str, Path]) -> None:
-    """The slot's old server lingers (its gate shut) holding the budget's only unit, so the next episode's spare is
-    wanted but never starts. The next reset does not wait for that exit and then for the spare's whole start (as it
-    did: its git-server resets took a server exit longer than their start-up): it closes the episode's own server
-    (its gate open) and starts a fresh one, the old server still alive when it returns, never more than
-    N + spare_servers = 2 servers; once the old one exits, its unit starts the next spare."""
-    env = make_env(setup)
-    # before this change the reset waited for the old server, which only its gate ends: bounded by opening every
-    # gate after 60 s, and the old server then is gone when the reset returns (the test fails, not hangs)
-    unhang = threading.Timer(60.0, (setup["notes"] / "all.go").touch)
-    try:
-        env.reset(options={"task_id": "a1"})
-        wait_for(lambda: env.spares.pids)
-        old = env.host.connections["s"].pid
-        env.reset(options={"task_id": "a2"})  # takes the spare: the old server exits holding the spare's unit
-        current = env.host.connections["s"].pid
-        assert env.spares.taken == 1 and env.spares.retiring_pids == [old]
-        assert env.spares.pids == [] and env.spares.units.used == 1  # the next spare: wanted, no unit to start
-        open_gate(setup, current)  # it exits as soon as its stdin closes
-        unhang.start()
-        env.reset(options={"task_id": "a2"})
-        unhang.cancel()
-        new = env.host.connections["s"].pid
-        assert env.spares.taken == 1 and new not in (old, current)  # a fresh server, no spare
-        assert alive(old) and not (setup["notes"] / f"{old}.exit").exists()  # the reset did not wait for it
-        assert env.spares.retiring_pids == [old] and env.spares.units.used == 1
-        assert exit_note(setup, current)["workspace"] is True  # closed by the reset: it had no unit to exit on
-        wait_for(lambda: not alive(current))
-        assert live(setup) == {old, new}
-        assert step(env, "read_file", name="in.txt") == "hello a"
-        open_gate(setup, old)
-        wait_for(lambda: not alive(old))
-        spare = wait_for(lambda: env.spares.pids and set(env.spares.pids) <= live(setup) and env.spares.pids)
-        assert live(setup) == {new, *spare}  # the unit freed: the next spare
-    finally:
-        unhang.cancel()
-        (setup["notes"] / "all.go").touch()
-        env.close()
-    assert not live(setup) and list(setup["tmp"].iterdir()) == []
-    assert max(int(p.read_text()) for p in setup["notes"].glob("*.start")) <= 2
-
-
 @pytest.mark.slow  # four Python servers started: about 5 s of CPU
 def test_a_wrong_forecast_s_spare_exits_in_the_background_holding_its_unit(setup: dict[str, Path]) -> None:
     """A reset whose task is not the one forecast does not wait for the spare made for the forecast one: that spare
