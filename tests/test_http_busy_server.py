@@ -345,14 +345,20 @@ def test_a_bundled_server_keeps_idle_connections_and_the_client_follows_its_head
         stop_process(proc)
 
 
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads connection states from Linux's /proc/net/tcp")
 def test_a_session_that_dies_leaves_the_other_sessions_alone(served: Served) -> None:
     """Session A's server goes away (its connection is reset and nothing listens any more: the SDK ends A's session by
     cancelling its task group) while session B's call is in flight on the same loop: B's call and B's next step
     succeed, A reports ``server_dead``, and a new session C connects. A's death used to leave its owner task with the
     SDK's cancellation, which cancelled the runtime's task group: every other session was cancelled, and the next
-    env waited for a connection task that never ran."""
+    env waited for a connection task that never ran.
+
+    A's call waits until A's client has closed its connections to the gone server: on a loaded machine the close can
+    reach the socket after the call went out on it, and a call on a connection that breaks under it is
+    ``connection_lost`` (the test beside it), not ``server_dead``."""
     port = int(served.url.rsplit(":", 1)[1].split("/")[0])
     proxy = BreakingProxy(port, b"break-me", "reset", False)
+    proxy_port = int(proxy.url.split(":")[2].split("/")[0])
     out: dict[str, Any] = {}
 
     async def main() -> None:
@@ -370,6 +376,9 @@ def test_a_session_that_dies_leaves_the_other_sessions_alone(served: Served) -> 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(call_b)
                     proxy.close()  # A's connection is reset and its server no longer listens
+                    with anyio.fail_after(60):  # A's client has closed its pooled connections: A's call finds
+                        while _open_client_sockets(proxy_port):  # nothing listening (not a connection whose
+                            await anyio.sleep(0.01)  # close the loop has not yet read: that is connection_lost)
                     out["a"] = (await a.astep({"tool": "echo", "arguments": {"text": "x"}}))[4]
                 await a.aclose()
                 await anyio.sleep(0.5)  # A's connection task has ended
@@ -387,6 +396,13 @@ def test_a_session_that_dies_leaves_the_other_sessions_alone(served: Served) -> 
     assert out["b1"]["error"] is None and out["b1"]["structured_content"] == {"result": "held"}, out["b1"]
     assert out["b2"]["error"] is None and out["b2"]["structured_content"] == {"result": "still here"}, out["b2"]
     assert out["c"]["error"] is None and out["c"]["structured_content"] == {"result": "pong"}, out["c"]
+
+
+def _open_client_sockets(port: int) -> int:
+    """How many of this machine's TCP sockets connected to 127.0.0.1:``port`` are still open on the client's side
+    (ESTABLISHED, or CLOSE_WAIT: the other side closed and the client has not yet read that)."""
+    return sum(1 for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+               if line.split()[3] in ("01", "08") and line.split()[2] == f"0100007F:{port:04X}")
 
 
 def _connecting_ports(port: int) -> set[int]:
