@@ -187,6 +187,72 @@ def test_mcpmark_refuses_two_categories_sharing_one_state_folder(tmp_path: Path,
     assert not (tmp_path / "bench").exists()
 
 
+def _load_in_subprocess(source: Path, cache: Path) -> tuple[str, int]:
+    """``load_task_source(source)`` in a fresh process with its own datasets cache: its output (the task count or the
+    error, the old code's datasets errors too) and its peak memory in MB."""
+    import subprocess
+
+    code = ("import resource, sys\nfrom mcp_gym.tasks import load_task_source\ntry:\n"
+            "    print(len(load_task_source(sys.argv[1])))\nexcept Exception as e:\n    print(e)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code, str(source)], capture_output=True, text=True, timeout=240,
+                          env=env)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stdout + done.stderr
+    return lines[0], int(lines[1])
+
+
+def _cached_bytes(cache: Path) -> int:
+    return sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) if cache.exists() else 0
+
+
+def test_a_dataset_folder_whose_parquet_decodes_to_gigabytes_is_refused(tmp_path: Path) -> None:
+    """Round 8: a task source that is a folder (a downloaded dataset: ``env.tasks=DIR``) went to
+    ``datasets.load_dataset``, whose Parquet builder decodes a row group at a time: the 5 kB file of round 7 as
+    ``DIR/train.parquet`` cost 2.2 GB of memory. Its Parquet files are now checked first within
+    ``PARQUET_MAX_BYTES`` and the folder is refused in one line naming the file; nothing reaches the datasets cache."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, entry = 2048, "x" * (1 << 20)
+    prompt = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([entry]))
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    pq.write_table(pa.table({"id": [f"t{i}" for i in range(rows)], "prompt": prompt}), folder / "train.parquet",
+                   compression="zstd", row_group_size=rows)
+    message, rss_mb = _load_in_subprocess(folder, tmp_path / "cache")
+    assert f"{folder / 'train.parquet'}): refusing to read this Parquet file" in message, message
+    assert "\n" not in message and int(rss_mb) < 1024, (message, rss_mb)
+    assert _cached_bytes(tmp_path / "cache") < 1 << 20
+    small = tmp_path / "small"
+    small.mkdir()
+    pq.write_table(pa.table({"id": ["a", "b"], "prompt": ["one", "two"]}), small / "train.parquet")
+    assert _load_in_subprocess(small, tmp_path / "cache")[0] == "2"
+
+
+def test_a_dataset_folder_with_a_compressed_bomb_is_refused(tmp_path: Path) -> None:
+    """Round 8: ``DIR/train.jsonl.gz`` of 300 kB holding 300 MiB of JSON lines was decompressed whole into the
+    datasets cache (1 MB of gzip: 1 GiB on disk, 700 MB of memory) before any row was read. A compressed data file
+    is now decompressed first as a count within ``PARQUET_MAX_BYTES`` and refused in one line naming it."""
+    import gzip
+
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    line = json.dumps({"id": "t", "prompt": "x" * (1 << 20)}).encode()
+    with gzip.open(folder / "train.jsonl.gz", "wb", compresslevel=1) as f:
+        for i in range(300):
+            f.write(line.replace(b'"t"', f'"t{i}"'.encode()) + b"\n")
+    message, _ = _load_in_subprocess(folder, tmp_path / "cache")
+    assert f"{folder / 'train.jsonl.gz'}): refusing to read this compressed file" in message, message
+    assert _cached_bytes(tmp_path / "cache") < 1 << 20
+    small = tmp_path / "small"
+    small.mkdir()
+    with gzip.open(small / "train.jsonl.gz", "wt") as f:
+        f.write(json.dumps({"id": "a", "prompt": "one"}) + "\n")
+    assert _load_in_subprocess(small, tmp_path / "cache")[0] == "1"
+
+
 def test_a_parquet_task_file_that_decodes_to_gigabytes_is_refused(tmp_path: Path) -> None:
     """Round 7: a downloaded Parquet task file of 5 kB whose ``prompt`` column repeats one 1 MiB dictionary entry 2,048
     times decoded to 2 GiB of tasks (2.2 GB of memory). It is now read row by row within ``PARQUET_MAX_BYTES`` and
