@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mcp_gym._wsdir import link_stays_inside
 from mcp_gym.errors import MCPGymError
 
 __all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "NETWORK_ENV",
@@ -680,7 +681,7 @@ class _TaskDataCheck:
             for dirpath, dirnames, filenames in os.walk(path):
                 for name in (*dirnames, *filenames):
                     entry = Path(dirpath, name)
-                    if entry.is_symlink() and not entry.resolve().is_relative_to(path):
+                    if entry.is_symlink() and not link_stays_inside(path, entry):  # at any step: not a workspace's
                         raise TaskDataError(f"{where}: symlink {entry.relative_to(path)} points out of the fixture")
             if (foreign := _foreign_entry(path)) is not None:
                 raise TaskDataError(f"{where}: {foreign}; not copied into any workspace")

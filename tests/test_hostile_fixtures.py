@@ -121,6 +121,73 @@ def test_the_copy_itself_never_reads_a_pipe_or_device(tmp_path: Path, host_key: 
     assert not list((tmp_path / "tmp").iterdir())
 
 
+def _links_back_in(fixture: Path, how: str) -> None:
+    """A fixture ``fixture/`` (its folder named ``fixture``) with a link that leaves it and comes back in by its name:
+    it resolves inside the fixture, and copied into a workspace leads to ``<tmp>/fixture/notes.txt``."""
+    (fixture / "sub").mkdir(parents=True)
+    (fixture / "notes.txt").write_text("the task's notes\n")
+    if how == "up and back":
+        os.symlink("../fixture/notes.txt", fixture / "notes-link")
+    elif how == "through a link to the top":  # sub/top -> .. is inside; sub/x -> top/../fixture/... is inside lexically
+        os.symlink("..", fixture / "sub" / "top")
+        os.symlink("top/../fixture/notes.txt", fixture / "sub" / "notes-link")
+    else:  # absolute, into the fixture: in a workspace it leads to the fixture itself, shared by every episode
+        os.symlink(fixture / "notes.txt", fixture / "sub" / "notes-link")
+
+
+@pytest.mark.parametrize("how", ["up and back", "through a link to the top", "absolute"])
+def test_a_fixture_link_that_leaves_and_comes_back_is_refused(tmp_path: Path, how: str) -> None:
+    """Round 8: a fixture symlink was judged by where it resolves in the fixture, so ``../fixture/notes.txt`` in a
+    fixture named ``fixture`` passed; copied as a link into the workspace ``<tmp>/mcp-gym-ws-.../`` it led to
+    ``<tmp>/fixture/notes.txt``, a path in the shared temporary directory any local user can create (the episode's
+    reads came from it, its writes went there), and an absolute link into the fixture had every episode write the
+    dataset's own file. Now a link is followed step by step and refused once a step leaves the fixture, at load (one
+    line naming the task, the file and the link) and again at the copy (a ``Task`` built in Python)."""
+    import shutil
+    import tempfile
+
+    from mcp_gym._workspace import make_workspace
+    from mcp_gym.tasks import Task, TaskDataError, load_tasks
+
+    _links_back_in(tmp_path / "fixture", how)
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": "t", "prompt": "p", "fixture": "fixture"}) + "\n")
+    with pytest.raises(TaskDataError) as e:
+        load_tasks(tmp_path / "tasks.jsonl")
+    assert "notes-link points out of the fixture" in str(e.value) and "'t'" in str(e.value), e.value
+    assert "\n" not in str(e.value)
+    (tmp_path / "tmp" / "fixture").mkdir(parents=True)  # what another local user plants in the shared folder
+    (tmp_path / "tmp" / "fixture" / "notes.txt").write_text("planted\n")
+    before = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path / "tmp")
+    try:
+        with pytest.raises(TaskDataError, match="task 't': fixture symlink .*notes-link points out of the fixture"):
+            workspace = make_workspace(Task(id="t", prompt="p", fixture=str(tmp_path / "fixture")))
+            shutil.rmtree(workspace)
+    finally:
+        tempfile.tempdir = before
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == ["fixture"]
+
+
+def test_links_inside_a_fixture_still_copy(tmp_path: Path) -> None:
+    import shutil
+
+    from mcp_gym._workspace import make_workspace
+    from mcp_gym.tasks import load_tasks
+
+    (tmp_path / "fixture" / "sub").mkdir(parents=True)
+    (tmp_path / "fixture" / "notes.txt").write_text("n\n")
+    os.symlink("notes.txt", tmp_path / "fixture" / "a")
+    os.symlink("../notes.txt", tmp_path / "fixture" / "sub" / "b")
+    os.symlink("../sub", tmp_path / "fixture" / "sub" / "self")
+    os.symlink("self/b", tmp_path / "fixture" / "sub" / "c")
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": "t", "prompt": "p", "fixture": "fixture"}) + "\n")
+    workspace = make_workspace(load_tasks(tmp_path / "tasks.jsonl")[0])
+    try:
+        assert [(workspace / p).read_text() for p in ("a", "sub/b", "sub/c")] == ["n\n"] * 3
+    finally:
+        shutil.rmtree(workspace)
+
+
 # -- MCPMark checkouts ------------------------------------------------------------------------------------------------
 def _mcpmark(checkout: Path) -> Path:
     folder = checkout / "tasks" / "filesystem" / "standard" / "notes" / "shout"

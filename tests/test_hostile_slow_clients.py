@@ -64,8 +64,8 @@ def server() -> object:
 
 def _get(port: int, body: bytes = b"hi", path: str = "/") -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=HANG) as s:
-        s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
-                  % (len(body), body))
+        s.sendall(b"POST %s HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+                  % (path.encode(), len(body), body))
         return _read_all(s)
 
 

@@ -186,6 +186,26 @@ def test_mcpmark_refuses_symlinks_leaving_the_checkout(tmp_path: Path, secret: P
     assert not [p for p in (tmp_path / "bench").rglob("*") if p.name == "id_rsa"]
 
 
+def test_mcpmark_refuses_a_state_link_that_leaves_and_comes_back(tmp_path: Path) -> None:
+    """Round 8: a state folder's symlink was judged by where it resolves in the checkout, so ``notes/a ->
+    ../notes/a.txt`` passed and was copied, as a link, into ``--out/states/notes``, whose copy in each workspace led to
+    ``<tmp>/notes/a.txt`` (a path any local user can create). It is refused at the import in one line naming it."""
+    checkout = tmp_path / "mcpmark"
+    mcpmark_task(checkout, "standard/notes/shout")
+    state = checkout / "test_environments" / "notes"
+    state.mkdir(parents=True)
+    (state / "a.txt").write_text("a\n")
+    (state / "a").symlink_to("../notes/a.txt")
+    code, _, err = run_import(checkout, tmp_path / "bench")
+    assert code == 1 and err.count("\n") == 1 and "state folder: symlink" in err and "notes/a points out of" in err
+    assert not (tmp_path / "bench" / "tasks.jsonl").exists()
+    (state / "a").unlink()
+    (state / "a").symlink_to("a.txt")  # a link that stays inside is copied as before
+    code, _, err = run_import(checkout, tmp_path / "bench")
+    assert code == 0, err
+    assert (tmp_path / "bench" / "states" / "notes" / "a").read_text() == "a\n"
+
+
 @pytest.mark.parametrize(("field", "value", "said"), [
     ("tags", "abc", "meta.json tags is not a list: 'abc'"),  # once split into the tags 'a', 'b', 'c'
     ("tags", [{"a": 1}], "meta.json tags must be strings"),  # once the tag "{'a': 1}"
