@@ -256,9 +256,9 @@ million times (a compression bomb), which the reader decoded whole into memory."
 
 def _parquet_records(path: Path | str, source: str, *, keep: bool = True, spent: int = 0) -> tuple[
         list[dict[str, Any]], int]:
-    """The rows of a Parquet file (a local path, or a URL ``fsspec`` opens: a dataset's data file) and the bytes
-    decoded so far, counting from ``spent``, read within :data:`PARQUET_MAX_BYTES`, else a one-line
-    :class:`TaskDataError` naming the source; ``keep=False`` only checks, keeping no row."""
+    """The rows of a Parquet file (a local path, or a URL ``fsspec`` opens: a dataset's data file) and the bytes decoded
+    counting from ``spent``, within :data:`PARQUET_MAX_BYTES`, else a one-line :class:`TaskDataError`; ``keep=False``
+    keeps no row."""
     import fsspec
     import pyarrow.parquet as pq
 
@@ -295,13 +295,8 @@ def _dataset_rows(ds: Any, source: str) -> list[dict[str, Any]]:
         stack: list[Any] = [row]
         while stack:  # the row's size: its strings and bytes, 8 bytes for anything else
             value = stack.pop()
-            if isinstance(value, (str, bytes)):
-                spent += len(value)
-            elif isinstance(value, dict):
-                stack.extend(value.values())
-            elif isinstance(value, (list, tuple)):
-                stack.extend(value)
-            spent += 8
+            spent += 8 + (len(value) if isinstance(value, (str, bytes)) else 0)
+            stack.extend(value.values() if isinstance(value, dict) else value if isinstance(value, list) else ())
         if spent > PARQUET_MAX_BYTES:
             raise TaskDataError(f"task source {source!r}: refusing to read this dataset: its rows decode to over "
                                 f"{PARQUET_MAX_BYTES} bytes (a compression bomb, not a task set)")
@@ -310,9 +305,8 @@ def _dataset_rows(ds: Any, source: str) -> list[dict[str, Any]]:
 
 
 def _load_dataset(target: str, source: str) -> Any:
-    """``datasets.load_dataset(target)``, its data files first checked within :data:`PARQUET_MAX_BYTES` in all:
-    the builder decodes a Parquet file a row group at a time (2 GiB for a 5 kB file repeating a 1 MiB entry), and
-    decompresses a compressed one (``train.jsonl.gz``) whole into its cache."""
+    """``datasets.load_dataset(target)``, its data files first checked within :data:`PARQUET_MAX_BYTES` in all: the
+    builder decodes Parquet a row group at a time (2 GiB for a 5 kB file) and unpacks ``.gz`` whole into its cache."""
     import datasets
     import fsspec
     from fsspec.utils import infer_compression
@@ -335,12 +329,27 @@ def _load_dataset(target: str, source: str) -> Any:
     return builder.as_dataset()
 
 
+JSONL_MAX_LINE = 64 << 20  # most characters in one line of a JSONL task file (BFCL's largest task: about 100 kB)
+
+
+def _regular_file(path: Path, source: str) -> int:
+    """A descriptor of ``path`` opened for reading if it is a regular file (never blocking: a named pipe's open waits
+    for a writer), else a one-line :class:`TaskDataError` naming the source."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if (kind := _not_regular(os.fstat(fd).st_mode)) is None:
+        return fd
+    os.close(fd)
+    raise TaskDataError(f"task source {source!r} is a {kind}, not a regular file: not read")
+
+
 def _jsonl_records(path: Path, source: str) -> list[dict[str, Any]]:
     """The objects of a JSONL file, one a line; a line that is not a JSON object is a :class:`TaskDataError` naming
     the source and the line."""
     rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with open(_regular_file(path, source), encoding="utf-8") as f:
+        for number, line in enumerate(iter(lambda: f.readline(JSONL_MAX_LINE + 1), ""), 1):
+            if len(line) > JSONL_MAX_LINE:  # a sparse file of gigabytes (no disk used) is one endless line
+                raise TaskDataError(f"task source {source!r}: line {number} is over {JSONL_MAX_LINE} characters")
             if not line.strip():
                 continue
             try:
@@ -386,9 +395,10 @@ _TASK_FIELDS = (
 def _records(source: str, split: str | None) -> tuple[list[dict[str, Any]], Path | None]:
     """The raw records of a task source and the directory relative fixture paths start from."""
     path = Path(source).expanduser()
-    if path.is_file() and path.suffix in (".jsonl", ".json", ".ndjson"):
+    if path.suffix in (".jsonl", ".json", ".ndjson") and path.exists() and not path.is_dir():
         return _jsonl_records(path, source), path.parent
-    if path.is_file() and path.suffix == ".parquet":
+    if path.suffix == ".parquet" and path.exists() and not path.is_dir():
+        os.close(_regular_file(path, source))
         return _parquet_records(path, source)[0], path.parent
     import datasets
 

@@ -320,6 +320,25 @@ def test_a_dataset_folder_with_a_compressed_bomb_is_refused(tmp_path: Path) -> N
     assert _load_in_subprocess(small, tmp_path / "cache")[0] == "1"
 
 
+@pytest.mark.parametrize("kind", ["sparse file", "named pipe", "named pipe.parquet"])
+def test_a_task_file_that_is_endless_or_a_pipe_is_refused(tmp_path: Path, kind: str) -> None:
+    """Round 8: a JSONL task file was read a line at a time without a bound, so a sparse ``tasks.jsonl`` of 600 MiB
+    (a tarball's sparse member: no disk used) was one line read whole into memory (1.2 GB, 13 s; 3 GiB, 6 GB); a
+    ``tasks.jsonl`` (or ``.parquet``) that is a named pipe was not a file, so it went to ``datasets``, which took
+    its name for a dataset on the Hub. Now a line is read at most ``JSONL_MAX_LINE`` characters, and a task file
+    that is not a regular file is refused unread, each in one line naming it."""
+    path = tmp_path / ("tasks.parquet" if kind.endswith(".parquet") else "tasks.jsonl")
+    if kind == "sparse file":
+        with open(path, "wb") as f:
+            f.truncate(600 << 20)
+    else:
+        os.mkfifo(path)
+    message, rss_mb = _load_in_subprocess(path, tmp_path / "cache")
+    expected = "line 1 is over 67108864 characters" if kind == "sparse file" else "is a named pipe, not a regular file"
+    assert message.startswith(f"task source {str(path)!r}") and expected in message, message
+    assert rss_mb < 512, rss_mb
+
+
 def test_a_parquet_task_file_that_decodes_to_gigabytes_is_refused(tmp_path: Path) -> None:
     """Round 7: a downloaded Parquet task file of 5 kB whose ``prompt`` column repeats one 1 MiB dictionary entry 2,048
     times decoded to 2 GiB of tasks (2.2 GB of memory). It is now read row by row within ``PARQUET_MAX_BYTES`` and
