@@ -407,6 +407,35 @@ def test_an_import_never_writes_through_links_planted_in_its_out_folder(tmp_path
     assert not (out / "verify" / "standard__a__b.py").is_symlink()
 
 
+@pytest.mark.parametrize("folder", ["states", "verify"])
+def test_an_import_never_writes_through_a_folder_link_planted_in_its_out_folder(tmp_path: Path, folder: str) -> None:
+    """Round 8: a handed-over ``--out`` whose ``states`` was a symlink to a folder of the user's had the import remove
+    the user's ``<category>/`` there and copy the checkout's state in its place (a category ``.ssh`` with an
+    ``authorized_keys``, and ``states -> ~``); ``verify -> ~/bin`` had the checkout's ``verify.py`` written there as
+    ``<task>.py``. Such a folder is refused in one line; nothing of the user's is touched."""
+    checkout = tmp_path / "mcpmark"
+    mcpmark_task(checkout, "standard/a/b")
+    (checkout / "test_environments" / "a").mkdir(parents=True)
+    (checkout / "test_environments" / "a" / "authorized_keys").write_text("ssh-ed25519 AAAA attacker\n")
+    victim = tmp_path / "home"
+    (victim / "a").mkdir(parents=True)
+    (victim / "a" / "keep.txt").write_text("the user's own\n")
+    out = tmp_path / "bench"
+    out.mkdir()
+    (out / folder).symlink_to(victim)
+    code, _, err = run_import(checkout, out)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"{folder} is a symlink; refusing to write through it" in err
+    assert sorted(p.relative_to(victim).as_posix() for p in victim.rglob("*")) == ["a", "a/keep.txt"]
+    (out / folder).unlink()
+    (out / "states").mkdir()
+    (out / "states" / "a").symlink_to(victim / "a")  # one category's folder: replaced, never followed
+    code, _, err = run_import(checkout, out)
+    assert code == 0, err
+    assert sorted(p.relative_to(victim).as_posix() for p in victim.rglob("*")) == ["a", "a/keep.txt"]
+    assert (out / "states" / "a" / "authorized_keys").is_file() and not (out / "states" / "a").is_symlink()
+
+
 def test_mcpmark_refuses_a_file_too_large_to_be_the_benchmarks_unread(tmp_path: Path) -> None:
     """Round 7: a ``meta.json`` of 100 MiB that is a hole (a sparse file, no disk used; it could be gigabytes) was read
     whole into memory. A file over ``MAX_FILE_BYTES`` (64 MiB) is refused from its size, in one line naming it."""
