@@ -361,7 +361,7 @@ def _guarded_protocol(read_timeout: float, max_connections: int) -> type[Any]:
 
     base: Any = AutoHTTPProtocol
 
-    class Guarded(base):  # type: ignore[misc, valid-type]
+    class Guarded(base):
         _deadline: asyncio.TimerHandle | None = None
         _refused = False
 
