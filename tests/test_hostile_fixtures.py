@@ -323,7 +323,7 @@ def test_a_dataset_folder_with_a_compressed_bomb_is_refused(tmp_path: Path) -> N
 @pytest.mark.parametrize("kind", ["sparse file", "named pipe", "named pipe.parquet"])
 def test_a_task_file_that_is_endless_or_a_pipe_is_refused(tmp_path: Path, kind: str) -> None:
     """Round 8: a JSONL task file was read a line at a time without a bound, so a sparse ``tasks.jsonl`` of 600 MiB
-    (a tarball's sparse member: no disk used) was one line read whole into memory (1.2 GB, 13 s; 3 GiB, 6 GB); a
+    (a tarball's sparse member: no disk used) was one line read whole into memory (1.2 GB, 13 s); a
     ``tasks.jsonl`` (or ``.parquet``) that is a named pipe was not a file, so it went to ``datasets``, which took
     its name for a dataset on the Hub. Now a line is read at most ``JSONL_MAX_LINE`` characters, and a task file
     that is not a regular file is refused unread, each in one line naming it."""
