@@ -22,7 +22,7 @@ import anyio
 
 from mcp_gym._reroot import Rerooter, mentions_workspace, names_filesystem_server, template_key
 from mcp_gym._retire import Retirement, Retirer, SpareBudget, close_or_unit
-from mcp_gym._wsdir import new_workspace
+from mcp_gym._wsdir import link_stays_inside, new_workspace
 from mcp_gym.client.connection import ServerConnection
 from mcp_gym.client.host import MCPHost
 from mcp_gym.client.specs import Stdio
@@ -62,14 +62,22 @@ def _copy_entries(fixture: Path, workspace: Path) -> None:
     """Copy what ``fixture`` holds into ``workspace`` as ``shutil.copytree(symlinks=True)`` would, but never the
     fixture folder's own mode and times onto ``workspace`` (it stays as ``mkdtemp`` made it: readable by its user
     only, at every moment, so no other user can list what the episode writes there)."""
+    def links_inside(folder: str, names: list[str]) -> list[str]:  # copytree's ignore: it copies links as links
+        for name in names:
+            if os.path.islink(src := os.path.join(folder, name)) and not link_stays_inside(fixture, src):
+                raise TaskDataError(f"fixture symlink {src} points out of the fixture (or of the workspace it would "
+                                    "be copied into): not copied")
+        return []
+
     with os.scandir(fixture) as entries:
         for entry in entries:
             src, dst = entry.path, os.path.join(workspace, entry.name)
             if entry.is_symlink():
+                links_inside(str(fixture), [entry.name])
                 os.symlink(os.readlink(src), dst)
                 shutil.copystat(src, dst, follow_symlinks=False)
             elif entry.is_dir():
-                shutil.copytree(src, dst, symlinks=True, copy_function=clone_file)
+                shutil.copytree(src, dst, symlinks=True, copy_function=clone_file, ignore=links_inside)
             else:
                 clone_file(src, dst)
 

@@ -14,7 +14,10 @@ shared with other users and processes. Standard library only (the job's early st
 Versions before this naming made ``<tmp>/mcp-gym-ws-<8 of [a-z0-9_]>`` (``tempfile.mkdtemp``'s name), which names no
 owner. The sweep removes such a folder, with the same rules, only where the kernel proves its maker gone: its inode
 last changed (``st_ctime``, which no ``utime`` can set back) before this system booted (``btime`` of ``/proc/stat``),
-so every process that could own it has ended. A folder that is not provably older than the boot is left."""
+so every process that could own it has ended. A folder that is not provably older than the boot is left.
+
+What a workspace receives is a copy of a task's fixture, symlinks as links: :func:`link_stays_inside` says whether a
+link stays inside the folder it is copied with, wherever that folder is."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["PREFIX", "SWEEP_MAX", "new_workspace", "sweep"]
+__all__ = ["PREFIX", "SWEEP_MAX", "new_workspace", "sweep", "link_stays_inside"]
 
 PREFIX = "mcp-gym-ws-"
 SWEEP_MAX = 32
@@ -145,3 +148,31 @@ def sweep(tmp: str | os.PathLike[str] | None = None) -> list[Path]:
     except Exception:  # noqa: BLE001 - a sweep never fails the job
         pass
     return removed
+
+
+def link_stays_inside(root: str | os.PathLike[str], link: str | os.PathLike[str]) -> bool:
+    """Whether the symlink ``link`` (a path inside ``root``), followed as the kernel follows it, stays inside ``root``
+    at every step: no absolute target, no ``..`` above ``root``, through the other links it meets (at most 40).
+    A link that leaves and comes back by ``root``'s own name (``../fixture/x`` in ``fixture/``) resolves inside
+    ``root`` but, copied into a workspace, leads to ``<tmp>/fixture/x``: a path any local user can create."""
+    todo = list(Path(os.path.relpath(link, root)).parts)
+    here: list[str] = []  # the components below root walked so far
+    hops = 0
+    while todo:
+        name = todo.pop(0)
+        if name == "..":
+            if not here:
+                return False
+            here.pop()
+            continue
+        path = os.path.join(root, *here, name)
+        if not os.path.islink(path):
+            here.append(name)
+            continue
+        hops += 1
+        target = os.readlink(path)
+        if hops > 40 or os.path.isabs(target):
+            return False
+        todo[:0] = [p for p in Path(target).parts if p != "."]
+    return True
+

@@ -342,12 +342,78 @@ def _with_meta(result: HandlerResult, meta: dict[str, Any]) -> HandlerResult:
     return data
 
 
+REQUEST_READ_TIMEOUT = 30.0
+"""Seconds a client of :func:`serve_http` has to send a whole request (request line, headers and body) from its first
+byte, or from opening the connection: uvicorn bounds only the idle time between requests, and restarts even that at
+every byte, so a client sending its headers a byte at a time (slowloris) held its connection for good."""
+
+MAX_CONNECTIONS = 1024
+"""Most connections (HTTP and WebSocket) a server run by :func:`serve_http` holds at once; one more is answered
+``503`` and closed at once, before a byte of it is read."""
+
+
+def _guarded_protocol(read_timeout: float, max_connections: int) -> type[Any]:
+    """uvicorn's HTTP protocol class (h11 or httptools, as ``http="auto"`` picks) with a deadline on receiving each
+    request (:data:`REQUEST_READ_TIMEOUT`) and a cap on connections (:data:`MAX_CONNECTIONS`)."""
+    import asyncio
+
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    base: Any = AutoHTTPProtocol
+
+    class Guarded(base):
+        _deadline: asyncio.TimerHandle | None = None
+        _refused = False
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:  # answered now, closed once its request is read (or at the
+                self._refused = True  # deadline): closing with the request unread would reset the connection
+                transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                                b"connection: close\r\ncontent-length: 25\r\n\r\ntoo many open connections")
+            self._deadline = self.loop.call_later(read_timeout, self._expired)  # its first request is due
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                self.transport.close()
+                return
+            before = self.cycle
+            pending = before is not None and before.more_body
+            super().data_received(data)
+            cycle = self.cycle
+            if cycle is not None and not cycle.more_body and (cycle is not before or pending):
+                if self._deadline is not None:  # these bytes completed a request: nothing is due until the next
+                    self._deadline.cancel()
+                    self._deadline = None
+            elif self._deadline is None:  # part of a request (its line, headers or body): the rest is due in time
+                self._deadline = self.loop.call_later(read_timeout, self._expired)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            super().connection_lost(exc)
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing() and self.transport.get_protocol() is self:  # not a WebSocket now
+                self.logger.warning("closing a connection from %s that did not send a whole request within %g s",
+                                    self.client, read_timeout)
+                self.transport.close()
+
+    return Guarded
+
+
 def serve_http(app: Any, host: str, port: int, *, log_level: str = "warning",
-               keep_alive: int = SERVER_KEEPALIVE, ready: Callable[[int], None] | None = None) -> None:
+               keep_alive: int = SERVER_KEEPALIVE, ready: Callable[[int], None] | None = None,
+               read_timeout: float = REQUEST_READ_TIMEOUT, max_connections: int = MAX_CONNECTIONS) -> None:
     """Serve the ASGI ``app`` (e.g. ``MCPServer.streamable_http_app()``) with uvicorn on ``host:port`` until stopped,
     keeping idle connections ``keep_alive`` seconds and saying so in each response's ``Keep-Alive`` header (what
     :data:`SERVER_KEEPALIVE` is for). ``port=0`` listens on any free port. ``ready`` is called with the port the
-    server listens on (the one it got for ``port=0``) once it listens."""
+    server listens on (the one it got for ``port=0``) once it listens.
+
+    A client must send each request whole within ``read_timeout`` seconds of its first byte (or of connecting), else
+    its connection is closed; past ``max_connections`` open connections a new one is answered ``503`` and closed."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -357,7 +423,8 @@ def serve_http(app: Any, host: str, port: int, *, log_level: str = "warning",
                 ready(int(self.servers[0].sockets[0].getsockname()[1]))
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive,
-                            headers=[("Keep-Alive", f"timeout={keep_alive}")])
+                            headers=[("Keep-Alive", f"timeout={keep_alive}")],
+                            http=_guarded_protocol(read_timeout, max_connections))
     anyio.run(Server(config).serve)
 
 

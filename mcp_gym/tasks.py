@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mcp_gym._wsdir import link_stays_inside
 from mcp_gym.errors import MCPGymError
 
 __all__ = ["Task", "Verifier", "load_tasks", "save_tasks", "load_task_source", "CODE_LOADING_ENV", "NETWORK_ENV",
@@ -253,39 +254,102 @@ downloaded file of a few kB can declare a footer of gigabytes (a sparse file) or
 million times (a compression bomb), which the reader decoded whole into memory."""
 
 
-def _parquet_records(path: Path, source: str) -> list[dict[str, Any]]:
-    """The rows of a Parquet task file, read within :data:`PARQUET_MAX_BYTES`, else a one-line
-    :class:`TaskDataError` naming the source."""
+def _parquet_records(path: Path | str, source: str, *, keep: bool = True, spent: int = 0) -> tuple[
+        list[dict[str, Any]], int]:
+    """The rows of a Parquet file (a local path, or a URL ``fsspec`` opens: a dataset's data file) and the bytes decoded
+    counting from ``spent``, within :data:`PARQUET_MAX_BYTES`, else a one-line :class:`TaskDataError`; ``keep=False``
+    keeps no row."""
+    import fsspec
     import pyarrow.parquet as pq
 
-    size = path.stat().st_size
-    refuse = f"task source {source!r}: refusing to read this Parquet file of {size} bytes"
-    with open(path, "rb") as f:  # the footer length its trailer declares: the reader allocates it before parsing
-        f.seek(max(0, size - 8))
+    with fsspec.open(str(path), "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        name = repr(source) if str(path) == source else f"{source!r} ({path})"
+        refuse = f"task source {name}: refusing to read this Parquet file of {size} bytes"
+        f.seek(max(0, size - 8))  # the footer length its trailer declares: the reader allocates it before parsing
         tail = f.read(8)
-    if len(tail) == 8 and tail[4:] == b"PAR1" and int.from_bytes(tail[:4], "little") > PARQUET_MAX_BYTES // 4:
-        raise TaskDataError(f"{refuse}: its footer declares {int.from_bytes(tail[:4], 'little')} bytes of metadata")
-    pf = pq.ParquetFile(path)
-    declared = sum(pf.metadata.row_group(i).total_byte_size for i in range(pf.metadata.num_row_groups))
-    if declared > PARQUET_MAX_BYTES:
-        raise TaskDataError(f"{refuse}: it declares {declared} bytes of data, over the {PARQUET_MAX_BYTES} allowed")
+        if len(tail) == 8 and tail[4:] == b"PAR1" and int.from_bytes(tail[:4], "little") > PARQUET_MAX_BYTES // 4:
+            raise TaskDataError(f"{refuse}: its footer declares {int.from_bytes(tail[:4], 'little')} bytes of metadata")
+        f.seek(0)
+        pf = pq.ParquetFile(f)
+        declared = sum(pf.metadata.row_group(i).total_byte_size for i in range(pf.metadata.num_row_groups))
+        if spent + declared > PARQUET_MAX_BYTES:
+            raise TaskDataError(f"{refuse}: it declares {declared} bytes of data, over the {PARQUET_MAX_BYTES} allowed")
+        rows: list[dict[str, Any]] = []
+        for batch in pf.iter_batches(batch_size=1):  # one row at a time: a repeated entry is counted as it decodes
+            spent += batch.nbytes
+            if spent > PARQUET_MAX_BYTES:
+                raise TaskDataError(f"{refuse}: its rows decode to over {PARQUET_MAX_BYTES} bytes (a compression "
+                                    "bomb, not a task set)")
+            if keep:
+                rows.extend(batch.to_pylist())
+    return rows, spent
+
+
+def _dataset_rows(ds: Any, source: str) -> list[dict[str, Any]]:
+    """The rows of a ``datasets.Dataset``, converted one at a time within :data:`PARQUET_MAX_BYTES` of text (an Arrow
+    file can repeat one dictionary entry as a Parquet file can), else a one-line :class:`TaskDataError`."""
     rows: list[dict[str, Any]] = []
-    read = 0
-    for batch in pf.iter_batches(batch_size=1):  # one row at a time: a repeated entry is counted as it decodes
-        read += batch.nbytes
-        if read > PARQUET_MAX_BYTES:
-            raise TaskDataError(f"{refuse}: its rows decode to over {PARQUET_MAX_BYTES} bytes (a compression bomb, "
-                                "not a task set)")
-        rows.extend(batch.to_pylist())
+    spent = 0
+    for row in ds:
+        stack: list[Any] = [row]
+        while stack:  # the row's size: its strings and bytes, 8 bytes for anything else
+            value = stack.pop()
+            spent += 8 + (len(value) if isinstance(value, (str, bytes)) else 0)
+            stack.extend(value.values() if isinstance(value, dict) else value if isinstance(value, list) else ())
+        if spent > PARQUET_MAX_BYTES:
+            raise TaskDataError(f"task source {source!r}: refusing to read this dataset: its rows decode to over "
+                                f"{PARQUET_MAX_BYTES} bytes (a compression bomb, not a task set)")
+        rows.append(row)
     return rows
+
+
+def _load_dataset(target: str, source: str) -> Any:
+    """``datasets.load_dataset(target)``, its data files first checked within :data:`PARQUET_MAX_BYTES` in all: the
+    builder decodes Parquet a row group at a time (2 GiB for a 5 kB file) and unpacks ``.gz`` whole into its cache."""
+    import datasets
+    import fsspec
+    from fsspec.utils import infer_compression
+
+    builder = datasets.load_dataset_builder(target)
+    spent = 0
+    for files in (builder.config.data_files or {}).values():
+        for file in files:
+            if str(file).endswith(".parquet"):
+                spent = _parquet_records(file, source, keep=False, spent=spent)[1]
+            elif infer_compression(str(file)):
+                with fsspec.open(str(file), "rb", compression="infer") as f:
+                    while chunk := f.read(1 << 20):
+                        spent += len(chunk)
+                        if spent > PARQUET_MAX_BYTES:
+                            raise TaskDataError(f"task source {source!r} ({file}): refusing to read this compressed "
+                                                f"file: it decompresses to over {PARQUET_MAX_BYTES} bytes (a "
+                                                "compression bomb, not a task set)")
+    builder.download_and_prepare()
+    return builder.as_dataset()
+
+
+JSONL_MAX_LINE = 64 << 20  # most characters in one line of a JSONL task file (BFCL's largest task: about 100 kB)
+
+
+def _regular_file(path: Path, source: str) -> int:
+    """A descriptor of ``path`` opened for reading if it is a regular file (never blocking: a named pipe's open waits
+    for a writer), else a one-line :class:`TaskDataError` naming the source."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if (kind := _not_regular(os.fstat(fd).st_mode)) is None:
+        return fd
+    os.close(fd)
+    raise TaskDataError(f"task source {source!r} is a {kind}, not a regular file: not read")
 
 
 def _jsonl_records(path: Path, source: str) -> list[dict[str, Any]]:
     """The objects of a JSONL file, one a line; a line that is not a JSON object is a :class:`TaskDataError` naming
     the source and the line."""
     rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with open(_regular_file(path, source), encoding="utf-8") as f:
+        for number, line in enumerate(iter(lambda: f.readline(JSONL_MAX_LINE + 1), ""), 1):
+            if len(line) > JSONL_MAX_LINE:  # a sparse file of gigabytes (no disk used) is one endless line
+                raise TaskDataError(f"task source {source!r}: line {number} is over {JSONL_MAX_LINE} characters")
             if not line.strip():
                 continue
             try:
@@ -331,26 +395,27 @@ _TASK_FIELDS = (
 def _records(source: str, split: str | None) -> tuple[list[dict[str, Any]], Path | None]:
     """The raw records of a task source and the directory relative fixture paths start from."""
     path = Path(source).expanduser()
-    if path.is_file() and path.suffix in (".jsonl", ".json", ".ndjson"):
+    if path.suffix in (".jsonl", ".json", ".ndjson") and path.exists() and not path.is_dir():
         return _jsonl_records(path, source), path.parent
-    if path.is_file() and path.suffix == ".parquet":
-        return _parquet_records(path, source), path.parent
+    if path.suffix == ".parquet" and path.exists() and not path.is_dir():
+        os.close(_regular_file(path, source))
+        return _parquet_records(path, source)[0], path.parent
     import datasets
 
     if path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists()):
         ds: Any = datasets.load_from_disk(str(path))
     elif path.exists() or not source.startswith((".", "/", "~")):
-        ds = datasets.load_dataset(str(path) if path.exists() else source)
+        ds = _load_dataset(str(path) if path.exists() else source, source)
     else:
         raise FileNotFoundError(f"task source {source!r}: no such file, directory or dataset")
     if isinstance(ds, datasets.DatasetDict):
         names = list(ds)
         if split is not None and split in ds:
-            return list(ds[split]), (path if path.is_dir() else None)
+            return _dataset_rows(ds[split], source), (path if path.is_dir() else None)
         if len(names) == 1:
-            return list(ds[names[0]]), (path if path.is_dir() else None)
+            return _dataset_rows(ds[names[0]], source), (path if path.is_dir() else None)
         raise TaskDataError(f"task source {source!r} has splits {names}: choose one with split=NAME")
-    return list(ds), (path if path.is_dir() else None)
+    return _dataset_rows(ds, source), (path if path.is_dir() else None)
 
 
 def load_task_source(
@@ -626,7 +691,7 @@ class _TaskDataCheck:
             for dirpath, dirnames, filenames in os.walk(path):
                 for name in (*dirnames, *filenames):
                     entry = Path(dirpath, name)
-                    if entry.is_symlink() and not entry.resolve().is_relative_to(path):
+                    if entry.is_symlink() and not link_stays_inside(path, entry):  # at any step: not a workspace's
                         raise TaskDataError(f"{where}: symlink {entry.relative_to(path)} points out of the fixture")
             if (foreign := _foreign_entry(path)) is not None:
                 raise TaskDataError(f"{where}: {foreign}; not copied into any workspace")

@@ -121,6 +121,73 @@ def test_the_copy_itself_never_reads_a_pipe_or_device(tmp_path: Path, host_key: 
     assert not list((tmp_path / "tmp").iterdir())
 
 
+def _links_back_in(fixture: Path, how: str) -> None:
+    """A fixture ``fixture/`` (its folder named ``fixture``) with a link that leaves it and comes back in by its name:
+    it resolves inside the fixture, and copied into a workspace leads to ``<tmp>/fixture/notes.txt``."""
+    (fixture / "sub").mkdir(parents=True)
+    (fixture / "notes.txt").write_text("the task's notes\n")
+    if how == "up and back":
+        os.symlink("../fixture/notes.txt", fixture / "notes-link")
+    elif how == "through a link to the top":  # sub/top -> .. is inside; sub/x -> top/../fixture/... is inside lexically
+        os.symlink("..", fixture / "sub" / "top")
+        os.symlink("top/../fixture/notes.txt", fixture / "sub" / "notes-link")
+    else:  # absolute, into the fixture: in a workspace it leads to the fixture itself, shared by every episode
+        os.symlink(fixture / "notes.txt", fixture / "sub" / "notes-link")
+
+
+@pytest.mark.parametrize("how", ["up and back", "through a link to the top", "absolute"])
+def test_a_fixture_link_that_leaves_and_comes_back_is_refused(tmp_path: Path, how: str) -> None:
+    """Round 8: a fixture symlink was judged by where it resolves in the fixture, so ``../fixture/notes.txt`` in a
+    fixture named ``fixture`` passed; copied as a link into the workspace ``<tmp>/mcp-gym-ws-.../`` it led to
+    ``<tmp>/fixture/notes.txt``, a path in the shared temporary directory any local user can create (the episode's
+    reads came from it, its writes went there), and an absolute link into the fixture had every episode write the
+    dataset's own file. Now a link is followed step by step and refused once a step leaves the fixture, at load (one
+    line naming the task, the file and the link) and again at the copy (a ``Task`` built in Python)."""
+    import shutil
+    import tempfile
+
+    from mcp_gym._workspace import make_workspace
+    from mcp_gym.tasks import Task, TaskDataError, load_tasks
+
+    _links_back_in(tmp_path / "fixture", how)
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": "t", "prompt": "p", "fixture": "fixture"}) + "\n")
+    with pytest.raises(TaskDataError) as e:
+        load_tasks(tmp_path / "tasks.jsonl")
+    assert "notes-link points out of the fixture" in str(e.value) and "'t'" in str(e.value), e.value
+    assert "\n" not in str(e.value)
+    (tmp_path / "tmp" / "fixture").mkdir(parents=True)  # what another local user plants in the shared folder
+    (tmp_path / "tmp" / "fixture" / "notes.txt").write_text("planted\n")
+    before = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path / "tmp")
+    try:
+        with pytest.raises(TaskDataError, match="task 't': fixture symlink .*notes-link points out of the fixture"):
+            workspace = make_workspace(Task(id="t", prompt="p", fixture=str(tmp_path / "fixture")))
+            shutil.rmtree(workspace)
+    finally:
+        tempfile.tempdir = before
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == ["fixture"]
+
+
+def test_links_inside_a_fixture_still_copy(tmp_path: Path) -> None:
+    import shutil
+
+    from mcp_gym._workspace import make_workspace
+    from mcp_gym.tasks import load_tasks
+
+    (tmp_path / "fixture" / "sub").mkdir(parents=True)
+    (tmp_path / "fixture" / "notes.txt").write_text("n\n")
+    os.symlink("notes.txt", tmp_path / "fixture" / "a")
+    os.symlink("../notes.txt", tmp_path / "fixture" / "sub" / "b")
+    os.symlink("../sub", tmp_path / "fixture" / "sub" / "self")
+    os.symlink("self/b", tmp_path / "fixture" / "sub" / "c")
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": "t", "prompt": "p", "fixture": "fixture"}) + "\n")
+    workspace = make_workspace(load_tasks(tmp_path / "tasks.jsonl")[0])
+    try:
+        assert [(workspace / p).read_text() for p in ("a", "sub/b", "sub/c")] == ["n\n"] * 3
+    finally:
+        shutil.rmtree(workspace)
+
+
 # -- MCPMark checkouts ------------------------------------------------------------------------------------------------
 def _mcpmark(checkout: Path) -> Path:
     folder = checkout / "tasks" / "filesystem" / "standard" / "notes" / "shout"
@@ -185,6 +252,91 @@ def test_mcpmark_refuses_two_categories_sharing_one_state_folder(tmp_path: Path,
     assert code == 1 and err.count("\n") == 1, err
     assert "'a b'" in err and f"'{other}'" in err and "both map to the state folder states/" in err
     assert not (tmp_path / "bench").exists()
+
+
+def _load_in_subprocess(source: Path, cache: Path) -> tuple[str, int]:
+    """``load_task_source(source)`` in a fresh process with its own datasets cache: its output (the task count or the
+    error, the old code's datasets errors too) and its peak memory in MB."""
+    import subprocess
+
+    code = ("import resource, sys\nfrom mcp_gym.tasks import load_task_source\ntry:\n"
+            "    print(len(load_task_source(sys.argv[1])))\nexcept Exception as e:\n    print(e)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code, str(source)], capture_output=True, text=True, timeout=240,
+                          env=env)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stdout + done.stderr
+    return lines[0], int(lines[1])
+
+
+def _cached_bytes(cache: Path) -> int:
+    return sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) if cache.exists() else 0
+
+
+def test_a_dataset_folder_whose_parquet_decodes_to_gigabytes_is_refused(tmp_path: Path) -> None:
+    """Round 8: a task source that is a folder (a downloaded dataset: ``env.tasks=DIR``) went to
+    ``datasets.load_dataset``, whose Parquet builder decodes a row group at a time: the 5 kB file of round 7 as
+    ``DIR/train.parquet`` cost 2.2 GB of memory. Its Parquet files are now checked first within
+    ``PARQUET_MAX_BYTES`` and the folder is refused in one line naming the file; nothing reaches the datasets cache."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, entry = 2048, "x" * (1 << 20)
+    prompt = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([entry]))
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    pq.write_table(pa.table({"id": [f"t{i}" for i in range(rows)], "prompt": prompt}), folder / "train.parquet",
+                   compression="zstd", row_group_size=rows)
+    message, rss_mb = _load_in_subprocess(folder, tmp_path / "cache")
+    assert f"{folder / 'train.parquet'}): refusing to read this Parquet file" in message, message
+    assert "\n" not in message and int(rss_mb) < 1024, (message, rss_mb)
+    assert _cached_bytes(tmp_path / "cache") < 1 << 20
+    small = tmp_path / "small"
+    small.mkdir()
+    pq.write_table(pa.table({"id": ["a", "b"], "prompt": ["one", "two"]}), small / "train.parquet")
+    assert _load_in_subprocess(small, tmp_path / "cache")[0] == "2"
+
+
+def test_a_dataset_folder_with_a_compressed_bomb_is_refused(tmp_path: Path) -> None:
+    """Round 8: ``DIR/train.jsonl.gz`` of 300 kB holding 300 MiB of JSON lines was decompressed whole into the
+    datasets cache (1 MB of gzip: 1 GiB on disk, 700 MB of memory) before any row was read. A compressed data file
+    is now decompressed first as a count within ``PARQUET_MAX_BYTES`` and refused in one line naming it."""
+    import gzip
+
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    line = json.dumps({"id": "t", "prompt": "x" * (1 << 20)}).encode()
+    with gzip.open(folder / "train.jsonl.gz", "wb", compresslevel=1) as f:
+        for i in range(300):
+            f.write(line.replace(b'"t"', f'"t{i}"'.encode()) + b"\n")
+    message, _ = _load_in_subprocess(folder, tmp_path / "cache")
+    assert f"{folder / 'train.jsonl.gz'}): refusing to read this compressed file" in message, message
+    assert _cached_bytes(tmp_path / "cache") < 1 << 20
+    small = tmp_path / "small"
+    small.mkdir()
+    with gzip.open(small / "train.jsonl.gz", "wt") as f:
+        f.write(json.dumps({"id": "a", "prompt": "one"}) + "\n")
+    assert _load_in_subprocess(small, tmp_path / "cache")[0] == "1"
+
+
+@pytest.mark.parametrize("kind", ["sparse file", "named pipe", "named pipe.parquet"])
+def test_a_task_file_that_is_endless_or_a_pipe_is_refused(tmp_path: Path, kind: str) -> None:
+    """Round 8: a JSONL task file was read a line at a time without a bound, so a sparse ``tasks.jsonl`` of 600 MiB
+    (a tarball's sparse member: no disk used) was one line read whole into memory (1.2 GB, 13 s); a
+    ``tasks.jsonl`` (or ``.parquet``) that is a named pipe was not a file, so it went to ``datasets``, which took
+    its name for a dataset on the Hub. Now a line is read at most ``JSONL_MAX_LINE`` characters, and a task file
+    that is not a regular file is refused unread, each in one line naming it."""
+    path = tmp_path / ("tasks.parquet" if kind.endswith(".parquet") else "tasks.jsonl")
+    if kind == "sparse file":
+        with open(path, "wb") as f:
+            f.truncate(600 << 20)
+    else:
+        os.mkfifo(path)
+    message, rss_mb = _load_in_subprocess(path, tmp_path / "cache")
+    expected = "line 1 is over 67108864 characters" if kind == "sparse file" else "is a named pipe, not a regular file"
+    assert message.startswith(f"task source {str(path)!r}") and expected in message, message
+    assert rss_mb < 512, rss_mb
 
 
 def test_a_parquet_task_file_that_decodes_to_gigabytes_is_refused(tmp_path: Path) -> None:

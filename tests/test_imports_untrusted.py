@@ -186,6 +186,26 @@ def test_mcpmark_refuses_symlinks_leaving_the_checkout(tmp_path: Path, secret: P
     assert not [p for p in (tmp_path / "bench").rglob("*") if p.name == "id_rsa"]
 
 
+def test_mcpmark_refuses_a_state_link_that_leaves_and_comes_back(tmp_path: Path) -> None:
+    """Round 8: a state folder's symlink was judged by where it resolves in the checkout, so ``notes/a ->
+    ../notes/a.txt`` passed and was copied, as a link, into ``--out/states/notes``, whose copy in each workspace led to
+    ``<tmp>/notes/a.txt`` (a path any local user can create). It is refused at the import in one line naming it."""
+    checkout = tmp_path / "mcpmark"
+    mcpmark_task(checkout, "standard/notes/shout")
+    state = checkout / "test_environments" / "notes"
+    state.mkdir(parents=True)
+    (state / "a.txt").write_text("a\n")
+    (state / "a").symlink_to("../notes/a.txt")
+    code, _, err = run_import(checkout, tmp_path / "bench")
+    assert code == 1 and err.count("\n") == 1 and "state folder: symlink" in err and "notes/a points out of" in err
+    assert not (tmp_path / "bench" / "tasks.jsonl").exists()
+    (state / "a").unlink()
+    (state / "a").symlink_to("a.txt")  # a link that stays inside is copied as before
+    code, _, err = run_import(checkout, tmp_path / "bench")
+    assert code == 0, err
+    assert (tmp_path / "bench" / "states" / "notes" / "a").read_text() == "a\n"
+
+
 @pytest.mark.parametrize(("field", "value", "said"), [
     ("tags", "abc", "meta.json tags is not a list: 'abc'"),  # once split into the tags 'a', 'b', 'c'
     ("tags", [{"a": 1}], "meta.json tags must be strings"),  # once the tag "{'a': 1}"
@@ -385,6 +405,35 @@ def test_an_import_never_writes_through_links_planted_in_its_out_folder(tmp_path
     assert all(v.read_text() == "export PATH=$HOME/bin:$PATH  # the user's own\n" for v in victims.values())
     assert not (out / "tasks.jsonl").is_symlink() and "standard__a__b" in (out / "tasks.jsonl").read_text()
     assert not (out / "verify" / "standard__a__b.py").is_symlink()
+
+
+@pytest.mark.parametrize("folder", ["states", "verify"])
+def test_an_import_never_writes_through_a_folder_link_planted_in_its_out_folder(tmp_path: Path, folder: str) -> None:
+    """Round 8: a handed-over ``--out`` whose ``states`` was a symlink to a folder of the user's had the import remove
+    the user's ``<category>/`` there and copy the checkout's state in its place (a category ``.ssh`` with an
+    ``authorized_keys``, and ``states -> ~``); ``verify -> ~/bin`` had the checkout's ``verify.py`` written there as
+    ``<task>.py``. Such a folder is refused in one line; nothing of the user's is touched."""
+    checkout = tmp_path / "mcpmark"
+    mcpmark_task(checkout, "standard/a/b")
+    (checkout / "test_environments" / "a").mkdir(parents=True)
+    (checkout / "test_environments" / "a" / "authorized_keys").write_text("ssh-ed25519 AAAA attacker\n")
+    victim = tmp_path / "home"
+    (victim / "a").mkdir(parents=True)
+    (victim / "a" / "keep.txt").write_text("the user's own\n")
+    out = tmp_path / "bench"
+    out.mkdir()
+    (out / folder).symlink_to(victim)
+    code, _, err = run_import(checkout, out)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"{folder} is a symlink; refusing to write through it" in err
+    assert sorted(p.relative_to(victim).as_posix() for p in victim.rglob("*")) == ["a", "a/keep.txt"]
+    (out / folder).unlink()
+    (out / "states").mkdir()
+    (out / "states" / "a").symlink_to(victim / "a")  # one category's folder: replaced, never followed
+    code, _, err = run_import(checkout, out)
+    assert code == 0, err
+    assert sorted(p.relative_to(victim).as_posix() for p in victim.rglob("*")) == ["a", "a/keep.txt"]
+    assert (out / "states" / "a" / "authorized_keys").is_file() and not (out / "states" / "a").is_symlink()
 
 
 def test_mcpmark_refuses_a_file_too_large_to_be_the_benchmarks_unread(tmp_path: Path) -> None:

@@ -85,7 +85,9 @@ def test_fixtures_stay_inside_the_task_files_folder(tmp_path: Path) -> None:
     (folder / "escape").symlink_to(outside, target_is_directory=True)
     (folder / "leaky").mkdir()
     (folder / "leaky" / "s.txt").symlink_to(outside / "secret.txt")
-    (folder / "fx" / "sub" / "inner").symlink_to(folder / "fx" / "sub")  # a link inside the fixture is fine
+    # a relative link inside the fixture is fine (an absolute one, copied into a workspace, would lead back to the
+    # fixture itself: refused, tests/test_hostile_fixtures.py)
+    (folder / "fx" / "sub" / "inner").symlink_to(".", target_is_directory=True)
 
     ok = load_task_source(_write(folder / "ok.jsonl", {"id": "ok", "prompt": "p", "fixture": "fx"}))
     assert ok[0].fixture == str((folder / "fx").resolve())

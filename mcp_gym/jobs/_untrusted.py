@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+from mcp_gym._wsdir import link_stays_inside
 from mcp_gym.errors import MCPGymError
 from mcp_gym.tasks import _foreign_entry, _not_regular
 
@@ -71,8 +72,8 @@ def check_tree(root: str | Path, folder: str | Path, *, what: str, task: str | N
     real = top.resolve()
     if not real.is_relative_to(base):
         raise UntrustedInput(f"{_who(task)}{what} {top} leads out of {base} (through a symlink)")
-    for entry in [real, *real.rglob("*")]:
-        if entry.is_symlink() and not entry.resolve().is_relative_to(real):
+    for entry in real.rglob("*"):  # step by step: a link out and back in by the folder's name leaves its copy
+        if entry.is_symlink() and not link_stays_inside(real, entry):
             raise UntrustedInput(f"{_who(task)}{what}: symlink {entry} points out of {real}")
     if (foreign := _foreign_entry(real)) is not None:
         raise UntrustedInput(f"{_who(task)}{what} {real}: {foreign}")

@@ -256,6 +256,11 @@ def import_mcpmark(path: str | Path, out: str | Path = "mcpmark-filesystem", *, 
         if other != t.category:
             raise UntrustedInput(f"task {t.source}: categories {other!r} and {t.category!r} both map to the state "
                                  f"folder states/{_safe(t.category)}; refusing to give one's tasks the other's state")
+    for folder in (out / "verify", out / "states"):  # a handed-over --out: a link here had the import write (and
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):  # remove) the user's files through it
+            kind = "a symlink" if folder.is_symlink() else "not a folder"
+            raise UntrustedInput(f"--out {out}: {folder.name} is {kind}; refusing to write through it (remove it, or "
+                                 "choose another --out)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "verify").mkdir(exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -264,7 +269,9 @@ def import_mcpmark(path: str | Path, out: str | Path = "mcpmark-filesystem", *, 
         rel = f"states/{_safe(t.category)}"
         if t.category not in written:
             target = out / rel
-            if target.exists():
+            if target.is_symlink():  # replaced, never followed
+                target.unlink()
+            elif target.exists():
                 shutil.rmtree(target)  # a previous import's copy: this checkout's state replaces it
             _write_state(sources[t.category], t.category, target, limits or ZipLimits(), t.source)
             written.add(t.category)
