@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import importlib
 import inspect
 import json
@@ -280,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         serve_http(server.mcp.streamable_http_app(host=a.host), a.host, a.port, ready=lambda bound: print(
             f"serving bfcl on http://{a.host}:{bound}/mcp", file=sys.stderr, flush=True))
+    gc.freeze()  # the process exits now: no last garbage collection over the SDK's and BFCL's objects (~0.3 s of CPU
+    # at every stop, which the end of a job waits for), as a bundled env's server (mcp_gym.envs.serve.main)
 
 
 if __name__ == "__main__":

@@ -362,3 +362,26 @@ def test_the_checker_process_stops_when_the_last_env_that_graded_with_it_closes(
     finally:
         for env in envs:
             env.close()
+
+
+@pytest.mark.slow  # a BFCL server and a checker process loading BFCL: 25 s at load 15
+def test_the_server_and_the_checker_process_exit_frozen(bfcl_root: Path, tmp_path: Path) -> None:  # noqa: F811
+    """BFCL's server and checker process reach their exit with their objects frozen (``gc.freeze()``: no last
+    garbage collection over what they imported, which the end of a job waits for): each run to the end of its stdin,
+    with an ``atexit`` hook that prints the frozen count (run after ``main`` returns or ``sys.exit``)."""
+    hook = ("import atexit, gc, runpy, sys; "
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count(), flush=True)); ")
+    server = subprocess.run(
+        [sys.executable, "-c", hook + "sys.argv = ['bfcl', '--bfcl', sys.argv[1]]; "
+         "runpy.run_module('mcp_gym.servers.bfcl', run_name='__main__')", str(bfcl_root)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False)
+    script = str(Path(check.__file__).resolve())
+    checker = subprocess.run(  # its owner is the shell-less python it runs in: its parent, this process's child
+        [sys.executable, "-I", "-c", hook + "import os; sys.argv = [sys.argv[1], '--serve', sys.argv[2], "
+         "str(os.getppid())]; runpy.run_path(sys.argv[0], run_name='__main__')", script, str(bfcl_root)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    for done in (server, checker):
+        said = done.stdout + done.stderr  # (the checker process prints to stderr: its stdout carries its answers)
+        frozen = [int(line.split()[1]) for line in said.splitlines() if line.startswith("frozen ")]
+        assert done.returncode == 0 and frozen and frozen[0] > 10_000, (done.returncode, done.stdout, done.stderr)
+    assert '"ready"' in checker.stdout  # it loaded BFCL and answered before its stdin ended

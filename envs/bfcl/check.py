@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import importlib
 import json
 import keyword
@@ -319,6 +320,8 @@ def serve(bfcl: types.SimpleNamespace, owner: int) -> int:
     reply = os.dup(1)
     os.dup2(2, 1)  # print() of BFCL's code goes to stderr, never into the answers
     preload(bfcl)  # the API classes' modules, imported once here rather than in every child
+    gc.freeze()  # what is loaded now lives until the exit: no collection walks it again, neither a child's (its
+    # pages stay shared with this process) nor this process's last one at its exit, which the end of a job waits for
     me, home = os.getpid(), os.getcwd()
     children: dict[int, _Child] = {}
     pending = b""

@@ -35,10 +35,10 @@ would, so the start-up share is that of an evaluation whose episodes take a mode
     python scripts/bench/benchmark_eval.py --model-latency 0.5   # a model answering in 0.5 s per reply
     python scripts/bench/benchmark_eval.py --server local --fixtures 3 --fresh-servers --spare-servers 2
 
-``--bench bfcl`` and ``--bench git`` run other real benchmarks instead of the server-filesystem set (``--bench fs``,
-the default), with the same arms, each job reporting also the time to first step, the seconds per episode (the job's
-slots times its wall over its episodes), the mean reset, server start-up and episode (steps and grading) per episode,
-and the job's CPU (its own process, and its children: servers, graders):
+``--bench bfcl``, ``--bench git``, ``--bench mcpmark`` and ``--bench conv`` run other real benchmarks instead of the
+server-filesystem set (``--bench fs``, the default), with the same arms, each job reporting also the time to first
+step, the seconds per episode (the job's slots times its wall over its episodes), the mean reset, server start-up and
+episode (steps and grading) per episode, and the job's CPU (its own process, and its children: servers, graders):
 
 Without ``--process`` one untimed job of ``--num-envs`` episodes warms this process's imports first.
 
@@ -49,17 +49,33 @@ Without ``--process`` one untimed job of ``--num-envs`` episodes warms this proc
 - ``git``: PyPI ``mcp-server-git`` (``--git-server``, default the one on this Python's ``PATH``) started per episode on
   ``{workspace}`` (a copy of a 3-commit repository with a change and an untracked file), its tasks made by
   ``mcp-gym tasks generate`` (the explore generator, ``--tasks`` tasks; once per run, not timed), as
-  docs/benchmarks.md and docs/tasks-generate.md do.
+  docs/benchmarks.md and docs/tasks-generate.md do;
+- ``mcpmark``: ``mcp-gym tasks import mcpmark`` of a checkout in MCPMark's layout made here (the tests' kind:
+  ``--tasks`` tasks, ``easy/`` and ``standard/`` levels over four categories whose initial states hold ``--files``
+  files each; each task's ``verify.py`` walks the workspace and passes when ``answer.txt`` is there), on the tests'
+  pinned ``server-filesystem`` (``.mcp-gym-cache/npm``) on ``{workspace}``, each task given a ``solution`` (even
+  tasks write ``answer.txt`` and pass, odd ones ``other.txt`` and fail), ``env.trust_task_code=true`` as the import
+  prints: each grade runs the task's ``verify.py`` as a process of its own;
+- ``conv``: ``--tasks`` two-turn conversations (tests/_turns_server.py's task: a tool shown by the turn hook at the
+  second turn) on ``python tests/_turns_server.py`` (a stdio ``EpisodeServer``), graded by its Python grader
+  ``_turns_server:grade_turns`` from ``ctx.turns``, as docs/conversations.md's example is.
+
+With ``--compare``, each side also records every episode's grade (episode key, task, success, reward) and the output
+says whether all jobs of both sides graded every episode alike.
 
     python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 2
     python scripts/bench/benchmark_eval.py --bench git --tasks 8 --samples 2 --rounds 2
+    python scripts/bench/benchmark_eval.py --bench mcpmark --tasks 40 --samples 1 --rounds 2
+    python scripts/bench/benchmark_eval.py --bench conv --tasks 40 --samples 1 --rounds 2
 
 ``--compare DIR`` (any ``--bench``; ``fs``: one ``--server``, the default arm, ``--spare-servers 0`` for no pool):
 instead of the pool's arms, ``before`` (the checkout DIR, e.g. a detached
 worktree of main) and ``after`` (this checkout), each job in a process of its own that imports ``mcp_gym`` and its
 ``envs/``, ``servers/`` and ``conf/`` from its checkout (first on ``PYTHONPATH``; a finder put ahead of the editable
 install's) and warms up with one untimed job first, the sides alternating round by round. The servers the jobs
-start get the MCP SDK's default environment, not ``PYTHONPATH``: they run the installed checkout's code on both sides.
+start get the MCP SDK's default environment, not ``PYTHONPATH``: they run the installed checkout's code on both sides,
+except BFCL's (``python -m mcp_gym.servers.bfcl``, run by ``_checkout.py`` from each side's checkout) and BFCL's
+checker process (the side's own ``envs/bfcl/check.py``, run as a script).
 
     git worktree add --detach /tmp/base main
     python scripts/bench/benchmark_eval.py --bench bfcl --tasks 40 --samples 1 --rounds 3 --compare /tmp/base
@@ -90,25 +106,15 @@ CHECKOUT_VARIABLE = "MCP_GYM_BENCH_CHECKOUT"
 
 def _checkout_first() -> None:
     """In a ``--compare`` side's process: ``mcp_gym`` and its ``envs/``, ``servers/`` and ``conf/`` packages from the
-    checkout :data:`CHECKOUT_VARIABLE` names, whatever the installed (editable) mcp-gym maps them to (``mcp_gym.envs``
-    is the checkout's top-level ``envs/``, so ``PYTHONPATH`` alone would mix the two checkouts)."""
+    checkout :data:`CHECKOUT_VARIABLE` names, whatever the installed (editable) mcp-gym maps them to (``_checkout.py``:
+    ``mcp_gym.envs`` is the checkout's top-level ``envs/``, so ``PYTHONPATH`` alone would mix the two checkouts)."""
     top = os.environ.get(CHECKOUT_VARIABLE)
     if not top:
         return
-    import importlib.abc
-    import importlib.util
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _checkout import install
 
-    folders = {"mcp_gym": "mcp_gym", "mcp_gym.envs": "envs", "mcp_gym.servers": "servers", "mcp_gym.conf": "conf"}
-
-    class Checkout(importlib.abc.MetaPathFinder):
-        def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-            if name not in folders:
-                return None
-            folder = Path(top) / folders[name]
-            return importlib.util.spec_from_file_location(name, folder / "__init__.py",
-                                                          submodule_search_locations=[str(folder)])
-
-    sys.meta_path.insert(0, Checkout())
+    install(top)
 
 
 _checkout_first()
@@ -168,7 +174,10 @@ GIT_DATE = "2026-01-03T00:00:00"  # the server's commit clock (GitPython's forma
 
 
 def bfcl_server(a: argparse.Namespace) -> str:
-    return f'+env.servers.bfcl="{sys.executable} -m mcp_gym.servers.bfcl --bfcl {a.bfcl}"'
+    """The BFCL server; in a ``--compare`` side's process, run by ``_checkout.py`` from that side's checkout."""
+    top = os.environ.get(CHECKOUT_VARIABLE)
+    run = f"{Path(__file__).resolve().parent / '_checkout.py'} {top}" if top else "-m"
+    return f'+env.servers.bfcl="{sys.executable} {run} mcp_gym.servers.bfcl --bfcl {a.bfcl}"'
 
 
 def git_server(a: argparse.Namespace) -> str:
@@ -176,9 +185,64 @@ def git_server(a: argparse.Namespace) -> str:
         '--repository {workspace}"'
 
 
+MCPMARK_VERIFY = '''import os, sys
+from pathlib import Path
+root = Path(os.environ["FILESYSTEM_TEST_DIR"])
+names = sorted(p.name for p in root.rglob("*") if p.is_file())
+if (root / "answer.txt").is_file():
+    print("answer.txt written;", len(names), "files"); sys.exit(0)
+print("answer.txt missing;", len(names), "files"); sys.exit(1)
+'''
+
+
+def mcpmark_server() -> str:
+    return f'+env.servers.fs="{" ".join(server_command("local"))}"'
+
+
+def conv_server() -> str:
+    return f'+env.servers.t="{sys.executable} {ROOT / "tests" / "_turns_server.py"}"'
+
+
+def mcpmark_tasks(a: argparse.Namespace, tmp: Path) -> Path:
+    """``--bench mcpmark``: a checkout in MCPMark's layout (``--tasks`` tasks over four categories, the first 3 of
+    each ``easy``), imported as the docs say, each task given a solution (even: passes; odd: fails)."""
+    checkout = tmp / "mcpmark"
+    for i in range(a.tasks):
+        category, level = f"cat{i % 4}", "easy" if i // 4 < 3 else "standard"
+        folder = checkout / "tasks" / "filesystem" / level / category / f"task{i // 4}"
+        folder.mkdir(parents=True)
+        (folder / "description.md").write_text(f"# Task\n\nWrite answer.txt ({category}, task {i // 4}).\n")
+        (folder / "verify.py").write_text(MCPMARK_VERIFY)
+        (folder / "meta.json").write_text(json.dumps({"task_id": f"task{i // 4}", "category_id": category,
+                                                      "difficulty": "L1", "tags": ["bench"]}))
+    for k in range(min(4, a.tasks)):
+        make_fixture(checkout / "test_environments" / f"cat{k}", a.files)
+    if cli(["tasks", "import", "mcpmark", str(checkout), "--out", str(tmp / "mcpmark-fs")]) != 0:
+        raise SystemExit("tasks import mcpmark failed")
+    path = tmp / "mcpmark-fs" / "tasks.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for i, row in enumerate(rows):
+        name = "answer.txt" if i % 2 == 0 else "other.txt"
+        row["solution"] = [{"tool": "write_file", "arguments": {"path": "{workspace}/" + name, "content": "x"}},
+                           {"tool": "submit", "arguments": {"answer": "done"}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 def bench_tasks(a: argparse.Namespace, tmp: Path) -> Path:
-    """The task file of ``--bench bfcl`` (imported) or ``git`` (generated), made once, before the timed jobs."""
+    """The task file of ``--bench bfcl``, ``mcpmark`` (imported), ``conv`` (written) or ``git`` (generated), made
+    once, before the timed jobs."""
     with contextlib.redirect_stdout(io.StringIO()):
+        if a.bench == "mcpmark":
+            return mcpmark_tasks(a, tmp)
+        if a.bench == "conv":
+            import dataclasses
+
+            from _turns_server import TASK
+
+            from mcp_gym.tasks import save_tasks
+            return save_tasks([dataclasses.replace(TASK, id=f"conv-{i}") for i in range(a.tasks)],
+                              tmp / "conv" / "tasks.jsonl")
         if a.bench == "bfcl":
             if cli(["tasks", "import", "bfcl", str(a.bfcl), "--category", "base", "--out", str(tmp / "bfcl")]) != 0:
                 raise SystemExit(f"tasks import bfcl {a.bfcl} failed")
@@ -215,17 +279,27 @@ def breakdown(out: Path, summary: dict[str, Any]) -> dict[str, float]:
             "first_step": float((summary.get("first_step_s") or {}).get("p50") or 0.0)}
 
 
+def grades(out: Path) -> list[list[Any]]:
+    """Every episode's grade, in episode-key order: ``[episode_key, task_id, success, total_reward]``."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out / "episodes", columns=["episode_key", "task_id", "success", "total_reward"]).to_pylist()
+    return sorted([r["episode_key"], r["task_id"], r["success"], r["total_reward"]] for r in rows)
+
+
 def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
-        base_url: str | None = None) -> dict[str, float]:
+        base_url: str | None = None, graded: list[list[Any]] | None = None) -> dict[str, float]:
     policy = ["policy=oracle"] if base_url is None else \
         ["policy=openai", f"policy.base_url={base_url}", "policy.model=scripted", "policy.api_key=sk-bench"]
     if a.bench == "fs":
         command = " ".join(server_command(kind) + ([str(tasks.parent / "empty")] if a.fresh_servers else []))
         bench = [f'+env.servers.fs="{command}"', f"env.tasks={tasks}", f"samples={a.samples}"]
     else:  # the first --tasks tasks of the imported/generated file, --samples episodes each
-        bench = [bfcl_server(a) if a.bench == "bfcl" else git_server(a), f"env.tasks={tasks}", "split=null",
-                 f"episodes={a.tasks * a.samples}", f"samples={a.samples}"]
-        bench += ["env.max_steps=168"] if a.bench == "bfcl" else []
+        server = {"bfcl": bfcl_server, "git": git_server, "mcpmark": lambda _: mcpmark_server(),
+                  "conv": lambda _: conv_server()}[a.bench](a)
+        bench = [server, f"env.tasks={tasks}", "split=null", f"episodes={a.tasks * a.samples}", f"samples={a.samples}"]
+        bench += {"bfcl": ["env.max_steps=168"], "mcpmark": ["env.trust_task_code=true"],
+                  "conv": ["env.grader=_turns_server:grade_turns"]}.get(a.bench, [])
     args = ["eval", "env=custom", *bench, *policy,
             f"launcher.num_envs={a.num_envs}", "launcher.progress=false", "plots=false",
             f"out={out}", "env.connect_timeout=120"]
@@ -250,6 +324,8 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
         raise SystemExit(f"{kind}/{arm}: eval exited {code}")
     summary = json.loads((out / "report" / "results.json").read_text())["summary"]
     parts = breakdown(out, summary)
+    if graded is not None:
+        graded.extend(grades(out))
     shutil.rmtree(out, ignore_errors=True)
     episodes = int(summary.get("episodes") or a.tasks * a.samples)
     return {"eps": episodes / wall, "share": float(summary.get("startup_share") or 0.0),
@@ -258,13 +334,14 @@ def job(kind: str, arm: str, a: argparse.Namespace, tasks: Path, out: Path,
             "child_cpu": (c1[1] - c0[1]) / episodes}
 
 
-def side(a: argparse.Namespace, arm: str, tasks: Path, folder: Path, kind: str) -> dict[str, float]:
+def side(a: argparse.Namespace, arm: str, tasks: Path, folder: Path, kind: str,
+         graded: dict[str, list[Any]]) -> dict[str, float]:
     """One ``--compare`` job: this script in a process of its own, the ``before`` (``--compare``) or ``after`` (this)
     checkout first on ``PYTHONPATH`` and its packages imported from there; it warms up with one untimed job, runs one
     timed job and writes its row."""
     top = (a.compare if arm == "before" else ROOT).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    if a.bench == "git":  # the generated tasks name their fixture relative to their file: copied beside it
+    if a.bench in ("git", "mcpmark"):  # fixtures (and a grader) named relative to the task file: copied beside it
         shutil.copytree(tasks.parent, folder, dirs_exist_ok=True)
     shutil.copy(tasks, folder / "tasks.jsonl")
     argv = [sys.executable, str(Path(__file__).resolve()), "--bench", a.bench, "--bfcl", str(a.bfcl), "--git-server",
@@ -277,14 +354,17 @@ def side(a: argparse.Namespace, arm: str, tasks: Path, folder: Path, kind: str) 
     env = {**os.environ, CHECKOUT_VARIABLE: str(top),
            "PYTHONPATH": os.pathsep.join([str(top), *filter(None, [os.environ.get("PYTHONPATH")])])}
     subprocess.run(argv, env=env, check=True, timeout=1800, cwd=folder)
-    return json.loads((folder / f"{arm}.json").read_text())
+    row = json.loads((folder / f"{arm}.json").read_text())
+    graded.setdefault(arm, []).append(row.pop("grades"))
+    return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bench", choices=["fs", "bfcl", "git"], default="fs",
+    ap.add_argument("--bench", choices=["fs", "bfcl", "git", "mcpmark", "conv"], default="fs",
                     help="fs: server-filesystem per episode (default); bfcl: BFCL multi-turn base; git: mcp-server-git "
-                         "per episode on generated tasks")
+                         "per episode on generated tasks; mcpmark: an MCPMark-layout import; conv: two-turn "
+                         "conversations")
     ap.add_argument("--bfcl", type=Path, default=ROOT / ".mcp-gym-cache" / "bfcl" / "2026.3.23",
                     help="--bench bfcl: the BFCL copy (an unpacked bfcl-eval wheel)")
     ap.add_argument("--git-server", default=shutil.which("mcp-server-git") or "mcp-server-git",
@@ -341,16 +421,21 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
                 job(kind, "on", argparse.Namespace(**{**vars(a), "tasks": 1, "samples": a.num_envs}), tasks,
                     tmp / f"warm-{kind}", base_url)
             if a.side_out is not None:  # one timed job, for the --compare process that started this one
-                a.side_out.write_text(json.dumps(job(kind, "on", a, tasks, tmp / "run", base_url)))
+                graded: list[list[Any]] = []
+                row: dict[str, Any] = dict(job(kind, "on", a, tasks, tmp / "run", base_url, graded))
+                a.side_out.write_text(json.dumps({**row, "grades": graded}))
                 return
+            sides: dict[str, list[Any]] = {}
             loads = [os.getloadavg()[0]]
             for r in range(a.rounds):
                 for arm in rows:
-                    rows[arm].append(side(a, arm, tasks, tmp / f"side-{kind}-{r}", kind) if a.compare else
+                    rows[arm].append(side(a, arm, tasks, tmp / f"side-{kind}-{r}", kind, sides) if a.compare else
                                      job(kind, arm, a, tasks, tmp / f"run-{kind}-{arm}-{r}", base_url))
                 loads.append(os.getloadavg()[0])
             what = {"bfcl": "BFCL multi-turn base (python -m mcp_gym.servers.bfcl, reset per episode)",
-                    "git": "mcp-server-git per episode, generated tasks"}.get(
+                    "git": "mcp-server-git per episode, generated tasks",
+                    "mcpmark": "MCPMark-layout import (server-filesystem on {workspace}, verify.py per grade)",
+                    "conv": "two-turn conversations (tests/_turns_server.py, turn hook, Python grader)"}.get(
                 kind, f"server-filesystem per episode ({kind}: {' '.join(server_command(kind)[:3])})")
             fs = f"{a.fixtures} fixture(s) of {a.files} files, {'never re-rooted, ' if a.fresh_servers else ''}" \
                 if a.bench == "fs" else ""
@@ -378,6 +463,12 @@ def run(a: argparse.Namespace, tmp: Path, base_url: str | None) -> None:
             ratios = [on["eps"] / off["eps"] for on, off in zip(rows[after], rows[before], strict=True)]
             print(f"{after}/{before}: episodes/s x{statistics.median(ratios):.2f} (median of per-round ratios; "
                   f"{min(ratios):.2f}-{max(ratios):.2f})")
+            if a.compare:
+                runs = [g for arm in ("before", "after") for g in sides.get(arm, [])]
+                same = all(g == runs[0] for g in runs)
+                passed = sum(1 for g in runs[0] if g[2]) if runs else 0
+                print(f"grades: {'identical' if same else 'DIFFERENT'} episode by episode in all {len(runs)} jobs "
+                      f"({len(runs[0]) if runs else 0} episodes each, {passed} passed)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
