@@ -558,11 +558,15 @@ class ServerConnection:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
         arguments, sent = dict(arguments), dict(meta or {})  # (sent: an open TypedDict, mt.RequestParamsMeta)
-        wire = self._lane()
-        if self._stdio is None or wire is None or self.tap is not None:  # only the stdio lane's I/O runs inline
+        stdio = self._stdio
+        wire: _wire.Lane | None = stdio.wire if stdio is not None else self.http_wire  # (_lane() without its call)
+        if wire is not None and not wire.open():
+            wire = None
+        if stdio is None or wire is None or self.tap is not None:  # only the stdio lane's I/O runs inline
             await own_task()  # (an inline step's first part has no task: aiohttp, the SDK, the tap need the call's)
         if wire is not None and self.tap is None:  # the fast lane, nothing to tap: request() without its frame
-            return await self._send(self._check(), lambda c: _wire.call_tool(
+            client = self.client if self.status == "ready" else None  # (_check() without its call)
+            return await self._send(client or self._check(), lambda c: _wire.call_tool(
                 c, name, arguments, wire=wire, read_timeout_seconds=t, progress_callback=progress, meta=sent))
         call = functools.partial(_wire.call_tool, wire=wire)  # the fast lane (wire None: the SDK's way)
         return await self.request(
