@@ -337,3 +337,28 @@ def test_a_loop_with_its_own_create_future_makes_the_lanes_futures() -> None:
     finally:
         loop.close()
     assert made == [asyncio.Future, Mine]
+
+
+def test_a_tool_schema_is_checked_once_by_the_listing_and_the_action_space(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing's check of a tool's schema and the action space's compile of it share one ``check_schema`` per
+    schema (by its canonical JSON); a schema that fails is checked, and refused with the same reason, every time."""
+    import uuid
+
+    from mcp_gym import _schema
+    from mcp_gym.client._tools import schema_problem
+
+    good = {"type": "object", "title": uuid.uuid4().hex, "properties": {"a": {"type": "string"}}}
+    bad = {"type": "object", "title": uuid.uuid4().hex, "properties": {"a": {"type": 5}}}
+    cls = _schema.validator_class(good)
+    check = cls.check_schema
+    calls: list[str] = []
+    monkeypatch.setattr(cls, "check_schema", staticmethod(lambda s: calls.append(s["title"]) or check(s)))
+    assert schema_problem(good) is None
+    _compile(good, "t")
+    assert schema_problem(dict(good)) is None  # the same schema again (another dict): no second check
+    assert calls == [good["title"]]
+    reasons = {schema_problem(bad) for _ in range(2)}
+    assert len(reasons) == 1 and "not a valid JSON Schema" in str(next(iter(reasons)))
+    with pytest.warns(UserWarning, match="invalid JSON Schema"):
+        _compile(bad, "t")
+    assert calls == [good["title"]] + [bad["title"]] * 3
