@@ -21,6 +21,7 @@ for every other episode); here it gives up after :data:`PATTERN_TIMEOUT`.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.validators import Draft202012Validator
 from referencing import Registry
 
-__all__ = ["PATTERN_TIMEOUT", "bounded_search", "validator", "validator_class"]
+__all__ = ["PATTERN_TIMEOUT", "bounded_search", "check_schema", "validator", "validator_class"]
 
 PATTERN_TIMEOUT = 0.1
 """Seconds one match of :func:`bounded_search` may take (a schema's ``pattern`` / ``patternProperties``, a regex
@@ -111,3 +112,24 @@ def validator_class(schema: Any) -> Any:
 def validator(cls: Any, schema: Any) -> Any:
     """An instance of ``cls`` (from :func:`validator_class`) for ``schema`` that never fetches a ``$ref``."""
     return cls(schema, registry=Registry())
+
+
+_CHECKED: dict[tuple[Any, str], None] = {}
+_CHECKED_MAX = 2048
+
+
+def check_schema(cls: Any, schema: Any) -> None:
+    """``cls.check_schema(schema)`` (raises jsonschema's ``SchemaError``), once per class and schema (by its canonical
+    JSON) in a process: a tool listing checks each schema, then the action space compiles the same ones (each check
+    costs milliseconds). A schema that has no canonical JSON is checked every time."""
+    try:
+        key: tuple[Any, str] | None = (cls, json.dumps(schema, sort_keys=True))
+    except (TypeError, ValueError):
+        key = None
+    if key is not None and key in _CHECKED:
+        return
+    cls.check_schema(schema)
+    if key is not None:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[key] = None

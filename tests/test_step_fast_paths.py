@@ -221,3 +221,144 @@ def test_only_the_plainest_tool_result_skips_the_version_checks(version: str, mo
         with monkeypatch.context() as m:
             m.setattr(mw, "_plain_text_ok", lambda v: False)  # the whole way, as before
             assert outcome(raw) == fast, raw
+
+
+IDS: list[Any] = [1, 7, 0, -3, 2**80, True, False, None, "7", "07", " 7", "²", "x", "1" * 5_000, 7.0, [7], {"a": 7}]
+
+
+def test_an_answers_int_id_is_its_own_key_and_every_other_id_is_read_as_before() -> None:
+    """``answer_of`` takes an ``int`` id as its key without ``request_key``'s call; every other id (a bool, a string
+    of digits, a hostile string, a float) still goes through ``request_key``: the verdict is the one
+    ``request_key`` gives for every id and shape of answer."""
+    from mcp_gym._compat import mcp_wire as mw
+
+    def reference(obj: Any, waiting: dict[int, Any]) -> int | None:  # answer_of as it was: request_key for every id
+        if type(obj) is not dict or "method" in obj:
+            return None
+        rid = mw.request_key(obj.get("id"))
+        if rid is None or rid not in waiting:
+            return None
+        result, error = obj.get("result"), obj.get("error")
+        ok = (type(result) is dict and error is None) or (
+            result is None and type(error) is dict and type(error.get("code")) is int
+            and type(error.get("message")) is str)
+        return rid if ok else None
+
+    waiting = {1: None, 7: None, 0: None, -3: None, 2**80: None}
+    bodies: list[dict[str, Any]] = [{"result": {}}, {"error": {"code": 1, "message": "m"}}, {"result": 1},
+                                    {"result": {}, "method": "x"}, {}]
+    taken = 0
+    for rid, body in itertools.product(IDS, bodies):
+        obj = {"jsonrpc": "2.0", "id": rid, **body}
+        assert mw.answer_of(obj, waiting) == reference(obj, waiting), obj
+        taken += mw.answer_of(obj, waiting) is not None
+    assert taken > 0
+    assert mw.answer_of({"id": True, "result": {}}, {1: None}) is None  # (True == 1, but no request has it)
+
+
+def test_a_line_is_counted_for_its_nesting_only_when_it_could_be_too_deep() -> None:
+    """``take_line`` counts brackets only in a line longer than the nesting bound (a shorter one cannot hold more
+    brackets than it has bytes); a long line nested past the bound is still left to the usual path."""
+    from mcp_gym._compat import mcp_wire as mw
+
+    async def main() -> None:
+        wire = mw.Wire()
+        fut = asyncio.get_running_loop().create_future()
+        wire.waiting[5] = fut
+        deep = b'{"jsonrpc":"2.0","id":5,"result":{"x":' + b"[" * 200 + b"]" * 200 + b"}}"
+        assert not wire.take_line(deep) and not fut.done()  # past the bound: the usual path decides
+        shallow = b'{"jsonrpc":"2.0","id":5,"result":{"x":' + b"[" * 100 + b"]" * 100 + b"}}"
+        assert len(shallow) > mw._NESTING and wire.take_line(shallow)  # long, but within the bound
+        assert fut.done() and fut.result()["id"] == 5
+        wire.waiting[6] = asyncio.get_running_loop().create_future()
+        short = b'{"jsonrpc":"2.0","id":6,"result":{}}'
+        assert len(short) <= mw._NESTING and wire.take_line(short) and wire.waiting[6].result()["result"] == {}
+
+    asyncio.run(main())
+
+
+def test_requests_due_after_the_timer_share_it_and_each_still_times_out() -> None:
+    """A request whose due time is after the lane's one timer only records it (no timer of its own); one due
+    earlier moves the timer; each request still fails with ``TimeoutError`` when its time has passed (bounded)."""
+    from mcp_gym._compat import mcp_wire as mw
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        wire = mw.Wire()
+        wire.loop, wire.send = loop, lambda line: True
+        first = asyncio.ensure_future(wire.exchange(1, b"{}", {}, 0.2, "tools/call"))
+        await asyncio.sleep(0)
+        timer = wire._watch
+        assert timer is not None and wire._watch_when == timer.when()
+        later = asyncio.ensure_future(wire.exchange(2, b"{}", {}, 0.4, "tools/call"))
+        await asyncio.sleep(0)
+        assert wire._watch is timer  # due after the timer: no timer of its own
+        sooner = asyncio.ensure_future(wire.exchange(3, b"{}", {}, 0.01, "tools/call"))
+        await asyncio.sleep(0)
+        assert wire._watch is not timer and wire._watch_when == wire._watch.when() < timer.when()  # moved
+        for fut in (sooner, first, later):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(fut, 30)
+        assert wire._watch is None and wire._watch_when == float("inf") and not wire._due
+
+    asyncio.run(main())
+
+
+def test_a_loop_with_its_own_create_future_makes_the_lanes_futures() -> None:
+    """The lane makes its request's future as the base event loop would (``asyncio.Future``) only on a loop whose
+    ``create_future`` is the base one; a loop with its own (uvloop, a subclass) is asked."""
+    from mcp_gym._compat import mcp_wire as mw
+
+    class Mine(asyncio.Future):  # type: ignore[type-arg]
+        pass
+
+    class Loop(asyncio.SelectorEventLoop):
+        def create_future(self) -> asyncio.Future[Any]:
+            return Mine(loop=self)
+
+    made: list[type] = []
+
+    async def main() -> None:
+        wire = mw.Wire()
+        wire.loop = asyncio.get_running_loop()
+
+        def send(line: bytes) -> bool:
+            made.extend(type(f) for f in wire.waiting.values())
+            wire.waiting[1].set_result({"jsonrpc": "2.0", "id": 1, "result": {}})
+            return True
+
+        wire.send = send
+        assert await wire.exchange(1, b"{}", {}, None, "tools/call") == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+    asyncio.run(main())
+    loop = Loop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert made == [asyncio.Future, Mine]
+
+
+def test_a_tool_schema_is_checked_once_by_the_listing_and_the_action_space(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing's check of a tool's schema and the action space's compile of it share one ``check_schema`` per
+    schema (by its canonical JSON); a schema that fails is checked, and refused with the same reason, every time."""
+    import uuid
+
+    from mcp_gym import _schema
+    from mcp_gym.client._tools import schema_problem
+
+    good = {"type": "object", "title": uuid.uuid4().hex, "properties": {"a": {"type": "string"}}}
+    bad = {"type": "object", "title": uuid.uuid4().hex, "properties": {"a": {"type": 5}}}
+    cls = _schema.validator_class(good)
+    check = cls.check_schema
+    calls: list[str] = []
+    monkeypatch.setattr(cls, "check_schema", staticmethod(lambda s: calls.append(s["title"]) or check(s)))
+    assert schema_problem(good) is None
+    _compile(good, "t")
+    assert schema_problem(dict(good)) is None  # the same schema again (another dict): no second check
+    assert calls == [good["title"]]
+    reasons = {schema_problem(bad) for _ in range(2)}
+    assert len(reasons) == 1 and "not a valid JSON Schema" in str(next(iter(reasons)))
+    with pytest.warns(UserWarning, match="invalid JSON Schema"):
+        _compile(bad, "t")
+    assert calls == [good["title"]] + [bad["title"]] * 3

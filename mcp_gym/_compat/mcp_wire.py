@@ -33,6 +33,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, cast
 
@@ -175,7 +176,9 @@ def answer_of(obj: Any, waiting: Mapping[int, Any]) -> int | None:
     request or notification, an unknown id, or a malformed answer (the SDK's path then makes an error of it)."""
     if type(obj) is not dict or "method" in obj:
         return None
-    rid = request_key(obj.get("id"))
+    rid = obj.get("id")
+    if type(rid) is not int:  # (an int is its own key: request_key's call only for the rest)
+        rid = request_key(rid)
     if rid is None or rid not in waiting:
         return None
     result, error = obj.get("result"), obj.get("error")
@@ -189,7 +192,7 @@ class Wire(LaneIds):
     """One stdio connection's fast lane: the futures of the requests sent on it, by id (the transport owns one)."""
 
     __slots__ = ("waiting", "send", "drain", "loop", "closed", "delivered", "sent", "spawn", "stamped", "_seen",
-                 "_due", "_watch", "read_now", "named")
+                 "_due", "_watch", "_watch_when", "read_now", "named")
 
     def __init__(self) -> None:
         super().__init__()
@@ -197,6 +200,8 @@ class Wire(LaneIds):
         self._due: dict[int, tuple[float, asyncio.Future[dict[str, Any]]]] = {}
         """The loop time past which each request with a timeout fails, and its future."""
         self._watch: asyncio.TimerHandle | None = None
+        self._watch_when = math.inf
+        """When :attr:`_watch` is due (its ``when()``; infinity: no timer)."""
         """One timer for all of them, due at the earliest (a call costs no timer of its own)."""
         self.send: Callable[[bytes], bool] | None = None
         """Writes one line to the server's stdin now (set by the transport once the process runs); ``False``: the
@@ -281,7 +286,7 @@ class Wire(LaneIds):
 
     def take_line(self, line: bytes) -> bool:
         """Resolve a waiting request with ``line`` if it is that request's plain answer (``False``: not taken)."""
-        if line.count(b"[") + line.count(b"{") > _NESTING:
+        if len(line) > _NESTING and line.count(b"[") + line.count(b"{") > _NESTING:  # (a short line cannot be)
             return False  # maybe nested deeper than the SDK's parser reads: the usual path decides
         try:
             obj = orjson.loads(line)
@@ -313,7 +318,7 @@ class Wire(LaneIds):
         self.closed = True
         if self._watch is not None:
             self._watch.cancel()
-            self._watch = None
+            self._watch, self._watch_when = None, math.inf
         self._due.clear()
         for fut in self.waiting.values():
             if not fut.done():
@@ -325,7 +330,8 @@ class Wire(LaneIds):
         """Write the request line, wait for the reader to resolve its future (:class:`Lane`)."""
         assert self.send is not None
         loop = self.loop or asyncio.get_running_loop()
-        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+        fut: asyncio.Future[dict[str, Any]] = asyncio.Future(loop=loop) if type(loop).create_future is \
+            _BASE_CREATE_FUTURE else loop.create_future()  # (what the base loop's create_future makes, no call)
         self.waiting[rid] = fut
         try:
             try:
@@ -336,7 +342,11 @@ class Wire(LaneIds):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
             self.sent.add(rid)
             if timeout is not None:
-                self._expire_at(loop, rid, loop.time() + timeout, fut)
+                when = loop.time() + timeout
+                if when >= self._watch_when:  # the timer is due first: what _expire_at does then, without its call
+                    self._due[rid] = (when, fut)
+                else:
+                    self._expire_at(loop, rid, when, fut)
             if self.read_now is not None and not self.read_now(timeout):  # it may take the answer: then the await
                 await asyncio.sleep(0)  # below does not suspend; here a cancellation asked for meanwhile takes effect
             return await fut
@@ -353,18 +363,22 @@ class Wire(LaneIds):
         if watch is None or when < watch.when():
             if watch is not None:
                 watch.cancel()
-            self._watch = loop.call_at(when, self._expire_due, loop)
+            self._watch, self._watch_when = loop.call_at(when, self._expire_due, loop), when
 
     def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
         """The timer: fail the requests that are due, then wait for the next one."""
-        self._watch = None
+        self._watch, self._watch_when = None, math.inf
         now = loop.time()
         for rid, (when, fut) in list(self._due.items()):
             if when <= now:
                 del self._due[rid]
                 _expire(fut)
         if self._due:
-            self._watch = loop.call_at(min(when for when, _ in self._due.values()), self._expire_due, loop)
+            due = min(when for when, _ in self._due.values())
+            self._watch, self._watch_when = loop.call_at(due, self._expire_due, loop), due
+
+
+_BASE_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
 
 
 CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(mt.CallToolResult | mt.InputRequiredResult)
@@ -536,8 +550,9 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
     ``ClientSession.call_tool(..., allow_input_required=True)`` does, then the result checked against the tool's
     output schema (:func:`~mcp_gym._compat.mcp_output.check_output`); a result that asks for input is finished by
     the SDK's own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
-    session = client.session
-    sdk = wire is None or not usable(client)
+    session = client.session  # (read once: a property of the SDK's; not usable(client), with it)
+    sdk = wire is None or bool(getattr(client, "extensions", None)) or \
+        getattr(session, "protocol_version", None) is None
     if not sdk:
         params: dict[str, Any] = {"name": name}
         if arguments is not None:

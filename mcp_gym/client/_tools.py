@@ -169,7 +169,7 @@ def _compile_checked(schema: Any, what: str) -> tuple[Any, str | None]:
         return None, f"{what} must have \"type\": \"object\", got {show_name(schema.get('type', '(none)'))}"
     try:
         cls = _schema.validator_class(schema)  # bounded pattern matching (an outputSchema's serves the SDK too)
-        cls.check_schema(schema)
+        _schema.check_schema(cls, schema)
         validator = _schema.validator(cls, schema)  # as the SDK does: no remote $ref retrieval
     except SchemaError as e:
         return None, f"{what} is not a valid JSON Schema: {show_name(e.message, 200)}"

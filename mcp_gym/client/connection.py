@@ -16,8 +16,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 from typing import Protocol as _Interface
@@ -32,6 +31,7 @@ from mcp_gym._compat import mcp_wire as _wire
 from mcp_gym._compat.stdlib import own_task
 from mcp_gym._version import __version__
 from mcp_gym.client import _discovery, _http, _npx
+from mcp_gym.client._connection_hooks import Events, HostCallbacks
 from mcp_gym.client._inline import session_started
 from mcp_gym.client._notice import started, wait_ready
 from mcp_gym.client._stdio import StdioState, stdio_transport
@@ -63,40 +63,6 @@ class ConnectionLost(MCPGymError):
 
 class ListingTimeout(MCPGymError, TimeoutError):
     """``tools/list`` (all pages) took longer than its bound; the connection was failed and is being closed."""
-
-
-@dataclass
-class HostCallbacks:
-    """What the host answers on the server's behalf: SDK-level callbacks built by :mod:`mcp_gym.client.host`."""
-
-    sampling: Callable[..., Coroutine[Any, Any, Any]] | None = None
-    elicitation: Callable[..., Coroutine[Any, Any, Any]] | None = None
-    list_roots: Callable[..., Coroutine[Any, Any, Any]] | None = None
-    logging: Callable[[str, mt.LoggingMessageNotificationParams], Awaitable[None]] | None = None
-
-
-class _Events:
-    """Changes a server reported and the client has not applied yet. ``tool_changes`` counts every report of a tools
-    change (notification or result hint) over the connection's life: a listing that saw the same count is current."""
-
-    __slots__ = ("_tools_changed", "tool_changes", "resources_changed", "updated")
-
-    def __init__(self) -> None:
-        self._tools_changed = False
-        self.tool_changes = 0
-        self.resources_changed = False
-        self.updated: set[str] = set()
-
-    @property
-    def tools_changed(self) -> bool:
-        """A tools change is pending (cleared by the next listing)."""
-        return self._tools_changed
-
-    @tools_changed.setter
-    def tools_changed(self, value: bool) -> None:
-        if value:
-            self.tool_changes += 1
-        self._tools_changed = value
 
 
 class Tap(_Interface):
@@ -140,7 +106,7 @@ class ServerConnection:
         self.status: Literal["new", "connecting", "ready", "failed", "dead", "closed"] = "new"
         self._error: str | None = None
         self.client: Client | None = None
-        self.events = _Events()
+        self.events = Events()
         self.connect_seconds: float | None = None
         self.connected_at: float | None = None  # anyio.current_time() when it last connected
         self._ready = anyio.Event()
@@ -592,11 +558,15 @@ class ServerConnection:
         """Call a tool by the server's own name. Raises ``MCPError`` (incl. timeout -32001) or ConnectionLost."""
         t = None if timeout is None or math.isinf(timeout) else timeout
         arguments, sent = dict(arguments), dict(meta or {})  # (sent: an open TypedDict, mt.RequestParamsMeta)
-        wire = self._lane()
-        if self._stdio is None or wire is None or self.tap is not None:  # only the stdio lane's I/O runs inline
+        stdio = self._stdio
+        wire: _wire.Lane | None = stdio.wire if stdio is not None else self.http_wire  # (_lane() without its call)
+        if wire is not None and not wire.open():
+            wire = None
+        if stdio is None or wire is None or self.tap is not None:  # only the stdio lane's I/O runs inline
             await own_task()  # (an inline step's first part has no task: aiohttp, the SDK, the tap need the call's)
         if wire is not None and self.tap is None:  # the fast lane, nothing to tap: request() without its frame
-            return await self._send(self._check(), lambda c: _wire.call_tool(
+            client = self.client if self.status == "ready" else None  # (_check() without its call)
+            return await self._send(client or self._check(), lambda c: _wire.call_tool(
                 c, name, arguments, wire=wire, read_timeout_seconds=t, progress_callback=progress, meta=sent))
         call = functools.partial(_wire.call_tool, wire=wire)  # the fast lane (wire None: the SDK's way)
         return await self.request(

@@ -344,7 +344,7 @@ class Runtime:
         nothing else needs the loop (no other thread's call, no hold, at most one session on the runtime), the
         coroutine's first part runs in this thread without the event loop (:meth:`_drive_inline`).
         """
-        if self.in_loop():
+        if (self._driver == threading.get_ident() if self._thread is None and not self._hosted else self.in_loop()):
             raise RuntimeError("mcp-gym: a sync method was called on the runtime's own event loop" + (
                 " (a hosted runtime: it runs on the caller's loop)" if self._hosted else "") + "; await the a* method "
                 "(areset, astep, aclose)")
@@ -413,7 +413,9 @@ class Runtime:
         try:
             yielded = ctx.run(coro.send, None)
         except StopIteration as done:
-            return Done(done.value)
+            first: Done[T] = Done.__new__(Done)  # (Done(value) without its __init__ call)
+            first.value = done.value
+            return first
         finally:
             del _inline[loop]
             set_running_loop(None)

@@ -37,7 +37,7 @@ def _compile(schema: Any, name: str | None = None) -> Any:
     if cached is None:
         cls = _schema.validator_class(schema)
         try:
-            cls.check_schema(schema)
+            _schema.check_schema(cls, schema)
             cached = (_schema.validator(cls, schema), None)
         except SchemaError as exc:
             cached = (Draft202012Validator(_OBJECT_SCHEMA), _shorten(exc.message, 200))
