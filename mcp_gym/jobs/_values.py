@@ -59,7 +59,8 @@ def result_value(structured: Any, text: str) -> Any:
     return text if too_deep(parsed) else parsed
 
 
-_FAILED = frozenset({"error", "failed", "failure"})
+_FAILED = frozenset({"error", "failed", "failure", "invalid"})
+"""Words of a ``status`` or ``result`` that says its call failed (with ``not found``)."""
 _VERDICTS = frozenset({"success", "ok"})
 """Members by which a JSON result says whether its call worked: a call that made a task worked, so they are ``true``
 there, and an answer "`success`: true" could be given without reading anything (@cyanheads/git-mcp-server)."""
@@ -67,10 +68,11 @@ there, and an answer "`success`: true" could be given without reading anything (
 
 def reports_failure(value: Any, depth: int = 2) -> str | None:
     """Why a JSON result says its call failed although ``isError`` is false, or ``None``: an object (or an object in
-    it, one level down) with ``"success": false`` or ``"ok": false``, a non-empty ``"error"``, or ``"status"`` /
-    ``"result"`` of ``error``/``failed`` (PyPI mcp-server-motherduck: ``{"success": false, "error": "Table or view not
-    found: ..."}``; mcp-text-editor, per file: ``{"result": "error", "reason": "Hash mismatch ..."}``). Such a result
-    makes no task: its answer would be an error message."""
+    it, one level down) with ``"success": false`` or ``"ok": false``, a non-empty ``"error"``, or a ``"status"`` /
+    ``"result"`` that says it failed (``error``, ``failed``, ``task_not_found``: :func:`_failed`). PyPI
+    mcp-server-motherduck: ``{"success": false, "error": "Table or view not found: ..."}``; mcp-text-editor, per
+    file: ``{"result": "error", "reason": "Hash mismatch ..."}``. Such a result makes no task: its answer would be an
+    error message."""
     if not isinstance(value, dict) or depth <= 0:
         return None
     for key in ("success", "ok"):
@@ -78,11 +80,20 @@ def reports_failure(value: Any, depth: int = 2) -> str | None:
             return f'"{key}": false'
     for key in ("status", "result"):
         v = value.get(key)
-        if isinstance(v, str) and v.strip().casefold() in _FAILED:
+        if isinstance(v, str) and _failed(v):
             return f'"{key}": "{v}"'
     if value.get("error") not in (None, "", False, [], {}):
         return '"error"'
     return next((why for v in value.values() if (why := reports_failure(v, depth - 1)) is not None), None)
+
+
+def _failed(status: str) -> bool:
+    """Whether a ``status`` says its call failed: one of its words is in :data:`_FAILED` (``error``,
+    ``validation_failed``), or it says ``not found`` (npm @kazuph/mcp-taskmanager's ``"status": "task_not_found"``,
+    with ``isError`` false)."""
+    said = [w for w in re.split(r"[^a-z]+", status.casefold()) if w]
+    pairs = zip(said, said[1:], strict=False)
+    return bool(_FAILED.intersection(said)) or any(a == "not" and b == "found" for a, b in pairs)
 
 
 def _lines(text: str) -> list[str]:
