@@ -52,6 +52,20 @@ def test_an_unannotated_call_that_left_the_files_alone_makes_no_state_task() -> 
     assert any(p.solution[-1]["tool"] == "open_task_details" and "answer" in p.check for p in proposals)
 
 
+def test_a_call_that_left_the_files_alone_is_no_step_of_a_later_task() -> None:
+    """npm mcp-sqlite (no tool says whether it only reads): "call ``db_info``, then ``list_tables``, answer with
+    ``$[1].name`` of step 2" carried a call the answer does not need. A call that left the workspace's files as they
+    were is not a change the later calls need; one that changed them still is."""
+    info = _Step({"tool": "db_info", "arguments": {}}, True, {"path": "db.sqlite"}, mutates=True, same_files=True)
+    insert = _Step({"tool": "create_record", "arguments": {"table": "t", "data": {"x": 1}}}, True,
+                   {"id": 3}, mutates=True, same_files=False)
+    tables = _Step({"tool": "list_tables", "arguments": {}}, True, [{"name": "orders"}, {"name": "t"}],
+                   mutates=True, same_files=True)
+    walk = Walk([info, insert, tables], [info.value, insert.value, tables.value])
+    last = [p for p in ExploreProposer(seed=0).proposals(walk, 0) if p.solution[-1]["tool"] == "list_tables"]
+    assert last and all([c["tool"] for c in p.solution] == ["create_record", "list_tables"] for p in last), last
+
+
 def test_a_setting_keeps_its_default_and_a_list_of_records_keeps_one() -> None:
     """The sampler's draw for mcp-text-editor's edit: a random ``encoding`` (a string with a default) is left out,
     three files become one, and a fixed value stays as it was; a read's ``"encoding": "utf-8"`` still comes back."""

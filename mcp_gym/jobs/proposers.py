@@ -270,13 +270,15 @@ class ExploreProposer:
                 yield p
 
     def _closure(self, steps: list[_Step], i: int) -> list[int] | None:
-        """Step ``i`` and what it needs: the steps whose results it uses and the changes made before it."""
+        """Step ``i`` and what it needs: the steps whose results it uses and the changes made before it (not a call
+        whose tool says nothing and that left the workspace's files as they were: npm mcp-sqlite's ``db_info`` before
+        its ``list_tables``)."""
         need = {i}
         todo = [i]
         while todo:
             j = todo.pop()
             more = {t.origin for t in steps[j].uses.values() if t.origin >= 0}
-            more |= {k for k in range(j) if steps[k].mutates and steps[k].ok}
+            more |= {k for k in range(j) if steps[k].mutates and steps[k].ok and not only_read(steps[k])}
             for k in more - need:
                 if not steps[k].ok:
                     return None
