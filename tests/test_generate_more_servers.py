@@ -7,8 +7,6 @@ generator got wrong there, in general, with a server of the same shape in proces
 * a tool that says nothing about itself (no ``readOnlyHint``) made a state task for every call of it, though a call
   that left the workspace's files as they were changed nothing: "plan a request, then open task kswrwWwN" (a lookup
   that fails) was checked by the file the planning wrote;
-* the sampler's random ``encoding`` (a setting with a default) and its extra random records (three files, three
-  patches) made nearly every edit fail: the default stands, and a list of records keeps one.
 """
 
 from __future__ import annotations
@@ -18,10 +16,8 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from mcp_gym.jobs._chain import Token, chain_arguments, simplified
 from mcp_gym.jobs.proposers import ExploreProposer, Walk, _Step, reports_failure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,47 +60,6 @@ def test_a_call_that_left_the_files_alone_is_no_step_of_a_later_task() -> None:
     walk = Walk([info, insert, tables], [info.value, insert.value, tables.value])
     last = [p for p in ExploreProposer(seed=0).proposals(walk, 0) if p.solution[-1]["tool"] == "list_tables"]
     assert last and all([c["tool"] for c in p.solution] == ["create_record", "list_tables"] for p in last), last
-
-
-def test_a_setting_keeps_its_default_and_a_list_of_records_keeps_one() -> None:
-    """The sampler's draw for mcp-text-editor's edit: a random ``encoding`` (a string with a default) is left out,
-    three files become one, and a fixed value stays as it was; a read's ``"encoding": "utf-8"`` still comes back."""
-    schema = {"type": "object", "required": ["files"], "properties": {
-        "encoding": {"type": "string", "default": "utf-8"}, "mode": {"type": "string", "default": "a", "enum": ["a"]},
-        "files": {"type": "array", "items": {"type": "object", "required": ["path"], "properties": {
-            "path": {"type": "string"}, "eol": {"type": "string", "default": "\n"},
-            "patches": {"type": "array", "items": {"type": "object"}}}}},
-        "tags": {"type": "array", "items": {"type": "string"}}, "keep": {"type": "array"}}}
-    drawn = {"encoding": "x7Qz", "mode": "a", "tags": ["t1", "t2"], "keep": [{"a": 1}, {"b": 2}],
-             "files": [{"path": "p1", "eol": "zz", "patches": [{"c": 1}, {"c": 2}]}, {"path": "p2"}, {"path": "p3"}]}
-    assert simplified(drawn, schema, ["keep"]) == {"mode": "a", "tags": ["t1", "t2"], "keep": [{"a": 1}, {"b": 2}],
-                                                   "files": [{"path": "p1", "patches": [{"c": 1}]}]}
-    tokens = [Token("utf-8", 0, "$['/w/a.txt'].encoding")]
-    args, uses, _ = chain_arguments(simplified(drawn, schema, ["keep"]), tokens, np.random.default_rng(0), 1.0,
-                                    ["keep"], schema)
-    assert args["encoding"] == "utf-8" and uses["<A>"].path == "$['/w/a.txt'].encoding", args
-
-
-def test_an_edit_takes_the_whole_range_a_read_returned() -> None:
-    """A patch that took one value of a read's range (its ``line_start``) takes the others the range has
-    (``line_end``, ``range_hash``) too, whatever the coin says for them: a patch with its start and hash but the
-    default end was refused (``Content hash mismatch``)."""
-    schema = {"type": "object", "properties": {"patches": {"type": "array", "items": {
-        "type": "object", "required": ["contents"], "properties": {
-            "line_start": {"type": "integer"}, "line_end": {"type": ["integer", "null"]},
-            "contents": {"type": "string"}, "range_hash": {"type": "string"}}}}}}
-    read = "$['/w/a.txt'].ranges[0]"
-    tokens = [Token("2", 0, f"{read}.start_line"), Token("3", 0, f"{read}.end_line"),
-              Token("h23", 0, f"{read}.range_hash")]
-    complete = 0
-    for seed in range(40):
-        out, _, _ = chain_arguments({"patches": [{"contents": "x"}]}, tokens, np.random.default_rng(seed), 0.5,
-                                    ["contents"], schema)
-        patch = out["patches"][0]
-        if len(patch) > 1:
-            assert patch == {"contents": "x", "line_start": 2, "line_end": 3, "range_hash": "h23"}, patch
-            complete += 1
-    assert 20 <= complete < 40  # the first member still takes its coin; the rest of the record follows it
 
 
 # -- the real servers (npm), installed by hand: slow ----------------------------------------------------------------

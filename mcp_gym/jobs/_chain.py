@@ -97,42 +97,6 @@ def named(tokens: Sequence[Token], argument: str, like: Any) -> list[Token]:
     return [t for m, t in scored if m == best and t.origin == latest]
 
 
-def simplified(arguments: Mapping[str, Any], schema: Any, fixed: Sequence[str]) -> dict[str, Any]:
-    """The sampler's ``arguments`` made likelier to be accepted, at any depth of the tool's input ``schema``:
-
-    * an optional string the schema gives a string default and no ``enum`` is left out (never a ``fixed`` one): the
-      server's default stands. A random string is no valid setting (PyPI mcp-text-editor's ``encoding``: ``unknown
-      encoding: x7Qz``, the whole edit refused); a value an earlier result names like it (the ``"encoding": "utf-8"``
-      a read returned) is still added by :func:`chain_arguments`;
-    * a list of objects keeps its first item: each random record is one more chance for the server to refuse the
-      whole call (mcp-text-editor: ``File path must be absolute: wup`` for one of three files, ``Overlapping patches
-      detected`` for three patches), and a call about one record teaches what one about three does."""
-
-    def keep(v: Any, schema: Any) -> Any:
-        props = schema.get("properties") if isinstance(schema, Mapping) else None
-        props = props if isinstance(props, Mapping) else {}
-        if isinstance(v, dict):
-            required = schema.get("required") or () if isinstance(schema, Mapping) else ()
-            return {k: x if k in fixed else keep(x, props.get(k)) for k, x in v.items()
-                    if k in required or k in fixed or not _setting(props.get(k))}
-        if isinstance(v, list):
-            item = schema.get("items") if isinstance(schema, Mapping) else None
-            if v and all(isinstance(x, dict) for x in v):
-                v = v[:1]
-            return [keep(x, item) for x in v]
-        return v
-
-    return keep(dict(arguments), schema)
-
-
-def _setting(prop: Any) -> bool:
-    """Whether a property is a string setting with a default the server fills: a string ``default``, no ``enum``."""
-    if not isinstance(prop, Mapping) or not isinstance(prop.get("default"), str) or prop.get("enum"):
-        return False
-    kind = prop.get("type")
-    return kind == "string" or (isinstance(kind, list) and "string" in kind)
-
-
 def chain_arguments(arguments: Mapping[str, Any], tokens: Sequence[Token], rng: np.random.Generator, chance: float,
                     fixed: Sequence[str], schema: Any = None) -> tuple[dict[str, Any], dict[str, Token],
                                                                        dict[str, tuple[Any, ...]]]:
@@ -153,13 +117,6 @@ def chain_arguments(arguments: Mapping[str, Any], tokens: Sequence[Token], rng: 
                 like = _like(prop)
                 if k not in out and k not in fixed and like is not _NONE and named(tokens, k, like) and \
                         rng.random() < chance:
-                    added.add((*at, k))
-                    out[k] = chain(like, k, (*at, k), prop)
-            record = records.get(at)
-            for k, prop in props.items():  # the rest of the record one of its values came from goes with it
-                like = _like(prop)
-                if record is not None and k not in out and k not in fixed and like is not _NONE and \
-                        any(_parent(t.path) == record for t in named(tokens, k, like)):
                     added.add((*at, k))
                     out[k] = chain(like, k, (*at, k), prop)
             return out

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mcp_gym.jobs._chain import PATHLIKE, Token, chain_arguments, simplified, template
+from mcp_gym.jobs._chain import PATHLIKE, Token, chain_arguments, template
 from mcp_gym.jobs._claims import NOT_CONFIRMED, changes, confirmed, holds
 from mcp_gym.jobs._claims import reads as only_read
 from mcp_gym.jobs._values import (  # the results' values, used here and by mcp_gym.jobs' other modules from here
@@ -230,12 +230,11 @@ class ExploreProposer:
               steps: list[_Step]) -> tuple[dict[str, Any], dict[str, Token], dict[str, tuple[Any, ...]]]:
         env.action_space.seed(int(rng.integers(2**31 - 1)))
         call = env.action_space.sample(mask={tool}, fixed=self.fixed)
-        entry = env.host.resolve(tool)
-        schema = entry.input_schema if entry is not None else None
-        call = {"tool": call["tool"], "arguments": simplified(call["arguments"], schema, list(self.fixed))}
         tokens = self._pool(steps)
         if not tokens:
             return call, {}, {}
+        entry = env.host.resolve(tool)
+        schema = entry.input_schema if entry is not None else None
         args, uses, where = chain_arguments(call["arguments"], tokens, rng, self.chain, list(self.fixed), schema)
         chained = {"tool": call["tool"], "arguments": args}
         if uses and env.action_space.validation_error(chained) is None:
