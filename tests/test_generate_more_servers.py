@@ -1,6 +1,6 @@
 """``mcp-gym tasks generate`` on two more servers nobody here wrote (npm ``@kazuph/mcp-taskmanager``, a task planner
-that keeps its requests in a JSON file, and npm ``mcp-sqlite``), and on PyPI ``mcp-text-editor``'s edits: what the
-generator got wrong there, in general, with a server of the same shape in process.
+that keeps its requests in a JSON file, and npm ``mcp-sqlite``): what the generator got wrong there, in general, with
+results and walks of the same shape.
 
 * a lookup of an unknown id answered ``{"status": "task_not_found", "message": "No such task found"}`` with
   ``isError`` false, and four tasks asked for that message: a status that says the call failed is a failed call;
