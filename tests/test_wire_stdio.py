@@ -26,6 +26,8 @@ from mcp_gym._compat import mcp_surface, tool_results
 from mcp_gym.client.host import content_json
 from mcp_gym.rewards import ConventionReward, StepContext
 
+pytestmark = pytest.mark.xdist_group("wire_stdio")  # one worker: the `env` fixture: a stdio server, made once
+
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 20
 ECHO = {"tool": "echo", "arguments": {"text": "hello"}}
