@@ -75,6 +75,7 @@ def test_collect_eval_export(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "no changes" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # 19 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "demo"
     assert main(["demo", *FAST, "episodes=6", "demo.eval_samples=2", "demo.pass_k=[1,2]", f"out={out}"]) == 0
