@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import itertools
 import json
 import logging
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -428,6 +431,22 @@ def _waiting_line(main_thread: int) -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def _no_automatic_gc() -> Iterator[None]:
+    """No automatic garbage collection in the block: the one SIGINT a Ctrl-C test sends is then never taken by a gc
+    callback. Python runs a signal's handler in whatever Python code the main thread runs next, a ``gc.callbacks``
+    function too (hypothesis registers one), and drops what a gc callback raises ("Exception ignored in ...
+    gc_callback": KeyboardInterrupt): the job never saw its Ctrl-C and waited until the 300 s timeout (a fast-lane
+    run at load 12-17)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _ctrl_c_once_run_interruptible_waits(main_thread: int, then: threading.Event | None = None,
                                         started: threading.Event | None = None) -> threading.Thread:
     """A thread that sends SIGINT to the main thread once it waits for the job's future in run_interruptible (and,
@@ -473,7 +492,7 @@ def test_ctrl_c_before_the_loop_starts_a_job_never_starts_it() -> None:
 
     helper = _ctrl_c_once_run_interruptible_waits(main_thread, gate)
     try:
-        with pytest.raises(JobInterrupted):
+        with _no_automatic_gc(), pytest.raises(JobInterrupted):
             run_interruptible(job, rt)
     finally:
         helper.join(600)
@@ -512,7 +531,8 @@ def test_an_error_in_the_clean_up_of_an_interrupted_job_does_not_replace_the_ctr
 
     helper = _ctrl_c_once_run_interruptible_waits(main_thread, started=started)
     try:
-        with caplog.at_level(logging.WARNING, logger="mcp_gym.jobs.collect"), pytest.raises(JobInterrupted):
+        with (_no_automatic_gc(), caplog.at_level(logging.WARNING, logger="mcp_gym.jobs.collect"),
+              pytest.raises(JobInterrupted)):
             run_interruptible(job, rt)
     finally:
         helper.join(600)
