@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import itertools
 import json
 import logging
@@ -15,14 +13,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 from _chat_server import serve_chat_completions
-from conftest import bound_socket, logging_kept, start_server
+from conftest import bound_socket, logging_kept, no_automatic_gc, start_server
 from test_policies import ScriptedChat, serve_chat
 
 from mcp_gym.cli import main
@@ -431,22 +428,6 @@ def _waiting_line(main_thread: int) -> int | None:
     return None
 
 
-@contextlib.contextmanager
-def _no_automatic_gc() -> Iterator[None]:
-    """No automatic garbage collection in the block: the one SIGINT a Ctrl-C test sends is then never taken by a gc
-    callback. Python runs a signal's handler in whatever Python code the main thread runs next, a ``gc.callbacks``
-    function too (hypothesis registers one), and drops what a gc callback raises ("Exception ignored in ...
-    gc_callback": KeyboardInterrupt): the job never saw its Ctrl-C and waited until the 300 s timeout (a fast-lane
-    run at load 12-17)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _ctrl_c_once_run_interruptible_waits(main_thread: int, then: threading.Event | None = None,
                                         started: threading.Event | None = None) -> threading.Thread:
     """A thread that sends SIGINT to the main thread once it waits for the job's future in run_interruptible (and,
@@ -492,7 +473,7 @@ def test_ctrl_c_before_the_loop_starts_a_job_never_starts_it() -> None:
 
     helper = _ctrl_c_once_run_interruptible_waits(main_thread, gate)
     try:
-        with _no_automatic_gc(), pytest.raises(JobInterrupted):
+        with no_automatic_gc(), pytest.raises(JobInterrupted):
             run_interruptible(job, rt)
     finally:
         helper.join(600)
@@ -531,7 +512,7 @@ def test_an_error_in_the_clean_up_of_an_interrupted_job_does_not_replace_the_ctr
 
     helper = _ctrl_c_once_run_interruptible_waits(main_thread, started=started)
     try:
-        with (_no_automatic_gc(), caplog.at_level(logging.WARNING, logger="mcp_gym.jobs.collect"),
+        with (no_automatic_gc(), caplog.at_level(logging.WARNING, logger="mcp_gym.jobs.collect"),
               pytest.raises(JobInterrupted)):
             run_interruptible(job, rt)
     finally:
