@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import gc
 import logging
 import os
 import re
@@ -237,6 +238,29 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@contextlib.contextmanager
+def no_automatic_gc() -> Iterator[None]:
+    """No automatic garbage collection in the block: the one SIGINT a Ctrl-C test sends is then never taken by a gc
+    callback. Python runs a signal's handler in whatever Python code the main thread runs next, a ``gc.callbacks``
+    function too (hypothesis registers one), and drops what a gc callback raises ("Exception ignored in ...
+    gc_callback": KeyboardInterrupt): the job never saw its Ctrl-C and waited until the 300 s timeout (a fast-lane
+    run at load 12-17)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@pytest.fixture
+def automatic_gc_off() -> Iterator[None]:
+    """:func:`no_automatic_gc` for the whole test (a test that sends this process one SIGINT)."""
+    with no_automatic_gc():
+        yield
 
 
 @pytest.fixture

@@ -182,6 +182,7 @@ def test_close_waits_for_the_servers_still_exiting(setup: dict[str, Path]) -> No
     assert all(json.loads(p.read_text())["workspace"] for p in setup["notes"].glob("*.exit"))
 
 
+@pytest.mark.slow  # 11 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_an_old_server_that_never_exits_is_terminated_in_the_background(setup: dict[str, Path],
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A server that does not exit when its stdin closes (its gate never opens) is stopped by SIGTERM after the

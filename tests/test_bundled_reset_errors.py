@@ -12,6 +12,8 @@ from conftest import start_http_server, stop_process
 from mcp_gym import MCPEnv, Stdio
 from mcp_gym.tasks import Task
 
+pytestmark = pytest.mark.xdist_group("bundled_reset_errors")  # one worker: `http_sql`: an HTTP server made once
+
 
 @pytest.fixture(scope="module")
 def http_sql() -> Iterator[str]:

@@ -120,6 +120,7 @@ def test_eval_oracle_and_noop_and_validate(tmp_path: Path) -> None:
     assert [c["status"] for c in checks] == ["passed", "passed"]
 
 
+@pytest.mark.slow  # 11 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_collect_then_export_sft_is_one_chat_with_every_user_turn(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     tasks = save_tasks([TASK], tmp_path / "tasks.jsonl")

@@ -89,6 +89,7 @@ def test_nothing_starts_early_where_the_pool_does_not_re_root_from_the_first_sta
     assert _prespawn.pending() == [] and pids(setup["pids"]) == [] and list(setup["tmp"].iterdir()) == []
 
 
+@pytest.mark.slow  # 11 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_the_first_reset_takes_the_early_server_and_replaces_one_that_is_not_provably_re_rootable(
         setup: dict[str, Path]) -> None:
     assert start_early_servers(job_cfg({"s": fake_server(setup)}, num_envs=1)) == 1

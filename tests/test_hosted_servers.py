@@ -19,6 +19,8 @@ from mcp_gym.cli import main
 from mcp_gym.client.specs import REDACTED, Http, Sse, Stdio, normalise_servers, oauth_client_credentials, parse_server
 from mcp_gym.recording import load
 
+pytestmark = pytest.mark.xdist_group("hosted_servers")  # one worker: `http_url`, `sse_url`: hosted servers made once
+
 TOKEN = "s3cret-token-Xy7"
 SERVER = Path(__file__).parent / "servers" / "hosted.py"
 

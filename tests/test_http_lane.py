@@ -25,6 +25,8 @@ from pydantic import Field
 from mcp_gym import MCPEnv
 from mcp_gym.client.specs import Http
 
+pytestmark = pytest.mark.xdist_group("http_lane")  # one worker: `counter_url`, `everything_url`: HTTP servers made once
+
 STEPS = 10
 
 

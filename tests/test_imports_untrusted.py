@@ -324,6 +324,7 @@ def results(out: Path) -> dict[str, object]:
     return json.loads((out / "report" / "results.json").read_text(encoding="utf-8"))["summary"]
 
 
+@pytest.mark.slow  # 12 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_mcpmark_two_levels_import_and_the_printed_command_grades_every_episode(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from mcp_gym.cli import main

@@ -35,6 +35,7 @@ def test_importing_the_jobs_and_recording_packages_imports_no_client_and_no_plot
     assert imported_after("import mcp_gym.cli") == []
 
 
+@pytest.mark.slow  # 13 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_the_lazy_names_are_the_functions_and_classes_they_were() -> None:
     code = """
 import mcp_gym.jobs.collect, mcp_gym.jobs.evaluate, mcp_gym.jobs.demo  # modules named as their job functions
@@ -100,6 +101,7 @@ env.close()
     assert "gymnasium" in imported_after(looked_up + "assert 'gymnasium' not in sys.modules\n" + after)
 
 
+@pytest.mark.slow  # 13 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_a_job_warms_up_only_the_modules_its_end_will_use() -> None:
     code = """
 import sys

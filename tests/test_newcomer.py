@@ -138,6 +138,7 @@ def test_job_help_reads_the_config_files_without_importing_the_jobs_or_the_mcp_s
     assert loaded.split() == [], f"job help imported {len(loaded.split())} modules: {loaded.split()[:8]}..."
 
 
+@pytest.mark.slow  # 15 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_make_vec_async_says_how_to_run_and_then_runs() -> None:
     code = """if True:
         import gymnasium as gym, mcp_gym

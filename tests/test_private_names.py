@@ -389,6 +389,7 @@ def test_the_step_path_reaches_only_the_listed_private_names(env: MCPEnv) -> Non
         f"private names on the stdio env.step path: {found}"
 
 
+@pytest.mark.slow  # 13 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_the_http_step_path_reaches_only_the_listed_private_names() -> None:
     """A Streamable HTTP ``env.step`` (the fast lane, stamped by mcp-gym: no ``ClientSession._stamp``)."""
     from conftest import start_http_server, stop_process

@@ -107,9 +107,11 @@ HEAVY_PAGES = {
     "docs/training/verl.md": "test_verl.py::test_batch_of_trajectories_and_the_default_loop runs task_rows' rows",
     "docs/training/openenv.md": "test_openenv.py::test_mcpgym_client_reset_returns_the_task_prompt runs its client",
     "docs/training/skyrl.md": "test_skyrl.py::test_bundled_env_plays_and_records_like_mcpenv registers, makes, plays",
+    "docs/jobs.md": "test_jobs_env_config.py composes a --config-dir env; test_skyrl.py registers an env factory",
 }
 """Pages whose example only imports a slow extra (verl ~7 s, openenv ~5 s, skyrl ~1.5 s in a fresh interpreter) to do
-what a fast test of that extra does in-process: run by the heavy lane (.ci/run), not the fast one."""
+what a fast test of that extra does in-process (docs/jobs.md: Hydra and skyrl, 35 s at load 14 on 2 cores): run by the
+heavy lane (.ci/run), not the fast one."""
 
 
 def test_not_run_markers_are_few_and_give_a_reason() -> None:

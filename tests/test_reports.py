@@ -22,6 +22,8 @@ from mcp_gym.cli import main
 from mcp_gym.recording import read_tables
 from mcp_gym.tasks import load_task_source
 
+pytestmark = pytest.mark.xdist_group("reports")  # one worker: `graded_run`, `one_task_run` (job runs) made once
+
 
 def write_task(i: int, text: str, written: str | None = None, tags: list[str] | None = None) -> dict[str, Any]:
     """Write ``text`` to ``out<i>.txt``, graded on the final tree; the reference solution writes ``written``."""

@@ -95,6 +95,7 @@ def test_closing_a_driven_runtime_stops_its_stdio_servers() -> None:
     assert not (child_pids() & server)
 
 
+@pytest.mark.usefixtures("automatic_gc_off")  # its one SIGINT never lands in a gc callback
 def test_ctrl_c_cancels_the_call_and_keeps_the_session() -> None:
     rt = Runtime()
     env = MCPEnv({"c": InProcess(make_server(diagnostics=True))}, ["t"], runtime=rt, max_steps=1000)
@@ -122,6 +123,7 @@ def test_ctrl_c_cancels_the_call_and_keeps_the_session() -> None:
     rt.close()
 
 
+@pytest.mark.usefixtures("automatic_gc_off")  # its one SIGINT never lands in a gc callback
 def test_ctrl_c_during_a_call_that_ends_anyway_still_interrupts() -> None:
     """A Ctrl-C during a sync call that ends normally all the same (code that turns the cancellation into a result,
     as a connection's owner task turns any failure into a status) raises ``KeyboardInterrupt`` once the call is done,
@@ -148,6 +150,7 @@ def test_ctrl_c_during_a_call_that_ends_anyway_still_interrupts() -> None:
         rt.close()
 
 
+@pytest.mark.usefixtures("automatic_gc_off")  # its one SIGINT never lands in a gc callback
 def test_ctrl_c_during_a_call_that_fails_as_it_is_cancelled_still_interrupts() -> None:
     """A Ctrl-C during a sync call whose clean-up fails once cancelled (a server that does not stop) raises
     ``KeyboardInterrupt`` (the error chained), not that error: the error used to replace the Ctrl-C, and a job

@@ -20,6 +20,8 @@ from mcp_gym import chat, sft
 from mcp_gym.envs import BUNDLED_ENVS
 from mcp_gym.recording import RecordTrajectories, TrajectoryWriter, load
 
+pytestmark = pytest.mark.xdist_group("sft")  # one worker: `oracle_run`, `synthetic_run`: job runs made once
+
 TASKS_PER_ENV = 2
 
 

@@ -79,6 +79,7 @@ def test_a_list_changed_written_with_the_answer_reaches_the_session(tmp_path: Pa
         rt.close()
 
 
+@pytest.mark.usefixtures("automatic_gc_off")  # its one SIGINT never lands in a gc callback
 def test_ctrl_c_during_a_stdio_step_cancels_it_and_keeps_the_session() -> None:
     rt = Runtime()
     env = counter(rt)

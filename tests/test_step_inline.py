@@ -128,6 +128,7 @@ def test_a_timed_out_step_fails_in_the_loop_and_the_next_runs_inline(tasks: list
 
 
 @pytest.mark.parametrize("tool", ["echo", "slow"])
+@pytest.mark.usefixtures("automatic_gc_off")  # its one SIGINT never lands in a gc callback
 def test_ctrl_c_in_the_inline_part_cancels_the_step_and_keeps_the_session(tasks: list[int], tool: str) -> None:
     """A Ctrl-C while the step runs inline (raised in this thread, so it lands there): the step is cancelled where
     it waits, in a task, and raises ``KeyboardInterrupt``, whether its answer came (``echo``) or not (``slow``)."""
@@ -176,6 +177,7 @@ def test_code_that_needs_a_task_gets_one(tasks: list[int]) -> None:
         rt.close()
 
 
+@pytest.mark.slow  # 14 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_no_step_runs_inline_while_another_session_is_alive(tasks: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     rt = Runtime()
     inline: list[int] = []

@@ -40,6 +40,7 @@ def _job(command: list[str], tasks: Path, out: Path, *extra: str) -> int:
                  "env.max_steps=2", *extra])
 
 
+@pytest.mark.slow  # 19 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_a_task_file_cannot_make_a_server_load_its_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     marker = tmp_path / "host-code-ran"
     tasks = _hostile_task_file(tmp_path, marker)
@@ -188,6 +189,7 @@ def test_network_env_keys_are_refused_unless_allowed(tmp_path: Path, key: str) -
     assert load_tasks(path, allow_env=[key.lower()])[0].env[key] == "x"
 
 
+@pytest.mark.slow  # 14 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_a_task_file_a_job_cannot_read_is_refused_in_one_line(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """A generated task file small enough to have no ``test`` task, a line that is not JSON, a repeated id: each

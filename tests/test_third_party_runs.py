@@ -120,6 +120,7 @@ class _PausedHandOver(ListingHandOver):
         self.resume, self.paused = anyio.Event(), paused
 
 
+@pytest.mark.slow  # 12 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_concurrent_listings_on_one_session_hand_over_without_a_false_alarm(monkeypatch: pytest.MonkeyPatch) -> None:
     """Episodes sharing one session of PyPI ``mcp-server-time`` (a ``collect`` of a server without ``{workspace}``)
     list its tools at once. Before, one hand-over could take another's listing while a third was under way, and the
@@ -298,6 +299,7 @@ def test_every_logger_the_jobs_route_is_put_back_after_each_test() -> None:
     assert routed and set(routed) <= set(KEPT_LOGGERS), routed
 
 
+@pytest.mark.slow  # 12 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_a_hand_over_waiting_its_turn_is_bounded_by_the_listing_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """A listing whose hand-over waits (behind another session's, here held forever) ends at the listing's
     ``timeout`` with ``TimeoutError`` (the connection then reports "timed out ... listing tools"), never hangs, and

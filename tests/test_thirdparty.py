@@ -421,6 +421,7 @@ def test_git_server_calls_and_errors(make_env, repo):
     assert log.stdout.splitlines()[0] == "add new file"
 
 
+@pytest.mark.slow  # 23 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_git_jsonrpc_errors_and_strict_mode(make_env, repo):
     # reset_mode="tool" calls the hidden reset tool even though git lacks it: git answers JSON-RPC -32602.
     env = make_env({"git": git_server(repo)}, reset_mode="tool")

@@ -19,6 +19,8 @@ from mcp_gym.client.specs import Http, parse_server, redact_text, redact_url
 from mcp_gym.protocol import ToolCallError
 from mcp_gym.recording import load
 
+pytestmark = pytest.mark.xdist_group("url_secrets")  # one worker: `counter_url`: an HTTP server made once
+
 QUERY_SECRET = "qSeCrEt-41f7"
 USER_SECRET = "uSeCrEt-9b2c"
 SECRETS = (QUERY_SECRET, USER_SECRET, base64.b64encode(f"{USER_SECRET}:".encode()).decode())

@@ -38,6 +38,8 @@ from mcp_gym.envs import load_env_tasks
 from mcp_gym.recording import RecordTrajectories, read_tables
 from mcp_gym.viewer import load_run, render_html, write_view
 
+pytestmark = pytest.mark.xdist_group("viewer")  # one worker: the `runs` fixture: several whole job runs, made once
+
 FAST = ["env=counter", "env.transport=inprocess", "launcher.progress=false"]
 PWN = "document.body.setAttribute('data-pwned', '{}')"
 HOSTILE_RESULT = f"<script>{PWN.format('script')}</script><img src=x onerror=\"{PWN.format('img')}\"> & <b>bold</b>"

@@ -19,12 +19,16 @@ from mcp_gym import MCPEnv, Stdio
 STEPS = 10
 
 
+pytestmark = pytest.mark.xdist_group("wire")  # one worker: the `env` fixture, a stdio server made once
+
+
 def counter() -> Stdio:
     return Stdio.python_module("mcp_gym.servers.counter", "--diagnostics")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def env() -> Iterator[MCPEnv]:
+    """One Counter server for the file: its tests only echo (nothing they check depends on the counter's state)."""
     e = MCPEnv({"c": counter()}, ["Move the counter."], max_steps=1000, call_timeout=30.0)
     e.reset(seed=0)
     try:

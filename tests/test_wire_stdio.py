@@ -26,6 +26,8 @@ from mcp_gym._compat import mcp_surface, tool_results
 from mcp_gym.client.host import content_json
 from mcp_gym.rewards import ConventionReward, StepContext
 
+pytestmark = pytest.mark.xdist_group("wire_stdio")  # one worker: the `env` fixture: a stdio server, made once
+
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 20
 ECHO = {"tool": "echo", "arguments": {"text": "hello"}}
@@ -325,6 +327,7 @@ def test_info_content_is_what_the_blocks_dump_to() -> None:
     assert content_json(blocks) == [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in blocks]
 
 
+@pytest.mark.slow  # 16 s at load 14 on 2 cores (~2.5 s+ in CI): the heavy lane, which CI still runs
 def test_the_default_reward_reads_the_same_as_through_a_step_context() -> None:
     """The default reward is computed without a ``StepContext``; a subclass is still called with one."""
     seen: list[StepContext] = []
