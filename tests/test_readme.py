@@ -6,7 +6,7 @@ the reader's own LLM) is preceded by a visible ``<!-- not-run: reason -->`` line
 stay few. A block that needs an optional extra (a trainer framework) is preceded by ``<!-- needs: MODULE (how to
 install it) -->``: it runs where ``MODULE`` imports, and is left out (and named) where it does not, except in .ci/run's
 second stage (``MCP_GYM_CI_FULL=1``), which installs them all. The ```bash blocks' ``mcp-gym`` commands name commands
-the CLI has.
+the CLI has, and their jobs' ``KEY=VALUE`` overrides compose as written (``--cfg job``, the heavy lane).
 """
 
 from __future__ import annotations
@@ -249,3 +249,55 @@ def test_the_benchmark_config_file_of_the_docs_runs(tmp_path: Path, monkeypatch:
     assert "8 of 8 tasks pass" in capsys.readouterr().out
     results = json.loads((tmp_path / "runs/eval/everything-oracle/report/results.json").read_text())
     assert results["summary"]["success_rate"] == 1.0
+
+
+JOBS = ("collect", "eval", "export-sft", "tasks validate", "tasks generate")
+"""The Hydra jobs whose overrides ``--cfg job`` composes without running anything."""
+
+
+def job_lines() -> list[tuple[str, list[str]]]:
+    """``(page:line, argv)`` of every ``mcp-gym <job> ...`` of a ```bash block that composes a config (not a multirun,
+    ``--cfg`` or ``--help`` line, and not the installed example package's ``env=demo-env``, which the page installs
+    first)."""
+    found = []
+    for page in pages():
+        for start, code, _ in fenced(page, "bash"):
+            for offset, line in enumerate(code.replace("\\\n", " ").splitlines()):
+                for part in re.split(r"&&|\|\||;|&", line.split("  #", 1)[0]):
+                    part = re.sub(r"\$[A-Za-z_]\w*", "1", part.strip())  # a shell variable ($w); ${oc.env:..} stays
+                    words = shlex.split(part) if part.startswith("mcp-gym ") else []
+                    job = next((j for j in JOBS if " ".join(words[1:1 + j.count(" ") + 1]) == j), None)
+                    if job is None or {"-m", "--cfg", "--help"} & set(words) or "env=demo-env" in words:
+                        continue
+                    found.append((f"{name(page)}:{start + offset + 1}", words[1:]))
+    return found
+
+
+@pytest.mark.slow  # ~12 s of Hydra composition on a loaded 2-core machine; fast cover of the commands' names:
+# test_bash_blocks_name_commands_the_cli_has, of the custom env's keys: test_docs_claims.py
+def test_bash_blocks_job_overrides_name_keys_the_config_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Every ``mcp-gym <job> KEY=VALUE ...`` line of the README and the docs composes as written (``--cfg job``,
+    nothing runs): a renamed or removed Hydra key cannot linger in a command a reader copies. The config-file
+    commands of docs/benchmarks.md run next to the file that page writes."""
+    from mcp_gym.cli import main
+
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    yaml_block = re.search(r"```yaml\n(# (\S+\.yaml):.*?)```", text, re.S)
+    assert yaml_block is not None
+    (tmp_path / yaml_block[2]).parent.mkdir(parents=True)
+    (tmp_path / yaml_block[2]).write_text(yaml_block[1], encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    lines = job_lines()
+    assert len(lines) >= 40
+    wrong = []
+    for where, argv in lines:
+        try:
+            code = main([*argv, "--cfg", "job"])
+        except SystemExit as e:
+            code = e.code
+        if code != 0:
+            wrong.append(f"{where}: {shlex.join(argv)}: {capsys.readouterr().err.strip()[-300:]}")
+        capsys.readouterr()
+    assert not wrong, "\n".join(wrong)
+    assert main(["eval", "env=sql", "env.no_such_key=1", "--cfg", "job"]) != 0  # the check can fail
