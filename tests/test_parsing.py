@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mcp_gym.parsing import ToolCall, format_tool_calls, parse_message, parse_tool_calls, split_action
@@ -99,8 +99,23 @@ prose = st.text(max_size=60).filter(lambda t: not any(m in t for m in ("<tool_ca
                                                                         "{", "[", "`")))
 
 
+def test_markup_inside_a_bare_call_is_an_argument_and_a_broken_block_stays_broken() -> None:
+    """A bare JSON call whose argument holds ``<tool_call>`` or a marker is that call (it read as a broken Hermes
+    block: ``invalid_json``); a broken ``<tool_call>`` block stays ``invalid_json`` even when a call-shaped object
+    decodes inside it (never the inner object as the call)."""
+    r = parse_tool_calls('{"name": "echo", "arguments": {"text": "use <tool_call> and [TOOL_CALLS]"}}')
+    assert (r.status, r.calls) == ("ok", [ToolCall("echo", {"text": "use <tool_call> and [TOOL_CALLS]"})]), r
+    r = parse_tool_calls('<tool_call>{"name": "a", "arguments": {"name": "b", "arguments": {}}')
+    assert (r.status, r.calls) == ("invalid_json", []), r
+    r = parse_tool_calls('[TOOL_CALLS]{"name": "a", "arguments": {"x": {"name": "b", "arguments": {}}')
+    assert (r.status, r.calls) == ("invalid_json", []), r
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(calls, min_size=1, max_size=3), prose, st.sampled_from(["hermes", "json"]))
+@example([ToolCall("0", {"": ["<tool_call>"]})], "", "json")  # markup inside a bare call's JSON (a CI run's find)
+@example([ToolCall("0", {"a": "[TOOL_CALLS]"}), ToolCall("<|python_tag|>", {})], "Two.", "json")
+@example([ToolCall("0", {"a": "<tool_call>", "b": "</tool_call>"})], "", "hermes")
 def test_round_trip(cs: list[ToolCall], content: str, style: str) -> None:
     r = parse_tool_calls(format_tool_calls(cs, content, style))  # type: ignore[arg-type]
     assert r.status == "ok"
