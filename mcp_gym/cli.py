@@ -98,6 +98,14 @@ class KeepHydraFiles:
         _unlink_written_through(folder, self.WRITTEN)
         KeepHydraFiles.saved = (folder, _snapshot(folder, self.LIMIT))
 
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        """Mask the secrets in the ``.hydra/*.yaml`` files Hydra just wrote (a key given on the command line)."""
+        from mcp_gym.jobs._hydra_files import redact_hydra_files
+
+        if config.hydra.output_subdir is not None:
+            redact_hydra_files(Path(str(config.hydra.runtime.output_dir)) / str(config.hydra.output_subdir),
+                               self.WRITTEN)
+
     def __getattr__(self, name: str) -> Any:  # Hydra calls every on_* hook of a callback
         if name.startswith("on_"):
             return lambda *args, **kwargs: None
