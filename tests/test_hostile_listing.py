@@ -1,0 +1,70 @@
+"""A server's tool listing is bounded as a whole (round 9), not only page by page.
+
+Each ``tools/list`` page is one message, bounded by the spec's ``max_message_bytes`` (32 MiB), and a listing follows
+at most 1,000 pages: a hostile server answering page after page of huge tool definitions was bounded only by the
+listing's time limit (20 pages of one 30 MB tool: 1.3 GB for ``mcp-gym inspect``, held as the job's catalogue), and
+the client's cache of checked definitions kept each one, keyed by its whole JSON, after the server was gone. Now one
+listing takes at most ``MAX_LISTING_BYTES`` (64 MiB) of definitions, and the cache keeps none over 64 kB. A real raw
+stdio server (a script) serves the pages and logs each one it served."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mcp_gym import MCPEnv, Stdio
+from mcp_gym.client import _tools
+
+PAGES_SERVER = r'''
+import json, sys
+pages, size, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("id") is None:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        res = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+               "serverInfo": {"name": "pages", "version": "1"}}
+    elif method == "tools/list":
+        n = int((msg.get("params") or {}).get("cursor") or 0)
+        with open(log, "a") as f:
+            f.write(f"{n}\n")
+        res = {"tools": [{"name": f"t{n}", "description": str(n) * size, "inputSchema": {"type": "object"}}]}
+        if n + 1 < pages:
+            res["nextCursor"] = str(n + 1)
+    else:
+        res = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": res}) + "\n")
+    sys.stdout.flush()
+'''
+
+
+def test_a_listing_of_huge_tools_page_after_page_is_refused_past_its_bound(tmp_path: Path) -> None:
+    script, log = tmp_path / "pages.py", tmp_path / "served"
+    script.write_text(PAGES_SERVER)
+    size = 20 << 20  # 20 MiB a page (under max_message_bytes): the 4th page passes 64 MiB
+    server = Stdio(sys.executable, [str(script), "8", str(size), str(log)], connect_timeout=120)
+    env = MCPEnv({"s": server}, ["t"], call_timeout=60)
+    try:
+        _, info = env.reset(seed=0)
+        srv = info["servers"]["s"]
+        assert srv["tools_error"] is not None and "more than 64 MiB of tool definitions" in srv["tools_error"], srv
+        assert env.action_space.tool_names == ["submit"]  # none of its tools offered
+        assert max(map(int, log.read_text().split())) == 3  # each listing stopped at the page crossing the bound
+        assert all(len(key[1]) <= 64 << 10 for key in _tools._CHECKED)  # no huge definition kept in the cache
+    finally:
+        env.close()
+
+
+def test_a_listing_under_the_bound_is_whole(tmp_path: Path) -> None:
+    script, log = tmp_path / "pages.py", tmp_path / "served"
+    script.write_text(PAGES_SERVER)
+    server = Stdio(sys.executable, [str(script), "5", str(1 << 20), str(log)], connect_timeout=120)
+    env = MCPEnv({"s": server}, ["t"], call_timeout=60)
+    try:
+        _, info = env.reset(seed=0)
+        assert info["servers"]["s"]["tools_error"] is None
+        assert sorted(env.action_space.tool_names) == ["submit", "t0", "t1", "t2", "t3", "t4"]
+    finally:
+        env.close()
