@@ -52,7 +52,8 @@ def test_a_listing_of_huge_tools_page_after_page_is_refused_past_its_bound(tmp_p
         assert srv["tools_error"] is not None and "more than 64 MiB of tool definitions" in srv["tools_error"], srv
         assert env.action_space.tool_names == ["submit"]  # none of its tools offered
         assert max(map(int, log.read_text().split())) == 3  # each listing stopped at the page crossing the bound
-        assert all(len(key[1]) <= 64 << 10 for key in _tools._CHECKED)  # no huge definition kept in the cache
+        assert all(len(key[1]) <= 16 << 20 for key in _tools._CHECKED)  # no huge definition kept in the cache
+        assert _tools._CHECKED.used <= 64 << 20
     finally:
         env.close()
 
@@ -68,3 +69,15 @@ def test_a_listing_under_the_bound_is_whole(tmp_path: Path) -> None:
         assert sorted(env.action_space.tool_names) == ["submit", "t0", "t1", "t2", "t3", "t4"]
     finally:
         env.close()
+
+
+def test_the_definition_caches_are_bounded_in_characters() -> None:
+    from mcp_gym._schema import BoundedCache
+
+    cache = BoundedCache(entries=100, chars=1000)
+    cache.put(("v", "x" * 251), 1)  # over a quarter of the budget: not kept
+    assert len(cache) == 0 and cache.used == 0
+    for i in range(10):
+        cache.put(("v", str(i) * 200), i)  # 200 characters each: the oldest go past 1,000
+    assert cache.used <= 1000 and [k[1][0] for k in cache] == ["5", "6", "7", "8", "9"]
+    assert cache[("v", "9" * 200)] == 9

@@ -249,16 +249,14 @@ def check_page(raw: Any, version: str | None) -> tuple[list[Any], dict[str, Any]
 
 
 _Checked = tuple[mt.Tool | None, str | None, Any]  # (tool or None, why not, the outputSchema's validator or None)
-_CHECKED: dict[tuple[str | None, str], _Checked] = {}
-_CHECKED_MAX = 4096  # tool definitions remembered (servers re-list at every reset: checking a schema costs ~1 ms)
-_CHECKED_ENTRY_MAX = 64 << 10  # characters of one remembered definition: the cache holds at most 4096 x 64 kB
-
+_CHECKED = _schema.BoundedCache(4096)  # tool definitions remembered (servers re-list at every reset: checking a
+# schema costs ~1 ms), 64 MiB of them at most
 
 def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: str | None,
                       size: list[int] | None = None) -> _Checked:
-    """The tool parsed from a raw definition, or why it is unusable (memoised by its canonical JSON, if at most
-    :data:`_CHECKED_ENTRY_MAX` characters), and the compiled validator of its ``outputSchema`` (shared by every
-    session that lists this definition). ``size[0]`` grows by the definition's canonical JSON length."""
+    """The tool parsed from a raw definition, or why it is unusable (memoised by its canonical JSON), and the
+    compiled validator of its ``outputSchema`` (shared by every session that lists this definition). ``size[0]``
+    grows by the definition's canonical JSON length."""
     try:
         key: tuple[str | None, str] | None = (version, json.dumps(raw, sort_keys=True))
     except (TypeError, ValueError, RecursionError):
@@ -283,10 +281,8 @@ def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: st
         if reason is None and tool.output_schema is not None:
             output_validator, reason = _compile_checked(tool.output_schema, "outputSchema")
     out = (tool if reason is None else None, reason, output_validator if reason is None else None)
-    if key is not None and len(key[1]) <= _CHECKED_ENTRY_MAX:  # a huge definition is not kept after its listing
-        if len(_CHECKED) >= _CHECKED_MAX:
-            _CHECKED.pop(next(iter(_CHECKED)))
-        _CHECKED[key] = out
+    if key is not None:
+        _CHECKED.put(key, out)
     return out
 
 
