@@ -114,7 +114,7 @@ def validator(cls: Any, schema: Any) -> Any:
     return cls(schema, registry=Registry())
 
 
-class BoundedCache(dict):  # type: ignore[type-arg]  # keys: canonical JSON, or a tuple ending with it
+class BoundedCache(dict[Any, Any]):  # keys: canonical JSON, or a tuple ending with it
     """A memo keyed by a definition's canonical JSON, bounded in entries and in the characters of its keys together
     (round 9: keyed by whole definitions, a hostile server's 30 MB tools were kept after it was gone). The oldest
     entries go first; a key larger than a quarter of the budget is not kept."""
