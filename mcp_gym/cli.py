@@ -586,6 +586,21 @@ Each command's own --help says more (e.g. mcp-gym tasks generate --help, mcp-gym
 """What ``mcp-gym tasks`` (or ``tasks --help``) prints."""
 
 
+def _not_dumpable() -> None:
+    """Make this process non-dumpable (Linux ``PR_SET_DUMPABLE`` 0): its ``/proc/<pid>/environ`` and memory become
+    root's to read, so a child running as this user (a server, a benchmark's verify.py, BFCL's checker), given a
+    minimal environment, cannot read the user's API keys from its parent's instead (round 9). Children start
+    dumpable again (``execve``); a child running as root reads it anyway. ``MCP_GYM_DUMPABLE=1`` keeps the process
+    dumpable (core dumps, a debugger attaching as the same user)."""
+    if sys.platform != "linux" or os.environ.get("MCP_GYM_DUMPABLE") == "1":
+        return
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # no prctl (another libc): nothing more to do
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``mcp-gym <command> ...``; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -598,6 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mcp-gym {__version__}")
         return 0
     command, rest = args[0], args[1:]
+    _not_dumpable()
     try:
         if command == "serve":
             return _serve(rest)
