@@ -58,3 +58,20 @@ def test_an_interpolation_is_kept_it_names_the_secret_s_source() -> None:
         "policy": {"api_key": "${oc.env:OPENAI_API_KEY,null}", "max_new_tokens": 8},
         "servers": {"gh": {"env": {"GITHUB_TOKEN": "<redacted>"}, "headers": "<redacted>"}},
         "overrides": ["+env.servers.gh.headers.Authorization=<redacted>", "samples=2"]}
+
+
+def test_an_unreachable_endpoint_s_token_is_not_printed(tmp_path: Path, capfd: Any) -> None:
+    """The error of an episode whose endpoint cannot be reached named the URL as given (a CI log is often public):
+    now its user info and query values are masked, in the log line and the job's last line."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://user:{URL_TOKEN}@127.0.0.1:{port}/v1?key={URL_TOKEN}"
+    code = main(["eval", "env=counter", "env.transport=inprocess", "policy=openai", f"policy.base_url='{url}'",
+                 "policy.retries=0", "env.max_tasks=1", "samples=1", "launcher.progress=false", "plots=false",
+                 f"out={tmp_path / 'run'}"])
+    out, err = capfd.readouterr()
+    assert code != 0 and "could not reach the chat-completions endpoint http://<redacted>@127.0.0.1" in err
+    assert URL_TOKEN not in out + err
