@@ -19,7 +19,7 @@ from typing import Any
 
 from mcp_gym.protocol import REDACTED, redact_text
 
-__all__ = ["SECRET_WORDS", "redact_config", "redact_hydra_files"]
+__all__ = ["redact_hydra_files"]
 
 SECRET_WORDS = ("key", "token", "secret", "password", "auth", "header", "cookie", "credential")
 """A key (or an override's key path) whose lower-cased name holds one of these has its value masked."""
