@@ -81,3 +81,72 @@ def test_the_definition_caches_are_bounded_in_characters() -> None:
         cache.put(("v", str(i) * 200), i)  # 200 characters each: the oldest go past 1,000
     assert cache.used <= 1000 and [k[1][0] for k in cache] == ["5", "6", "7", "8", "9"]
     assert cache[("v", "9" * 200)] == 9
+
+
+UPDATES_SERVER = r'''
+import json, sys
+count, size = int(sys.argv[1]), int(sys.argv[2])
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+reads = 0
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("id") is None:
+        continue
+    method, res = msg.get("method"), {}
+    if method == "initialize":
+        res = {"protocolVersion": msg["params"]["protocolVersion"], "serverInfo": {"name": "updates", "version": "1"},
+               "capabilities": {"tools": {}, "resources": {"subscribe": True}}}
+    elif method == "tools/list":
+        res = {"tools": [{"name": "flood", "inputSchema": {"type": "object"}}]}
+    elif method == "resources/list":
+        res = {"resources": [{"uri": "notes://a", "name": "a"}]}
+    elif method == "resources/read":
+        reads += 1
+        res = {"contents": [{"uri": "notes://a", "text": f"read {reads}"}]}
+    elif method == "tools/call":
+        for i in range(count):  # distinct URIs nobody subscribed to, each under max_message_bytes
+            send({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                  "params": {"uri": f"notes://{i}/" + "x" * size}})
+        send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "notes://a"}})
+        res = {"content": [{"type": "text", "text": "flooded"}]}
+    send({"jsonrpc": "2.0", "id": msg["id"], "result": res})
+'''
+
+CHILD = r'''
+import sys
+from mcp_gym import MCPEnv, Stdio, Task
+
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+env = MCPEnv({"s": Stdio(sys.executable, [sys.argv[1], sys.argv[2], sys.argv[3]], connect_timeout=120)},
+             [Task(id="t", prompt="p", resources=["notes://a"])], call_timeout=120)
+obs, _ = env.reset(seed=0)
+assert obs["resources"]["notes://a"] == "read 1", obs["resources"]
+before = hwm()
+obs, _, _, _, info = env.step({"tool": "flood", "arguments": {}})
+assert info["error"] is None, info["error"]
+print(obs["resources"]["notes://a"], hwm() - before)
+env.close()
+'''
+
+
+def test_a_flood_of_updates_for_unobserved_resources_holds_no_memory(tmp_path: Path) -> None:
+    """A server may name any URI in ``notifications/resources/updated``: each one was kept until the step ended, so
+    40 distinct URIs of 20 MiB sent during one call held 800 MB. Only subscribed URIs are kept now; the observed
+    resource's own update is still read. (The child's peak memory from VmHWM, as its own process.)"""
+    import subprocess
+
+    server, child = tmp_path / "updates.py", tmp_path / "child.py"
+    server.write_text(UPDATES_SERVER)
+    child.write_text(CHILD)
+    done = subprocess.run([sys.executable, str(child), str(server), "40", str(20 << 20)], capture_output=True,
+                          text=True, timeout=280, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text, grew = done.stdout.split()[-3:-1], int(done.stdout.split()[-1])
+    assert text == ["read", "2"]  # the observed resource's update was honoured
+    assert grew < 400 << 20, f"peak memory grew by {grew >> 20} MiB during the flood"
