@@ -31,7 +31,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.validators import Draft202012Validator
 from referencing import Registry
 
-__all__ = ["PATTERN_TIMEOUT", "bounded_search", "check_schema", "validator", "validator_class"]
+__all__ = ["PATTERN_TIMEOUT", "BoundedCache", "bounded_search", "check_schema", "validator", "validator_class"]
 
 PATTERN_TIMEOUT = 0.1
 """Seconds one match of :func:`bounded_search` may take (a schema's ``pattern`` / ``patternProperties``, a regex
@@ -114,8 +114,32 @@ def validator(cls: Any, schema: Any) -> Any:
     return cls(schema, registry=Registry())
 
 
-_CHECKED: dict[tuple[Any, str], None] = {}
-_CHECKED_MAX = 2048
+class BoundedCache(dict[Any, Any]):  # keys: canonical JSON, or a tuple ending with it
+    """A memo keyed by a definition's canonical JSON, bounded in entries and in the characters of its keys together
+    (round 9: keyed by whole definitions, a hostile server's 30 MB tools were kept after it was gone). The oldest
+    entries go first; a key larger than a quarter of the budget is not kept."""
+
+    def __init__(self, entries: int, chars: int = 64 << 20) -> None:
+        super().__init__()
+        self.entries, self.chars, self.used = entries, chars, 0
+
+    @staticmethod
+    def _size(key: Any) -> int:
+        return len(key[-1]) if isinstance(key, tuple) else len(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        """Remember ``value`` under ``key`` (evicting the oldest entries), unless the key alone is too large."""
+        size = self._size(key)
+        if size > self.chars // 4 or key in self:
+            return
+        while self and (len(self) >= self.entries or self.used + size > self.chars):
+            self.used -= self._size(next(iter(self)))
+            self.pop(next(iter(self)))
+        self[key] = value
+        self.used += size
+
+
+_CHECKED = BoundedCache(2048)
 
 
 def check_schema(cls: Any, schema: Any) -> None:
@@ -130,6 +154,4 @@ def check_schema(cls: Any, schema: Any) -> None:
         return
     cls.check_schema(schema)
     if key is not None:
-        if len(_CHECKED) >= _CHECKED_MAX:
-            _CHECKED.pop(next(iter(_CHECKED)))
-        _CHECKED[key] = None
+        _CHECKED.put(key, None)

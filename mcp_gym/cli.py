@@ -98,6 +98,14 @@ class KeepHydraFiles:
         _unlink_written_through(folder, self.WRITTEN)
         KeepHydraFiles.saved = (folder, _snapshot(folder, self.LIMIT))
 
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        """Mask the secrets in the ``.hydra/*.yaml`` files Hydra just wrote (a key given on the command line)."""
+        from mcp_gym.jobs._hydra_files import redact_hydra_files
+
+        if config.hydra.output_subdir is not None:
+            redact_hydra_files(Path(str(config.hydra.runtime.output_dir)) / str(config.hydra.output_subdir),
+                               self.WRITTEN)
+
     def __getattr__(self, name: str) -> Any:  # Hydra calls every on_* hook of a callback
         if name.startswith("on_"):
             return lambda *args, **kwargs: None
@@ -578,6 +586,21 @@ Each command's own --help says more (e.g. mcp-gym tasks generate --help, mcp-gym
 """What ``mcp-gym tasks`` (or ``tasks --help``) prints."""
 
 
+def _not_dumpable() -> None:
+    """Make this process non-dumpable (Linux ``PR_SET_DUMPABLE`` 0): its ``/proc/<pid>/environ`` and memory become
+    root's to read, so a child running as this user (a server, a benchmark's verify.py, BFCL's checker), given a
+    minimal environment, cannot read the user's API keys from its parent's instead (round 9). Children start
+    dumpable again (``execve``); a child running as root reads it anyway. ``MCP_GYM_DUMPABLE=1`` keeps the process
+    dumpable (core dumps, a debugger attaching as the same user)."""
+    if sys.platform != "linux" or os.environ.get("MCP_GYM_DUMPABLE") == "1":
+        return
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # no prctl (another libc): nothing more to do
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``mcp-gym <command> ...``; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -590,6 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mcp-gym {__version__}")
         return 0
     command, rest = args[0], args[1:]
+    _not_dumpable()
     try:
         if command == "serve":
             return _serve(rest)

@@ -40,7 +40,7 @@ from mcp_gym.async_env import aclose, areset, astep
 from mcp_gym.client.runtime import Runtime, default_runtime
 from mcp_gym.parsing import split_action
 from mcp_gym.policies import Policy
-from mcp_gym.protocol import SUMMARY_KEY
+from mcp_gym.protocol import SUMMARY_KEY, redact_text
 
 __all__ = ["VectorMCPEnv", "EpisodeSpec", "EpisodeResult", "make_vector"]
 
@@ -508,7 +508,7 @@ class VectorMCPEnv(VectorEnv[dict[str, Any], tuple[Any, ...], np.ndarray]):
         except Exception as e:  # noqa: BLE001 - one broken episode (policy or env error) must not stop the job
             self._finish_recording(env, None)
             return EpisodeResult(spec.key, spec.task_id, base.episode_id, total, None, length, "error",
-                                 time.perf_counter() - t0, f"{type(e).__name__}: {e}")
+                                 time.perf_counter() - t0, redact_text(f"{type(e).__name__}: {e}"))  # a URL's key
         if deadline.cancelled_caught:
             termination = "deadline"
             graded = getattr(base, "graded", getattr(base, "verifier", None) is not None)

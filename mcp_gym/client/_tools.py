@@ -43,13 +43,18 @@ try:
 except ImportError:  # pragma: no cover - the SDK layout this was written for is pinned (mcp>=2.3,<3)
     _methods = None  # type: ignore[assignment]  # absent: the per-tool check is skipped
 
-__all__ = ["MAX_TOOL_NAME", "MAX_PAGES", "ListingError", "list_tools_checked", "schema_problem", "show_name",
-           "ListingHandOver", "listing_cache", "hand_to_session"]
+__all__ = ["MAX_TOOL_NAME", "MAX_PAGES", "MAX_LISTING_BYTES", "ListingError", "list_tools_checked", "schema_problem",
+           "show_name", "ListingHandOver", "listing_cache", "hand_to_session"]
 
 MAX_TOOL_NAME = 128
 """Longest accepted tool name (the MCP specification's recommended limit, 1 to 128 characters)."""
 MAX_PAGES = 1000
 """Most ``tools/list`` pages followed (a server whose cursors never end fails the listing instead of looping)."""
+MAX_LISTING_BYTES = 64 << 20
+"""Most characters of tool definitions (their canonical JSON) one listing takes, all pages together (round 9: each
+page is bounded by the spec's ``max_message_bytes``, 32 MiB, but 1,000 of them were not: 20 pages of one 30 MB tool
+cost 1.3 GB, held for the job, and the definitions cache kept them after the server was gone). A server past it
+fails the listing in one line naming the bound; real servers' catalogues are a few hundred kB."""
 
 
 class ListingError(MCPGymError):
@@ -244,17 +249,23 @@ def check_page(raw: Any, version: str | None) -> tuple[list[Any], dict[str, Any]
 
 
 _Checked = tuple[mt.Tool | None, str | None, Any]  # (tool or None, why not, the outputSchema's validator or None)
-_CHECKED: dict[tuple[str | None, str], _Checked] = {}
-_CHECKED_MAX = 4096  # tool definitions remembered (servers re-list at every reset: checking a schema costs ~1 ms)
+_CHECKED = _schema.BoundedCache(4096)  # tool definitions remembered (servers re-list at every reset: checking a
+# schema costs ~1 ms), 64 MiB of them at most
 
-
-def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: str | None) -> _Checked:
+def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: str | None,
+                      size: list[int] | None = None) -> _Checked:
     """The tool parsed from a raw definition, or why it is unusable (memoised by its canonical JSON), and the
-    compiled validator of its ``outputSchema`` (shared by every session that lists this definition)."""
+    compiled validator of its ``outputSchema`` (shared by every session that lists this definition). ``size[0]``
+    grows by the definition's canonical JSON length."""
     try:
         key: tuple[str | None, str] | None = (version, json.dumps(raw, sort_keys=True))
     except (TypeError, ValueError, RecursionError):
         key = None
+    if key is not None and size is not None:
+        size[0] += len(key[1])
+        if size[0] > MAX_LISTING_BYTES:
+            raise ListingError(f"tools/list holds more than {MAX_LISTING_BYTES >> 20} MiB of tool definitions "
+                               "(mcp_gym.client._tools.MAX_LISTING_BYTES); refusing the rest of the listing")
     if key is not None and key in _CHECKED:
         return _CHECKED[key]
     tool: mt.Tool | None = None
@@ -271,16 +282,16 @@ def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: st
             output_validator, reason = _compile_checked(tool.output_schema, "outputSchema")
     out = (tool if reason is None else None, reason, output_validator if reason is None else None)
     if key is not None:
-        if len(_CHECKED) >= _CHECKED_MAX:
-            _CHECKED.pop(next(iter(_CHECKED)))
-        _CHECKED[key] = out
+        _CHECKED.put(key, out)
     return out
 
 
 def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | None, seen: set[str],
-                output_validators: dict[str, Any] | None = None) -> tuple[list[mt.Tool], list[dict[str, str]]]:
+                output_validators: dict[str, Any] | None = None, size: list[int] | None = None,
+                ) -> tuple[list[mt.Tool], list[dict[str, str]]]:
     """The usable tools of one page and ``{"name", "reason"}`` for each skipped one (``seen``: earlier names).
-    ``output_validators`` receives each usable tool's compiled ``outputSchema`` validator by name."""
+    ``output_validators`` receives each usable tool's compiled ``outputSchema`` validator by name; ``size``, the
+    characters of the listing's definitions so far (:class:`ListingError` past :data:`MAX_LISTING_BYTES`)."""
     good: list[mt.Tool] = []
     skipped: list[dict[str, str]] = []
     for raw in raw_tools:
@@ -289,7 +300,7 @@ def check_tools(raw_tools: list[Any], shell: Mapping[str, Any], version: str | N
         tool: mt.Tool | None = None
         validator: Any = None
         if reason is None:
-            tool, reason, validator = _check_definition(raw, shell, version)
+            tool, reason, validator = _check_definition(raw, shell, version, size)
         if reason is not None or tool is None:
             skipped.append({"name": show_name(name), "reason": reason or "invalid"})
             continue
@@ -338,6 +349,7 @@ async def list_tools_checked(
     skipped: list[dict[str, str]] = []
     seen: set[str] = set()
     output_validators: dict[str, Any] = {}
+    size = [0]  # characters of tool definitions listed so far (MAX_LISTING_BYTES)
     t = math.inf if timeout is None else max(0.0, timeout)
     with anyio.fail_after(t if math.isfinite(t) else None):
         cursor: str | None = None
@@ -349,7 +361,7 @@ async def list_tools_checked(
             raw_tools, shell, cursor = check_page(raw, version)
             if page_metas is not None:
                 page_metas.append(raw.get("_meta"))
-            page_good, page_skipped = check_tools(raw_tools, shell, version, seen, output_validators)
+            page_good, page_skipped = check_tools(raw_tools, shell, version, seen, output_validators, size)
             good.extend(page_good)
             skipped.extend(page_skipped)
             if cursor is None:

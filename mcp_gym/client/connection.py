@@ -119,6 +119,7 @@ class ServerConnection:
         self.skipped_tools: list[dict[str, str]] = []  # tools of the last listing that were unusable, with reasons
         self.tools_error: str | None = None  # why the last tools/list failed as a whole (the server has no tools)
         self._subscriptions: tuple[str, ...] = ()
+        self._subscribed: frozenset[str] = frozenset()  # the same, to test an update's URI against
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_tg: Any = None
         self._listening = 0  # listen streams (2026-07-28) open and delivering events
@@ -378,9 +379,16 @@ class ServerConnection:
         if isinstance(root, mt.ToolListChangedNotification):
             self.events.tools_changed = True
         elif isinstance(root, mt.ResourceUpdatedNotification):
-            self.events.updated.add(str(root.params.uri))
+            self._updated(str(root.params.uri))
         elif isinstance(root, mt.ResourceListChangedNotification):
             self.events.resources_changed = True
+
+    def _updated(self, uri: str) -> None:
+        """Note a ``resources/updated``: only for a URI subscribed to (round 9: every URI a server named was kept
+        until the next step, so a flood of distinct 20 MB URIs during one call held gigabytes; an update of a URI
+        nobody observes changes nothing)."""
+        if uri in self._subscribed:
+            self.events.updated.add(uri)
 
     async def subscribe(self, uris: Sequence[str], *, timeout: float | None = None) -> None:
         """Ask for ``resources/updated`` on these URIs (handshake era: ``resources/subscribe``; modern: listen).
@@ -389,7 +397,7 @@ class ServerConnection:
         if uris == self._subscriptions or self.client is None or self.status != "ready":
             return
         new = [u for u in uris if u not in self._subscriptions]
-        self._subscriptions = uris
+        self._subscriptions, self._subscribed = uris, frozenset(uris)
         caps = self.capabilities
         if self.modern:
             self._restart_listener()
@@ -482,7 +490,7 @@ class ServerConnection:
                             if kind == "ToolsListChanged":
                                 self.events.tools_changed = True
                             elif isinstance(ev, ResourceUpdated):
-                                self.events.updated.add(str(ev.uri))
+                                self._updated(str(ev.uri))
                             elif kind == "ResourcesListChanged":
                                 self.events.resources_changed = True
                     finally:

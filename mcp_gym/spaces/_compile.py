@@ -16,8 +16,9 @@ from mcp_gym.spaces.errors import _MAX_INT_BITS, _shorten
 _OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 
-_COMPILED: dict[str, tuple[Any, str | None]] = {}
 _COMPILED_MAX = 2048
+_COMPILED = _schema.BoundedCache(_COMPILED_MAX)
+"""Compiled validators by their schema's canonical JSON (bounded in entries and characters)."""
 
 
 def _compile(schema: Any, name: str | None = None) -> Any:
@@ -42,9 +43,7 @@ def _compile(schema: Any, name: str | None = None) -> Any:
         except SchemaError as exc:
             cached = (Draft202012Validator(_OBJECT_SCHEMA), _shorten(exc.message, 200))
         if key is not None:
-            if len(_COMPILED) >= _COMPILED_MAX:
-                _COMPILED.pop(next(iter(_COMPILED)))
-            _COMPILED[key] = cached
+            _COMPILED.put(key, cached)
     validator, problem = cached
     if problem is not None:
         where = f"tool {name!r}" if name is not None else "schema"
