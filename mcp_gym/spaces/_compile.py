@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from mcp_gym import _schema
+from mcp_gym._memo import keep
 from mcp_gym.spaces.errors import _MAX_INT_BITS, _shorten
 
 _OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -42,9 +43,7 @@ def _compile(schema: Any, name: str | None = None) -> Any:
         except SchemaError as exc:
             cached = (Draft202012Validator(_OBJECT_SCHEMA), _shorten(exc.message, 200))
         if key is not None:
-            if len(_COMPILED) >= _COMPILED_MAX:
-                _COMPILED.pop(next(iter(_COMPILED)))
-            _COMPILED[key] = cached
+            keep(_COMPILED, key, cached, _COMPILED_MAX)
     validator, problem = cached
     if problem is not None:
         where = f"tool {name!r}" if name is not None else "schema"
@@ -76,9 +75,7 @@ def quick_check(validator: Any) -> Any:
     if entry is not None and entry[0] is validator:
         return entry[1]
     fn = _quick(getattr(validator, "schema", None))
-    if len(_QUICK) >= _COMPILED_MAX:
-        _QUICK.pop(next(iter(_QUICK)))
-    _QUICK[id(validator)] = (validator, fn)
+    keep(_QUICK, id(validator), (validator, fn), _COMPILED_MAX)
     return fn
 
 
@@ -145,9 +142,7 @@ def fast_check(validator: Any) -> Any:
     if entry is not None and entry[0] is validator:
         return entry[1]
     fn = _fast(getattr(validator, "schema", None))
-    if len(_FAST) >= _COMPILED_MAX:
-        _FAST.pop(next(iter(_FAST)))
-    _FAST[id(validator)] = (validator, fn)
+    keep(_FAST, id(validator), (validator, fn), _COMPILED_MAX)
     return fn
 
 
