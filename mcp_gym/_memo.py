@@ -1,9 +1,9 @@
 """Bounded memo tables: a plain ``dict`` that holds at most a given number of entries, forgetting its oldest first.
 
-The schema checks (:mod:`mcp_gym._schema`, :mod:`mcp_gym.spaces`, the tool listing's definitions) and the
-``server/discover`` answers memoise what is costly to make again in module-level dicts; :func:`keep` is how each
-adds an entry, so none of them grows without bound in a long-running process. A lookup stays the dict's own
-(``table.get(key)``): only a miss, which is about to do the costly work, calls :func:`keep`.
+The action space's argument checks made once per validator (:mod:`mcp_gym.spaces`: ``quick_check``, ``fast_check``)
+and the ``server/discover`` answers sessions reuse memoise what is costly to make again in module-level dicts;
+:func:`keep` is how each adds an entry, so none of them grows without bound in a long-running process. A lookup
+stays the dict's own (``table.get(key)``): only a miss, which is about to do the costly work, calls :func:`keep`.
 """
 
 from __future__ import annotations

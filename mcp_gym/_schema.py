@@ -31,8 +31,6 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.validators import Draft202012Validator
 from referencing import Registry
 
-from mcp_gym._memo import keep
-
 __all__ = ["PATTERN_TIMEOUT", "bounded_search", "check_schema", "validator", "validator_class"]
 
 PATTERN_TIMEOUT = 0.1
@@ -132,4 +130,6 @@ def check_schema(cls: Any, schema: Any) -> None:
         return
     cls.check_schema(schema)
     if key is not None:
-        keep(_CHECKED, key, None, _CHECKED_MAX)
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[key] = None

@@ -770,24 +770,23 @@ def test_a_backtracking_pattern_refuses_the_action_instead_of_hanging(schema: di
         assert "does not match" in space.validate({"tool": "t", "arguments": bad})
 
 
-def test_the_schema_memos_forget_their_oldest_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_memo.keep`` bounds every memo table it fills: at its size the entry put in first goes. ``check_schema``'s
-    table, cut to 3 entries, checks a fourth schema and then the first again (forgotten), not the second."""
-    import uuid
 
-    from mcp_gym import _memo, _schema
+def test_the_memo_tables_forget_their_oldest_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_memo.keep`` bounds every memo table it fills: at its size the entry put in first goes. ``quick_check``'s
+    table, cut to 2 entries, makes a third validator's check and then the first's again (forgotten), not the
+    second's."""
+    from mcp_gym import _memo
+    from mcp_gym.spaces import _compile as compiled
 
     table: dict[str, int] = {}
     assert [_memo.keep(table, k, v, 2) for k, v in (("a", 1), ("b", 2), ("c", 3))] == [1, 2, 3]
     assert table == {"b": 2, "c": 3}
-    monkeypatch.setattr(_schema, "_CHECKED", {})
-    monkeypatch.setattr(_schema, "_CHECKED_MAX", 3)
-    schemas = [{"type": "object", "title": uuid.uuid4().hex} for _ in range(4)]
-    cls = _schema.validator_class(schemas[0])
-    check = cls.check_schema
-    calls: list[str] = []
-    monkeypatch.setattr(cls, "check_schema", staticmethod(lambda s: calls.append(s["title"]) or check(s)))
-    for schema in [*schemas, schemas[1], schemas[0]]:
-        _schema.check_schema(cls, schema)
-    assert len(_schema._CHECKED) == 3
-    assert calls == [s["title"] for s in schemas] + [schemas[0]["title"]]
+    monkeypatch.setattr(compiled, "_QUICK", {})
+    monkeypatch.setattr(compiled, "_COMPILED_MAX", 2)
+    made: list[Any] = []
+    quick = compiled._quick
+    monkeypatch.setattr(compiled, "_quick", lambda schema: made.append(schema["title"]) or quick(schema))
+    validators = [Draft202012Validator({"type": "object", "title": t}) for t in "xyz"]
+    for v in [*validators, validators[1], validators[0]]:
+        assert compiled.quick_check(v)({}) is True
+    assert len(compiled._QUICK) == 2 and made == ["x", "y", "z", "x"]

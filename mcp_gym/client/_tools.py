@@ -36,7 +36,6 @@ from mcp_gym import _schema
 from mcp_gym._compat.mcp_output import remember_output_schemas
 from mcp_gym._compat.mcp_surface import page_shell
 from mcp_gym._compat.mcp_wire import Lane, StepAside, list_tools_raw
-from mcp_gym._memo import keep
 from mcp_gym.errors import MCPGymError
 
 try:
@@ -272,7 +271,9 @@ def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: st
             output_validator, reason = _compile_checked(tool.output_schema, "outputSchema")
     out = (tool if reason is None else None, reason, output_validator if reason is None else None)
     if key is not None:
-        keep(_CHECKED, key, out, _CHECKED_MAX)
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[key] = out
     return out
 
 

@@ -43,7 +43,9 @@ def _compile(schema: Any, name: str | None = None) -> Any:
         except SchemaError as exc:
             cached = (Draft202012Validator(_OBJECT_SCHEMA), _shorten(exc.message, 200))
         if key is not None:
-            keep(_COMPILED, key, cached, _COMPILED_MAX)
+            if len(_COMPILED) >= _COMPILED_MAX:
+                _COMPILED.pop(next(iter(_COMPILED)))
+            _COMPILED[key] = cached
     validator, problem = cached
     if problem is not None:
         where = f"tool {name!r}" if name is not None else "schema"
