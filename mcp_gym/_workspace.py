@@ -62,7 +62,10 @@ def _copy_entries(fixture: Path, workspace: Path) -> None:
     """Copy what ``fixture`` holds into ``workspace`` as ``shutil.copytree(symlinks=True)`` would, but never the
     fixture folder's own mode and times onto ``workspace`` (it stays as ``mkdtemp`` made it: readable by its user
     only, at every moment, so no other user can list what the episode writes there)."""
-    def links_inside(folder: str, names: list[str]) -> list[str]:  # copytree's ignore: it copies links as links
+    def refuse_links_out(folder: str, names: list[str]) -> list[str]:
+        """copytree's ``ignore`` callback, which ignores nothing: it raises :class:`~mcp_gym.tasks.TaskDataError`
+        when one of ``names`` in ``folder`` is a symlink pointing out of the fixture (copytree copies links as
+        links), and returns ``[]``."""
         for name in names:
             if os.path.islink(src := os.path.join(folder, name)) and not link_stays_inside(fixture, src):
                 raise TaskDataError(f"fixture symlink {src} points out of the fixture (or of the workspace it would "
@@ -73,11 +76,11 @@ def _copy_entries(fixture: Path, workspace: Path) -> None:
         for entry in entries:
             src, dst = entry.path, os.path.join(workspace, entry.name)
             if entry.is_symlink():
-                links_inside(str(fixture), [entry.name])
+                refuse_links_out(str(fixture), [entry.name])
                 os.symlink(os.readlink(src), dst)
                 shutil.copystat(src, dst, follow_symlinks=False)
             elif entry.is_dir():
-                shutil.copytree(src, dst, symlinks=True, copy_function=clone_file, ignore=links_inside)
+                shutil.copytree(src, dst, symlinks=True, copy_function=clone_file, ignore=refuse_links_out)
             else:
                 clone_file(src, dst)
 

@@ -40,6 +40,7 @@ from mcp.types import (
 )
 
 from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym._compat.uvicorn import guarded_protocol
 from mcp_gym.protocol import CHANGES_META_KEY, EPISODE_META_KEY, HIDDEN_META_KEY, RESET_TOOL, STATE_TOOL
 
 __all__ = ["EpisodeServer", "current_episode", "HandlerResult", "DEFAULT_EPISODE", "serve_http", "SERVER_KEEPALIVE",
@@ -352,58 +353,6 @@ MAX_CONNECTIONS = 1024
 ``503`` and closed at once, before a byte of it is read."""
 
 
-def _guarded_protocol(read_timeout: float, max_connections: int) -> type[Any]:
-    """uvicorn's HTTP protocol class (h11 or httptools, as ``http="auto"`` picks) with a deadline on receiving each
-    request (:data:`REQUEST_READ_TIMEOUT`) and a cap on connections (:data:`MAX_CONNECTIONS`)."""
-    import asyncio
-
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
-    base: Any = AutoHTTPProtocol
-
-    class Guarded(base):
-        _deadline: asyncio.TimerHandle | None = None
-        _refused = False
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            if len(self.connections) > max_connections:  # answered now, closed once its request is read (or at the
-                self._refused = True  # deadline): closing with the request unread would reset the connection
-                transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                                b"connection: close\r\ncontent-length: 25\r\n\r\ntoo many open connections")
-            self._deadline = self.loop.call_later(read_timeout, self._expired)  # its first request is due
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                self.transport.close()
-                return
-            before = self.cycle
-            pending = before is not None and before.more_body
-            super().data_received(data)
-            cycle = self.cycle
-            if cycle is not None and not cycle.more_body and (cycle is not before or pending):
-                if self._deadline is not None:  # these bytes completed a request: nothing is due until the next
-                    self._deadline.cancel()
-                    self._deadline = None
-            elif self._deadline is None:  # part of a request (its line, headers or body): the rest is due in time
-                self._deadline = self.loop.call_later(read_timeout, self._expired)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-            super().connection_lost(exc)
-
-        def _expired(self) -> None:
-            self._deadline = None
-            if not self.transport.is_closing() and self.transport.get_protocol() is self:  # not a WebSocket now
-                self.logger.warning("closing a connection from %s that did not send a whole request within %g s",
-                                    self.client, read_timeout)
-                self.transport.close()
-
-    return Guarded
-
-
 def serve_http(app: Any, host: str, port: int, *, log_level: str = "warning",
                keep_alive: int = SERVER_KEEPALIVE, ready: Callable[[int], None] | None = None,
                read_timeout: float = REQUEST_READ_TIMEOUT, max_connections: int = MAX_CONNECTIONS) -> None:
@@ -424,7 +373,7 @@ def serve_http(app: Any, host: str, port: int, *, log_level: str = "warning",
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive,
                             headers=[("Keep-Alive", f"timeout={keep_alive}")],
-                            http=_guarded_protocol(read_timeout, max_connections))
+                            http=guarded_protocol(read_timeout, max_connections))
     anyio.run(Server(config).serve)
 
 

@@ -26,7 +26,6 @@ would give every message every key, set to null).
 from __future__ import annotations
 
 import dataclasses
-import glob
 import hashlib
 import json
 import logging
@@ -38,19 +37,19 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mcp_gym import chat
+from mcp_gym._sft_runs import RunSource, _read, _run_paths
 from mcp_gym.chat import DEFAULT_SYSTEM_PROMPT
 from mcp_gym.errors import MCPGymError
 from mcp_gym.protocol import SERVER_ERROR_KINDS
 from mcp_gym.recording import conversation as recorded
 from mcp_gym.recording.atomic import replace_dir, staging_dir, sweep_staging
-from mcp_gym.recording.reader import Recording, read_tables
-from mcp_gym.recording.schema import EPISODES_DIR, MANIFEST, STEPS_DIR, dumps
+from mcp_gym.recording.schema import dumps
 
 if TYPE_CHECKING:
     import datasets
@@ -75,8 +74,6 @@ class NothingToExport(MCPGymError, ValueError):
     option to change when their success is unknown)."""
 
 
-RunSource: TypeAlias = "str | os.PathLike[str] | Recording"
-"""A run directory, a glob of them, a directory holding runs, or a loaded recording."""
 FinalAnswer = Literal["message", "tool_call"]
 Layout = Literal["messages", "prompt_completion"]
 OutputFormat = Literal["parquet", "jsonl", "disk"]
@@ -262,66 +259,6 @@ class _Report:
     kept: Counter[str] = field(default_factory=Counter)  # run -> examples kept
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> episodes
     neutralized: int = 0  # examples kept whose task, results or resources held chat-template control tokens
-
-
-# -- reading runs -----------------------------------------------------------------------------------------------------
-def _is_run(path: Path) -> bool:
-    return path.is_dir() and any((path / p).exists() for p in (MANIFEST, STEPS_DIR, EPISODES_DIR))
-
-
-def _run_paths(runs: RunSource | Iterable[RunSource]) -> list[Path | Recording]:
-    """Run directories (or loaded recordings) named by ``runs``: paths, globs, or directories of runs."""
-    items = [runs] if isinstance(runs, (str, os.PathLike, Recording)) else list(runs)
-    out: list[Path | Recording] = []
-    for item in items:
-        if isinstance(item, Recording):
-            out.append(item)
-            continue
-        text = os.fspath(item)
-        matches = sorted(Path(p) for p in glob.glob(text)) if glob.has_magic(text) else [Path(text)]
-        found = False
-        for p in matches:
-            if _is_run(p):
-                out.append(p)
-                found = True
-            elif p.is_dir():
-                children = sorted(c for c in p.iterdir() if _is_run(c))
-                out.extend(children)
-                found |= bool(children)
-        if not found:
-            raise FileNotFoundError(f"no recorded run at {text!r} (a run directory holds manifest.json, steps/ and "
-                                    "episodes/)")
-    unique: dict[str, Path | Recording] = {}
-    for r in out:
-        unique.setdefault(str(r.path.resolve() if isinstance(r, Recording) else r.resolve()), r)
-    return list(unique.values())
-
-
-_STEP_COLUMNS = ("episode_id", "step_index", "tool", "arguments", "observation", "content", "is_error", "error",
-                 "raw_text", "parse_status", "resources", "turn", "assistant_content", "user_turn")
-_EPISODE_COLUMNS = ("episode_id", "env_id", "task_id", "task_prompt", "seed", "policy", "total_reward", "success",
-                    "termination", "final_answer", "tools", "catalogue_changes", "initial_observation")
-
-
-def _columns(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
-    cols = [table.column(n).to_pylist() for n in names]
-    return [dict(zip(names, row, strict=True)) for row in zip(*cols, strict=True)]
-
-
-def _read(run: Path | Recording) -> tuple[str, list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """``(source, episodes, steps by episode id in order)`` of one run."""
-    if isinstance(run, Recording):
-        source = str(run.path)
-        steps_t, episodes_t = run.steps.data.table, run.episodes.data.table
-    else:
-        source = str(run)
-        steps_t, episodes_t = read_tables(run)
-    by_episode: dict[str, list[dict[str, Any]]] = {}
-    for row in _columns(steps_t, _STEP_COLUMNS):
-        by_episode.setdefault(row["episode_id"], []).append(row)
-    for rows in by_episode.values():
-        rows.sort(key=lambda r: r["step_index"])
-    return source, _columns(episodes_t, _EPISODE_COLUMNS), by_episode
 
 
 # -- one episode ------------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import mcp_gym._compat
 from mcp_gym._compat import CompatWarning, mcp_output, mcp_surface, mcp_wire
 from mcp_gym._compat import mcp as mcp_compat
 from mcp_gym._compat import stdlib as stdlib_compat
+from mcp_gym._compat import uvicorn as uvicorn_compat
 from mcp_gym._compat import verl as verl_compat
 
 
@@ -31,7 +32,7 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 # -- every private name is still there (these fail naming what moved when a dependency update drops one) --------------
 @pytest.mark.parametrize("module", [mcp_compat, mcp_wire, mcp_output, stdlib_compat,
-                                    verl_compat],
+                                    verl_compat, uvicorn_compat],
                          ids=lambda m: m.__name__)
 def test_no_private_name_moved(module: object) -> None:
     assert module.missing() == [], f"{module.__name__}: these private names moved; update {module.__name__}"
@@ -150,3 +151,17 @@ def test_a_moved_input_request_driver_says_what_moved(monkeypatch: pytest.Monkey
             plain = mt.CallToolResult(content=[])
             assert await mcp_compat.drive_input_required(client, plain, again) is plain
     anyio.run(main)
+
+
+def test_uvicorns_check_sees_an_attribute_its_protocol_no_longer_sets() -> None:
+    """``missing()`` reads uvicorn's own classes: an attribute their code never sets (``self.x = ...``, annotated or
+    not) is named, a comparison or another object's attribute is not a setting; the guard's class is uvicorn's."""
+    import inspect
+
+    from uvicorn.protocols.http import h11_impl
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    source = "self.cycle: Cycle = None\nself.loop == loop\nother.more_body = False\n"
+    assert uvicorn_compat.absent(source, ("cycle", "loop", "more_body")) == ["loop", "more_body"]
+    assert uvicorn_compat.absent(inspect.getsource(h11_impl.H11Protocol), ("cycle", "gone")) == ["gone"]
+    assert uvicorn_compat.guarded_protocol(1.0, 2).__mro__[1] is AutoHTTPProtocol

@@ -768,3 +768,25 @@ def test_a_backtracking_pattern_refuses_the_action_instead_of_hanging(schema: di
     bad = {"x": "b"} if argument else {}
     if argument:
         assert "does not match" in space.validate({"tool": "t", "arguments": bad})
+
+
+
+def test_the_memo_tables_forget_their_oldest_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_memo.keep`` bounds every memo table it fills: at its size the entry put in first goes. ``quick_check``'s
+    table, cut to 2 entries, makes a third validator's check and then the first's again (forgotten), not the
+    second's."""
+    from mcp_gym import _memo
+    from mcp_gym.spaces import _compile as compiled
+
+    table: dict[str, int] = {}
+    assert [_memo.keep(table, k, v, 2) for k, v in (("a", 1), ("b", 2), ("c", 3))] == [1, 2, 3]
+    assert table == {"b": 2, "c": 3}
+    monkeypatch.setattr(compiled, "_QUICK", {})
+    monkeypatch.setattr(compiled, "_COMPILED_MAX", 2)
+    made: list[Any] = []
+    quick = compiled._quick
+    monkeypatch.setattr(compiled, "_quick", lambda schema: made.append(schema["title"]) or quick(schema))
+    validators = [Draft202012Validator({"type": "object", "title": t}) for t in "xyz"]
+    for v in [*validators, validators[1], validators[0]]:
+        assert compiled.quick_check(v)({}) is True
+    assert len(compiled._QUICK) == 2 and made == ["x", "y", "z", "x"]

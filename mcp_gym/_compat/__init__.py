@@ -14,6 +14,8 @@ name costs only what its function documents (speed, one check) and says so once,
 * :mod:`mcp_gym._compat.mcp_output`: the output-schema check of ``tools/call`` results on every path (it reaches no
   private name);
 * :mod:`mcp_gym._compat.verl`: verl's in-process table of agent loops (the optional ``[verl]`` extra);
+* :mod:`mcp_gym._compat.uvicorn`: the undocumented attributes of uvicorn's HTTP protocol that the slow-client guard
+  of :func:`mcp_gym.serverkit.serve_http` reads (no leading underscore, so listed by name);
 * :mod:`mcp_gym._compat.stdlib`: the standard library (``json``'s C encoder, ``_signal``, ``re._parser``).
 
 Each module's ``missing()`` lists the private names the installed dependency no longer has.

@@ -35,6 +35,7 @@ from mcp import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_gym._compat import mcp as mcp_compat
+from mcp_gym._memo import keep
 from mcp_gym.client.specs import Http
 
 __all__ = ["fresh", "fresh_or_lead", "remember", "release", "forget", "mismatch", "DISCOVER_TIMEOUT", "enter_auto"]
@@ -122,14 +123,10 @@ def remember(spec: Any, result: mt.DiscoverResult | None, version: str | None) -
     if not _eligible(spec):
         return
     if result is None or version is None or not result.ttl_ms or result.ttl_ms <= 0:
-        if len(_UNCACHEABLE) >= _MAX:
-            _UNCACHEABLE.pop(next(iter(_UNCACHEABLE)))
-        _UNCACHEABLE[_key(spec)] = None
+        keep(_UNCACHEABLE, _key(spec), None, _MAX)
         return
     _UNCACHEABLE.pop(_key(spec), None)
-    if len(_CACHE) >= _MAX:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[_key(spec)] = _Entry(result, version, time.monotonic() + result.ttl_ms / 1000, spec.auth)
+    keep(_CACHE, _key(spec), _Entry(result, version, time.monotonic() + result.ttl_ms / 1000, spec.auth), _MAX)
 
 
 def mismatch(adopted: mt.DiscoverResult | None, page_metas: list[Any]) -> str | None:

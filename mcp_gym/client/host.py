@@ -8,11 +8,10 @@ only its own tools.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,11 @@ import mcp.types as mt
 from mcp import MCPError
 from pydantic import ValidationError
 
+from mcp_gym.client._duties import ElicitationFn, HostDuties, SamplingFn, _root_uri
 from mcp_gym.client._http import CONNECTION_LOST, HTTP_CONNECTION_DATA_KEY, HTTP_TIMEOUT_DATA_KEY
 from mcp_gym.client._stdio import MESSAGE_TOO_LARGE
 from mcp_gym.client._tools import ToolFilter, show_name
 from mcp_gym.client.connection import ConnectionLost, HostCallbacks, ListingTimeout, ServerConnection, TapFactory
-from mcp_gym.client.elicitation import with_defaults
 from mcp_gym.client.specs import ServerSpec
 from mcp_gym.protocol import (
     CHANGES_META_KEY,
@@ -51,14 +50,6 @@ class ServerUnavailableWarning(RuntimeWarning):
 
 __all__ = ["ServerUnavailableWarning", "MCPHost", "ToolEntry", "SamplingFn", "ElicitationFn", "catalogue_hash",
            "render_content", "content_json"]
-
-SamplingFn = Callable[[list[dict[str, Any]], mt.CreateMessageRequestParams], Any]
-"""``(messages, params) -> str | CreateMessageResult`` (sync or async). ``messages`` are ``{"role", "content"}``
-dicts with the text of each sampling message; ``params`` is the full SDK request (max_tokens, system prompt, ...)."""
-ElicitationFn = Callable[[str, dict[str, Any], mt.ElicitRequestParams], Any]
-"""``(message, requested_schema, params) -> dict | None | ElicitResult`` (sync or async): a dict accepts with that
-content, ``None`` declines. Properties an accepting answer omits get the schema's ``default`` (SEP-1034);
-:func:`mcp_gym.client.elicitation.accept_defaults` is a ready handler that accepts with the defaults."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +181,7 @@ def _is_destructive(tool: mt.Tool) -> bool:
     return a.destructive_hint is not False
 
 
-class MCPHost:
+class MCPHost(HostDuties):
     """Connections to several MCP servers behind one catalogue of tools.
 
     Args:
@@ -613,50 +604,6 @@ class MCPHost:
         message = f"{where}: {message}" if kind != "unknown_tool" else message
         return ToolCallError(kind, message, tool=tool, server=server, argument=argument, code=code).as_dict()
 
-    # -- host duties ----------------------------------------------------------------------------------------------
-    async def _on_sampling(self, context: Any, params: mt.CreateMessageRequestParams) -> Any:
-        if self.sampling is None:
-            return mt.ErrorData(
-                code=-32600,
-                message="sampling refused by mcp-gym: no sampling callable is configured (pass sampling=... to MCPEnv)",
-            )
-        messages = [{"role": m.role, "content": _content_text(m.content)} for m in params.messages]
-        try:
-            reply = await _maybe_await(self.sampling, messages, params)
-        except Exception as e:  # noqa: BLE001 - a failing callable becomes a JSON-RPC error for the server
-            return mt.ErrorData(code=-32603, message=f"sampling callable failed: {type(e).__name__}: {e}")
-        self.sampling_log.append({"messages": messages, "reply": reply if isinstance(reply, str) else repr(reply)})
-        if isinstance(reply, (mt.CreateMessageResult, mt.ErrorData)):
-            return reply
-        return mt.CreateMessageResult(
-            role="assistant", content=mt.TextContent(type="text", text=str(reply)), model="mcp-gym-sampling"
-        )
-
-    async def _on_elicitation(self, context: Any, params: mt.ElicitRequestParams) -> Any:
-        if self.elicitation is None:
-            return mt.ElicitResult(action="decline")
-        schema = dict(getattr(params, "requested_schema", None) or {})
-        try:
-            reply = await _maybe_await(self.elicitation, params.message, schema, params)
-        except Exception as e:  # noqa: BLE001
-            return mt.ErrorData(code=-32603, message=f"elicitation callable failed: {type(e).__name__}: {e}")
-        if isinstance(reply, mt.ErrorData):
-            return reply
-        if reply is None:
-            return mt.ElicitResult(action="decline")
-        if isinstance(reply, mt.ElicitResult):
-            if reply.action != "accept" or not schema:
-                return reply
-            return reply.model_copy(update={"content": with_defaults(reply.content, schema)})
-        return mt.ElicitResult(action="accept", content=with_defaults(reply, schema))  # SEP-1034 defaults
-
-    async def _on_list_roots(self, context: Any) -> mt.ListRootsResult:
-        return mt.ListRootsResult(roots=[mt.Root.model_validate({"uri": u}) for u in self.roots or []])
-
-    async def _on_log(self, alias: str, params: mt.LoggingMessageNotificationParams) -> None:
-        self.logs.append({"server": alias, "level": params.level, "logger": params.logger, "data": params.data})
-        del self.logs[:-1000]
-
     def drain_logs(self) -> list[dict[str, Any]]:
         """Logging notifications received since the last drain."""
         out, self.logs = self.logs, []
@@ -674,26 +621,3 @@ def _short_error(e: BaseException, limit: int = 500) -> str:
         text = f"{type(e).__name__}: {e}"
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _root_uri(r: str | Path) -> str:
-    s = str(r)
-    return s if "://" in s else Path(s).resolve().as_uri()
-
-
-def _content_text(content: Any) -> str:
-    items = content if isinstance(content, list) else [content]
-    parts = []
-    for c in items:
-        parts.append(getattr(c, "text", None) or f"[{getattr(c, 'type', 'content')}]")
-    return "\n".join(parts)
-
-
-async def _maybe_await(fn: Callable[..., Any], *args: Any) -> Any:
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
-        return await fn(*args)
-    res = await anyio.to_thread.run_sync(lambda: fn(*args))
-    if isinstance(res, Awaitable):
-        res = await res
-    return res
-

@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from mcp_gym import _schema
+from mcp_gym._memo import keep
 from mcp_gym.spaces.errors import _MAX_INT_BITS, _shorten
 
 _OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -75,9 +76,7 @@ def quick_check(validator: Any) -> Any:
     if entry is not None and entry[0] is validator:
         return entry[1]
     fn = _quick(getattr(validator, "schema", None))
-    if len(_QUICK) >= _COMPILED_MAX:
-        _QUICK.pop(next(iter(_QUICK)))
-    _QUICK[id(validator)] = (validator, fn)
+    keep(_QUICK, id(validator), (validator, fn), _COMPILED_MAX)
     return fn
 
 
@@ -144,9 +143,7 @@ def fast_check(validator: Any) -> Any:
     if entry is not None and entry[0] is validator:
         return entry[1]
     fn = _fast(getattr(validator, "schema", None))
-    if len(_FAST) >= _COMPILED_MAX:
-        _FAST.pop(next(iter(_FAST)))
-    _FAST[id(validator)] = (validator, fn)
+    keep(_FAST, id(validator), (validator, fn), _COMPILED_MAX)
     return fn
 
 
