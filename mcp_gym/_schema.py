@@ -31,7 +31,9 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.validators import Draft202012Validator
 from referencing import Registry
 
-__all__ = ["PATTERN_TIMEOUT", "BoundedCache", "bounded_search", "check_schema", "validator", "validator_class"]
+from mcp_gym._memo import BoundedCache
+
+__all__ = ["PATTERN_TIMEOUT", "bounded_search", "check_schema", "validator", "validator_class"]
 
 PATTERN_TIMEOUT = 0.1
 """Seconds one match of :func:`bounded_search` may take (a schema's ``pattern`` / ``patternProperties``, a regex
@@ -114,32 +116,7 @@ def validator(cls: Any, schema: Any) -> Any:
     return cls(schema, registry=Registry())
 
 
-class BoundedCache(dict[Any, Any]):  # keys: canonical JSON, or a tuple ending with it
-    """A memo keyed by a definition's canonical JSON, bounded in entries and in the characters of its keys together
-    (round 9: keyed by whole definitions, a hostile server's 30 MB tools were kept after it was gone). The oldest
-    entries go first; a key larger than a quarter of the budget is not kept."""
-
-    def __init__(self, entries: int, chars: int = 64 << 20) -> None:
-        super().__init__()
-        self.entries, self.chars, self.used = entries, chars, 0
-
-    @staticmethod
-    def _size(key: Any) -> int:
-        return len(key[-1]) if isinstance(key, tuple) else len(key)
-
-    def put(self, key: Any, value: Any) -> None:
-        """Remember ``value`` under ``key`` (evicting the oldest entries), unless the key alone is too large."""
-        size = self._size(key)
-        if size > self.chars // 4 or key in self:
-            return
-        while self and (len(self) >= self.entries or self.used + size > self.chars):
-            self.used -= self._size(next(iter(self)))
-            self.pop(next(iter(self)))
-        self[key] = value
-        self.used += size
-
-
-_CHECKED = BoundedCache(2048)
+_CHECKED = BoundedCache(2048)  # mcp_gym._memo
 
 
 def check_schema(cls: Any, schema: Any) -> None:

@@ -72,7 +72,7 @@ def test_a_listing_under_the_bound_is_whole(tmp_path: Path) -> None:
 
 
 def test_the_definition_caches_are_bounded_in_characters() -> None:
-    from mcp_gym._schema import BoundedCache
+    from mcp_gym._memo import BoundedCache
 
     cache = BoundedCache(entries=100, chars=1000)
     cache.put(("v", "x" * 251), 1)  # over a quarter of the budget: not kept

@@ -36,6 +36,7 @@ from mcp_gym import _schema
 from mcp_gym._compat.mcp_output import remember_output_schemas
 from mcp_gym._compat.mcp_surface import page_shell
 from mcp_gym._compat.mcp_wire import Lane, StepAside, list_tools_raw
+from mcp_gym._memo import BoundedCache
 from mcp_gym.errors import MCPGymError
 
 try:
@@ -249,7 +250,7 @@ def check_page(raw: Any, version: str | None) -> tuple[list[Any], dict[str, Any]
 
 
 _Checked = tuple[mt.Tool | None, str | None, Any]  # (tool or None, why not, the outputSchema's validator or None)
-_CHECKED = _schema.BoundedCache(4096)  # tool definitions remembered (servers re-list at every reset: checking a
+_CHECKED = BoundedCache(4096)  # tool definitions remembered (servers re-list at every reset: checking a
 # schema costs ~1 ms), 64 MiB of them at most
 
 def _check_definition(raw: dict[str, Any], shell: Mapping[str, Any], version: str | None,

@@ -11,14 +11,14 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from mcp_gym import _schema
-from mcp_gym._memo import keep
+from mcp_gym._memo import BoundedCache, keep
 from mcp_gym.spaces.errors import _MAX_INT_BITS, _shorten
 
 _OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 
 _COMPILED_MAX = 2048
-_COMPILED = _schema.BoundedCache(_COMPILED_MAX)
+_COMPILED = BoundedCache(_COMPILED_MAX)
 """Compiled validators by their schema's canonical JSON (bounded in entries and characters)."""
 
 
