@@ -214,14 +214,21 @@ def test_no_workspace_is_removed_before_its_server_exits(setup: dict[str, Path],
     writing as it exits never writes into a removed folder, nor into the next episode's)."""
     (setup["notes"] / "all.go").touch()
     env = make_env(setup, spare_servers=spare_servers)
+    served = set()
     try:
         for task in ("a1", "a2", "b1", "a1"):
             env.reset(options={"task_id": task})
             assert env.workspace is not None and "late.txt" not in [p.name for p in env.workspace.iterdir()]
+            served.add(env.host.connections["s"].pid)
     finally:
         env.close()
-    notes = [json.loads(p.read_text()) for p in setup["notes"].glob("*.exit")]
-    assert len(notes) == len(pids(setup["pids"])) >= 4 and all(n["workspace"] for n in notes), notes
+    notes = {int(p.stem): json.loads(p.read_text()) for p in setup["notes"].glob("*.exit")}
+    assert len(served) == 4 and served <= set(notes) <= set(pids(setup["pids"])), (served, notes)
+    assert all(n["workspace"] for n in notes.values()), notes
+    # A spare the close found still starting is stopped before it serves (killed before its pipes were connected, or
+    # its stdin closed in the handshake): it may leave no note, depending on how far it got (a fresh-clone CI run: 5
+    # notes of 6 servers). At most the pool's one is such; every server that served an episode noted its exit.
+    assert len(set(pids(setup["pids"])) - set(notes)) <= spare_servers, (notes, pids(setup["pids"]))
     assert not live(setup) and list(setup["tmp"].iterdir()) == []
 
 

@@ -111,10 +111,14 @@ def test_a_huge_fast_body_is_cut_at_max_message_bytes(server: Server, how: dict[
 def test_a_huge_slow_body_fails_at_call_timeout_and_is_dropped(server: Server, how: dict[str, Any]) -> None:
     """1,000 MB at 2 MB/s: the step fails ``timeout`` at ``call_timeout``; the body still arriving is dropped (the
     client hangs up at the next steps instead of reading on for 500 s), and the session answers the next step."""
-    env = MCPEnv({"bad": Http(server.url)}, ["Huge."], call_timeout=3.0)
+    env = MCPEnv({"bad": Http(server.url)}, ["Huge."], call_timeout=HANG_BOUND)
     try:
         env.reset(seed=0)
-        info, seconds, grown = step_measured(env, {"tool": "huge", "arguments": {"mb": HUGE_MB, "rate": 2, **how}})
+        env.call_timeout = 3.0  # only the 500 s body meets the short bound (the reset and the echoes keep 60 s)
+        try:
+            info, seconds, grown = step_measured(env, {"tool": "huge", "arguments": {"mb": HUGE_MB, "rate": 2, **how}})
+        finally:
+            env.call_timeout = HANG_BOUND
         err = info["error"]
         assert err is not None and err["kind"] == "timeout" and (err["tool"], err["server"]) == ("huge", "bad"), err
         assert "no result within 3 s" in err["message"]

@@ -111,9 +111,10 @@ def test_ctrl_c_during_a_stdio_step_cancels_it_and_keeps_the_session() -> None:
 
 def test_a_stdio_step_past_its_timeout_fails_and_the_session_goes_on() -> None:
     rt = Runtime()
-    env = counter(rt, call_timeout=0.5)
+    env = counter(rt, call_timeout=60.0)
     try:
-        env.reset(seed=0)
+        env.reset(seed=0)  # (its reset tool call, a fresh server's first, is bounded by call_timeout too)
+        env.call_timeout = 0.5  # only the 30 s call meets the short bound
         _, _, _, _, info = env.step({"tool": "slow", "arguments": {"seconds": 30}})
         assert info["error"] is not None and info["error"]["kind"] == "timeout", info["error"]
         env.call_timeout = 60.0  # a bound on hangs: the next step must succeed, however loaded the machine

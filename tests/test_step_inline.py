@@ -105,9 +105,10 @@ def test_a_server_dying_mid_step_is_reported_as_in_the_loop(tasks: list[int], tm
 
 def test_a_timed_out_step_fails_in_the_loop_and_the_next_runs_inline(tasks: list[int]) -> None:
     rt = Runtime()
-    env = MCPEnv({"c": counter()}, ["t"], runtime=rt, max_steps=1000, call_timeout=0.5)
+    env = MCPEnv({"c": counter()}, ["t"], runtime=rt, max_steps=1000, call_timeout=60.0)
     try:
-        env.reset(seed=0)
+        env.reset(seed=0)  # (its reset tool call, a fresh server's first, is bounded by call_timeout too)
+        env.call_timeout = 0.5  # only the 30 s call meets the short bound
         _, _, _, _, info = env.step({"tool": "slow", "arguments": {"seconds": 30}})
         assert info["error"] is not None and info["error"]["kind"] == "timeout", info["error"]
         assert tasks == [1]

@@ -58,7 +58,7 @@ def make_env() -> Iterator[Callable[..., MCPEnv]]:
 
     def make(servers: Any, **kw: Any) -> MCPEnv:
         kw.setdefault("tasks", ["explore the server"])
-        kw.setdefault("call_timeout", 5.0)
+        kw.setdefault("call_timeout", 60.0)  # a bound on hangs (a reset's listing and reset call obey it too)
         env = MCPEnv(servers, **kw)
         envs.append(env)
         return env
@@ -435,7 +435,7 @@ def test_git_jsonrpc_errors_and_strict_mode(make_env, repo):
     host = env.unwrapped.host
 
     async def call_missing():
-        return await host.call_server("git", "no_such_tool", {}, timeout=5)
+        return await host.call_server("git", "no_such_tool", {}, timeout=60)  # a bound on hangs
 
     out = env.unwrapped._rt.call(call_missing)
     assert out.result is None
