@@ -184,14 +184,18 @@ def _real_walks(tmp_path: Path, follow: float, walks: int) -> list[list[_Step]]:
         env.close()
 
 
-# Heavy lane (1-3 min: a fresh server per walk); fast cover: test_walks_that_follow_reads_make_edits_that_work
+# Heavy lane (1-3 min: 30 walks, a fresh server each); fast cover: test_walks_that_follow_reads_make_edits_that_work
 @pytest.mark.slow
 @pytest.mark.thirdparty
 @NEEDS_TEXT_EDITOR
-def test_edits_that_follow_a_read_of_the_real_text_editor_change_the_file(tmp_path: Path) -> None:
-    """The real mcp-text-editor, the first 30 walks of ``seed=0``: every edit that follows a read changes the file.
-    As the walks were (``follow=0``), 2 of 92 edits changed it; the others were refused (a random ``path`` or hash,
-    a patch without its ``range_hash``) or accepted with an empty ``files`` list."""
+def test_edits_that_follow_a_read_of_the_real_text_editor_take_its_hashes(tmp_path: Path) -> None:
+    """The real mcp-text-editor, the first 30 walks of ``seed=0``: the edits that follow a read (21) all name the
+    file by the path it read and carry the hashes it returned: none is refused for its path or a hash mismatch, and
+    some change the file (3; the others fail on arguments no read names: a random ``encoding``, overlapping or no
+    patches). As the walks were (``follow=0``), 2 of 92 edits changed it, most refused for a random ``path`` or
+    hash."""
     steps = [s for walk in _real_walks(tmp_path, 0.5, 30) for s in walk]
     followed = [s for s in steps if s.call["tool"] == "edit_text_file_contents" and s.follows is not None]
-    assert len(followed) >= 2 and all(s.ok and s.same_files is False for s in followed), followed
+    said = [json.dumps(s.value).lower() for s in followed]
+    assert len(followed) >= 10 and sum(s.ok and s.same_files is False for s in followed) >= 2, followed
+    assert not [t for t in said if "hash mismatch" in t or "must be absolute" in t], said
