@@ -33,9 +33,11 @@ NPM_SERVERS = {
 }
 
 
-NPM_TOOLS = {"conformance": ("@modelcontextprotocol/conformance", "0.1.16")}
-"""npm tools (executable -> package, version), each installed under its own prefix ``NPM_DIR/<executable>`` so that
-their dependencies never move the servers' (the conformance suite brings its own ``@modelcontextprotocol/sdk``)."""
+NPM_TOOLS = {"conformance": ("@modelcontextprotocol/conformance", "0.1.16"),
+             "mcp-taskmanager": ("@kazuph/mcp-taskmanager", "1.1.1")}
+"""npm tools and servers of other authors (executable -> package, version), each installed under its own prefix
+``NPM_DIR/<executable>`` so that their dependencies never move the servers' (the conformance suite and the task
+manager bring their own ``@modelcontextprotocol/sdk``)."""
 
 
 NPM_LOCK_WAIT_S = 900.0
@@ -354,6 +356,13 @@ def counter_eval_run(out: Path, samples: int = 1) -> Path:
 
     assert main(["eval", *COUNTER_EVAL, "policy=oracle", f"samples={samples}", f"out={out}"]) == 0
     return out
+
+
+def installed(var: str, exe: str, how: str) -> tuple[str | None, pytest.MarkDecorator]:
+    """A server the user installs by hand (``$var``, else ``exe`` on PATH), and the mark that skips a test without it,
+    saying ``how`` to install it (``pip install mcp-text-editor 'mcp<2'`` in a venv of its own)."""
+    path = os.environ.get(var) or shutil.which(exe)
+    return path, pytest.mark.skipif(path is None, reason=f"needs {exe}: {how}, then {var}=PATH/TO/{exe}")
 
 
 def skip_unless_ci_full(reason: str) -> None:

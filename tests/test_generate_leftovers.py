@@ -6,13 +6,12 @@ alone never saw (``replay=true``)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import installed
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
@@ -303,17 +302,11 @@ def test_tasks_validate_replay_on_the_command_line(tmp_path: Path, capsys: pytes
         "1 no longer pass" in capsys.readouterr().out
 
 
-def _pypi(var: str, exe: str, install: str) -> tuple[str | None, pytest.MarkDecorator]:
-    """A PyPI server installed by the user (``$var``, else on PATH), and the mark that skips a test without it."""
-    path = os.environ.get(var) or shutil.which(exe)
-    return path, pytest.mark.skipif(path is None, reason=f"needs PyPI {exe} in a venv of its own: {install}, then "
-                                                         f"{var}=VENV/bin/{exe}")
-
-
-MOTHERDUCK, NEEDS_MOTHERDUCK = _pypi("MCP_GYM_MOTHERDUCK_SERVER", "mcp-server-motherduck",
-                                     "pip install mcp-server-motherduck (it brings duckdb)")
-TEXT_EDITOR, NEEDS_TEXT_EDITOR = _pypi("MCP_GYM_TEXT_EDITOR_SERVER", "mcp-text-editor",
-                                       "pip install mcp-text-editor 'mcp<2'")
+MOTHERDUCK, NEEDS_MOTHERDUCK = installed("MCP_GYM_MOTHERDUCK_SERVER", "mcp-server-motherduck",
+                                         "PyPI, in a venv of its own: pip install mcp-server-motherduck (it brings "
+                                         "duckdb)")
+TEXT_EDITOR, NEEDS_TEXT_EDITOR = installed("MCP_GYM_TEXT_EDITOR_SERVER", "mcp-text-editor",
+                                           "PyPI, in a venv of its own: pip install mcp-text-editor 'mcp<2'")
 
 
 def _generate_and_validate(tmp: Path, server: str, n: int, *extra: str) -> list[dict[str, Any]]:

@@ -12,11 +12,10 @@ results and walks of the same shape.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
+from conftest import npm_bin
 
 from mcp_gym.jobs.proposers import ExploreProposer, Walk, _Step, reports_failure
 
@@ -62,28 +61,18 @@ def test_a_call_that_left_the_files_alone_is_no_step_of_a_later_task() -> None:
     assert last and all([c["tool"] for c in p.solution] == ["create_record", "list_tables"] for p in last), last
 
 
-# -- the real servers (npm), installed by hand: slow ----------------------------------------------------------------
-def _npm(var: str, exe: str, pkg: str) -> tuple[str | None, pytest.MarkDecorator]:
-    """An npm server installed by the user (``$var``, else on PATH), and the mark that skips a test without it."""
-    path = os.environ.get(var) or shutil.which(exe)
-    return path, pytest.mark.skipif(path is None, reason=f"needs npm {pkg}: npm install --prefix DIR {pkg}, then "
-                                                         f"{var}=DIR/node_modules/.bin/{exe}")
-
-
-TASKMANAGER, NEEDS_TASKMANAGER = _npm("MCP_GYM_TASKMANAGER_SERVER", "mcp-taskmanager",
-                                      "@kazuph/mcp-taskmanager@1.1.1")
-
-
+# -- the real server (npm, the pinned version installed into .mcp-gym-cache/npm/mcp-taskmanager on first use) ---------
+# Heavy lane (about 1 min: a fresh server per run); fast cover: the tests above on walks of the same shapes
 @pytest.mark.slow
 @pytest.mark.thirdparty
-@NEEDS_TASKMANAGER
 @pytest.mark.timeout(1800)
 def test_generated_taskmanager_tasks_ask_for_no_failure(tmp_path: Path) -> None:
-    """The real npm @kazuph/mcp-taskmanager at ``n=8 seed=0``: no answer is a failed lookup's status or message, every
-    state task's last call changed the file, and the tasks pass ``tasks validate``."""
+    """The real npm @kazuph/mcp-taskmanager (1.1.1, :data:`conftest.NPM_TOOLS`) at ``n=8 seed=0``: no answer is a
+    failed lookup's status or message, every state task's last call changed the file, and the tasks pass ``tasks
+    validate``."""
     from mcp_gym.cli import main
 
-    server = f'+env.servers.tm="env TASK_MANAGER_FILE_PATH={{workspace}}/tasks.json {TASKMANAGER}"'
+    server = f'+env.servers.tm="env TASK_MANAGER_FILE_PATH={{workspace}}/tasks.json {npm_bin("mcp-taskmanager")}"'
     out = tmp_path / "gen"
     assert main(["tasks", "generate", "env=custom", server, "n=8", "seed=0", f"out={out}"]) == 0
     assert main(["tasks", "validate", "env=custom", server, f"env.tasks={out / 'tasks.jsonl'}",
@@ -95,3 +84,22 @@ def test_generated_taskmanager_tasks_ask_for_no_failure(tmp_path: Path) -> None:
     assert all(json.loads(r["solution"])[-1]["tool"] in ("request_planning", "add_tasks_to_request", "update_task",
                                                           "delete_task", "mark_task_done", "approve_task_completion",
                                                           "approve_request_completion") for r in states), states
+
+
+def test_a_claim_a_later_call_wrote_back_is_not_confirmed() -> None:
+    """npm server-memory: "``delete_observations``, answer with its ``message``" (``Observations deleted
+    successfully``, the server's word about its own change) was kept because a later ``create_entities`` was given
+    that message as an ``entityType`` and ``read_graph`` then listed it. A read confirms a claim only when no call
+    since the claim was given it; the same read with no such write between still confirms it."""
+    said = "Observations deleted successfully"
+    delete = _Step({"tool": "delete_observations", "arguments": {"deletions": []}}, True, {"message": said},
+                   mutates=True, read_only=False)
+    create = _Step({"tool": "create_entities", "arguments": {"entities": [{"name": "a", "entityType": said}]}}, True,
+                   {"entities": [{"name": "a"}]}, mutates=True, read_only=False)
+    graph = _Step({"tool": "read_graph", "arguments": {}}, True, {"entities": [{"name": "a", "entityType": said}]},
+                  read_only=True)
+    for steps, kept in (([delete, create, graph], False), ([delete, graph], True)):
+        walk = Walk(steps, [s.value for s in steps])
+        first = [p for p in ExploreProposer(seed=0).proposals(walk, 0)
+                 if "answer" in p.check and len(p.solution) == 1 and p.solution[0]["tool"] == "delete_observations"]
+        assert first and all((p.malformed is None) == kept for p in first), (kept, first)

@@ -43,13 +43,20 @@ def reads(step: Any) -> bool:
 def confirmed(steps: Sequence[Any], stable: Sequence[Any], i: int,
               values: Callable[[Any], tuple[Iterable[str], str]]) -> list[tuple[frozenset[str], str, str]]:
     """What each read after step ``i`` returned in both runs of the walk (``values``: a result's values and its text),
-    with its arguments as JSON: an answer of step ``i`` among its values, or a whole word of its text, is confirmed
-    (:func:`holds`), unless the read was given it (a read that echoes its arguments confirms nothing)."""
+    with its arguments and those of the calls since step ``i`` that may have changed state, as JSON: an answer of step
+    ``i`` among its values, or a whole word of its text, is confirmed (:func:`holds`), unless one of those calls was
+    given it (a read that echoes its arguments confirms nothing, nor one that lists what a later call wrote: npm
+    server-memory's ``Observations deleted successfully``, copied into a created entity's ``entityType``, which
+    ``read_graph`` then returned)."""
     out = []
+    written: list[str] = []  # the arguments of the calls since step i that may have changed state
     for j in range(i + 1, len(steps)):
+        args = json.dumps(steps[j].call.get("arguments"), ensure_ascii=False)
         if steps[j].ok and stable[j] is not None and reads(steps[j]):
             found, text = values(stable[j])
-            out.append((frozenset(found), text, json.dumps(steps[j].call.get("arguments"), ensure_ascii=False)))
+            out.append((frozenset(found), text, "\n".join([*written, args])))
+        elif steps[j].ok:
+            written.append(args)
     return out
 
 

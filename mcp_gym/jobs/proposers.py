@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mcp_gym.jobs._chain import PATHLIKE, Token, chain_arguments, template
+from mcp_gym.jobs._chain import PATHLIKE, Token, argument_names, chain_arguments, last_key, match, template
 from mcp_gym.jobs._claims import NOT_CONFIRMED, changes, confirmed, holds
 from mcp_gym.jobs._claims import reads as only_read
 from mcp_gym.jobs._values import (  # the results' values, used here and by mcp_gym.jobs' other modules from here
@@ -80,6 +80,7 @@ class _Step:
     where: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # placeholder -> where in the arguments
     read_only: bool | None = None  # what its tool says (readOnlyHint, or generator.read_tools); None: nothing
     same_files: bool | None = None  # the workspace's files the same after it (None: no workspace)
+    follows: int | None = None  # the read it follows (ExploreProposer.follows), if any
 
 
 @dataclass
@@ -108,12 +109,15 @@ class ExploreProposer:
             too (:mod:`mcp_gym.jobs._claims`); ``False``: keep it as any answer.
         max_failed_walks: Walks made while every call fails before the job gives up (``0``: never): once any call
             has succeeded, walks go on as long as the job's other bounds allow.
+        follow: Probability that a call after a read (:meth:`_read`) *follows* it (:meth:`follows`): a tool whose
+            arguments are named like the values the read returned, with every such argument filled from them
+            (``0``: tools drawn alike, as before).
     """
 
     def __init__(self, *, seed: int = 0, walk_length: int = 6, fields_per_call: int = 2, chain: float = 0.7,
                  fixed: Mapping[str, Any] | None = None, values: Sequence[str] = (),
                  exclude_tools: Sequence[str] = (), read_tools: Sequence[str] | None = None,
-                 max_calls: int = 4, max_failed_walks: int = 10, claims: bool = True) -> None:
+                 max_calls: int = 4, max_failed_walks: int = 10, claims: bool = True, follow: float = 0.5) -> None:
         self.seed = int(seed)
         self.walk_length = int(walk_length)
         self.fields_per_call = int(fields_per_call)
@@ -124,6 +128,11 @@ class ExploreProposer:
         self.read_tools = set(read_tools) if read_tools is not None else None
         self.max_calls = int(max_calls)
         self.claims = bool(claims)
+        if isinstance(follow, bool) or not isinstance(follow, (int, float)) or not 0 <= follow <= 1:
+            from mcp_gym.jobs.schema import ConfigError
+
+            raise ConfigError(f"generator.follow must be a number from 0 to 1, not {follow!r}")
+        self.follow = float(follow)
         if isinstance(max_failed_walks, bool) or not isinstance(max_failed_walks, int) or max_failed_walks < 0:
             from mcp_gym.jobs.schema import ConfigError
 
@@ -200,21 +209,65 @@ class ExploreProposer:
         files: Callable[[str], Any] | None = getattr(session, "read", None) if env.workspace is not None else None
         try:
             for _ in range(self.walk_length):
-                tool = tools[int(rng.integers(len(tools)))]
-                call, uses, where = self._draw(env, rng, tool, steps)
+                tool, follow = self._next(env, rng, tools, steps)
+                call, uses, where = self._draw(env, rng, tool, steps, follow)
                 before = files("files") if files is not None and self.says(env, tool) is None else None
                 ok, value = session.step(call)
                 same = None if before is None or files is None else before == files("files")
                 steps.append(_Step(call, ok, value, uses, not self.reads(env, tool), where, self.says(env, tool),
-                                   same))
+                                   same, follow))
         finally:
             session.close()
         return steps
 
-    def _pool(self, steps: list[_Step]) -> list[Token]:
+    def follows(self, env: Any, tool: str, step: _Step) -> int:
+        """How well ``tool`` follows a read ``step``: for each of its arguments (not a fixed one) named like a value
+        the read returned, how alike the names are (3 the same, 2 the same words, 1 one's words among the other's:
+        :func:`~mcp_gym.jobs._chain.match`), summed; 0: none. PyPI mcp-text-editor's read returns ``file_hash``,
+        ``range_hash``, ``start_line`` and ``end_line``, which its edit takes (``line_start``, ...): 10; the read
+        itself, taking ``start`` and ``end``, 2."""
+        names = {k for p, _ in fields(step.value) if (k := last_key(p))}
+        entry = env.host.resolve(tool)
+        if not names or entry is None:
+            return 0
+        return sum(max(match(a, k) for k in names) for a in argument_names(entry.input_schema) if a not in self.fixed)
+
+    @staticmethod
+    def _read(steps: list[_Step]) -> int | None:
+        """The step a next call may follow: the latest successful call not known to change state (a read) whose
+        result has a named value, with no successful change after it (the hashes it returned still hold)."""
+        for j in range(len(steps) - 1, -1, -1):
+            s = steps[j]
+            if s.ok and changes(s):
+                return None
+            if s.ok and any(last_key(p) for p, _ in fields(s.value)):
+                return j
+        return None
+
+    def _next(self, env: Any, rng: np.random.Generator, tools: list[str],
+              steps: list[_Step]) -> tuple[str, int | None]:
+        """The next call's tool, and the step it follows (``None``: none): after a read (:meth:`_read`), with
+        probability :attr:`follow`, a tool drawn in proportion to :meth:`follows` (when any scores); else any tool
+        alike."""
+        j = self._read(steps) if self.follow > 0 else None
+        if j is not None and rng.random() < self.follow:
+            scores = np.array([self.follows(env, t, steps[j]) for t in tools], dtype=float)
+            if scores.sum() > 0:
+                return tools[int(rng.choice(len(tools), p=scores / scores.sum()))], j
+        return tools[int(rng.integers(len(tools)))], None
+
+    def _pool(self, steps: list[_Step], follow: int | None = None) -> list[Token]:
         """The values a call may take: ``generator.values``, then what each earlier successful step returned (a value
-        without a ``/`` also joined to the step's path argument, as a path its listing names)."""
+        without a ``/`` also joined to the step's path argument, as a path its listing names); following step
+        ``follow``, also the values that step was given from earlier ones, named as its arguments (its
+        ``file_path``)."""
         out = [Token(v, -1, "") for v in self.values]
+        if follow is not None:
+            read = steps[follow]
+            for ph, tok in read.uses.items():
+                keys = [k for k in read.where.get(ph, ()) if isinstance(k, str)]
+                if keys:
+                    out.append(Token(tok.value, tok.origin, tok.path, tok.prefix, name=keys[-1], at=follow))
         for i, s in enumerate(steps):
             if not s.ok:
                 continue
@@ -226,16 +279,17 @@ class ExploreProposer:
                         out.append(Token(f"{b.rstrip('/')}/{answer}", i, path, prefix=b.rstrip("/") + "/"))
         return out
 
-    def _draw(self, env: Any, rng: np.random.Generator, tool: str,
-              steps: list[_Step]) -> tuple[dict[str, Any], dict[str, Token], dict[str, tuple[Any, ...]]]:
+    def _draw(self, env: Any, rng: np.random.Generator, tool: str, steps: list[_Step],
+              follow: int | None = None) -> tuple[dict[str, Any], dict[str, Token], dict[str, tuple[Any, ...]]]:
         env.action_space.seed(int(rng.integers(2**31 - 1)))
         call = env.action_space.sample(mask={tool}, fixed=self.fixed)
-        tokens = self._pool(steps)
+        tokens = self._pool(steps, follow)
         if not tokens:
             return call, {}, {}
         entry = env.host.resolve(tool)
         schema = entry.input_schema if entry is not None else None
-        args, uses, where = chain_arguments(call["arguments"], tokens, rng, self.chain, list(self.fixed), schema)
+        args, uses, where = chain_arguments(call["arguments"], tokens, rng, self.chain, list(self.fixed), schema,
+                                            follow is not None)
         chained = {"tool": call["tool"], "arguments": args}
         if uses and env.action_space.validation_error(chained) is None:
             return chained, uses, where
