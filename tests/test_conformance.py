@@ -54,6 +54,11 @@ if os.environ.get("MCP_GYM_CONFORMANCE") == "all":
     SCENARIOS += MORE_SCENARIOS
 
 
+CLIENT_TIMEOUT_MS = 240_000
+"""How long the suite waits for the client (its default, 30 s, is a hang guard the client's Python start-up alone came
+near at load 20: all eight scenarios timed out waiting for the handshake in a loaded fresh-clone run)."""
+
+
 @dataclass
 class Outcome:
     """One scenario's run: the suite's checks and what it printed."""
@@ -66,8 +71,9 @@ class Outcome:
 def _run(argv: list[str], scenario: str, out: Path) -> Outcome:
     out.mkdir(parents=True)
     proc = subprocess.run(
-        [*argv, "client", "--command", f"{sys.executable} {CLIENT}", "--scenario", scenario, "-o", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=out,
+        [*argv, "client", "--command", f"{sys.executable} {CLIENT}", "--scenario", scenario, "-o", str(out),
+         "--timeout", str(CLIENT_TIMEOUT_MS)],
+        capture_output=True, text=True, timeout=CLIENT_TIMEOUT_MS / 1000 + 60, cwd=out,
     )
     results = list(out.rglob("checks.json"))
     if not results:
