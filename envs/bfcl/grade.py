@@ -128,7 +128,7 @@ def named_copy(alias: str | None) -> tuple[str | None, str]:
     of its command line in the env grading (:func:`mcp_gym.graders._shared.grading_env`), else
     :data:`COPY_VARIABLE`. ``(path or None, the server as named in errors)``."""
     env = _shared.grading_env()
-    host = getattr(env, "host", None)
+    host: Any = getattr(env, "host", None)
     conns = dict(getattr(host, "connections", None) or {})
     if alias is None:
         with_state = [a for a, c in conns.items() if c.status == "ready" and host.has_tool(a, STATE_TOOL)]
