@@ -26,7 +26,7 @@ from typing import Any
 
 from mcp_gym.client.specs import Stdio
 from mcp_gym.envs.bfcl import check, forked
-from mcp_gym.graders import _shared
+from mcp_gym.graders._shared import grading_env
 from mcp_gym.protocol import STATE_TOOL
 
 __all__ = ["verify", "run_checks", "close_checkers", "named_copy", "CHECK_TIMEOUT", "DATA_KEYS", "GRADER_SPEC",
@@ -127,7 +127,7 @@ def named_copy(alias: str | None) -> tuple[str | None, str]:
     """The BFCL copy the user named for the server ``alias`` (``None``: the one with a state tool): the ``--bfcl``
     of its command line in the env grading (:func:`mcp_gym.graders._shared.grading_env`), else
     :data:`COPY_VARIABLE`. ``(path or None, the server as named in errors)``."""
-    env = _shared.grading_env()
+    env = grading_env()
     host: Any = getattr(env, "host", None)
     conns = dict(getattr(host, "connections", None) or {})
     if alias is None:
