@@ -5,6 +5,7 @@ is raised by the check that applies them (``mcp_gym.tasks``: ``load_task_source`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,6 +67,12 @@ def _code_paths(spec: Any) -> list[str]:
         out = [str(spec["function"])] if spec.get("kind") == "python" and isinstance(spec.get("function"), str) else []
         return out + _code_paths(spec.get("of") or [])
     return []
+
+
+_BUNDLED_GRADERS = re.compile(r"mcp_gym\.graders(\.[a-z][a-z0-9_]*)?|mcp_gym\.envs\.[a-z][a-z0-9_]*\.grade")
+"""The modules whose public names a task file's ``module:function`` grader may name without ``trust_task_code``: the
+bundled graders (``mcp_gym.graders`` and its modules, an env's ``grade`` module: BFCL's ``mcp_gym.envs.bfcl.grade``).
+Any other module of mcp-gym (``mcp_gym._wsdir:sweep``) is no grader."""
 
 
 _JUDGE_CONFIG_ONLY = ("base_url", "api_key")

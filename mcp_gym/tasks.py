@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp_gym._task_rules import (
+    _BUNDLED_GRADERS,
     _JUDGE_CONFIG_ONLY,
     _OWN_ENV,
     CODE_LOADING_ENV,
@@ -598,19 +599,19 @@ class _TaskDataCheck:
                 "(allow it only for a task file you trust: 'env.trust_task_code=true')")
 
     def _grader_code(self, task: Task, path: str) -> None:
-        """Refuse a ``module:function`` grader that would import and call code outside mcp-gym: any installed module
-        (``sys:exit`` ends the job's grading thread and hangs it; an import runs the module's top-level code). A module
-        in the task file's folder is left to grading, which refuses it without ``trust_task_code`` and says why."""
+        """Refuse a ``module:function`` grader but public names of ``mcp_gym.graders[.x]`` or ``mcp_gym.envs.<e>.grade``
+        (``sys:exit`` hangs the job's grading thread; ``mcp_gym._wsdir:...`` is no grader). A module in the task
+        file's folder is left to grading, which refuses it without ``trust_task_code`` and says why."""
         module, _, attr = path.partition(":")
-        parts = module.split(".")
-        if self.base is not None and ((self.base / f"{parts[0]}.py").is_file() or (self.base / parts[0]).is_dir()):
+        beside = [f"{module.split('.')[0]}{end}" for end in (".py", "/__init__.py")]  # where grading looks first
+        if self.base is not None and any((self.base / f).is_file() for f in beside):
             return
-        if parts[0] == "mcp_gym" and "__main__" not in parts and attr.isidentifier() and not attr.startswith("_"):
-            return  # one public function of mcp-gym's own (BFCL's grader: mcp_gym.envs.bfcl.grade:verify)
+        if _BUNDLED_GRADERS.fullmatch(module) and attr.isidentifier() and not attr.startswith("_"):
+            return  # a public name of a bundled grader module (BFCL's: mcp_gym.envs.bfcl.grade:verify)
         raise TaskDataError(
-            f"task {task.id!r} of {self.source}: grader {path!r} imports and runs code outside mcp-gym (module "
-            f"{module!r}); a task file is data: allow it only for a task file you trust ('env.trust_task_code=true', "
-            "trust_code=True in Python)")
+            f"task {task.id!r} of {self.source}: grader {path!r} imports and runs code outside mcp-gym's graders "
+            f"(module {module!r}); a task file may name mcp_gym.graders.* and mcp_gym.envs.<env>.grade only: allow "
+            "it only for a task file you trust ('env.trust_task_code=true', trust_code=True in Python)")
 
     def fixture(self, task: Task) -> str:
         """The task's fixture resolved inside the source's folder, or :class:`TaskDataError`."""

@@ -154,7 +154,9 @@ def test_the_server_plays_a_task_and_shows_held_back_functions_at_their_turn(bfc
     anyio.run(main)
 
 
-def test_the_grader_refuses_task_data_that_differ_from_bfcls(bfcl_root: Path, imported) -> None:
+def test_the_grader_refuses_task_data_that_differ_from_bfcls(bfcl_root: Path, imported,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(grade.COPY_VARIABLE, str(bfcl_root))  # graded outside an env: the copy named to the grader
     rec = _records(imported.files["base"])[0]
     rec["data"]["bfcl"]["initial_config"] = {}
     task = Task.from_record(rec)
@@ -170,9 +172,10 @@ def test_the_grader_refuses_task_data_that_differ_from_bfcls(bfcl_root: Path, im
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # 480 episodes, each graded by a child of the checker process
-def test_mcp_gym_verdict_equals_bfcls_own_on_120_tasks(bfcl_root: Path) -> None:
+def test_mcp_gym_verdict_equals_bfcls_own_on_120_tasks(bfcl_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ground truth and perturbed trajectories (a dropped call, a changed argument, a later turn's call done early)
     played through the server and graded by mcp-gym equal BFCL's checker run directly on the same calls."""
+    monkeypatch.setenv(grade.COPY_VARIABLE, str(bfcl_root))  # graded outside an env: the copy named to the grader
     sys.path.insert(0, str(Path(__file__).parent))
     from bfcl_harness import compare
 

@@ -58,11 +58,39 @@ def test_a_task_file_may_name_no_code_outside_mcp_gym(tmp_path: Path, grader: ob
     assert load_task_source(path, trust_code=True)[0].grader == grader  # a task file you trust
 
 
+@pytest.mark.parametrize("grader", [
+    "mcp_gym._wsdir:sweep",  # a private module's public function (it removes workspaces: round 10)
+    "mcp_gym.cli:main", "mcp_gym.tasks:save_tasks", "mcp_gym.jobs.bfcl:gt_call", "mcp_gym.envs.bfcl.check:load_bfcl",
+    "mcp_gym.envs.bfcl.forked:close_all", "mcp_gym.graders._shared:release", "mcp_gym:load_tasks",
+    {"kind": "any", "of": ["exact", {"kind": "python", "function": "mcp_gym.servers.bfcl:main"}]},
+])
+def test_a_task_file_may_name_only_mcp_gym_s_grader_modules(tmp_path: Path, grader: object) -> None:
+    """Round 10: any public function of any mcp-gym module was allowed (called as ``fn(task, answer, state)``); only
+    ``mcp_gym.graders[.x]`` and ``mcp_gym.envs.<env>.grade`` are now, unless the task file is trusted."""
+    path = _tasks(tmp_path, grader)
+    with pytest.raises(TaskDataError, match="a task file may name mcp_gym.graders.* and mcp_gym.envs.<env>.grade") as e:
+        load_task_source(path)
+    named = grader if isinstance(grader, str) else "mcp_gym.servers.bfcl:main"
+    assert "\n" not in str(e.value) and "task 't0'" in str(e.value) and f"grader {named!r}" in str(e.value)
+    assert load_task_source(path, trust_code=True)[0].grader == grader
+
+
+def test_an_empty_mcp_gym_folder_beside_the_task_file_does_not_pass_for_its_own_module(tmp_path: Path) -> None:
+    """Loading left any grader whose top module was a folder beside the task file to grading; grading imports from
+    the task file's folder only a ``.py`` or a package's ``__init__.py``, so an empty ``mcp_gym/`` folder had
+    ``mcp_gym._wsdir:sweep`` imported from mcp-gym itself, unchecked."""
+    path = _tasks(tmp_path, "mcp_gym._wsdir:sweep")
+    (tmp_path / "mcp_gym").mkdir()
+    with pytest.raises(TaskDataError, match="'mcp_gym._wsdir:sweep'"):
+        load_tasks(path)
+
+
 def test_mcp_gym_s_own_graders_and_kinds_load(tmp_path: Path) -> None:
     """BFCL's imported task files name ``mcp_gym.envs.bfcl.grade:verify``; kinds name no code."""
-    path = _tasks(tmp_path, "mcp_gym.envs.bfcl.grade:verify", "exact", {"kind": "regex", "pattern": "h."},
+    path = _tasks(tmp_path, "mcp_gym.envs.bfcl.grade:verify", "mcp_gym.graders.state:wrapped_json", "exact",
+                  {"kind": "regex", "pattern": "h."},
                   {"kind": "any", "of": ["exact", {"kind": "python", "function": "mcp_gym.envs.bfcl.grade:verify"}]})
-    assert len(load_task_source(path)) == 4
+    assert len(load_task_source(path)) == 5
 
 
 def test_a_grader_beside_the_task_file_is_left_to_trust_task_code(tmp_path: Path) -> None:

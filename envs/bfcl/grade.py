@@ -1,8 +1,10 @@
 """The grader of BFCL multi-turn tasks: BFCL's own checker on the calls an episode ran, per turn.
 
 ``{"kind": "python", "function": "mcp_gym.envs.bfcl.grade:verify"}`` (what ``mcp-gym tasks import bfcl`` writes into
-each task). It reads the BFCL server's ``mcp_gym_state`` (the copy the server was started on, the task, the calls
-that ran in each turn), refuses a task whose data differ from the copy's own, and has BFCL's
+each task). It reads the BFCL server's ``mcp_gym_state`` (the copy the server says it plays, the task, the calls
+that ran in each turn), refuses a server naming another copy than the one the user named for it (the ``--bfcl PATH``
+of its command line in the env's config, else :data:`COPY_VARIABLE`: the copy's code runs, so never one a server
+names), refuses a task whose data differ from the copy's own, and has BFCL's
 ``multi_turn_checker`` run on them with the task's ground truth from the copy, never in the job's process: by the
 job's checker process (:mod:`mcp_gym.envs.bfcl.forked`: BFCL imported once, one forked child per check), or, with
 ``MCP_GYM_BFCL_CHECKER=oneshot`` and whenever that process is gone, by :mod:`mcp_gym.envs.bfcl.check` as a script in
@@ -22,9 +24,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mcp_gym.client.specs import Stdio
 from mcp_gym.envs.bfcl import check, forked
+from mcp_gym.graders._shared import grading_env
+from mcp_gym.protocol import STATE_TOOL
 
-__all__ = ["verify", "run_checks", "close_checkers", "CHECK_TIMEOUT", "DATA_KEYS", "GRADER_SPEC", "CHECKER_VARIABLE"]
+__all__ = ["verify", "run_checks", "close_checkers", "named_copy", "CHECK_TIMEOUT", "DATA_KEYS", "GRADER_SPEC",
+           "CHECKER_VARIABLE", "COPY_VARIABLE"]
 
 GRADER_SPEC = {"kind": "python", "function": "mcp_gym.envs.bfcl.grade:verify"}
 """The grader spec of an imported BFCL task."""
@@ -38,6 +44,11 @@ DATA_KEYS = ("involved_classes", "initial_config")
 CHECKER_VARIABLE = "MCP_GYM_BFCL_CHECKER"
 """The environment variable that chooses the checker: ``fork`` (the default: the job's checker process, one forked
 child per check) or ``oneshot`` (a new subprocess per check)."""
+
+
+COPY_VARIABLE = "MCP_GYM_BFCL_COPY"
+"""The environment variable naming the BFCL copy to grade with when the env's server command line names none (a BFCL
+server over HTTP, started by you; a script calling :func:`verify` itself)."""
 
 
 def run_checks(root: str | Path, checks: Sequence[Mapping[str, Any]], *, timeout: float | None = CHECK_TIMEOUT,
@@ -84,25 +95,67 @@ def _one_shot(root: str | Path, checks: Sequence[Mapping[str, Any]], timeout: fl
     return out
 
 
-def _snapshot(state: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The BFCL server's part of the state: the one server's, else the one alias whose snapshot is BFCL's."""
+def _snapshot(state: Mapping[str, Any], servers: Sequence[str]) -> tuple[str | None, Mapping[str, Any]]:
+    """The BFCL server's part of the state and its alias (``None``: the one server with a state, not named in it):
+    the one server's, else the one alias whose snapshot is BFCL's."""
     if isinstance(state.get("bfcl"), Mapping):
-        return state["bfcl"]
-    found = [v["bfcl"] for v in state.values() if isinstance(v, Mapping) and isinstance(v.get("bfcl"), Mapping)]
+        return (servers[0] if len(servers) == 1 else None), state["bfcl"]
+    found = [(a, v["bfcl"]) for a, v in state.items() if isinstance(v, Mapping) and isinstance(v.get("bfcl"), Mapping)]
     if len(found) != 1:
         raise RuntimeError("no BFCL server in the episode (want one server run as python -m "
                            "mcp_gym.servers.bfcl)" if not found else "several BFCL servers in the episode")
-    return found[0]
+    return str(found[0][0]), found[0][1]
+
+
+def _named_in(spec: Any) -> str | None:
+    """The copy a stdio server's command line names (``--bfcl PATH`` or ``--bfcl=PATH``), from its working folder."""
+    if not isinstance(spec, Stdio):
+        return None
+    args, value = list(spec.args), None
+    for i, arg in enumerate(args):  # the last one wins, as with argparse
+        if arg == "--bfcl" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--bfcl="):
+            value = arg.removeprefix("--bfcl=")
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else Path(spec.cwd or os.getcwd()) / path)
+
+
+def named_copy(alias: str | None) -> tuple[str | None, str]:
+    """The BFCL copy the user named for the server ``alias`` (``None``: the one with a state tool): the ``--bfcl``
+    of its command line in the env grading (:func:`mcp_gym.graders._shared.grading_env`), else
+    :data:`COPY_VARIABLE`. ``(path or None, the server as named in errors)``."""
+    env = grading_env()
+    host: Any = getattr(env, "host", None)
+    conns = dict(getattr(host, "connections", None) or {})
+    if alias is None:
+        with_state = [a for a, c in conns.items() if c.status == "ready" and host.has_tool(a, STATE_TOOL)]
+        alias = with_state[0] if len(with_state) == 1 else None
+    conn = conns.get(alias) if alias is not None else None
+    where = f"server '{alias}'" if conn is None else f"server '{alias}' ({conn.spec.describe()})"
+    named = _named_in(conn.spec) if conn is not None else None
+    return (named or os.environ.get(COPY_VARIABLE) or None), where
 
 
 def verify(ctx: Any) -> dict[str, Any]:
     """Grade a finished episode (``ctx``: :class:`~mcp_gym.graders.EpisodeContext`) by BFCL's checker: ``{score,
     passed, reason, details}``."""
-    snap = _snapshot(ctx.state)
+    alias, snap = _snapshot(ctx.state, ctx.servers)
     task_id = ctx.task.id
     if snap.get("task_id") != task_id:
         raise RuntimeError(f"the BFCL server played task {snap.get('task_id')!r}, not {task_id!r}")
-    root = check.find_root(str(snap["root"]))
+    named, where = named_copy(alias)
+    said = str(snap.get("root"))  # the server's word: only compared, never read or run, shown as repr
+    if named is None:
+        raise RuntimeError(f"task {task_id!r}: {where} says it plays the BFCL copy {said[:300]!r}, but no copy is "
+                           "named to run BFCL's checker from: run the server as 'python -m mcp_gym.servers.bfcl "
+                           f"--bfcl PATH', or set {COPY_VARIABLE}=PATH")
+    root = check.find_root(named)
+    if said != str(root):  # (the server answers its copy's resolved root, as find_root gives it)
+        raise RuntimeError(f"task {task_id!r}: {where} says it plays the BFCL copy {said[:300]!r}, not the copy "
+                           f"named for it {str(root)!r}; refusing to run BFCL's checker from a folder the server names")
     test_entry, ground_truth = check.entry(root, task_id)
     data = ctx.task.data.get("bfcl") if isinstance(ctx.task.data.get("bfcl"), Mapping) else {}
     for key in DATA_KEYS:

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-__all__ = ["grading", "use", "release"]
+__all__ = ["grading", "grading_env", "use", "release"]
 
 _current: contextvars.ContextVar[Any] = contextvars.ContextVar("mcp_gym_grading_env", default=None)
 _lock = threading.Lock()  # held while a resource stops, so a grade asking for it meanwhile gets a new one
@@ -33,6 +33,12 @@ def grading(owner: Any) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def grading_env() -> Any:
+    """The env grading now (``None`` outside an env's grade): a grader of a higher layer may read what the user's
+    config gave it (the BFCL grader: its servers' command lines, :mod:`mcp_gym.envs.bfcl.grade`)."""
+    return _current.get()
 
 
 def use(key: Hashable, stop: Callable[[], None]) -> bool:
