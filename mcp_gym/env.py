@@ -577,7 +577,8 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                                                  structured, text, signal, ep.steps, ep.task)))
         terminated = signal.done
         host = self.host
-        tools_changed = host.poll_changes_now()
+        settled = host.settled()  # (the usual step: the three asks of the host below in one call)
+        tools_changed = False if settled else host.poll_changes_now()
         if tools_changed is None:
             await own_task()  # notification handlers, a re-listing: in the call's task (so below too)
             tools_changed = await host.poll_changes(timeout=self.call_timeout)
@@ -585,13 +586,13 @@ class MCPEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._sync_space()
             ep.catalogue_changes.append({"step": ep.steps, "tools": self.tool_catalogue(),
                                            "hash": host.catalogue_hash()})
-        if host.updates_pending():  # else refresh() has nothing to do
+        if not settled and host.updates_pending():  # else refresh() has nothing to do
             await own_task()
             await self.observed.refresh(self.call_timeout, self.max_observation_chars)
         cut = ep.budget.cut(ep.steps, self.max_steps, out is not None)  # counts the call
         truncated = False
         termination = "done" if terminated else None
-        if not host.any_ready():
+        if not settled and not host.any_ready():
             truncated, termination = True, "servers_dead"
         elif not terminated and cut is not None:
             truncated, termination = True, cut

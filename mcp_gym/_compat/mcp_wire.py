@@ -34,6 +34,7 @@ import functools
 import itertools
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, cast
 
@@ -118,11 +119,12 @@ class Lane(Protocol):
         ``_meta`` (into ``data``) and per-message headers (into ``opts["headers"]``). Raises :class:`StepAside` when
         it cannot (nothing was sent)."""
 
-    async def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
-                       method: str) -> dict[str, Any]:
+    def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
+                 method: str) -> Awaitable[dict[str, Any]]:
         """Send request ``rid`` (``body``: one JSON-RPC request; ``headers``: the session's per-message headers) and
-        return its answer (a JSON-RPC response or error, as a dict). Raises ``TimeoutError`` when ``timeout`` seconds
-        passed after it was sent, ``MCPError`` for a transport failure, :class:`StepAside` when nothing was sent."""
+        return what, awaited, gives its answer (a JSON-RPC response or error, as a dict). Raises ``TimeoutError`` when
+        ``timeout`` seconds passed after it was sent, ``MCPError`` for a transport failure, :class:`StepAside` when
+        nothing was sent."""
 
 
 async def _progress_call(fn: Callable[[float, float | None, str | None], Awaitable[None]], progress: float,
@@ -325,9 +327,11 @@ class Wire(LaneIds):
                 fut.set_exception(MCPError(code=CONNECTION_CLOSED, message="Connection closed"))
         self.waiting.clear()
 
-    async def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
-                       method: str) -> dict[str, Any]:
-        """Write the request line, wait for the reader to resolve its future (:class:`Lane`)."""
+    def exchange(self, rid: int, body: bytes, headers: dict[str, str], timeout: float | None,
+                 method: str) -> Awaitable[dict[str, Any]]:
+        """Write the request line and return what gives its answer (:class:`Lane`): the request's future itself when
+        the synchronous read took the answer (``read_now``: the usual inline step, no coroutine of its own), else
+        :meth:`_rest`, which waits for the reader to resolve it."""
         assert self.send is not None
         loop = self.loop or asyncio.get_running_loop()
         fut: asyncio.Future[dict[str, Any]] = asyncio.Future(loop=loop) if type(loop).create_future is \
@@ -335,26 +339,60 @@ class Wire(LaneIds):
         self.waiting[rid] = fut
         try:
             try:
-                if not self.send(body + b"\n"):  # (written with no await: the pipe had room)
-                    assert self.drain is not None
-                    await self.drain()
+                written = self.send(body + b"\n")  # (written with no await: the pipe had room)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
-            self.sent.add(rid)
-            if timeout is not None:
-                when = loop.time() + timeout
-                if when >= self._watch_when:  # the timer is due first: what _expire_at does then, without its call
-                    self._due[rid] = (when, fut)
-                else:
-                    self._expire_at(loop, rid, when, fut)
-            if self.read_now is not None and not self.read_now(timeout):  # it may take the answer: then the await
-                await asyncio.sleep(0)  # below does not suspend; here a cancellation asked for meanwhile takes effect
+            if not written:
+                return self._rest(rid, fut, timeout, loop, drain=True)
+            if not self._sent(rid, fut, timeout, loop):
+                return self._rest(rid, fut, timeout, loop, turn=True)
+        except BaseException:
+            self._forget(rid, fut)
+            raise
+        if not fut.done():
+            return self._rest(rid, fut, timeout, loop)
+        self._due.pop(rid, None)  # answered (awaiting the done future does not suspend): _forget without its call
+        self.sent.discard(rid)
+        if self.waiting.get(rid) is fut:
+            del self.waiting[rid]
+        return fut
+
+    def _sent(self, rid: int, fut: asyncio.Future[Any], timeout: float | None, loop: asyncio.AbstractEventLoop) -> bool:
+        """Request ``rid`` is written: its timeout runs from now, and the synchronous read may take its answer.
+        ``False``: a cancellation was asked for meanwhile (the caller lets the loop turn once before it waits)."""
+        self.sent.add(rid)
+        if timeout is not None:  # (the base loop's time() is monotonic(): no call of it)
+            when = (time.monotonic() if type(loop).time is _BASE_TIME else loop.time()) + timeout
+            if when >= self._watch_when:  # the timer is due first: what _expire_at does then, without its call
+                self._due[rid] = (when, fut)
+            else:
+                self._expire_at(loop, rid, when, fut)
+        return self.read_now is None or self.read_now(timeout)  # it may take the answer
+
+    async def _rest(self, rid: int, fut: asyncio.Future[dict[str, Any]], timeout: float | None,
+                    loop: asyncio.AbstractEventLoop, *, drain: bool = False, turn: bool = False) -> dict[str, Any]:
+        """The rest of :meth:`exchange` when it must wait: for the pipe's room (``drain``), a loop turn (``turn``:
+        a cancellation asked for meanwhile takes effect here), the reader."""
+        try:
+            if drain:
+                try:
+                    assert self.drain is not None
+                    await self.drain()
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
+                turn = not self._sent(rid, fut, timeout, loop)
+            if turn:
+                await asyncio.sleep(0)
             return await fut
         finally:
-            self._due.pop(rid, None)
-            self.sent.discard(rid)
-            if self.waiting.get(rid) is fut:
-                del self.waiting[rid]
+            self._forget(rid, fut)
+
+    def _forget(self, rid: int, fut: asyncio.Future[Any]) -> None:
+        """Request ``rid`` is over (answered, failed or abandoned): no timeout, no courtesy cancel, no future left."""
+        self._due.pop(rid, None)
+        self.sent.discard(rid)
+        if self.waiting.get(rid) is fut:
+            del self.waiting[rid]
 
     def _expire_at(self, loop: asyncio.AbstractEventLoop, rid: int, when: float, fut: asyncio.Future[Any]) -> None:
         """Fail request ``rid`` with ``TimeoutError`` at loop time ``when`` (unless answered first)."""
@@ -379,6 +417,7 @@ class Wire(LaneIds):
 
 
 _BASE_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
+_BASE_TIME = asyncio.BaseEventLoop.time
 
 
 CALL_TOOL_RESULT: TypeAdapter[Any] = TypeAdapter(mt.CallToolResult | mt.InputRequiredResult)
@@ -415,17 +454,18 @@ def _expire(fut: asyncio.Future[Any]) -> None:
 
 
 async def _roundtrip(client: Any, wire: Lane, method: str, params: dict[str, Any], timeout: float | None,
-                     progress: Any) -> dict[str, Any]:
+                     progress: Any, version: str | None = None) -> dict[str, Any]:
     """Send one request on the lane and return its raw result (what the SDK's ``send_raw_request`` returns): an id
     of the lane's own, stamped as the SDK's session stamps its requests, its progress routed by the lane, and the
     courtesy ``notifications/cancelled`` (sent through the session's public ``send_notification``) when the caller
-    stops waiting."""
+    stops waiting. ``version``: the session's negotiated protocol version, when the caller read it."""
     if not wire.open():
         raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
-    data: dict[str, Any] = {"method": method, "params": params}
     opts: dict[str, Any] = {}
-    wire.stamp(client, data, opts)
-    params = data["params"]
+    if wire.__class__ is not Wire or version is None or version in MODERN_PROTOCOL_VERSIONS:
+        data: dict[str, Any] = {"method": method, "params": params}  # (Wire.stamp stamps nothing on a
+        wire.stamp(client, data, opts)  # handshake-era session: then no call)
+        params = data["params"]
     if timeout is None:
         timeout = client.read_timeout_seconds
     rid = wire.next_id()
@@ -512,12 +552,13 @@ def _plain_text_ok(version: str) -> bool:
         _ASKING_KEYS.isdisjoint(("content", "isError")) and _not_asking(CALL_TOOL_RESULT) is not None
 
 
-def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any) -> Any:
+def _checked(session: Any, method: str, raw: dict[str, Any], adapter: Any, version: str | None = None) -> Any:
     """What the SDK's ``send_request`` does with a raw result: TTL clamp, the negotiated version's schema (without its
     dump of the result), a later revision's fields dropped, then ``adapter``. A tool's plainest result (text blocks,
     ``isError``) goes straight to ``CallToolResult``'s validation where that is all the rest would do
-    (:func:`_plain_text_ok`); anything else, or what that validation refuses, takes the whole way."""
-    version = session.protocol_version or "2025-11-25"
+    (:func:`_plain_text_ok`); anything else, or what that validation refuses, takes the whole way. ``version``:
+    the session's negotiated protocol version, when the caller read it."""
+    version = version or session.protocol_version or "2025-11-25"
     if adapter is CALL_TOOL_RESULT and tool_results.plain_text(raw) and _plain_text_ok(version) and \
             (result := tool_results.call_tool_result(_ARMS[id(CALL_TOOL_RESULT)], raw)) is not None:
         return result
@@ -551,8 +592,8 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
     output schema (:func:`~mcp_gym._compat.mcp_output.check_output`); a result that asks for input is finished by
     the SDK's own code, as ``Client.call_tool`` would; a :class:`StepAside` goes the SDK's way."""
     session = client.session  # (read once: a property of the SDK's; not usable(client), with it)
-    sdk = wire is None or bool(getattr(client, "extensions", None)) or \
-        getattr(session, "protocol_version", None) is None
+    version = getattr(session, "protocol_version", None)  # (read once too: a property)
+    sdk = wire is None or bool(getattr(client, "extensions", None)) or version is None
     if not sdk:
         params: dict[str, Any] = {"name": name}
         if arguments is not None:
@@ -561,11 +602,11 @@ async def call_tool(client: Any, name: str, arguments: dict[str, Any] | None, *,
             params["_meta"] = meta
         try:
             raw = await _roundtrip(client, wire, "tools/call", params,  # type: ignore[arg-type]  # not None: sdk
-                                   read_timeout_seconds, progress_callback)
+                                   read_timeout_seconds, progress_callback, version)
         except StepAside:
             sdk = True
         else:
-            result = _checked(session, "tools/call", raw, CALL_TOOL_RESULT)
+            result = _checked(session, "tools/call", raw, CALL_TOOL_RESULT, version)
     if sdk or not isinstance(result, mt.CallToolResult):
         await own_task()  # the SDK's code: in the call's task (an inline step's first part has none)
     if sdk:

@@ -2,7 +2,7 @@
 first part of the call's coroutine runs in the calling thread without the event loop; if it ends there, its result
 is the call's (:class:`Done`); if it waits, a task goes on with it from where it waits (:class:`Rest`). And the
 count of sessions alive on each loop (:func:`session_started`): a call runs inline only while there is at most one,
-so no other session needs the loop meanwhile."""
+so no other session needs the loop meanwhile. And a synchronous call's Ctrl-C guard (:class:`CtrlC`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Done", "Rest", "sessions", "session_started"]
+__all__ = ["CtrlC", "Done", "Rest", "sessions", "session_started"]
 
 sessions: dict[asyncio.AbstractEventLoop, int] = {}
 """Sessions alive on each loop (:func:`session_started`)."""
@@ -69,3 +69,23 @@ class Rest(Coroutine[Any, Any, Any]):
 
     def __await__(self) -> Any:  # noqa: D105 - a coroutine's
         return self._coro.__await__()
+
+
+class CtrlC:
+    """The SIGINT handler of one synchronous call (``Runtime._drive_task``; an object, not a closure: no cells per
+    call): the first Ctrl-C cancels the call's task (``current``; in an inline part, ``interrupted`` stops the
+    synchronous read, ``cancel_asked``); another, or one after the task is done, raises ``KeyboardInterrupt``."""
+
+    __slots__ = ("loop", "current", "interrupted")
+    loop: asyncio.AbstractEventLoop
+    current: asyncio.Task[Any] | None
+    interrupted: bool
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        current = self.current
+        if self.interrupted or (current is not None and current.done()):
+            raise KeyboardInterrupt
+        self.interrupted = True
+        if current is not None:
+            current.cancel()
+            self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()

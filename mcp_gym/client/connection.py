@@ -540,19 +540,25 @@ class ServerConnection:
             self.http_refusal = None
         try:
             return await fn(client)
-        except MCPError as e:
-            gone = _http.session_gone(self.http_refusal, self.http_wire and self.http_wire.http, e.error.message)
-            if gone or e.code == CONNECTION_CLOSED:
-                raise self._lost(e, gone) from e
-            raise
-        except TimeoutError:
-            raise  # a bound of ours (fail_after) ran out: not a lost connection (TimeoutError is an OSError)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as e:
-            raise self._lost(e) from e
-        except BaseExceptionGroup as e:  # the SDK may raise groups from its task groups
-            if e.subgroup(lambda x: isinstance(x, anyio.get_cancelled_exc_class())):
+        except (Exception, BaseExceptionGroup) as e:
+            lost = self._failure(e)
+            if lost is None:
                 raise
-            raise self._lost(e) from e
+            raise lost from e
+
+    def _failure(self, e: BaseException) -> ConnectionLost | None:
+        """What a request that raised ``e`` raises instead: :class:`ConnectionLost` (the server is marked dead) when
+        ``e`` means the connection is gone, else ``None`` (``e`` itself propagates)."""
+        if isinstance(e, MCPError):
+            gone = _http.session_gone(self.http_refusal, self.http_wire and self.http_wire.http, e.error.message)
+            return self._lost(e, gone) if gone or e.code == CONNECTION_CLOSED else None
+        if isinstance(e, TimeoutError):
+            return None  # a bound of ours (fail_after) ran out: not a lost connection (TimeoutError is an OSError)
+        if isinstance(e, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)):
+            return self._lost(e)
+        if isinstance(e, BaseExceptionGroup):  # the SDK may raise groups from its task groups
+            return None if e.subgroup(lambda x: isinstance(x, anyio.get_cancelled_exc_class())) else self._lost(e)
+        return None
 
     async def call_tool(
         self,
@@ -572,10 +578,24 @@ class ServerConnection:
             wire = None
         if stdio is None or wire is None or self.tap is not None:  # only the stdio lane's I/O runs inline
             await own_task()  # (an inline step's first part has no task: aiohttp, the SDK, the tap need the call's)
-        if wire is not None and self.tap is None:  # the fast lane, nothing to tap: request() without its frame
-            client = self.client if self.status == "ready" else None  # (_check() without its call)
-            return await self._send(client or self._check(), lambda c: _wire.call_tool(
-                c, name, arguments, wire=wire, read_timeout_seconds=t, progress_callback=progress, meta=sent))
+        if wire is None or self.tap is not None:
+            return await self._call_tool_request(name, arguments, t, sent, progress, wire)
+        # the fast lane, nothing to tap: request() and _send() without their frames, no closure (so no cells)
+        client = (self.client if self.status == "ready" else None) or self._check()  # (_check() without its call)
+        if self.http_wire is not None:  # (as _send)
+            self.http_refusal = None
+        try:
+            return await _wire.call_tool(client, name, arguments, wire=wire, read_timeout_seconds=t,
+                                         progress_callback=progress, meta=sent)
+        except (Exception, BaseExceptionGroup) as e:
+            lost = self._failure(e)
+            if lost is None:
+                raise
+            raise lost from e
+
+    async def _call_tool_request(self, name: str, arguments: dict[str, Any], t: float | None, sent: dict[str, Any],
+                                 progress: ProgressFnT | None, wire: _wire.Lane | None) -> mt.CallToolResult:
+        """:meth:`call_tool` through :meth:`request` (the SDK's way, or a tap)."""
         call = functools.partial(_wire.call_tool, wire=wire)  # the fast lane (wire None: the SDK's way)
         return await self.request(
             lambda c: call(c, name, arguments, read_timeout_seconds=t, progress_callback=progress, meta=sent),

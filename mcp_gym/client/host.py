@@ -166,6 +166,10 @@ class CallOutcome:
     duration: float = 0.0
     progress: list[dict[str, Any]] = field(default_factory=list)
 
+    async def _on_progress(self, progress: float, total: float | None, message: str | None) -> None:
+        """The call's progress callback (a bound method: no closure per call)."""
+        self.progress.append({"progress": progress, "total": total, "message": message, "t": time.time()})
+
 
 def _requires_task(tool: mt.Tool) -> bool:
     execution = getattr(tool, "execution", None)
@@ -497,14 +501,18 @@ class MCPHost(HostDuties):
     def poll_changes_now(self) -> bool | None:
         """:meth:`poll_changes` where it has nothing to do, without awaiting: ``False`` (no connection passed anything
         to the SDK since the last poll, none has a tools change pending, none died); ``None``: await it."""
-        for c in self.connections.values():  # (_died_listed(c) without its call: this runs every step)
+        for c in self.connections.values():  # (a server that died while its tools are listed: the poll drops them)
             if not c.quiet(take=False) or c.events.tools_changed or (c.status != "ready" and c.alias in self.all_tools):
                 return None
         return False
 
-    def _died_listed(self, c: ServerConnection) -> bool:
-        """Whether ``c`` is no longer ready while its tools are still listed (the next poll drops them)."""
-        return c.status != "ready" and c.alias in self.all_tools
+    def settled(self) -> bool:
+        """Whether a step has nothing to poll: every server ready and quiet, nothing pending (so
+        :meth:`poll_changes_now` is ``False``, :meth:`updates_pending` ``False`` and :meth:`any_ready` ``True``)."""
+        for c in self.connections.values():
+            if c.status != "ready" or not c.quiet(take=False) or c.events.tools_changed or c.events.updated:
+                return False
+        return bool(self.connections)
 
     async def poll_changes(self, *, timeout: float | None = None) -> bool:
         """Apply pending ``tools/list_changed`` and server deaths; True if the catalogue changed. Each re-listing
@@ -516,11 +524,7 @@ class MCPHost(HostDuties):
         if not quiet:
             await anyio.sleep(0)  # let notification handlers that are already queued run
         dirty = [a for a, c in conns.items() if c.events.tools_changed]
-        dead = False
-        for c in conns.values():
-            if self._died_listed(c):
-                dead = True
-                break
+        dead = any(c.status != "ready" and c.alias in self.all_tools for c in conns.values())  # (died, still listed)
         if not dirty and not dead:
             return False
         if dead:
@@ -535,7 +539,7 @@ class MCPHost(HostDuties):
         self, name: str, arguments: Mapping[str, Any], *, timeout: float | None, meta: Mapping[str, Any] | None = None
     ) -> CallOutcome:
         """Call an agent-facing tool; every failure is described in ``outcome.error`` (kind, tool, server, message)."""
-        entry = self.resolve(name)
+        entry = self.catalogue.get(name)  # (resolve() without its call)
         if entry is None:
             return CallOutcome(name, None, None, error=self._error("unknown_tool", name, None, self._unknown_msg(name)))
         return await self.call_server(entry.server, entry.server_tool, arguments, timeout=timeout, exposed=name,
@@ -555,13 +559,9 @@ class MCPHost(HostDuties):
         exposed = exposed or self.exposed_name(alias, tool)
         out = CallOutcome(exposed, alias, tool)
         conn = self.connections[alias]
-
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            out.progress.append({"progress": progress, "total": total, "message": message, "t": time.time()})
-
         t0 = time.perf_counter()
         try:
-            out.result = await conn.call_tool(tool, arguments, timeout=timeout, progress=on_progress,
+            out.result = await conn.call_tool(tool, arguments, timeout=timeout, progress=out._on_progress,
                                               meta={**self.meta, **meta} if meta else self.meta)
         except ConnectionLost as e:
             out.error = self._error("server_dead", exposed, alias, str(e))

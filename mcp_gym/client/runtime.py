@@ -67,7 +67,7 @@ from mcp_gym._compat.stdlib import (
     signals,  # signal's functions without its enum conversions (~10 µs a call)
     until_complete_cb,  # asyncio's run_until_complete stop callback (anyio finds its root task by it)
 )
-from mcp_gym.client._inline import Done, Rest, session_started, sessions
+from mcp_gym.client._inline import CtrlC, Done, Rest, session_started, sessions
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ class Runtime:
         self._holds = 0  # keep_running() holds not yet released
         self._guests = 0  # sync calls of other threads scheduled on the loop while one thread drives it
         self._no_holds: asyncio.Future[None] | None = None  # set (on the loop) when the last hold is released
-        self._interrupted = False  # a Ctrl-C came during the inline part of the call that drives the loop now
+        self._ctrl_c: CtrlC | None = None  # the Ctrl-C guard of the call that drives the loop now (cancel_asked)
         self._ready = threading.Event()
         self._serve_task = self.loop.create_task(self._serve(), name=name if hosted else None)
 
@@ -407,7 +407,6 @@ class Runtime:
         loop, ctx = self.loop, contextvars.copy_context()
         coro: Coroutine[Any, Any, T] = fn(*args)  # type: ignore[assignment]  # (an async function's coroutine)
         assert set_running_loop is not None
-        self._interrupted = False
         set_running_loop(loop)
         _inline[loop] = self
         try:
@@ -432,40 +431,32 @@ class Runtime:
             first = self._drive_inline(fn, args)  # type: ignore[arg-type]  # (fn: an inline call's)
             return first.value if type(first) is Done else self._then(first)
         # Ctrl-C cancels this call instead of raising inside whichever task runs (it could own a session).
-        interrupted = False
-        current = task
-
-        def on_sigint(signum: int, frame: Any) -> None:
-            nonlocal interrupted
-            if interrupted or (current is not None and current.done()):
-                raise KeyboardInterrupt
-            interrupted = self._interrupted = True  # (inline: the synchronous read stops waiting, cancel_asked)
-            if current is not None:
-                current.cancel()
-                self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
-
-        previous = signals.signal(_SIGINT, on_sigint)
+        guard = CtrlC()  # (an object, not a closure: no cells per call)
+        guard.loop, guard.current, guard.interrupted = self.loop, task, False
+        previous = signals.signal(_SIGINT, guard)
+        self._ctrl_c = guard
         try:
-            if current is None:  # inline: its first part, then its task if it needs one (cancelled on a Ctrl-C)
+            if task is None:  # inline: its first part, then its task if it needs one (cancelled on a Ctrl-C)
                 first = self._drive_inline(fn, args)  # type: ignore[arg-type]  # (fn: an inline call's)
                 if type(first) is Done:  # (the usual end: no _then call, no isinstance)
                     result = first.value
                 else:
                     assert not isinstance(first, Done)  # (for mypy: the task that goes on with it)
-                    current = first
-                    if interrupted:
-                        current.cancel()
+                    guard.current = first
+                    if guard.interrupted:
+                        first.cancel()
                     result = self._then(first)
             else:
-                result = self._run_call(current)
-            if interrupted:  # the call ended anyway (it was past its last await, or shielded): the Ctrl-C stands
+                result = self._run_call(task)
+            if guard.interrupted:  # the call ended anyway (it was past its last await, or shielded): the Ctrl-C stands
                 raise KeyboardInterrupt
             return result
         except (asyncio.CancelledError, Exception) as e:  # the Ctrl-C stands, whatever the cancelled call raised
-            if interrupted:
+            if guard.interrupted:
                 raise KeyboardInterrupt from (None if isinstance(e, asyncio.CancelledError) else e)
             raise
         finally:
+            self._ctrl_c = None
             signals.signal(_SIGINT, previous)
 
     def _then(self, first: Done[T] | asyncio.Task[T]) -> T:
@@ -624,7 +615,7 @@ def cancel_asked(loop: asyncio.AbstractEventLoop | None) -> bool:
     stop (a Ctrl-C; on Python 3.10 a task's cancellation is not seen here)."""
     rt = _inline.get(loop) if loop is not None else None  # (an inline part runs no task: no current_task() call)
     if rt is not None:
-        return rt._interrupted
+        return rt._ctrl_c is not None and rt._ctrl_c.interrupted
     task = asyncio.current_task(loop)
     if task is None:
         return False
