@@ -13,6 +13,7 @@ reason on stderr). ``tests/test_conformance.py`` runs the scenarios mcp-gym pass
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -98,7 +99,9 @@ def authorization_code(url: str) -> Any:
 
 def run(url: str, scenario: str, context: Mapping[str, Any]) -> list[str]:
     """Connect, list the tools, call each one; the problems met (empty when all went well)."""
-    env = MCPEnv({"server": server_spec(url, scenario, context)}, [f"conformance scenario {scenario}"],
+    spec = dataclasses.replace(server_spec(url, scenario, context), connect_timeout=120)  # a hang guard (30 s passed
+    # waiting for the handshake at load 20)
+    env = MCPEnv({"server": spec}, [f"conformance scenario {scenario}"],
                  elicitation=accept_defaults, reset_mode="none", call_timeout=20, max_steps=50)
     problems: list[str] = []
     try:
