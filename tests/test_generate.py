@@ -60,7 +60,7 @@ def rates(tmp: Path, server: str, tasks: Path, *extra: str) -> tuple[float, floa
     return passed, out["noop"]
 
 
-@pytest.mark.slow  # ~40 s of server-memory restarts (quiet): the heavy lane (the fast lane keeps the llm generator's test)
+@pytest.mark.slow  # ~40 s of server-memory restarts (quiet): the heavy lane
 @pytest.mark.timeout(1200)  # five generate jobs: over 300 s at load 20 (a fresh-clone heavy lane)
 def test_explore_memory_small(tmp_path: Path) -> None:
     """The fast lane: a few tasks on server-memory pass validate and the oracle, fail noop; a rerun with a larger n

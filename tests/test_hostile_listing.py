@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from mcp_gym import MCPEnv, Stdio
 from mcp_gym.client import _tools
 
@@ -135,6 +137,7 @@ env.close()
 '''
 
 
+@pytest.mark.slow  # ~5 s (384 MiB of notifications): the heavy lane
 def test_a_flood_of_updates_for_unobserved_resources_holds_no_memory(tmp_path: Path) -> None:
     """A server may name any URI in ``notifications/resources/updated``: each one was kept until the step ended, so
     40 distinct URIs of 20 MiB sent during one call held 919 MiB. Only subscribed URIs are kept now; the observed

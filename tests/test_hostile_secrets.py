@@ -52,11 +52,15 @@ def test_an_interpolation_is_kept_it_names_the_secret_s_source() -> None:
     from mcp_gym.jobs._hydra_files import redact_config
 
     cfg = {"policy": {"api_key": "${oc.env:OPENAI_API_KEY,null}", "max_new_tokens": 8},
-           "servers": {"gh": {"env": {"GITHUB_TOKEN": "ghp_x"}, "headers": {"X-Api-Key": "k"}}},
+           "servers": {"gh": {"env": {"GITHUB_TOKEN": "ghp_x"},
+                              "headers": {"X-Api-Key": "k", "Authorization": "Bearer ${oc.env:GH_TOKEN}",
+                                          "X-Other": "sk-1${oc.env:B}", "X-Two": "Bearer sk-1 ${oc.env:B}"}}},
            "overrides": ["+env.servers.gh.headers.Authorization=Bearer a,b", "samples=2"]}
     assert redact_config(cfg) == {
         "policy": {"api_key": "${oc.env:OPENAI_API_KEY,null}", "max_new_tokens": 8},
-        "servers": {"gh": {"env": {"GITHUB_TOKEN": "<redacted>"}, "headers": "<redacted>"}},
+        "servers": {"gh": {"env": {"GITHUB_TOKEN": "<redacted>"},
+                           "headers": {"X-Api-Key": "<redacted>", "Authorization": "Bearer ${oc.env:GH_TOKEN}",
+                                       "X-Other": "<redacted>", "X-Two": "<redacted>"}}},
         "overrides": ["+env.servers.gh.headers.Authorization=<redacted>", "samples=2"]}
 
 

@@ -34,8 +34,18 @@ def _secret_name(name: str) -> bool:
     return any(w in low for w in SECRET_WORDS)
 
 
+_SCHEME_ONLY = re.compile(r"\s*([A-Za-z]+\s+)?")  # what may stand beside an interpolation: an auth scheme ("Bearer ")
+
+
 def _masked(value: Any) -> Any:
-    if value in (None, "", {}, []) or (isinstance(value, str) and _INTERPOLATION.fullmatch(value)):
+    """``value`` of a secret-named key, masked: a mapping's or list's leaves one by one; an interpolation kept, alone
+    or after an auth scheme (``Bearer ${oc.env:TOKEN}``: it names where the secret comes from, not the secret)."""
+    if isinstance(value, dict):
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    if value in (None, "") or (isinstance(value, str) and _INTERPOLATION.search(value)
+                               and _SCHEME_ONLY.fullmatch(_INTERPOLATION.sub("", value))):
         return value
     return REDACTED
 
