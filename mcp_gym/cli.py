@@ -180,12 +180,14 @@ def _run_job(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from mcp_gym import jobs
+    from mcp_gym.jobs import _ctrl_c as ctrl_c
     from mcp_gym.jobs._early import start_early_servers, stop_early_servers
     from mcp_gym.jobs.identity import JobRefused
     from mcp_gym.jobs.schema import ConfigError, check_job_config
     from mcp_gym.tasks import TaskDataError
 
     out = Path(HydraConfig.get().runtime.output_dir)
+    ctrl_c.keep()  # a Ctrl-C that C code drops (pydantic-core, a gc callback) is sent again, or still ends the job
     try:
         check_job_config(cfg)  # first: a key of the wrong type, or an unknown one (+episods=5), is refused
         start_early_servers(cfg)  # the first {workspace} servers boot while the job imports and plans
@@ -239,7 +241,12 @@ def _run_job(cfg: Any) -> None:
             raise
         print(printable(f"mcp-gym {cfg.command.replace('tasks-', 'tasks ')}: {e}"), file=sys.stderr)  # one line
         raise SystemExit(1) from None
+    else:
+        if ctrl_c.lost():  # a Ctrl-C dropped by C code (pydantic-core, a gc callback) and not seen again: it stands
+            print("\nInterrupted (a Ctrl-C was dropped on the way); rerun the same command to resume", file=sys.stderr)
+            raise SystemExit(INTERRUPTED)
     finally:
+        ctrl_c.release()
         stop_early_servers()  # the ones no env took (none outlives the job)
         if (checkers := sys.modules.get("mcp_gym.envs.bfcl.forked")) is not None:
             checkers.close_all()  # BFCL's checker processes (tasks validate, eval)
