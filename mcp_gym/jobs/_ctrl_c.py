@@ -6,7 +6,7 @@ pass errors on (pydantic-core building a validator, a ``gc`` callback, a ``__del
 dropped with an "Exception ignored in ..." line: a fresh-clone test run saw a job Ctrl-C'd while pydantic-core built
 a schema validator run all its 400 episodes and exit 0. While a job runs (:func:`keep`, then :func:`release`), a
 ``sys.unraisablehook`` notices such a drop and sends the Ctrl-C again from another thread (at most
-:data:`MAX_RESENT` times), so the job's own handler sees it in the Python code that runs next; and :func:`lost` tells
+:data:`_MAX_RESENT` times), so the job's own handler sees it in the Python code that runs next; and :func:`lost` tells
 the job, once it ends normally, whether a Ctrl-C was dropped, so it exits 130 rather than as if nothing happened.
 """
 
@@ -18,9 +18,9 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["MAX_RESENT", "keep", "lost", "release"]
+__all__ = ["keep", "lost", "release"]
 
-MAX_RESENT = 10
+_MAX_RESENT = 10
 """Most times a dropped Ctrl-C is sent again (each lands where the next Python code runs: rarely in C again)."""
 
 _state: dict[str, Any] = {"dropped": 0, "previous": None}
@@ -36,7 +36,7 @@ def _hook(unraisable: Any) -> None:
     if isinstance(unraisable.exc_value, KeyboardInterrupt) or (
             unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt)):
         _state["dropped"] += 1
-        if _state["dropped"] <= MAX_RESENT and sys.platform != "win32":
+        if _state["dropped"] <= _MAX_RESENT and sys.platform != "win32":
             threading.Thread(target=_resend, name="mcp-gym-ctrl-c", daemon=True).start()
     previous(unraisable)
 
